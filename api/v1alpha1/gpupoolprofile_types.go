@@ -1,0 +1,454 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ParkingMode says what happens to a VM that is not part of the wanted layout.
+// +kubebuilder:validation:Enum=Suspend;PowerOff
+type ParkingMode string
+
+const (
+	// ParkingSuspend suspends parked VMs: fast to resume, the guest keeps its memory. It
+	// needs a vGPU profile whose host reports suspendSupported.
+	ParkingSuspend ParkingMode = "Suspend"
+	// ParkingPowerOff shuts parked VMs down (guest shutdown first, then hard power off).
+	ParkingPowerOff ParkingMode = "PowerOff"
+)
+
+// DrainTimeoutAction says what happens when a drain does not finish within its timeout.
+// +kubebuilder:validation:Enum=Abort;Force
+type DrainTimeoutAction string
+
+const (
+	// DrainAbort stops the transition, uncordons the nodes gpupool cordoned for it and
+	// leaves the VMs running. The pool reports Degraded and names the blocking pods.
+	DrainAbort DrainTimeoutAction = "Abort"
+	// DrainForce deletes the pods that are still on the node and goes on.
+	DrainForce DrainTimeoutAction = "Force"
+)
+
+// GPUPoolProfileSpec is the wanted shape of a pool of vGPU worker VMs over time.
+//
+// +kubebuilder:validation:XValidation:rule="self.layouts.exists(l, l.name == self.defaultLayout)",message="defaultLayout must name one of spec.layouts[].name; add the layout or fix the name",fieldPath=".defaultLayout"
+// +kubebuilder:validation:XValidation:rule="!has(self.override) || self.layouts.exists(l, l.name == self.override.layout)",message="override.layout must name one of spec.layouts[].name; add the layout or fix the name",fieldPath=".override.layout"
+// +kubebuilder:validation:XValidation:rule="!has(self.schedule) || !has(self.schedule.windows) || self.schedule.windows.all(w, self.layouts.exists(l, l.name == w.layout))",message="every schedule.windows[].layout must name one of spec.layouts[].name; add the layout or fix the name",fieldPath=".schedule.windows"
+type GPUPoolProfileSpec struct {
+	// VCenter is the vCenter that runs the pool's VMs.
+	VCenter VCenterSpec `json:"vcenter"`
+
+	// Layouts are the shapes the pool can take: which VMs run, each with which vGPU
+	// profile. A VM of the pool that the active layout does not list is parked.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.name == a.name))",message="layout names must be unique; rename or remove the duplicate layout"
+	Layouts []Layout `json:"layouts"`
+
+	// Schedule says in which time windows which layout applies.
+	// +optional
+	Schedule *Schedule `json:"schedule,omitempty"`
+
+	// DefaultLayout is the layout that applies outside every window, when no override is
+	// in force.
+	// +kubebuilder:validation:MinLength=1
+	DefaultLayout string `json:"defaultLayout"`
+
+	// Override forces a layout regardless of the schedule, for example for a maintenance
+	// window. It expires by itself at Until.
+	// +optional
+	Override *Override `json:"override,omitempty"`
+
+	// Parking says what happens to VMs that are not in the wanted layout.
+	// +kubebuilder:default=Suspend
+	// +optional
+	Parking ParkingMode `json:"parking,omitempty"`
+
+	// Drain controls how nodes are drained before their VM is parked or reconfigured.
+	// +kubebuilder:default={}
+	// +optional
+	Drain DrainSpec `json:"drain,omitempty"`
+
+	// NodeReadyTimeout is how long to wait for a powered-on VM's node to become Ready
+	// before the transition is reported as Degraded.
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="nodeReadyTimeout must be a positive duration such as 10m"
+	// +optional
+	NodeReadyTimeout *metav1.Duration `json:"nodeReadyTimeout,omitempty"`
+
+	// MaxParallel is how many ESXi hosts are changed at the same time.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxParallel int32 `json:"maxParallel,omitempty"`
+
+	// Paused stops all action on the pool: nothing is drained, parked or powered on.
+	// Status is still observed and reported.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+}
+
+// VCenterSpec says how to reach vCenter.
+//
+// +kubebuilder:validation:XValidation:rule="self.insecure || has(self.thumbprint) || has(self.caBundle)",message="set vcenter.thumbprint or vcenter.caBundle so the server certificate can be verified, or set vcenter.insecure: true to skip verification (not for production)"
+type VCenterSpec struct {
+	// Server is the vCenter host name, host:port or https URL.
+	// +kubebuilder:validation:MinLength=1
+	Server string `json:"server"`
+
+	// Datacenter is the name of the datacenter that holds the pool's VMs and hosts.
+	// +kubebuilder:validation:MinLength=1
+	Datacenter string `json:"datacenter"`
+
+	// CredentialsSecretRef names a Secret with the keys `username` and `password`.
+	CredentialsSecretRef SecretReference `json:"credentialsSecretRef"`
+
+	// Thumbprint is the SHA-1 or SHA-256 fingerprint of the server certificate, as
+	// colon-separated hex pairs (the form `govc about.cert -thumbprint` prints).
+	// +kubebuilder:validation:Pattern=`^([0-9A-Fa-f]{2}:){19}[0-9A-Fa-f]{2}$|^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$`
+	// +optional
+	Thumbprint string `json:"thumbprint,omitempty"`
+
+	// CABundle is PEM-encoded CA certificates to verify the server certificate with.
+	// +optional
+	CABundle []byte `json:"caBundle,omitempty"`
+
+	// Insecure skips verification of the server certificate. Never use it in production.
+	// +kubebuilder:default=false
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
+}
+
+// SecretReference names a Secret in a namespace.
+type SecretReference struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Namespace of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+}
+
+// Layout is one shape of the pool.
+type Layout struct {
+	// Name identifies the layout in windows, defaultLayout and override.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// Workers are the VMs that run in this layout, each with its vGPU profile.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=atomic
+	Workers []Worker `json:"workers"`
+
+	// NodeLabels are set on this layout's nodes while the layout is active.
+	// +optional
+	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
+
+	// NodeTaints are set on this layout's nodes while the layout is active.
+	// +optional
+	// +listType=atomic
+	NodeTaints []corev1.Taint `json:"nodeTaints,omitempty"`
+}
+
+// Worker is one VM of a layout.
+type Worker struct {
+	// VM is the VM's name, or its inventory path such as /dc1/vm/gpu/worker-1.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	VM string `json:"vm"`
+
+	// Profile is the NVIDIA vGPU profile the VM runs with in this layout, such as
+	// grid_p100-4q or nvidia_a100-3-20c. The number before the last letters is the frame
+	// buffer in GiB.
+	// +kubebuilder:validation:Pattern=`^(grid|nvidia)_[a-z0-9]+(-[0-9]+)?-[0-9]+[a-z]{1,2}$`
+	// +kubebuilder:validation:MaxLength=64
+	Profile string `json:"profile"`
+}
+
+// Schedule maps time windows to layouts.
+type Schedule struct {
+	// TimeZone is the IANA time zone the windows' cron expressions are read in, such as
+	// Europe/Berlin.
+	// +kubebuilder:default=UTC
+	// +kubebuilder:validation:MinLength=1
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+
+	// Windows are the time windows. When several are active, the one with the highest
+	// priority wins, then the earliest in this list.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Windows []Window `json:"windows,omitempty"`
+
+	// LeadTime starts a switch this long before its boundary, so that the new layout is
+	// ready on time.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="leadTime must not be negative"
+	// +optional
+	LeadTime *metav1.Duration `json:"leadTime,omitempty"`
+}
+
+// Window is a recurring time window in which a layout applies.
+type Window struct {
+	// Layout is the layout that applies while the window is open.
+	// +kubebuilder:validation:MinLength=1
+	Layout string `json:"layout"`
+
+	// Start is a 5-field cron expression (minute hour day-of-month month day-of-week),
+	// read in schedule.timeZone, at which the window opens. Example: "0 8 * * 1-5".
+	// +kubebuilder:validation:MinLength=1
+	Start string `json:"start"`
+
+	// Duration is how long the window stays open after each start, such as 12h.
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="duration must be positive, such as 12h"
+	Duration metav1.Duration `json:"duration"`
+
+	// Priority orders overlapping windows: the higher wins.
+	// +optional
+	Priority int32 `json:"priority,omitempty"`
+}
+
+// Override forces a layout, for example during a maintenance window.
+type Override struct {
+	// Layout is the layout to force.
+	// +kubebuilder:validation:MinLength=1
+	Layout string `json:"layout"`
+
+	// Until is when the override expires (RFC 3339). Without it the override stays until
+	// it is removed.
+	// +optional
+	Until *metav1.Time `json:"until,omitempty"`
+
+	// Reason is shown in status and events.
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// DrainSpec controls how nodes are drained.
+type DrainSpec struct {
+	// Timeout is how long a drain may take.
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="drain.timeout must be a positive duration such as 10m"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// OnTimeout says what happens when the timeout passes.
+	// +kubebuilder:default=Abort
+	// +optional
+	OnTimeout DrainTimeoutAction `json:"onTimeout,omitempty"`
+
+	// DeleteEmptyDirData allows evicting pods that use emptyDir volumes (their data is
+	// lost), as kubectl drain --delete-emptydir-data does.
+	// +optional
+	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
+
+	// GracePeriodSeconds overrides the pods' termination grace period when evicting.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	GracePeriodSeconds *int64 `json:"gracePeriodSeconds,omitempty"`
+}
+
+// DesiredReason says why a layout is wanted.
+type DesiredReason string
+
+const (
+	// DesiredByOverride means spec.override is in force.
+	DesiredByOverride DesiredReason = "Override"
+	// DesiredBySchedule means a window of spec.schedule is open.
+	DesiredBySchedule DesiredReason = "Schedule"
+	// DesiredByDefault means no override and no window applies.
+	DesiredByDefault DesiredReason = "Default"
+)
+
+// Phase summarises the pool's state for humans. Automation should read conditions.
+type Phase string
+
+const (
+	// PhasePending means the pool has not been observed yet.
+	PhasePending Phase = "Pending"
+	// PhaseSteady means the active layout is the wanted one.
+	PhaseSteady Phase = "Steady"
+	// PhaseTransitioning means a switch to another layout is in progress.
+	PhaseTransitioning Phase = "Transitioning"
+	// PhaseBlocked means the wanted layout cannot be reached now; see the conditions.
+	PhaseBlocked Phase = "Blocked"
+	// PhasePaused means spec.paused is set.
+	PhasePaused Phase = "Paused"
+)
+
+// Condition types.
+const (
+	ConditionReady       = "Ready"
+	ConditionProgressing = "Progressing"
+	ConditionDegraded    = "Degraded"
+	ConditionStalled     = "Stalled"
+	ConditionPaused      = "Paused"
+)
+
+// Step is where a worker is in a transition, named for what must happen next.
+type Step string
+
+// Worker steps.
+const (
+	StepNone                Step = ""
+	StepDrainRequired       Step = "DrainRequired"
+	StepParkRequired        Step = "ParkRequired"
+	StepPowerOffRequired    Step = "PowerOffRequired"
+	StepReconfigureRequired Step = "ReconfigureRequired"
+	StepPowerOnRequired     Step = "PowerOnRequired"
+	StepWaitNodeReady       Step = "WaitNodeReady"
+	StepRelabelRequired     Step = "RelabelRequired"
+	StepUncordonRequired    Step = "UncordonRequired"
+	StepDone                Step = "Done"
+	StepFailed              Step = "Failed"
+)
+
+// NextTransition is the next scheduled change of the wanted layout.
+type NextTransition struct {
+	// Layout is the layout wanted from At on.
+	Layout string `json:"layout"`
+	// At is when the switch starts (the boundary minus schedule.leadTime).
+	At metav1.Time `json:"at"`
+}
+
+// TransitionStatus is the switch in progress.
+type TransitionStatus struct {
+	// ID identifies the transition in events and logs.
+	ID string `json:"id"`
+	// From is the layout the pool had when the transition started.
+	// +optional
+	From string `json:"from,omitempty"`
+	// To is the layout the transition makes.
+	To string `json:"to"`
+	// StartTime is when the transition started.
+	StartTime metav1.Time `json:"startTime"`
+}
+
+// TaskReference points at a vSphere task started by gpupool.
+type TaskReference struct {
+	// ID is the task's managed object id, such as task-123.
+	ID string `json:"id"`
+	// Operation is what the task does: PowerOn, PowerOff, Suspend or Reconfigure.
+	Operation string `json:"operation"`
+	// StartTime is when gpupool started the task.
+	StartTime metav1.Time `json:"startTime"`
+}
+
+// NodeSnapshot is what a node looked like before gpupool first touched it. It cannot be
+// re-observed later, so it is kept in status.
+type NodeSnapshot struct {
+	// Unschedulable is true when the node was cordoned before gpupool cordoned it;
+	// gpupool then leaves it cordoned.
+	// +optional
+	Unschedulable bool `json:"unschedulable,omitempty"`
+}
+
+// WorkerStatus is the observed state of one VM of the pool.
+type WorkerStatus struct {
+	// VM is the VM as named in the layouts.
+	VM string `json:"vm"`
+	// Node is the Kubernetes node of the VM, if one was found.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// Host is the ESXi host the VM is on.
+	// +optional
+	Host string `json:"host,omitempty"`
+	// GPU is the PCI id of the physical GPU the VM's vGPU runs on.
+	// +optional
+	GPU string `json:"gpu,omitempty"`
+	// Profile is the vGPU profile configured on the VM.
+	// +optional
+	Profile string `json:"profile,omitempty"`
+	// PowerState is poweredOn, poweredOff or suspended.
+	// +optional
+	PowerState string `json:"powerState,omitempty"`
+	// Step is what must happen next to this worker in the current transition.
+	// +optional
+	Step Step `json:"step,omitempty"`
+	// StepStartTime is when the current step started.
+	// +optional
+	StepStartTime *metav1.Time `json:"stepStartTime,omitempty"`
+	// Task is the vSphere task in flight for this worker.
+	// +optional
+	Task *TaskReference `json:"task,omitempty"`
+	// Attempts counts failed attempts of the current step, for backoff.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+	// NodeBefore is what the node looked like before gpupool touched it.
+	// +optional
+	NodeBefore *NodeSnapshot `json:"nodeBefore,omitempty"`
+	// Message explains the current step or the last failure.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// GPUPoolProfileStatus is the observed state of the pool.
+type GPUPoolProfileStatus struct {
+	// ObservedGeneration is the generation of the spec last acted upon.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// ActiveLayout is the layout the pool runs now, once a transition has completed.
+	// +optional
+	ActiveLayout string `json:"activeLayout,omitempty"`
+	// DesiredLayout is the layout wanted now.
+	// +optional
+	DesiredLayout string `json:"desiredLayout,omitempty"`
+	// DesiredReason says why DesiredLayout is wanted: Override, Schedule or Default.
+	// +optional
+	DesiredReason DesiredReason `json:"desiredReason,omitempty"`
+	// NextTransition is the next scheduled change of the wanted layout.
+	// +optional
+	NextTransition *NextTransition `json:"nextTransition,omitempty"`
+	// Phase summarises the state for humans.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// Transition is the switch in progress, if any.
+	// +optional
+	Transition *TransitionStatus `json:"transition,omitempty"`
+	// Workers is the state of every VM of the pool.
+	// +optional
+	// +listType=map
+	// +listMapKey=vm
+	Workers []WorkerStatus `json:"workers,omitempty"`
+	// Conditions are Ready, Progressing, Degraded, Stalled and Paused.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// GPUPoolProfile reshapes a pool of vSphere vGPU worker VMs on a schedule.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=gpp,categories=gpupool
+// +kubebuilder:printcolumn:name="Active",type=string,JSONPath=`.status.activeLayout`
+// +kubebuilder:printcolumn:name="Desired",type=string,JSONPath=`.status.desiredLayout`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Next",type=date,JSONPath=`.status.nextTransition.at`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type GPUPoolProfile struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   GPUPoolProfileSpec   `json:"spec,omitempty"`
+	Status GPUPoolProfileStatus `json:"status,omitempty"`
+}
+
+// GPUPoolProfileList is a list of GPUPoolProfile.
+//
+// +kubebuilder:object:root=true
+type GPUPoolProfileList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []GPUPoolProfile `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&GPUPoolProfile{}, &GPUPoolProfileList{})
+}

@@ -1,0 +1,189 @@
+// Package inventory holds the observed vSphere state that the planner reasons about and
+// the vSphere layer reports: VMs, hosts, their physical GPUs and the vGPU profiles they
+// offer. It is plain data with no client in it, so planning stays a pure function.
+package inventory
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+)
+
+// PowerState is a VM's runtime.powerState.
+type PowerState string
+
+// Power states as vSphere names them.
+const (
+	PoweredOn  PowerState = "poweredOn"
+	PoweredOff PowerState = "poweredOff"
+	Suspended  PowerState = "suspended"
+)
+
+// Placement policies (HostGraphicsConfig.sharedPassthruAssignmentPolicy).
+const (
+	// PolicyPerformance spreads vGPUs over the physical GPUs (vSphere's default).
+	PolicyPerformance = "performance"
+	// PolicyConsolidation fills one physical GPU before the next.
+	PolicyConsolidation = "consolidation"
+)
+
+// VM is one virtual machine.
+type VM struct {
+	// Name is the VM's name; names are unique within the datacenter for gpupool's purposes.
+	Name string
+	// Path is the inventory path, such as /dc1/vm/gpu/worker-1.
+	Path string
+	// Ref is the managed object id, such as vm-42.
+	Ref string
+	// UUID is the BIOS UUID (config.uuid), which Node.spec.providerID carries.
+	UUID string
+	// Host is the name of the ESXi host the VM is registered on.
+	Host string
+	// PowerState is the VM's power state.
+	PowerState PowerState
+	// Profile is the vGPU profile of the VM's vGPU device; empty when it has none.
+	Profile string
+	// GPU is the PCI id of the physical GPU the vGPU runs on; empty unless powered on.
+	GPU string
+}
+
+// Profile is a vGPU profile as a host offers it.
+type Profile struct {
+	// Name, such as grid_p100-4q.
+	Name string
+	// FrameBufferMiB is the frame buffer of one vGPU of this profile.
+	FrameBufferMiB int64
+	// SuspendSupported tells whether VMs with this profile can be suspended.
+	SuspendSupported bool
+}
+
+// GPU is one physical GPU of a host.
+type GPU struct {
+	// PCIID is the GPU's PCI address, such as 0000:3b:00.0.
+	PCIID string
+	// Device is the model name, such as "Tesla P100".
+	Device string
+	// MemoryMiB is the GPU's frame buffer.
+	MemoryMiB int64
+	// VMs are the names of the VMs whose vGPU runs on this GPU now.
+	VMs []string
+}
+
+// Host is one ESXi host.
+type Host struct {
+	// Name of the host.
+	Name string
+	// Ref is the managed object id, such as host-21.
+	Ref string
+	// Policy is PolicyPerformance or PolicyConsolidation.
+	Policy string
+	// GPUs are the host's physical NVIDIA GPUs.
+	GPUs []GPU
+	// Profiles are the vGPU profiles the host offers.
+	Profiles []Profile
+}
+
+// Inventory is a snapshot of the VMs and hosts of one datacenter.
+type Inventory struct {
+	VMs   []VM
+	Hosts []Host
+}
+
+// FindVM returns the VM whose name or inventory path is id.
+func (inv *Inventory) FindVM(id string) (*VM, bool) {
+	for i := range inv.VMs {
+		if inv.VMs[i].Name == id || (inv.VMs[i].Path != "" && inv.VMs[i].Path == id) {
+			return &inv.VMs[i], true
+		}
+	}
+	return nil, false
+}
+
+// FindHost returns the host with that name.
+func (inv *Inventory) FindHost(name string) (*Host, bool) {
+	for i := range inv.Hosts {
+		if inv.Hosts[i].Name == name {
+			return &inv.Hosts[i], true
+		}
+	}
+	return nil, false
+}
+
+// Profile returns the host's offer of the named profile.
+func (h *Host) Profile(name string) (Profile, bool) {
+	for _, p := range h.Profiles {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Profile{}, false
+}
+
+var profileRE = regexp.MustCompile(`^(grid|nvidia)_[a-z0-9]+(-[0-9]+)?-([0-9]+)[a-z]{1,2}$`)
+
+// ProfileFrameBufferMiB parses the frame buffer that a profile name encodes: the number
+// before the trailing letters is GiB (grid_p100-4q is 4 GiB, nvidia_a100-3-20c 20 GiB).
+// It is the fallback when the host's config target does not say.
+func ProfileFrameBufferMiB(profile string) (int64, error) {
+	m := profileRE.FindStringSubmatch(profile)
+	if m == nil {
+		return 0, fmt.Errorf("vGPU profile %q is not of the form grid_<gpu>-<GiB><series>, such as grid_p100-4q", profile)
+	}
+	gib, err := strconv.ParseInt(m[3], 10, 64)
+	if err != nil || gib <= 0 {
+		return 0, fmt.Errorf("vGPU profile %q has no valid frame buffer size", profile)
+	}
+	return gib * 1024, nil
+}
+
+// Occupancy is what runs on a GPU: a profile (same-size mode: one at a time) and how
+// much frame buffer is used.
+type Occupancy struct {
+	Profile string
+	UsedMiB int64
+	Count   int
+}
+
+// Fits tells whether one more vGPU of profile p fits a GPU of memMiB with occupancy o,
+// under the same-size rule and the frame-buffer limit.
+func (o Occupancy) Fits(p Profile, memMiB int64) bool {
+	if o.Count > 0 && o.Profile != p.Name {
+		return false
+	}
+	return o.UsedMiB+p.FrameBufferMiB <= memMiB
+}
+
+// Place chooses the GPU of h on which vSphere would start a vGPU of profile p, given the
+// occupancy of each GPU (indexed like h.GPUs), following h.Policy: performance picks the
+// compatible GPU with the fewest vGPUs, consolidation the compatible GPU with the most;
+// ties go to the lowest PCI id. It returns -1 when no GPU can take it, which is when
+// vCenter fails the power-on for insufficient resources.
+//
+// Note: this models vSphere's placement; the simulator and the planner share it so the
+// planner's power-on order is one the (simulated) vCenter accepts.
+func Place(h *Host, occ []Occupancy, p Profile) int {
+	idx := make([]int, len(h.GPUs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return h.GPUs[idx[a]].PCIID < h.GPUs[idx[b]].PCIID })
+	best := -1
+	for _, i := range idx {
+		if !occ[i].Fits(p, h.GPUs[i].MemoryMiB) {
+			continue
+		}
+		if best < 0 {
+			best = i
+			continue
+		}
+		if h.Policy == PolicyConsolidation {
+			if occ[i].Count > occ[best].Count {
+				best = i
+			}
+		} else if occ[i].Count < occ[best].Count {
+			best = i
+		}
+	}
+	return best
+}

@@ -1,0 +1,72 @@
+// Package vsphere is gpupool's only door to vSphere: cached sessions, a batched inventory
+// read, and operations that start a task and return its reference without waiting.
+package vsphere
+
+import (
+	"context"
+
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// TaskState is the state of a vSphere task.
+type TaskState string
+
+// Task states as vSphere names them.
+const (
+	TaskQueued  TaskState = "queued"
+	TaskRunning TaskState = "running"
+	TaskSuccess TaskState = "success"
+	TaskError   TaskState = "error"
+)
+
+// TaskInfo is what a non-blocking check of a task found.
+type TaskInfo struct {
+	// State of the task.
+	State TaskState
+	// Error is the task's fault message when State is TaskError.
+	Error string
+	// Fault is the fault's type name, such as InsufficientResourcesFault or
+	// InvalidPowerState, when State is TaskError.
+	Fault string
+}
+
+// Config says how to reach one vCenter. Password is never logged or put in errors.
+type Config struct {
+	Server     string
+	Datacenter string
+	Username   string
+	Password   string
+	Thumbprint string
+	CABundle   []byte
+	Insecure   bool
+}
+
+// Client is what the controller needs from vSphere. VMs are named by their managed
+// object id (inventory.VM.Ref), which the controller takes from the last Inventory.
+//
+// Each operation starts a vSphere task and returns its id without waiting. When the VM
+// is already in the operation's target state, it returns an empty task id and no error:
+// nothing needs to be done.
+type Client interface {
+	// Inventory reads the datacenter's VMs and hosts in one batched round trip.
+	Inventory(ctx context.Context) (*inventory.Inventory, error)
+	// PowerOn powers a VM on, or resumes it when suspended.
+	PowerOn(ctx context.Context, vmRef string) (string, error)
+	// Suspend suspends a powered-on VM.
+	Suspend(ctx context.Context, vmRef string) (string, error)
+	// ShutdownGuest asks the guest OS to shut down. It is not a task: the caller watches
+	// the power state and falls back to PowerOff after its own timeout.
+	ShutdownGuest(ctx context.Context, vmRef string) error
+	// PowerOff powers a VM off hard; on a suspended VM it discards the suspended state.
+	PowerOff(ctx context.Context, vmRef string) (string, error)
+	// SetProfile replaces the VM's vGPU device by one with the given profile and locks
+	// the memory reservation to the VM's memory size. The VM must be powered off.
+	SetProfile(ctx context.Context, vmRef, profile string) (string, error)
+	// Task checks a task without waiting.
+	Task(ctx context.Context, taskID string) (TaskInfo, error)
+}
+
+// Connector hands out Clients, one cached session per vCenter and user.
+type Connector interface {
+	Connect(ctx context.Context, cfg Config) (Client, error)
+}

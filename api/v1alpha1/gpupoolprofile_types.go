@@ -107,7 +107,8 @@ type VCenterSpec struct {
 
 	// Thumbprint is the SHA-1 or SHA-256 fingerprint of the server certificate, as
 	// colon-separated hex pairs (the form `govc about.cert -thumbprint` prints).
-	// +kubebuilder:validation:Pattern=`^([0-9A-Fa-f]{2}:){19}[0-9A-Fa-f]{2}$|^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$`
+	// +kubebuilder:validation:MaxLength=95
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9A-Fa-f]{2}:){19}[0-9A-Fa-f]{2}$|^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$')",message="must be a SHA-1 or SHA-256 fingerprint as colon-separated hex pairs, as printed by govc about.cert -thumbprint"
 	// +optional
 	Thumbprint string `json:"thumbprint,omitempty"`
 
@@ -134,8 +135,8 @@ type SecretReference struct {
 // Layout is one shape of the pool.
 type Layout struct {
 	// Name identifies the layout in windows, defaultLayout and override.
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="must be lower-case letters, digits and '-', starting and ending with a letter or digit, such as night or day-small"
 	Name string `json:"name"`
 
 	// Workers are the VMs that run in this layout, each with its vGPU profile.
@@ -164,8 +165,8 @@ type Worker struct {
 	// Profile is the NVIDIA vGPU profile the VM runs with in this layout, such as
 	// grid_p100-4q or nvidia_a100-3-20c. The number before the last letters is the frame
 	// buffer in GiB.
-	// +kubebuilder:validation:Pattern=`^(grid|nvidia)_[a-z0-9]+(-[0-9]+)?-[0-9]+[a-z]{1,2}$`
 	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(grid|nvidia)_[a-z0-9]+(-[0-9]+)?-[0-9]+[a-z]{1,2}$')",message="must be an NVIDIA vGPU profile name such as grid_p100-4q or nvidia_a100-3-20c (as listed by govc gpu.host.profile.ls)"
 	Profile string `json:"profile"`
 }
 

@@ -24,7 +24,7 @@ func Parse(expr string) (cron.Schedule, error) {
 	}
 	s, err := parser.Parse(e)
 	if err != nil {
-		return nil, fmt.Errorf("cron expression %q does not parse (%v); write 5 fields: minute hour day-of-month month day-of-week, such as \"0 8 * * 1-5\"", expr, err)
+		return nil, fmt.Errorf("cron expression %q does not parse (%w); write 5 fields: minute hour day-of-month month day-of-week, such as \"0 8 * * 1-5\"", expr, err)
 	}
 	return s, nil
 }

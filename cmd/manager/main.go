@@ -1,0 +1,93 @@
+// Command manager runs the gpupool operator: the GPUPoolProfile controller and its
+// validating webhook.
+package main
+
+import (
+	"crypto/tls"
+	"flag"
+	"os"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	gpwebhook "github.com/gpupool/gpupool/internal/webhook"
+)
+
+var scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(gpupoolv1.AddToScheme(scheme))
+}
+
+func main() {
+	var (
+		metricsAddr, probeAddr, certDir string
+		webhookHost                     string
+		webhookPort                     int
+		leaderElect, enableWebhook      bool
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
+	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica acts at a time.")
+	flag.BoolVar(&enableWebhook, "enable-webhook", true, "Serve the validating webhook.")
+	flag.StringVar(&certDir, "webhook-cert-dir", "", "Folder with tls.crt and tls.key for the webhook server (default: the controller-runtime default).")
+	flag.StringVar(&webhookHost, "webhook-host", "", "Address the webhook server binds to (default: all).")
+	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	opts := zap.Options{}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+		LeaderElection:         leaderElect,
+		LeaderElectionID:       "gpupool.dev",
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host:    webhookHost,
+			Port:    webhookPort,
+			CertDir: certDir,
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }},
+		}),
+	})
+	if err != nil {
+		log.Error(err, "Unable to create manager")
+		os.Exit(1)
+	}
+	if enableWebhook {
+		if err := (&gpwebhook.Validator{}).SetupWithManager(mgr); err != nil {
+			log.Error(err, "Unable to set up webhook")
+			os.Exit(1)
+		}
+	}
+	if err := setupControllers(mgr); err != nil {
+		log.Error(err, "Unable to set up controllers")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "Unable to set up health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "Unable to set up ready check")
+		os.Exit(1)
+	}
+	log.Info("Starting manager")
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "Manager exited with an error")
+		os.Exit(1)
+	}
+}
+
+// setupControllers registers the reconcilers with the manager.
+func setupControllers(ctrl.Manager) error { return nil }

@@ -29,6 +29,9 @@ manifests: ## Generate the CRD, RBAC role and webhook configuration.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./controllers/... paths=./internal/... output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) webhook paths=./internal/webhook/... output:webhook:artifacts:config=config/webhook
+	@# The Cluster API Machine CRD, generated from the pinned Cluster API types, for envtest.
+	rm -rf $(BIN_DIR)/capi-crds && $(CONTROLLER_GEN) crd paths=sigs.k8s.io/cluster-api/api/core/v1beta2 output:crd:artifacts:config=$(BIN_DIR)/capi-crds
+	mkdir -p test/crds/cluster-api && cp $(BIN_DIR)/capi-crds/cluster.x-k8s.io_machines.yaml test/crds/cluster-api/ && rm -rf $(BIN_DIR)/capi-crds
 
 .PHONY: fmt
 fmt: ## Format the code.
@@ -51,8 +54,8 @@ $(GOLANGCI_LINT):
 verify: ## Fail when generated files or go.mod/go.sum are stale.
 	$(MAKE) generate manifests
 	go mod tidy
-	@git diff --exit-code -- api config go.mod go.sum || { echo "generated files or go.mod/go.sum are stale: run 'make generate manifests' and 'go mod tidy', then commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config go.mod go.sum)" || { git status --porcelain -- api config go.mod go.sum; echo "untracked generated files: commit them"; exit 1; }
+	@git diff --exit-code -- api config test/crds go.mod go.sum || { echo "generated files or go.mod/go.sum are stale: run 'make generate manifests' and 'go mod tidy', then commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config test/crds go.mod go.sum)" || { git status --porcelain -- api config test/crds go.mod go.sum; echo "untracked generated files: commit them"; exit 1; }
 
 ##@ Test
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes control plane (kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl) and etcd from source through the Go module proxy into
+# kube-scheduler, kubectl), etcd and kwok from source through the Go module proxy into
 # $BIN_DIR. Prebuilt archives cannot be downloaded in our environments, and building
 # from pinned module versions is reproducible anyway.
 #
@@ -14,6 +14,7 @@ mkdir -p "$BIN_DIR"
 BIN_DIR=$(cd "$BIN_DIR" && pwd)
 
 kube_version=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$here/controlplane/go.mod")
+kwok_version=$(awk '$1=="require" && $2=="sigs.k8s.io/kwok" {print $3}' "$here/controlplane/kwok/go.mod")
 etcd_version=$(awk '$1=="require" && $2=="go.etcd.io/etcd/server/v3" {print $3}' "$here/controlplane/etcd/go.mod")
 
 # Version strings are v0.0.0-master unless stamped; the API server reports this version.
@@ -39,7 +40,9 @@ build() { # name version moduledir package
 build etcd "$etcd_version" "$here/controlplane/etcd" go.etcd.io/etcd/server/v3
 build kube-apiserver "$kube_version" "$here/controlplane" k8s.io/kubernetes/cmd/kube-apiserver
 build kubectl "$kube_version" "$here/controlplane" k8s.io/kubernetes/cmd/kubectl
+build kwok "$kwok_version" "$here/controlplane/kwok" sigs.k8s.io/kwok/cmd/kwok
 if [[ "${CONTROLPLANE_MINIMAL:-}" != "1" ]]; then
+  build kwokctl "$kwok_version" "$here/controlplane/kwok" sigs.k8s.io/kwok/cmd/kwokctl
   build kube-controller-manager "$kube_version" "$here/controlplane" k8s.io/kubernetes/cmd/kube-controller-manager
   build kube-scheduler "$kube_version" "$here/controlplane" k8s.io/kubernetes/cmd/kube-scheduler
 fi

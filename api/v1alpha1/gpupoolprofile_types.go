@@ -328,6 +328,17 @@ type TransitionStatus struct {
 	To string `json:"to"`
 	// StartTime is when the transition started.
 	StartTime metav1.Time `json:"startTime"`
+	// Generation is the spec generation the transition was started for.
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
+	// AbortedTime is set when the transition was aborted (a drain timed out with
+	// drain.onTimeout: Abort). An aborted transition is not retried until the spec
+	// changes or another layout is wanted.
+	// +optional
+	AbortedTime *metav1.Time `json:"abortedTime,omitempty"`
+	// Message says why the transition was aborted.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // TaskReference points at a vSphere task started by gpupool.
@@ -380,6 +391,9 @@ type WorkerStatus struct {
 	// Attempts counts failed attempts of the current step, for backoff.
 	// +optional
 	Attempts int32 `json:"attempts,omitempty"`
+	// NextRetryTime is when a failed step may be tried again.
+	// +optional
+	NextRetryTime *metav1.Time `json:"nextRetryTime,omitempty"`
 	// NodeBefore is what the node looked like before gpupool touched it.
 	// +optional
 	NodeBefore *NodeSnapshot `json:"nodeBefore,omitempty"`

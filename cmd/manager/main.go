@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -17,7 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/controllers"
 	gpwebhook "github.com/gpupool/gpupool/internal/webhook"
+	"github.com/gpupool/gpupool/vsphere"
 )
 
 var scheme = runtime.NewScheme()
@@ -70,7 +74,8 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	if err := setupControllers(mgr); err != nil {
+	ctx := ctrl.SetupSignalHandler()
+	if err := setupControllers(ctx, mgr); err != nil {
 		log.Error(err, "Unable to set up controllers")
 		os.Exit(1)
 	}
@@ -83,11 +88,20 @@ func main() {
 		os.Exit(1)
 	}
 	log.Info("Starting manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "Manager exited with an error")
 		os.Exit(1)
 	}
 }
 
 // setupControllers registers the reconcilers with the manager.
-func setupControllers(ctrl.Manager) error { return nil }
+func setupControllers(ctx context.Context, mgr ctrl.Manager) error {
+	r := &controllers.GPUPoolProfileReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorderFor("gpupool"),
+		Clock:     clock.RealClock{},
+		VSphere:   vsphere.NewConnector(vsphere.WithLogger(ctrl.Log.WithName("vsphere"))),
+	}
+	return r.SetupWithManager(ctx, mgr)
+}

@@ -1,0 +1,30 @@
+package controllers
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	transitionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpupool_transitions_total",
+		Help: "Layout transitions by pool and result (completed, aborted, superseded).",
+	}, []string{"pool", "result"})
+	transitionDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpupool_transition_duration_seconds",
+		Help:    "Time from the start of a layout transition to its completion.",
+		Buckets: []float64{15, 30, 60, 120, 300, 600, 1200, 1800, 3600},
+	}, []string{"pool"})
+	workersByStep = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gpupool_workers",
+		Help: "Workers (VMs) of a pool by the step they are at; step is empty when nothing is due.",
+	}, []string{"pool", "step"})
+	vsphereTaskErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpupool_vsphere_task_errors_total",
+		Help: "vSphere operations that failed, by operation.",
+	}, []string{"pool", "operation"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(transitionsTotal, transitionDuration, workersByStep, vsphereTaskErrors)
+}

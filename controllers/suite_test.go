@@ -1,0 +1,406 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testenv"
+	"github.com/gpupool/gpupool/test/cluster"
+	"github.com/gpupool/gpupool/test/vgpusim"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// The suite runs the reconciler against a real kube-apiserver and etcd (envtest), kwok
+// as the nodes' kubelets and vgpusim as vCenter. Tests call Reconcile directly with a
+// fake clock, so time only moves when a test says so.
+
+var (
+	testScheme = runtime.NewScheme()
+	k8s        client.WithWatch
+	env        *envtest.Environment
+	kwok       *cluster.Kwok
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	_ = clientgoscheme.AddToScheme(testScheme)
+	_ = gpupoolv1.AddToScheme(testScheme)
+	_ = clusterv1.AddToScheme(testScheme)
+	root := testenv.Root()
+	var cfgErr error
+	var err error
+	env, cfg, cfgErr := testenv.Start(testenv.Options{ExtraCRDPaths: []string{
+		filepath.Join(root, "test", "crds", "cluster-api"), filepath.Join(root, "test", "crds", "infrastructure")}})
+	if cfgErr != nil {
+		fmt.Fprintln(os.Stderr, cfgErr)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: testScheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "gpupool-kwok-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	kwok, err = cluster.StartKwok(filepath.Join(env.BinaryAssetsDirectory, "kwok"), env.KubeConfig, dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer kwok.Stop()
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintln(os.Stderr, "kwok log (tail):", tail(kwok.Log(), 3000))
+	}
+	return code
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// monday0700 is a Monday, 07:00 in Berlin: night by the day/night schedule.
+var monday0700 = time.Date(2026, 11, 30, 7, 0, 0, 0, mustZone("Europe/Berlin"))
+
+func mustZone(name string) *time.Location {
+	l, err := time.LoadLocation(name)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+// harness is one test's world: its own vgpusim, nodes and pool, named with a prefix so
+// tests never see each other's objects.
+type harness struct {
+	t        *testing.T
+	ctx      context.Context
+	prefix   string
+	sim      *vgpusim.Sim
+	clock    *clocktesting.FakeClock
+	conn     vsphere.Connector
+	recorder *record.FakeRecorder
+	// restart makes every reconcile run on a new reconciler with a new vSphere
+	// connector, as after an operator restart.
+	restart bool
+	rec     *GPUPoolProfileReconciler
+	// steps is every (vm, step) a worker was seen at, in order.
+	steps []string
+}
+
+const dayNightInventory = `
+datacenter: dc1
+hosts:
+  - name: %[1]sesx-01
+    policy: performance
+    gpus:
+      - {model: Tesla P100, memoryGiB: 16, pciId: "0000:3b:00.0"}
+    profiles:
+      - {name: grid_p100-4q, frameBufferGiB: 4, suspendSupported: true}
+      - {name: grid_p100-16q, frameBufferGiB: 16, suspendSupported: true}
+vms:
+  - {name: %[1]sday-1, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
+  - {name: %[1]sday-2, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
+  - {name: %[1]sday-3, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
+  - {name: %[1]sday-4, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
+  - {name: %[1]snight-1, host: %[1]sesx-01, profile: grid_p100-16q, powerState: poweredOff}
+`
+
+func newHarness(t *testing.T, prefix string) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	inv, err := vgpusim.Load([]byte(fmt.Sprintf(dayNightInventory, prefix)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := vgpusim.Start(inv, vgpusim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	h := &harness{t: t, ctx: ctx, prefix: prefix, sim: sim, clock: clocktesting.NewFakeClock(monday0700),
+		recorder: record.NewFakeRecorder(10000)}
+	h.conn = vsphere.NewConnector()
+	t.Cleanup(func() { closeConnector(h.conn) })
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: prefix + "apps"}}
+	h.must(k8s.Create(ctx, ns))
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "vcenter", Namespace: ns.Name},
+		StringData: map[string]string{"username": sim.Username, "password": sim.Password},
+	}
+	h.must(k8s.Create(ctx, secret))
+
+	vc := h.vsphereClient()
+	got, err := vc.Inventory(ctx)
+	h.must(err)
+	h.must(cluster.CreateNodes(ctx, k8s, got))
+	t.Cleanup(func() {
+		for _, vm := range got.VMs {
+			_ = k8s.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: vm.Name}})
+		}
+	})
+	h.waitNodesMatchPower()
+	return h
+}
+
+func closeConnector(c vsphere.Connector) {
+	if cl, ok := c.(interface{ Close() }); ok {
+		cl.Close()
+	}
+}
+
+func (h *harness) must(err error) {
+	h.t.Helper()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) vsphereClient() vsphere.Client {
+	h.t.Helper()
+	vc, err := h.conn.Connect(h.ctx, h.vcConfig())
+	h.must(err)
+	return vc
+}
+
+func (h *harness) vcConfig() vsphere.Config {
+	return vsphere.Config{Server: h.sim.URL.Host, Datacenter: h.sim.Datacenter(), Username: h.sim.Username,
+		Password: h.sim.Password, Thumbprint: h.sim.ThumbprintSHA256()}
+}
+
+// dayNight is the day/night sample pointed at this test's simulator.
+func (h *harness) dayNight() *gpupoolv1.GPUPoolProfile {
+	p := h.prefix
+	workers := func(profile string, vms ...string) []gpupoolv1.Worker {
+		var ws []gpupoolv1.Worker
+		for _, vm := range vms {
+			ws = append(ws, gpupoolv1.Worker{VM: p + vm, Profile: profile})
+		}
+		return ws
+	}
+	return &gpupoolv1.GPUPoolProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: p + "daynight"},
+		Spec: gpupoolv1.GPUPoolProfileSpec{
+			VCenter: gpupoolv1.VCenterSpec{
+				Server: h.sim.URL.Host, Datacenter: h.sim.Datacenter(), Thumbprint: h.sim.ThumbprintSHA256(),
+				CredentialsSecretRef: gpupoolv1.SecretReference{Name: "vcenter", Namespace: p + "apps"},
+			},
+			Layouts: []gpupoolv1.Layout{
+				{Name: "day", Workers: workers("grid_p100-4q", "day-1", "day-2", "day-3", "day-4"),
+					NodeLabels: map[string]string{"gpupool.dev/workload": "inference"}},
+				{Name: "night", Workers: workers("grid_p100-16q", "night-1"),
+					NodeLabels: map[string]string{"gpupool.dev/workload": "training"},
+					NodeTaints: []corev1.Taint{{Key: "gpupool.dev/training", Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+			},
+			Schedule: &gpupoolv1.Schedule{
+				TimeZone: "Europe/Berlin",
+				Windows:  []gpupoolv1.Window{{Layout: "day", Start: "0 8 * * 1-5", Duration: metav1.Duration{Duration: 12 * time.Hour}}},
+				LeadTime: &metav1.Duration{Duration: 10 * time.Minute},
+			},
+			DefaultLayout: "night",
+		},
+	}
+}
+
+func (h *harness) create(p *gpupoolv1.GPUPoolProfile) {
+	h.t.Helper()
+	h.must(k8s.Create(h.ctx, p))
+	h.t.Cleanup(func() {
+		ctx := context.Background()
+		var cur gpupoolv1.GPUPoolProfile
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), &cur); err != nil {
+			return
+		}
+		cur.Finalizers = nil
+		_ = k8s.Update(ctx, &cur)
+		_ = k8s.Delete(ctx, &cur)
+	})
+}
+
+func (h *harness) reconciler() *GPUPoolProfileReconciler {
+	if h.rec == nil || h.restart {
+		if h.restart && h.rec != nil {
+			closeConnector(h.conn)
+			h.conn = vsphere.NewConnector()
+		}
+		h.rec = &GPUPoolProfileReconciler{Client: k8s, APIReader: k8s, Recorder: h.recorder, Clock: h.clock, VSphere: h.conn}
+	}
+	return h.rec
+}
+
+// reconcile runs one reconcile of the pool and records the workers' steps.
+func (h *harness) reconcile(name string) ctrl.Result {
+	h.t.Helper()
+	res, err := h.reconciler().Reconcile(h.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: name}})
+	if err != nil {
+		h.t.Fatalf("reconcile: %v", err)
+	}
+	var p gpupoolv1.GPUPoolProfile
+	if err := k8s.Get(h.ctx, client.ObjectKey{Name: name}, &p); err != nil {
+		return res // deleted
+	}
+	for _, w := range p.Status.Workers {
+		if w.Step == "" {
+			continue
+		}
+		e := w.VM + ":" + string(w.Step)
+		if n := len(h.steps); n == 0 || !slices.Contains(h.steps[max(0, n-8):], e) {
+			h.steps = append(h.steps, e)
+		}
+	}
+	return res
+}
+
+func (h *harness) get(name string) *gpupoolv1.GPUPoolProfile {
+	h.t.Helper()
+	var p gpupoolv1.GPUPoolProfile
+	h.must(k8s.Get(h.ctx, client.ObjectKey{Name: name}, &p))
+	return &p
+}
+
+// settle lets the simulated world catch up after a reconcile: the power wire copies VM
+// power states to the nodes, and the test waits until kwok has made each node's
+// readiness match its VM.
+func (h *harness) settle() {
+	h.t.Helper()
+	inv, err := h.vsphereClient().Inventory(h.ctx)
+	h.must(err)
+	if _, err := cluster.SyncPower(h.ctx, k8s, inv); err != nil {
+		h.t.Fatal(err)
+	}
+	h.waitNodesMatchPower()
+}
+
+// waitNodesMatchPower waits, with a watch and a deadline, until every node of this test
+// is Ready exactly when its VM is powered on.
+func (h *harness) waitNodesMatchPower() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(h.ctx, 60*time.Second)
+	defer cancel()
+	check := func() (bool, string) {
+		var nodes corev1.NodeList
+		if err := k8s.List(ctx, &nodes); err != nil {
+			return false, err.Error()
+		}
+		for _, n := range nodes.Items {
+			if !strings.HasPrefix(n.Name, h.prefix) {
+				continue
+			}
+			want := n.Annotations[cluster.AnnotationSimPower] == "poweredOn"
+			if nodeReady(&n) != want {
+				return false, fmt.Sprintf("node %s: Ready=%v, VM %s", n.Name, nodeReady(&n), n.Annotations[cluster.AnnotationSimPower])
+			}
+		}
+		return true, ""
+	}
+	w, err := k8s.Watch(ctx, &corev1.NodeList{})
+	h.must(err)
+	defer w.Stop()
+	for {
+		ok, why := check()
+		if ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			h.t.Fatalf("nodes did not follow their VMs' power state: %s", why)
+		case ev, open := <-w.ResultChan():
+			if !open || ev.Type == watch.Error {
+				h.t.Fatalf("node watch ended: %v", ev.Object)
+			}
+		}
+	}
+}
+
+// converge reconciles until the pool is Steady with the wanted layout active, letting
+// the world settle and the fake clock move by the requeue delay (at most maxStep) after
+// each pass. It fails the test after maxIter passes.
+func (h *harness) converge(name, layout string, maxIter int) *gpupoolv1.GPUPoolProfile {
+	h.t.Helper()
+	for i := 0; i < maxIter; i++ {
+		res := h.reconcile(name)
+		h.settle()
+		p := h.get(name)
+		if p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == layout {
+			return p
+		}
+		if p.Status.Phase == gpupoolv1.PhaseBlocked {
+			h.t.Fatalf("pool blocked on the way to %s: %s", layout, conditionsString(p))
+		}
+		h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+	}
+	p := h.get(name)
+	h.t.Fatalf("pool did not converge to %s after %d passes: phase %s, active %q, workers %+v, %s", layout, maxIter,
+		p.Status.Phase, p.Status.ActiveLayout, p.Status.Workers, conditionsString(p))
+	return nil
+}
+
+func conditionsString(p *gpupoolv1.GPUPoolProfile) string {
+	var parts []string
+	for _, c := range p.Status.Conditions {
+		parts = append(parts, fmt.Sprintf("%s=%s(%s: %s)", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (h *harness) node(vm string) *corev1.Node {
+	h.t.Helper()
+	var n corev1.Node
+	h.must(k8s.Get(h.ctx, client.ObjectKey{Name: h.prefix + vm}, &n))
+	return &n
+}
+
+func (h *harness) vm(name string) vgpusim.VMState {
+	h.t.Helper()
+	st, ok := h.sim.VM(h.prefix + name)
+	if !ok {
+		h.t.Fatalf("no VM %s", name)
+	}
+	return st
+}
+
+// events drains the recorded events.
+func (h *harness) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-h.recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}

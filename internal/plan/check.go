@@ -1,0 +1,566 @@
+package plan
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// Problem is a reason the wanted layout cannot be reached from the observed state. The
+// controller reports it unchanged as the Stalled condition's reason and message.
+type Problem struct {
+	Reason  string
+	Message string
+}
+
+// Problem reasons.
+const (
+	// ReasonUnknownLayout: the layout is not one of spec.layouts.
+	ReasonUnknownLayout = "UnknownLayout"
+	// ReasonDuplicateVM: the layout names one VM twice (by name and by path, say).
+	ReasonDuplicateVM = "DuplicateVM"
+	// ReasonVMNotFound: a VM of the layout is not in the inventory.
+	ReasonVMNotFound = "VMNotFound"
+	// ReasonHostNotFound: a VM that must be acted on sits on a host the inventory lacks.
+	ReasonHostNotFound = "HostNotFound"
+	// ReasonProfileNotOffered: a VM's host does not offer the profile the layout gives it.
+	ReasonProfileNotOffered = "ProfileNotOffered"
+	// ReasonInsufficientGPU: a host's GPUs cannot run the layout's vGPUs next to what
+	// stays on them, or vSphere's placement policy would not let them.
+	ReasonInsufficientGPU = "InsufficientGPU"
+	// ReasonSuspendNotSupported: parking is Suspend but a VM to be parked runs a profile
+	// its host cannot suspend.
+	ReasonSuspendNotSupported = "SuspendNotSupported"
+)
+
+// Check tells why layout cannot be reached from the observed inventory; nil means it
+// can.
+//
+//   - Every VM of the layout exists (by name or inventory path, as inventory.FindVM finds
+//     it), once, on a known host that offers the VM's profile.
+//   - Per host, the vGPUs to start fit the GPUs next to the vGPUs that keep running: the
+//     pool's VMs that stay, and every VM outside the pool (the pool is every VM named in
+//     any layout; only its VMs are parked or reconfigured, and they free their GPU).
+//   - And vSphere's placement accepts them in the order Build powers them on.
+//   - With parking Suspend, every VM that will be suspended runs a profile its host can
+//     suspend.
+//
+// spec and inv must not be nil.
+func Check(spec *gpupoolv1.GPUPoolProfileSpec, layout string, inv *inventory.Inventory) []Problem {
+	return analyse(spec, layout, inv).problems
+}
+
+// fate is what the wanted layout means for one VM of the pool.
+type fate int
+
+const (
+	// stays: in the layout and running with its profile. Never parked or powered on.
+	stays fate = iota
+	// arrives: in the layout with its profile, but powered off or suspended.
+	arrives
+	// reprofiles: in the layout with another profile (or no vGPU yet).
+	reprofiles
+	// leaves: not in the layout and running; it is parked.
+	leaves
+	// parked: not in the layout and not running; left as it is.
+	parked
+)
+
+// member is one VM of the pool and what the wanted layout means for it.
+type member struct {
+	vm   *inventory.VM
+	fate fate
+	// want is the profile the layout gives the VM, "" if it is not in the layout.
+	want string
+	// offer is the host's offer of want, with the frame buffer filled in.
+	offer inventory.Profile
+	// blocked: a problem was found for this VM, so it gets no steps and no capacity.
+	blocked bool
+}
+
+// hostAnalysis is one host that the transition touches.
+type hostAnalysis struct {
+	host    *inventory.Host
+	members []*member
+	// current is what runs on each GPU now; freed is what keeps running once the pool's
+	// leaving and reprofiled VMs are down. Both are indexed like host.GPUs.
+	current, freed []inventory.Occupancy
+	// keepers are the VMs running on each GPU that keep running.
+	keepers [][]string
+	// order is the power-on order found on freed.
+	order []*member
+}
+
+// analysis is what Check finds and Build plans from.
+type analysis struct {
+	spec   *gpupoolv1.GPUPoolProfileSpec
+	layout *gpupoolv1.Layout
+	inv    *inventory.Inventory
+	vms    vmIndex
+	// hostIndex finds hosts by name like inventory.FindHost, in constant time.
+	hostIndex map[string]*inventory.Host
+	// pool is every VM that any layout names.
+	pool map[*inventory.VM]bool
+	// members are the pool's VMs, by name.
+	members []*member
+	// byHost and hosts are the hosts of members that are not parked; hosts is sorted
+	// by name.
+	byHost   map[string]*hostAnalysis
+	hosts    []*hostAnalysis
+	problems []Problem
+}
+
+func analyse(spec *gpupoolv1.GPUPoolProfileSpec, layoutName string, inv *inventory.Inventory) *analysis {
+	a := &analysis{spec: spec, inv: inv, vms: newVMIndex(inv), hostIndex: map[string]*inventory.Host{},
+		pool: map[*inventory.VM]bool{}, byHost: map[string]*hostAnalysis{}}
+	for i := range inv.Hosts {
+		if _, taken := a.hostIndex[inv.Hosts[i].Name]; !taken {
+			a.hostIndex[inv.Hosts[i].Name] = &inv.Hosts[i]
+		}
+	}
+	for i := range spec.Layouts {
+		if spec.Layouts[i].Name == layoutName {
+			a.layout = &spec.Layouts[i]
+		}
+	}
+	if a.layout == nil {
+		names := make([]string, len(spec.Layouts))
+		for i, l := range spec.Layouts {
+			names[i] = l.Name
+		}
+		a.problem(ReasonUnknownLayout, "layout %q is not one of spec.layouts (%s)", layoutName, strings.Join(names, ", "))
+		return a
+	}
+
+	// The pool is every VM any layout names; VMs of other layouts that do not exist
+	// cannot be running, so they do not matter here.
+	for _, l := range spec.Layouts {
+		for _, w := range l.Workers {
+			if vm, ok := a.vms[w.VM]; ok {
+				a.pool[vm] = true
+			}
+		}
+	}
+	a.classify(a.resolveLayout())
+	a.checkSuspend()
+	for _, ha := range a.byHost {
+		if len(ha.members) > 0 {
+			a.hosts = append(a.hosts, ha)
+		}
+	}
+	slices.SortFunc(a.hosts, func(x, y *hostAnalysis) int { return cmp.Compare(x.host.Name, y.host.Name) })
+	for _, ha := range a.hosts {
+		a.checkCapacity(ha)
+	}
+	return a
+}
+
+// resolveLayout finds the layout's VMs and what the layout means for each, in the order
+// the spec lists them, so that problems read in that order.
+func (a *analysis) resolveLayout() map[*inventory.VM]*member {
+	want := map[*inventory.VM]*member{}
+	namedAs := map[*inventory.VM]string{}
+	for _, w := range a.layout.Workers {
+		vm, ok := a.vms[w.VM]
+		if !ok {
+			a.problem(ReasonVMNotFound, "VM %s of layout %s is not in the inventory%s", w.VM, a.layout.Name, a.datacenter())
+			continue
+		}
+		if first, dup := namedAs[vm]; dup {
+			a.problem(ReasonDuplicateVM, "layout %s names VM %s twice (as %s and %s)", a.layout.Name, vm.Name, first, w.VM)
+			want[vm].blocked = true
+			continue
+		}
+		namedAs[vm] = w.VM
+		m := &member{vm: vm, want: w.Profile}
+		want[vm] = m
+		switch {
+		case vm.Profile != w.Profile:
+			m.fate = reprofiles
+		case vm.PowerState == inventory.PoweredOn:
+			m.fate = stays
+			continue
+		default:
+			m.fate = arrives
+		}
+		h, ok := a.findHost(vm.Host)
+		if !ok {
+			a.problem(ReasonHostNotFound, "VM %s is on host %s, which is not in the inventory", vm.Name, vm.Host)
+			m.blocked = true
+			continue
+		}
+		if m.offer, ok = offerOf(h, w.Profile); !ok {
+			a.problem(ReasonProfileNotOffered, "VM %s: host %s does not offer vGPU profile %s (it offers %s)", vm.Name, vm.Host, w.Profile, offers(h))
+			m.blocked = true
+		}
+	}
+	return want
+}
+
+// classify makes a member of every VM of the pool, and files the ones with something to
+// do, or something to keep running, under their host.
+func (a *analysis) classify(want map[*inventory.VM]*member) {
+	for vm := range a.pool {
+		m, ok := want[vm]
+		if !ok {
+			m = &member{vm: vm, fate: parked}
+			if vm.PowerState == inventory.PoweredOn {
+				m.fate = leaves
+			}
+		}
+		a.members = append(a.members, m)
+	}
+	slices.SortFunc(a.members, func(x, y *member) int { return cmp.Compare(x.vm.Name, y.vm.Name) })
+	for _, m := range a.members {
+		if m.fate == parked {
+			continue
+		}
+		ha, ok := a.byHost[m.vm.Host]
+		if !ok {
+			h, found := a.findHost(m.vm.Host)
+			if !found {
+				// Note: a VM that stays needs no host, and one that arrives or is
+				// reprofiled was reported by resolveLayout; checkSuspend reports one that
+				// leaves.
+				continue
+			}
+			ha = &hostAnalysis{host: h}
+			a.byHost[h.Name] = ha
+		}
+		ha.members = append(ha.members, m)
+	}
+}
+
+// checkSuspend finds the VMs that parking would suspend although their host cannot
+// suspend their profile.
+func (a *analysis) checkSuspend() {
+	if !suspending(a.spec) {
+		return
+	}
+	type hostProfile struct{ host, profile string }
+	unsuspendable := map[hostProfile][]string{}
+	for _, m := range a.members {
+		if m.fate != leaves || m.vm.Profile == "" {
+			continue
+		}
+		h, ok := a.findHost(m.vm.Host)
+		if !ok {
+			a.problem(ReasonHostNotFound, "VM %s is on host %s, which is not in the inventory, so it cannot be told whether it can be suspended", m.vm.Name, m.vm.Host)
+			continue
+		}
+		if p, ok := h.Profile(m.vm.Profile); !ok || !p.SuspendSupported {
+			k := hostProfile{h.Name, m.vm.Profile}
+			unsuspendable[k] = append(unsuspendable[k], m.vm.Name)
+		}
+	}
+	keys := make([]hostProfile, 0, len(unsuspendable))
+	for k := range unsuspendable {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y hostProfile) int {
+		return cmp.Or(cmp.Compare(x.host, y.host), cmp.Compare(x.profile, y.profile))
+	})
+	for _, k := range keys {
+		a.problem(ReasonSuspendNotSupported, "parking is Suspend, but host %s cannot suspend VMs with vGPU profile %s: %s would be parked; set spec.parking to PowerOff",
+			k.host, k.profile, vmList(unsuspendable[k]))
+	}
+}
+
+// checkCapacity finds what runs on ha's GPUs now and once the pool's departing vGPUs are
+// down, and an order in which vSphere would place the vGPUs to start.
+func (a *analysis) checkCapacity(ha *hostAnalysis) {
+	h := ha.host
+	freeing := map[string]bool{}
+	var starting []*member
+	for _, m := range ha.members {
+		if m.fate == leaves || m.fate == reprofiles {
+			freeing[m.vm.Name] = true
+		}
+		if (m.fate == arrives || m.fate == reprofiles) && !m.blocked {
+			starting = append(starting, m)
+		}
+	}
+	ha.current = make([]inventory.Occupancy, len(h.GPUs))
+	ha.freed = make([]inventory.Occupancy, len(h.GPUs))
+	ha.keepers = make([][]string, len(h.GPUs))
+	for i, g := range h.GPUs {
+		for _, name := range g.VMs {
+			ha.current[i] = a.add(ha.current[i], h, g, name)
+			if !freeing[name] {
+				ha.freed[i] = a.add(ha.freed[i], h, g, name)
+				ha.keepers[i] = append(ha.keepers[i], name)
+			}
+		}
+	}
+	if len(starting) == 0 {
+		return
+	}
+
+	ds := demands(starting)
+	if !packable(h, ha.freed, ds) {
+		a.problem(ReasonInsufficientGPU, "%s", a.shortage(ha, ds))
+		return
+	}
+	order, stuck := powerOnOrder(h, ha.freed, starting)
+	if len(stuck) > 0 {
+		names := make([]string, len(stuck))
+		for i, m := range stuck {
+			names[i] = m.vm.Name + " (" + m.want + ")"
+		}
+		a.problem(ReasonInsufficientGPU, "host %s: the GPUs could hold layout %s's vGPUs, but gpupool found no power-on order in which vSphere's %s placement places them all (%s would find no GPU)",
+			h.Name, a.layout.Name, policy(h), strings.Join(names, ", "))
+		return
+	}
+	ha.order = order
+}
+
+// add returns o with the vGPU of the VM called name added, as running on GPU g of h.
+func (a *analysis) add(o inventory.Occupancy, h *inventory.Host, g inventory.GPU, name string) inventory.Occupancy {
+	vm, ok := a.vms[name]
+	if !ok || vm.Profile == "" {
+		// Note: an unknown vGPU takes the GPU whole: nothing is known to fit next to it.
+		return inventory.Occupancy{Profile: o.Profile, UsedMiB: g.MemoryMiB, Count: o.Count + 1}
+	}
+	p, ok := offerOf(h, vm.Profile)
+	if !ok {
+		p = inventory.Profile{Name: vm.Profile, FrameBufferMiB: g.MemoryMiB}
+		if fb, err := inventory.ProfileFrameBufferMiB(vm.Profile); err == nil {
+			p.FrameBufferMiB = fb
+		}
+	}
+	if o.Count > 0 && o.Profile != p.Name {
+		// Note: mixed profiles on one GPU contradict same-size mode; keep the first and
+		// count the memory, so nothing more is placed there.
+		return inventory.Occupancy{Profile: o.Profile, UsedMiB: o.UsedMiB + p.FrameBufferMiB, Count: o.Count + 1}
+	}
+	return occupy(o, p)
+}
+
+// demands counts the vGPUs to start by profile, largest frame buffer first.
+func demands(ms []*member) []demand {
+	var ds []demand
+	for _, m := range ms {
+		i := slices.IndexFunc(ds, func(d demand) bool { return d.profile.Name == m.offer.Name })
+		if i < 0 {
+			ds = append(ds, demand{profile: m.offer})
+			i = len(ds) - 1
+		}
+		ds[i].count++
+	}
+	slices.SortFunc(ds, func(x, y demand) int {
+		return cmp.Or(cmp.Compare(y.profile.FrameBufferMiB, x.profile.FrameBufferMiB), cmp.Compare(x.profile.Name, y.profile.Name))
+	})
+	return ds
+}
+
+// shortage says why the vGPUs of ds do not fit ha's GPUs, naming the GPUs and what
+// runs on them.
+func (a *analysis) shortage(ha *hostAnalysis, ds []demand) string {
+	h := ha.host
+	var largest int64
+	for _, g := range h.GPUs {
+		largest = max(largest, g.MemoryMiB)
+	}
+	for _, d := range ds {
+		if d.profile.FrameBufferMiB > largest {
+			if len(h.GPUs) == 0 {
+				return fmt.Sprintf("host %s: layout %s needs %d x %s, but the host reports no GPUs", h.Name, a.layout.Name, d.count, d.profile.Name)
+			}
+			return fmt.Sprintf("host %s: %s needs %s per vGPU, the largest GPU has %s", h.Name, d.profile.Name, gib(d.profile.FrameBufferMiB), gib(largest))
+		}
+	}
+	var free []int
+	for i, o := range ha.freed {
+		if o.Count == 0 {
+			free = append(free, i)
+		}
+	}
+	if len(h.GPUs) == 1 && len(ds) == 1 && len(free) == 1 {
+		d, g := ds[0], h.GPUs[0]
+		return fmt.Sprintf("host %s: %d x %s need %s, GPU %s has %s", h.Name, d.count, d.profile.Name, gib(int64(d.count)*d.profile.FrameBufferMiB), g.PCIID, gib(g.MemoryMiB))
+	}
+
+	sizes := make([]int64, len(free))
+	for k, i := range free {
+		sizes[k] = h.GPUs[i].MemoryMiB
+	}
+	slices.SortFunc(sizes, func(x, y int64) int { return cmp.Compare(y, x) })
+	var needs []string
+	for _, d := range ds {
+		left := d.count - lockedRoom(h, ha.freed, d.profile)
+		if left <= 0 {
+			continue
+		}
+		n := 0
+		for _, mem := range sizes {
+			if per := int(mem / d.profile.FrameBufferMiB); per > 0 && left > 0 {
+				left -= per
+				n++
+			}
+		}
+		if left > 0 {
+			per := int(largest / d.profile.FrameBufferMiB)
+			n += (left + per - 1) / per
+		}
+		needs = append(needs, fmt.Sprintf("%d %s for %s", n, plural(n, "GPU"), d.profile.Name))
+	}
+	msg := fmt.Sprintf("host %s: layout %s needs %s, %d of %d GPUs free", h.Name, a.layout.Name, strings.Join(needs, " and "), len(free), len(h.GPUs))
+
+	var details []string
+	for i, o := range ha.freed {
+		if o.Count > 0 {
+			details = append(details, a.describeGPU(ha, i, ds))
+		}
+	}
+	if len(free) > 1 && slices.Min(sizes) != slices.Max(sizes) {
+		var fs []string
+		for _, i := range free {
+			fs = append(fs, fmt.Sprintf("%s with %s", h.GPUs[i].PCIID, gib(h.GPUs[i].MemoryMiB)))
+		}
+		details = append(details, "free: "+strings.Join(fs, ", "))
+	}
+	if len(details) > 0 {
+		msg += " (" + strings.Join(details, "; ") + ")"
+	}
+	return msg
+}
+
+// describeGPU says what keeps running on GPU i of ha, for whom, and whether there is
+// room for more of a demanded profile.
+func (a *analysis) describeGPU(ha *hostAnalysis, i int, ds []demand) string {
+	h, o := ha.host, ha.freed[i]
+	var foreign, ours []string
+	for _, name := range ha.keepers[i] {
+		if vm, ok := a.vms[name]; ok && a.pool[vm] {
+			ours = append(ours, name)
+		} else {
+			foreign = append(foreign, name)
+		}
+	}
+	what := o.Profile
+	if what == "" {
+		what = "a vGPU of unknown profile"
+	}
+	if o.Count > 1 {
+		what = fmt.Sprintf("%d x %s", o.Count, what)
+	}
+	var whose []string
+	if len(foreign) > 0 {
+		whose = append(whose, vmList(foreign)+" outside this pool")
+	}
+	if len(ours) == 1 {
+		whose = append(whose, vmList(ours)+" of this pool, which stays")
+	} else if len(ours) > 1 {
+		whose = append(whose, vmList(ours)+" of this pool, which stay")
+	}
+	msg := fmt.Sprintf("GPU %s runs %s for %s", h.GPUs[i].PCIID, what, strings.Join(whose, " and "))
+	for _, d := range ds {
+		if d.profile.Name == o.Profile {
+			if room := int((h.GPUs[i].MemoryMiB - o.UsedMiB) / d.profile.FrameBufferMiB); room > 0 {
+				msg += fmt.Sprintf(", room for %d more", room)
+			}
+		}
+	}
+	return msg
+}
+
+func (a *analysis) findHost(name string) (*inventory.Host, bool) {
+	h, ok := a.hostIndex[name]
+	return h, ok
+}
+
+func (a *analysis) problem(reason, format string, args ...any) {
+	a.problems = append(a.problems, Problem{Reason: reason, Message: fmt.Sprintf(format, args...)})
+}
+
+func (a *analysis) datacenter() string {
+	if dc := a.spec.VCenter.Datacenter; dc != "" {
+		return " of datacenter " + dc
+	}
+	return ""
+}
+
+// suspending tells whether parked VMs are suspended; Suspend is the API's default.
+func suspending(spec *gpupoolv1.GPUPoolProfileSpec) bool {
+	return spec.Parking == "" || spec.Parking == gpupoolv1.ParkingSuspend
+}
+
+// offerOf returns h's offer of the named profile, with the frame buffer read off the
+// name when the host did not report it.
+func offerOf(h *inventory.Host, name string) (inventory.Profile, bool) {
+	p, ok := h.Profile(name)
+	if !ok {
+		return p, false
+	}
+	if p.FrameBufferMiB <= 0 {
+		fb, err := inventory.ProfileFrameBufferMiB(name)
+		if err != nil {
+			return p, false
+		}
+		p.FrameBufferMiB = fb
+	}
+	return p, true
+}
+
+func offers(h *inventory.Host) string {
+	if len(h.Profiles) == 0 {
+		return "none"
+	}
+	names := make([]string, len(h.Profiles))
+	for i, p := range h.Profiles {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+func policy(h *inventory.Host) string {
+	if h.Policy == "" {
+		return inventory.PolicyPerformance
+	}
+	return h.Policy
+}
+
+// vmIndex finds VMs by name or inventory path with the answers of inventory.FindVM, in
+// constant time: a plan looks up every worker of every layout and every vGPU on every
+// GPU, which FindVM's linear scan would make quadratic for large pools.
+type vmIndex map[string]*inventory.VM
+
+func newVMIndex(inv *inventory.Inventory) vmIndex {
+	idx := make(vmIndex, 2*len(inv.VMs))
+	for i := range inv.VMs {
+		vm := &inv.VMs[i]
+		// FindVM returns the first VM whose name or path matches, so the first one wins.
+		for _, key := range []string{vm.Name, vm.Path} {
+			if _, taken := idx[key]; key != "" && !taken {
+				idx[key] = vm
+			}
+		}
+	}
+	return idx
+}
+
+func vmList(names []string) string {
+	if len(names) == 1 {
+		return "VM " + names[0]
+	}
+	return "VMs " + strings.Join(names, ", ")
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}
+
+// gib writes a frame buffer size in GiB, as profile names and GPU data sheets do.
+func gib(mib int64) string {
+	if mib%1024 == 0 {
+		return fmt.Sprintf("%d GiB", mib/1024)
+	}
+	return fmt.Sprintf("%.1f GiB", float64(mib)/1024)
+}

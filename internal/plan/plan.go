@@ -1,0 +1,367 @@
+package plan
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// Action is what a step does. Actions are named for the operation the controller runs.
+type Action string
+
+// Actions, in the order they happen on a host.
+const (
+	// Drain cordons the VM's node and evicts its pods.
+	Drain Action = "Drain"
+	// Suspend parks a VM by suspending it; it frees its GPU.
+	Suspend Action = "Suspend"
+	// PowerOff parks a VM, or stops it to change its profile (discarding a suspended
+	// state); it frees its GPU.
+	PowerOff Action = "PowerOff"
+	// Reconfigure replaces the VM's vGPU device with one of Step.Profile.
+	Reconfigure Action = "Reconfigure"
+	// PowerOn powers on or resumes the VM; vSphere places its vGPU.
+	PowerOn Action = "PowerOn"
+	// WaitNodeReady waits for the VM's node to register and become Ready.
+	WaitNodeReady Action = "WaitNodeReady"
+	// Relabel sets the layout's labels and taints on the node.
+	Relabel Action = "Relabel"
+	// Uncordon makes the node schedulable again.
+	Uncordon Action = "Uncordon"
+)
+
+// phase orders the steps on a host: the steps of a phase all finish before the steps of
+// the next start. Parking comes before power-ons because it frees the GPUs they need;
+// labels and uncordon come last so that workloads land on a finished layout.
+func (a Action) phase() int {
+	switch a {
+	case Drain:
+		return 0
+	case Suspend, PowerOff:
+		return 1
+	case Reconfigure:
+		return 2
+	case PowerOn:
+		return 3
+	case WaitNodeReady:
+		return 4
+	case Relabel:
+		return 5
+	default: // Uncordon
+		return 6
+	}
+}
+
+// Input is the observed state a plan starts from.
+type Input struct {
+	Spec *gpupoolv1.GPUPoolProfileSpec
+	// Layout is the wanted layout, usually Desired's.
+	Layout string
+	// Inventory is the observed vSphere state.
+	Inventory *inventory.Inventory
+	// Nodes are the pool VMs' nodes, by VM name. An entry under the VM's inventory path
+	// serves when there is none under its name, as layouts may name VMs either way. A VM
+	// without an entry has no node.
+	Nodes map[string]NodeState
+}
+
+// NodeState is the observed state of a VM's Kubernetes node, as the controller sees it.
+type NodeState struct {
+	// Name of the node.
+	Name string
+	// Exists: the node object exists.
+	Exists bool
+	// Ready: the node's Ready condition is True.
+	Ready bool
+	// Cordoned: the node is unschedulable and gpupool may uncordon it. The controller
+	// reports a node an admin cordoned before gpupool touched it as not Cordoned, so the
+	// plan leaves the admin's cordon alone.
+	Cordoned bool
+	// Drained: cordoned, and no pods left that a drain would evict.
+	Drained bool
+	// Labelled: the node carries the wanted layout's labels and taints.
+	Labelled bool
+}
+
+// Plan is what takes the pool from the observed state to a layout.
+type Plan struct {
+	// Layout is the layout the plan makes.
+	Layout string
+	// Hosts are the hosts with steps, by name.
+	Hosts []HostPlan
+	// Problems say why the layout cannot be reached; when set, there are no steps.
+	Problems []Problem
+}
+
+// HostPlan is the steps on one ESXi host. Hosts are independent: vGPUs are placed on
+// the GPUs of the host their VM is registered on.
+type HostPlan struct {
+	Host string
+	// Steps are in order: all steps of an action's phase before the next phase, and
+	// power-ons in the order vSphere's placement accepts.
+	Steps []Step
+	// Later are the power-ons (and their node steps) that would not fit the GPUs as they
+	// are now, because the VMs that free them still run. They are never due; a later Build
+	// that observes the freed GPUs turns them into Steps. Previews show them.
+	Later []Step
+}
+
+// Step is one action on one VM or its node.
+type Step struct {
+	VM     string
+	Host   string
+	Action Action
+	// Profile is the vGPU profile concerned: the one the VM runs when it is drained or
+	// parked, the one it gets when it is reconfigured or powered on.
+	Profile string
+	// Reason says why, for the preview, events and the worker status message.
+	Reason string
+}
+
+// Build plans the way from the observed state in to in.Layout.
+//
+// The plan starts from what is observed now and is thrown away after use: the controller
+// builds it on every reconcile, runs what Due returns, and builds it again once it has
+// observed the effect. So a step that is done is simply no longer in the plan, a step
+// that failed is in it again, and a change of the wanted layout mid-way is just another
+// plan. Per host, in order:
+//
+//  1. Drain the nodes of running VMs that leave the layout or change profile, unless
+//     their node is missing or drained already.
+//  2. Park the VMs that leave (Suspend or PowerOff, per spec.parking; a VM that is not
+//     running stays as it is) and power off those that change profile (which discards
+//     a suspended state).
+//  3. Reconfigure the VMs that change profile.
+//  4. Power on the layout's VMs that are not running, in an order vSphere's placement
+//     accepts, and only those that fit the GPUs as they are now (see HostPlan.Later).
+//  5. Wait for their nodes to be Ready.
+//  6. Relabel the layout's nodes that lack its labels.
+//  7. Uncordon the layout's nodes that are cordoned (or will be, by step 1).
+//
+// A VM that runs with its profile and whose node is Ready, labelled and schedulable gets
+// no step. A layout VM whose node does not register or become Ready keeps a
+// WaitNodeReady step, so the plan is not done; the controller reports that against
+// spec.nodeReadyTimeout. When Check finds problems the plan has no steps and carries them.
+func Build(in Input) (*Plan, error) {
+	if in.Spec == nil {
+		return nil, errors.New("plan: no spec")
+	}
+	if in.Inventory == nil {
+		return nil, errors.New("plan: no inventory")
+	}
+	a := analyse(in.Spec, in.Layout, in.Inventory)
+	p := &Plan{Layout: in.Layout}
+	if len(a.problems) > 0 {
+		p.Problems = a.problems
+		return p, nil
+	}
+	for _, ha := range a.hosts {
+		hp := a.planHost(ha, in.Nodes)
+		if len(hp.Steps)+len(hp.Later) > 0 {
+			p.Hosts = append(p.Hosts, hp)
+		}
+	}
+	return p, nil
+}
+
+// planHost lists the steps on one host.
+func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPlan {
+	hp := HostPlan{Host: ha.host.Name}
+	layout := a.layout.Name
+
+	// Power on now only what fits the GPUs as they are; the order was found for the GPUs
+	// as they will be, and the first VM that does not fit yet waits with all after it.
+	rank := map[string]int{}
+	now := map[*inventory.VM]bool{}
+	occ := slices.Clone(ha.current)
+	fits := true
+	for i, m := range ha.order {
+		rank[m.vm.Name] = i
+		if fits {
+			gpu := inventory.Place(ha.host, occ, m.offer)
+			if fits = gpu >= 0; fits {
+				occ[gpu] = occupy(occ[gpu], m.offer)
+				now[m.vm] = true
+			}
+		}
+	}
+
+	for _, m := range ha.members {
+		vm, node := m.vm, nodeOf(nodes, m.vm)
+		steps := &hp.Steps
+		add := func(action Action, profile, format string, args ...any) {
+			*steps = append(*steps, Step{VM: vm.Name, Host: vm.Host, Action: action, Profile: profile, Reason: fmt.Sprintf(format, args...)})
+		}
+		drained := false
+		drain := func(why string) {
+			if vm.PowerState == inventory.PoweredOn && node.Exists && !node.Drained {
+				add(Drain, vm.Profile, "%s", why)
+				drained = true
+			}
+		}
+
+		switch m.fate {
+		case parked:
+			continue
+		case leaves:
+			drain("leaves layout " + layout)
+			if suspending(a.spec) {
+				add(Suspend, vm.Profile, "parked: not in layout %s", layout)
+			} else {
+				add(PowerOff, vm.Profile, "parked: not in layout %s", layout)
+			}
+			continue
+		case reprofiles:
+			change := fmt.Sprintf("profile %s -> %s", orNone(vm.Profile), m.want)
+			drain(change)
+			switch vm.PowerState {
+			case inventory.PoweredOn:
+				add(PowerOff, vm.Profile, "%s needs the VM powered off", change)
+			case inventory.Suspended:
+				add(PowerOff, vm.Profile, "%s discards the suspended state", change)
+			}
+			add(Reconfigure, m.want, "%s", change)
+		}
+
+		if m.fate == stays {
+			if !node.Exists || !node.Ready {
+				add(WaitNodeReady, vm.Profile, "%s", nodeWait(node))
+			}
+		} else {
+			if !now[vm] {
+				steps = &hp.Later
+			}
+			verb := "power on"
+			if vm.PowerState == inventory.Suspended && m.fate == arrives {
+				verb = "resume"
+			}
+			add(PowerOn, m.want, "%s for layout %s", verb, layout)
+			add(WaitNodeReady, m.want, "%s", nodeWait(NodeState{Exists: node.Exists}))
+		}
+		if !node.Labelled {
+			add(Relabel, m.want, "node lacks layout %s's labels and taints", layout)
+		}
+		switch {
+		case drained:
+			add(Uncordon, m.want, "node cordoned by the drain")
+		case node.Cordoned:
+			add(Uncordon, m.want, "node cordoned")
+		}
+	}
+
+	for _, steps := range [][]Step{hp.Steps, hp.Later} {
+		slices.SortStableFunc(steps, func(x, y Step) int {
+			c := cmp.Compare(x.Action.phase(), y.Action.phase())
+			if c == 0 && x.Action == PowerOn {
+				c = cmp.Compare(rank[x.VM], rank[y.VM])
+			}
+			return c
+		})
+	}
+	return hp
+}
+
+// nodeOf returns the node of vm, found by the VM's name or else its inventory path.
+func nodeOf(nodes map[string]NodeState, vm *inventory.VM) NodeState {
+	if n, ok := nodes[vm.Name]; ok || vm.Path == "" {
+		return n
+	}
+	return nodes[vm.Path]
+}
+
+func nodeWait(n NodeState) string {
+	if !n.Exists {
+		return "node not registered yet"
+	}
+	return "node not Ready yet"
+}
+
+func orNone(profile string) string {
+	if profile == "" {
+		return "none"
+	}
+	return profile
+}
+
+// Due returns the steps that may run now: on the first maxParallel hosts that have
+// steps (by name), all steps of the host's earliest phase, but at most one PowerOn per
+// host, because each placement depends on the ones before it. The controller runs them,
+// and builds a new plan once it has observed their effect.
+func (p *Plan) Due(maxParallel int) []Step {
+	maxParallel = max(maxParallel, 1)
+	var due []Step
+	hosts := 0
+	for _, hp := range p.Hosts {
+		if len(hp.Steps) == 0 {
+			continue
+		}
+		phase := hp.Steps[0].Action.phase()
+		for _, s := range hp.Steps {
+			if s.Action.phase() != phase {
+				break
+			}
+			due = append(due, s)
+			if s.Action == PowerOn {
+				break
+			}
+		}
+		if hosts++; hosts == maxParallel {
+			break
+		}
+	}
+	return due
+}
+
+// Done tells whether the pool has the layout: no problems and nothing left to do.
+func (p *Plan) Done() bool {
+	if len(p.Problems) > 0 {
+		return false
+	}
+	for _, hp := range p.Hosts {
+		if len(hp.Steps)+len(hp.Later) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// String previews the plan for users, one line per step.
+func (p *Plan) String() string {
+	var b strings.Builder
+	if len(p.Problems) > 0 {
+		fmt.Fprintf(&b, "layout %s cannot be reached:\n", p.Layout)
+		for _, pr := range p.Problems {
+			fmt.Fprintf(&b, "  %s: %s\n", pr.Reason, pr.Message)
+		}
+		return b.String()
+	}
+	steps, hosts := 0, 0
+	for _, hp := range p.Hosts {
+		if n := len(hp.Steps) + len(hp.Later); n > 0 {
+			steps += n
+			hosts++
+		}
+	}
+	if steps == 0 {
+		fmt.Fprintf(&b, "layout %s: nothing to do\n", p.Layout)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "layout %s: %d %s on %d %s\n", p.Layout, steps, plural(steps, "step"), hosts, plural(hosts, "host"))
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, hp := range p.Hosts {
+		for _, s := range hp.Steps {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", hp.Host, s.Action, s.VM, s.Profile, s.Reason)
+		}
+		for _, s := range hp.Later {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s (once GPUs are freed)\n", hp.Host, s.Action, s.VM, s.Profile, s.Reason)
+		}
+	}
+	tw.Flush()
+	return b.String()
+}

@@ -1,0 +1,159 @@
+// Package cluster gives tests and the local environment simulated GPU worker nodes: one
+// Node per VM, kept by kwok (simulated kubelets), Ready only while its VM is powered on.
+package cluster
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// Stages are the kwok stages that tie a node's readiness to its VM's power state.
+//
+//go:embed stages.yaml
+var Stages []byte
+
+const (
+	// AnnotationKwokNode makes kwok manage a node.
+	AnnotationKwokNode = "kwok.x-k8s.io/node"
+	// AnnotationSimPower carries the VM's power state to kwok's stages.
+	AnnotationSimPower = "gpupool.dev/sim-power"
+)
+
+// Kwok is a running kwok process.
+type Kwok struct {
+	cmd  *exec.Cmd
+	done chan error
+	dir  string
+}
+
+// StartKwok runs kwok (simulated kubelets) against the cluster of kubeconfig, managing
+// the nodes annotated kwok.x-k8s.io/node=fake with gpupool's stages. Logs go to
+// dir/kwok.log. Stop it with Stop.
+func StartKwok(kwokBin string, kubeconfig []byte, dir string) (*Kwok, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	kc := filepath.Join(dir, "kwok.kubeconfig")
+	cfg := filepath.Join(dir, "kwok.yaml")
+	if err := os.WriteFile(kc, kubeconfig, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(cfg, Stages, 0o644); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "kwok.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(kwokBin,
+		"--kubeconfig", kc,
+		"--config", cfg,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector", AnnotationKwokNode+"=fake",
+		"--node-lease-duration-seconds", "40",
+		"--server-address", "127.0.0.1:0",
+		"--node-ip", "127.0.0.1",
+	)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return nil, fmt.Errorf("starting kwok: %w", err)
+	}
+	k := &Kwok{cmd: cmd, done: make(chan error, 1), dir: dir}
+	go func() { k.done <- cmd.Wait(); _ = logf.Close() }()
+	return k, nil
+}
+
+// Stop ends kwok and waits for it.
+func (k *Kwok) Stop() {
+	if k == nil || k.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-k.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+		<-k.done
+	}
+}
+
+// Log returns kwok's log, for test failure messages.
+func (k *Kwok) Log() string {
+	b, _ := os.ReadFile(filepath.Join(k.dir, "kwok.log"))
+	return string(b)
+}
+
+// NodeFor is the Node that plays the kubelet of a VM: named after the VM, with
+// providerID vsphere://<BIOS UUID>, as the vSphere cloud provider would register it.
+func NodeFor(vm inventory.VM) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: vm.Name,
+			Annotations: map[string]string{
+				AnnotationKwokNode: "fake",
+				AnnotationSimPower: string(vm.PowerState),
+			},
+			Labels: map[string]string{
+				"kubernetes.io/hostname": vm.Name,
+				"kubernetes.io/os":       "linux",
+				"type":                   "kwok",
+			},
+		},
+		Spec: corev1.NodeSpec{ProviderID: "vsphere://" + strings.ToLower(vm.UUID)},
+	}
+}
+
+// CreateNodes creates a Node for every VM that does not have one yet.
+func CreateNodes(ctx context.Context, c client.Client, inv *inventory.Inventory) error {
+	for _, vm := range inv.VMs {
+		if err := c.Create(ctx, NodeFor(vm)); client.IgnoreAlreadyExists(err) != nil {
+			return fmt.Errorf("creating node %s: %w", vm.Name, err)
+		}
+	}
+	return nil
+}
+
+// SyncPower copies each VM's power state onto its node (the power wire): kwok's stages
+// then make the node Ready or not, as a kubelet in the VM would. It reports whether any
+// node changed.
+func SyncPower(ctx context.Context, c client.Client, inv *inventory.Inventory) (bool, error) {
+	changed := false
+	var errs []error
+	for _, vm := range inv.VMs {
+		var n corev1.Node
+		if err := c.Get(ctx, client.ObjectKey{Name: vm.Name}, &n); err != nil {
+			errs = append(errs, client.IgnoreNotFound(err))
+			continue
+		}
+		if n.Annotations[AnnotationSimPower] == string(vm.PowerState) {
+			continue
+		}
+		before := n.DeepCopy()
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[AnnotationSimPower] = string(vm.PowerState)
+		if err := c.Patch(ctx, &n, client.MergeFrom(before)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		changed = true
+	}
+	return changed, errors.Join(errs...)
+}

@@ -1,0 +1,314 @@
+package vgpusim
+
+import (
+	"sync"
+	"time"
+
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+// control holds the knobs tests and the command turn at run time: delays, held tasks,
+// injected task failures, session expiry and call counts.
+type control struct {
+	mu         sync.Mutex
+	delays     map[string]time.Duration
+	taskDelays map[string]time.Duration
+	hold       bool
+	held       []*deferredOp
+	failures   map[string]*failure
+	calls      map[string]int
+	timers     map[*time.Timer]struct{}
+	wg         sync.WaitGroup
+	stopped    bool
+
+	// Session expiry: a session is expired when it was first seen, or logged in, before
+	// the latest ExpireSessions.
+	sessionGen map[string]int
+	gen        int
+	expiredAt  time.Time
+}
+
+type failure struct {
+	n     int
+	fault types.BaseMethodFault
+}
+
+// deferredOp is a state change that completes later: a held or delayed task, or a
+// guest shutdown/standby in progress.
+type deferredOp struct {
+	method string
+	vm     types.ManagedObjectReference
+	task   *simulator.Task // nil for guest operations, which are not tasks
+	op     func(*simulator.Context) types.BaseMethodFault
+}
+
+func newControl() control {
+	return control{
+		delays:     map[string]time.Duration{},
+		taskDelays: map[string]time.Duration{},
+		failures:   map[string]*failure{},
+		calls:      map[string]int{},
+		timers:     map[*time.Timer]struct{}{},
+		sessionGen: map[string]int{},
+	}
+}
+
+// stop cancels pending delayed operations and waits for running ones.
+func (c *control) stop() {
+	c.mu.Lock()
+	c.stopped = true
+	for t := range c.timers {
+		if t.Stop() {
+			c.wg.Done()
+		}
+	}
+	c.timers = map[*time.Timer]struct{}{}
+	c.mu.Unlock()
+	c.wg.Wait()
+}
+
+// SetDelay slows every call of a SOAP method (such as RetrieveProperties or
+// PowerOnVM_Task) by d before it is served, like vcsim's DelayConfig.MethodDelay, but
+// safe to change while serving. Zero removes the delay.
+func (s *Sim) SetDelay(method string, d time.Duration) {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	if d <= 0 {
+		delete(s.ctl.delays, method)
+		return
+	}
+	s.ctl.delays[method] = d
+}
+
+// SetTaskDelay keeps tasks of a method (PowerOnVM_Task, PowerOffVM_Task,
+// SuspendVM_Task, ReconfigVM_Task) running for d before their state change happens, as
+// a slow vCenter would. "ShutdownGuest" and "StandbyGuest" delay the guest's power
+// change likewise. Zero makes them complete synchronously again.
+func (s *Sim) SetTaskDelay(method string, d time.Duration) {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	if d <= 0 {
+		delete(s.ctl.taskDelays, method)
+		return
+	}
+	s.ctl.taskDelays[method] = d
+}
+
+// HoldTasks keeps every task started from now on running, with no state change, until
+// ReleaseTasks. It makes "task still running" observable without timing.
+func (s *Sim) HoldTasks() {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	s.ctl.hold = true
+}
+
+// ReleaseTasks stops holding tasks and completes the held ones in the order they were
+// started. It returns how many it completed.
+func (s *Sim) ReleaseTasks() int {
+	s.ctl.mu.Lock()
+	held := s.ctl.held
+	s.ctl.held = nil
+	s.ctl.hold = false
+	s.ctl.mu.Unlock()
+	for _, d := range held {
+		s.complete(d)
+	}
+	return len(held)
+}
+
+// FailTasks makes the next n tasks of a method (PowerOnVM_Task, PowerOffVM_Task,
+// SuspendVM_Task, ReconfigVM_Task) fail with fault without changing anything. A nil
+// fault is a GenericVmConfigFault. The SOAP call itself succeeds: the failure shows in the
+// task, as vCenter reports most failures. For failing calls, use Service().AddFaultRule.
+func (s *Sim) FailTasks(method string, n int, fault types.BaseMethodFault) {
+	if fault == nil {
+		fault = withMessage(&types.GenericVmConfigFault{Reason: "injected failure"},
+			"vgpusim: injected failure of "+method)
+	}
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	if n <= 0 {
+		delete(s.ctl.failures, method)
+		return
+	}
+	s.ctl.failures[method] = &failure{n: n, fault: fault}
+}
+
+// ExpireSessions ends every current session, as vCenter does after its idle timeout or a
+// restart: the next call with one of them gets NotAuthenticated, and a new Login works.
+func (s *Sim) ExpireSessions() {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	s.ctl.gen++
+	s.ctl.expiredAt = time.Now()
+	s.log.Info("Expired all sessions")
+}
+
+// RefuseConnections closes the listening socket and every open connection, so clients
+// get "connection refused" until AcceptConnections.
+func (s *Sim) RefuseConnections() { s.gate.refuse() }
+
+// AcceptConnections listens again, on the same address.
+func (s *Sim) AcceptConnections() error { return s.gate.accept() }
+
+// Calls is how many times a SOAP method was called since the start or ResetCalls.
+func (s *Sim) Calls(method string) int {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	return s.ctl.calls[method]
+}
+
+// ResetCalls zeroes the call counts.
+func (s *Sim) ResetCalls() {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	s.ctl.calls = map[string]int{}
+}
+
+// handle runs before vcsim dispatches each SOAP call (Registry.Handler): it counts the
+// call, applies its delay and enforces session expiry.
+func (s *Sim) handle(ctx *simulator.Context, m *simulator.Method) (mo.Reference, types.BaseMethodFault) {
+	s.ctl.mu.Lock()
+	s.ctl.calls[m.Name]++
+	d := s.ctl.delays[m.Name]
+	expired := ctx.Session != nil && s.ctl.sessionExpired(ctx.Session)
+	s.ctl.mu.Unlock()
+
+	if d > 0 {
+		time.Sleep(d)
+	}
+	if !expired {
+		return nil, nil
+	}
+	switch m.Name {
+	case "Login", "LoginByToken", "LoginExtensionByCertificate", "CloneSession",
+		"RetrieveServiceContent", "RetrieveInternalContent":
+		// Serve these as if no cookie had been sent, so that logging in again works.
+		ctx.Session = nil
+		return nil, nil
+	}
+	return nil, &types.NotAuthenticated{NoPermission: types.NoPermission{Object: &m.This, PrivilegeId: "System.View"}}
+}
+
+// sessionExpired is called with c.mu held.
+func (c *control) sessionExpired(sess *simulator.Session) bool {
+	g, ok := c.sessionGen[sess.Key]
+	if !ok {
+		g = c.gen
+		if sess.LoginTime.Before(c.expiredAt) {
+			g = c.gen - 1
+		}
+		c.sessionGen[sess.Key] = g
+	}
+	return g < c.gen
+}
+
+// startTask starts a task of method on the VM: it fails at once when a failure is
+// injected, completes at once by default, and stays running when held or delayed. The
+// caller holds the VM's lock, as vcsim holds it while serving a method.
+func (s *Sim) startTask(ctx *simulator.Context, vm types.ManagedObjectReference, method, name string,
+	op func(*simulator.Context) types.BaseMethodFault) types.ManagedObjectReference {
+	s.ctl.mu.Lock()
+	var injected types.BaseMethodFault
+	if f := s.ctl.failures[method]; f != nil {
+		injected = f.fault
+		if f.n--; f.n <= 0 {
+			delete(s.ctl.failures, method)
+		}
+	}
+	delay, hold := s.ctl.taskDelays[method], s.ctl.hold
+	s.ctl.mu.Unlock()
+
+	task := s.newTask(ctx, vm, name)
+	switch {
+	case injected != nil:
+		s.log.Info("Injected task failure", "method", method, "task", task.Self.Value)
+		s.finishTask(ctx, task, injected)
+	case hold || delay > 0:
+		s.schedule(&deferredOp{method: method, vm: vm, task: task, op: op}, delay, hold)
+	default:
+		s.finishTask(ctx, task, op(ctx))
+	}
+	return task.Self
+}
+
+// runGuestOp runs a guest operation's power change now, or later when delayed or held.
+func (s *Sim) runGuestOp(ctx *simulator.Context, vm types.ManagedObjectReference, method string,
+	op func(*simulator.Context) types.BaseMethodFault) {
+	s.ctl.mu.Lock()
+	delay, hold := s.ctl.taskDelays[method], s.ctl.hold
+	s.ctl.mu.Unlock()
+	if hold || delay > 0 {
+		s.schedule(&deferredOp{method: method, vm: vm, op: op}, delay, hold)
+		return
+	}
+	if fault := op(ctx); fault != nil {
+		s.log.Info("Guest operation failed", "method", method, "vm", vm.Value, "reason", faultMessage(fault))
+	}
+}
+
+func (s *Sim) schedule(d *deferredOp, delay time.Duration, hold bool) {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	if hold {
+		s.ctl.held = append(s.ctl.held, d)
+		return
+	}
+	if s.ctl.stopped {
+		return
+	}
+	s.ctl.wg.Add(1)
+	var t *time.Timer
+	t = time.AfterFunc(delay, func() {
+		defer s.ctl.wg.Done()
+		s.ctl.mu.Lock()
+		delete(s.ctl.timers, t)
+		s.ctl.mu.Unlock()
+		s.complete(d)
+	})
+	s.ctl.timers[t] = struct{}{}
+}
+
+// complete runs a deferred state change under the VM's lock and finishes its task.
+func (s *Sim) complete(d *deferredOp) {
+	ctx := s.newContext()
+	var fault types.BaseMethodFault
+	ctx.WithLock(d.vm, func() { fault = d.op(ctx) })
+	if d.task != nil {
+		s.finishTask(ctx, d.task, fault)
+	} else if fault != nil {
+		s.log.Info("Guest operation failed", "method", d.method, "vm", d.vm.Value, "reason", faultMessage(fault))
+	}
+}
+
+// newTask registers a running task for entity. Unlike vcsim's Task.Run it starts no
+// goroutine: the caller decides when it finishes.
+func (s *Sim) newTask(ctx *simulator.Context, entity types.ManagedObjectReference, name string) *simulator.Task {
+	t := simulator.CreateTask(entity, name, nil)
+	t.Info.State = types.TaskInfoStateRunning
+	now := time.Now()
+	t.Info.StartTime = &now
+	ctx.Map.Put(t)
+	ctx.Map.AtomicUpdate(ctx, t, []types.PropertyChange{
+		{Name: "info.key", Val: t.Self.Value},
+		{Name: "info.task", Val: t.Self},
+	})
+	return t
+}
+
+func (s *Sim) finishTask(ctx *simulator.Context, t *simulator.Task, fault types.BaseMethodFault) {
+	changes := []types.PropertyChange{{Name: "info.completeTime", Val: time.Now()}}
+	if fault != nil {
+		changes = append(changes,
+			types.PropertyChange{Name: "info.state", Val: types.TaskInfoStateError},
+			types.PropertyChange{Name: "info.error", Val: &types.LocalizedMethodFault{
+				Fault:            fault,
+				LocalizedMessage: faultMessage(fault),
+			}})
+	} else {
+		changes = append(changes, types.PropertyChange{Name: "info.state", Val: types.TaskInfoStateSuccess})
+	}
+	ctx.Map.AtomicUpdate(ctx, t, changes)
+}

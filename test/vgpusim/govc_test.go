@@ -1,0 +1,88 @@
+package vgpusim_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// buildGovc builds govc from the govmomi version in go.mod (see internal/govc). Go's build
+// cache makes every build after the first quick.
+func buildGovc(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds govc")
+	}
+	bin := filepath.Join(t.TempDir(), "govc")
+	out, err := exec.Command("go", "build", "-o", bin, "./internal/govc").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build govc: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestGovc checks the simulator against the real govc commands: what vCenter reports about
+// vGPU hosts and VMs, and the placement rules on power-on.
+func TestGovc(t *testing.T) {
+	govc := buildGovc(t)
+	sim := startSim(t, "daynight.yaml")
+
+	env := []string{"GOVMOMI_HOME=" + t.TempDir(), "HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
+	env = append(env, sim.GovcEnv()...)
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(govc, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	ok := func(args ...string) string {
+		t.Helper()
+		out, err := run(args...)
+		if err != nil {
+			t.Fatalf("govc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	contains := func(out string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Fatalf("output lacks %q:\n%s", w, out)
+			}
+		}
+	}
+
+	contains(ok("about"), "VMware vCenter Server", "API type:", "VirtualCenter")
+	contains(ok("ls", "/dc1/vm"), "/dc1/vm/gpu-day-1", "/dc1/vm/gpu-night-1")
+	contains(ok("ls", "/dc1/host"), "/dc1/host/esx-01")
+
+	contains(ok("gpu.host.info", "-host", "esx-01"),
+		"PCI ID: 0000:3b:00.0", "Device Name: Tesla P100", "Vendor ID: 0x10de", "Bus: 0x3b")
+	contains(ok("gpu.host.profile.ls", "-host", "esx-01"),
+		"grid_p100-1q", "grid_p100-4q", "grid_p100-16q")
+	contains(ok("gpu.vm.info", "-vm", "gpu-day-1"), "GPU 0:", "Summary: NVIDIA GRID vGPU grid_p100-4q")
+	contains(ok("device.info", "-vm", "gpu-night-1"), "VirtualPCIPassthrough", "NVIDIA GRID vGPU grid_p100-16q")
+
+	// The 16Q VM cannot join the four 4Q VMs on the GPU.
+	out, err := run("vm.power", "-on", "gpu-night-1")
+	if err == nil {
+		t.Fatalf("powered on the 16Q VM next to 4Q VMs:\n%s", out)
+	}
+	contains(out, "insufficient", "same-size rule")
+
+	// Park the day VMs; then the GPU is free for the 16Q VM.
+	ok("vm.power", "-suspend", "gpu-day-1", "gpu-day-2", "gpu-day-3", "gpu-day-4")
+	contains(ok("vm.info", "gpu-day-1"), "suspended")
+	ok("vm.power", "-on", "gpu-night-1")
+	contains(ok("vm.info", "gpu-night-1"), "poweredOn")
+	if got := sim.GPUs("esx-01")["0000:3b:00.0"]; len(got) != 1 || got[0] != "gpu-night-1" {
+		t.Fatalf("GPU runs %v", got)
+	}
+
+	// govc refuses to add a vGPU to a running VM itself; powered off, the add works.
+	ok("vm.power", "-off", "gpu-night-1")
+	ok("gpu.vm.add", "-vm", "gpu-night-1", "-profile", "grid_p100-8q")
+	contains(ok("gpu.vm.info", "-vm", "gpu-night-1"), "GPU 1:", "grid_p100-8q")
+}

@@ -1,0 +1,247 @@
+package vgpusim
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/google/uuid"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// DefaultDatacenter names the datacenter when the inventory does not.
+const DefaultDatacenter = "dc1"
+
+// Inventory is what the simulator serves: one datacenter with standalone ESXi hosts,
+// their NVIDIA GPUs and the VMs registered on them. It is read from YAML (see
+// docs/vgpusim.md for every field).
+type Inventory struct {
+	// Datacenter is the datacenter's name; DefaultDatacenter when empty.
+	Datacenter string `json:"datacenter,omitempty"`
+	// Hosts are the ESXi hosts, each a standalone host in the datacenter's host folder.
+	Hosts []Host `json:"hosts"`
+	// VMs are the virtual machines, created in the inventory's order.
+	VMs []VM `json:"vms,omitempty"`
+}
+
+// Host is one ESXi host with GPUs.
+type Host struct {
+	// Name is the host's name, such as esx-01.
+	Name string `json:"name"`
+	// Policy is the vGPU placement policy: performance (default) or consolidation.
+	Policy string `json:"policy,omitempty"`
+	// GPUs are the host's physical NVIDIA GPUs.
+	GPUs []GPU `json:"gpus,omitempty"`
+	// Profiles are the vGPU profiles the host offers.
+	Profiles []Profile `json:"profiles,omitempty"`
+}
+
+// GPU is one physical GPU. Give its memory in MiB or GiB, not both.
+type GPU struct {
+	// Model is the device name, such as "Tesla P100".
+	Model string `json:"model"`
+	// MemoryMiB is the GPU's frame buffer in MiB.
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	// MemoryGiB is the GPU's frame buffer in GiB.
+	MemoryGiB int64 `json:"memoryGiB,omitempty"`
+	// PCIID is the GPU's PCI address, such as 0000:3b:00.0.
+	PCIID string `json:"pciId"`
+}
+
+// Profile is a vGPU profile a host offers.
+type Profile struct {
+	// Name is the profile, such as grid_p100-4q.
+	Name string `json:"name"`
+	// FrameBufferGiB is one vGPU's frame buffer; parsed from the name when zero.
+	FrameBufferGiB int64 `json:"frameBufferGiB,omitempty"`
+	// SuspendSupported tells whether VMs with this profile may be suspended.
+	SuspendSupported bool `json:"suspendSupported,omitempty"`
+}
+
+// VM is one virtual machine.
+type VM struct {
+	// Name of the VM, unique in the inventory.
+	Name string `json:"name"`
+	// Host is the name of the host the VM is registered on.
+	Host string `json:"host"`
+	// Profile is the vGPU profile of the VM's vGPU device; empty for no vGPU.
+	Profile string `json:"profile,omitempty"`
+	// PowerState is poweredOn, poweredOff (default) or suspended.
+	PowerState string `json:"powerState,omitempty"`
+	// BIOSUUID is config.uuid; derived from the name when empty, so it is stable.
+	BIOSUUID string `json:"biosUUID,omitempty"`
+	// Folder is a path below the datacenter's vm folder, such as gpu/workers.
+	Folder string `json:"folder,omitempty"`
+	// MemoryMiB is the VM's memory; 4096 when zero.
+	MemoryMiB int32 `json:"memoryMiB,omitempty"`
+	// CPUs is the VM's number of vCPUs; 2 when zero.
+	CPUs int32 `json:"cpus,omitempty"`
+}
+
+// LoadFile reads an inventory from a YAML file.
+func LoadFile(path string) (*Inventory, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read inventory: %w", err)
+	}
+	inv, err := Load(data)
+	if err != nil {
+		return nil, fmt.Errorf("inventory %s: %w", path, err)
+	}
+	return inv, nil
+}
+
+// Load parses an inventory from YAML, rejects unknown fields, fills defaults and
+// validates it, so that a typo fails here rather than as a puzzling simulator state.
+func Load(data []byte) (*Inventory, error) {
+	var inv Inventory
+	if err := yaml.UnmarshalStrict(data, &inv); err != nil {
+		return nil, fmt.Errorf("parse inventory: %w", err)
+	}
+	if err := inv.normalize(); err != nil {
+		return nil, err
+	}
+	return &inv, nil
+}
+
+// uuidNamespace makes derived BIOS UUIDs stable across runs.
+var uuidNamespace = uuid.MustParse("5b0e6c0a-3f59-4d6e-9a51-6d3c1f0a9e11")
+
+// normalize fills defaults and validates; it is idempotent.
+func (inv *Inventory) normalize() error {
+	if inv.Datacenter == "" {
+		inv.Datacenter = DefaultDatacenter
+	}
+	if len(inv.Hosts) == 0 {
+		return errors.New("inventory has no hosts")
+	}
+	var errs []error
+	hosts := map[string]*Host{}
+	for i := range inv.Hosts {
+		h := &inv.Hosts[i]
+		if h.Name == "" {
+			errs = append(errs, fmt.Errorf("hosts[%d]: name is required", i))
+			continue
+		}
+		if hosts[h.Name] != nil {
+			errs = append(errs, fmt.Errorf("host %s: listed twice", h.Name))
+		}
+		hosts[h.Name] = h
+		switch h.Policy {
+		case "":
+			h.Policy = inventory.PolicyPerformance
+		case inventory.PolicyPerformance, inventory.PolicyConsolidation:
+		default:
+			errs = append(errs, fmt.Errorf("host %s: policy %q is neither %s nor %s",
+				h.Name, h.Policy, inventory.PolicyPerformance, inventory.PolicyConsolidation))
+		}
+		pci := map[string]bool{}
+		for j := range h.GPUs {
+			g := &h.GPUs[j]
+			switch {
+			case g.PCIID == "":
+				errs = append(errs, fmt.Errorf("host %s: gpus[%d]: pciId is required", h.Name, j))
+			case pci[g.PCIID]:
+				errs = append(errs, fmt.Errorf("host %s: GPU %s listed twice", h.Name, g.PCIID))
+			}
+			pci[g.PCIID] = true
+			switch {
+			case g.MemoryMiB > 0 && g.MemoryGiB > 0 && g.MemoryMiB != g.MemoryGiB*1024:
+				errs = append(errs, fmt.Errorf("host %s: GPU %s: memoryMiB and memoryGiB disagree", h.Name, g.PCIID))
+			case g.MemoryMiB <= 0 && g.MemoryGiB <= 0:
+				errs = append(errs, fmt.Errorf("host %s: GPU %s: memoryMiB or memoryGiB is required", h.Name, g.PCIID))
+			case g.MemoryMiB <= 0:
+				g.MemoryMiB = g.MemoryGiB * 1024
+			}
+			if g.Model == "" {
+				g.Model = "NVIDIA GPU"
+			}
+		}
+		profiles := map[string]bool{}
+		for j := range h.Profiles {
+			p := &h.Profiles[j]
+			if p.Name == "" {
+				errs = append(errs, fmt.Errorf("host %s: profiles[%d]: name is required", h.Name, j))
+				continue
+			}
+			if profiles[p.Name] {
+				errs = append(errs, fmt.Errorf("host %s: profile %s listed twice", h.Name, p.Name))
+			}
+			profiles[p.Name] = true
+			if p.FrameBufferGiB <= 0 {
+				mib, err := inventory.ProfileFrameBufferMiB(p.Name)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("host %s: profile %s: give frameBufferGiB: %w", h.Name, p.Name, err))
+					continue
+				}
+				p.FrameBufferGiB = mib / 1024
+			}
+		}
+	}
+	vms := map[string]bool{}
+	for i := range inv.VMs {
+		vm := &inv.VMs[i]
+		if vm.Name == "" {
+			errs = append(errs, fmt.Errorf("vms[%d]: name is required", i))
+			continue
+		}
+		if vms[vm.Name] {
+			errs = append(errs, fmt.Errorf("VM %s: listed twice", vm.Name))
+		}
+		vms[vm.Name] = true
+		h := hosts[vm.Host]
+		if h == nil {
+			errs = append(errs, fmt.Errorf("VM %s: host %q is not in the inventory", vm.Name, vm.Host))
+		} else if vm.Profile != "" && !h.offers(vm.Profile) {
+			errs = append(errs, fmt.Errorf("VM %s: host %s does not offer profile %s", vm.Name, vm.Host, vm.Profile))
+		}
+		switch inventory.PowerState(vm.PowerState) {
+		case "":
+			vm.PowerState = string(inventory.PoweredOff)
+		case inventory.PoweredOn, inventory.PoweredOff, inventory.Suspended:
+		default:
+			errs = append(errs, fmt.Errorf("VM %s: powerState %q is not poweredOn, poweredOff or suspended", vm.Name, vm.PowerState))
+		}
+		if vm.BIOSUUID == "" {
+			vm.BIOSUUID = uuid.NewSHA1(uuidNamespace, []byte(vm.Name)).String()
+		} else if _, err := uuid.Parse(vm.BIOSUUID); err != nil {
+			errs = append(errs, fmt.Errorf("VM %s: biosUUID: %w", vm.Name, err))
+		}
+		vm.Folder = strings.Trim(vm.Folder, "/")
+		if vm.MemoryMiB <= 0 {
+			vm.MemoryMiB = 4096
+		}
+		if vm.CPUs <= 0 {
+			vm.CPUs = 2
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (h *Host) offers(profile string) bool {
+	for _, p := range h.Profiles {
+		if p.Name == profile {
+			return true
+		}
+	}
+	return false
+}
+
+// model converts the host to the shared placement model.
+func (h *Host) model() *inventory.Host {
+	m := &inventory.Host{Name: h.Name, Policy: h.Policy}
+	for _, g := range h.GPUs {
+		m.GPUs = append(m.GPUs, inventory.GPU{PCIID: g.PCIID, Device: g.Model, MemoryMiB: g.MemoryMiB})
+	}
+	for _, p := range h.Profiles {
+		m.Profiles = append(m.Profiles, inventory.Profile{
+			Name:             p.Name,
+			FrameBufferMiB:   p.FrameBufferGiB * 1024,
+			SuspendSupported: p.SuspendSupported,
+		})
+	}
+	return m
+}

@@ -1,0 +1,605 @@
+// Package vgpusim is vcsim (govmomi's vCenter simulator) with a vGPU model on top: hosts
+// with NVIDIA GPUs and vGPU profiles, VMs with vGPU devices, and the placement rules that
+// vCenter enforces when a vGPU VM powers on. It serves the real vSphere SOAP API on
+// loopback so that gpupool's vsphere package and govc can be tested against it, and it
+// injects the faults gpupool must survive: failing tasks, slow methods, expired sessions
+// and refused connections.
+//
+// Power operations complete synchronously by default: when PowerOnVM_Task returns, the
+// task is already in its final state, so tests need neither sleeps nor polling. Use
+// HoldTasks or SetTaskDelay to observe running tasks.
+package vgpusim
+
+import (
+	"context"
+	"crypto/sha1" //nolint:gosec // vSphere thumbprints are SHA-1 or SHA-256.
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/types"
+
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// Options tune a simulator. The zero value is usable.
+type Options struct {
+	// Username and Password are the only credentials the simulator accepts;
+	// "gpupool" and a fixed test password when empty.
+	Username string
+	Password string
+	// Listen is the loopback address to serve on, such as 127.0.0.1:8989;
+	// a random port on 127.0.0.1 when empty.
+	Listen string
+	// Delays slow down SOAP methods by name (PowerOnVM_Task, RetrieveProperties, ...).
+	Delays map[string]time.Duration
+	// TaskDelays keep tasks of a method running for a while before they complete.
+	TaskDelays map[string]time.Duration
+	// FailTasks makes the first N tasks of a method fail (see Sim.FailTasks).
+	FailTasks map[string]int
+	// Logger receives the simulator's structured logs; discarded when nil.
+	Logger *slog.Logger
+}
+
+// Default credentials, for tests and local runs only.
+const (
+	DefaultUsername = "gpupool"
+	DefaultPassword = "vgpusim-pass"
+)
+
+// Sim is a running simulator. Its methods are safe for concurrent use.
+type Sim struct {
+	// URL is the SDK endpoint, such as https://127.0.0.1:40123/sdk, without credentials.
+	URL *url.URL
+	// Username and Password are the accepted credentials.
+	Username string
+	Password string
+
+	inv    *Inventory
+	log    *slog.Logger
+	model  *simulator.Model
+	server *simulator.Server
+	gate   *gate
+	dsDir  string
+
+	// mu guards the vGPU model: which vGPU runs on which physical GPU.
+	mu     sync.Mutex
+	hosts  map[types.ManagedObjectReference]*hostState
+	vmRefs map[string]types.ManagedObjectReference
+
+	ctl control
+}
+
+// hostState is the simulator's truth about one host's GPUs; config.graphicsInfo mirrors it.
+type hostState struct {
+	obj   *simulator.HostSystem
+	model *inventory.Host
+	// running lists, per GPU (indexed like model.GPUs), the VMs whose vGPU runs there.
+	running [][]types.ManagedObjectReference
+	// profile is the profile of each running vGPU.
+	profile map[types.ManagedObjectReference]string
+}
+
+// Start builds the inventory in a fresh simulator and serves it on loopback.
+func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
+	if inv == nil {
+		return nil, errors.New("vgpusim: no inventory")
+	}
+	if err := inv.normalize(); err != nil {
+		return nil, fmt.Errorf("vgpusim: %w", err)
+	}
+	if opts.Username == "" {
+		opts.Username = DefaultUsername
+	}
+	if opts.Password == "" {
+		opts.Password = DefaultPassword
+	}
+	if opts.Listen == "" {
+		opts.Listen = "127.0.0.1:0"
+	}
+	if err := checkLoopback(opts.Listen); err != nil {
+		return nil, err
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+
+	s := &Sim{
+		Username: opts.Username,
+		Password: opts.Password,
+		inv:      inv,
+		log:      logger,
+		hosts:    map[types.ManagedObjectReference]*hostState{},
+		vmRefs:   map[string]types.ManagedObjectReference{},
+		ctl:      newControl(),
+	}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+
+	// An empty vCenter: the inventory is built below through the API, as an admin would.
+	m := simulator.VPX()
+	m.Datacenter, m.Host, m.Cluster, m.ClusterHost = 0, 0, 0, 0
+	m.Machine, m.Datastore, m.Portgroup, m.Autostart = 0, 0, 0, false
+	// Report a vCenter recent enough for the vGPU API used here (vgpuProfileInfo: 7.0.3).
+	about := &m.ServiceContent.About
+	about.Version, about.Build, about.ApiVersion = "8.0.3", "24022515", "8.0.3.0"
+	about.FullName = "VMware vCenter Server 8.0.3 build-24022515 (vgpusim)"
+	if err := m.Create(); err != nil {
+		return nil, fmt.Errorf("vgpusim: create model: %w", err)
+	}
+	s.model = m
+
+	if err := s.build(); err != nil {
+		return nil, fmt.Errorf("vgpusim: build inventory: %w", err)
+	}
+
+	for method, d := range opts.Delays {
+		s.SetDelay(method, d)
+	}
+	for method, d := range opts.TaskDelays {
+		s.SetTaskDelay(method, d)
+	}
+	for method, n := range opts.FailTasks {
+		s.FailTasks(method, n, nil)
+	}
+
+	m.Map().Handler = s.handle
+	m.Service.TLS = new(tls.Config)
+	m.Service.Listen = &url.URL{Host: "127.0.0.1:0", User: url.UserPassword(s.Username, s.Password)}
+	s.server = m.Service.NewServer()
+
+	s.gate, err = openGate(opts.Listen, s.server.Listener.Addr().String(), logger)
+	if err != nil {
+		return nil, fmt.Errorf("vgpusim: %w", err)
+	}
+	s.URL = &url.URL{Scheme: "https", Host: s.gate.addr, Path: vim25.Path}
+	logger.Info("Serving simulated vCenter", "url", s.URL.String(), "datacenter", inv.Datacenter,
+		"hosts", len(inv.Hosts), "vms", len(inv.VMs))
+	return s, nil
+}
+
+// checkLoopback refuses to serve anywhere but loopback: the simulator is a test double.
+func checkLoopback(addr string) error {
+	host := addr
+	if i := strings.LastIndex(addr, ":"); i >= 0 {
+		host = addr[:i]
+	}
+	host = strings.Trim(host, "[]")
+	switch {
+	case host == "localhost", strings.HasPrefix(host, "127."), host == "::1":
+		return nil
+	}
+	return fmt.Errorf("vgpusim: listen address %q is not on loopback", addr)
+}
+
+// Close stops serving and removes the simulator's temporary files. It is idempotent.
+func (s *Sim) Close() {
+	s.ctl.stop()
+	if s.gate != nil {
+		s.gate.close()
+	}
+	if s.server != nil {
+		s.server.Close()
+		s.server = nil
+	}
+	if s.model != nil {
+		s.model.Remove()
+		s.model = nil
+	}
+	if s.dsDir != "" {
+		_ = os.RemoveAll(s.dsDir)
+		s.dsDir = ""
+	}
+}
+
+// Datacenter is the simulated datacenter's name.
+func (s *Sim) Datacenter() string { return s.inv.Datacenter }
+
+// Service exposes the underlying vcsim service, for its own fault injection rules
+// (Service().AddFaultRule), which fail SOAP calls rather than tasks.
+func (s *Sim) Service() *simulator.Service { return s.model.Service }
+
+// Certificate is the certificate the simulator serves.
+func (s *Sim) Certificate() *x509.Certificate { return s.server.Certificate() }
+
+// CertificatePEM is the served certificate in PEM, usable as a CA bundle.
+func (s *Sim) CertificatePEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})
+}
+
+// ThumbprintSHA1 is the served certificate's SHA-1 thumbprint in vSphere's colon hex.
+func (s *Sim) ThumbprintSHA1() string {
+	sum := sha1.Sum(s.Certificate().Raw) //nolint:gosec // thumbprint, not a signature.
+	return colonHex(sum[:])
+}
+
+// ThumbprintSHA256 is the served certificate's SHA-256 thumbprint in colon hex.
+func (s *Sim) ThumbprintSHA256() string {
+	sum := sha256.Sum256(s.Certificate().Raw)
+	return colonHex(sum[:])
+}
+
+func colonHex(b []byte) string {
+	parts := make([]string, len(b))
+	for i, x := range b {
+		parts[i] = fmt.Sprintf("%02X", x)
+	}
+	return strings.Join(parts, ":")
+}
+
+// GovcEnv is the environment that points govc at the simulator, one KEY=value per entry.
+func (s *Sim) GovcEnv() []string {
+	return []string{
+		"GOVC_URL=" + s.URL.String(),
+		"GOVC_USERNAME=" + s.Username,
+		"GOVC_PASSWORD=" + s.Password,
+		"GOVC_INSECURE=1",
+		"GOVC_DATACENTER=" + s.inv.Datacenter,
+	}
+}
+
+// VMRef is the managed object id (such as vm-42) of the named VM.
+func (s *Sim) VMRef(name string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ref, ok := s.vmRefs[name]
+	return ref.Value, ok
+}
+
+// VMState is what the simulator knows about one VM.
+type VMState struct {
+	Ref        string
+	Host       string
+	PowerState string
+	Profile    string
+	// GPU is the PCI id of the GPU the VM's vGPU runs on; empty unless it runs.
+	GPU string
+}
+
+// VM reports the named VM's state, read under the VM's lock like a SOAP call would.
+func (s *Sim) VM(name string) (VMState, bool) {
+	s.mu.Lock()
+	ref, ok := s.vmRefs[name]
+	s.mu.Unlock()
+	if !ok {
+		return VMState{}, false
+	}
+	ctx := s.newContext()
+	var st VMState
+	ctx.WithLock(ref, func() {
+		vm := s.vm(ref)
+		st = VMState{
+			Ref:        ref.Value,
+			PowerState: string(vm.Runtime.PowerState),
+			Profile:    vgpuProfile(vm.Config.Hardware.Device),
+		}
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range s.hosts {
+		for i, refs := range h.running {
+			for _, r := range refs {
+				if r == ref {
+					st.GPU = h.model.GPUs[i].PCIID
+				}
+			}
+		}
+	}
+	for _, v := range s.inv.VMs {
+		if v.Name == name {
+			st.Host = v.Host
+		}
+	}
+	return st, true
+}
+
+// GPUs reports, per physical GPU of the named host, the names of the VMs running there.
+func (s *Sim) GPUs(host string) map[string][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := map[types.ManagedObjectReference]string{}
+	for name, ref := range s.vmRefs {
+		names[ref] = name
+	}
+	out := map[string][]string{}
+	for _, h := range s.hosts {
+		if h.model.Name != host {
+			continue
+		}
+		for i, g := range h.model.GPUs {
+			vms := []string{}
+			for _, ref := range h.running[i] {
+				vms = append(vms, names[ref])
+			}
+			out[g.PCIID] = vms
+		}
+	}
+	return out
+}
+
+// newContext is a locking context for work outside a SOAP call. Each call gets its own:
+// vcsim's object locks are shared by everything that holds the same context.
+func (s *Sim) newContext() *simulator.Context {
+	ctx := *s.model.Service.Context
+	ctx.Context = context.Background()
+	return &ctx
+}
+
+func (s *Sim) vm(ref types.ManagedObjectReference) *simulator.VirtualMachine {
+	switch obj := s.model.Map().Get(ref).(type) {
+	case *vgpuVM:
+		return obj.VirtualMachine
+	case *simulator.VirtualMachine:
+		return obj
+	}
+	return nil
+}
+
+// build creates the datacenter, hosts, datastore and VMs through the vSphere API of the
+// in-process service, then layers the vGPU model over the resulting objects.
+func (s *Sim) build() error {
+	ctx := context.Background()
+	c, err := vim25.NewClient(ctx, s.model.Service)
+	if err != nil {
+		return err
+	}
+	dc, err := object.NewRootFolder(c).CreateDatacenter(ctx, s.inv.Datacenter)
+	if err != nil {
+		return fmt.Errorf("create datacenter: %w", err)
+	}
+	folders, err := dc.Folders(ctx)
+	if err != nil {
+		return err
+	}
+	if s.dsDir, err = os.MkdirTemp("", "vgpusim-"); err != nil {
+		return err
+	}
+
+	hostObjs := map[string]*object.HostSystem{}
+	for i := range s.inv.Hosts {
+		h := &s.inv.Hosts[i]
+		task, err := folders.HostFolder.AddStandaloneHost(ctx, types.HostConnectSpec{HostName: h.Name}, true, nil, nil)
+		if err != nil {
+			return fmt.Errorf("add host %s: %w", h.Name, err)
+		}
+		info, err := task.WaitForResult(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("add host %s: %w", h.Name, err)
+		}
+		host := object.NewHostSystem(c, info.Result.(types.ManagedObjectReference))
+		hostObjs[h.Name] = host
+		dss, err := host.ConfigManager().DatastoreSystem(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := dss.CreateLocalDatastore(ctx, "datastore1", s.dsDir); err != nil {
+			return fmt.Errorf("host %s: create datastore: %w", h.Name, err)
+		}
+		s.addGPUs(host.Reference(), h)
+	}
+
+	vmFolders := map[string]*object.Folder{"": folders.VmFolder}
+	var folderFor func(p string) (*object.Folder, error)
+	folderFor = func(p string) (*object.Folder, error) {
+		if f, ok := vmFolders[p]; ok {
+			return f, nil
+		}
+		parent, err := folderFor(strings.Trim(path.Dir("/"+p), "/"))
+		if err != nil {
+			return nil, err
+		}
+		f, err := parent.CreateFolder(ctx, path.Base(p))
+		if err != nil {
+			return nil, fmt.Errorf("create folder %s: %w", p, err)
+		}
+		vmFolders[p] = f
+		return f, nil
+	}
+
+	for _, v := range s.inv.VMs {
+		folder, err := folderFor(v.Folder)
+		if err != nil {
+			return err
+		}
+		host := hostObjs[v.Host]
+		pool, err := host.ResourcePool(ctx)
+		if err != nil {
+			return err
+		}
+		spec := types.VirtualMachineConfigSpec{
+			Name:     v.Name,
+			GuestId:  string(types.VirtualMachineGuestOsIdentifierOtherGuest64),
+			Files:    &types.VirtualMachineFileInfo{VmPathName: "[datastore1]"},
+			Uuid:     v.BIOSUUID,
+			MemoryMB: int64(v.MemoryMiB),
+			NumCPUs:  v.CPUs,
+		}
+		if v.Profile != "" {
+			spec.MemoryReservationLockedToMax = types.NewBool(true)
+			spec.DeviceChange = []types.BaseVirtualDeviceConfigSpec{&types.VirtualDeviceConfigSpec{
+				Operation: types.VirtualDeviceConfigSpecOperationAdd,
+				Device:    NewVGPUDevice(v.Profile, 0),
+			}}
+		}
+		task, err := folder.CreateVM(ctx, spec, pool, host)
+		if err != nil {
+			return fmt.Errorf("create VM %s: %w", v.Name, err)
+		}
+		info, err := task.WaitForResult(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("create VM %s: %w", v.Name, err)
+		}
+		ref := info.Result.(types.ManagedObjectReference)
+		s.vmRefs[v.Name] = ref
+		// Replace vcsim's VM by one whose power and reconfigure methods know about vGPUs.
+		s.model.Map().Put(&vgpuVM{VirtualMachine: s.vm(ref), sim: s})
+	}
+
+	// Bring VMs to their power state in inventory order, placing vGPUs as vCenter would.
+	for _, v := range s.inv.VMs {
+		ref := s.vmRefs[v.Name]
+		sctx := s.newContext()
+		var fault types.BaseMethodFault
+		sctx.WithLock(ref, func() {
+			vm := s.vm(ref)
+			switch inventory.PowerState(v.PowerState) {
+			case inventory.PoweredOn:
+				fault = s.powerOn(sctx, vm)
+			case inventory.Suspended:
+				// A suspended VM holds no vGPU, so it needs no slot.
+				setPowerState(sctx, vm, types.VirtualMachinePowerStateSuspended)
+			}
+		})
+		if fault != nil {
+			return fmt.Errorf("power on VM %s: %s", v.Name, faultMessage(fault))
+		}
+	}
+	return nil
+}
+
+// addGPUs publishes a host's GPUs and vGPU offer in the properties vCenter reports them in,
+// and wraps the host's environment browser so that QueryConfigTarget lists the profiles.
+func (s *Sim) addGPUs(ref types.ManagedObjectReference, h *Host) {
+	obj := s.model.Map().Get(ref).(*simulator.HostSystem)
+	hs := &hostState{
+		obj:     obj,
+		model:   h.model(),
+		running: make([][]types.ManagedObjectReference, len(h.GPUs)),
+		profile: map[types.ManagedObjectReference]string{},
+	}
+	s.hosts[ref] = hs
+
+	cfg := obj.Config
+	cfg.SharedPassthruGpuTypes = nil
+	cfg.SharedGpuCapabilities = nil
+	for _, p := range h.Profiles {
+		cfg.SharedPassthruGpuTypes = append(cfg.SharedPassthruGpuTypes, p.Name)
+		cfg.SharedGpuCapabilities = append(cfg.SharedGpuCapabilities, types.HostSharedGpuCapabilities{
+			Vgpu:                    p.Name,
+			DiskSnapshotSupported:   true,
+			MemorySnapshotSupported: p.SuspendSupported,
+			SuspendSupported:        p.SuspendSupported,
+			MigrateSupported:        false,
+		})
+	}
+	graphics := &types.HostGraphicsConfig{
+		HostDefaultGraphicsType:        string(types.HostGraphicsConfigGraphicsTypeSharedDirect),
+		SharedPassthruAssignmentPolicy: h.Policy,
+	}
+	for _, g := range h.GPUs {
+		graphics.DeviceType = append(graphics.DeviceType, types.HostGraphicsConfigDeviceType{
+			DeviceId:     g.PCIID,
+			GraphicsType: string(types.HostGraphicsConfigGraphicsTypeSharedDirect),
+		})
+	}
+	cfg.GraphicsConfig = graphics
+	cfg.GraphicsInfo = hs.graphicsInfo()
+
+	// Hardware is shared with vcsim's host template: replace the slice, never append in place.
+	pci := append([]types.HostPciDevice(nil), obj.Hardware.PciDevice...)
+	for _, g := range h.GPUs {
+		pci = append(pci, pciDevice(g))
+	}
+	hw := *obj.Hardware
+	hw.PciDevice = pci
+	obj.Hardware = &hw
+
+	if cr, ok := s.model.Map().Get(*obj.Parent).(*mo.ComputeResource); ok && cr.EnvironmentBrowser != nil {
+		if eb, ok := s.model.Map().Get(*cr.EnvironmentBrowser).(*simulator.EnvironmentBrowser); ok {
+			s.model.Map().Put(&envBrowser{EnvironmentBrowser: eb, sim: s, hosts: cr.Host})
+		}
+	}
+}
+
+// graphicsInfo renders the host's GPUs as config.graphicsInfo. It returns fresh slices so
+// readers holding an older value never see it change.
+func (h *hostState) graphicsInfo() []types.HostGraphicsInfo {
+	out := make([]types.HostGraphicsInfo, 0, len(h.model.GPUs))
+	for i, g := range h.model.GPUs {
+		out = append(out, types.HostGraphicsInfo{
+			DeviceName:     g.Device,
+			VendorName:     "NVIDIA Corporation",
+			PciId:          g.PCIID,
+			GraphicsType:   string(types.HostGraphicsInfoGraphicsTypeSharedDirect),
+			VgpuMode:       string(types.HostGraphicsInfoVgpuModeSameSize),
+			MemorySizeInKB: g.MemoryMiB * 1024,
+			Vm:             append([]types.ManagedObjectReference(nil), h.running[i]...),
+		})
+	}
+	return out
+}
+
+// occupancy is what runs on each GPU, in the shared placement model's terms.
+func (h *hostState) occupancy() []inventory.Occupancy {
+	occ := make([]inventory.Occupancy, len(h.model.GPUs))
+	for i, refs := range h.running {
+		for _, ref := range refs {
+			p, _ := h.model.Profile(h.profile[ref])
+			occ[i].Profile = p.Name
+			occ[i].UsedMiB += p.FrameBufferMiB
+			occ[i].Count++
+		}
+	}
+	return occ
+}
+
+// pciDevice describes a GPU as hardware.pciDevice does; govc gpu.host.info lists devices
+// with NVIDIA's vendor id and a non-zero subdevice id.
+func pciDevice(g GPU) types.HostPciDevice {
+	var domain, bus, slot, fn int
+	_, _ = fmt.Sscanf(g.PCIID, "%x:%x:%x.%x", &domain, &bus, &slot, &fn)
+	return types.HostPciDevice{
+		Id:              g.PCIID,
+		ClassId:         0x0302, // 3D controller
+		Bus:             byte(bus),
+		Slot:            byte(slot),
+		Function:        byte(fn),
+		VendorId:        0x10de,
+		SubVendorId:     0x10de,
+		VendorName:      "NVIDIA Corporation",
+		DeviceId:        deviceID(g.Model),
+		SubDeviceId:     0x118f,
+		DeviceName:      g.Model,
+		DeviceClassName: "3D controller",
+	}
+}
+
+// deviceID is a plausible PCI device id for common data-center GPUs.
+func deviceID(model string) int16 {
+	m := strings.ToUpper(model)
+	switch {
+	case strings.Contains(m, "P100"):
+		return 0x15f8
+	case strings.Contains(m, "P40"):
+		return 0x1b38
+	case strings.Contains(m, "V100"):
+		return 0x1db4
+	case strings.Contains(m, "T4"):
+		return 0x1eb8
+	case strings.Contains(m, "A100"):
+		return 0x20b0
+	case strings.Contains(m, "A40"):
+		return 0x2235
+	case strings.Contains(m, "L4"):
+		return 0x27b8
+	}
+	return 0x1db4
+}

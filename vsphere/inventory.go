@@ -1,0 +1,331 @@
+package vsphere
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/property"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/types"
+
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// Properties read by Inventory: only what the planner needs, since config.hardware.device
+// of every VM is already the bulk of the answer.
+var (
+	vmProps = []string{
+		"name", "parent", "config.uuid", "runtime.host", "runtime.powerState", "config.hardware.device",
+	}
+	hostProps = []string{
+		"name", "config.graphicsInfo", "config.sharedPassthruGpuTypes",
+		"config.sharedGpuCapabilities", "config.graphicsConfig",
+	}
+	folderProps  = []string{"name", "parent"}
+	computeProps = []string{"host", "environmentBrowser"}
+)
+
+// inventorySpec selects, from the datacenter down, every folder, VM, compute resource and
+// host, so that one RetrievePropertiesEx returns the whole inventory. vCenter applies a
+// traversal spec's type to subtypes (ClusterComputeResource is a ComputeResource); the
+// property specs name both because vcsim matches them by exact type.
+func inventorySpec(dc types.ManagedObjectReference) types.PropertyFilterSpec {
+	sel := func(names ...string) []types.BaseSelectionSpec {
+		out := make([]types.BaseSelectionSpec, len(names))
+		for i, n := range names {
+			out[i] = &types.SelectionSpec{Name: n}
+		}
+		return out
+	}
+	traverse := func(name, kind, path string, next ...string) *types.TraversalSpec {
+		return &types.TraversalSpec{
+			SelectionSpec: types.SelectionSpec{Name: name},
+			Type:          kind,
+			Path:          path,
+			Skip:          types.NewBool(false),
+			SelectSet:     sel(next...),
+		}
+	}
+	return types.PropertyFilterSpec{
+		ObjectSet: []types.ObjectSpec{{
+			Obj:  dc,
+			Skip: types.NewBool(true),
+			SelectSet: []types.BaseSelectionSpec{
+				traverse("dcToVmFolder", "Datacenter", "vmFolder", "visitFolders"),
+				traverse("dcToHostFolder", "Datacenter", "hostFolder", "visitFolders"),
+				traverse("visitFolders", "Folder", "childEntity", "visitFolders", "crToHost", "vappToVm"),
+				traverse("crToHost", "ComputeResource", "host"),
+				traverse("vappToVm", "VirtualApp", "vm"),
+			},
+		}},
+		PropSet: []types.PropertySpec{
+			{Type: "VirtualMachine", PathSet: vmProps},
+			{Type: "HostSystem", PathSet: hostProps},
+			{Type: "Folder", PathSet: folderProps},
+			{Type: "ComputeResource", PathSet: computeProps},
+			{Type: "ClusterComputeResource", PathSet: computeProps},
+		},
+	}
+}
+
+// Inventory reads the datacenter's VMs and hosts in one RetrievePropertiesEx round trip
+// (plus continuations for very large inventories). The frame buffer of each host's
+// profiles comes from the host's config target, queried once per host and session.
+func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
+	pc := property.DefaultCollector(c.s.vc)
+	res, err := pc.RetrieveProperties(ctx, types.RetrieveProperties{
+		This:    pc.Reference(),
+		SpecSet: []types.PropertyFilterSpec{inventorySpec(c.dc.ref)},
+	})
+	if err != nil {
+		return nil, c.errorf(err, "read inventory")
+	}
+
+	var vmContent, hostContent, folderContent, crContent []types.ObjectContent
+	seen := map[types.ManagedObjectReference]bool{}
+	for _, oc := range res.Returnval {
+		if seen[oc.Obj] {
+			continue
+		}
+		seen[oc.Obj] = true
+		switch oc.Obj.Type {
+		case "VirtualMachine":
+			vmContent = append(vmContent, oc)
+		case "HostSystem":
+			hostContent = append(hostContent, oc)
+		case "Folder":
+			folderContent = append(folderContent, oc)
+		case "ComputeResource", "ClusterComputeResource":
+			crContent = append(crContent, oc)
+		}
+	}
+	var (
+		vms     []mo.VirtualMachine
+		hosts   []mo.HostSystem
+		folders []mo.Folder
+		crs     []mo.ComputeResource
+	)
+	for _, load := range []struct {
+		content []types.ObjectContent
+		dst     any
+	}{{vmContent, &vms}, {hostContent, &hosts}, {folderContent, &folders}, {crContent, &crs}} {
+		if len(load.content) == 0 {
+			continue
+		}
+		if err := mo.LoadObjectContent(load.content, load.dst); err != nil {
+			return nil, fmt.Errorf("vsphere: decode inventory: %w", err)
+		}
+	}
+
+	envBrowsers := map[types.ManagedObjectReference]types.ManagedObjectReference{}
+	for _, cr := range crs {
+		if cr.EnvironmentBrowser == nil {
+			continue
+		}
+		for _, h := range cr.Host {
+			envBrowsers[h] = *cr.EnvironmentBrowser
+		}
+	}
+
+	inv := &inventory.Inventory{}
+	hostNames := map[types.ManagedObjectReference]string{}
+	for _, h := range hosts {
+		hostNames[h.Self] = h.Name
+	}
+	vmNames := map[types.ManagedObjectReference]string{}
+	for _, vm := range vms {
+		vmNames[vm.Self] = vm.Name
+	}
+	gpuOf := map[types.ManagedObjectReference]string{}
+	for _, h := range hosts {
+		host := c.host(ctx, h, envBrowsers[h.Self], vmNames)
+		for _, g := range host.GPUs {
+			for _, ref := range gpuRefs(h, g.PCIID) {
+				gpuOf[ref] = g.PCIID
+			}
+		}
+		inv.Hosts = append(inv.Hosts, host)
+	}
+
+	paths := folderPaths(c.dc, folders)
+	for _, vm := range vms {
+		v := inventory.VM{
+			Name:       vm.Name,
+			Ref:        vm.Self.Value,
+			PowerState: inventory.PowerState(vm.Runtime.PowerState),
+			GPU:        gpuOf[vm.Self],
+		}
+		if vm.Parent != nil {
+			if p, ok := paths[*vm.Parent]; ok {
+				v.Path = path.Join(p, vm.Name)
+			}
+		}
+		if vm.Config != nil {
+			v.UUID = vm.Config.Uuid
+			v.Profile = vgpuProfile(vm.Config.Hardware.Device)
+		}
+		if vm.Runtime.Host != nil {
+			v.Host = hostNames[*vm.Runtime.Host]
+		}
+		inv.VMs = append(inv.VMs, v)
+	}
+	sort.Slice(inv.VMs, func(i, j int) bool { return inv.VMs[i].Name < inv.VMs[j].Name })
+	sort.Slice(inv.Hosts, func(i, j int) bool { return inv.Hosts[i].Name < inv.Hosts[j].Name })
+	return inv, nil
+}
+
+// host converts one host: its NVIDIA GPUs with who runs on them, its vGPU profiles with
+// frame buffer and suspend support, and its placement policy.
+func (c *client) host(ctx context.Context, h mo.HostSystem, envBrowser types.ManagedObjectReference,
+	vmNames map[types.ManagedObjectReference]string) inventory.Host {
+	out := inventory.Host{Name: h.Name, Ref: h.Self.Value, Policy: inventory.PolicyPerformance}
+	cfg := h.Config
+	if cfg == nil {
+		return out
+	}
+	if gc := cfg.GraphicsConfig; gc != nil && gc.SharedPassthruAssignmentPolicy == inventory.PolicyConsolidation {
+		out.Policy = inventory.PolicyConsolidation
+	}
+	for _, g := range cfg.GraphicsInfo {
+		if !isVGPUCapable(g) {
+			continue
+		}
+		gpu := inventory.GPU{PCIID: g.PciId, Device: g.DeviceName, MemoryMiB: g.MemorySizeInKB / 1024}
+		for _, ref := range g.Vm {
+			if name, ok := vmNames[ref]; ok {
+				gpu.VMs = append(gpu.VMs, name)
+			}
+		}
+		sort.Strings(gpu.VMs)
+		out.GPUs = append(out.GPUs, gpu)
+	}
+	sort.Slice(out.GPUs, func(i, j int) bool { return out.GPUs[i].PCIID < out.GPUs[j].PCIID })
+
+	suspend := map[string]bool{}
+	for _, capability := range cfg.SharedGpuCapabilities {
+		suspend[capability.Vgpu] = capability.SuspendSupported
+	}
+	var fbs map[string]int64
+	if len(cfg.SharedPassthruGpuTypes) > 0 {
+		fbs = c.s.frameBuffers(ctx, h.Self, envBrowser)
+	}
+	for _, name := range cfg.SharedPassthruGpuTypes {
+		fb, ok := fbs[name]
+		if !ok {
+			var err error
+			if fb, err = inventory.ProfileFrameBufferMiB(name); err != nil {
+				// Fail safe: a profile of unknown size is one the planner must not use.
+				c.log.Info("Ignoring vGPU profile of unknown frame buffer size", "host", h.Name, "profile", name, "err", err.Error())
+				continue
+			}
+		}
+		out.Profiles = append(out.Profiles, inventory.Profile{Name: name, FrameBufferMiB: fb, SuspendSupported: suspend[name]})
+	}
+	return out
+}
+
+// isVGPUCapable keeps NVIDIA devices that can host vGPUs (sharedDirect), not the host's
+// basic graphics adapter.
+func isVGPUCapable(g types.HostGraphicsInfo) bool {
+	return g.GraphicsType == string(types.HostGraphicsInfoGraphicsTypeSharedDirect) ||
+		strings.Contains(strings.ToUpper(g.VendorName), "NVIDIA")
+}
+
+func gpuRefs(h mo.HostSystem, pciID string) []types.ManagedObjectReference {
+	for _, g := range h.Config.GraphicsInfo {
+		if g.PciId == pciID {
+			return g.Vm
+		}
+	}
+	return nil
+}
+
+// frameBuffers reads the host's vGPU profile sizes from its config target, once per host
+// and session: they change only with the host's NVIDIA driver. A failed query is logged
+// and retried next time; the caller falls back to the size in the profile name.
+func (s *vcSession) frameBuffers(ctx context.Context, host, envBrowser types.ManagedObjectReference) map[string]int64 {
+	s.mu.Lock()
+	fbs, ok := s.fbs[host]
+	s.mu.Unlock()
+	if ok || envBrowser.Value == "" {
+		return fbs
+	}
+	target, err := object.NewEnvironmentBrowser(s.vc, envBrowser).QueryConfigTarget(ctx, object.NewHostSystem(s.vc, host))
+	if err != nil {
+		s.log.Info("Could not read vGPU profile sizes; using the sizes in the profile names", "host", host.Value, "err", err.Error())
+		return nil
+	}
+	fbs = map[string]int64{}
+	for _, p := range target.VgpuProfileInfo {
+		if p.FbSizeInGib > 0 {
+			fbs[p.ProfileName] = p.FbSizeInGib * 1024
+		}
+	}
+	s.mu.Lock()
+	s.fbs[host] = fbs
+	s.mu.Unlock()
+	return fbs
+}
+
+// folderPaths computes each folder's inventory path from the folders' names and parents.
+func folderPaths(dc datacenter, folders []mo.Folder) map[types.ManagedObjectReference]string {
+	byRef := map[types.ManagedObjectReference]mo.Folder{}
+	for _, f := range folders {
+		byRef[f.Self] = f
+	}
+	dcPath := dc.path
+	if dcPath == "" {
+		dcPath = "/" + dc.name
+	}
+	paths := map[types.ManagedObjectReference]string{}
+	var resolve func(ref types.ManagedObjectReference, depth int) (string, bool)
+	resolve = func(ref types.ManagedObjectReference, depth int) (string, bool) {
+		if p, ok := paths[ref]; ok {
+			return p, true
+		}
+		f, ok := byRef[ref]
+		if !ok || f.Parent == nil || depth > 64 {
+			return "", false
+		}
+		var parent string
+		if *f.Parent == dc.ref {
+			parent = dcPath
+		} else if parent, ok = resolve(*f.Parent, depth+1); !ok {
+			return "", false
+		}
+		p := path.Join(parent, f.Name)
+		paths[ref] = p
+		return p, true
+	}
+	for ref := range byRef {
+		resolve(ref, 0)
+	}
+	return paths
+}
+
+// vgpuProfile is the profile of the VM's first vGPU device; empty when it has none.
+func vgpuProfile(devices []types.BaseVirtualDevice) string {
+	for _, d := range vgpuDevices(devices) {
+		if b, ok := d.GetVirtualDevice().Backing.(*types.VirtualPCIPassthroughVmiopBackingInfo); ok && b.Vgpu != "" {
+			return b.Vgpu
+		}
+	}
+	return ""
+}
+
+// vgpuDevices are the VM's PCI passthrough devices backed by a vGPU (VMIOP) profile.
+func vgpuDevices(devices []types.BaseVirtualDevice) []types.BaseVirtualDevice {
+	var out []types.BaseVirtualDevice
+	for _, d := range devices {
+		if p, ok := d.(*types.VirtualPCIPassthrough); ok {
+			if _, ok := p.Backing.(*types.VirtualPCIPassthroughVmiopBackingInfo); ok {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,241 @@
+package vsphere
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/go-logr/logr"
+	"github.com/vmware/govmomi/fault"
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/property"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+// Errors the controller can act on with errors.Is.
+var (
+	// ErrNotPoweredOff: vSphere adds and removes vGPU devices only on powered-off VMs.
+	ErrNotPoweredOff = errors.New("VM is not powered off")
+	// ErrInvalidPowerState: the VM's power state does not allow the operation, such as
+	// suspending a powered-off VM.
+	ErrInvalidPowerState = errors.New("VM power state does not allow the operation")
+	// ErrTaskNotFound: vCenter no longer knows the task (it forgets finished tasks after
+	// a while, and all of them on restart). Re-observe the VM instead.
+	ErrTaskNotFound = errors.New("task not found")
+	// ErrVMNotFound: no VM has that managed object id.
+	ErrVMNotFound = errors.New("VM not found")
+)
+
+// client is a Client over a cached session, bound to one datacenter.
+type client struct {
+	s   *vcSession
+	dc  datacenter
+	log logr.Logger
+}
+
+var _ Client = (*client)(nil)
+
+func vmRef(id string) types.ManagedObjectReference {
+	return types.ManagedObjectReference{Type: "VirtualMachine", Value: id}
+}
+
+// errorf wraps a vSphere error with what was being done and where; it never includes
+// credentials, which no request or URL here carries.
+func (c *client) errorf(err error, format string, args ...any) error {
+	if fault.Is(err, &types.ManagedObjectNotFound{}) {
+		err = fmt.Errorf("%w: %w", ErrVMNotFound, err)
+	}
+	return fmt.Errorf("vsphere: vCenter %s: %s: %w", c.s.server, fmt.Sprintf(format, args...), err)
+}
+
+// vm reads a few properties of a VM in one call.
+func (c *client) vm(ctx context.Context, id string, props ...string) (mo.VirtualMachine, error) {
+	var vm mo.VirtualMachine
+	err := property.DefaultCollector(c.s.vc).RetrieveOne(ctx, vmRef(id), props, &vm)
+	return vm, err
+}
+
+// PowerOn powers a VM on, or resumes it when suspended.
+func (c *client) PowerOn(ctx context.Context, id string) (string, error) {
+	vm, err := c.vm(ctx, id, "runtime.powerState")
+	if err != nil {
+		return "", c.errorf(err, "power on VM %s", id)
+	}
+	if vm.Runtime.PowerState == types.VirtualMachinePowerStatePoweredOn {
+		return "", nil
+	}
+	task, err := object.NewVirtualMachine(c.s.vc, vmRef(id)).PowerOn(ctx)
+	if err != nil {
+		return "", c.errorf(err, "power on VM %s", id)
+	}
+	return c.started(task, "PowerOn", id), nil
+}
+
+// Suspend suspends a powered-on VM.
+func (c *client) Suspend(ctx context.Context, id string) (string, error) {
+	vm, err := c.vm(ctx, id, "runtime.powerState")
+	if err != nil {
+		return "", c.errorf(err, "suspend VM %s", id)
+	}
+	switch vm.Runtime.PowerState {
+	case types.VirtualMachinePowerStateSuspended:
+		return "", nil
+	case types.VirtualMachinePowerStatePoweredOff:
+		return "", c.errorf(ErrInvalidPowerState, "suspend VM %s: it is poweredOff", id)
+	}
+	task, err := object.NewVirtualMachine(c.s.vc, vmRef(id)).Suspend(ctx)
+	if err != nil {
+		return "", c.errorf(err, "suspend VM %s", id)
+	}
+	return c.started(task, "Suspend", id), nil
+}
+
+// PowerOff powers a VM off; on a suspended VM it discards the suspended state.
+func (c *client) PowerOff(ctx context.Context, id string) (string, error) {
+	vm, err := c.vm(ctx, id, "runtime.powerState")
+	if err != nil {
+		return "", c.errorf(err, "power off VM %s", id)
+	}
+	if vm.Runtime.PowerState == types.VirtualMachinePowerStatePoweredOff {
+		return "", nil
+	}
+	task, err := object.NewVirtualMachine(c.s.vc, vmRef(id)).PowerOff(ctx)
+	if err != nil {
+		return "", c.errorf(err, "power off VM %s", id)
+	}
+	return c.started(task, "PowerOff", id), nil
+}
+
+// ShutdownGuest asks the guest OS to shut down. A powered-off VM needs nothing; a
+// suspended one cannot run its guest, so that is an ErrInvalidPowerState.
+func (c *client) ShutdownGuest(ctx context.Context, id string) error {
+	vm, err := c.vm(ctx, id, "runtime.powerState")
+	if err != nil {
+		return c.errorf(err, "shut down guest of VM %s", id)
+	}
+	switch vm.Runtime.PowerState {
+	case types.VirtualMachinePowerStatePoweredOff:
+		return nil
+	case types.VirtualMachinePowerStateSuspended:
+		return c.errorf(ErrInvalidPowerState, "shut down guest of VM %s: it is suspended", id)
+	}
+	if err := object.NewVirtualMachine(c.s.vc, vmRef(id)).ShutdownGuest(ctx); err != nil {
+		return c.errorf(err, "shut down guest of VM %s", id)
+	}
+	c.log.Info("Asked guest to shut down", "vm", id)
+	return nil
+}
+
+// SetProfile replaces the VM's vGPU devices by one vGPU of the profile, in one
+// ReconfigVM_Task, and locks the memory reservation to the VM's memory as vGPU VMs need.
+// It refuses (ErrNotPoweredOff) unless the VM is powered off; a VM that already has
+// exactly this vGPU needs nothing.
+func (c *client) SetProfile(ctx context.Context, id, profile string) (string, error) {
+	if profile == "" {
+		return "", fmt.Errorf("vsphere: set vGPU profile of VM %s: no profile given", id)
+	}
+	vm, err := c.vm(ctx, id, "runtime.powerState", "config.hardware.device")
+	if err != nil {
+		return "", c.errorf(err, "set vGPU profile of VM %s", id)
+	}
+	var devices []types.BaseVirtualDevice
+	if vm.Config != nil {
+		devices = vm.Config.Hardware.Device
+	}
+	current := vgpuDevices(devices)
+	if len(current) == 1 && vgpuProfile(current) == profile {
+		return "", nil
+	}
+	if st := vm.Runtime.PowerState; st != types.VirtualMachinePowerStatePoweredOff {
+		return "", c.errorf(ErrNotPoweredOff, "set vGPU profile of VM %s to %s (it is %s; vSphere changes vGPU devices only on powered-off VMs)",
+			id, profile, st)
+	}
+	spec := types.VirtualMachineConfigSpec{MemoryReservationLockedToMax: types.NewBool(true)}
+	for _, d := range current {
+		spec.DeviceChange = append(spec.DeviceChange, &types.VirtualDeviceConfigSpec{
+			Operation: types.VirtualDeviceConfigSpecOperationRemove,
+			Device:    d,
+		})
+	}
+	spec.DeviceChange = append(spec.DeviceChange, &types.VirtualDeviceConfigSpec{
+		Operation: types.VirtualDeviceConfigSpecOperationAdd,
+		Device: &types.VirtualPCIPassthrough{VirtualDevice: types.VirtualDevice{
+			Key:     -100, // vCenter assigns the real key
+			Backing: &types.VirtualPCIPassthroughVmiopBackingInfo{Vgpu: profile},
+		}},
+	})
+	task, err := object.NewVirtualMachine(c.s.vc, vmRef(id)).Reconfigure(ctx, spec)
+	if err != nil {
+		return "", c.errorf(err, "set vGPU profile of VM %s to %s", id, profile)
+	}
+	return c.started(task, "SetProfile", id, "profile", profile), nil
+}
+
+func (c *client) started(task *object.Task, op, vm string, kv ...any) string {
+	id := task.Reference().Value
+	c.log.Info("Started task", append([]any{"op", op, "vm", vm, "task", id}, kv...)...)
+	return id
+}
+
+// targetStates are the power states that the power tasks bring a VM to, by the task's
+// descriptionId.
+var targetStates = map[string]types.VirtualMachinePowerState{
+	"VirtualMachine.powerOn":  types.VirtualMachinePowerStatePoweredOn,
+	"VirtualMachine.powerOff": types.VirtualMachinePowerStatePoweredOff,
+	"VirtualMachine.suspend":  types.VirtualMachinePowerStateSuspended,
+}
+
+// Task reads a task's state in one property read. A power task that failed with
+// InvalidPowerState while its VM is already in the task's target state counts as a
+// success: another actor (an admin, HA, a retried call) got there first, which is what
+// was wanted. That check costs one more read, only in that case.
+func (c *client) Task(ctx context.Context, id string) (TaskInfo, error) {
+	var t mo.Task
+	ref := types.ManagedObjectReference{Type: "Task", Value: id}
+	err := property.DefaultCollector(c.s.vc).RetrieveOne(ctx, ref,
+		[]string{"info.state", "info.error", "info.descriptionId", "info.entity"}, &t)
+	if err != nil {
+		if fault.Is(err, &types.ManagedObjectNotFound{}) {
+			return TaskInfo{}, fmt.Errorf("vsphere: vCenter %s: task %s: %w", c.s.server, id, ErrTaskNotFound)
+		}
+		return TaskInfo{}, fmt.Errorf("vsphere: vCenter %s: read task %s: %w", c.s.server, id, err)
+	}
+	info := TaskInfo{State: TaskState(t.Info.State)}
+	if info.State != TaskError {
+		return info, nil
+	}
+	if t.Info.Error != nil && t.Info.Error.Fault != nil {
+		info.Fault = reflect.Indirect(reflect.ValueOf(t.Info.Error.Fault)).Type().Name()
+		info.Error = t.Info.Error.LocalizedMessage
+		if msgs := t.Info.Error.Fault.GetMethodFault().FaultMessage; info.Error == "" && len(msgs) > 0 {
+			info.Error = msgs[0].Message
+		}
+	}
+	if info.Error == "" {
+		info.Error = info.Fault
+	}
+	if c.alreadyThere(ctx, t.Info) {
+		c.log.V(1).Info("Task failed with InvalidPowerState but the VM is in the target state; counting it as done",
+			"task", id, "fault", info.Fault)
+		return TaskInfo{State: TaskSuccess}, nil
+	}
+	return info, nil
+}
+
+// alreadyThere tells whether a failed power task's VM is already in the task's target state.
+func (c *client) alreadyThere(ctx context.Context, t types.TaskInfo) bool {
+	if t.Error == nil || t.Entity == nil || t.Entity.Type != "VirtualMachine" {
+		return false
+	}
+	if !fault.Is(t.Error.Fault, &types.InvalidPowerState{}) && !fault.Is(t.Error.Fault, &types.InvalidPowerStateFault{}) {
+		return false
+	}
+	target, ok := targetStates[t.DescriptionId]
+	if !ok {
+		return false
+	}
+	vm, err := c.vm(ctx, t.Entity.Value, "runtime.powerState")
+	return err == nil && vm.Runtime.PowerState == target
+}

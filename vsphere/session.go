@@ -1,0 +1,449 @@
+package vsphere
+
+import (
+	"context"
+	"crypto/sha1" //nolint:gosec // vSphere thumbprints are SHA-1 or SHA-256.
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/vmware/govmomi/fault"
+	"github.com/vmware/govmomi/find"
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/session"
+	"github.com/vmware/govmomi/session/keepalive"
+	"github.com/vmware/govmomi/vim25"
+	"github.com/vmware/govmomi/vim25/methods"
+	"github.com/vmware/govmomi/vim25/soap"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+// DefaultKeepAlive is how often an idle session is kept alive. vCenter ends sessions
+// idle for 30 minutes by default; staying well under that keeps one login per process.
+const DefaultKeepAlive = 5 * time.Minute
+
+// Option configures a SessionCache.
+type Option func(*SessionCache)
+
+// WithLogger sets the logger for session events (login, re-login, logout) and tasks.
+func WithLogger(log logr.Logger) Option {
+	return func(c *SessionCache) { c.log = log }
+}
+
+// WithKeepAlive sets how often an idle session is kept alive; zero or less keeps the default.
+func WithKeepAlive(every time.Duration) Option {
+	return func(c *SessionCache) {
+		if every > 0 {
+			c.keepAlive = every
+		}
+	}
+}
+
+// SessionCache is the Connector: it keeps one logged-in session per vCenter and user,
+// shares it between Clients, keeps it alive while idle and logs in again when vCenter
+// has ended it. Close logs every session out.
+type SessionCache struct {
+	log       logr.Logger
+	keepAlive time.Duration
+
+	mu       sync.Mutex
+	sessions map[sessionKey]*vcSession
+	closed   bool
+}
+
+var _ Connector = (*SessionCache)(nil)
+
+type sessionKey struct {
+	server   string // host:port
+	username string
+}
+
+// NewConnector returns an empty session cache.
+func NewConnector(opts ...Option) *SessionCache {
+	c := &SessionCache{
+		log:       logr.Discard(),
+		keepAlive: DefaultKeepAlive,
+		sessions:  map[sessionKey]*vcSession{},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// ErrClosed is returned by Connect after Close.
+var ErrClosed = errors.New("vsphere: session cache is closed")
+
+// Connect returns a Client for the config's datacenter, logging in only when no session
+// for that vCenter and user is cached (or the cached one used other credentials or TLS
+// settings). Clients are cheap: get one per reconcile rather than keeping one, since a
+// Client of a replaced or closed session fails with ErrClosed.
+func (c *SessionCache) Connect(ctx context.Context, cfg Config) (Client, error) {
+	u, err := serverURL(cfg.Server)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Username == "" {
+		return nil, fmt.Errorf("vsphere: no username for vCenter %s", u.Host)
+	}
+	key := sessionKey{server: u.Host, username: cfg.Username}
+	fp := fingerprint(cfg)
+
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s := c.sessions[key]
+	var stale *vcSession
+	if s != nil && s.fingerprint != fp {
+		stale, s = s, nil
+		delete(c.sessions, key)
+	}
+	c.mu.Unlock()
+	if stale != nil {
+		c.log.Info("Replacing vCenter session: credentials or TLS settings changed", "server", key.server, "user", key.username)
+		stale.close()
+	}
+
+	if s == nil {
+		fresh, err := c.login(ctx, u, cfg, fp)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		switch existing := c.sessions[key]; {
+		case c.closed:
+			c.mu.Unlock()
+			fresh.close()
+			return nil, ErrClosed
+		case existing != nil && existing.fingerprint == fp:
+			// Another Connect won the race; keep its session.
+			c.mu.Unlock()
+			fresh.close()
+			s = existing
+		default:
+			// existing, if any, was made with other settings by a concurrent Connect.
+			c.sessions[key] = fresh
+			c.mu.Unlock()
+			if existing != nil {
+				existing.close()
+			}
+			s = fresh
+		}
+	}
+
+	dc, err := s.datacenter(ctx, cfg.Datacenter)
+	if err != nil {
+		return nil, err
+	}
+	return &client{s: s, dc: dc, log: c.log.WithValues("server", key.server, "datacenter", dc.name)}, nil
+}
+
+// Close logs out of every cached session and stops their keep-alives. Clients handed out
+// before fail afterwards.
+func (c *SessionCache) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	sessions := c.sessions
+	c.sessions = map[sessionKey]*vcSession{}
+	c.mu.Unlock()
+	for _, s := range sessions {
+		s.close()
+	}
+	return nil
+}
+
+// serverURL turns "vc.example.com", "vc.example.com:8443" or "https://vc/sdk" into the
+// SDK URL. Credentials in the server string are refused so they never reach an error.
+func serverURL(server string) (*url.URL, error) {
+	if server == "" {
+		return nil, errors.New("vsphere: no vCenter server configured")
+	}
+	raw := server
+	if !strings.Contains(raw, "://") {
+		raw = "https://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("vsphere: vCenter server %q is not a host name or https URL", redactServer(server))
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("vsphere: vCenter server %s must not carry credentials; use the username and password fields", u.Redacted())
+	}
+	if u.Scheme != "https" {
+		return nil, fmt.Errorf("vsphere: vCenter server %s: only https is supported", u.Host)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = vim25.Path
+	}
+	return u, nil
+}
+
+func redactServer(s string) string {
+	if i := strings.LastIndex(s, "@"); i >= 0 {
+		return "***@" + s[i+1:]
+	}
+	return s
+}
+
+// fingerprint identifies what a session was made with, so a changed password or TLS
+// setting replaces the session instead of silently keeping the old one.
+func fingerprint(cfg Config) [32]byte {
+	h := sha256.New()
+	for _, part := range [][]byte{
+		[]byte(cfg.Password), []byte(cfg.Thumbprint), cfg.CABundle, []byte(fmt.Sprint(cfg.Insecure)),
+	} {
+		fmt.Fprintf(h, "%d:", len(part))
+		h.Write(part)
+	}
+	var out [32]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// vcSession is one logged-in session, shared by the Clients of a vCenter and user.
+type vcSession struct {
+	server      string
+	username    string
+	fingerprint [32]byte
+	vc          *vim25.Client
+	keepAlive   *keepalive.HandlerSOAP
+	reauth      *reauth
+	log         logr.Logger
+
+	mu   sync.Mutex
+	dcs  map[string]datacenter
+	fbs  map[types.ManagedObjectReference]map[string]int64 // host -> profile -> frame buffer MiB
+	gone bool
+}
+
+type datacenter struct {
+	ref  types.ManagedObjectReference
+	name string
+	path string
+}
+
+// login opens a session. The password lives only in the closure that logs in.
+func (c *SessionCache) login(ctx context.Context, u *url.URL, cfg Config, fp [32]byte) (*vcSession, error) {
+	tlsCfg, err := tlsConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("vsphere: vCenter %s: %w", u.Host, err)
+	}
+	sc := soap.NewClient(u, cfg.Insecure && cfg.Thumbprint == "" && len(cfg.CABundle) == 0)
+	sc.DefaultTransport().TLSClientConfig = tlsCfg
+
+	vc, err := vim25.NewClient(ctx, sc)
+	if err != nil {
+		return nil, fmt.Errorf("vsphere: connect to vCenter %s: %w", u.Host, err)
+	}
+	log := c.log.WithValues("server", u.Host, "user", cfg.Username)
+	ka := keepalive.NewHandlerSOAP(sc, c.keepAlive, nil)
+	user := url.UserPassword(cfg.Username, cfg.Password)
+	doLogin := func(ctx context.Context) error {
+		return session.NewManager(vc).Login(ctx, user)
+	}
+	ra := &reauth{next: ka, login: doLogin, log: log}
+	vc.RoundTripper = ra
+
+	if err := doLogin(ctx); err != nil {
+		ka.Stop()
+		sc.CloseIdleConnections()
+		return nil, fmt.Errorf("vsphere: log in to vCenter %s as %s: %w", u.Host, cfg.Username, err)
+	}
+	log.Info("Logged in to vCenter")
+	return &vcSession{
+		server:      u.Host,
+		username:    cfg.Username,
+		fingerprint: fp,
+		vc:          vc,
+		keepAlive:   ka,
+		reauth:      ra,
+		log:         log,
+		dcs:         map[string]datacenter{},
+		fbs:         map[types.ManagedObjectReference]map[string]int64{},
+	}, nil
+}
+
+// close logs out (best effort: the session may already be gone) and stops the keep-alive.
+func (s *vcSession) close() {
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		return
+	}
+	s.gone = true
+	s.mu.Unlock()
+	// Clients handed out earlier must not log in again behind Close's back.
+	s.reauth.closed.Store(true)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := methods.Logout(ctx, s.keepAlive, &types.Logout{This: *s.vc.ServiceContent.SessionManager}); err != nil {
+		s.log.V(1).Info("Logout failed; the session will time out on its own", "err", err.Error())
+	} else {
+		s.log.Info("Logged out of vCenter")
+	}
+	s.keepAlive.Stop()
+	s.vc.CloseIdleConnections()
+}
+
+// datacenter resolves (once per session) the named datacenter, or the only one when
+// name is empty.
+func (s *vcSession) datacenter(ctx context.Context, name string) (datacenter, error) {
+	s.mu.Lock()
+	dc, ok := s.dcs[name]
+	s.mu.Unlock()
+	if ok {
+		return dc, nil
+	}
+	finder := find.NewFinder(s.vc, false)
+	var (
+		d   *object.Datacenter
+		err error
+	)
+	if name == "" {
+		d, err = finder.DefaultDatacenter(ctx)
+	} else {
+		d, err = finder.Datacenter(ctx, name)
+	}
+	if err != nil {
+		return datacenter{}, fmt.Errorf("vsphere: vCenter %s: find datacenter %q: %w", s.server, name, err)
+	}
+	dc = datacenter{ref: d.Reference(), name: d.Name(), path: d.InventoryPath}
+	s.mu.Lock()
+	s.dcs[name] = dc
+	s.mu.Unlock()
+	return dc, nil
+}
+
+// reauth logs in again, once, when a call fails because vCenter no longer knows the
+// session (NotAuthenticated: idle timeout, vCenter restart), then retries the call.
+// Concurrent callers that hit the same expiry share one login.
+type reauth struct {
+	next  soap.RoundTripper
+	login func(context.Context) error
+	log   logr.Logger
+
+	mu     sync.Mutex
+	gen    atomic.Uint64 // incremented by each successful re-login
+	closed atomic.Bool   // set when the session is closed: no more logins
+}
+
+func (r *reauth) RoundTrip(ctx context.Context, req, res soap.HasFault) error {
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	gen := r.gen.Load()
+	err := r.next.RoundTrip(ctx, req, res)
+	if err == nil || !fault.Is(err, &types.NotAuthenticated{}) {
+		return err
+	}
+	switch req.(type) {
+	case *methods.LoginBody, *methods.LogoutBody:
+		return err
+	}
+	if lerr := r.relogin(ctx, gen); lerr != nil {
+		return fmt.Errorf("session expired and logging in again failed: %w", lerr)
+	}
+	// The failed call decoded its fault into res; start from a clean response.
+	if v := reflect.ValueOf(res); v.Kind() == reflect.Pointer && !v.IsNil() {
+		v.Elem().Set(reflect.Zero(v.Elem().Type()))
+	}
+	return r.next.RoundTrip(ctx, req, res)
+}
+
+func (r *reauth) relogin(ctx context.Context, gen uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	if r.gen.Load() != gen {
+		return nil // another call logged in again meanwhile
+	}
+	if err := r.login(ctx); err != nil {
+		return err
+	}
+	r.gen.Add(1)
+	r.log.Info("Logged in again: vCenter had ended the session")
+	return nil
+}
+
+// tlsConfig verifies vCenter's certificate by pinned thumbprint, by CA bundle, or not at
+// all when Insecure, in that order of precedence. Without any, the system roots apply.
+func tlsConfig(cfg Config) (*tls.Config, error) {
+	switch {
+	case cfg.Thumbprint != "":
+		want, err := parseThumbprint(cfg.Thumbprint)
+		if err != nil {
+			return nil, err
+		}
+		return &tls.Config{
+			// Verification is by pinned thumbprint, done in VerifyConnection.
+			InsecureSkipVerify: true, //nolint:gosec // pinned below.
+			MinVersion:         tls.VersionTLS12,
+			VerifyConnection: func(cs tls.ConnectionState) error {
+				return verifyThumbprint(cs, want)
+			},
+		}, nil
+	case len(cfg.CABundle) > 0:
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(cfg.CABundle) {
+			return nil, errors.New("CA bundle holds no PEM certificate")
+		}
+		return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+	case cfg.Insecure:
+		return &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, nil //nolint:gosec // asked for.
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12}, nil
+}
+
+// parseThumbprint accepts SHA-1 or SHA-256 thumbprints in hex, with or without colons,
+// in either case.
+func parseThumbprint(tp string) ([]byte, error) {
+	b, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(tp), ":", ""))
+	if err != nil || (len(b) != sha1.Size && len(b) != sha256.Size) {
+		return nil, fmt.Errorf("thumbprint %q is not a SHA-1 or SHA-256 fingerprint in hex", tp)
+	}
+	return b, nil
+}
+
+func verifyThumbprint(cs tls.ConnectionState, want []byte) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("vCenter presented no certificate")
+	}
+	raw := cs.PeerCertificates[0].Raw
+	var got []byte
+	if len(want) == sha1.Size {
+		sum := sha1.Sum(raw) //nolint:gosec // thumbprint, not a signature.
+		got = sum[:]
+	} else {
+		sum := sha256.Sum256(raw)
+		got = sum[:]
+	}
+	if subtle.ConstantTimeCompare(got, want) == 1 {
+		return nil
+	}
+	return fmt.Errorf("vCenter certificate thumbprint %s does not match the configured thumbprint %s",
+		colonHex(got), colonHex(want))
+}
+
+func colonHex(b []byte) string {
+	parts := make([]string, len(b))
+	for i, x := range b {
+		parts[i] = fmt.Sprintf("%02X", x)
+	}
+	return strings.Join(parts, ":")
+}

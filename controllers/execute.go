@@ -236,7 +236,7 @@ func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why stri
 	condTrue(s.pool, gpupoolv1.ConditionDegraded, ReasonDrainAborted, t.Message)
 	condFalse(s.pool, gpupoolv1.ConditionProgressing, ReasonDrainAborted, t.Message)
 	s.pool.Status.Phase = gpupoolv1.PhaseBlocked
-	r.Recorder.Event(s.pool, corev1.EventTypeWarning, "TransitionAborted", t.Message)
+	r.emit(s.pool, corev1.EventTypeWarning, "TransitionAborted", "%s", t.Message)
 	for i := range s.pool.Status.Workers {
 		w := &s.pool.Status.Workers[i]
 		if w.Step == gpupoolv1.StepDrainRequired {
@@ -275,7 +275,7 @@ func (r *GPUPoolProfileReconciler) waitNodeReady(s *scope, ws *gpupoolv1.WorkerS
 	if waited >= timeout {
 		msg := fmt.Sprintf("VM %s is powered on but node %s is not Ready after %s", ws.VM, name, timeout)
 		if c := findCondition(s.pool, gpupoolv1.ConditionDegraded); c == nil || c.Message != msg {
-			r.Recorder.Event(s.pool, corev1.EventTypeWarning, ReasonNodeNotReady, msg)
+			r.emit(s.pool, corev1.EventTypeWarning, ReasonNodeNotReady, "%s", msg)
 		}
 		condTrue(s.pool, gpupoolv1.ConditionDegraded, ReasonNodeNotReady, msg)
 		return requeueBlocked
@@ -314,7 +314,12 @@ func (r *GPUPoolProfileReconciler) event(s *scope, typ, reason, format string, a
 	if t := s.pool.Status.Transition; t != nil {
 		id = "[" + t.ID + "] "
 	}
-	r.Recorder.Eventf(s.pool, typ, reason, id+format, args...)
+	r.emit(s.pool, typ, reason, id+format, args...)
+}
+
+// emit records an event on the pool; the reason doubles as the event's action.
+func (r *GPUPoolProfileReconciler) emit(pool *gpupoolv1.GPUPoolProfile, typ, reason, format string, args ...any) {
+	r.Recorder.Eventf(pool, nil, typ, reason, reason, format, args...)
 }
 
 // snapshot records what a node looked like before gpupool first touched it: that cannot

@@ -15,7 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -62,7 +62,7 @@ type GPUPoolProfileReconciler struct {
 	// APIReader reads the pool itself uncached, so a reconcile never acts on a status
 	// older than its own last write (which would start a vSphere task twice).
 	APIReader client.Reader
-	Recorder  record.EventRecorder
+	Recorder  events.EventRecorder
 	// Clock is injected so tests can step time across window boundaries.
 	Clock   clock.PassiveClock
 	VSphere vsphere.Connector
@@ -70,15 +70,15 @@ type GPUPoolProfileReconciler struct {
 
 // scope is what one reconcile works on.
 type scope struct {
-	pool     *gpupoolv1.GPUPoolProfile
-	now      time.Time
-	vc       vsphere.Client
-	inv      *inventory.Inventory
-	nodes    map[string]*corev1.Node // by the VM's inventory name, as plan steps name it
+	pool  *gpupoolv1.GPUPoolProfile
+	now   time.Time
+	vc    vsphere.Client
+	inv   *inventory.Inventory
+	nodes map[string]*corev1.Node // by the VM's inventory name, as plan steps name it
 	// specID maps a VM's inventory name to the name or path the spec gives it, which is
 	// how worker status entries are keyed.
-	specID map[string]string
-	layout   *gpupoolv1.Layout       // the wanted layout
+	specID   map[string]string
+	layout   *gpupoolv1.Layout // the wanted layout
 	decision plan.Decision
 }
 
@@ -175,7 +175,7 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	if len(p.Problems) > 0 {
 		msg := problemsMessage(p.Problems)
 		if c := findCondition(pool, gpupoolv1.ConditionStalled); c == nil || c.Message != msg || c.Status != metav1.ConditionTrue {
-			r.Recorder.Event(pool, corev1.EventTypeWarning, ReasonInfeasible, msg)
+			r.emit(pool, corev1.EventTypeWarning, ReasonInfeasible, "%s", msg)
 		}
 		condTrue(pool, gpupoolv1.ConditionStalled, ReasonInfeasible, msg)
 		condFalse(pool, gpupoolv1.ConditionProgressing, ReasonInfeasible, "layout "+d.Layout+" cannot be reached; nothing was changed")
@@ -444,7 +444,7 @@ func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 	}
 	if t := st.Transition; t != nil {
 		transitionsTotal.WithLabelValues(s.pool.Name, "superseded").Inc()
-		r.Recorder.Eventf(s.pool, corev1.EventTypeNormal, "TransitionSuperseded", "transition %s to %s superseded: %s is wanted now", t.ID, t.To, s.decision.Layout)
+		r.emit(s.pool, corev1.EventTypeNormal, "TransitionSuperseded", "transition %s to %s superseded: %s is wanted now", t.ID, t.To, s.decision.Layout)
 	}
 	st.Transition = &gpupoolv1.TransitionStatus{
 		ID:         fmt.Sprintf("%s-%s", s.decision.Layout, s.now.UTC().Format("20060102-150405")),
@@ -457,7 +457,7 @@ func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 	msg := fmt.Sprintf("switching from %q to %q (%s): %s", st.ActiveLayout, s.decision.Layout, s.decision.Reason, s.decision.Message)
 	condTrue(s.pool, gpupoolv1.ConditionProgressing, ReasonTransitioning, msg)
 	condFalse(s.pool, gpupoolv1.ConditionReady, ReasonTransitioning, msg)
-	r.Recorder.Eventf(s.pool, corev1.EventTypeNormal, "TransitionStarted", "transition %s: %s; plan:\n%s", st.Transition.ID, msg, p.String())
+	r.emit(s.pool, corev1.EventTypeNormal, "TransitionStarted", "transition %s: %s; plan:\n%s", st.Transition.ID, msg, p.String())
 }
 
 func (r *GPUPoolProfileReconciler) completeTransition(s *scope) {
@@ -465,11 +465,11 @@ func (r *GPUPoolProfileReconciler) completeTransition(s *scope) {
 	if t := st.Transition; t != nil {
 		transitionsTotal.WithLabelValues(s.pool.Name, "completed").Inc()
 		transitionDuration.WithLabelValues(s.pool.Name).Observe(s.now.Sub(t.StartTime.Time).Seconds())
-		r.Recorder.Eventf(s.pool, corev1.EventTypeNormal, "TransitionCompleted", "transition %s: layout %s is active after %s", t.ID, t.To, s.now.Sub(t.StartTime.Time).Round(time.Second))
+		r.emit(s.pool, corev1.EventTypeNormal, "TransitionCompleted", "transition %s: layout %s is active after %s", t.ID, t.To, s.now.Sub(t.StartTime.Time).Round(time.Second))
 		st.Transition = nil
 	}
 	if st.ActiveLayout != s.decision.Layout && st.ActiveLayout == "" {
-		r.Recorder.Eventf(s.pool, corev1.EventTypeNormal, "LayoutActive", "layout %s is active", s.decision.Layout)
+		r.emit(s.pool, corev1.EventTypeNormal, "LayoutActive", "layout %s is active", s.decision.Layout)
 	}
 	st.ActiveLayout = s.decision.Layout
 	st.Phase = gpupoolv1.PhaseSteady

@@ -16,12 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/testenv"
@@ -37,7 +36,6 @@ import (
 var (
 	testScheme = runtime.NewScheme()
 	k8s        client.WithWatch
-	env        *envtest.Environment
 	kwok       *cluster.Kwok
 )
 
@@ -110,7 +108,7 @@ type harness struct {
 	sim      *vgpusim.Sim
 	clock    *clocktesting.FakeClock
 	conn     vsphere.Connector
-	recorder *record.FakeRecorder
+	recorder *events.FakeRecorder
 	// restart makes every reconcile run on a new reconciler with a new vSphere
 	// connector, as after an operator restart.
 	restart bool
@@ -151,7 +149,7 @@ func newHarness(t *testing.T, prefix string) *harness {
 	}
 	t.Cleanup(sim.Close)
 	h := &harness{t: t, ctx: ctx, prefix: prefix, sim: sim, clock: clocktesting.NewFakeClock(monday0700),
-		recorder: record.NewFakeRecorder(10000)}
+		recorder: events.NewFakeRecorder(10000)}
 	h.conn = vsphere.NewConnector()
 	t.Cleanup(func() { closeConnector(h.conn) })
 

@@ -463,7 +463,3 @@ type GPUPoolProfileList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []GPUPoolProfile `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&GPUPoolProfile{}, &GPUPoolProfileList{})
-}

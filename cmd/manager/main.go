@@ -99,7 +99,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager) error {
 	r := &controllers.GPUPoolProfileReconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorderFor("gpupool"),
+		Recorder:  mgr.GetEventRecorder("gpupool"),
 		Clock:     clock.RealClock{},
 		VSphere:   vsphere.NewConnector(vsphere.WithLogger(ctrl.Log.WithName("vsphere"))),
 	}

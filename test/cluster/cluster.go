@@ -36,7 +36,7 @@ const (
 // Kwok is a running kwok process.
 type Kwok struct {
 	cmd  *exec.Cmd
-	done chan error
+	done chan struct{}
 	dir  string
 }
 
@@ -74,8 +74,12 @@ func StartKwok(kwokBin string, kubeconfig []byte, dir string) (*Kwok, error) {
 		_ = logf.Close()
 		return nil, fmt.Errorf("starting kwok: %w", err)
 	}
-	k := &Kwok{cmd: cmd, done: make(chan error, 1), dir: dir}
-	go func() { k.done <- cmd.Wait(); _ = logf.Close() }()
+	k := &Kwok{cmd: cmd, done: make(chan struct{}), dir: dir}
+	go func() {
+		_ = cmd.Wait() // an exit status after SIGTERM is expected
+		_ = logf.Close()
+		close(k.done)
+	}()
 	return k, nil
 }
 

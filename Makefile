@@ -74,6 +74,26 @@ bench: ## Run the benchmarks and print a table.
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager and vgpusim into bin/.
+build: ## Build the manager, vgpusim and the local-environment launcher into bin/.
 	go build -o $(BIN_DIR)/manager ./cmd/manager
-	@if [ -d cmd/vgpusim ]; then go build -o $(BIN_DIR)/vgpusim ./cmd/vgpusim; fi
+	go build -o $(BIN_DIR)/vgpusim ./cmd/vgpusim
+	go build -o $(BIN_DIR)/gpupool-local ./cmd/gpupool-local
+
+##@ Local environment
+
+.PHONY: demo
+demo: controlplane build ## Show a day -> night -> day switch on a local cluster, then stop everything.
+	$(BIN_DIR)/gpupool-local demo $(DEMO_FLAGS)
+
+LOCAL_DIR ?= $(CURDIR)/.local-env
+.PHONY: up
+up: controlplane build ## Start the local environment in LOCAL_DIR and return when it is ready.
+	$(BIN_DIR)/gpupool-local up --dir $(LOCAL_DIR)
+
+.PHONY: down
+down: ## Stop the local environment in LOCAL_DIR.
+	@if [ -x $(BIN_DIR)/gpupool-local ]; then $(BIN_DIR)/gpupool-local down --dir $(LOCAL_DIR); fi
+
+.PHONY: test-e2e
+test-e2e: controlplane build ## Run the end-to-end test: the demo scenario on the local environment, with assertions.
+	go test -tags e2e -count=1 -v -timeout 20m ./test/e2e/

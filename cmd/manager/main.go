@@ -34,6 +34,7 @@ func init() {
 func main() {
 	var (
 		metricsAddr, probeAddr, certDir string
+		leaderNamespace                 string
 		webhookHost                     string
 		webhookPort                     int
 		leaderElect, enableWebhook      bool
@@ -41,6 +42,7 @@ func main() {
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica acts at a time.")
+	flag.StringVar(&leaderNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace; required outside a cluster).")
 	flag.BoolVar(&enableWebhook, "enable-webhook", true, "Serve the validating webhook.")
 	flag.StringVar(&certDir, "webhook-cert-dir", "", "Folder with tls.crt and tls.key for the webhook server (default: the controller-runtime default).")
 	flag.StringVar(&webhookHost, "webhook-host", "", "Address the webhook server binds to (default: all).")
@@ -52,11 +54,12 @@ func main() {
 	log := ctrl.Log.WithName("setup")
 
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress: probeAddr,
-		LeaderElection:         leaderElect,
-		LeaderElectionID:       "gpupool.dev",
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "gpupool.dev",
+		LeaderElectionNamespace: leaderNamespace,
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host:    webhookHost,
 			Port:    webhookPort,

@@ -1,0 +1,115 @@
+// Command gpupool-local runs gpupool's embedded local environment on loopback: a real
+// control plane built from source, kwok nodes, vgpusim as vCenter, and the operator.
+//
+//	gpupool-local demo [--keep]        show a day -> night -> day cycle, then stop everything
+//	gpupool-local up --dir DIR         start the environment and return when it is ready
+//	gpupool-local down --dir DIR       stop everything 'up' started
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/gpupool/gpupool/test/localenv"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "gpupool-local:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() error {
+	return errors.New("usage: gpupool-local demo|up|down [--dir DIR] [--keep] (see README, 'Local environment')")
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usage()
+	}
+	cmd := args[0]
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	dir := fs.String("dir", "", "state folder: kubeconfig, env.sh, govc.env, logs (demo: a temporary folder when empty)")
+	root := fs.String("root", ".", "repository root")
+	binDir := fs.String("bin-dir", "bin", "folder with the built binaries")
+	inventory := fs.String("inventory", "test/vgpusim/testdata/daynight.yaml", "vgpusim inventory")
+	keep := fs.Bool("keep", false, "demo: keep the environment up afterwards (stop it with 'down --dir DIR')")
+	night := fs.Duration("night", 2*time.Minute, "demo: how long the night window lasts")
+	timeout := fs.Duration("timeout", 10*time.Minute, "demo: give up after this long")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	absRoot, err := filepath.Abs(*root)
+	if err != nil {
+		return err
+	}
+	abs := func(p string) string {
+		if filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(absRoot, p)
+	}
+	opts := localenv.Options{Dir: *dir, Root: absRoot, BinDir: abs(*binDir), Inventory: abs(*inventory), Log: os.Stdout}
+	if opts.Dir != "" {
+		if opts.Dir, err = filepath.Abs(opts.Dir); err != nil {
+			return err
+		}
+	}
+
+	switch cmd {
+	case "up":
+		if opts.Dir == "" {
+			return errors.New("up needs --dir")
+		}
+		_, err := localenv.Up(ctx, opts)
+		return err
+	case "down":
+		if opts.Dir == "" {
+			return errors.New("down needs --dir")
+		}
+		if err := localenv.Down(opts); err != nil {
+			return err
+		}
+		fmt.Println("==> stopped everything in", opts.Dir)
+		return nil
+	case "wire":
+		e, err := localenv.Open(opts)
+		if err != nil {
+			return err
+		}
+		return localenv.RunWire(ctx, e)
+	case "demo":
+		temp := opts.Dir == ""
+		if temp {
+			if opts.Dir, err = os.MkdirTemp("", "gpupool-demo-"); err != nil {
+				return err
+			}
+		}
+		e, err := localenv.Up(ctx, opts)
+		if err != nil {
+			return err
+		}
+		_, demoErr := localenv.RunDemo(ctx, e, os.Stdout, *night, *timeout)
+		if *keep {
+			fmt.Printf("==> environment kept: . %s/env.sh; stop it with: bin/gpupool-local down --dir %s\n", opts.Dir, opts.Dir)
+			return demoErr
+		}
+		downErr := localenv.Down(opts)
+		if temp && downErr == nil {
+			_ = os.RemoveAll(opts.Dir)
+		}
+		fmt.Println("==> stopped everything")
+		return errors.Join(demoErr, downErr)
+	}
+	return usage()
+}

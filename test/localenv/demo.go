@@ -1,0 +1,429 @@
+package localenv
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/test/cluster"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// RunWire is the power wire: until ctx ends it copies every VM's power state from
+// vgpusim onto its node, where kwok's stages turn it into node readiness.
+func RunWire(ctx context.Context, e *Env) error {
+	conn := vsphere.NewConnector()
+	defer func() { _ = conn.Close() }()
+	for {
+		vc, err := conn.Connect(ctx, e.VCenter)
+		if err == nil {
+			inv, ierr := vc.Inventory(ctx)
+			if ierr == nil {
+				_, err = cluster.SyncPower(ctx, e.Client, inv)
+			} else {
+				err = ierr
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			fmt.Fprintln(e.logOut(), "power wire:", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (o *Options) logOut() io.Writer {
+	if o.Log == nil {
+		return io.Discard
+	}
+	return o.Log
+}
+
+// Demo names.
+const (
+	DemoNamespace = "demo"
+	DemoPool      = "daynight"
+	inferenceApp  = "inference"
+	inferenceSize = 4
+	trainingJob   = "training"
+)
+
+// DemoResult is what a demo run observed, for the end-to-end test.
+type DemoResult struct {
+	// Layouts is the sequence of active layouts seen.
+	Layouts []string
+	// MinReadyInference is the fewest Ready inference pods seen at any moment after
+	// the workloads were up (the PDB allows one unavailable of four).
+	MinReadyInference int
+	// InferenceNodesAtNight are the nodes inference pods ran on at night.
+	InferenceNodesAtNight []string
+	// TrainingNode is the node the training Job's pod ran on.
+	TrainingNode string
+	// TrainingSucceeded says whether the training Job completed.
+	TrainingSucceeded bool
+}
+
+// DemoPoolSpec is the day/night sample with a compressed schedule: day is the default,
+// and a night window of nightFor opens at the first full minute at least a minute from
+// now, so a whole day -> night -> day cycle fits in a few minutes.
+func (e *Env) DemoPoolSpec(now time.Time, nightFor time.Duration) *gpupoolv1.GPUPoolProfile {
+	start := now.UTC().Add(time.Minute).Truncate(time.Minute).Add(time.Minute)
+	w := func(profile string, vms ...string) []gpupoolv1.Worker {
+		var out []gpupoolv1.Worker
+		for _, vm := range vms {
+			out = append(out, gpupoolv1.Worker{VM: vm, Profile: profile})
+		}
+		return out
+	}
+	return &gpupoolv1.GPUPoolProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: DemoPool},
+		Spec: gpupoolv1.GPUPoolProfileSpec{
+			VCenter: gpupoolv1.VCenterSpec{Server: e.VCenter.Server, Datacenter: e.VCenter.Datacenter, Thumbprint: e.Thumbprint,
+				CredentialsSecretRef: gpupoolv1.SecretReference{Name: "vcenter-credentials", Namespace: "gpupool-system"}},
+			Layouts: []gpupoolv1.Layout{
+				{Name: "day", Workers: w("grid_p100-4q", "gpu-day-1", "gpu-day-2", "gpu-day-3", "gpu-day-4"),
+					NodeLabels: map[string]string{"gpupool.dev/workload": "inference"}},
+				{Name: "night", Workers: w("grid_p100-16q", "gpu-night-1"),
+					NodeLabels: map[string]string{"gpupool.dev/workload": "training"},
+					NodeTaints: []corev1.Taint{{Key: "gpupool.dev/training", Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+			},
+			Schedule: &gpupoolv1.Schedule{TimeZone: "UTC", Windows: []gpupoolv1.Window{{
+				Layout: "night", Start: fmt.Sprintf("%d %d * * *", start.Minute(), start.Hour()),
+				Duration: metav1.Duration{Duration: nightFor}}}},
+			DefaultLayout: "day",
+			Drain:         gpupoolv1.DrainSpec{Timeout: &metav1.Duration{Duration: 3 * time.Minute}, OnTimeout: gpupoolv1.DrainAbort},
+		},
+	}
+}
+
+// applyWorkloads creates the demo workloads: an inference Deployment that prefers the
+// day (GPU) nodes and can fall back to the CPU node, with a PodDisruptionBudget, and a
+// training Job that needs the night node.
+func (e *Env) applyWorkloads(ctx context.Context) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}}
+	if err := e.Client.Create(ctx, ns); client.IgnoreAlreadyExists(err) != nil {
+		return err
+	}
+	labels := map[string]string{"app": inferenceApp}
+	replicas := int32(inferenceSize)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: inferenceApp, Namespace: DemoNamespace},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{Name: "server", Image: "inference:demo"}},
+					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+							{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "gpupool.dev/workload", Operator: corev1.NodeSelectorOpIn, Values: []string{"inference"}}}},
+							{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "node.gpupool.dev/cpu-only", Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}}},
+						}},
+						PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 100, Preference: corev1.NodeSelectorTerm{
+							MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "gpupool.dev/workload", Operator: corev1.NodeSelectorOpIn, Values: []string{"inference"}}}}}},
+					}},
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "kubernetes.io/hostname",
+						WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
+				},
+			},
+		},
+	}
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: inferenceApp, Namespace: DemoNamespace},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &one, Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: trainingJob, Namespace: DemoNamespace},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "train", Image: "training:demo"}},
+			NodeSelector:  map[string]string{"gpupool.dev/workload": "training"},
+			Tolerations:   []corev1.Toleration{{Key: "gpupool.dev/training", Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
+		}}},
+	}
+	for _, o := range []client.Object{dep, pdb, job} {
+		if err := e.Client.Create(ctx, o); client.IgnoreAlreadyExists(err) != nil {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// podWatch keeps the inference pods' readiness from a watch, so that the PDB check sees
+// every change, not just samples.
+type podWatch struct {
+	mu       sync.Mutex
+	ready    map[string]bool
+	min      int
+	counting bool
+}
+
+func (w *podWatch) observe(p *corev1.Pod, deleted bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p.Labels["app"] != inferenceApp {
+		return
+	}
+	r := !deleted && p.DeletionTimestamp == nil && podReady(p)
+	w.ready[p.Name] = r
+	if w.counting {
+		n := 0
+		for _, ok := range w.ready {
+			if ok {
+				n++
+			}
+		}
+		w.min = min(w.min, n)
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// RunDemo applies the workloads and the compressed day/night pool, prints a timeline
+// until the pool has gone day -> night -> day, and returns what it saw.
+func RunDemo(ctx context.Context, e *Env, out io.Writer, nightFor, timeout time.Duration) (*DemoResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	say := func(format string, args ...any) {
+		fmt.Fprintf(out, "[%6s] %s\n", time.Since(start).Round(time.Second), fmt.Sprintf(format, args...))
+	}
+
+	pool := e.DemoPoolSpec(time.Now(), nightFor)
+	say("applying GPUPoolProfile %s: day by default, night window %q (UTC) for %s", pool.Name, pool.Spec.Schedule.Windows[0].Start, nightFor)
+	if err := e.Client.Create(ctx, pool); err != nil {
+		return nil, fmt.Errorf("creating the pool: %w", err)
+	}
+	if err := e.waitFor(ctx, "the day layout to be active", func(p *gpupoolv1.GPUPoolProfile) bool {
+		return p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == "day"
+	}); err != nil {
+		return nil, err
+	}
+	say("applying workloads: Deployment %s/%s (%d replicas, PDB maxUnavailable 1, prefers day nodes, can fall back to the CPU node), Job %s/%s (needs the night node)",
+		DemoNamespace, inferenceApp, inferenceSize, DemoNamespace, trainingJob)
+	if err := e.applyWorkloads(ctx); err != nil {
+		return nil, err
+	}
+
+	pw := &podWatch{ready: map[string]bool{}, min: inferenceSize}
+	w, err := e.Client.Watch(ctx, &corev1.PodList{}, client.InNamespace(DemoNamespace))
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	go func() {
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok {
+				pw.observe(p, ev.Type == watch.Deleted)
+			}
+		}
+	}()
+
+	res := &DemoResult{}
+	var last struct {
+		line, nodes, pods string
+		steps             map[string]string
+	}
+	last.steps = map[string]string{}
+	for {
+		var p gpupoolv1.GPUPoolProfile
+		if err := e.Client.Get(ctx, client.ObjectKey{Name: DemoPool}, &p); err != nil {
+			return res, err
+		}
+		st := p.Status
+		line := fmt.Sprintf("pool %s: phase %s, active %q, desired %q (%s)", p.Name, st.Phase, st.ActiveLayout, st.DesiredLayout, st.DesiredReason)
+		if st.NextTransition != nil {
+			line += fmt.Sprintf(", next %s at %s", st.NextTransition.Layout, st.NextTransition.At.Format(time.TimeOnly))
+		}
+		if line != last.line {
+			say("%s", line)
+			last.line = line
+		}
+		if st.ActiveLayout != "" && (len(res.Layouts) == 0 || res.Layouts[len(res.Layouts)-1] != st.ActiveLayout) && st.Phase == gpupoolv1.PhaseSteady {
+			res.Layouts = append(res.Layouts, st.ActiveLayout)
+			say("*** layout %s is active", st.ActiveLayout)
+		}
+		for _, wk := range st.Workers {
+			s := string(wk.Step)
+			if s == "" {
+				s = "-"
+			}
+			if last.steps[wk.VM] != s {
+				if s != "-" {
+					say("  %-12s %-20s %s", wk.VM, s, wk.Message)
+				}
+				last.steps[wk.VM] = s
+			}
+		}
+		nodes, pods, err := e.snapshot(ctx)
+		if err != nil {
+			return res, err
+		}
+		if nodes != last.nodes {
+			say("  nodes: %s", nodes)
+			last.nodes = nodes
+		}
+		if pods != last.pods {
+			say("  pods:  %s", pods)
+			last.pods = pods
+		}
+		// The PDB check starts once all inference pods were Ready together.
+		pw.mu.Lock()
+		if !pw.counting {
+			n := 0
+			for _, ok := range pw.ready {
+				if ok {
+					n++
+				}
+			}
+			if n == inferenceSize {
+				pw.counting, pw.min = true, n
+			}
+		}
+		pw.mu.Unlock()
+		if st.ActiveLayout == "night" {
+			if infer, train, ok := e.placement(ctx); ok {
+				res.InferenceNodesAtNight = infer
+				if train != "" {
+					res.TrainingNode = train
+				}
+			}
+		}
+		if n := len(res.Layouts); n >= 3 && strings.Join(res.Layouts[n-3:], ",") == "day,night,day" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("no day -> night -> day cycle within %s; layouts seen: %v", timeout, res.Layouts)
+		case <-time.After(time.Second):
+		}
+	}
+	var job batchv1.Job
+	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: DemoNamespace, Name: trainingJob}, &job); err == nil {
+		res.TrainingSucceeded = job.Status.Succeeded > 0
+	}
+	pw.mu.Lock()
+	res.MinReadyInference = pw.min
+	pw.mu.Unlock()
+	say("cycle complete: layouts %s; fewest Ready inference pods at any time: %d of %d (PDB allows 1 unavailable); training ran on %s (succeeded: %v)",
+		strings.Join(res.Layouts, " -> "), res.MinReadyInference, inferenceSize, res.TrainingNode, res.TrainingSucceeded)
+	return res, nil
+}
+
+// waitFor polls the demo pool once a second until cond holds.
+func (e *Env) waitFor(ctx context.Context, what string, cond func(*gpupoolv1.GPUPoolProfile) bool) error {
+	for {
+		var p gpupoolv1.GPUPoolProfile
+		if err := e.Client.Get(ctx, client.ObjectKey{Name: DemoPool}, &p); err == nil && cond(&p) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// snapshot renders the nodes and where the demo pods run, one line each.
+func (e *Env) snapshot(ctx context.Context) (string, string, error) {
+	var nodes corev1.NodeList
+	if err := e.Client.List(ctx, &nodes); err != nil {
+		return "", "", err
+	}
+	var ns []string
+	for _, n := range nodes.Items {
+		s := n.Name + "="
+		if ready(&n) {
+			s += "Ready"
+		} else {
+			s += "NotReady"
+		}
+		if n.Spec.Unschedulable {
+			s += ",cordoned"
+		}
+		if l := n.Labels["gpupool.dev/layout"]; l != "" {
+			s += "," + l
+		}
+		if n.Labels["gpupool.dev/parked"] == "true" {
+			s += ",parked"
+		}
+		ns = append(ns, s)
+	}
+	sort.Strings(ns)
+	var pods corev1.PodList
+	if err := e.Client.List(ctx, &pods, client.InNamespace(DemoNamespace)); err != nil {
+		return "", "", err
+	}
+	byNode := map[string][]string{}
+	for _, p := range pods.Items {
+		node := p.Spec.NodeName
+		if node == "" {
+			node = "(pending)"
+		}
+		app := p.Labels["app"]
+		if app == "" {
+			app = trainingJob
+		}
+		name := app
+		if p.Status.Phase == corev1.PodSucceeded {
+			name += "(done)"
+		}
+		byNode[node] = append(byNode[node], name)
+	}
+	var ps []string
+	for n, apps := range byNode {
+		sort.Strings(apps)
+		ps = append(ps, n+": "+strings.Join(apps, " "))
+	}
+	sort.Strings(ps)
+	return strings.Join(ns, " "), strings.Join(ps, "; "), nil
+}
+
+// placement tells where inference pods run and where the training pod ran.
+func (e *Env) placement(ctx context.Context) ([]string, string, bool) {
+	var pods corev1.PodList
+	if err := e.Client.List(ctx, &pods, client.InNamespace(DemoNamespace)); err != nil {
+		return nil, "", false
+	}
+	var infer []string
+	train := ""
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		if p.Labels["app"] == inferenceApp && p.DeletionTimestamp == nil {
+			infer = append(infer, p.Spec.NodeName)
+		} else if p.Labels["job-name"] == trainingJob || p.Labels["batch.kubernetes.io/job-name"] == trainingJob {
+			train = p.Spec.NodeName
+		}
+	}
+	sort.Strings(infer)
+	return infer, train, true
+}

@@ -1,0 +1,536 @@
+// Package localenv runs gpupool's embedded local environment on loopback: a real
+// control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) started
+// by kwokctl from the binaries built from source, kwok as the nodes' kubelets, vgpusim
+// as vCenter, the power wire that ties each node's readiness to its VM, and the operator
+// with its webhook. Every process it starts is recorded in the state folder, so Down can
+// stop them all, from this process or another one.
+package localenv
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/test/cluster"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// Options say where things are.
+type Options struct {
+	// Dir is the state folder: kubeconfig, govc.env, logs, pids.
+	Dir string
+	// Root is the repository root (config/, test/ are read from it).
+	Root string
+	// BinDir holds the control-plane binaries, kwok, kwokctl, manager and vgpusim.
+	BinDir string
+	// Inventory is vgpusim's inventory file.
+	Inventory string
+	// Log receives progress lines; discarded when nil.
+	Log io.Writer
+}
+
+// Env is a running local environment.
+type Env struct {
+	Options
+	// Kubeconfig is the path of the kubeconfig file.
+	Kubeconfig string
+	// Client talks to the cluster.
+	Client client.WithWatch
+	// VCenter is how to reach vgpusim.
+	VCenter vsphere.Config
+	// Thumbprint is vgpusim's SHA-256 certificate fingerprint.
+	Thumbprint string
+}
+
+const clusterName = "gpupool"
+
+// Scheme is the scheme the environment's client uses.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = gpupoolv1.AddToScheme(s)
+	return s
+}
+
+func (o *Options) logf(format string, args ...any) {
+	if o.Log != nil {
+		fmt.Fprintf(o.Log, format+"\n", args...)
+	}
+}
+
+// Up starts everything and returns when the cluster, the nodes, vgpusim and the
+// operator are ready. On failure it stops what it started.
+func Up(ctx context.Context, o Options) (_ *Env, err error) {
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwokctl", "manager", "vgpusim", "gpupool-local"} {
+		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
+			return nil, fmt.Errorf("%s is missing in %s: run 'make controlplane build' first", b, o.BinDir)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(o.Dir, "pids")); err == nil {
+		return nil, fmt.Errorf("%s holds a running environment: run 'down' first", o.Dir)
+	}
+	if err := os.MkdirAll(filepath.Join(o.Dir, "pids"), 0o755); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = Down(o)
+		}
+	}()
+	e := &Env{Options: o}
+
+	// 1. The control plane and kwok, by kwokctl from the locally built binaries.
+	o.logf("==> starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (kwokctl, binary runtime)")
+	bin := func(n string) string { return filepath.Join(o.BinDir, n) }
+	stages := filepath.Join(o.Dir, "kwok-stages.yaml")
+	if err := os.WriteFile(stages, cluster.Stages, 0o644); err != nil {
+		return nil, err
+	}
+	if err := e.kwokctl(ctx, "create", "cluster", "--name", clusterName, "--runtime", "binary",
+		"--kube-apiserver-binary", bin("kube-apiserver"), "--kube-controller-manager-binary", bin("kube-controller-manager"),
+		"--kube-scheduler-binary", bin("kube-scheduler"), "--etcd-binary", bin("etcd"), "--kwok-controller-binary", bin("kwok"),
+		"--config", stages, "--node-lease-duration-seconds", "40", "--wait", "2m"); err != nil {
+		return nil, err
+	}
+	src := filepath.Join(o.Dir, "kwok", "clusters", clusterName, "kubeconfig.yaml")
+	kc, err := os.ReadFile(src)
+	if err != nil {
+		return nil, fmt.Errorf("reading kwokctl's kubeconfig: %w", err)
+	}
+	e.Kubeconfig = filepath.Join(o.Dir, "kubeconfig")
+	if err := os.WriteFile(e.Kubeconfig, kc, 0o600); err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	if err != nil {
+		return nil, err
+	}
+	if e.Client, err = client.NewWithWatch(cfg, client.Options{Scheme: Scheme()}); err != nil {
+		return nil, err
+	}
+
+	// 2. vgpusim.
+	o.logf("==> starting vgpusim with %s", o.Inventory)
+	govcEnv := filepath.Join(o.Dir, "govc.env")
+	if _, err := e.spawn("vgpusim", bin("vgpusim"), "--inventory", o.Inventory, "--env-file", govcEnv); err != nil {
+		return nil, err
+	}
+	vars, err := waitEnvFile(ctx, govcEnv, 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(vars["GOVC_URL"])
+	if err != nil {
+		return nil, fmt.Errorf("vgpusim printed a bad GOVC_URL: %w", err)
+	}
+	e.VCenter = vsphere.Config{Server: u.Host, Datacenter: vars["GOVC_DATACENTER"], Username: vars["GOVC_USERNAME"], Password: vars["GOVC_PASSWORD"]}
+	if e.Thumbprint, err = thumbprint(u.Host); err != nil {
+		return nil, err
+	}
+	e.VCenter.Thumbprint = e.Thumbprint
+
+	// 3. The CRD, the credentials, and one Node per VM (plus a CPU node outside the pool).
+	o.logf("==> installing the GPUPoolProfile CRD and creating one node per VM")
+	if err := e.applyFile(ctx, filepath.Join(o.Root, "config", "crd", "bases", "gpupool.dev_gpupoolprofiles.yaml"), nil); err != nil {
+		return nil, err
+	}
+	if err := e.createBasics(ctx); err != nil {
+		return nil, err
+	}
+
+	// 4. The power wire.
+	if _, err := e.spawn("powerwire", bin("gpupool-local"), "wire", "--dir", o.Dir); err != nil {
+		return nil, err
+	}
+
+	// 5. The operator with its webhook, served on loopback with a certificate made here.
+	o.logf("==> starting the gpupool operator and its webhook")
+	if err := e.startOperator(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.waitNodesMatchPower(ctx, 90*time.Second); err != nil {
+		return nil, err
+	}
+	envSh := fmt.Sprintf("export KUBECONFIG=%s\n. %s\n", e.Kubeconfig, govcEnv)
+	if err := os.WriteFile(filepath.Join(o.Dir, "env.sh"), []byte(envSh), 0o644); err != nil {
+		return nil, err
+	}
+	o.logf("==> ready: . %s/env.sh, then kubectl get gpp,nodes or govc ls", o.Dir)
+	return e, nil
+}
+
+// Open connects to an environment that Up started earlier.
+func Open(o Options) (*Env, error) {
+	e := &Env{Options: o, Kubeconfig: filepath.Join(o.Dir, "kubeconfig")}
+	kc, err := os.ReadFile(e.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("no environment in %s: %w", o.Dir, err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	if err != nil {
+		return nil, err
+	}
+	if e.Client, err = client.NewWithWatch(cfg, client.Options{Scheme: Scheme()}); err != nil {
+		return nil, err
+	}
+	vars, err := readEnvFile(filepath.Join(o.Dir, "govc.env"))
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(vars["GOVC_URL"])
+	if err != nil {
+		return nil, err
+	}
+	e.VCenter = vsphere.Config{Server: u.Host, Datacenter: vars["GOVC_DATACENTER"], Username: vars["GOVC_USERNAME"], Password: vars["GOVC_PASSWORD"]}
+	if e.Thumbprint, err = thumbprint(u.Host); err != nil {
+		return nil, err
+	}
+	e.VCenter.Thumbprint = e.Thumbprint
+	return e, nil
+}
+
+// Down stops every process Up started and deletes the cluster. It is safe to call on a
+// half-started or already stopped environment.
+func Down(o Options) error {
+	var errs []error
+	pids, _ := filepath.Glob(filepath.Join(o.Dir, "pids", "*.pid"))
+	for _, f := range pids {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err == nil {
+			if err := stopGroup(pid); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", filepath.Base(f), err))
+			}
+		}
+		_ = os.Remove(f)
+	}
+	if _, err := os.Stat(filepath.Join(o.Dir, "kwok", "clusters", clusterName)); err == nil {
+		cmd := exec.Command(filepath.Join(o.BinDir, "kwokctl"), "delete", "cluster", "--name", clusterName)
+		cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+filepath.Join(o.Dir, "kwok"))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("kwokctl delete cluster: %w: %s", err, out))
+		}
+	}
+	_ = os.Remove(filepath.Join(o.Dir, "pids"))
+	return errors.Join(errs...)
+}
+
+// stopGroup ends a process group started by spawn: SIGTERM, then SIGKILL after 10s.
+func stopGroup(pid int) error {
+	if err := syscall.Kill(-pid, syscall.SIGTERM); err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return nil
+		}
+		return err
+	}
+	for i := 0; i < 100; i++ {
+		if err := syscall.Kill(-pid, 0); errors.Is(err, syscall.ESRCH) {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	return nil
+}
+
+func (e *Env) kwokctl(ctx context.Context, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(e.BinDir, "kwokctl"), args...)
+	cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+filepath.Join(e.Dir, "kwok"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kwokctl %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// spawn starts a long-running process in its own process group, logging to
+// Dir/logs/NAME.log, and records its pid so that Down can stop it.
+func (e *Env) spawn(name, bin string, args ...string) (*os.Process, error) {
+	if err := os.MkdirAll(filepath.Join(e.Dir, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(e.Dir, "logs", name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(e.Dir, "pids", name+".pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		return nil, err
+	}
+	go func() { _ = cmd.Wait() }() // reap it if it ends while we run
+	return cmd.Process, nil
+}
+
+func readEnvFile(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	vars := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := strings.TrimPrefix(strings.TrimSpace(sc.Text()), "export ")
+		k, v, ok := strings.Cut(line, "=")
+		if ok {
+			vars[k] = strings.Trim(v, `'"`)
+		}
+	}
+	if vars["GOVC_URL"] == "" {
+		return nil, fmt.Errorf("%s has no GOVC_URL yet", path)
+	}
+	return vars, nil
+}
+
+func waitEnvFile(ctx context.Context, path string, timeout time.Duration) (map[string]string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		vars, err := readEnvFile(path)
+		if err == nil {
+			return vars, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("vgpusim did not write %s within %s: %w", path, timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// thumbprint reads the SHA-256 fingerprint of the server's certificate, as
+// `govc about.cert -thumbprint` would print it.
+func thumbprint(hostport string) (string, error) {
+	conn, err := tls.Dial("tcp", hostport, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only to read the fingerprint the pool then pins
+	if err != nil {
+		return "", fmt.Errorf("reading vgpusim's certificate: %w", err)
+	}
+	defer conn.Close()
+	sum := sha256.Sum256(conn.ConnectionState().PeerCertificates[0].Raw)
+	parts := make([]string, len(sum))
+	for i, b := range sum {
+		parts[i] = fmt.Sprintf("%02X", b)
+	}
+	return strings.Join(parts, ":"), nil
+}
+
+// applyFile creates (or updates) every object of a YAML file, after edit.
+func (e *Env) applyFile(ctx context.Context, path string, edit func(*unstructured.Unstructured)) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return e.Apply(ctx, data, edit)
+}
+
+// Apply creates or updates every object of a multi-document YAML.
+func (e *Env) Apply(ctx context.Context, data []byte, edit func(*unstructured.Unstructured)) error {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if edit != nil {
+			edit(u)
+		}
+		if err := e.Client.Create(ctx, u); err != nil {
+			if !strings.Contains(err.Error(), "already exists") {
+				return fmt.Errorf("creating %s %s: %w", u.GetKind(), u.GetName(), err)
+			}
+			cur := &unstructured.Unstructured{}
+			cur.SetGroupVersionKind(u.GroupVersionKind())
+			if err := e.Client.Get(ctx, client.ObjectKeyFromObject(u), cur); err != nil {
+				return err
+			}
+			u.SetResourceVersion(cur.GetResourceVersion())
+			if err := e.Client.Update(ctx, u); err != nil {
+				return fmt.Errorf("updating %s %s: %w", u.GetKind(), u.GetName(), err)
+			}
+		}
+	}
+}
+
+func (e *Env) createBasics(ctx context.Context) error {
+	// The CRD must be served before objects of it can be made.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var l gpupoolv1.GPUPoolProfileList
+		if err := e.Client.List(ctx, &l); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("the GPUPoolProfile CRD is not served: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpupool-system"}}
+	if err := e.Client.Create(ctx, ns); client.IgnoreAlreadyExists(err) != nil {
+		return err
+	}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "vcenter-credentials", Namespace: ns.Name},
+		StringData: map[string]string{"username": e.VCenter.Username, "password": e.VCenter.Password}}
+	if err := e.Client.Create(ctx, sec); client.IgnoreAlreadyExists(err) != nil {
+		return err
+	}
+	conn := vsphere.NewConnector()
+	defer func() { _ = conn.Close() }()
+	vc, err := conn.Connect(ctx, e.VCenter)
+	if err != nil {
+		return err
+	}
+	inv, err := vc.Inventory(ctx)
+	if err != nil {
+		return err
+	}
+	if err := cluster.CreateNodes(ctx, e.Client, inv); err != nil {
+		return err
+	}
+	// A CPU node outside the pool: where workloads that can do without a GPU go at night.
+	cpu := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu-1",
+		Annotations: map[string]string{cluster.AnnotationKwokNode: "fake", cluster.AnnotationSimPower: "poweredOn"},
+		Labels:      map[string]string{"kubernetes.io/hostname": "cpu-1", "kubernetes.io/os": "linux", "type": "kwok", "node.gpupool.dev/cpu-only": "true"}}}
+	return client.IgnoreAlreadyExists(e.Client.Create(ctx, cpu))
+}
+
+// waitNodesMatchPower waits until each VM's node is Ready exactly when the VM runs.
+func (e *Env) waitNodesMatchPower(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var nodes corev1.NodeList
+		err := e.Client.List(ctx, &nodes)
+		ok := err == nil
+		for _, n := range nodes.Items {
+			want := n.Annotations[cluster.AnnotationSimPower] == "poweredOn"
+			if ready(&n) != want {
+				ok = false
+			}
+		}
+		if ok && len(nodes.Items) > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nodes did not follow their VMs' power state within %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (e *Env) startOperator(ctx context.Context) error {
+	certDir := filepath.Join(e.Dir, "webhook-certs")
+	caPEM, err := writeServingCert(certDir)
+	if err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	probe, err := freePort()
+	if err != nil {
+		return err
+	}
+	metrics, err := freePort()
+	if err != nil {
+		return err
+	}
+	if _, err := e.spawn("manager", filepath.Join(e.BinDir, "manager"), "--kubeconfig", e.Kubeconfig,
+		"--webhook-cert-dir", certDir, "--webhook-host", "127.0.0.1", "--webhook-port", strconv.Itoa(port),
+		"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(probe),
+		"--metrics-bind-address", "127.0.0.1:"+strconv.Itoa(metrics), "--leader-elect",
+		"--leader-election-namespace", "gpupool-system"); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(e.Dir, "metrics-url"), []byte(fmt.Sprintf("http://127.0.0.1:%d/metrics\n", metrics)), 0o644); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the operator did not become ready; see %s", filepath.Join(e.Dir, "logs", "manager.log"))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	// The webhook, pointed at the operator on loopback.
+	webhookURL := fmt.Sprintf("https://127.0.0.1:%d/validate-gpupool-dev-v1alpha1-gpupoolprofile", port)
+	return e.applyFile(ctx, filepath.Join(e.Root, "config", "webhook", "manifests.yaml"), func(u *unstructured.Unstructured) {
+		hooks, _, _ := unstructured.NestedSlice(u.Object, "webhooks")
+		for i := range hooks {
+			h := hooks[i].(map[string]any)
+			h["clientConfig"] = map[string]any{"url": webhookURL, "caBundle": caPEM}
+		}
+		_ = unstructured.SetNestedSlice(u.Object, hooks, "webhooks")
+	})
+}

@@ -69,15 +69,16 @@ test: controlplane ## Run all tests (unit and envtest), building the control pla
 
 .PHONY: bench
 bench: ## Run the benchmarks and print a table.
-	go test -run '^$$' -bench . -benchmem ./... | tee $(BIN_DIR)/bench.txt
+	go test -run '^$$' -bench . -benchmem ./internal/plan/ ./vsphere/
 
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager, vgpusim and the local-environment launcher into bin/.
+build: ## Build the manager, vgpusim, the local-environment launcher and govc into bin/.
 	go build -o $(BIN_DIR)/manager ./cmd/manager
 	go build -o $(BIN_DIR)/vgpusim ./cmd/vgpusim
 	go build -o $(BIN_DIR)/gpupool-local ./cmd/gpupool-local
+	go build -o $(BIN_DIR)/govc ./test/vgpusim/internal/govc
 
 ##@ Local environment
 

@@ -72,6 +72,8 @@ type DemoResult struct {
 	// MinReadyInference is the fewest Ready inference pods seen at any moment after
 	// the workloads were up (the PDB allows one unavailable of four).
 	MinReadyInference int
+	// InferenceNodesByDay are the nodes inference pods ran on before the night.
+	InferenceNodesByDay []string
 	// InferenceNodesAtNight are the nodes inference pods ran on at night.
 	InferenceNodesAtNight []string
 	// TrainingNode is the node the training Job's pod ran on.
@@ -304,6 +306,10 @@ func RunDemo(ctx context.Context, e *Env, out io.Writer, nightFor, timeout time.
 			}
 			if n == inferenceSize {
 				pw.counting, pw.min = true, n
+				// Where the workloads run by day, once they all are up.
+				if infer, _, ok := e.placement(ctx); ok {
+					res.InferenceNodesByDay = infer
+				}
 			}
 		}
 		pw.mu.Unlock()

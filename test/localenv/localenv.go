@@ -218,25 +218,29 @@ func Open(o Options) (*Env, error) {
 // half-started or already stopped environment.
 func Down(o Options) error {
 	var errs []error
-	pids, _ := filepath.Glob(filepath.Join(o.Dir, "pids", "*.pid"))
-	for _, f := range pids {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
+	for _, pid := range readPidFiles(filepath.Join(o.Dir, "pids")) {
+		if err := stopGroup(pid); err != nil {
+			errs = append(errs, fmt.Errorf("stopping pid %d: %w", pid, err))
 		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err == nil {
-			if err := stopGroup(pid); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", filepath.Base(f), err))
-			}
-		}
+	}
+	files, _ := filepath.Glob(filepath.Join(o.Dir, "pids", "*.pid"))
+	for _, f := range files {
 		_ = os.Remove(f)
 	}
 	if _, err := os.Stat(filepath.Join(o.Dir, "kwok", "clusters", clusterName)); err == nil {
+		// kwokctl signals its processes and returns; wait until they are gone, so that
+		// Down really leaves nothing running.
+		kwokPids := readPidFiles(filepath.Join(o.Dir, "kwok", "clusters", clusterName, "pids"))
 		cmd := exec.Command(filepath.Join(o.BinDir, "kwokctl"), "delete", "cluster", "--name", clusterName)
 		cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+filepath.Join(o.Dir, "kwok"))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			errs = append(errs, fmt.Errorf("kwokctl delete cluster: %w: %s", err, out))
+		}
+		for _, pid := range kwokPids {
+			if !waitGone(pid, 10*time.Second) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				waitGone(pid, 5*time.Second)
+			}
 		}
 	}
 	_ = os.Remove(filepath.Join(o.Dir, "pids"))
@@ -251,14 +255,46 @@ func stopGroup(pid int) error {
 		}
 		return err
 	}
-	for i := 0; i < 100; i++ {
-		if err := syscall.Kill(-pid, 0); errors.Is(err, syscall.ESRCH) {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !waitGone(pid, 10*time.Second) {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		waitGone(pid, 5*time.Second)
 	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	return nil
+}
+
+// waitGone waits, bounded, until a process has exited (a zombie counts as exited).
+func waitGone(pid int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			return true
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			if f := strings.Fields(string(b)); len(f) > 2 && f[2] == "Z" {
+				return true
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// readPidFiles reads the pids recorded in a folder of *.pid files.
+func readPidFiles(dir string) []int {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.pid"))
+	var pids []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 func (e *Env) kwokctl(ctx context.Context, args ...string) error {

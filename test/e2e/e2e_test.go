@@ -1,0 +1,155 @@
+//go:build e2e
+
+// Package e2e drives the demo scenario on the local environment (real control plane,
+// kwok nodes, vgpusim, the operator as a process) and checks the outcome. Run it with
+// `make test-e2e`.
+package e2e
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpupool/gpupool/internal/testenv"
+	"github.com/gpupool/gpupool/test/localenv"
+)
+
+func TestDayNightDayOnLocalCluster(t *testing.T) {
+	root := testenv.Root()
+	dir := t.TempDir()
+	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"),
+		Inventory: filepath.Join(root, "test", "vgpusim", "testdata", "daynight.yaml"), Log: os.Stdout}
+	ctx := context.Background()
+	env, err := localenv.Up(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := readPids(t, dir)
+	downDone := false
+	t.Cleanup(func() {
+		if !downDone {
+			_ = localenv.Down(opts)
+		}
+	})
+
+	res, err := localenv.RunDemo(ctx, env, os.Stdout, 2*time.Minute, 12*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(res.Layouts, ","); got != "day,night,day" {
+		t.Errorf("layouts %s, want day,night,day", got)
+	}
+	if res.MinReadyInference < 3 {
+		t.Errorf("only %d inference pods were Ready at one point: the PDB (maxUnavailable 1 of 4) was violated", res.MinReadyInference)
+	}
+	for _, n := range res.InferenceNodesByDay {
+		if !strings.HasPrefix(n, "gpu-day-") {
+			t.Errorf("by day an inference pod ran on %s, want the day nodes: %v", n, res.InferenceNodesByDay)
+		}
+	}
+	if len(res.InferenceNodesAtNight) != 4 {
+		t.Errorf("at night %d inference pods ran, want 4 (rescheduled): %v", len(res.InferenceNodesAtNight), res.InferenceNodesAtNight)
+	}
+	for _, n := range res.InferenceNodesAtNight {
+		if n != "cpu-1" {
+			t.Errorf("at night an inference pod ran on %s, want cpu-1 (the day nodes are parked)", n)
+		}
+	}
+	if res.TrainingNode != "gpu-night-1" || !res.TrainingSucceeded {
+		t.Errorf("training ran on %q (succeeded %v), want gpu-night-1", res.TrainingNode, res.TrainingSucceeded)
+	}
+
+	// Node labels after the cycle.
+	for _, name := range []string{"gpu-day-1", "gpu-day-2", "gpu-day-3", "gpu-day-4", "gpu-night-1"} {
+		var n corev1.Node
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(name, "gpu-day-") {
+			if n.Labels["gpupool.dev/layout"] != "day" || n.Labels["gpupool.dev/vgpu-profile"] != "grid_p100-4q" ||
+				n.Labels["gpupool.dev/vgpu-memory-mib"] != "4096" || n.Labels["gpupool.dev/workload"] != "inference" || n.Spec.Unschedulable {
+				t.Errorf("node %s: labels %v unschedulable %v, want day labels and schedulable", name, n.Labels, n.Spec.Unschedulable)
+			}
+		} else if n.Labels["gpupool.dev/parked"] != "true" {
+			t.Errorf("node %s: labels %v, want parked", name, n.Labels)
+		}
+	}
+
+	// What a user sees with kubectl.
+	kubectl := func(args ...string) string {
+		out, err := exec.Command(filepath.Join(root, "bin", "kubectl"), append([]string{"--kubeconfig", env.Kubeconfig}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	get := kubectl("get", "gpp")
+	for _, col := range []string{"NAME", "ACTIVE", "DESIRED", "PHASE", "NEXT", "AGE", "daynight", "day", "Steady"} {
+		if !strings.Contains(get, col) {
+			t.Errorf("kubectl get gpp lacks %q:\n%s", col, get)
+		}
+	}
+	describe := kubectl("describe", "gpp", "daynight")
+	for _, ev := range []string{"TransitionStarted", "Drained", "SuspendStarted", "PowerOnStarted", "Relabelled", "TransitionCompleted"} {
+		if !strings.Contains(describe, ev) {
+			t.Errorf("kubectl describe gpp lacks event %s:\n%s", ev, describe)
+		}
+	}
+
+	// Down leaves no process behind.
+	if err := localenv.Down(opts); err != nil {
+		t.Fatal(err)
+	}
+	downDone = true
+	for name, pid := range pids {
+		if alive(pid) {
+			t.Errorf("%s (pid %d) still runs after down", name, pid)
+		}
+	}
+	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("processes still run from %s after down: %s", dir, out)
+	}
+}
+
+// alive tells whether a process runs (a zombie waiting to be reaped does not).
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) < 3 || f[2] != "Z"
+}
+
+// readPids reads every pid the environment recorded, including kwokctl's own.
+func readPids(t *testing.T, dir string) map[string]int {
+	files, _ := filepath.Glob(filepath.Join(dir, "pids", "*.pid"))
+	more, _ := filepath.Glob(filepath.Join(dir, "kwok", "clusters", "*", "pids", "*.pid"))
+	out := map[string]int{}
+	for _, f := range append(files, more...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			out[filepath.Base(f)] = pid
+		}
+	}
+	if len(out) < 6 {
+		t.Fatalf("want the pids of at least 6 processes, found %v", out)
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -27,7 +28,11 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 	if ws.StepStartTime == nil {
 		ws.StepStartTime = ptrTime(s.now)
 	}
-	vm, ok := s.inv.FindVM(step.VM)
+	id := step.VM
+	if specID, ok := s.specID[step.VM]; ok {
+		id = specID // an inventory path, when the spec gives one, names the VM exactly
+	}
+	vm, ok := s.inv.FindVM(id)
 	if !ok {
 		return requeueBlocked, nil
 	}
@@ -97,6 +102,13 @@ func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope) tim
 func (r *GPUPoolProfileReconciler) checkTask(ctx context.Context, s *scope, ws *gpupoolv1.WorkerStatus) time.Duration {
 	t := ws.Task
 	info, err := s.vc.Task(ctx, t.ID)
+	if errors.Is(err, vsphere.ErrTaskNotFound) {
+		// vCenter forgot the task (a restart, a long outage): the VM's state, observed on
+		// every pass, tells whether the step is done; the plan retries it if not.
+		ws.Message = fmt.Sprintf("%s task %s is no longer known to vCenter; re-observing the VM", t.Operation, t.ID)
+		ws.Task = nil
+		return 0
+	}
 	if err != nil {
 		ws.Message = fmt.Sprintf("cannot check %s task %s: %v", t.Operation, t.ID, err)
 		return requeueTask // look again; never re-issue while the task may still run
@@ -211,8 +223,10 @@ func (r *GPUPoolProfileReconciler) drain(ctx context.Context, s *scope, ws *gpup
 		if err != nil {
 			return 0, err
 		}
-		r.event(s, corev1.EventTypeWarning, "DrainForced", "drain of node %s timed out after %s; deleted %d pod(s) (%s)", node.Name, timeout, n, res.message())
-		return requeueStep, nil
+		if n > 0 {
+			r.event(s, corev1.EventTypeWarning, "DrainForced", "drain of node %s timed out after %s; deleted %d pod(s) (%s)", node.Name, timeout, n, res.message())
+		}
+		return requeueDrain, nil
 	}
 	return 0, r.abort(ctx, s, fmt.Sprintf("drain of node %s timed out after %s: %s", node.Name, timeout, res.message()))
 }
@@ -231,6 +245,7 @@ func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why stri
 	}
 	t := s.pool.Status.Transition
 	t.AbortedTime = ptrTime(s.now)
+	t.Generation = s.pool.Generation // retried when the spec changes from now on
 	t.Message = fmt.Sprintf("transition %s to %s aborted: %s; the VMs keep running and the nodes gpupool cordoned were uncordoned. Fix the blocking pods or set spec.drain.onTimeout: Force; a spec change retries", t.ID, t.To, why)
 	transitionsTotal.WithLabelValues(s.pool.Name, "aborted").Inc()
 	condTrue(s.pool, gpupoolv1.ConditionDegraded, ReasonDrainAborted, t.Message)
@@ -317,9 +332,17 @@ func (r *GPUPoolProfileReconciler) event(s *scope, typ, reason, format string, a
 	r.emit(s.pool, typ, reason, id+format, args...)
 }
 
-// emit records an event on the pool; the reason doubles as the event's action.
+// maxEventNote is the longest note the events.k8s.io API accepts.
+const maxEventNote = 1024
+
+// emit records an event on the pool; the reason doubles as the event's action. Notes are
+// cut to what the events API accepts, or the API server would drop the event.
 func (r *GPUPoolProfileReconciler) emit(pool *gpupoolv1.GPUPoolProfile, typ, reason, format string, args ...any) {
-	r.Recorder.Eventf(pool, nil, typ, reason, reason, format, args...)
+	note := fmt.Sprintf(format, args...)
+	if len(note) > maxEventNote {
+		note = note[:maxEventNote-len(" [...]")] + " [...]"
+	}
+	r.Recorder.Eventf(pool, nil, typ, reason, reason, "%s", note)
 }
 
 // snapshot records what a node looked like before gpupool first touched it: that cannot

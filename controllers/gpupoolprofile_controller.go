@@ -37,7 +37,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;patch
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=*,verbs=get;patch
 
@@ -52,6 +52,7 @@ const (
 	guestShutdownWait = 2 * time.Minute
 	maxBackoff        = 5 * time.Minute
 	baseBackoff       = 5 * time.Second
+	reconcileTimeout  = 2 * time.Minute
 )
 
 // GPUPoolProfileReconciler makes a GPUPoolProfile true: the wanted layout's VMs run with
@@ -110,8 +111,12 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		}
 	}()
 
+	// A vCenter that accepts connections but hangs must not hold the worker: the body
+	// gets a deadline, the status patch above does not.
+	bodyCtx, cancel := context.WithTimeout(ctx, reconcileTimeout)
+	defer cancel()
 	s := &scope{pool: pool, now: r.Clock.Now()}
-	return r.reconcile(ctx, s)
+	return r.reconcile(bodyCtx, s)
 }
 
 func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -226,7 +231,8 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (ctrl.
 	vc := pool.Spec.VCenter
 	var secret corev1.Secret
 	key := types.NamespacedName{Namespace: vc.CredentialsSecretRef.Namespace, Name: vc.CredentialsSecretRef.Name}
-	if err := r.Client.Get(ctx, key, &secret); err != nil {
+	// Read uncached: caching would watch every Secret of the cluster.
+	if err := r.APIReader.Get(ctx, key, &secret); err != nil {
 		msg := fmt.Sprintf("cannot read Secret %s with the vCenter credentials: %v", key, err)
 		condTrue(pool, gpupoolv1.ConditionStalled, ReasonCredentials, msg)
 		pool.Status.Phase = gpupoolv1.PhaseBlocked
@@ -245,6 +251,14 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (ctrl.
 	var inv *inventory.Inventory
 	if err == nil {
 		inv, err = vcc.Inventory(ctx)
+	}
+	if errors.Is(err, vsphere.ErrInvalidLogin) {
+		// Retrying soon with the same credentials would only lock the account.
+		msg := fmt.Sprintf("vCenter %s refused the credentials in Secret %s; fix the Secret (a change of the pool retries at once)", vc.Server, key)
+		condTrue(pool, gpupoolv1.ConditionStalled, ReasonCredentials, msg)
+		condFalse(pool, gpupoolv1.ConditionReady, ReasonCredentials, msg)
+		pool.Status.Phase = gpupoolv1.PhaseBlocked
+		return ctrl.Result{RequeueAfter: 10 * time.Minute}, false
 	}
 	if err != nil {
 		msg := fmt.Sprintf("vCenter %s: %v", vc.Server, err)
@@ -440,6 +454,13 @@ func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 	st := &s.pool.Status
 	if t := st.Transition; t != nil && t.To == s.decision.Layout {
 		st.Phase = gpupoolv1.PhaseTransitioning
+		condTrue(s.pool, gpupoolv1.ConditionProgressing, ReasonTransitioning, fmt.Sprintf("transition %s to %s in progress", t.ID, t.To))
+		return
+	}
+	if st.Transition == nil && st.ActiveLayout == s.decision.Layout {
+		// The layout is the one running: a node went NotReady, lost a label or was
+		// cordoned by gpupool. Repairing it is not a transition.
+		condTrue(s.pool, gpupoolv1.ConditionProgressing, ReasonRepairing, fmt.Sprintf("repairing layout %s: %d step(s) due", st.ActiveLayout, len(p.Due(int(max(s.pool.Spec.MaxParallel, 1))))))
 		return
 	}
 	if t := st.Transition; t != nil {
@@ -564,7 +585,7 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&gpupoolv1.GPUPoolProfile{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Node{}, allPools, builder.WithPredicates(nodeChanged())).
-		Watches(&corev1.Pod{}, allPools, builder.WithPredicates(predicate.Funcs{
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfPodNode), builder.WithPredicates(predicate.Funcs{
 			CreateFunc:  func(event.CreateEvent) bool { return false },
 			UpdateFunc:  func(event.UpdateEvent) bool { return false },
 			DeleteFunc:  func(event.DeleteEvent) bool { return true },
@@ -572,6 +593,29 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		})).
 		Named("gpupoolprofile").
 		Complete(r)
+}
+
+// poolsOfPodNode maps a deleted pod to the pools with a worker on its node: a drain
+// there may go on.
+func (r *GPUPoolProfileReconciler) poolsOfPodNode(ctx context.Context, o client.Object) []reconcile.Request {
+	node := o.(*corev1.Pod).Spec.NodeName
+	if node == "" {
+		return nil
+	}
+	var pools gpupoolv1.GPUPoolProfileList
+	if err := r.Client.List(ctx, &pools); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, p := range pools.Items {
+		for _, w := range p.Status.Workers {
+			if w.Node == node {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+				break
+			}
+		}
+	}
+	return reqs
 }
 
 // nodeChanged ignores node heartbeats: only readiness, cordon, labels, taints and

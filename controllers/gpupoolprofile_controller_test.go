@@ -502,3 +502,36 @@ func hasKey(m map[string]string, k string) bool {
 	_, ok := m[k]
 	return ok
 }
+
+// TestRepairIsNotATransition: a label lost on a node of the running layout is put back
+// without a transition (no TransitionStarted, the phase stays Steady).
+func TestRepairIsNotATransition(t *testing.T) {
+	h := newHarness(t, "rep-")
+	pool := h.dayNight()
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	h.converge(pool.Name, "day", 30)
+	_ = h.events()
+
+	n := h.node("day-3")
+	before := n.DeepCopy()
+	delete(n.Labels, "gpupool.dev/workload")
+	h.must(k8s.Patch(h.ctx, n, client.MergeFrom(before)))
+	h.reconcile(pool.Name)
+	p := h.get(pool.Name)
+	if p.Status.Phase != gpupoolv1.PhaseSteady || p.Status.Transition != nil {
+		t.Errorf("phase %s transition %+v while repairing a label, want Steady and no transition", p.Status.Phase, p.Status.Transition)
+	}
+	if got := h.node("day-3").Labels["gpupool.dev/workload"]; got != "inference" {
+		t.Errorf("label not repaired: %q", got)
+	}
+	for _, e := range h.events() {
+		if strings.Contains(e, "TransitionStarted") {
+			t.Errorf("a repair was reported as a transition: %s", e)
+		}
+	}
+	p = h.converge(pool.Name, "day", 5)
+	if c := findCondition(p, gpupoolv1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Ready %+v after the repair", c)
+	}
+}

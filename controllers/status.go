@@ -12,6 +12,7 @@ import (
 const (
 	ReasonLayoutActive       = "LayoutActive"
 	ReasonTransitioning      = "Transitioning"
+	ReasonRepairing          = "Repairing"
 	ReasonIdle               = "Idle"
 	ReasonDrainBlocked       = "DrainBlocked"
 	ReasonDrainAborted       = "DrainAborted"

@@ -85,6 +85,18 @@ func NewConnector(opts ...Option) *SessionCache {
 // ErrClosed is returned by Connect after Close.
 var ErrClosed = errors.New("vsphere: session cache is closed")
 
+// ErrInvalidLogin means vCenter refused the user name or password. Retrying with the same
+// credentials only brings the account closer to vCenter's lockout.
+var ErrInvalidLogin = errors.New("vCenter refused the user name or password")
+
+func isInvalidLogin(err error) bool {
+	if !soap.IsSoapFault(err) {
+		return false
+	}
+	_, ok := soap.ToSoapFault(err).VimFault().(types.InvalidLogin)
+	return ok
+}
+
 // Connect returns a Client for the config's datacenter, logging in only when no session
 // for that vCenter and user is cached (or the cached one used other credentials or TLS
 // settings). Clients are cheap: get one per reconcile rather than keeping one, since a
@@ -260,6 +272,9 @@ func (c *SessionCache) login(ctx context.Context, u *url.URL, cfg Config, fp [32
 	if err := doLogin(ctx); err != nil {
 		ka.Stop()
 		sc.CloseIdleConnections()
+		if isInvalidLogin(err) {
+			return nil, fmt.Errorf("vsphere: log in to vCenter %s as %s: %w", u.Host, cfg.Username, ErrInvalidLogin)
+		}
 		return nil, fmt.Errorf("vsphere: log in to vCenter %s as %s: %w", u.Host, cfg.Username, err)
 	}
 	log.Info("Logged in to vCenter")

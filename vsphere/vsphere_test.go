@@ -449,6 +449,9 @@ func TestLoginFailureKeepsPasswordSecret(t *testing.T) {
 	if !strings.Contains(err.Error(), "log in") || !strings.Contains(err.Error(), e.sim.URL.Host) {
 		t.Fatalf("error does not say what failed: %v", err)
 	}
+	if !errors.Is(err, vsphere.ErrInvalidLogin) {
+		t.Fatalf("a refused login is not ErrInvalidLogin, so the controller would retry it soon: %v", err)
+	}
 
 	cfg.Server = "someone:" + cfg.Password + "@" + e.sim.URL.Host
 	if _, err := vsphere.NewConnector().Connect(e.ctx, cfg); err == nil || strings.Contains(err.Error(), cfg.Password) {

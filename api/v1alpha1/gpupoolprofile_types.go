@@ -84,8 +84,9 @@ type GPUPoolProfileSpec struct {
 	// +optional
 	MaxParallel int32 `json:"maxParallel,omitempty"`
 
-	// Paused stops all action on the pool: nothing is drained, parked or powered on.
-	// Status is still observed and reported.
+	// Paused stops all action on the pool: nothing is drained, parked or powered on, and
+	// vCenter is not contacted. The desired layout and the next transition are still
+	// reported.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
 }

@@ -81,25 +81,18 @@ func (r *GPUPoolProfileReconciler) capiObjects(ctx context.Context, n *corev1.No
 // protectMachine annotates the Machine with skip-remediation and pauses its
 // infrastructure machine before gpupool parks the node's VM.
 func (r *GPUPoolProfileReconciler) protectMachine(ctx context.Context, n *corev1.Node) error {
-	objs, err := r.capiObjects(ctx, n)
-	if err != nil {
-		return err
-	}
-	for i, o := range objs {
-		ann := capiSkipRemediation
-		if i > 0 {
-			ann = capiPaused
-		}
-		if err := r.patchAnnotation(ctx, o, ann, true); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.markMachine(ctx, n, true)
 }
 
 // releaseMachine removes what protectMachine added, once the node is back (or the pool
 // is deleted).
 func (r *GPUPoolProfileReconciler) releaseMachine(ctx context.Context, n *corev1.Node) error {
+	return r.markMachine(ctx, n, false)
+}
+
+// markMachine sets (or removes) skip-remediation on the node's Machine and paused on its
+// infrastructure machine.
+func (r *GPUPoolProfileReconciler) markMachine(ctx context.Context, n *corev1.Node, set bool) error {
 	objs, err := r.capiObjects(ctx, n)
 	if err != nil {
 		return err
@@ -109,7 +102,7 @@ func (r *GPUPoolProfileReconciler) releaseMachine(ctx context.Context, n *corev1
 		if i > 0 {
 			ann = capiPaused
 		}
-		if err := r.patchAnnotation(ctx, o, ann, false); err != nil {
+		if err := r.patchAnnotation(ctx, o, ann, set); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,6 +22,8 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/testenv"
@@ -37,6 +40,9 @@ var (
 	testScheme = runtime.NewScheme()
 	k8s        client.WithWatch
 	kwok       *cluster.Kwok
+	// operator is the reconciler's client: a user bound to the ClusterRole generated
+	// into config/rbac, so the tests fail when the RBAC markers miss a permission.
+	operator client.Client
 )
 
 func TestMain(m *testing.M) {
@@ -62,6 +68,10 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if operator, err = operatorClient(env, root); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	dir, err := os.MkdirTemp("", "gpupool-kwok-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -79,6 +89,36 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "kwok log (tail):", tail(kwok.Log(), 3000))
 	}
 	return code
+}
+
+// operatorClient makes a user with exactly the operator's ClusterRole
+// (config/rbac/role.yaml) and returns a client acting as that user.
+func operatorClient(env *envtest.Environment, root string) (client.Client, error) {
+	ctx := context.Background()
+	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.Unmarshal(data, &role); err != nil {
+		return nil, err
+	}
+	if err := k8s.Create(ctx, &role); err != nil {
+		return nil, err
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpupool-operator"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "gpupool-operator"}},
+	}
+	if err := k8s.Create(ctx, binding); err != nil {
+		return nil, err
+	}
+	user, err := env.AddUser(envtest.User{Name: "gpupool-operator"}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(user.Config(), client.Options{Scheme: testScheme})
 }
 
 func tail(s string, n int) string {
@@ -254,7 +294,7 @@ func (h *harness) reconciler() *GPUPoolProfileReconciler {
 			closeConnector(h.conn)
 			h.conn = vsphere.NewConnector()
 		}
-		h.rec = &GPUPoolProfileReconciler{Client: k8s, APIReader: k8s, Recorder: h.recorder, Clock: h.clock, VSphere: h.conn}
+		h.rec = &GPUPoolProfileReconciler{Client: operator, APIReader: operator, Recorder: h.recorder, Clock: h.clock, VSphere: h.conn}
 	}
 	return h.rec
 }

@@ -446,7 +446,7 @@ type GPUPoolProfileStatus struct {
 // +kubebuilder:printcolumn:name="Active",type=string,JSONPath=`.status.activeLayout`
 // +kubebuilder:printcolumn:name="Desired",type=string,JSONPath=`.status.desiredLayout`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="Next",type=date,JSONPath=`.status.nextTransition.at`
+// +kubebuilder:printcolumn:name="Next",type=string,JSONPath=`.status.nextTransition.at`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type GPUPoolProfile struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -74,11 +74,12 @@ bench: ## Run the benchmarks and print a table.
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager, vgpusim, the local-environment launcher and govc into bin/.
+build: ## Build the manager, vgpusim, the local-environment launcher, govc and the kubectl plugin into bin/.
 	go build -o $(BIN_DIR)/manager ./cmd/manager
 	go build -o $(BIN_DIR)/vgpusim ./cmd/vgpusim
 	go build -o $(BIN_DIR)/gpupool-local ./cmd/gpupool-local
 	go build -o $(BIN_DIR)/govc ./test/vgpusim/internal/govc
+	go build -o $(BIN_DIR)/kubectl-gpupool ./cmd/kubectl-gpupool
 
 ##@ Local environment
 

@@ -535,3 +535,56 @@ func TestRepairIsNotATransition(t *testing.T) {
 		t.Errorf("Ready %+v after the repair", c)
 	}
 }
+
+// TestPreviewChangesNothing: the preview shows the night switch's steps and touches
+// neither VMs nor nodes nor the pool's status.
+func TestPreviewChangesNothing(t *testing.T) {
+	h := newHarness(t, "prv-")
+	pool := h.dayNight()
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	h.converge(pool.Name, "day", 30)
+	before := h.get(pool.Name)
+	calls := h.opCounts()
+
+	pv, err := h.reconciler().Preview(h.ctx, before, monday1950, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pv.Decision.Layout != "night" {
+		t.Fatalf("preview at 19:50 wants %s, want night", pv.Decision.Layout)
+	}
+	out := pv.Plan.String()
+	for _, want := range []string{"Drain", "Suspend", "prv-day-1", "PowerOn", "prv-night-1", "grid_p100-16q"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("preview lacks %q:\n%s", want, out)
+		}
+	}
+	if got := h.opCounts(); !equalCounts(got, calls) {
+		t.Errorf("the preview called vSphere operations: %v -> %v", calls, got)
+	}
+	after := h.get(pool.Name)
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the preview changed the pool")
+	}
+	for _, vm := range []string{"day-1", "day-2", "day-3", "day-4"} {
+		if n := h.node(vm); n.Spec.Unschedulable {
+			t.Errorf("the preview cordoned %s", n.Name)
+		}
+	}
+	if _, err := h.reconciler().Preview(h.ctx, before, monday1000, "weekend"); err == nil {
+		t.Error("preview of an unknown layout succeeded")
+	}
+}
+
+func equalCounts(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}

@@ -118,7 +118,9 @@ func operatorClient(env *envtest.Environment, root string) (client.Client, error
 	if err != nil {
 		return nil, err
 	}
-	return client.New(user.Config(), client.Options{Scheme: testScheme})
+	cfg := user.Config()
+	cfg.QPS, cfg.Burst = 1000, 2000 // as envtest's admin config: no client-side throttling
+	return client.New(cfg, client.Options{Scheme: testScheme})
 }
 
 func tail(s string, n int) string {

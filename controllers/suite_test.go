@@ -359,8 +359,7 @@ func (h *harness) waitNodesMatchPower() {
 			if !strings.HasPrefix(n.Name, h.prefix) {
 				continue
 			}
-			want := n.Annotations[cluster.AnnotationSimPower] == "poweredOn"
-			if nodeReady(&n) != want {
+			if !cluster.FollowsPower(&n) {
 				return false, fmt.Sprintf("node %s: Ready=%v, VM %s", n.Name, nodeReady(&n), n.Annotations[cluster.AnnotationSimPower])
 			}
 		}

@@ -161,3 +161,19 @@ func SyncPower(ctx context.Context, c client.Client, inv *inventory.Inventory) (
 	}
 	return changed, errors.Join(errs...)
 }
+
+// Ready tells whether the node's Ready condition is True.
+func Ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// FollowsPower tells whether a node is Ready exactly when the power wire last saw its VM
+// powered on: kwok has caught up with the VM.
+func FollowsPower(n *corev1.Node) bool {
+	return Ready(n) == (n.Annotations[AnnotationSimPower] == "poweredOn")
+}

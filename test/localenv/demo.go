@@ -366,7 +366,7 @@ func (e *Env) snapshot(ctx context.Context) (string, string, error) {
 	var ns []string
 	for _, n := range nodes.Items {
 		s := n.Name + "="
-		if ready(&n) {
+		if cluster.Ready(&n) {
 			s += "Ready"
 		} else {
 			s += "NotReady"

@@ -476,8 +476,7 @@ func (e *Env) waitNodesMatchPower(ctx context.Context, timeout time.Duration) er
 		err := e.Client.List(ctx, &nodes)
 		ok := err == nil
 		for _, n := range nodes.Items {
-			want := n.Annotations[cluster.AnnotationSimPower] == "poweredOn"
-			if ready(&n) != want {
+			if !cluster.FollowsPower(&n) {
 				ok = false
 			}
 		}
@@ -493,15 +492,6 @@ func (e *Env) waitNodesMatchPower(ctx context.Context, timeout time.Duration) er
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-}
-
-func ready(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func freePort() (int, error) {

@@ -20,6 +20,7 @@ import (
 var (
 	vmProps = []string{
 		"name", "parent", "config.uuid", "runtime.host", "runtime.powerState", "config.hardware.device",
+		"recentTask",
 	}
 	hostProps = []string{
 		"name", "config.graphicsInfo", "config.sharedPassthruGpuTypes",
@@ -170,6 +171,9 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 		}
 		if vm.Runtime.Host != nil {
 			v.Host = hostNames[*vm.Runtime.Host]
+		}
+		for _, t := range vm.RecentTask {
+			v.RecentTasks = append(v.RecentTasks, t.Value)
 		}
 		inv.VMs = append(inv.VMs, v)
 	}

@@ -26,6 +26,9 @@ var (
 	ErrTaskNotFound = errors.New("task not found")
 	// ErrVMNotFound: no VM has that managed object id.
 	ErrVMNotFound = errors.New("VM not found")
+	// ErrToolsUnavailable: the guest cannot be asked to shut down because VMware Tools
+	// is not running in it. Only a hard power-off stops such a VM.
+	ErrToolsUnavailable = errors.New("VMware Tools is not running in the guest")
 )
 
 // client is a Client over a cached session, bound to one datacenter.
@@ -44,8 +47,11 @@ func vmRef(id string) types.ManagedObjectReference {
 // errorf wraps a vSphere error with what was being done and where; it never includes
 // credentials, which no request or URL here carries.
 func (c *client) errorf(err error, format string, args ...any) error {
-	if fault.Is(err, &types.ManagedObjectNotFound{}) {
+	switch {
+	case fault.Is(err, &types.ManagedObjectNotFound{}):
 		err = fmt.Errorf("%w: %w", ErrVMNotFound, err)
+	case fault.Is(err, &types.ToolsUnavailable{}):
+		err = fmt.Errorf("%w: %w", ErrToolsUnavailable, err)
 	}
 	return fmt.Errorf("vsphere: vCenter %s: %s: %w", c.s.server, fmt.Sprintf(format, args...), err)
 }

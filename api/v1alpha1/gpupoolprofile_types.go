@@ -84,6 +84,20 @@ type GPUPoolProfileSpec struct {
 	// +optional
 	MaxParallel int32 `json:"maxParallel,omitempty"`
 
+	// GuestShutdownTimeout is how long a guest may take to shut down when a VM is powered
+	// off (parking PowerOff, or a profile change). After it, or at once when the guest
+	// cannot be asked (VMware Tools not running), the VM is powered off hard.
+	// +kubebuilder:default="2m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="guestShutdownTimeout must be a positive duration such as 2m"
+	// +optional
+	GuestShutdownTimeout *metav1.Duration `json:"guestShutdownTimeout,omitempty"`
+
+	// DiscardSuspendedState allows gpupool to power off a suspended VM whose vGPU profile
+	// must change: its suspended memory state is lost, as after a hard power-off. Without
+	// it such a VM is not touched and the pool reports Stalled (SuspendedStateAtRisk).
+	// +optional
+	DiscardSuspendedState bool `json:"discardSuspendedState,omitempty"`
+
 	// Paused stops all action on the pool: nothing is drained, parked or powered on, and
 	// vCenter is not contacted. The desired layout and the next transition are still
 	// reported.
@@ -157,6 +171,8 @@ type Layout struct {
 }
 
 // Worker is one VM of a layout.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.noNode) && self.noNode && has(self.node))",message="set either node (the VM's Kubernetes node) or noNode: true (the VM is no Kubernetes worker), not both"
 type Worker struct {
 	// VM is the VM's name, or its inventory path such as /dc1/vm/gpu/worker-1.
 	// +kubebuilder:validation:MinLength=1
@@ -169,6 +185,19 @@ type Worker struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(grid|nvidia)_[a-z0-9]+(-[0-9]+)?-[0-9]+[a-z]{1,2}$')",message="must be an NVIDIA vGPU profile name such as grid_p100-4q or nvidia_a100-3-20c (as listed by govc gpu.host.profile.ls)"
 	Profile string `json:"profile"`
+
+	// Node is the name of the VM's Kubernetes node. Without it the node is found by
+	// spec.providerID (vsphere://<BIOS UUID>), then by the VM's name, case-insensitively,
+	// then by the short name of a node named by FQDN.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Node string `json:"node,omitempty"`
+
+	// NoNode says the VM is not a Kubernetes worker: it is parked and started without a
+	// drain and without waiting for a node. Without it a running VM whose node cannot be
+	// found is never parked.
+	// +optional
+	NoNode bool `json:"noNode,omitempty"`
 }
 
 // Schedule maps time windows to layouts.
@@ -306,8 +335,6 @@ const (
 	StepWaitNodeReady       Step = "WaitNodeReady"
 	StepRelabelRequired     Step = "RelabelRequired"
 	StepUncordonRequired    Step = "UncordonRequired"
-	StepDone                Step = "Done"
-	StepFailed              Step = "Failed"
 )
 
 // NextTransition is the next scheduled change of the wanted layout.
@@ -342,23 +369,25 @@ type TransitionStatus struct {
 	Message string `json:"message,omitempty"`
 }
 
-// TaskReference points at a vSphere task started by gpupool.
+// TaskReference points at a vSphere task started by gpupool. It is written in two
+// steps, so that a task is started at most once whatever fails in between: first the
+// intent (operation, no ID) is persisted, then vCenter is asked, then the ID is recorded.
+// A worker found with an intent and no ID is resolved by looking for the task in vCenter
+// before anything new is started.
 type TaskReference struct {
-	// ID is the task's managed object id, such as task-123.
-	ID string `json:"id"`
+	// ID is the task's managed object id, such as task-123. Empty while only the intent
+	// is recorded.
+	// +optional
+	ID string `json:"id,omitempty"`
 	// Operation is what the task does: PowerOn, PowerOff, Suspend or Reconfigure.
 	Operation string `json:"operation"`
-	// StartTime is when gpupool started the task.
+	// StartTime is when gpupool decided to start the task.
 	StartTime metav1.Time `json:"startTime"`
-}
-
-// NodeSnapshot is what a node looked like before gpupool first touched it. It cannot be
-// re-observed later, so it is kept in status.
-type NodeSnapshot struct {
-	// Unschedulable is true when the node was cordoned before gpupool cordoned it;
-	// gpupool then leaves it cordoned.
+	// KnownTasks are the VM's recent tasks of the same operation that vCenter listed when
+	// the intent was recorded; none of them is the task this intent starts.
 	// +optional
-	Unschedulable bool `json:"unschedulable,omitempty"`
+	// +listType=atomic
+	KnownTasks []string `json:"knownTasks,omitempty"`
 }
 
 // WorkerStatus is the observed state of one VM of the pool.
@@ -395,9 +424,10 @@ type WorkerStatus struct {
 	// NextRetryTime is when a failed step may be tried again.
 	// +optional
 	NextRetryTime *metav1.Time `json:"nextRetryTime,omitempty"`
-	// NodeBefore is what the node looked like before gpupool touched it.
+	// GuestShutdownTime is when gpupool asked the guest to shut down; the VM is powered
+	// off hard when spec.guestShutdownTimeout has passed since.
 	// +optional
-	NodeBefore *NodeSnapshot `json:"nodeBefore,omitempty"`
+	GuestShutdownTime *metav1.Time `json:"guestShutdownTime,omitempty"`
 	// Message explains the current step or the last failure.
 	// +optional
 	Message string `json:"message,omitempty"`

@@ -4,6 +4,7 @@
 package inventory
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"sort"
@@ -46,6 +47,9 @@ type VM struct {
 	Profile string
 	// GPU is the PCI id of the physical GPU the vGPU runs on; empty unless powered on.
 	GPU string
+	// RecentTasks are the ids of the VM's recent tasks (recentTask), which tell a task
+	// that was started before a crash from one started after.
+	RecentTasks []string
 }
 
 // Profile is a vGPU profile as a host offers it.
@@ -90,14 +94,43 @@ type Inventory struct {
 	Hosts []Host
 }
 
-// FindVM returns the VM whose name or inventory path is id.
+// FindVM returns the VM whose inventory path is id, else the VM whose name is id. A name
+// that several VMs carry (in different folders) finds none: see Ambiguous.
 func (inv *Inventory) FindVM(id string) (*VM, bool) {
+	var found *VM
+	n := 0
 	for i := range inv.VMs {
-		if inv.VMs[i].Name == id || (inv.VMs[i].Path != "" && inv.VMs[i].Path == id) {
-			return &inv.VMs[i], true
+		vm := &inv.VMs[i]
+		if vm.Path != "" && vm.Path == id {
+			return vm, true
+		}
+		if vm.Name == id {
+			if found == nil {
+				found = vm
+			}
+			n++
 		}
 	}
-	return nil, false
+	if n != 1 {
+		return nil, false
+	}
+	return found, true
+}
+
+// Ambiguous returns the inventory paths of the VMs named id, when id is a name that
+// more than one VM carries; nil otherwise.
+func Ambiguous(inv *Inventory, id string) []string {
+	var paths []string
+	for i := range inv.VMs {
+		if inv.VMs[i].Name == id {
+			paths = append(paths, cmp.Or(inv.VMs[i].Path, inv.VMs[i].Name))
+		}
+	}
+	if len(paths) < 2 {
+		return nil
+	}
+	sort.Strings(paths)
+	return paths
 }
 
 // FindHost returns the host with that name.

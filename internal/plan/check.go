@@ -15,6 +15,8 @@ import (
 type Problem struct {
 	Reason  string
 	Message string
+	// VM is the VM the problem holds back, when it concerns only that VM (Plan.Held).
+	VM string
 }
 
 // Problem reasons.
@@ -35,6 +37,15 @@ const (
 	// ReasonSuspendNotSupported: parking is Suspend but a VM to be parked runs a profile
 	// its host cannot suspend.
 	ReasonSuspendNotSupported = "SuspendNotSupported"
+	// ReasonAmbiguousVM: a layout names a VM by a name that several VMs of the datacenter
+	// carry (in different folders); gpupool never acts on the first match.
+	ReasonAmbiguousVM = "AmbiguousVM"
+	// ReasonNodeNotFound: a running VM must be parked or reconfigured but its node was
+	// not found, so it cannot be drained; it is never parked under its pods.
+	ReasonNodeNotFound = "NodeNotFound"
+	// ReasonSuspendedStateAtRisk: a suspended VM's profile must change, which powers it
+	// off and discards its memory state; spec.discardSuspendedState allows that.
+	ReasonSuspendedStateAtRisk = "SuspendedStateAtRisk"
 )
 
 // Check tells why layout cannot be reached from the observed inventory; nil means it
@@ -51,7 +62,7 @@ const (
 //
 // spec and inv must not be nil.
 func Check(spec *gpupoolv1.GPUPoolProfileSpec, layout string, inv *inventory.Inventory) []Problem {
-	return analyse(spec, layout, inv).problems
+	return analyse(spec, layout, inv, nil).problems
 }
 
 // fate is what the wanted layout means for one VM of the pool.
@@ -80,6 +91,8 @@ type member struct {
 	offer inventory.Profile
 	// blocked: a problem was found for this VM, so it gets no steps and no capacity.
 	blocked bool
+	// held: the VM must not be acted on now (Plan.Held); it keeps running as it is.
+	held bool
 }
 
 // hostAnalysis is one host that the transition touches.
@@ -112,11 +125,17 @@ type analysis struct {
 	byHost   map[string]*hostAnalysis
 	hosts    []*hostAnalysis
 	problems []Problem
+	// noNode are the VMs that workers[].noNode says are no Kubernetes workers.
+	noNode map[*inventory.VM]bool
+	// held are the VMs planHost holds back (see Plan.Held).
+	held []Problem
 }
 
-func analyse(spec *gpupoolv1.GPUPoolProfileSpec, layoutName string, inv *inventory.Inventory) *analysis {
+// analyse finds what the layout means for every VM of the pool. With nodes (Build), it
+// also holds back the VMs that must not be acted on (see Plan.Held).
+func analyse(spec *gpupoolv1.GPUPoolProfileSpec, layoutName string, inv *inventory.Inventory, nodes map[string]NodeState) *analysis {
 	a := &analysis{spec: spec, inv: inv, vms: newVMIndex(inv), hostIndex: map[string]*inventory.Host{},
-		pool: map[*inventory.VM]bool{}, byHost: map[string]*hostAnalysis{}}
+		pool: map[*inventory.VM]bool{}, byHost: map[string]*hostAnalysis{}, noNode: map[*inventory.VM]bool{}}
 	for i := range inv.Hosts {
 		if _, taken := a.hostIndex[inv.Hosts[i].Name]; !taken {
 			a.hostIndex[inv.Hosts[i].Name] = &inv.Hosts[i]
@@ -137,15 +156,33 @@ func analyse(spec *gpupoolv1.GPUPoolProfileSpec, layoutName string, inv *invento
 	}
 
 	// The pool is every VM any layout names; VMs of other layouts that do not exist
-	// cannot be running, so they do not matter here.
+	// cannot be running, so they do not matter here. A name several VMs carry stops
+	// the plan: acting on one of them could park somebody else's VM.
+	ambiguous := map[string]bool{}
 	for _, l := range spec.Layouts {
 		for _, w := range l.Workers {
+			if paths := inventory.Ambiguous(inv, w.VM); len(paths) > 1 && !ambiguous[w.VM] {
+				ambiguous[w.VM] = true
+				a.problem(ReasonAmbiguousVM, "VM name %s matches %d VMs of the datacenter (%s); name the VM by its inventory path in spec.layouts[].workers[].vm",
+					w.VM, len(paths), strings.Join(paths, ", "))
+			}
 			if vm, ok := a.vms[w.VM]; ok {
 				a.pool[vm] = true
+				if w.NoNode {
+					a.noNode[vm] = true
+				}
 			}
 		}
 	}
+	if len(a.problems) > 0 {
+		return a
+	}
 	a.classify(a.resolveLayout())
+	if nodes != nil {
+		for _, m := range a.members {
+			m.held = a.hold(m, a.nodeOf(nodes, m.vm))
+		}
+	}
 	a.checkSuspend()
 	for _, ha := range a.byHost {
 		if len(ha.members) > 0 {
@@ -280,6 +317,8 @@ func (a *analysis) checkCapacity(ha *hostAnalysis) {
 		if m.fate == leaves || m.fate == reprofiles {
 			freeing[m.vm.Name] = true
 		}
+		// Note: held VMs count as if they were acted on, so that feasibility does not
+		// depend on them; power-ons that need a held VM's GPU stay Later.
 		if (m.fate == arrives || m.fate == reprofiles) && !m.blocked {
 			starting = append(starting, m)
 		}
@@ -473,6 +512,33 @@ func (a *analysis) findHost(name string) (*inventory.Host, bool) {
 	return h, ok
 }
 
+// nodeOf is the VM's node as the plan sees it: none for a VM that workers[].noNode says
+// is no Kubernetes worker.
+func (a *analysis) nodeOf(nodes map[string]NodeState, vm *inventory.VM) NodeState {
+	if a.noNode[vm] {
+		return NodeState{}
+	}
+	return nodeOf(nodes, vm)
+}
+
+// hold tells whether a member must not be acted on now, and records why.
+func (a *analysis) hold(m *member, node NodeState) bool {
+	vm := m.vm
+	switch {
+	case (m.fate == leaves || m.fate == reprofiles) && vm.PowerState == inventory.PoweredOn && !node.Exists && !a.noNode[vm]:
+		a.held = append(a.held, Problem{Reason: ReasonNodeNotFound, VM: vm.Name, Message: fmt.Sprintf(
+			"VM %s runs and must be %s, but no node was found for it (tried spec.providerID vsphere://%s, the node name %s case-insensitively, and the short name of nodes named by FQDN), so it cannot be drained; set its workers[].node, or workers[].noNode: true if it is no Kubernetes worker",
+			vm.Name, map[fate]string{leaves: "parked", reprofiles: "reconfigured"}[m.fate], strings.ToLower(vm.UUID), vm.Name)})
+		return true
+	case m.fate == reprofiles && vm.PowerState == inventory.Suspended && !a.spec.DiscardSuspendedState:
+		a.held = append(a.held, Problem{Reason: ReasonSuspendedStateAtRisk, VM: vm.Name, Message: fmt.Sprintf(
+			"VM %s is suspended with profile %s and must change to %s: that powers it off and discards its suspended memory state; resume it and let gpupool drain it, or set spec.discardSuspendedState: true",
+			vm.Name, orNone(vm.Profile), m.want)})
+		return true
+	}
+	return false
+}
+
 func (a *analysis) problem(reason, format string, args ...any) {
 	a.problems = append(a.problems, Problem{Reason: reason, Message: fmt.Sprintf(format, args...)})
 }
@@ -531,13 +597,27 @@ type vmIndex map[string]*inventory.VM
 
 func newVMIndex(inv *inventory.Inventory) vmIndex {
 	idx := make(vmIndex, 2*len(inv.VMs))
+	names := make(map[string]int, len(inv.VMs))
+	for i := range inv.VMs {
+		names[inv.VMs[i].Name]++
+	}
+	// As FindVM: a VM whose path is the key, else the only VM with that name; a name
+	// several VMs carry is ambiguous and finds none (analyse reports it).
 	for i := range inv.VMs {
 		vm := &inv.VMs[i]
-		// FindVM returns the first VM whose name or path matches, so the first one wins.
-		for _, key := range []string{vm.Name, vm.Path} {
-			if _, taken := idx[key]; key != "" && !taken {
-				idx[key] = vm
+		if names[vm.Name] == 1 {
+			if _, taken := idx[vm.Name]; !taken {
+				idx[vm.Name] = vm
 			}
+		}
+	}
+	for i := range inv.VMs {
+		vm := &inv.VMs[i]
+		if vm.Path == "" {
+			continue
+		}
+		if prev, taken := idx[vm.Path]; !taken || prev.Path != vm.Path {
+			idx[vm.Path] = vm
 		}
 	}
 	return idx

@@ -51,7 +51,7 @@ func TestCheck(t *testing.T) {
 			name:   "unknown layout",
 			setup:  func(t *testing.T) (*gpupoolv1.GPUPoolProfileSpec, *world) { return sample(t, "day") },
 			layout: "dusk",
-			want:   []Problem{{ReasonUnknownLayout, `layout "dusk" is not one of spec.layouts (day, night)`}},
+			want:   []Problem{{Reason: ReasonUnknownLayout, Message: `layout "dusk" is not one of spec.layouts (day, night)`}},
 		},
 		{
 			name: "VM not found",
@@ -61,7 +61,7 @@ func TestCheck(t *testing.T) {
 				return spec, w
 			},
 			layout: "night",
-			want:   []Problem{{ReasonVMNotFound, "VM gpu-ghost of layout night is not in the inventory of datacenter dc1"}},
+			want:   []Problem{{Reason: ReasonVMNotFound, Message: "VM gpu-ghost of layout night is not in the inventory of datacenter dc1"}},
 		},
 		{
 			name: "VM named twice, by name and by path",
@@ -71,7 +71,7 @@ func TestCheck(t *testing.T) {
 				return spec, w
 			},
 			layout: "day",
-			want:   []Problem{{ReasonDuplicateVM, "layout day names VM gpu-day-1 twice (as gpu-day-1 and /dc1/vm/gpu/gpu-day-1)"}},
+			want:   []Problem{{Reason: ReasonDuplicateVM, Message: "layout day names VM gpu-day-1 twice (as gpu-day-1 and /dc1/vm/gpu/gpu-day-1)"}},
 		},
 		{
 			name: "host not found",
@@ -81,7 +81,7 @@ func TestCheck(t *testing.T) {
 				return spec, w
 			},
 			layout: "night",
-			want:   []Problem{{ReasonHostNotFound, "VM gpu-night-1 is on host esx-99, which is not in the inventory"}},
+			want:   []Problem{{Reason: ReasonHostNotFound, Message: "VM gpu-night-1 is on host esx-99, which is not in the inventory"}},
 		},
 		{
 			name: "profile not offered",
@@ -91,8 +91,7 @@ func TestCheck(t *testing.T) {
 				return spec, w
 			},
 			layout: "night",
-			want: []Problem{{ReasonProfileNotOffered,
-				"VM gpu-night-1: host esx-01 does not offer vGPU profile grid_p100-12q (it offers grid_p100-4q, grid_p100-8q, grid_p100-16q)"}},
+			want:   []Problem{{Reason: ReasonProfileNotOffered, Message: "VM gpu-night-1: host esx-01 does not offer vGPU profile grid_p100-12q (it offers grid_p100-4q, grid_p100-8q, grid_p100-16q)"}},
 		},
 		{
 			name: "too many vGPUs for one GPU",
@@ -103,7 +102,7 @@ func TestCheck(t *testing.T) {
 				return spec, w
 			},
 			layout: "day",
-			want:   []Problem{{ReasonInsufficientGPU, "host esx-01: 5 x grid_p100-4q need 20 GiB, GPU 0000:3b:00.0 has 16 GiB"}},
+			want:   []Problem{{Reason: ReasonInsufficientGPU, Message: "host esx-01: 5 x grid_p100-4q need 20 GiB, GPU 0000:3b:00.0 has 16 GiB"}},
 		},
 		{
 			name: "a VM of this pool stays on the GPU",
@@ -113,15 +112,13 @@ func TestCheck(t *testing.T) {
 				return spec, w
 			},
 			layout: "night",
-			want: []Problem{{ReasonInsufficientGPU,
-				"host esx-01: layout night needs 1 GPU for grid_p100-16q, 0 of 1 GPUs free (GPU 0000:3b:00.0 runs grid_p100-4q for VM gpu-day-1 of this pool, which stays)"}},
+			want:   []Problem{{Reason: ReasonInsufficientGPU, Message: "host esx-01: layout night needs 1 GPU for grid_p100-16q, 0 of 1 GPUs free (GPU 0000:3b:00.0 runs grid_p100-4q for VM gpu-day-1 of this pool, which stays)"}},
 		},
 		{
 			name:   "a VM outside the pool holds a GPU",
 			setup:  func(t *testing.T) (*gpupoolv1.GPUPoolProfileSpec, *world) { return twoGPUHost(t, "grid_p100-8q") },
 			layout: "night",
-			want: []Problem{{ReasonInsufficientGPU,
-				"host esx-01: layout night needs 2 GPUs for grid_p100-16q, 1 of 2 GPUs free (GPU 0000:af:00.0 runs grid_p100-8q for VM other-vm outside this pool)"}},
+			want:   []Problem{{Reason: ReasonInsufficientGPU, Message: "host esx-01: layout night needs 2 GPUs for grid_p100-16q, 1 of 2 GPUs free (GPU 0000:af:00.0 runs grid_p100-8q for VM other-vm outside this pool)"}},
 		},
 		{
 			name: "a VM outside the pool leaves room for its own profile only",
@@ -132,8 +129,7 @@ func TestCheck(t *testing.T) {
 				return spec, w
 			},
 			layout: "night",
-			want: []Problem{{ReasonInsufficientGPU,
-				"host esx-01: layout night needs 2 GPUs for grid_p100-8q, 1 of 2 GPUs free (GPU 0000:af:00.0 runs grid_p100-4q for VM other-vm outside this pool, room for 3 more)"}},
+			want:   []Problem{{Reason: ReasonInsufficientGPU, Message: "host esx-01: layout night needs 2 GPUs for grid_p100-8q, 1 of 2 GPUs free (GPU 0000:af:00.0 runs grid_p100-4q for VM other-vm outside this pool, room for 3 more)"}},
 		},
 		{
 			name: "a VM outside the pool with room to spare",
@@ -154,7 +150,7 @@ func TestCheck(t *testing.T) {
 				return spec, w
 			},
 			layout: "night",
-			want:   []Problem{{ReasonInsufficientGPU, "host esx-01: grid_p100-32q needs 32 GiB per vGPU, the largest GPU has 16 GiB"}},
+			want:   []Problem{{Reason: ReasonInsufficientGPU, Message: "host esx-01: grid_p100-32q needs 32 GiB per vGPU, the largest GPU has 16 GiB"}},
 		},
 		{
 			name: "free GPUs of the wrong sizes",
@@ -166,8 +162,7 @@ func TestCheck(t *testing.T) {
 				return spec, w
 			},
 			layout: "night",
-			want: []Problem{{ReasonInsufficientGPU,
-				"host esx-01: layout night needs 2 GPUs for grid_p100-12q, 2 of 2 GPUs free (free: 0000:3b:00.0 with 8 GiB, 0000:af:00.0 with 16 GiB)"}},
+			want:   []Problem{{Reason: ReasonInsufficientGPU, Message: "host esx-01: layout night needs 2 GPUs for grid_p100-12q, 2 of 2 GPUs free (free: 0000:3b:00.0 with 8 GiB, 0000:af:00.0 with 16 GiB)"}},
 		},
 		{
 			name: "suspend not supported",
@@ -177,8 +172,7 @@ func TestCheck(t *testing.T) {
 				return spec, w
 			},
 			layout: "night",
-			want: []Problem{{ReasonSuspendNotSupported,
-				"parking is Suspend, but host esx-01 cannot suspend VMs with vGPU profile grid_p100-4q: VMs gpu-day-1, gpu-day-2, gpu-day-3, gpu-day-4 would be parked; set spec.parking to PowerOff"}},
+			want:   []Problem{{Reason: ReasonSuspendNotSupported, Message: "parking is Suspend, but host esx-01 cannot suspend VMs with vGPU profile grid_p100-4q: VMs gpu-day-1, gpu-day-2, gpu-day-3, gpu-day-4 would be parked; set spec.parking to PowerOff"}},
 		},
 		{
 			name: "suspend not supported does not matter when parking is PowerOff",
@@ -209,8 +203,8 @@ func TestCheck(t *testing.T) {
 			},
 			layout: "day",
 			want: []Problem{
-				{ReasonVMNotFound, "VM gpu-ghost of layout day is not in the inventory of datacenter dc1"},
-				{ReasonProfileNotOffered, "VM gpu-day-3: host esx-01 does not offer vGPU profile grid_p100-2q (it offers grid_p100-4q, grid_p100-8q, grid_p100-16q)"},
+				{Reason: ReasonVMNotFound, Message: "VM gpu-ghost of layout day is not in the inventory of datacenter dc1"},
+				{Reason: ReasonProfileNotOffered, Message: "VM gpu-day-3: host esx-01 does not offer vGPU profile grid_p100-2q (it offers grid_p100-4q, grid_p100-8q, grid_p100-16q)"},
 			},
 		},
 	}

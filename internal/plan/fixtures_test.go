@@ -26,6 +26,8 @@ func p100() []inventory.Profile {
 type world struct {
 	inv   *inventory.Inventory
 	nodes map[string]*node
+	// noNode are the VMs that are no Kubernetes workers: no node registers for them.
+	noNode map[string]bool
 }
 
 // node is a VM's node. labels is the layout whose labels it carries.
@@ -221,7 +223,7 @@ func (w *world) apply(s Step, layout string) error {
 		if err := powerOn(w.inv, s.VM); err != nil {
 			return err
 		}
-		n.exists, n.ready = true, false
+		n.exists, n.ready = !w.noNode[s.VM], false
 	case WaitNodeReady:
 		if !running {
 			return fmt.Errorf("wait for the node of %s: VM is %s", s.VM, vm.PowerState)

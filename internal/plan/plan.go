@@ -12,34 +12,38 @@ import (
 	"github.com/gpupool/gpupool/internal/inventory"
 )
 
-// Action is what a step does. Actions are named for the operation the controller runs.
-type Action string
+// Action is what a step does. It is the API's worker step, so that the plan, the
+// worker status and the events speak one vocabulary: a worker's step is the first action
+// the plan has for it.
+type Action = gpupoolv1.Step
 
 // Actions, in the order they happen on a host.
 const (
 	// Drain cordons the VM's node and evicts its pods.
-	Drain Action = "Drain"
+	Drain = gpupoolv1.StepDrainRequired
 	// Suspend parks a VM by suspending it; it frees its GPU.
-	Suspend Action = "Suspend"
+	Suspend = gpupoolv1.StepParkRequired
 	// PowerOff parks a VM, or stops it to change its profile (discarding a suspended
 	// state); it frees its GPU.
-	PowerOff Action = "PowerOff"
+	PowerOff = gpupoolv1.StepPowerOffRequired
 	// Reconfigure replaces the VM's vGPU device with one of Step.Profile.
-	Reconfigure Action = "Reconfigure"
+	Reconfigure = gpupoolv1.StepReconfigureRequired
 	// PowerOn powers on or resumes the VM; vSphere places its vGPU.
-	PowerOn Action = "PowerOn"
+	PowerOn = gpupoolv1.StepPowerOnRequired
 	// WaitNodeReady waits for the VM's node to register and become Ready.
-	WaitNodeReady Action = "WaitNodeReady"
+	WaitNodeReady = gpupoolv1.StepWaitNodeReady
 	// Relabel sets the layout's labels and taints on the node.
-	Relabel Action = "Relabel"
+	Relabel = gpupoolv1.StepRelabelRequired
 	// Uncordon makes the node schedulable again.
-	Uncordon Action = "Uncordon"
+	Uncordon = gpupoolv1.StepUncordonRequired
 )
 
-// phase orders the steps on a host: the steps of a phase all finish before the steps of
-// the next start. Parking comes before power-ons because it frees the GPUs they need;
-// labels and uncordon come last so that workloads land on a finished layout.
-func (a Action) phase() int {
+// phaseOf orders the steps on a host: the steps of a GPU phase (drain, park,
+// reconfigure, power on) all finish before the steps of the next start. Parking comes
+// before power-ons because it frees the GPUs they need. The node phases (wait, relabel,
+// uncordon) are per worker: a node that is Ready goes on without waiting for its
+// siblings, and labels come before uncordon so that workloads land on a finished layout.
+func phaseOf(a Action) int {
 	switch a {
 	case Drain:
 		return 0
@@ -57,6 +61,10 @@ func (a Action) phase() int {
 		return 6
 	}
 }
+
+// lastGPUPhase is the phase of PowerOn: phases up to it change GPUs and are ordered per
+// host; the phases after it are per worker.
+var lastGPUPhase = phaseOf(PowerOn)
 
 // Input is the observed state a plan starts from.
 type Input struct {
@@ -87,6 +95,10 @@ type NodeState struct {
 	Drained bool
 	// Labelled: the node carries the wanted layout's labels and taints.
 	Labelled bool
+	// WaitExpired: the controller has waited spec.nodeReadyTimeout for this node to
+	// become Ready and reports it. Its wait step no longer holds the transition or the
+	// host's maxParallel slot; the worker's other node steps go on where they can.
+	WaitExpired bool
 }
 
 // Plan is what takes the pool from the observed state to a layout.
@@ -97,6 +109,10 @@ type Plan struct {
 	Hosts []HostPlan
 	// Problems say why the layout cannot be reached; when set, there are no steps.
 	Problems []Problem
+	// Held are the VMs that must not be acted on now (their Problem names the VM): a
+	// running VM whose node cannot be found, a suspended VM whose state a profile change
+	// would discard. They get no steps; the other VMs go on, and the plan is not done.
+	Held []Problem
 }
 
 // HostPlan is the steps on one ESXi host. Hosts are independent: vGPUs are placed on
@@ -122,6 +138,10 @@ type Step struct {
 	Profile string
 	// Reason says why, for the preview, events and the worker status message.
 	Reason string
+	// Overdue marks a WaitNodeReady step whose node has not become Ready within
+	// spec.nodeReadyTimeout (NodeState.WaitExpired). It is never due, it does not keep
+	// the plan from being done, and it does not hold the worker's later steps.
+	Overdue bool
 }
 
 // Build plans the way from the observed state in to in.Layout.
@@ -155,8 +175,12 @@ func Build(in Input) (*Plan, error) {
 	if in.Inventory == nil {
 		return nil, errors.New("plan: no inventory")
 	}
-	a := analyse(in.Spec, in.Layout, in.Inventory)
-	p := &Plan{Layout: in.Layout}
+	nodes := in.Nodes
+	if nodes == nil {
+		nodes = map[string]NodeState{}
+	}
+	a := analyse(in.Spec, in.Layout, in.Inventory, nodes)
+	p := &Plan{Layout: in.Layout, Held: a.held}
 	if len(a.problems) > 0 {
 		p.Problems = a.problems
 		return p, nil
@@ -193,9 +217,16 @@ func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPl
 	}
 
 	for _, m := range ha.members {
-		vm, node := m.vm, nodeOf(nodes, m.vm)
+		vm, node := m.vm, a.nodeOf(nodes, m.vm)
+		if m.held {
+			continue
+		}
+		noNode := a.noNode[vm]
 		steps := &hp.Steps
 		add := func(action Action, profile, format string, args ...any) {
+			if noNode && phaseOf(action) > lastGPUPhase {
+				return // no node to wait for, label or uncordon
+			}
 			*steps = append(*steps, Step{VM: vm.Name, Host: vm.Host, Action: action, Profile: profile, Reason: fmt.Sprintf(format, args...)})
 		}
 		drained := false
@@ -232,6 +263,12 @@ func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPl
 		if m.fate == stays {
 			if !node.Exists || !node.Ready {
 				add(WaitNodeReady, vm.Profile, "%s", nodeWait(node))
+				if node.WaitExpired && len(*steps) > 0 {
+					(*steps)[len(*steps)-1].Overdue = true
+				}
+			}
+			if !node.Exists {
+				continue // nothing to label or uncordon
 			}
 		} else {
 			if !now[vm] {
@@ -257,7 +294,7 @@ func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPl
 
 	for _, steps := range [][]Step{hp.Steps, hp.Later} {
 		slices.SortStableFunc(steps, func(x, y Step) int {
-			c := cmp.Compare(x.Action.phase(), y.Action.phase())
+			c := cmp.Compare(phaseOf(x.Action), phaseOf(y.Action))
 			if c == 0 && x.Action == PowerOn {
 				c = cmp.Compare(rank[x.VM], rank[y.VM])
 			}
@@ -289,28 +326,26 @@ func orNone(profile string) string {
 	return profile
 }
 
-// Due returns the steps that may run now: on the first maxParallel hosts that have
-// steps (by name), all steps of the host's earliest phase, but at most one PowerOn per
-// host, because each placement depends on the ones before it. The controller runs them,
-// and builds a new plan once it has observed their effect.
+// Due returns the steps that may run now, on the first maxParallel hosts (by name) that
+// have steps other than overdue waits:
+//
+//   - of the GPU phases (drain, park, reconfigure, power on), all steps of the host's
+//     earliest, but at most one PowerOn per host, because each placement depends on the
+//     ones before it;
+//   - of the node phases (wait, relabel, uncordon), each worker's first step, whatever
+//     its siblings do: a Ready node is relabelled and uncordoned while another node of
+//     the host is still waiting. An overdue wait does not hold its worker's later steps.
+//
+// The controller runs them, and builds a new plan once it has observed their effect.
 func (p *Plan) Due(maxParallel int) []Step {
 	maxParallel = max(maxParallel, 1)
 	var due []Step
 	hosts := 0
 	for _, hp := range p.Hosts {
-		if len(hp.Steps) == 0 {
+		if !hp.busy() {
 			continue
 		}
-		phase := hp.Steps[0].Action.phase()
-		for _, s := range hp.Steps {
-			if s.Action.phase() != phase {
-				break
-			}
-			due = append(due, s)
-			if s.Action == PowerOn {
-				break
-			}
-		}
+		due = append(due, hp.due()...)
 		if hosts++; hosts == maxParallel {
 			break
 		}
@@ -318,13 +353,58 @@ func (p *Plan) Due(maxParallel int) []Step {
 	return due
 }
 
-// Done tells whether the pool has the layout: no problems and nothing left to do.
+// busy tells whether the host has work that may run now and so holds a maxParallel
+// slot: a step that is not an overdue wait. Later steps wait for GPUs that no step of
+// the host frees now, and hold no slot.
+func (hp *HostPlan) busy() bool {
+	for _, s := range hp.Steps {
+		if !s.Overdue {
+			return true
+		}
+	}
+	return false
+}
+
+func (hp *HostPlan) due() []Step {
+	var due []Step
+	gpuPhase := -1
+	for _, s := range hp.Steps {
+		if ph := phaseOf(s.Action); ph <= lastGPUPhase {
+			gpuPhase = ph
+			break
+		}
+	}
+	powerOn := false
+	started := map[string]bool{} // workers whose first (not overdue) step was seen
+	for _, s := range hp.Steps {
+		first := !started[s.VM]
+		if s.Overdue {
+			continue
+		}
+		started[s.VM] = true
+		ph := phaseOf(s.Action)
+		switch {
+		case ph <= lastGPUPhase:
+			if ph != gpuPhase || (s.Action == PowerOn && powerOn) {
+				continue
+			}
+			powerOn = powerOn || s.Action == PowerOn
+			due = append(due, s)
+		case first:
+			due = append(due, s)
+		}
+	}
+	return due
+}
+
+// Done tells whether the pool has the layout: no problems, no held VMs, and nothing left
+// to do but wait for nodes that are overdue (the controller reports those).
 func (p *Plan) Done() bool {
-	if len(p.Problems) > 0 {
+	if len(p.Problems)+len(p.Held) > 0 {
 		return false
 	}
 	for _, hp := range p.Hosts {
-		if len(hp.Steps)+len(hp.Later) > 0 {
+		if hp.busy() || len(hp.Later) > 0 {
 			return false
 		}
 	}

@@ -46,24 +46,26 @@ func TestBuildSample(t *testing.T) {
 		layout  string
 		steps   []string
 		later   []string
+		// held are the VMs held back, as "Reason VM".
+		held []string
 	}{
 		{
 			name: "day to night", current: "day", layout: "night",
 			steps: []string{
-				"Drain gpu-day-1 grid_p100-4q", "Drain gpu-day-2 grid_p100-4q", "Drain gpu-day-3 grid_p100-4q", "Drain gpu-day-4 grid_p100-4q",
-				"Suspend gpu-day-1 grid_p100-4q", "Suspend gpu-day-2 grid_p100-4q", "Suspend gpu-day-3 grid_p100-4q", "Suspend gpu-day-4 grid_p100-4q",
+				"DrainRequired gpu-day-1 grid_p100-4q", "DrainRequired gpu-day-2 grid_p100-4q", "DrainRequired gpu-day-3 grid_p100-4q", "DrainRequired gpu-day-4 grid_p100-4q",
+				"ParkRequired gpu-day-1 grid_p100-4q", "ParkRequired gpu-day-2 grid_p100-4q", "ParkRequired gpu-day-3 grid_p100-4q", "ParkRequired gpu-day-4 grid_p100-4q",
 			},
 			// The 16q does not fit while the 4q run.
-			later: []string{"PowerOn gpu-night-1 grid_p100-16q", "WaitNodeReady gpu-night-1 grid_p100-16q", "Uncordon gpu-night-1 grid_p100-16q"},
+			later: []string{"PowerOnRequired gpu-night-1 grid_p100-16q", "WaitNodeReady gpu-night-1 grid_p100-16q", "UncordonRequired gpu-night-1 grid_p100-16q"},
 		},
 		{
 			name: "day to night, parking PowerOff", current: "day", layout: "night",
 			modify: func(s *gpupoolv1.GPUPoolProfileSpec, _ *world) { s.Parking = gpupoolv1.ParkingPowerOff },
 			steps: []string{
-				"Drain gpu-day-1 grid_p100-4q", "Drain gpu-day-2 grid_p100-4q", "Drain gpu-day-3 grid_p100-4q", "Drain gpu-day-4 grid_p100-4q",
-				"PowerOff gpu-day-1 grid_p100-4q", "PowerOff gpu-day-2 grid_p100-4q", "PowerOff gpu-day-3 grid_p100-4q", "PowerOff gpu-day-4 grid_p100-4q",
+				"DrainRequired gpu-day-1 grid_p100-4q", "DrainRequired gpu-day-2 grid_p100-4q", "DrainRequired gpu-day-3 grid_p100-4q", "DrainRequired gpu-day-4 grid_p100-4q",
+				"PowerOffRequired gpu-day-1 grid_p100-4q", "PowerOffRequired gpu-day-2 grid_p100-4q", "PowerOffRequired gpu-day-3 grid_p100-4q", "PowerOffRequired gpu-day-4 grid_p100-4q",
 			},
-			later: []string{"PowerOn gpu-night-1 grid_p100-16q", "WaitNodeReady gpu-night-1 grid_p100-16q", "Uncordon gpu-night-1 grid_p100-16q"},
+			later: []string{"PowerOnRequired gpu-night-1 grid_p100-16q", "WaitNodeReady gpu-night-1 grid_p100-16q", "UncordonRequired gpu-night-1 grid_p100-16q"},
 		},
 		{
 			name: "day to night, the day VMs parked and drained already", current: "day", layout: "night",
@@ -75,25 +77,26 @@ func TestBuildSample(t *testing.T) {
 					w.nodes[name].cordoned, w.nodes[name].drained = true, true
 				}
 			},
-			steps: []string{"PowerOn gpu-night-1 grid_p100-16q", "WaitNodeReady gpu-night-1 grid_p100-16q", "Uncordon gpu-night-1 grid_p100-16q"},
+			steps: []string{"PowerOnRequired gpu-night-1 grid_p100-16q", "WaitNodeReady gpu-night-1 grid_p100-16q", "UncordonRequired gpu-night-1 grid_p100-16q"},
 		},
 		{
 			name: "night to day", current: "night", layout: "day",
-			steps: []string{"Drain gpu-night-1 grid_p100-16q", "Suspend gpu-night-1 grid_p100-16q"},
+			steps: []string{"DrainRequired gpu-night-1 grid_p100-16q", "ParkRequired gpu-night-1 grid_p100-16q"},
 			later: []string{
-				"PowerOn gpu-day-1 grid_p100-4q", "PowerOn gpu-day-2 grid_p100-4q", "PowerOn gpu-day-3 grid_p100-4q", "PowerOn gpu-day-4 grid_p100-4q",
+				"PowerOnRequired gpu-day-1 grid_p100-4q", "PowerOnRequired gpu-day-2 grid_p100-4q", "PowerOnRequired gpu-day-3 grid_p100-4q", "PowerOnRequired gpu-day-4 grid_p100-4q",
 				"WaitNodeReady gpu-day-1 grid_p100-4q", "WaitNodeReady gpu-day-2 grid_p100-4q", "WaitNodeReady gpu-day-3 grid_p100-4q", "WaitNodeReady gpu-day-4 grid_p100-4q",
-				"Uncordon gpu-day-1 grid_p100-4q", "Uncordon gpu-day-2 grid_p100-4q", "Uncordon gpu-day-3 grid_p100-4q", "Uncordon gpu-day-4 grid_p100-4q",
+				"UncordonRequired gpu-day-1 grid_p100-4q", "UncordonRequired gpu-day-2 grid_p100-4q", "UncordonRequired gpu-day-3 grid_p100-4q", "UncordonRequired gpu-day-4 grid_p100-4q",
 			},
 		},
 		{
 			name: "night to day, the night node is gone", current: "night", layout: "day",
+			// The running night VM is never parked under pods it cannot drain.
 			modify: func(_ *gpupoolv1.GPUPoolProfileSpec, w *world) { delete(w.nodes, "gpu-night-1") },
-			steps:  []string{"Suspend gpu-night-1 grid_p100-16q"},
+			held:   []string{"NodeNotFound gpu-night-1"},
 			later: []string{
-				"PowerOn gpu-day-1 grid_p100-4q", "PowerOn gpu-day-2 grid_p100-4q", "PowerOn gpu-day-3 grid_p100-4q", "PowerOn gpu-day-4 grid_p100-4q",
+				"PowerOnRequired gpu-day-1 grid_p100-4q", "PowerOnRequired gpu-day-2 grid_p100-4q", "PowerOnRequired gpu-day-3 grid_p100-4q", "PowerOnRequired gpu-day-4 grid_p100-4q",
 				"WaitNodeReady gpu-day-1 grid_p100-4q", "WaitNodeReady gpu-day-2 grid_p100-4q", "WaitNodeReady gpu-day-3 grid_p100-4q", "WaitNodeReady gpu-day-4 grid_p100-4q",
-				"Uncordon gpu-day-1 grid_p100-4q", "Uncordon gpu-day-2 grid_p100-4q", "Uncordon gpu-day-3 grid_p100-4q", "Uncordon gpu-day-4 grid_p100-4q",
+				"UncordonRequired gpu-day-1 grid_p100-4q", "UncordonRequired gpu-day-2 grid_p100-4q", "UncordonRequired gpu-day-3 grid_p100-4q", "UncordonRequired gpu-day-4 grid_p100-4q",
 			},
 		},
 		{
@@ -113,8 +116,8 @@ func TestBuildSample(t *testing.T) {
 			},
 			steps: []string{
 				"WaitNodeReady gpu-day-3 grid_p100-4q", "WaitNodeReady gpu-day-4 grid_p100-4q",
-				"Relabel gpu-day-2 grid_p100-4q", "Relabel gpu-day-4 grid_p100-4q",
-				"Uncordon gpu-day-1 grid_p100-4q",
+				"RelabelRequired gpu-day-2 grid_p100-4q",
+				"UncordonRequired gpu-day-1 grid_p100-4q",
 			},
 		},
 		{
@@ -123,29 +126,41 @@ func TestBuildSample(t *testing.T) {
 				s.Layouts = append(s.Layouts, layout("half", "grid_p100-8q", "gpu-day-1", "gpu-day-2"))
 			},
 			steps: []string{
-				"Drain gpu-day-1 grid_p100-4q", "Drain gpu-day-2 grid_p100-4q", "Drain gpu-day-3 grid_p100-4q", "Drain gpu-day-4 grid_p100-4q",
-				"PowerOff gpu-day-1 grid_p100-4q", "PowerOff gpu-day-2 grid_p100-4q", "Suspend gpu-day-3 grid_p100-4q", "Suspend gpu-day-4 grid_p100-4q",
-				"Reconfigure gpu-day-1 grid_p100-8q", "Reconfigure gpu-day-2 grid_p100-8q",
+				"DrainRequired gpu-day-1 grid_p100-4q", "DrainRequired gpu-day-2 grid_p100-4q", "DrainRequired gpu-day-3 grid_p100-4q", "DrainRequired gpu-day-4 grid_p100-4q",
+				"PowerOffRequired gpu-day-1 grid_p100-4q", "PowerOffRequired gpu-day-2 grid_p100-4q", "ParkRequired gpu-day-3 grid_p100-4q", "ParkRequired gpu-day-4 grid_p100-4q",
+				"ReconfigureRequired gpu-day-1 grid_p100-8q", "ReconfigureRequired gpu-day-2 grid_p100-8q",
 			},
 			later: []string{
-				"PowerOn gpu-day-1 grid_p100-8q", "PowerOn gpu-day-2 grid_p100-8q",
+				"PowerOnRequired gpu-day-1 grid_p100-8q", "PowerOnRequired gpu-day-2 grid_p100-8q",
 				"WaitNodeReady gpu-day-1 grid_p100-8q", "WaitNodeReady gpu-day-2 grid_p100-8q",
-				"Relabel gpu-day-1 grid_p100-8q", "Relabel gpu-day-2 grid_p100-8q",
-				"Uncordon gpu-day-1 grid_p100-8q", "Uncordon gpu-day-2 grid_p100-8q",
+				"RelabelRequired gpu-day-1 grid_p100-8q", "RelabelRequired gpu-day-2 grid_p100-8q",
+				"UncordonRequired gpu-day-1 grid_p100-8q", "UncordonRequired gpu-day-2 grid_p100-8q",
 			},
 		},
 		{
-			name: "a suspended VM changing profile loses its suspended state", current: "day", layout: "big",
+			name: "a suspended VM changing profile is held without discardSuspendedState", current: "day", layout: "big",
 			modify: func(s *gpupoolv1.GPUPoolProfileSpec, _ *world) {
 				s.Layouts = append(s.Layouts, layout("big", "grid_p100-8q", "gpu-night-1"))
 			},
 			steps: []string{
-				"Drain gpu-day-1 grid_p100-4q", "Drain gpu-day-2 grid_p100-4q", "Drain gpu-day-3 grid_p100-4q", "Drain gpu-day-4 grid_p100-4q",
-				"Suspend gpu-day-1 grid_p100-4q", "Suspend gpu-day-2 grid_p100-4q", "Suspend gpu-day-3 grid_p100-4q", "Suspend gpu-day-4 grid_p100-4q",
-				"PowerOff gpu-night-1 grid_p100-16q",
-				"Reconfigure gpu-night-1 grid_p100-8q",
+				"DrainRequired gpu-day-1 grid_p100-4q", "DrainRequired gpu-day-2 grid_p100-4q", "DrainRequired gpu-day-3 grid_p100-4q", "DrainRequired gpu-day-4 grid_p100-4q",
+				"ParkRequired gpu-day-1 grid_p100-4q", "ParkRequired gpu-day-2 grid_p100-4q", "ParkRequired gpu-day-3 grid_p100-4q", "ParkRequired gpu-day-4 grid_p100-4q",
 			},
-			later: []string{"PowerOn gpu-night-1 grid_p100-8q", "WaitNodeReady gpu-night-1 grid_p100-8q", "Relabel gpu-night-1 grid_p100-8q", "Uncordon gpu-night-1 grid_p100-8q"},
+			held: []string{"SuspendedStateAtRisk gpu-night-1"},
+		},
+		{
+			name: "a suspended VM changing profile loses its suspended state when allowed", current: "day", layout: "big",
+			modify: func(s *gpupoolv1.GPUPoolProfileSpec, _ *world) {
+				s.Layouts = append(s.Layouts, layout("big", "grid_p100-8q", "gpu-night-1"))
+				s.DiscardSuspendedState = true
+			},
+			steps: []string{
+				"DrainRequired gpu-day-1 grid_p100-4q", "DrainRequired gpu-day-2 grid_p100-4q", "DrainRequired gpu-day-3 grid_p100-4q", "DrainRequired gpu-day-4 grid_p100-4q",
+				"ParkRequired gpu-day-1 grid_p100-4q", "ParkRequired gpu-day-2 grid_p100-4q", "ParkRequired gpu-day-3 grid_p100-4q", "ParkRequired gpu-day-4 grid_p100-4q",
+				"PowerOffRequired gpu-night-1 grid_p100-16q",
+				"ReconfigureRequired gpu-night-1 grid_p100-8q",
+			},
+			later: []string{"PowerOnRequired gpu-night-1 grid_p100-8q", "WaitNodeReady gpu-night-1 grid_p100-8q", "RelabelRequired gpu-night-1 grid_p100-8q", "UncordonRequired gpu-night-1 grid_p100-8q"},
 		},
 	}
 	for _, tc := range tests {
@@ -171,8 +186,18 @@ func TestBuildSample(t *testing.T) {
 			if !slices.Equal(later, tc.later) {
 				t.Errorf("later:\n  %s\nwant\n  %s", strings.Join(later, "\n  "), strings.Join(tc.later, "\n  "))
 			}
-			if done := len(tc.steps)+len(tc.later) == 0; p.Done() != done {
+			var held []string
+			for _, h := range p.Held {
+				held = append(held, h.Reason+" "+h.VM)
+			}
+			if !slices.Equal(held, tc.held) {
+				t.Errorf("held: %v, want %v", held, tc.held)
+			}
+			if done := len(tc.steps)+len(tc.later)+len(tc.held) == 0; p.Done() != done {
 				t.Errorf("Done = %v, want %v", p.Done(), done)
+			}
+			if len(tc.held) > 0 {
+				return // a held VM waits for a person
 			}
 			// And the plan gets there.
 			converge(t, spec, w, tc.layout, 1)
@@ -186,20 +211,20 @@ func TestSampleRoundTrip(t *testing.T) {
 	got := append(converge(t, spec, w, "night", 1), "---")
 	got = append(got, converge(t, spec, w, "day", 1)...)
 	want := []string{
-		"Drain gpu-day-1 grid_p100-4q, Drain gpu-day-2 grid_p100-4q, Drain gpu-day-3 grid_p100-4q, Drain gpu-day-4 grid_p100-4q",
-		"Suspend gpu-day-1 grid_p100-4q, Suspend gpu-day-2 grid_p100-4q, Suspend gpu-day-3 grid_p100-4q, Suspend gpu-day-4 grid_p100-4q",
-		"PowerOn gpu-night-1 grid_p100-16q",
+		"DrainRequired gpu-day-1 grid_p100-4q, DrainRequired gpu-day-2 grid_p100-4q, DrainRequired gpu-day-3 grid_p100-4q, DrainRequired gpu-day-4 grid_p100-4q",
+		"ParkRequired gpu-day-1 grid_p100-4q, ParkRequired gpu-day-2 grid_p100-4q, ParkRequired gpu-day-3 grid_p100-4q, ParkRequired gpu-day-4 grid_p100-4q",
+		"PowerOnRequired gpu-night-1 grid_p100-16q",
 		"WaitNodeReady gpu-night-1 grid_p100-16q",
-		"Uncordon gpu-night-1 grid_p100-16q",
+		"UncordonRequired gpu-night-1 grid_p100-16q",
 		"---",
-		"Drain gpu-night-1 grid_p100-16q",
-		"Suspend gpu-night-1 grid_p100-16q",
-		"PowerOn gpu-day-1 grid_p100-4q",
-		"PowerOn gpu-day-2 grid_p100-4q",
-		"PowerOn gpu-day-3 grid_p100-4q",
-		"PowerOn gpu-day-4 grid_p100-4q",
+		"DrainRequired gpu-night-1 grid_p100-16q",
+		"ParkRequired gpu-night-1 grid_p100-16q",
+		"PowerOnRequired gpu-day-1 grid_p100-4q",
+		"PowerOnRequired gpu-day-2 grid_p100-4q",
+		"PowerOnRequired gpu-day-3 grid_p100-4q",
+		"PowerOnRequired gpu-day-4 grid_p100-4q",
 		"WaitNodeReady gpu-day-1 grid_p100-4q, WaitNodeReady gpu-day-2 grid_p100-4q, WaitNodeReady gpu-day-3 grid_p100-4q, WaitNodeReady gpu-day-4 grid_p100-4q",
-		"Uncordon gpu-day-1 grid_p100-4q, Uncordon gpu-day-2 grid_p100-4q, Uncordon gpu-day-3 grid_p100-4q, Uncordon gpu-day-4 grid_p100-4q",
+		"UncordonRequired gpu-day-1 grid_p100-4q, UncordonRequired gpu-day-2 grid_p100-4q, UncordonRequired gpu-day-3 grid_p100-4q, UncordonRequired gpu-day-4 grid_p100-4q",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("log:\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
@@ -252,25 +277,25 @@ func TestBuildTwoHosts(t *testing.T) {
 	}
 	log := converge(t, spec, w, "night", 2)
 	want := []string{
-		"Drain a-day-1 grid_p100-4q, Drain a-day-2 grid_p100-4q, Drain a-day-3 grid_p100-4q, Drain a-day-4 grid_p100-4q, " +
-			"Drain b-day-1 grid_p100-4q, Drain b-day-2 grid_p100-4q, Drain b-day-3 grid_p100-4q, Drain b-day-4 grid_p100-4q",
-		"PowerOff a-day-1 grid_p100-4q, PowerOff a-day-2 grid_p100-4q, PowerOff a-day-3 grid_p100-4q, PowerOff a-day-4 grid_p100-4q, " +
-			"PowerOff b-day-1 grid_p100-4q, PowerOff b-day-2 grid_p100-4q, PowerOff b-day-3 grid_p100-4q, PowerOff b-day-4 grid_p100-4q",
+		"DrainRequired a-day-1 grid_p100-4q, DrainRequired a-day-2 grid_p100-4q, DrainRequired a-day-3 grid_p100-4q, DrainRequired a-day-4 grid_p100-4q, " +
+			"DrainRequired b-day-1 grid_p100-4q, DrainRequired b-day-2 grid_p100-4q, DrainRequired b-day-3 grid_p100-4q, DrainRequired b-day-4 grid_p100-4q",
+		"PowerOffRequired a-day-1 grid_p100-4q, PowerOffRequired a-day-2 grid_p100-4q, PowerOffRequired a-day-3 grid_p100-4q, PowerOffRequired a-day-4 grid_p100-4q, " +
+			"PowerOffRequired b-day-1 grid_p100-4q, PowerOffRequired b-day-2 grid_p100-4q, PowerOffRequired b-day-3 grid_p100-4q, PowerOffRequired b-day-4 grid_p100-4q",
 		// One power-on per host at a time; on esx-02 an 8q, a 4q, an 8q, a 4q: two 8q
 		// first would take a GPU each and leave none for the 4q.
-		"PowerOn a-night-1 grid_p100-16q, PowerOn b-night-1 grid_p100-8q",
-		"PowerOn a-night-2 grid_p100-16q, PowerOn b-night-3 grid_p100-4q",
-		"WaitNodeReady a-night-1 grid_p100-16q, WaitNodeReady a-night-2 grid_p100-16q, PowerOn b-night-2 grid_p100-8q",
-		"Uncordon a-night-1 grid_p100-16q, Uncordon a-night-2 grid_p100-16q, PowerOn b-night-4 grid_p100-4q",
+		"PowerOnRequired a-night-1 grid_p100-16q, PowerOnRequired b-night-1 grid_p100-8q",
+		"PowerOnRequired a-night-2 grid_p100-16q, PowerOnRequired b-night-3 grid_p100-4q",
+		"WaitNodeReady a-night-1 grid_p100-16q, WaitNodeReady a-night-2 grid_p100-16q, PowerOnRequired b-night-2 grid_p100-8q",
+		"UncordonRequired a-night-1 grid_p100-16q, UncordonRequired a-night-2 grid_p100-16q, PowerOnRequired b-night-4 grid_p100-4q",
 		"WaitNodeReady b-night-1 grid_p100-8q, WaitNodeReady b-night-2 grid_p100-8q, WaitNodeReady b-night-3 grid_p100-4q, WaitNodeReady b-night-4 grid_p100-4q",
-		"Uncordon b-night-1 grid_p100-8q, Uncordon b-night-2 grid_p100-8q, Uncordon b-night-3 grid_p100-4q, Uncordon b-night-4 grid_p100-4q",
+		"UncordonRequired b-night-1 grid_p100-8q, UncordonRequired b-night-2 grid_p100-8q, UncordonRequired b-night-3 grid_p100-4q, UncordonRequired b-night-4 grid_p100-4q",
 	}
 	if !slices.Equal(log, want) {
 		t.Errorf("log:\n  %s\nwant\n  %s", strings.Join(log, "\n  "), strings.Join(want, "\n  "))
 	}
 	// And back, one host at a time.
 	log = converge(t, spec, w, "day", 1)
-	if len(log) == 0 || !strings.HasPrefix(log[0], "Drain a-night-1") || strings.Contains(log[0], "b-night") {
+	if len(log) == 0 || !strings.HasPrefix(log[0], "DrainRequired a-night-1") || strings.Contains(log[0], "b-night") {
 		t.Errorf("night to day starts with %q, want esx-01's drains only", log[0])
 	}
 }
@@ -287,7 +312,7 @@ func TestBuildNodesByPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := stepLines(p.Due(1)); len(got) != 4 || got[0] != "Drain gpu-day-1 grid_p100-4q" {
+	if got := stepLines(p.Due(1)); len(got) != 4 || got[0] != "DrainRequired gpu-day-1 grid_p100-4q" {
 		t.Errorf("due = %v, want the four drains", got)
 	}
 }
@@ -306,6 +331,33 @@ func TestBuildLeavesForeignVMsAlone(t *testing.T) {
 	}
 }
 
+// TestDueOverdue: a node that did not become Ready in time holds neither its siblings,
+// nor its own later steps, nor the host's maxParallel slot, nor the plan's completion.
+func TestDueOverdue(t *testing.T) {
+	overdue := Step{Action: WaitNodeReady, VM: "a", Overdue: true}
+	p := &Plan{Hosts: []HostPlan{
+		{Host: "esx-01", Steps: []Step{overdue, {Action: WaitNodeReady, VM: "b"}, {Action: Relabel, VM: "a"}, {Action: Relabel, VM: "b"}}},
+		{Host: "esx-02", Steps: []Step{{Action: Drain, VM: "c"}}},
+	}}
+	if got, want := stepLines(p.Due(1)), []string{"WaitNodeReady b", "RelabelRequired a"}; !slices.Equal(got, want) {
+		t.Errorf("Due(1) = %v, want %v", got, want)
+	}
+	p.Hosts[0].Steps = []Step{overdue}
+	if got, want := stepLines(p.Due(1)), []string{"DrainRequired c"}; !slices.Equal(got, want) {
+		t.Errorf("with only an overdue wait on esx-01, Due(1) = %v, want %v (the slot is released)", got, want)
+	}
+	if p.Done() {
+		t.Error("Done while esx-02 has a drain")
+	}
+	p.Hosts = p.Hosts[:1]
+	if !p.Done() {
+		t.Error("not Done with only an overdue wait left")
+	}
+	if (&Plan{Held: []Problem{{Reason: ReasonNodeNotFound, VM: "x"}}}).Done() {
+		t.Error("Done with a held VM")
+	}
+}
+
 func TestDue(t *testing.T) {
 	step := func(a Action, vm string) Step { return Step{Action: a, VM: vm} }
 	p := &Plan{Hosts: []HostPlan{
@@ -314,15 +366,16 @@ func TestDue(t *testing.T) {
 		{Host: "esx-03", Steps: []Step{step(PowerOn, "c"), step(PowerOn, "d"), step(WaitNodeReady, "e")}},
 		{Host: "esx-04", Steps: []Step{step(Relabel, "f"), step(Relabel, "g"), step(Uncordon, "f")}},
 	}}
+	// e's node is waited for while c and d are powered on: node steps are per worker.
 	tests := []struct {
 		maxParallel int
 		want        []string
 	}{
-		{0, []string{"Drain a", "Drain b"}},
-		{1, []string{"Drain a", "Drain b"}},
-		{2, []string{"Drain a", "Drain b", "PowerOn c"}},
-		{3, []string{"Drain a", "Drain b", "PowerOn c", "Relabel f", "Relabel g"}},
-		{10, []string{"Drain a", "Drain b", "PowerOn c", "Relabel f", "Relabel g"}},
+		{0, []string{"DrainRequired a", "DrainRequired b"}},
+		{1, []string{"DrainRequired a", "DrainRequired b"}},
+		{2, []string{"DrainRequired a", "DrainRequired b", "PowerOnRequired c", "WaitNodeReady e"}},
+		{3, []string{"DrainRequired a", "DrainRequired b", "PowerOnRequired c", "WaitNodeReady e", "RelabelRequired f", "RelabelRequired g"}},
+		{10, []string{"DrainRequired a", "DrainRequired b", "PowerOnRequired c", "WaitNodeReady e", "RelabelRequired f", "RelabelRequired g"}},
 	}
 	for _, tc := range tests {
 		if got := stepLines(p.Due(tc.maxParallel)); !slices.Equal(got, tc.want) {
@@ -340,17 +393,17 @@ func TestDue(t *testing.T) {
 func TestPlanString(t *testing.T) {
 	spec, w := sample(t, "day")
 	want := `layout night: 11 steps on 1 host
-  esx-01  Drain          gpu-day-1    grid_p100-4q   leaves layout night
-  esx-01  Drain          gpu-day-2    grid_p100-4q   leaves layout night
-  esx-01  Drain          gpu-day-3    grid_p100-4q   leaves layout night
-  esx-01  Drain          gpu-day-4    grid_p100-4q   leaves layout night
-  esx-01  Suspend        gpu-day-1    grid_p100-4q   parked: not in layout night
-  esx-01  Suspend        gpu-day-2    grid_p100-4q   parked: not in layout night
-  esx-01  Suspend        gpu-day-3    grid_p100-4q   parked: not in layout night
-  esx-01  Suspend        gpu-day-4    grid_p100-4q   parked: not in layout night
-  esx-01  PowerOn        gpu-night-1  grid_p100-16q  resume for layout night (once GPUs are freed)
-  esx-01  WaitNodeReady  gpu-night-1  grid_p100-16q  node not Ready yet (once GPUs are freed)
-  esx-01  Uncordon       gpu-night-1  grid_p100-16q  node cordoned (once GPUs are freed)
+  esx-01  DrainRequired     gpu-day-1    grid_p100-4q   leaves layout night
+  esx-01  DrainRequired     gpu-day-2    grid_p100-4q   leaves layout night
+  esx-01  DrainRequired     gpu-day-3    grid_p100-4q   leaves layout night
+  esx-01  DrainRequired     gpu-day-4    grid_p100-4q   leaves layout night
+  esx-01  ParkRequired      gpu-day-1    grid_p100-4q   parked: not in layout night
+  esx-01  ParkRequired      gpu-day-2    grid_p100-4q   parked: not in layout night
+  esx-01  ParkRequired      gpu-day-3    grid_p100-4q   parked: not in layout night
+  esx-01  ParkRequired      gpu-day-4    grid_p100-4q   parked: not in layout night
+  esx-01  PowerOnRequired   gpu-night-1  grid_p100-16q  resume for layout night (once GPUs are freed)
+  esx-01  WaitNodeReady     gpu-night-1  grid_p100-16q  node not Ready yet (once GPUs are freed)
+  esx-01  UncordonRequired  gpu-night-1  grid_p100-16q  node cordoned (once GPUs are freed)
 `
 	if got := build(t, spec, w, "night").String(); got != want {
 		t.Errorf("String:\n%s\nwant\n%s", got, want)

@@ -97,7 +97,9 @@ func randomWorld(r *rand.Rand) (*gpupoolv1.GPUPoolProfileSpec, *world) {
 		return h.Profiles[r.IntN(len(h.Profiles))].Name
 	}
 
-	spec := &gpupoolv1.GPUPoolProfileSpec{Parking: gpupoolv1.ParkingSuspend}
+	// Note: the random pools may change the profile of suspended VMs, which needs
+	// DiscardSuspendedState; TestHeld covers the hold without it.
+	spec := &gpupoolv1.GPUPoolProfileSpec{Parking: gpupoolv1.ParkingSuspend, DiscardSuspendedState: true}
 	if r.IntN(3) == 0 {
 		spec.Parking = gpupoolv1.ParkingPowerOff
 	}
@@ -182,6 +184,20 @@ func randomWorld(r *rand.Rand) (*gpupoolv1.GPUPoolProfileSpec, *world) {
 		n.drained = n.cordoned && r.IntN(2) == 0
 		if n.exists {
 			w.nodes[vm.Name] = n
+		} else if vm.PowerState == inventory.PoweredOn && r.IntN(3) > 0 {
+			// Most running VMs without a node say they are no workers; the others
+			// must be held rather than parked undrained.
+			if w.noNode == nil {
+				w.noNode = map[string]bool{}
+			}
+			w.noNode[vm.Name] = true
+			for i := range spec.Layouts {
+				for j := range spec.Layouts[i].Workers {
+					if spec.Layouts[i].Workers[j].VM == vm.Name {
+						spec.Layouts[i].Workers[j].NoNode = true
+					}
+				}
+			}
 		}
 	}
 	return spec, w
@@ -239,7 +255,9 @@ func (s *simulation) run(stats map[string]int) bool {
 		if again, _ := Build(in); !reflect.DeepEqual(p, again) {
 			s.fatalf("Build is not deterministic")
 		}
-		if batch == 0 && !slices.Equal(p.Problems, problems) {
+		// Note: Check knows no nodes, so it holds nothing; a held VM keeps its GPU,
+		// which Build counts.
+		if batch == 0 && len(p.Held) == 0 && !slices.Equal(p.Problems, problems) {
 			s.fatalf("Build's problems %v differ from Check's %v", p.Problems, problems)
 		}
 		if len(p.Problems) > 0 {
@@ -266,6 +284,11 @@ func (s *simulation) run(stats map[string]int) bool {
 		}
 
 		due := p.Due(maxParallel)
+		if len(due) == 0 && len(p.Held) > 0 {
+			// What could be done is done; the held VMs wait for a person.
+			stats["held"]++
+			return false
+		}
 		s.checkDue(p, due, maxParallel)
 		if partial && len(due) > 1 {
 			// Some tasks are still running: only part of what was due has happened.
@@ -329,11 +352,11 @@ func (s *simulation) checkPlan(p *Plan, pool, untouched, stays map[string]bool) 
 					s.fatalf("step for %s, which is not in the pool: %+v", st.VM, st)
 				case untouched[st.VM]:
 					s.fatalf("step for %s, which has nothing to change: %+v", st.VM, st)
-				case stays[st.VM] && st.Action.phase() <= PowerOn.phase():
+				case stays[st.VM] && phaseOf(st.Action) <= phaseOf(PowerOn):
 					s.fatalf("%s of %s, which runs with its profile", st.Action, st.VM)
 				case st.Host != hp.Host:
 					s.fatalf("step on host %s listed under %s", st.Host, hp.Host)
-				case i > 0 && st.Action.phase() < steps[i-1].Action.phase():
+				case i > 0 && phaseOf(st.Action) < phaseOf(steps[i-1].Action):
 					s.fatalf("steps out of phase order on %s:\n%s", hp.Host, p)
 				}
 			}
@@ -366,10 +389,21 @@ func (s *simulation) checkDue(p *Plan, due []Step, maxParallel int) {
 	}
 	for host, steps := range hosts {
 		powerOns := 0
+		gpuPhase := -1
+		workers := map[string]bool{}
 		for _, st := range steps {
-			if st.Action.phase() != steps[0].Action.phase() {
-				s.fatalf("due on %s: steps of two phases: %v", host, stepLines(steps))
+			// GPU steps come from one phase per host; node steps are per worker, one each,
+			// and never for a worker that has a GPU step due.
+			if ph := phaseOf(st.Action); ph <= lastGPUPhase {
+				if gpuPhase >= 0 && ph != gpuPhase {
+					s.fatalf("due on %s: GPU steps of two phases: %v", host, stepLines(steps))
+				}
+				gpuPhase = ph
 			}
+			if workers[st.VM] {
+				s.fatalf("due on %s: two steps of worker %s: %v", host, st.VM, stepLines(steps))
+			}
+			workers[st.VM] = true
 			if st.Action == PowerOn {
 				powerOns++
 			}
@@ -413,6 +447,18 @@ func (s *simulation) checkGPUs() {
 	}
 }
 
+// noNode tells whether the spec says the VM is no Kubernetes worker.
+func (s *simulation) noNode(name string) bool {
+	for _, l := range s.spec.Layouts {
+		for _, w := range l.Workers {
+			if w.VM == name && w.NoNode {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (s *simulation) checkConverged(want map[string]string, pool map[string]bool) {
 	s.t.Helper()
 	for name := range pool {
@@ -425,6 +471,9 @@ func (s *simulation) checkConverged(want map[string]string, pool map[string]bool
 			continue
 		}
 		n := s.w.nodes[name]
+		if s.noNode(name) {
+			n = &node{exists: true, ready: true, labels: s.target} // no node to check
+		}
 		if vm.PowerState != inventory.PoweredOn || vm.Profile != profile || n == nil || !n.exists || !n.ready || n.cordoned || n.labels != s.target {
 			s.fatalf("done, but %s is %s with %s (want %s), node %+v", name, vm.PowerState, vm.Profile, profile, n)
 		}

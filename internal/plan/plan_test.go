@@ -220,11 +220,11 @@ func TestSampleRoundTrip(t *testing.T) {
 		"DrainRequired gpu-night-1 grid_p100-16q",
 		"ParkRequired gpu-night-1 grid_p100-16q",
 		"PowerOnRequired gpu-day-1 grid_p100-4q",
-		"PowerOnRequired gpu-day-2 grid_p100-4q",
-		"PowerOnRequired gpu-day-3 grid_p100-4q",
-		"PowerOnRequired gpu-day-4 grid_p100-4q",
-		"WaitNodeReady gpu-day-1 grid_p100-4q, WaitNodeReady gpu-day-2 grid_p100-4q, WaitNodeReady gpu-day-3 grid_p100-4q, WaitNodeReady gpu-day-4 grid_p100-4q",
-		"UncordonRequired gpu-day-1 grid_p100-4q, UncordonRequired gpu-day-2 grid_p100-4q, UncordonRequired gpu-day-3 grid_p100-4q, UncordonRequired gpu-day-4 grid_p100-4q",
+		"PowerOnRequired gpu-day-2 grid_p100-4q, WaitNodeReady gpu-day-1 grid_p100-4q",
+		"PowerOnRequired gpu-day-3 grid_p100-4q, WaitNodeReady gpu-day-2 grid_p100-4q, UncordonRequired gpu-day-1 grid_p100-4q",
+		"PowerOnRequired gpu-day-4 grid_p100-4q, WaitNodeReady gpu-day-3 grid_p100-4q, UncordonRequired gpu-day-2 grid_p100-4q",
+		"WaitNodeReady gpu-day-4 grid_p100-4q, UncordonRequired gpu-day-3 grid_p100-4q",
+		"UncordonRequired gpu-day-4 grid_p100-4q",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("log:\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
@@ -284,11 +284,11 @@ func TestBuildTwoHosts(t *testing.T) {
 		// One power-on per host at a time; on esx-02 an 8q, a 4q, an 8q, a 4q: two 8q
 		// first would take a GPU each and leave none for the 4q.
 		"PowerOnRequired a-night-1 grid_p100-16q, PowerOnRequired b-night-1 grid_p100-8q",
-		"PowerOnRequired a-night-2 grid_p100-16q, PowerOnRequired b-night-3 grid_p100-4q",
-		"WaitNodeReady a-night-1 grid_p100-16q, WaitNodeReady a-night-2 grid_p100-16q, PowerOnRequired b-night-2 grid_p100-8q",
-		"UncordonRequired a-night-1 grid_p100-16q, UncordonRequired a-night-2 grid_p100-16q, PowerOnRequired b-night-4 grid_p100-4q",
-		"WaitNodeReady b-night-1 grid_p100-8q, WaitNodeReady b-night-2 grid_p100-8q, WaitNodeReady b-night-3 grid_p100-4q, WaitNodeReady b-night-4 grid_p100-4q",
-		"UncordonRequired b-night-1 grid_p100-8q, UncordonRequired b-night-2 grid_p100-8q, UncordonRequired b-night-3 grid_p100-4q, UncordonRequired b-night-4 grid_p100-4q",
+		"PowerOnRequired a-night-2 grid_p100-16q, WaitNodeReady a-night-1 grid_p100-16q, PowerOnRequired b-night-3 grid_p100-4q, WaitNodeReady b-night-1 grid_p100-8q",
+		"WaitNodeReady a-night-2 grid_p100-16q, UncordonRequired a-night-1 grid_p100-16q, PowerOnRequired b-night-2 grid_p100-8q, WaitNodeReady b-night-3 grid_p100-4q, UncordonRequired b-night-1 grid_p100-8q",
+		"UncordonRequired a-night-2 grid_p100-16q, PowerOnRequired b-night-4 grid_p100-4q, WaitNodeReady b-night-2 grid_p100-8q, UncordonRequired b-night-3 grid_p100-4q",
+		"WaitNodeReady b-night-4 grid_p100-4q, UncordonRequired b-night-2 grid_p100-8q",
+		"UncordonRequired b-night-4 grid_p100-4q",
 	}
 	if !slices.Equal(log, want) {
 		t.Errorf("log:\n  %s\nwant\n  %s", strings.Join(log, "\n  "), strings.Join(want, "\n  "))

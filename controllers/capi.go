@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -28,6 +29,11 @@ const (
 	annotationAddedCAPI = "gpupool.dev/added-annotations"
 )
 
+// errMachineUnreadable: the node belongs to a Cluster API Machine that cannot be read
+// (the Machine API is not served, not allowed, or of another version), so it cannot be
+// protected and its VM must not be parked.
+var errMachineUnreadable = errors.New("the node's Cluster API Machine cannot be read")
+
 // machineOf returns the key of the Cluster API Machine a node belongs to.
 func machineOf(n *corev1.Node) (client.ObjectKey, bool) {
 	name := n.Annotations[capiMachineAnnotation]
@@ -51,8 +57,12 @@ func (r *GPUPoolProfileReconciler) capiObjects(ctx context.Context, n *corev1.No
 	m := &unstructured.Unstructured{}
 	m.SetGroupVersionKind(clusterv1.GroupVersion.WithKind("Machine"))
 	if err := r.Client.Get(ctx, key, m); err != nil {
-		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
-			return nil, nil
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, nil // the Machine is gone: nothing to protect
+		case meta.IsNoMatchError(err) || apierrors.IsForbidden(err) || apierrors.IsMethodNotSupported(err):
+			return nil, fmt.Errorf("%w: node %s names Machine %s (annotation %s), but %s %s: %v; install or allow the Cluster API %s Machine API for gpupool, or remove the annotation",
+				errMachineUnreadable, n.Name, key, capiMachineAnnotation, clusterv1.GroupVersion, "Machines cannot be read", err, clusterv1.GroupVersion.Version)
 		}
 		return nil, fmt.Errorf("getting Machine %s: %w", key, err)
 	}
@@ -65,7 +75,7 @@ func (r *GPUPoolProfileReconciler) capiObjects(ctx context.Context, n *corev1.No
 	}
 	mapping, err := r.Client.RESTMapper().RESTMapping(schema.GroupKind{Group: group, Kind: kind})
 	if err != nil {
-		return nil, fmt.Errorf("finding the API of infrastructure machine %s %s: %w", kind, name, err)
+		return nil, fmt.Errorf("%w: finding the API of infrastructure machine %s %s: %w", errMachineUnreadable, kind, name, err)
 	}
 	infra := &unstructured.Unstructured{}
 	infra.SetGroupVersionKind(mapping.GroupVersionKind)
@@ -73,9 +83,24 @@ func (r *GPUPoolProfileReconciler) capiObjects(ctx context.Context, n *corev1.No
 		if apierrors.IsNotFound(err) {
 			return objs, nil
 		}
-		return nil, fmt.Errorf("getting %s %s: %w", kind, name, err)
+		return nil, fmt.Errorf("%w: getting %s %s: %w", errMachineUnreadable, kind, name, err)
 	}
-	return append(objs, infra), nil
+	objs = append(objs, infra)
+	if kind != "VSphereMachine" {
+		return objs, nil
+	}
+	// CAPV powers a VM on from its VSphereVM (owned by the VSphereMachine, same name),
+	// whose controller honours only the VSphereVM's own pause: pausing the
+	// VSphereMachine alone would let CAPV resume a parked VM.
+	vm := &unstructured.Unstructured{}
+	vm.SetGroupVersionKind(mapping.GroupVersionKind.GroupVersion().WithKind("VSphereVM"))
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: name}, vm); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return objs, nil
+		}
+		return nil, fmt.Errorf("%w: getting VSphereVM %s: %w", errMachineUnreadable, name, err)
+	}
+	return append(objs, vm), nil
 }
 
 // protectMachine annotates the Machine with skip-remediation and pauses its
@@ -91,7 +116,7 @@ func (r *GPUPoolProfileReconciler) releaseMachine(ctx context.Context, n *corev1
 }
 
 // markMachine sets (or removes) skip-remediation on the node's Machine and paused on its
-// infrastructure machine.
+// infrastructure machine (and, for CAPV, its VSphereVM).
 func (r *GPUPoolProfileReconciler) markMachine(ctx context.Context, n *corev1.Node, set bool) error {
 	objs, err := r.capiObjects(ctx, n)
 	if err != nil {

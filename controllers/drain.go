@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
 )
 
 // podNodeNameField indexes pods by spec.nodeName in the manager's cache.
@@ -22,6 +23,12 @@ const podNodeNameField = "spec.nodeName"
 
 // evictionTimeout bounds one eviction request.
 const evictionTimeout = 5 * time.Second
+
+// terminatingMargin is how long past the end of its grace period a terminating pod is
+// waited for. After it, as kubectl drain --skip-wait-for-delete-timeout and Cluster API
+// do, the pod no longer holds the drain: its kubelet is gone or stuck, and the pod will
+// not run again anyway. A pod on a node that is not Ready never holds it.
+const terminatingMargin = time.Minute
 
 // drainResult is what one non-blocking drain pass found.
 type drainResult struct {
@@ -81,11 +88,15 @@ func skipForDrain(p *corev1.Pod) bool {
 // It never waits: the caller requeues and calls it again until Done. Evictions go through
 // the eviction API, so PodDisruptionBudgets are respected; a refused eviction is reported
 // as blocking.
-func (r *GPUPoolProfileReconciler) drainPods(ctx context.Context, node string, d gpupoolv1.DrainSpec) (drainResult, error) {
-	pods, err := r.podsOnNode(ctx, node)
+//
+// Every eviction error counts as blocking (and so toward drain.timeout) and is named;
+// none stops the drain of the other pods or nodes.
+func (r *GPUPoolProfileReconciler) drainPods(ctx context.Context, node *corev1.Node, d gpupoolv1.DrainSpec, now time.Time) (drainResult, error) {
+	pods, err := r.podsOnNode(ctx, node.Name)
 	if err != nil {
 		return drainResult{}, err
 	}
+	ready := nodeReady(node)
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name })
 	var res drainResult
 	for i := range pods {
@@ -95,7 +106,9 @@ func (r *GPUPoolProfileReconciler) drainPods(ctx context.Context, node string, d
 		}
 		id := p.Namespace + "/" + p.Name
 		if p.DeletionTimestamp != nil {
-			res.Waiting = append(res.Waiting, id)
+			if holdsDrain(p, ready, now) {
+				res.Waiting = append(res.Waiting, id)
+			}
 			continue
 		}
 		if !d.DeleteEmptyDirData && usesEmptyDir(p) {
@@ -126,11 +139,30 @@ func (r *GPUPoolProfileReconciler) drainPods(ctx context.Context, node string, d
 		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 			res.Blocked = append(res.Blocked, id+" (eviction not granted within "+evictionTimeout.String()+"; a PodDisruptionBudget may still be processed)")
 		default:
-			return res, fmt.Errorf("evicting pod %s: %w", id, err)
+			// Such as the 500 for a pod that two PodDisruptionBudgets cover.
+			res.Blocked = append(res.Blocked, id+" (eviction failed: "+pdbReason(err)+")")
 		}
 	}
 	res.Done = len(res.Waiting) == 0 && len(res.Blocked) == 0
 	return res, nil
+}
+
+// holdsDrain tells whether a terminating pod is still waited for: only within its grace
+// period plus terminatingMargin, and only on a Ready node.
+func holdsDrain(p *corev1.Pod, nodeReady bool, now time.Time) bool {
+	return nodeReady && now.Before(p.DeletionTimestamp.Add(terminatingMargin))
+}
+
+// anyToEvict tells whether a drain would still evict or wait for a pod.
+func anyToEvict(pods []corev1.Pod, nodeReady bool, now time.Time) bool {
+	for i := range pods {
+		p := &pods[i]
+		if skipForDrain(p) || (p.DeletionTimestamp != nil && !holdsDrain(p, nodeReady, now)) {
+			continue
+		}
+		return true
+	}
+	return false
 }
 
 // forceDelete deletes the pods a drain would evict, without asking budgets. It is the
@@ -180,4 +212,91 @@ func pdbReason(err error) string {
 		}
 	}
 	return err.Error()
+}
+
+// drain cordons the node and evicts its pods, without waiting for them to go. At
+// drain.timeout it aborts the transition or deletes what is left, as the spec says.
+func (r *GPUPoolProfileReconciler) drain(ctx context.Context, s *scope, ws *gpupoolv1.WorkerStatus, node *corev1.Node) (time.Duration, error) {
+	if node == nil {
+		return requeueStep, nil
+	}
+	if !node.Spec.Unschedulable || node.Labels[LabelPool] != s.pool.Name {
+		if err := r.patchNode(ctx, node, func(n *corev1.Node) {
+			cordon(n)
+			// The pool label lets deletion find every node gpupool touched.
+			setManagedLabel(n, LabelPool, s.pool.Name)
+		}); err != nil {
+			return 0, err
+		}
+		r.event(s, corev1.EventTypeNormal, "Cordoned", "cordoned node %s to drain it", node.Name)
+	}
+	d := s.pool.Spec.Drain
+	res, err := r.drainPods(ctx, node, d, s.now)
+	if err != nil {
+		return 0, err
+	}
+	ws.Message = "draining node " + node.Name + ": " + res.message()
+	if res.Done {
+		r.event(s, corev1.EventTypeNormal, "Drained", "node %s drained", node.Name)
+		return requeueStep, nil
+	}
+	timeout := 10 * time.Minute
+	if d.Timeout != nil {
+		timeout = d.Timeout.Duration
+	}
+	elapsed := s.now.Sub(ws.StepStartTime.Time)
+	if elapsed < timeout {
+		if len(res.Blocked) > 0 {
+			s.facts.drainBlocked = append(s.facts.drainBlocked, fmt.Sprintf("node %s: %s (timeout in %s)", node.Name, res.message(), (timeout-elapsed).Round(time.Second)))
+		}
+		return min(requeueDrain, timeout-elapsed), nil
+	}
+	if d.OnTimeout == gpupoolv1.DrainForce {
+		n, err := r.forceDelete(ctx, node.Name, d)
+		if err != nil {
+			return 0, err
+		}
+		s.facts.drainBlocked = append(s.facts.drainBlocked, fmt.Sprintf("node %s: drain timed out after %s; deleting what is left (%s)", node.Name, timeout, res.message()))
+		if n > 0 {
+			r.event(s, corev1.EventTypeWarning, "DrainForced", "drain of node %s timed out after %s; deleted %d pod(s) (%s)", node.Name, timeout, n, res.message())
+		}
+		return requeueDrain, nil
+	}
+	r.abort(ctx, s, fmt.Sprintf("drain of node %s timed out after %s: %s", node.Name, timeout, res.message()))
+	return 0, nil
+}
+
+// abort stops the transition (or the repair: then a transition record is made for it,
+// so that the abort is remembered) after a drain timeout: the nodes gpupool cordoned are
+// uncordoned, the VMs keep running, and Degraded says why. Nothing is retried until the
+// spec changes or another layout is wanted.
+func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why string) {
+	st := &s.pool.Status
+	for vm, n := range s.nodes {
+		v, ok := s.vm(vm)
+		if !ok || v.PowerState != inventory.PoweredOn || !cordonedByUs(n) {
+			continue
+		}
+		if err := r.patchNode(ctx, n, uncordon); err != nil {
+			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
+		}
+	}
+	if st.Transition == nil {
+		st.Transition = &gpupoolv1.TransitionStatus{
+			ID: fmt.Sprintf("repair-%s-%s", s.decision.Layout, s.now.UTC().Format("20060102-150405")), From: st.ActiveLayout,
+			To: s.decision.Layout, StartTime: metav1.NewTime(s.now),
+		}
+	}
+	t := st.Transition
+	t.AbortedTime = ptrTime(s.now)
+	t.Generation = s.pool.Generation // retried when the spec changes from now on
+	t.Message = fmt.Sprintf("transition %s to %s aborted: %s; the VMs keep running and the nodes gpupool cordoned were uncordoned. Fix the blocking pods or set spec.drain.onTimeout: Force; a spec change retries", t.ID, t.To, why)
+	transitionsTotal.WithLabelValues(s.pool.Name, "aborted").Inc()
+	r.emit(s.pool, corev1.EventTypeWarning, "TransitionAborted", "%s", t.Message)
+	for i := range st.Workers {
+		w := &st.Workers[i]
+		if w.Step == gpupoolv1.StepDrainRequired {
+			w.Step, w.StepStartTime = gpupoolv1.StepNone, nil
+		}
+	}
 }

@@ -1,12 +1,11 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
@@ -41,21 +40,11 @@ func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.
 		return nil, fmt.Errorf("pool %s has no layout %q", pool.Name, d.Layout)
 	}
 	if _, ok := r.observe(ctx, s); !ok {
-		return nil, errors.New(blockingMessage(s.pool))
+		return nil, errors.New(cmp.Or(s.facts.credentials, s.facts.vcenter, "cannot observe the pool"))
 	}
 	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.inv, Nodes: r.nodeStates(ctx, s)})
 	if err != nil {
 		return nil, err
 	}
 	return &Preview{Decision: d, Plan: p}, nil
-}
-
-// blockingMessage is the message of the condition that stopped an observation.
-func blockingMessage(p *gpupoolv1.GPUPoolProfile) string {
-	for _, typ := range []string{gpupoolv1.ConditionStalled, gpupoolv1.ConditionDegraded} {
-		if c := findCondition(p, typ); c != nil && c.Status == metav1.ConditionTrue {
-			return c.Message
-		}
-	}
-	return "cannot observe the pool"
 }

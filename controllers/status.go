@@ -1,53 +1,341 @@
 package controllers
 
 import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/plan"
 )
 
-// Condition reasons. Each decision returns a reason and a message that become the
-// condition's text unchanged.
+// Condition reasons. The planner's problem reasons (plan.Reason*) are used unchanged
+// when a problem is what stalls the pool.
 const (
 	ReasonLayoutActive       = "LayoutActive"
 	ReasonTransitioning      = "Transitioning"
 	ReasonRepairing          = "Repairing"
+	ReasonReverting          = "Reverting"
 	ReasonIdle               = "Idle"
 	ReasonDrainBlocked       = "DrainBlocked"
 	ReasonDrainAborted       = "DrainAborted"
 	ReasonNodeNotReady       = "NodeNotReady"
 	ReasonTaskFailed         = "VSphereTaskFailed"
+	ReasonStepFailed         = "StepFailed"
 	ReasonInfeasible         = "LayoutInfeasible"
 	ReasonVCenterUnavailable = "VCenterUnavailable"
 	ReasonCredentials        = "CredentialsUnavailable"
 	ReasonInvalidSpec        = "InvalidSpec"
+	ReasonMachineUnreadable  = "MachineUnreadable"
 	ReasonPaused             = "Paused"
 	ReasonNotPaused          = "NotPaused"
 	ReasonAsExpected         = "AsExpected"
 )
 
-func setCondition(p *gpupoolv1.GPUPoolProfile, typ string, status metav1.ConditionStatus, reason, msg string) {
+// maxConditionMessage keeps condition messages readable and well under the API's limit.
+const maxConditionMessage = 4096
+
+// summarize computes every condition and the phase from the pass's facts and the status
+// that was persisted (transition, workers). It is the only place conditions are set, so
+// a condition whose cause is gone is cleared on the next pass.
+func summarize(s *scope) {
+	p, f := s.pool, &s.facts
+	st := &p.Status
+	t := st.Transition
+	aborted := t != nil && t.AbortedTime != nil
+
+	if f.paused {
+		setCond(p, gpupoolv1.ConditionPaused, true, ReasonPaused, "spec.paused is true: no node is drained and no VM is changed")
+	} else {
+		setCond(p, gpupoolv1.ConditionPaused, false, ReasonNotPaused, "not paused")
+	}
+
+	stalledReason, stalledMsg := stalled(s)
+	if stalledReason != "" {
+		setCond(p, gpupoolv1.ConditionStalled, true, stalledReason, stalledMsg)
+	} else if !f.paused {
+		setCond(p, gpupoolv1.ConditionStalled, false, ReasonAsExpected, "nothing needs a person")
+	}
+
+	if reason, msg := degraded(s); reason != "" {
+		setCond(p, gpupoolv1.ConditionDegraded, true, reason, msg)
+	} else if f.observed || findCondition(p, gpupoolv1.ConditionDegraded) == nil {
+		setCond(p, gpupoolv1.ConditionDegraded, false, ReasonAsExpected, "no failures")
+	}
+
+	progressing(s, stalledReason, aborted)
+
+	switch {
+	case f.paused:
+		setCond(p, gpupoolv1.ConditionReady, false, ReasonPaused, "paused")
+	case f.observed && f.done && f.fallback == "" && stalledReason == "" && st.ActiveLayout == st.DesiredLayout:
+		setCond(p, gpupoolv1.ConditionReady, true, ReasonLayoutActive, fmt.Sprintf("layout %s is active (%s)", st.ActiveLayout, s.decision.Message))
+	case stalledReason != "":
+		setCond(p, gpupoolv1.ConditionReady, false, stalledReason, stalledMsg)
+	case f.vcenter != "":
+		setCond(p, gpupoolv1.ConditionReady, false, ReasonVCenterUnavailable, f.vcenter)
+	case aborted:
+		setCond(p, gpupoolv1.ConditionReady, false, ReasonDrainAborted, t.Message)
+	case f.observed:
+		setCond(p, gpupoolv1.ConditionReady, false, ReasonTransitioning, fmt.Sprintf("layout %s is wanted; layout %q is active", st.DesiredLayout, st.ActiveLayout))
+	}
+
+	switch {
+	case f.paused:
+		st.Phase = gpupoolv1.PhasePaused
+	case stalledReason != "" || aborted:
+		st.Phase = gpupoolv1.PhaseBlocked
+	case t != nil:
+		st.Phase = gpupoolv1.PhaseTransitioning
+	case f.observed:
+		st.Phase = gpupoolv1.PhaseSteady
+	case st.Phase == "" || st.Phase == gpupoolv1.PhasePaused || st.Phase == gpupoolv1.PhaseBlocked:
+		st.Phase = gpupoolv1.PhasePending
+	}
+}
+
+// stalled says what keeps the pool from going on until a person acts.
+func stalled(s *scope) (string, string) {
+	f := &s.facts
+	switch {
+	case f.invalidSpec != "":
+		return ReasonInvalidSpec, f.invalidSpec
+	case f.credentials != "":
+		return ReasonCredentials, f.credentials
+	case len(f.problems) > 0:
+		msg := problemsMessage(f.problems)
+		if f.fallback != "" {
+			msg = fmt.Sprintf("layout %s cannot be completed: %s; layout %s is brought back where its GPUs are free", s.decision.Layout, msg, f.fallback)
+		}
+		return ReasonInfeasible, msg
+	case len(f.held) > 0:
+		return f.held[0].Reason, problemsMessage(f.held)
+	}
+	return "", ""
+}
+
+// degraded says what failed, from this pass's facts and the workers' recorded state.
+func degraded(s *scope) (string, string) {
+	f, st := &s.facts, &s.pool.Status
+	var reason string
+	var msgs []string
+	add := func(r, m string) {
+		if reason == "" {
+			reason = r
+		}
+		msgs = append(msgs, m)
+	}
+	if f.vcenter != "" {
+		add(ReasonVCenterUnavailable, f.vcenter)
+	}
+	if t := st.Transition; t != nil && t.AbortedTime != nil {
+		add(ReasonDrainAborted, t.Message)
+	}
+	for _, w := range st.Workers {
+		if w.Attempts > 0 && w.NextRetryTime != nil {
+			add(ReasonTaskFailed, fmt.Sprintf("VM %s: %s", w.VM, w.Message))
+		}
+	}
+	for _, w := range st.Workers {
+		if waitExpired(s, &w) {
+			add(ReasonNodeNotReady, fmt.Sprintf("VM %s is powered on but node %s is not Ready after %s", w.VM, orNoNode(w.Node), nodeReadyTimeout(s.pool)))
+		}
+	}
+	for _, e := range f.stepErrors {
+		add(ReasonStepFailed, e)
+	}
+	return reason, cut(strings.Join(msgs, "; "))
+}
+
+// progressing sets Progressing: True while gpupool is changing the pool.
+func progressing(s *scope, stalledReason string, aborted bool) {
+	p, f := s.pool, &s.facts
+	st := &p.Status
+	errs := ""
+	if len(f.stepErrors) > 0 {
+		errs = "; errors: " + strings.Join(f.stepErrors, "; ")
+	}
+	switch {
+	case f.paused:
+		setCond(p, gpupoolv1.ConditionProgressing, false, ReasonPaused, "paused")
+	case aborted:
+		setCond(p, gpupoolv1.ConditionProgressing, false, ReasonDrainAborted, st.Transition.Message)
+	case !f.observed:
+		// Nothing was learnt: the last word stands.
+	case f.fallback != "" && !f.done:
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonReverting, fmt.Sprintf("layout %s cannot be completed; bringing back layout %s%s", s.decision.Layout, f.fallback, errs))
+	case f.done || (stalledReason != "" && f.fallback == ""):
+		reason, msg := ReasonIdle, fmt.Sprintf("layout %s: nothing to do", orNone(st.ActiveLayout))
+		if stalledReason != "" {
+			reason, msg = stalledReason, "waiting for a person: see the Stalled condition"
+		}
+		setCond(p, gpupoolv1.ConditionProgressing, false, reason, msg)
+	case len(f.drainBlocked) > 0:
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonDrainBlocked, strings.Join(f.drainBlocked, "; ")+errs)
+	case st.Transition != nil:
+		t := st.Transition
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonTransitioning, fmt.Sprintf("transition %s from %q to %s in progress: %s%s", t.ID, t.From, t.To, stepCounts(st.Workers), errs))
+	default:
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonRepairing, fmt.Sprintf("repairing layout %s: %s%s", st.ActiveLayout, stepCounts(st.Workers), errs))
+	}
+}
+
+// stepCounts says how many workers are at each step.
+func stepCounts(ws []gpupoolv1.WorkerStatus) string {
+	counts := map[gpupoolv1.Step]int{}
+	for _, w := range ws {
+		if w.Step != gpupoolv1.StepNone {
+			counts[w.Step]++
+		}
+	}
+	if len(counts) == 0 {
+		return "no worker has a step"
+	}
+	parts := make([]string, 0, len(counts))
+	for step, n := range counts {
+		parts = append(parts, fmt.Sprintf("%d %s", n, step))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+// recordWorkers refreshes every worker's observed fields and its step: the first action
+// the plan has for it. Entries of VMs removed from the spec are kept while gpupool still
+// has a task or a node of theirs to finish (releaseRemoved drops them).
+func (r *GPUPoolProfileReconciler) recordWorkers(s *scope, p *plan.Plan) {
+	next := map[string]plan.Step{}
+	for _, h := range p.Hosts {
+		for _, st := range slices.Concat(h.Steps, h.Later) {
+			if _, seen := next[st.VM]; !seen {
+				next[st.VM] = st
+			}
+		}
+	}
+	held := map[string]plan.Problem{}
+	for _, h := range slices.Concat(p.Held, s.facts.held) {
+		held[h.VM] = h
+	}
+	inSpec := map[string]bool{}
+	keep := s.pool.Status.Workers[:0:0]
+	for _, id := range poolVMs(&s.pool.Spec) {
+		inSpec[id] = true
+		ws := *workerStatus(s.pool, id)
+		name := id
+		if v, ok := s.vms[id]; ok {
+			name = v.Name
+			ws.Host, ws.GPU, ws.Profile, ws.PowerState = v.Host, v.GPU, v.Profile, string(v.PowerState)
+		} else {
+			ws.Host, ws.GPU, ws.Profile, ws.PowerState = "", "", "", ""
+			ws.Message = "VM not found in vCenter"
+		}
+		ws.Node = ""
+		if n, ok := s.nodes[name]; ok {
+			ws.Node = n.Name
+		}
+		st, pending := next[name]
+		switch {
+		case held[name].Reason != "":
+			ws.Step, ws.StepStartTime = gpupoolv1.StepNone, nil
+			ws.Message = held[name].Message
+		case !pending:
+			ws.Step, ws.StepStartTime, ws.Attempts, ws.NextRetryTime = gpupoolv1.StepNone, nil, 0, nil
+			if ws.Task == nil {
+				ws.Message = ""
+			}
+		case st.Action != ws.Step:
+			ws.Step, ws.StepStartTime, ws.Attempts, ws.NextRetryTime = st.Action, nil, 0, nil
+			ws.GuestShutdownTime = nil
+			ws.Message = st.Reason
+		}
+		keep = append(keep, ws)
+	}
+	for _, ws := range s.pool.Status.Workers {
+		if !inSpec[ws.VM] && (ws.Task != nil || ws.Node != "") {
+			ws.Step = gpupoolv1.StepNone
+			ws.Message = "removed from the spec: gpupool finishes its task and releases its node"
+			keep = append(keep, ws)
+		}
+	}
+	s.pool.Status.Workers = keep
+}
+
+// waitExpired tells whether a worker has waited spec.nodeReadyTimeout for its node.
+func waitExpired(s *scope, ws *gpupoolv1.WorkerStatus) bool {
+	return ws.Step == gpupoolv1.StepWaitNodeReady && ws.StepStartTime != nil &&
+		s.now.Sub(ws.StepStartTime.Time) >= nodeReadyTimeout(s.pool)
+}
+
+func nodeReadyTimeout(p *gpupoolv1.GPUPoolProfile) time.Duration {
+	if t := p.Spec.NodeReadyTimeout; t != nil {
+		return t.Duration
+	}
+	return 10 * time.Minute
+}
+
+func orNoNode(n string) string {
+	if n == "" {
+		return "(none registered)"
+	}
+	return n
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func setCond(p *gpupoolv1.GPUPoolProfile, typ string, status bool, reason, msg string) {
+	s := metav1.ConditionFalse
+	if status {
+		s = metav1.ConditionTrue
+	}
 	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: p.Generation,
+		Type: typ, Status: s, Reason: reason, Message: cut(msg), ObservedGeneration: p.Generation,
 	})
 }
 
-func condTrue(p *gpupoolv1.GPUPoolProfile, typ, reason, msg string) {
-	setCondition(p, typ, metav1.ConditionTrue, reason, msg)
+// cut keeps a message under maxConditionMessage.
+func cut(msg string) string {
+	if len(msg) <= maxConditionMessage {
+		return msg
+	}
+	return msg[:maxConditionMessage-len(" [...]")] + " [...]"
 }
 
-func condFalse(p *gpupoolv1.GPUPoolProfile, typ, reason, msg string) {
-	setCondition(p, typ, metav1.ConditionFalse, reason, msg)
+func findCondition(p *gpupoolv1.GPUPoolProfile, typ string) *metav1.Condition {
+	return meta.FindStatusCondition(p.Status.Conditions, typ)
 }
 
 // workerStatus returns the status entry of a VM, adding it when missing.
 func workerStatus(p *gpupoolv1.GPUPoolProfile, vm string) *gpupoolv1.WorkerStatus {
+	if ws := findWorker(p, vm); ws != nil {
+		return ws
+	}
+	p.Status.Workers = append(p.Status.Workers, gpupoolv1.WorkerStatus{VM: vm})
+	return &p.Status.Workers[len(p.Status.Workers)-1]
+}
+
+func findWorker(p *gpupoolv1.GPUPoolProfile, vm string) *gpupoolv1.WorkerStatus {
 	for i := range p.Status.Workers {
 		if p.Status.Workers[i].VM == vm {
 			return &p.Status.Workers[i]
 		}
 	}
-	p.Status.Workers = append(p.Status.Workers, gpupoolv1.WorkerStatus{VM: vm})
-	return &p.Status.Workers[len(p.Status.Workers)-1]
+	return nil
+}
+
+func problemsMessage(ps []plan.Problem) string {
+	msgs := make([]string, 0, len(ps))
+	for _, p := range ps {
+		msgs = append(msgs, p.Message)
+	}
+	sort.Strings(msgs)
+	return strings.Join(msgs, "; ")
 }

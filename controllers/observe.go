@@ -1,0 +1,212 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// observe reads the credentials, the vSphere inventory and the nodes, and resolves once
+// which VM and which node each worker of the spec is. It reports false, with when to
+// look again, when the pool cannot go on now; the facts say why.
+func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.Duration, bool) {
+	pool := s.pool
+	vc := pool.Spec.VCenter
+	var secret corev1.Secret
+	key := types.NamespacedName{Namespace: vc.CredentialsSecretRef.Namespace, Name: vc.CredentialsSecretRef.Name}
+	// Read uncached: caching would watch every Secret of the cluster.
+	if err := r.APIReader.Get(ctx, key, &secret); err != nil {
+		s.facts.credentials = fmt.Sprintf("cannot read Secret %s with the vCenter credentials: %v", key, err)
+		return requeueBlocked, false
+	}
+	user, pass := string(secret.Data["username"]), string(secret.Data["password"])
+	if user == "" || pass == "" {
+		s.facts.credentials = fmt.Sprintf("Secret %s must have the keys username and password", key)
+		return requeueBlocked, false
+	}
+	vcc, err := r.VSphere.Connect(ctx, vsphere.Config{
+		Server: vc.Server, Datacenter: vc.Datacenter, Username: user, Password: pass,
+		Thumbprint: vc.Thumbprint, CABundle: vc.CABundle, Insecure: vc.Insecure,
+	})
+	var inv *inventory.Inventory
+	if err == nil {
+		inv, err = vcc.Inventory(ctx)
+	}
+	if errors.Is(err, vsphere.ErrInvalidLogin) {
+		// Retrying soon with the same credentials would only lock the account.
+		s.facts.credentials = fmt.Sprintf("vCenter %s refused the credentials in Secret %s; fix the Secret (a change of the pool retries at once)", vc.Server, key)
+		return requeueLoginError, false
+	}
+	if err != nil {
+		s.facts.vcenter = fmt.Sprintf("vCenter %s: %v", vc.Server, err)
+		log.FromContext(ctx).Info("vCenter unavailable", "server", vc.Server, "error", err.Error())
+		return requeueVCenter, false
+	}
+	s.vc, s.inv = vcc, inv
+
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		s.facts.vcenter = "listing nodes: " + err.Error()
+		return requeueDrain, false
+	}
+	s.vms, s.specID = map[string]*inventory.VM{}, map[string]string{}
+	for _, w := range poolWorkers(&pool.Spec) {
+		if vm, ok := inv.FindVM(w.VM); ok {
+			s.vms[w.VM] = vm
+			s.specID[vm.Name] = w.VM
+		}
+	}
+	s.nodes = matchNodes(poolWorkers(&pool.Spec), s.vms, nodes.Items)
+	s.facts.observed = true
+	return 0, true
+}
+
+// poolWorkers lists every VM that any layout names, once, in spec order, with the node
+// the spec gives it (the first layout that names one wins) and whether it has none.
+func poolWorkers(spec *gpupoolv1.GPUPoolProfileSpec) []gpupoolv1.Worker {
+	index := map[string]int{}
+	var out []gpupoolv1.Worker
+	for _, l := range spec.Layouts {
+		for _, w := range l.Workers {
+			i, seen := index[w.VM]
+			if !seen {
+				index[w.VM] = len(out)
+				out = append(out, gpupoolv1.Worker{VM: w.VM, Node: w.Node, NoNode: w.NoNode})
+				continue
+			}
+			if out[i].Node == "" {
+				out[i].Node = w.Node
+			}
+			out[i].NoNode = out[i].NoNode || w.NoNode
+		}
+	}
+	return out
+}
+
+// poolVMs lists the spec ids of every VM that any layout names.
+func poolVMs(spec *gpupoolv1.GPUPoolProfileSpec) []string {
+	ws := poolWorkers(spec)
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = w.VM
+	}
+	return out
+}
+
+// matchNodes finds each VM's node, keyed by the VM's inventory name: the node the spec
+// names; else by spec.providerID (vsphere://<BIOS UUID>); else the node named as the
+// VM, exactly, then case-insensitively, then a node named by FQDN whose first label is
+// the VM's name. A worker with noNode has none. A node two VMs would share is given to
+// neither, so that no drain or park ever acts on somebody else's node.
+func matchNodes(workers []gpupoolv1.Worker, vms map[string]*inventory.VM, nodes []corev1.Node) map[string]*corev1.Node {
+	byProvider := map[string]*corev1.Node{}
+	byName := map[string]*corev1.Node{}
+	byFold := map[string][]*corev1.Node{}
+	byShort := map[string][]*corev1.Node{}
+	for i := range nodes {
+		n := &nodes[i]
+		if id := strings.ToLower(n.Spec.ProviderID); strings.HasPrefix(id, "vsphere://") {
+			byProvider[strings.TrimPrefix(id, "vsphere://")] = n
+		}
+		byName[n.Name] = n
+		lower := strings.ToLower(n.Name)
+		byFold[lower] = append(byFold[lower], n)
+		if short, _, fqdn := strings.Cut(lower, "."); fqdn {
+			byShort[short] = append(byShort[short], n)
+		}
+	}
+	only := func(ns []*corev1.Node) *corev1.Node {
+		if len(ns) == 1 {
+			return ns[0]
+		}
+		return nil
+	}
+	out := map[string]*corev1.Node{}
+	owners := map[string]int{}
+	for _, w := range workers {
+		vm, ok := vms[w.VM]
+		if !ok || w.NoNode {
+			continue
+		}
+		var n *corev1.Node
+		switch {
+		case w.Node != "":
+			n = byName[w.Node]
+		case vm.UUID != "" && byProvider[strings.ToLower(vm.UUID)] != nil:
+			n = byProvider[strings.ToLower(vm.UUID)]
+		case byName[vm.Name] != nil:
+			n = byName[vm.Name]
+		case only(byFold[strings.ToLower(vm.Name)]) != nil:
+			n = only(byFold[strings.ToLower(vm.Name)])
+		default:
+			n = only(byShort[strings.ToLower(vm.Name)])
+		}
+		if n != nil {
+			out[vm.Name] = n
+			owners[n.Name]++
+		}
+	}
+	for vm, n := range out {
+		if owners[n.Name] > 1 {
+			delete(out, vm)
+		}
+	}
+	return out
+}
+
+// nodeStates tells the planner what it needs of each node: re-observed on every pass.
+func (r *GPUPoolProfileReconciler) nodeStates(ctx context.Context, s *scope) map[string]plan.NodeState {
+	out := map[string]plan.NodeState{}
+	for vm, n := range s.nodes {
+		ns := plan.NodeState{Name: n.Name, Exists: true, Ready: nodeReady(n), Cordoned: cordonedByUs(n)}
+		if m, ok := s.wantedMeta(vm); ok {
+			ns.Labelled = hasMeta(n, m)
+		}
+		if n.Spec.Unschedulable {
+			pods, err := r.podsOnNode(ctx, n.Name)
+			ns.Drained = err == nil && !anyToEvict(pods, nodeReady(n), s.now)
+		}
+		out[vm] = ns
+	}
+	for name, id := range s.specID {
+		if ws := findWorker(s.pool, id); ws != nil && waitExpired(s, ws) {
+			ns := out[name]
+			ns.WaitExpired = true
+			out[name] = ns
+		}
+	}
+	return out
+}
+
+// wantedMeta is what the node of a VM (by inventory name) of the wanted layout should
+// carry.
+func (s *scope) wantedMeta(name string) (nodeMeta, bool) {
+	if s.layout == nil {
+		return nodeMeta{}, false
+	}
+	for _, w := range s.layout.Workers {
+		v, ok := s.vms[w.VM]
+		if !ok || v.Name != name {
+			continue
+		}
+		mib, _ := inventory.ProfileFrameBufferMiB(w.Profile)
+		if h, ok := s.inv.FindHost(v.Host); ok {
+			if p, ok := h.Profile(w.Profile); ok && p.FrameBufferMiB > 0 {
+				mib = p.FrameBufferMiB
+			}
+		}
+		return activeMeta(s.pool.Name, s.layout, w.Profile, mib), true
+	}
+	return nodeMeta{}, false
+}

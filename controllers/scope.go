@@ -1,0 +1,85 @@
+package controllers
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// scope is what one reconcile works on: the pool, what was observed of its world, and
+// the facts the pass established. Conditions and the phase are computed once, from the
+// facts, when the pass ends (summarize).
+type scope struct {
+	pool *gpupoolv1.GPUPoolProfile
+	// persisted is the pool as last written to the API server, the base of the next
+	// status patch.
+	persisted *gpupoolv1.GPUPoolProfile
+	now       time.Time
+	decision  plan.Decision
+	layout    *gpupoolv1.Layout // the wanted layout; nil when the spec does not have it
+
+	vc  vsphere.Client
+	inv *inventory.Inventory
+	// vms are the pool's VMs by the name or path the spec gives them, resolved once per
+	// pass; specID maps a VM's inventory name back to that spec id (status key).
+	vms    map[string]*inventory.VM
+	specID map[string]string
+	// nodes are the pool VMs' nodes, by the VM's inventory name, as plan steps name VMs.
+	nodes map[string]*corev1.Node
+
+	facts facts
+}
+
+// facts are what a pass found out; summarize turns them into conditions and a phase.
+type facts struct {
+	paused bool
+	// invalidSpec: the schedule cannot be evaluated.
+	invalidSpec string
+	// credentials: the Secret cannot be read or vCenter refused it (a person must act).
+	credentials string
+	// vcenter: vCenter could not be reached or read; retried.
+	vcenter string
+	// observed: vSphere and the nodes were observed this pass.
+	observed bool
+	// problems say why the wanted layout cannot be reached.
+	problems []plan.Problem
+	// held are the VMs that must not be acted on (no node, state at risk, Machine
+	// unreadable).
+	held []plan.Problem
+	// fallback is the layout brought back because the wanted one cannot be completed.
+	fallback string
+	// done: nothing is left to do for the layout being made (wanted or fallback).
+	done bool
+	// repairing: the active layout is wanted and only its nodes need care.
+	repairing bool
+	// drainBlocked and stepErrors name what kept steps from going on this pass.
+	drainBlocked []string
+	stepErrors   []string
+}
+
+// worker returns the status entry of the VM a plan step names.
+func (s *scope) worker(name string) *gpupoolv1.WorkerStatus {
+	if id, ok := s.specID[name]; ok {
+		return workerStatus(s.pool, id)
+	}
+	return workerStatus(s.pool, name)
+}
+
+// vm returns the inventory VM a plan step names.
+func (s *scope) vm(name string) (*inventory.VM, bool) {
+	if id, ok := s.specID[name]; ok {
+		vm, found := s.vms[id]
+		return vm, found
+	}
+	return nil, false
+}
+
+// hold records that a VM must not be acted on now.
+func (s *scope) hold(vm, reason, msg string) {
+	s.facts.held = append(s.facts.held, plan.Problem{Reason: reason, Message: msg, VM: vm})
+}

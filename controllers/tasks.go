@@ -1,0 +1,192 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// A vSphere operation happens once per step whatever fails in between, because a task
+// is started in three moves:
+//
+//  1. the intent (operation, no task id, the VM's recent tasks) is written to status,
+//     and only if that write succeeds
+//  2. vCenter is asked to start the task, and
+//  3. the task id is recorded (by the status patch at the end of the pass).
+//
+// A pass that finds an intent without a task id (the process died, or the last status
+// patch failed, between 1 and 3) asks vCenter for a recent task of that operation on the
+// VM that was not there at 1, and adopts it. Only when there is none is the step planned
+// again from the VM's observed state.
+
+// checkTasks looks at every worker's vSphere task in flight, before anything is planned,
+// so that a finished task is recorded even when its VM no longer needs a step. It
+// returns when to look again (0: nothing is in flight).
+func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope) time.Duration {
+	var after time.Duration
+	for i := range s.pool.Status.Workers {
+		ws := &s.pool.Status.Workers[i]
+		if ws.Task == nil {
+			continue
+		}
+		if ws.Task.ID == "" && !r.resolveIntent(ctx, s, ws) {
+			if ws.Task != nil {
+				after = minPositive(after, requeueTask)
+			}
+			continue
+		}
+		if wait := r.checkTask(ctx, s, ws); wait > 0 {
+			after = minPositive(after, wait)
+		}
+	}
+	return after
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
+}
+
+// resolveIntent finds the task of a recorded intent in vCenter. It reports true when
+// the task was found (ws.Task.ID is set); otherwise the intent was cleared (no task was
+// started) or kept (vCenter could not be asked).
+func (r *GPUPoolProfileReconciler) resolveIntent(ctx context.Context, s *scope, ws *gpupoolv1.WorkerStatus) bool {
+	t := ws.Task
+	vm, ok := s.vms[ws.VM]
+	if !ok {
+		vm, ok = s.inv.FindVM(ws.VM)
+	}
+	if !ok {
+		ws.Message = fmt.Sprintf("%s was about to start, but VM %s is no longer in vCenter", t.Operation, ws.VM)
+		ws.Task = nil
+		return false
+	}
+	id, err := s.vc.FindTask(ctx, vm.Ref, t.Operation, t.KnownTasks)
+	if err != nil {
+		ws.Message = fmt.Sprintf("cannot tell whether %s was started: %v", t.Operation, err)
+		return false
+	}
+	if id == "" {
+		log.FromContext(ctx).Info("Intent found without a task; the step is planned again", "vm", ws.VM, "operation", t.Operation)
+		ws.Task = nil
+		return false
+	}
+	log.FromContext(ctx).Info("Adopted a task started before a crash or a lost status write", "vm", ws.VM, "operation", t.Operation, "task", id)
+	t.ID = id
+	return true
+}
+
+// checkTask looks at the worker's task in flight without waiting. A finished task is
+// cleared; a failure is recorded with a backoff before the step is retried. It returns
+// when to look again, or 0 when the task is over.
+func (r *GPUPoolProfileReconciler) checkTask(ctx context.Context, s *scope, ws *gpupoolv1.WorkerStatus) time.Duration {
+	t := ws.Task
+	info, err := s.vc.Task(ctx, t.ID)
+	if errors.Is(err, vsphere.ErrTaskNotFound) {
+		// vCenter forgot the task (a restart, a long outage): the VM's state, observed on
+		// every pass, tells whether the step is done; the plan retries it if not.
+		ws.Message = fmt.Sprintf("%s task %s is no longer known to vCenter; re-observing the VM", t.Operation, t.ID)
+		ws.Task = nil
+		return 0
+	}
+	if err != nil {
+		ws.Message = fmt.Sprintf("cannot check %s task %s: %v", t.Operation, t.ID, err)
+		return requeueTask // look again; never re-issue while the task may still run
+	}
+	switch info.State {
+	case vsphere.TaskSuccess:
+		r.event(s, corev1.EventTypeNormal, t.Operation+"Succeeded", "%s of VM %s finished (task %s)", t.Operation, ws.VM, t.ID)
+		ws.Task = nil
+		ws.Attempts, ws.NextRetryTime = 0, nil
+		return 0
+	case vsphere.TaskError:
+		vsphereTaskErrors.WithLabelValues(s.pool.Name, t.Operation).Inc()
+		r.failed(s, ws, fmt.Sprintf("%s failed", t.Operation), info.Error)
+		r.event(s, corev1.EventTypeWarning, t.Operation+"Failed", "%s of VM %s failed: %s", t.Operation, ws.VM, info.Error)
+		ws.Task = nil
+		return 0
+	default:
+		ws.Message = fmt.Sprintf("%s in progress (task %s)", t.Operation, t.ID)
+		return requeueTask
+	}
+}
+
+// failed records a failed attempt of the worker's step and when it may be retried.
+func (r *GPUPoolProfileReconciler) failed(s *scope, ws *gpupoolv1.WorkerStatus, what, why string) time.Duration {
+	ws.Attempts++
+	wait := backoff(ws.Attempts)
+	ws.NextRetryTime = ptrTime(s.now.Add(wait))
+	ws.Message = fmt.Sprintf("%s (attempt %d, retry in %s): %s", what, ws.Attempts, wait, why)
+	return wait
+}
+
+// startTask starts a vSphere operation on a VM, exactly once: see the comment at the top
+// of this file. An empty task id from start means the VM was already in the target state.
+func (r *GPUPoolProfileReconciler) startTask(ctx context.Context, s *scope, ws *gpupoolv1.WorkerStatus, vm *inventory.VM, op string, start func() (string, error)) (time.Duration, error) {
+	if ws.Task != nil {
+		return requeueTask, nil
+	}
+	ws.Task = &gpupoolv1.TaskReference{Operation: op, StartTime: metav1.NewTime(s.now), KnownTasks: vm.RecentTasks}
+	if err := r.persist(ctx, s); err != nil {
+		ws.Task = nil
+		return 0, fmt.Errorf("recording the intent to %s: %w", op, err)
+	}
+	id, err := start()
+	if err != nil {
+		ws.Task = nil
+		vsphereTaskErrors.WithLabelValues(s.pool.Name, op).Inc()
+		wait := r.failed(s, ws, op+" could not start", err.Error())
+		r.event(s, corev1.EventTypeWarning, op+"Failed", "%s of VM %s could not start: %v", op, ws.VM, err)
+		return wait, nil
+	}
+	if id == "" {
+		ws.Task = nil
+		return requeueStep, nil
+	}
+	ws.Task.ID = id
+	ws.Message = fmt.Sprintf("%s started (task %s)", op, id)
+	log.FromContext(ctx).Info("Started vSphere task", "vm", ws.VM, "operation", op, "task", id)
+	r.event(s, corev1.EventTypeNormal, op+"Started", "%s of VM %s started (task %s)", op, ws.VM, id)
+	return requeueTask, nil
+}
+
+// persist writes the status now, with optimistic locking: an intent is only acted on
+// once it is stored, and never over a pool somebody else changed meanwhile.
+//
+// Note: the patch is applied to a copy, because the client decodes the answer into the
+// object it is given, and the pass holds pointers into s.pool's worker list.
+func (r *GPUPoolProfileReconciler) persist(ctx context.Context, s *scope) error {
+	obj := s.pool.DeepCopy()
+	if err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(s.persisted, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+	s.persisted = obj
+	s.pool.ResourceVersion = obj.ResourceVersion
+	return nil
+}
+
+// backoff is how long to wait before the n-th retry of a failed step.
+func backoff(n int32) time.Duration {
+	d := baseBackoff
+	for i := int32(1); i < n && d < maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxBackoff)
+}
+
+func ptrTime(t time.Time) *metav1.Time {
+	mt := metav1.NewTime(t)
+	return &mt
+}

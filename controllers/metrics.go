@@ -23,8 +23,12 @@ var (
 		Name: "gpupool_vsphere_task_errors_total",
 		Help: "vSphere operations that failed, by operation.",
 	}, []string{"pool", "operation"})
+	intentsResolved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpupool_task_intents_resolved_total",
+		Help: "Recorded intents to start a vSphere task whose task id was lost (a crash or a failed status write), by what vCenter showed: adopted (the task had been started) or not-started.",
+	}, []string{"pool", "result"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(transitionsTotal, transitionDuration, workersByStep, vsphereTaskErrors)
+	metrics.Registry.MustRegister(transitionsTotal, transitionDuration, workersByStep, vsphereTaskErrors, intentsResolved)
 }

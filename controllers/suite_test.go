@@ -42,7 +42,7 @@ var (
 	kwok       *cluster.Kwok
 	// operator is the reconciler's client: a user bound to the ClusterRole generated
 	// into config/rbac, so the tests fail when the RBAC markers miss a permission.
-	operator client.Client
+	operator client.WithWatch
 )
 
 func TestMain(m *testing.M) {
@@ -93,7 +93,7 @@ func runSuite(m *testing.M) int {
 
 // operatorClient makes a user with exactly the operator's ClusterRole
 // (config/rbac/role.yaml) and returns a client acting as that user.
-func operatorClient(env *envtest.Environment, root string) (client.Client, error) {
+func operatorClient(env *envtest.Environment, root string) (client.WithWatch, error) {
 	ctx := context.Background()
 	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
 	if err != nil {
@@ -120,7 +120,7 @@ func operatorClient(env *envtest.Environment, root string) (client.Client, error
 	}
 	cfg := user.Config()
 	cfg.QPS, cfg.Burst = 1000, 2000 // as envtest's admin config: no client-side throttling
-	return client.New(cfg, client.Options{Scheme: testScheme})
+	return client.NewWithWatch(cfg, client.Options{Scheme: testScheme})
 }
 
 func tail(s string, n int) string {
@@ -157,6 +157,14 @@ type harness struct {
 	rec     *GPUPoolProfileReconciler
 	// steps is every (vm, step) a worker was seen at, in order.
 	steps []string
+	// client, when set, wraps the reconciler's client (to inject faults).
+	client func(client.WithWatch) client.Client
+	// errors counts reconciles that returned an error; with tolerateErrors they do
+	// not fail the test.
+	errors         int
+	tolerateErrors bool
+	restarts       int
+	crashes        int
 }
 
 const dayNightInventory = `
@@ -296,17 +304,47 @@ func (h *harness) reconciler() *GPUPoolProfileReconciler {
 			closeConnector(h.conn)
 			h.conn = vsphere.NewConnector()
 		}
-		h.rec = &GPUPoolProfileReconciler{Client: operator, APIReader: operator, Recorder: h.recorder, Clock: h.clock, VSphere: h.conn}
+		c := client.Client(operator)
+		if h.client != nil {
+			c = h.client(operator)
+		}
+		if h.rec != nil {
+			h.restarts++
+		}
+		h.rec = &GPUPoolProfileReconciler{Client: c, APIReader: operator, Recorder: h.recorder, Clock: h.clock, VSphere: h.conn}
 	}
 	return h.rec
+}
+
+// errCrash is what a fault injector panics with to stand in for the manager dying in
+// the middle of a pass; reconcile recovers it and restarts the reconciler.
+type errCrash struct{}
+
+func (h *harness) call(name string) (res ctrl.Result, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			if _, crash := v.(errCrash); !crash {
+				panic(v)
+			}
+			h.crashes++
+			h.rec = nil // the next pass runs on a new manager
+			closeConnector(h.conn)
+			h.conn = vsphere.NewConnector()
+			res = ctrl.Result{RequeueAfter: time.Second}
+		}
+	}()
+	return h.reconciler().Reconcile(h.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: name}})
 }
 
 // reconcile runs one reconcile of the pool and records the workers' steps.
 func (h *harness) reconcile(name string) ctrl.Result {
 	h.t.Helper()
-	res, err := h.reconciler().Reconcile(h.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: name}})
+	res, err := h.call(name)
 	if err != nil {
-		h.t.Fatalf("reconcile: %v", err)
+		h.errors++
+		if !h.tolerateErrors {
+			h.t.Fatalf("reconcile: %v", err)
+		}
 	}
 	var p gpupoolv1.GPUPoolProfile
 	if err := k8s.Get(h.ctx, client.ObjectKey{Name: name}, &p); err != nil {

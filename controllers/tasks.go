@@ -79,10 +79,12 @@ func (r *GPUPoolProfileReconciler) resolveIntent(ctx context.Context, s *scope, 
 		return false
 	}
 	if id == "" {
+		intentsResolved.WithLabelValues(s.pool.Name, "not-started").Inc()
 		log.FromContext(ctx).Info("Intent found without a task; the step is planned again", "vm", ws.VM, "operation", t.Operation)
 		ws.Task = nil
 		return false
 	}
+	intentsResolved.WithLabelValues(s.pool.Name, "adopted").Inc()
 	log.FromContext(ctx).Info("Adopted a task started before a crash or a lost status write", "vm", ws.VM, "operation", t.Operation, "task", id)
 	t.ID = id
 	return true

@@ -1,0 +1,133 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	vimtypes "github.com/vmware/govmomi/vim25/types"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// TestFaultMatrix runs a full day -> night -> day cycle under faults at every step
+// boundary: (a) the manager restarts before every pass (a new reconciler and a new
+// vSphere session); (b) every other status write of the pool fails, so that both the
+// intent writes and the end-of-pass patches are lost in turn; (c) the first task of each
+// vSphere operation fails in each direction. It counts from vgpusim's call log that each
+// operation was issued exactly once per step (besides the retries of the injected task
+// failures), and that no node is left cordoned.
+func TestFaultMatrix(t *testing.T) {
+	cases := []struct {
+		name                              string
+		restart, failPatch, failVC, crash bool
+	}{
+		{"restart", true, false, false, false},
+		{"status-write", false, true, false, false},
+		{"task", false, false, true, false},
+		{"crash", false, false, false, true},
+		{"all", true, true, true, true},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, fmt.Sprintf("fm%d-", i))
+			h.restart = tc.restart
+			h.tolerateErrors = tc.failPatch
+			patchFailures, writes := 0, 0
+			crashed := map[string]bool{}
+			h.client = func(c client.WithWatch) client.Client {
+				return interceptor.NewClient(c, interceptor.Funcs{
+					SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+						pool, isPool := obj.(*gpupoolv1.GPUPoolProfile)
+						if !isPool || sub != "status" {
+							return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+						}
+						if writes++; tc.failPatch && writes%2 == 1 {
+							patchFailures++
+							return apierrors.NewServiceUnavailable("injected: the API server is not available")
+						}
+						intent := pendingIntent(pool)
+						if err := c.SubResource(sub).Patch(ctx, obj, patch, opts...); err != nil || !tc.crash || intent == "" || crashed[intent] {
+							return err
+						}
+						// The intent is stored; the manager dies before it asks vCenter.
+						crashed[intent] = true
+						panic(errCrash{})
+					},
+				})
+			}
+			taskFailures := 0
+			injectTasks := func() {
+				if !tc.failVC {
+					return
+				}
+				for _, m := range []string{"SuspendVM_Task", "PowerOnVM_Task"} {
+					h.sim.FailTasks(m, 1, &vimtypes.GenericVmConfigFault{Reason: "injected failure"})
+					taskFailures++
+				}
+			}
+
+			pool := h.dayNight()
+			h.clock.SetTime(monday1950)
+			h.create(pool)
+			injectTasks()
+			h.checkNight(h.converge(pool.Name, "night", 120))
+			h.clock.SetTime(tuesday0750)
+			injectTasks()
+			h.checkDay(h.converge(pool.Name, "day", 120))
+
+			// 4 suspends and 1 power-on by night, 1 suspend and 4 power-ons by day.
+			want := map[string]int{"SuspendVM_Task": 5, "PowerOnVM_Task": 5, "PowerOffVM_Task": 0, "ReconfigVM_Task": 0, "ShutdownGuest": 0}
+			if tc.failVC {
+				want["SuspendVM_Task"] += 2
+				want["PowerOnVM_Task"] += 2
+			}
+			got := h.opCounts()
+			duplicates, issued := 0, 0
+			for m, n := range got {
+				issued += n
+				if n > want[m] {
+					duplicates += n - want[m]
+				}
+				if n != want[m] {
+					t.Errorf("%s issued %d times, want %d", m, n, want[m])
+				}
+			}
+			adopted := testutil.ToFloat64(intentsResolved.WithLabelValues(pool.Name, "adopted"))
+			notStarted := testutil.ToFloat64(intentsResolved.WithLabelValues(pool.Name, "not-started"))
+			if tc.failPatch && adopted == 0 {
+				t.Error("no task was ever adopted from a recorded intent: the lost-task-id path was not exercised")
+			}
+			stranded := 0
+			var nodes corev1.NodeList
+			h.must(k8s.List(h.ctx, &nodes))
+			for _, n := range nodes.Items {
+				if _, ok := h.sim.VM(n.Name); ok && n.Spec.Unschedulable && n.Labels[LabelParked] != "true" {
+					stranded++
+					t.Errorf("node %s left cordoned", n.Name)
+				}
+			}
+			if tc.crash && notStarted == 0 {
+				t.Error("no intent was ever found without its task: the crash-after-intent path was not exercised")
+			}
+			t.Logf("fault matrix %-12s restarts=%d crashes=%d status-write failures=%d task failures=%d reconcile errors=%d operations issued=%d tasks adopted=%.0f intents not started=%.0f duplicates=%d stranded nodes=%d",
+				tc.name, h.restarts, h.crashes, patchFailures, taskFailures, h.errors, issued, adopted, notStarted, duplicates, stranded)
+		})
+	}
+}
+
+// pendingIntent names the first recorded intent without a task id as VM/operation, or
+// "". Each VM has each operation once per direction of the cycle.
+func pendingIntent(p *gpupoolv1.GPUPoolProfile) string {
+	for _, w := range p.Status.Workers {
+		if t := w.Task; t != nil && t.ID == "" {
+			return w.VM + "/" + t.Operation
+		}
+	}
+	return ""
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -328,4 +329,33 @@ func problemLines(ps []Problem) string {
 		s += fmt.Sprintf("  %s: %s\n", p.Reason, p.Message)
 	}
 	return s
+}
+
+// TestAmbiguousVMNameStopsThePlan: two VMs of the datacenter carry a layout's VM name
+// (in different folders). gpupool must never act on the first match: Check names both
+// paths, Build has no steps, and naming the VM by its path resolves it.
+func TestAmbiguousVMNameStopsThePlan(t *testing.T) {
+	spec, w := sample(t, "day")
+	w.inv.VMs = append(w.inv.VMs, inventory.VM{Name: "gpu-day-1", Path: "/dc1/vm/other/gpu-day-1", Host: "esx-01", PowerState: inventory.PoweredOff})
+	got := Check(spec, "night", w.inv)
+	if len(got) != 1 || got[0].Reason != ReasonAmbiguousVM ||
+		!strings.Contains(got[0].Message, "/dc1/vm/gpu/gpu-day-1") || !strings.Contains(got[0].Message, "/dc1/vm/other/gpu-day-1") {
+		t.Fatalf("Check = %v, want one AmbiguousVM naming both paths", got)
+	}
+	if p := build(t, spec, w, "night"); len(p.Hosts) != 0 {
+		t.Errorf("Build planned steps for an ambiguous VM name:\n%s", p)
+	}
+	if _, ok := w.inv.FindVM("gpu-day-1"); ok {
+		t.Error("FindVM resolved an ambiguous name")
+	}
+	for i := range spec.Layouts {
+		for j := range spec.Layouts[i].Workers {
+			if spec.Layouts[i].Workers[j].VM == "gpu-day-1" {
+				spec.Layouts[i].Workers[j].VM = "/dc1/vm/gpu/gpu-day-1"
+			}
+		}
+	}
+	if got := Check(spec, "night", w.inv); len(got) != 0 {
+		t.Errorf("by path: Check = %v, want none", got)
+	}
 }

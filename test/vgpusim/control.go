@@ -18,10 +18,12 @@ type control struct {
 	hold       bool
 	held       []*deferredOp
 	failures   map[string]*failure
-	calls      map[string]int
-	timers     map[*time.Timer]struct{}
-	wg         sync.WaitGroup
-	stopped    bool
+	// guestFailures are injected failures of guest operations, by VM name.
+	guestFailures map[string]*failure
+	calls         map[string]int
+	timers        map[*time.Timer]struct{}
+	wg            sync.WaitGroup
+	stopped       bool
 
 	// Session expiry: a session is expired when it was first seen, or logged in, before
 	// the latest ExpireSessions.
@@ -46,12 +48,13 @@ type deferredOp struct {
 
 func newControl() control {
 	return control{
-		delays:     map[string]time.Duration{},
-		taskDelays: map[string]time.Duration{},
-		failures:   map[string]*failure{},
-		calls:      map[string]int{},
-		timers:     map[*time.Timer]struct{}{},
-		sessionGen: map[string]int{},
+		delays:        map[string]time.Duration{},
+		taskDelays:    map[string]time.Duration{},
+		failures:      map[string]*failure{},
+		guestFailures: map[string]*failure{},
+		calls:         map[string]int{},
+		timers:        map[*time.Timer]struct{}{},
+		sessionGen:    map[string]int{},
 	}
 }
 
@@ -134,6 +137,36 @@ func (s *Sim) FailTasks(method string, n int, fault types.BaseMethodFault) {
 		return
 	}
 	s.ctl.failures[method] = &failure{n: n, fault: fault}
+}
+
+// FailGuestOps makes the next n guest operations (ShutdownGuest, StandbyGuest) on the
+// named VM fail with fault, as the call's own fault: ToolsUnavailable for a guest without
+// VMware Tools running, or a transient fault such as HostCommunication. n < 0 fails them
+// until FailGuestOps is called again with 0.
+func (s *Sim) FailGuestOps(vm string, n int, fault types.BaseMethodFault) {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	if n == 0 {
+		delete(s.ctl.guestFailures, vm)
+		return
+	}
+	s.ctl.guestFailures[vm] = &failure{n: n, fault: fault}
+}
+
+// guestFailure takes the next injected failure of a guest operation on the VM, if any.
+func (s *Sim) guestFailure(vm string) types.BaseMethodFault {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	f := s.ctl.guestFailures[vm]
+	if f == nil {
+		return nil
+	}
+	if f.n > 0 {
+		if f.n--; f.n == 0 {
+			delete(s.ctl.guestFailures, vm)
+		}
+	}
+	return f.fault
 }
 
 // ExpireSessions ends every current session, as vCenter does after its idle timeout or a

@@ -61,6 +61,10 @@ func (vm *vgpuVM) ShutdownGuest(ctx *simulator.Context, _ *types.ShutdownGuest) 
 		body.Fault_ = simulator.Fault("", invalidPowerState(types.VirtualMachinePowerStatePoweredOn, st))
 		return body
 	}
+	if f := vm.sim.guestFailure(vm.Name); f != nil {
+		body.Fault_ = simulator.Fault("", f)
+		return body
+	}
 	vm.sim.runGuestOp(ctx, vm.Self, "ShutdownGuest", func(ctx *simulator.Context) types.BaseMethodFault {
 		if vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn {
 			return nil

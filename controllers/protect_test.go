@@ -1,0 +1,222 @@
+package controllers
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	vimtypes "github.com/vmware/govmomi/vim25/types"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// TestMatchNodes (5): how a VM finds its node, and that a node is never shared.
+func TestMatchNodes(t *testing.T) {
+	node := func(name, provider string) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: provider}}
+	}
+	nodes := []corev1.Node{
+		node("worker-a", "vsphere://4215AAAA-0000-0000-0000-000000000001"),
+		node("gpu-day-1.lab.example.com", ""),
+		node("gpu-day-2", ""),
+		node("named-by-admin", ""),
+		node("twin.a.example", ""), node("twin.b.example", ""),
+	}
+	vms := map[string]*inventory.VM{
+		"by-uuid":   {Name: "by-uuid", UUID: "4215aaaa-0000-0000-0000-000000000001"},
+		"GPU-Day-1": {Name: "GPU-Day-1"},
+		"GPU-DAY-2": {Name: "GPU-DAY-2"},
+		"explicit":  {Name: "explicit"},
+		"twin":      {Name: "twin"},
+		"headless":  {Name: "worker-a"},
+		"missing":   {Name: "missing"},
+	}
+	workers := []gpupoolv1.Worker{
+		{VM: "by-uuid"}, {VM: "GPU-Day-1"}, {VM: "GPU-DAY-2"}, {VM: "explicit", Node: "named-by-admin"},
+		{VM: "twin"}, {VM: "headless", NoNode: true}, {VM: "missing"},
+	}
+	got := map[string]string{}
+	for vm, n := range matchNodes(workers, vms, nodes) {
+		got[vm] = n.Name
+	}
+	want := map[string]string{
+		"by-uuid":   "worker-a",                  // providerID, case-insensitively
+		"GPU-Day-1": "gpu-day-1.lab.example.com", // short name of an FQDN
+		"GPU-DAY-2": "gpu-day-2",                 // name, case-insensitively
+		"explicit":  "named-by-admin",            // workers[].node
+		// twin: two FQDN nodes share the short name: neither is taken.
+		// headless: noNode, although a node carries its name.
+	}
+	if len(got) != len(want) {
+		t.Errorf("matched %v, want %v", got, want)
+	}
+	for vm, n := range want {
+		if got[vm] != n {
+			t.Errorf("VM %s: node %q, want %q", vm, got[vm], n)
+		}
+	}
+
+	// Two VMs that would take the same node get none.
+	shared := matchNodes([]gpupoolv1.Worker{{VM: "a", Node: "gpu-day-2"}, {VM: "GPU-DAY-2"}},
+		map[string]*inventory.VM{"a": {Name: "a"}, "GPU-DAY-2": {Name: "GPU-DAY-2"}}, nodes)
+	if len(shared) != 0 {
+		t.Errorf("a node claimed twice was given out: %v", shared)
+	}
+}
+
+// TestUnreadableMachineHoldsThePark (9): a node that names a Cluster API Machine whose
+// infrastructure machine cannot be read is never parked unprotected.
+func TestUnreadableMachineHoldsThePark(t *testing.T) {
+	h := newHarness(t, "unr-")
+	ns := h.prefix + "apps"
+	m := &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: "day-1", Namespace: ns},
+		Spec: clusterv1.MachineSpec{
+			ClusterName: "lab",
+			Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptrTo("bootstrap")},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: "infrastructure.example.com", Kind: "UnknownMachine", Name: "day-1"},
+		},
+	}
+	h.must(k8s.Create(h.ctx, m))
+	n := h.node("day-1")
+	before := n.DeepCopy()
+	n.Annotations[clusterv1.MachineAnnotation] = "day-1"
+	n.Annotations[clusterv1.ClusterNamespaceAnnotation] = ns
+	h.must(k8s.Patch(h.ctx, n, client.MergeFrom(before)))
+
+	pool := h.dayNight()
+	h.clock.SetTime(monday1950)
+	h.create(pool)
+	p := h.passes(pool.Name, 25, 10*time.Second)
+	if st := h.vm("day-1"); st.PowerState != "poweredOn" {
+		t.Fatalf("day-1 is %s: parked although its Machine could not be protected", st.PowerState)
+	}
+	condition(t, p, gpupoolv1.ConditionStalled, metav1.ConditionTrue, ReasonMachineUnreadable, h.prefix+"day-1", "UnknownMachine")
+}
+
+// TestCAPVVSphereVMIsPaused (9): CAPV powers VMs on from VSphereVMs, so a parked VM's
+// VSphereVM is paused too, and released when the VM is back.
+func TestCAPVVSphereVMIsPaused(t *testing.T) {
+	h := newHarness(t, "cpv-")
+	ns := h.prefix + "apps"
+	objs := map[string]*unstructured.Unstructured{}
+	for _, kind := range []string{"VSphereMachine", "VSphereVM"} {
+		o := &unstructured.Unstructured{}
+		o.SetAPIVersion("infrastructure.cluster.x-k8s.io/v1beta1")
+		o.SetKind(kind)
+		o.SetNamespace(ns)
+		o.SetName("day-2")
+		h.must(k8s.Create(h.ctx, o))
+		objs[kind] = o
+	}
+	h.must(k8s.Create(h.ctx, &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: "day-2", Namespace: ns},
+		Spec: clusterv1.MachineSpec{ClusterName: "lab", Bootstrap: clusterv1.Bootstrap{DataSecretName: ptrTo("bootstrap")},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "VSphereMachine", Name: "day-2"}},
+	}))
+	n := h.node("day-2")
+	before := n.DeepCopy()
+	n.Annotations[clusterv1.MachineAnnotation] = "day-2"
+	n.Annotations[clusterv1.ClusterNamespaceAnnotation] = ns
+	h.must(k8s.Patch(h.ctx, n, client.MergeFrom(before)))
+	paused := func() bool {
+		o := objs["VSphereVM"].DeepCopy()
+		h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(o), o))
+		return hasKey(o.GetAnnotations(), clusterv1.PausedAnnotation)
+	}
+
+	pool := h.dayNight()
+	h.clock.SetTime(monday1950)
+	h.create(pool)
+	h.converge(pool.Name, "night", 60)
+	if !paused() {
+		t.Error("the parked VM's VSphereVM is not paused: CAPV could power it back on")
+	}
+	h.clock.SetTime(tuesday0750)
+	h.converge(pool.Name, "day", 60)
+	if paused() {
+		t.Error("the VSphereVM stays paused after its VM came back")
+	}
+}
+
+// TestGuestShutdown (9): a transient error asking the guest is retried rather than
+// followed by a hard power-off; a guest without VMware Tools is powered off hard at once.
+func TestGuestShutdown(t *testing.T) {
+	h := newHarness(t, "gsd-")
+	h.sim.FailGuestOps(h.prefix+"day-1", 1, &vimtypes.HostCommunication{})
+	h.sim.FailGuestOps(h.prefix+"day-2", -1, &vimtypes.ToolsUnavailable{})
+	pool := h.dayNight()
+	pool.Spec.Parking = gpupoolv1.ParkingPowerOff
+	h.clock.SetTime(monday1950)
+	h.create(pool)
+	h.checkNightParkedOff(h.converge(pool.Name, "night", 80))
+	if got := h.sim.Calls("PowerOffVM_Task"); got != 1 {
+		t.Errorf("PowerOffVM_Task called %d times, want 1 (day-2, whose guest has no tools)", got)
+	}
+	evs := h.events()
+	containsAll(t, "events", evs, "GuestShutdownUnavailable")
+	for _, e := range evs {
+		if strings.Contains(e, "GuestShutdownUnavailable") && !strings.Contains(e, h.prefix+"day-2") {
+			t.Errorf("a hard power-off after a transient error: %s", e)
+		}
+	}
+}
+
+// TestGuestShutdownTimeout (9): a guest that does not shut down within
+// spec.guestShutdownTimeout is powered off hard.
+func TestGuestShutdownTimeout(t *testing.T) {
+	h := newHarness(t, "gst-")
+	h.sim.SetTaskDelay("ShutdownGuest", time.Hour) // the guests never finish
+	pool := h.dayNight()
+	pool.Spec.Parking = gpupoolv1.ParkingPowerOff
+	pool.Spec.GuestShutdownTimeout = &metav1.Duration{Duration: time.Minute}
+	h.clock.SetTime(monday1950)
+	h.create(pool)
+	h.checkNightParkedOff(h.converge(pool.Name, "night", 80))
+	if got := h.sim.Calls("PowerOffVM_Task"); got != 4 {
+		t.Errorf("PowerOffVM_Task called %d times, want 4 after the guests did not shut down", got)
+	}
+	containsAll(t, "events", h.events(), "GuestShutdownTimedOut")
+}
+
+func (h *harness) checkNightParkedOff(p *gpupoolv1.GPUPoolProfile) {
+	h.t.Helper()
+	if p.Status.ActiveLayout != "night" {
+		h.t.Fatalf("active %q, want night", p.Status.ActiveLayout)
+	}
+	for _, vm := range []string{"day-1", "day-2", "day-3", "day-4"} {
+		if st := h.vm(vm); st.PowerState != "poweredOff" {
+			h.t.Errorf("VM %s %s, want powered off", vm, st.PowerState)
+		}
+	}
+}
+
+// TestTaintPatchKeepsOtherControllersTaints (9): a node patch built from a stale copy of
+// the node must not drop a taint another controller added meanwhile.
+func TestTaintPatchKeepsOtherControllersTaints(t *testing.T) {
+	h := newHarness(t, "tnt-")
+	stale := h.node("day-1")
+	cur := stale.DeepCopy()
+	before := cur.DeepCopy()
+	cur.Spec.Taints = append(cur.Spec.Taints, corev1.Taint{Key: "example.com/other", Effect: corev1.TaintEffectNoSchedule})
+	h.must(k8s.Patch(h.ctx, cur, client.MergeFrom(before)))
+
+	r := h.reconciler()
+	h.must(r.patchNode(h.ctx, stale, func(n *corev1.Node) { applyMeta(n, parkedMeta("tnt-pool")) }))
+	got := h.node("day-1")
+	var keys []string
+	for _, t := range got.Spec.Taints {
+		keys = append(keys, t.Key)
+	}
+	if !slices.Contains(keys, "example.com/other") || !slices.Contains(keys, TaintParked) {
+		t.Errorf("taints %v, want both the other controller's and gpupool's", keys)
+	}
+}

@@ -82,6 +82,10 @@ func (vm *vgpuVM) StandbyGuest(ctx *simulator.Context, _ *types.StandbyGuest) so
 		body.Fault_ = simulator.Fault("", invalidPowerState(types.VirtualMachinePowerStatePoweredOn, st))
 		return body
 	}
+	if f := vm.sim.guestFailure(vm.Name); f != nil {
+		body.Fault_ = simulator.Fault("", f)
+		return body
+	}
 	vm.sim.runGuestOp(ctx, vm.Self, "StandbyGuest", func(ctx *simulator.Context) types.BaseMethodFault {
 		if vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn {
 			return nil

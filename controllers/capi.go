@@ -61,8 +61,8 @@ func (r *GPUPoolProfileReconciler) capiObjects(ctx context.Context, n *corev1.No
 		case apierrors.IsNotFound(err):
 			return nil, nil // the Machine is gone: nothing to protect
 		case meta.IsNoMatchError(err) || apierrors.IsForbidden(err) || apierrors.IsMethodNotSupported(err):
-			return nil, fmt.Errorf("%w: node %s names Machine %s (annotation %s), but %s %s: %v; install or allow the Cluster API %s Machine API for gpupool, or remove the annotation",
-				errMachineUnreadable, n.Name, key, capiMachineAnnotation, clusterv1.GroupVersion, "Machines cannot be read", err, clusterv1.GroupVersion.Version)
+			return nil, fmt.Errorf("%w: node %s names Machine %s (annotation %s), but %s Machines cannot be read (%w); serve and allow that API for gpupool, or remove the annotation",
+				errMachineUnreadable, n.Name, key, capiMachineAnnotation, clusterv1.GroupVersion, err)
 		}
 		return nil, fmt.Errorf("getting Machine %s: %w", key, err)
 	}

@@ -39,6 +39,14 @@ type Config struct {
 	Thumbprint string
 	CABundle   []byte
 	Insecure   bool
+	// CredentialsVersion identifies the version of Username and Password, such as the
+	// resourceVersion of the Secret they come from. A login vCenter refused is not tried
+	// again with the same version for LoginBackoff; a new version is tried at once.
+	CredentialsVersion string
+	// Owner names who uses the session, such as a GPUPoolProfile. When an owner moves to
+	// another vCenter or user, or is released, a session no owner uses any more is logged
+	// out rather than left to pile up on vCenter.
+	Owner string
 }
 
 // Client is what the controller needs from vSphere. VMs are named by their managed

@@ -162,6 +162,7 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 	}
 
 	m.Map().Handler = s.handle
+	m.Map().SessionManager().ValidLogin = s.checkLogin
 	m.Service.TLS = new(tls.Config)
 	m.Service.Listen = &url.URL{Host: "127.0.0.1:0", User: url.UserPassword(s.Username, s.Password)}
 	s.server = m.Service.NewServer()

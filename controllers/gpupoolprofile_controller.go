@@ -23,23 +23,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;patch
-// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=*,verbs=get;patch
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=vspheremachines,verbs=get;patch
 
 // Requeue intervals. A reconcile never waits: it starts work, records it and comes back.
 const (
@@ -67,6 +66,9 @@ type GPUPoolProfileReconciler struct {
 	// Clock is injected so tests can step time across window boundaries.
 	Clock   clock.PassiveClock
 	VSphere vsphere.Connector
+	// Credentials says which namespaces credentials Secrets may be read from; the zero
+	// value allows none.
+	Credentials secretpolicy.Policy
 }
 
 // scope is what one reconcile works on.
@@ -228,49 +230,17 @@ func (r *GPUPoolProfileReconciler) untilBoundary(s *scope) time.Duration {
 // with a result when the pool cannot go on now; conditions then say why.
 func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (ctrl.Result, bool) {
 	pool := s.pool
-	vc := pool.Spec.VCenter
-	var secret corev1.Secret
-	key := types.NamespacedName{Namespace: vc.CredentialsSecretRef.Namespace, Name: vc.CredentialsSecretRef.Name}
-	// Read uncached: caching would watch every Secret of the cluster.
-	if err := r.APIReader.Get(ctx, key, &secret); err != nil {
-		msg := fmt.Sprintf("cannot read Secret %s with the vCenter credentials: %v", key, err)
-		condTrue(pool, gpupoolv1.ConditionStalled, ReasonCredentials, msg)
-		pool.Status.Phase = gpupoolv1.PhaseBlocked
-		return ctrl.Result{RequeueAfter: requeueBlocked}, false
-	}
-	user, pass := string(secret.Data["username"]), string(secret.Data["password"])
-	if user == "" || pass == "" {
-		condTrue(pool, gpupoolv1.ConditionStalled, ReasonCredentials, fmt.Sprintf("Secret %s must have the keys username and password", key))
-		pool.Status.Phase = gpupoolv1.PhaseBlocked
-		return ctrl.Result{RequeueAfter: requeueBlocked}, false
-	}
-	vcc, err := r.VSphere.Connect(ctx, vsphere.Config{
-		Server: vc.Server, Datacenter: vc.Datacenter, Username: user, Password: pass,
-		Thumbprint: vc.Thumbprint, CABundle: vc.CABundle, Insecure: vc.Insecure,
-	})
-	var inv *inventory.Inventory
-	if err == nil {
-		inv, err = vcc.Inventory(ctx)
-	}
-	if errors.Is(err, vsphere.ErrInvalidLogin) {
-		// Retrying soon with the same credentials would only lock the account.
-		msg := fmt.Sprintf("vCenter %s refused the credentials in Secret %s; fix the Secret (a change of the pool retries at once)", vc.Server, key)
-		condTrue(pool, gpupoolv1.ConditionStalled, ReasonCredentials, msg)
-		condFalse(pool, gpupoolv1.ConditionReady, ReasonCredentials, msg)
-		pool.Status.Phase = gpupoolv1.PhaseBlocked
-		return ctrl.Result{RequeueAfter: 10 * time.Minute}, false
-	}
-	if err != nil {
-		msg := fmt.Sprintf("vCenter %s: %v", vc.Server, err)
-		condTrue(pool, gpupoolv1.ConditionDegraded, ReasonVCenterUnavailable, msg)
-		condFalse(pool, gpupoolv1.ConditionReady, ReasonVCenterUnavailable, msg)
-		log.FromContext(ctx).Info("vCenter unavailable", "server", vc.Server, "error", err.Error())
-		return ctrl.Result{RequeueAfter: 30 * time.Second}, false
+	vcc, inv, res, ok := r.connectVCenter(ctx, s)
+	if !ok {
+		return res, false
 	}
 	if c := findCondition(pool, gpupoolv1.ConditionDegraded); c != nil && c.Reason == ReasonVCenterUnavailable {
 		condFalse(pool, gpupoolv1.ConditionDegraded, ReasonAsExpected, "vCenter reachable")
 	}
 	s.vc, s.inv = vcc, inv
+	if res, ok := r.checkClaims(ctx, s); !ok {
+		return res, false
+	}
 
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes); err != nil {
@@ -553,6 +523,7 @@ func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1
 		}
 	}
 	workersByStep.DeletePartialMatch(prometheus.Labels{"pool": pool.Name})
+	r.releaseSession(pool)
 	controllerutil.RemoveFinalizer(pool, FinalizerName)
 	if err := r.Client.Update(ctx, pool); client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)

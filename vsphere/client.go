@@ -72,6 +72,8 @@ type Client interface {
 	SetProfile(ctx context.Context, vmRef, profile string) (string, error)
 	// Task checks a task without waiting.
 	Task(ctx context.Context, taskID string) (TaskInfo, error)
+	// InstanceUUID is vCenter's instance UUID, which identifies it whatever its address.
+	InstanceUUID() string
 }
 
 // Connector hands out Clients, one cached session per vCenter and user.

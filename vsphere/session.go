@@ -66,6 +66,7 @@ type SessionCache struct {
 	owners     map[string]sessionKey      // Config.Owner -> the session it uses
 	refused    map[refusalKey]time.Time   // credentials vCenter refused, and when
 	loginLocks map[sessionKey]*sync.Mutex // one login at a time per account
+	identities map[string]string          // CanonicalServer -> instance UUID
 	closed     bool
 }
 
@@ -87,6 +88,7 @@ func NewConnector(opts ...Option) *SessionCache {
 		owners:     map[string]sessionKey{},
 		refused:    map[refusalKey]time.Time{},
 		loginLocks: map[sessionKey]*sync.Mutex{},
+		identities: map[string]string{},
 	}
 	for _, o := range opts {
 		o(c)

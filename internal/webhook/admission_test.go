@@ -25,6 +25,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/testenv"
+	"github.com/gpupool/gpupool/internal/secretpolicy"
 	gpwebhook "github.com/gpupool/gpupool/internal/webhook"
 )
 
@@ -55,7 +56,8 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	if err := (&gpwebhook.Validator{}).SetupWithManager(mgr); err != nil {
+	policy := secretpolicy.Policy{Namespace: "gpupool-system", Allowed: []string{"default"}}
+	if err := (&gpwebhook.Validator{Credentials: policy}).SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

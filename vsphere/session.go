@@ -253,7 +253,8 @@ func serverURL(server string) (*url.URL, error) {
 	if u.Scheme != "https" {
 		return nil, fmt.Errorf("vsphere: vCenter server %s: only https is supported", u.Host)
 	}
-	if u.Path == "" || u.Path == "/" {
+	// "https://vc/sdk/" and "https://vc/" name the same endpoint as "https://vc/sdk".
+	if u.Path = strings.TrimRight(u.Path, "/"); u.Path == "" {
 		u.Path = vim25.Path
 	}
 	return u, nil

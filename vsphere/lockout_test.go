@@ -71,18 +71,18 @@ func TestRefusedLoginHeldBack(t *testing.T) {
 	}
 
 	clk.Step(vsphere.LoginBackoff - time.Second)
-	connectAll("1")
+	_ = connectAll("1")
 	if n := sim.Logins(); n != 1 {
 		t.Fatalf("before the back-off ended: %d login attempts, want 1", n)
 	}
 	clk.Step(time.Second)
-	connectAll("1")
+	_ = connectAll("1")
 	if n := sim.Logins(); n != 2 {
 		t.Fatalf("after the back-off: %d login attempts, want 2", n)
 	}
 
 	// A changed Secret is tried at once, and a fixed one logs in.
-	connectAll("2")
+	_ = connectAll("2")
 	if n := sim.Logins(); n != 3 {
 		t.Fatalf("new credentials version: %d login attempts, want 3", n)
 	}

@@ -203,3 +203,34 @@ func TestSessionsClosed(t *testing.T) {
 	}
 	wantSessions(0, "after the manager stopped")
 }
+
+// A pool with a stale Secret for the same account does not log out the session of a
+// pool whose Secret is right: refused attempts leave it alone.
+func TestRefusedLoginKeepsWorkingSession(t *testing.T) {
+	sim := startSim(t)
+	conn := vsphere.NewConnector()
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx := context.Background()
+	good := simConfig(sim, sim.Password, "7", "pool-good")
+	if _, err := conn.Connect(ctx, good); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		if _, err := conn.Connect(ctx, simConfig(sim, canary, "3", "pool-stale")); !errors.Is(err, vsphere.ErrInvalidLogin) {
+			t.Fatalf("stale Secret: %v", err)
+		}
+		c, err := conn.Connect(ctx, good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Inventory(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := sim.Logins(); n != 2 {
+		t.Fatalf("%d logins, want 2: one for each Secret", n)
+	}
+	if n := sim.Sessions(); n != 1 {
+		t.Fatalf("%d sessions, want 1", n)
+	}
+}

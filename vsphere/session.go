@@ -179,32 +179,26 @@ func (c *SessionCache) session(ctx context.Context, u *url.URL, key sessionKey, 
 	c.sessions[key] = fresh
 	c.mu.Unlock()
 	if stale != nil {
+		// The session was made with other credentials or TLS settings: it would only
+		// take up one of vCenter's limited sessions.
+		c.log.Info("Replacing vCenter session: credentials or TLS settings changed", "server", key.server, "user", key.username)
 		stale.close()
 	}
 	return fresh, nil
 }
 
 // cached returns the session of key when it was made with fingerprint fp. A session made
-// with other credentials or TLS settings is logged out: it would only take up one of
-// vCenter's limited sessions.
+// with other credentials or TLS settings stays until a login with the new ones works:
+// a pool with a stale or refused Secret must not log out the session of a pool whose
+// Secret is right.
 func (c *SessionCache) cached(key sessionKey, fp [32]byte) (*vcSession, error) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
-		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	s := c.sessions[key]
-	if s != nil && s.fingerprint == fp && !s.isGone() {
-		c.mu.Unlock()
+	if s := c.sessions[key]; s != nil && s.fingerprint == fp && !s.isGone() {
 		return s, nil
-	}
-	if s != nil {
-		delete(c.sessions, key)
-	}
-	c.mu.Unlock()
-	if s != nil {
-		c.log.Info("Replacing vCenter session: credentials or TLS settings changed", "server", key.server, "user", key.username)
-		s.close()
 	}
 	return nil, nil
 }

@@ -114,6 +114,37 @@ func TestRefusedLoginNodeEvents(t *testing.T) {
 	}
 }
 
+// The password is rotated on vCenter before the Secret, and the session expires: the
+// refused re-login is reported as refused credentials (not "vCenter unavailable",
+// retried every 30 s) and not tried again for the back-off, however often the pool is
+// reconciled.
+func TestRotatedPasswordReloginRefused(t *testing.T) {
+	h := newHarness(t, "rotate-")
+	h.conn = vsphere.NewConnector(vsphere.WithClock(h.clock))
+	t.Cleanup(func() { closeConnector(h.conn) })
+	p := h.dayNight()
+	h.create(p)
+	h.converge(p.Name, "night", 40)
+
+	h.sim.SetPassword(canary)
+	h.sim.ExpireSessions()
+	before := h.sim.Logins()
+	var res ctrl.Result
+	for i := 0; i < 100; i++ {
+		res = h.reconcile(p.Name)
+	}
+	if n := h.sim.Logins() - before; n != 1 {
+		t.Fatalf("100 reconciles after the rotation: %d login attempts, want 1", n)
+	}
+	c := h.condition(p.Name, gpupoolv1.ConditionStalled)
+	if c.Status != metav1.ConditionTrue || c.Reason != ReasonCredentials {
+		t.Fatalf("Stalled = %+v, want True/%s; %s", c, ReasonCredentials, conditionsString(h.get(p.Name)))
+	}
+	if res.RequeueAfter < time.Minute {
+		t.Fatalf("requeue after %s: a refused login must wait for the back-off", res.RequeueAfter)
+	}
+}
+
 // Two pools claim one VM through two spellings of one vCenter (an address and a name
 // that vgpusim answers on alike): the younger is held with ConflictingClaim before it
 // acts, the older goes on.

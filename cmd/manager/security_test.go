@@ -74,7 +74,12 @@ func TestMetricsNeedAuthentication(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
 
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		// The test trusts the manager's self-signed certificate; what it checks is who

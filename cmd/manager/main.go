@@ -112,8 +112,8 @@ func main() {
 // setupControllers registers the reconcilers with the manager.
 func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.Policy) error {
 	conn := vsphere.NewConnector(vsphere.WithLogger(ctrl.Log.WithName("vsphere")))
-	// The manager stops the cache last among its runnables' peers: it logs out of every
-	// vCenter session on shutdown.
+	// Added as a Runnable, the session cache logs out of every vCenter session when the
+	// manager stops, so restarts do not leave sessions behind on vCenter.
 	if err := mgr.Add(conn); err != nil {
 		return err
 	}

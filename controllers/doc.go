@@ -3,6 +3,6 @@
 // worker and records progress in status.
 package controllers
 
-// +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolprofiles,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolprofiles/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolprofiles,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolprofiles/status,verbs=patch
 // +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolprofiles/finalizers,verbs=update

@@ -25,13 +25,13 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;patch
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=vspheremachines;vspherevms,verbs=get;patch
@@ -63,6 +63,9 @@ type GPUPoolProfileReconciler struct {
 	// Clock is injected so tests can step time across window boundaries.
 	Clock   clock.PassiveClock
 	VSphere vsphere.Connector
+	// Credentials says which namespaces credentials Secrets may be read from; the zero
+	// value allows none.
+	Credentials secretpolicy.Policy
 }
 
 // Reconcile implements reconcile.Reconciler: observe, decide, act; then one function

@@ -2,19 +2,14 @@ package controllers
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/plan"
-	"github.com/gpupool/gpupool/vsphere"
 )
 
 // observe reads the credentials, the vSphere inventory and the nodes, and resolves once
@@ -22,38 +17,14 @@ import (
 // look again, when the pool cannot go on now; the facts say why.
 func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.Duration, bool) {
 	pool := s.pool
-	vc := pool.Spec.VCenter
-	var secret corev1.Secret
-	key := types.NamespacedName{Namespace: vc.CredentialsSecretRef.Namespace, Name: vc.CredentialsSecretRef.Name}
-	// Read uncached: caching would watch every Secret of the cluster.
-	if err := r.APIReader.Get(ctx, key, &secret); err != nil {
-		s.facts.credentials = fmt.Sprintf("cannot read Secret %s with the vCenter credentials: %v", key, err)
-		return requeueBlocked, false
-	}
-	user, pass := string(secret.Data["username"]), string(secret.Data["password"])
-	if user == "" || pass == "" {
-		s.facts.credentials = fmt.Sprintf("Secret %s must have the keys username and password", key)
-		return requeueBlocked, false
-	}
-	vcc, err := r.VSphere.Connect(ctx, vsphere.Config{
-		Server: vc.Server, Datacenter: vc.Datacenter, Username: user, Password: pass,
-		Thumbprint: vc.Thumbprint, CABundle: vc.CABundle, Insecure: vc.Insecure,
-	})
-	var inv *inventory.Inventory
-	if err == nil {
-		inv, err = vcc.Inventory(ctx)
-	}
-	if errors.Is(err, vsphere.ErrInvalidLogin) {
-		// Retrying soon with the same credentials would only lock the account.
-		s.facts.credentials = fmt.Sprintf("vCenter %s refused the credentials in Secret %s; fix the Secret (a change of the pool retries at once)", vc.Server, key)
-		return requeueLoginError, false
-	}
-	if err != nil {
-		s.facts.vcenter = fmt.Sprintf("vCenter %s: %v", vc.Server, err)
-		log.FromContext(ctx).Info("vCenter unavailable", "server", vc.Server, "error", err.Error())
-		return requeueVCenter, false
+	vcc, inv, retry, ok := r.connectVCenter(ctx, s)
+	if !ok {
+		return retry, false
 	}
 	s.vc, s.inv = vcc, inv
+	if retry, ok := r.checkClaims(ctx, s); !ok {
+		return retry, false
+	}
 
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes); err != nil {

@@ -40,8 +40,11 @@ type facts struct {
 	paused bool
 	// invalidSpec: the schedule cannot be evaluated.
 	invalidSpec string
-	// credentials: the Secret cannot be read or vCenter refused it (a person must act).
-	credentials string
+	// credentials: the Secret may not or cannot be read, or vCenter refused it (a person
+	// must act); credentialsReason is the Stalled reason, ReasonCredentials when empty.
+	credentials, credentialsReason string
+	// conflict: an older pool claims some of this pool's VMs.
+	conflict string
 	// vcenter: vCenter could not be reached or read; retried.
 	vcenter string
 	// observed: vSphere and the nodes were observed this pass.

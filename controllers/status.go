@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -106,7 +107,9 @@ func stalled(s *scope) (string, string) {
 	case f.invalidSpec != "":
 		return ReasonInvalidSpec, f.invalidSpec
 	case f.credentials != "":
-		return ReasonCredentials, f.credentials
+		return cmp.Or(f.credentialsReason, ReasonCredentials), f.credentials
+	case f.conflict != "":
+		return ReasonConflictingClaim, f.conflict
 	case len(f.problems) > 0:
 		msg := problemsMessage(f.problems)
 		if f.fallback != "" {

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/internal/testenv"
 	"github.com/gpupool/gpupool/test/cluster"
 	"github.com/gpupool/gpupool/test/vgpusim"
@@ -91,8 +92,9 @@ func runSuite(m *testing.M) int {
 	return code
 }
 
-// operatorClient makes a user with exactly the operator's ClusterRole
-// (config/rbac/role.yaml) and returns a client acting as that user.
+// operatorClient makes a user with exactly the operator's generated RBAC
+// (config/rbac/role.yaml: the ClusterRole, and the namespaced Role for Secrets, which
+// grantSecrets binds in a test's namespace) and returns a client acting as that user.
 func operatorClient(env *envtest.Environment, root string) (client.WithWatch, error) {
 	ctx := context.Background()
 	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
@@ -100,8 +102,20 @@ func operatorClient(env *envtest.Environment, root string) (client.WithWatch, er
 		return nil, err
 	}
 	var role rbacv1.ClusterRole
-	if err := yaml.Unmarshal(data, &role); err != nil {
-		return nil, err
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			return nil, err
+		}
+		switch meta.Kind {
+		case "ClusterRole":
+			err = yaml.Unmarshal([]byte(doc), &role)
+		case "Role":
+			err = yaml.Unmarshal([]byte(doc), &secretsRole)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	if err := k8s.Create(ctx, &role); err != nil {
 		return nil, err
@@ -121,6 +135,24 @@ func operatorClient(env *envtest.Environment, root string) (client.WithWatch, er
 	cfg := user.Config()
 	cfg.QPS, cfg.Burst = 1000, 2000 // as envtest's admin config: no client-side throttling
 	return client.NewWithWatch(cfg, client.Options{Scheme: testScheme})
+}
+
+// secretsRole is the generated namespaced Role that lets the operator read Secrets.
+var secretsRole rbacv1.Role
+
+// grantSecrets binds the generated Secrets Role to the operator in namespace ns, as the
+// install does in the operator's namespace and an admin does in each allowed one.
+func grantSecrets(ctx context.Context, ns string) error {
+	role := secretsRole.DeepCopy()
+	role.Namespace, role.ResourceVersion = ns, ""
+	if err := k8s.Create(ctx, role); err != nil {
+		return err
+	}
+	return k8s.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpupool-operator-secrets", Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "gpupool-operator"}},
+	})
 }
 
 func tail(s string, n int) string {
@@ -205,6 +237,7 @@ func newHarness(t *testing.T, prefix string) *harness {
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: prefix + "apps"}}
 	h.must(k8s.Create(ctx, ns))
+	h.must(grantSecrets(ctx, ns.Name))
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "vcenter", Namespace: ns.Name},
 		StringData: map[string]string{"username": sim.Username, "password": sim.Password},
@@ -311,7 +344,8 @@ func (h *harness) reconciler() *GPUPoolProfileReconciler {
 		if h.rec != nil {
 			h.restarts++
 		}
-		h.rec = &GPUPoolProfileReconciler{Client: c, APIReader: operator, Recorder: h.recorder, Clock: h.clock, VSphere: h.conn}
+		h.rec = &GPUPoolProfileReconciler{Client: c, APIReader: operator, Recorder: h.recorder, Clock: h.clock, VSphere: h.conn,
+			Credentials: secretpolicy.Policy{Namespace: h.prefix + "apps"}}
 	}
 	return h.rec
 }

@@ -39,6 +39,14 @@ type Config struct {
 	Thumbprint string
 	CABundle   []byte
 	Insecure   bool
+	// CredentialsVersion identifies the version of Username and Password, such as the
+	// resourceVersion of the Secret they come from. A login vCenter refused is not tried
+	// again with the same version for LoginBackoff; a new version is tried at once.
+	CredentialsVersion string
+	// Owner names who uses the session, such as a GPUPoolProfile. When an owner moves to
+	// another vCenter or user, or is released, a session no owner uses any more is logged
+	// out rather than left to pile up on vCenter.
+	Owner string
 }
 
 // Client is what the controller needs from vSphere. VMs are named by their managed
@@ -67,6 +75,8 @@ type Client interface {
 	// FindTask returns the newest of the VM's recent tasks of the operation (PowerOn,
 	// PowerOff, Suspend, Reconfigure) whose id is not in known, or "" when there is none.
 	FindTask(ctx context.Context, vmRef, op string, known []string) (string, error)
+	// InstanceUUID is vCenter's instance UUID, which identifies it whatever its address.
+	InstanceUUID() string
 }
 
 // Connector hands out Clients, one cached session per vCenter and user.

@@ -2,12 +2,7 @@ package vsphere
 
 import (
 	"context"
-	"crypto/sha1" //nolint:gosec // vSphere thumbprints are SHA-1 or SHA-256.
 	"crypto/sha256"
-	"crypto/subtle"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -27,6 +22,7 @@ import (
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
+	"k8s.io/utils/clock"
 )
 
 // DefaultKeepAlive is how often an idle session is kept alive. vCenter ends sessions
@@ -57,24 +53,37 @@ type SessionCache struct {
 	log       logr.Logger
 	keepAlive time.Duration
 
-	mu       sync.Mutex
-	sessions map[sessionKey]*vcSession
-	closed   bool
+	clock   clock.PassiveClock
+	backoff time.Duration
+
+	mu         sync.Mutex
+	sessions   map[sessionKey]*vcSession
+	owners     map[string]sessionKey      // Config.Owner -> the session it uses
+	refused    map[refusalKey]time.Time   // credentials vCenter refused, and when
+	loginLocks map[sessionKey]*sync.Mutex // one login at a time per account
+	identities map[string]string          // CanonicalServer -> instance UUID
+	closed     bool
 }
 
 var _ Connector = (*SessionCache)(nil)
 
 type sessionKey struct {
-	server   string // host:port
+	server   string // CanonicalServer
 	username string
 }
 
 // NewConnector returns an empty session cache.
 func NewConnector(opts ...Option) *SessionCache {
 	c := &SessionCache{
-		log:       logr.Discard(),
-		keepAlive: DefaultKeepAlive,
-		sessions:  map[sessionKey]*vcSession{},
+		log:        logr.Discard(),
+		keepAlive:  DefaultKeepAlive,
+		clock:      clock.RealClock{},
+		backoff:    LoginBackoff,
+		sessions:   map[sessionKey]*vcSession{},
+		owners:     map[string]sessionKey{},
+		refused:    map[refusalKey]time.Time{},
+		loginLocks: map[sessionKey]*sync.Mutex{},
+		identities: map[string]string{},
 	}
 	for _, o := range opts {
 		o(c)
@@ -101,6 +110,10 @@ func isInvalidLogin(err error) bool {
 // for that vCenter and user is cached (or the cached one used other credentials or TLS
 // settings). Clients are cheap: get one per reconcile rather than keeping one, since a
 // Client of a replaced or closed session fails with ErrClosed.
+//
+// Credentials vCenter refused are not tried again for the back-off (LoginBackoff) unless
+// their CredentialsVersion changes: Connect then fails with a *LoginRefusedError without
+// contacting vCenter.
 func (c *SessionCache) Connect(ctx context.Context, cfg Config) (Client, error) {
 	u, err := serverURL(cfg.Server)
 	if err != nil {
@@ -109,58 +122,90 @@ func (c *SessionCache) Connect(ctx context.Context, cfg Config) (Client, error) 
 	if cfg.Username == "" {
 		return nil, fmt.Errorf("vsphere: no username for vCenter %s", u.Host)
 	}
-	key := sessionKey{server: u.Host, username: cfg.Username}
-	fp := fingerprint(cfg)
-
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil, ErrClosed
+	key := sessionKey{server: CanonicalServer(u.Host), username: cfg.Username}
+	s, err := c.session(ctx, u, key, cfg)
+	if err != nil {
+		return nil, err
 	}
-	s := c.sessions[key]
-	var stale *vcSession
-	if s != nil && s.fingerprint != fp {
-		stale, s = s, nil
-		delete(c.sessions, key)
-	}
-	c.mu.Unlock()
-	if stale != nil {
-		c.log.Info("Replacing vCenter session: credentials or TLS settings changed", "server", key.server, "user", key.username)
-		stale.close()
-	}
-
-	if s == nil {
-		fresh, err := c.login(ctx, u, cfg, fp)
-		if err != nil {
-			return nil, err
-		}
-		c.mu.Lock()
-		switch existing := c.sessions[key]; {
-		case c.closed:
-			c.mu.Unlock()
-			fresh.close()
-			return nil, ErrClosed
-		case existing != nil && existing.fingerprint == fp:
-			// Another Connect won the race; keep its session.
-			c.mu.Unlock()
-			fresh.close()
-			s = existing
-		default:
-			// existing, if any, was made with other settings by a concurrent Connect.
-			c.sessions[key] = fresh
-			c.mu.Unlock()
-			if existing != nil {
-				existing.close()
-			}
-			s = fresh
-		}
-	}
-
+	c.own(cfg.Owner, key)
 	dc, err := s.datacenter(ctx, cfg.Datacenter)
 	if err != nil {
 		return nil, err
 	}
 	return &client{s: s, dc: dc, log: c.log.WithValues("server", key.server, "datacenter", dc.name)}, nil
+}
+
+// session returns the cached session of key if it was made with cfg, or logs in. Logins
+// of one account are serialized, so a refusal is seen by every caller that waited.
+func (c *SessionCache) session(ctx context.Context, u *url.URL, key sessionKey, cfg Config) (*vcSession, error) {
+	fp := fingerprint(cfg)
+	if s, err := c.cached(key, fp); s != nil || err != nil {
+		return s, err
+	}
+	lock := c.loginLock(key)
+	lock.Lock()
+	defer lock.Unlock()
+	if s, err := c.cached(key, fp); s != nil || err != nil {
+		return s, err
+	}
+	rk := refusalKey{sessionKey: key, version: credentialsVersion(cfg, fp)}
+	c.mu.Lock()
+	held := c.heldBack(rk)
+	c.mu.Unlock()
+	if held != nil {
+		return nil, held
+	}
+	fresh, err := c.login(ctx, u, cfg, fp, rk)
+	if errors.Is(err, ErrInvalidLogin) {
+		return nil, c.recordRefusal(rk)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.forgetRefusals(key)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		fresh.close()
+		return nil, ErrClosed
+	}
+	// Under the login lock no other login of key ran: any session there is stale.
+	stale := c.sessions[key]
+	c.sessions[key] = fresh
+	c.mu.Unlock()
+	if stale != nil {
+		// The session was made with other credentials or TLS settings: it would only
+		// take up one of vCenter's limited sessions.
+		c.log.Info("Replacing vCenter session: credentials or TLS settings changed", "server", key.server, "user", key.username)
+		stale.close()
+	}
+	return fresh, nil
+}
+
+// cached returns the session of key when it was made with fingerprint fp. A session made
+// with other credentials or TLS settings stays until a login with the new ones works:
+// a pool with a stale or refused Secret must not log out the session of a pool whose
+// Secret is right.
+func (c *SessionCache) cached(key sessionKey, fp [32]byte) (*vcSession, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if s := c.sessions[key]; s != nil && s.fingerprint == fp && !s.isGone() {
+		return s, nil
+	}
+	return nil, nil
+}
+
+// drop logs out of s and removes it from the cache if it is still the session of key.
+func (c *SessionCache) drop(key sessionKey, s *vcSession) {
+	c.mu.Lock()
+	if c.sessions[key] == s {
+		delete(c.sessions, key)
+	}
+	c.mu.Unlock()
+	s.close()
 }
 
 // Close logs out of every cached session and stops their keep-alives. Clients handed out
@@ -197,7 +242,8 @@ func serverURL(server string) (*url.URL, error) {
 	if u.Scheme != "https" {
 		return nil, fmt.Errorf("vsphere: vCenter server %s: only https is supported", u.Host)
 	}
-	if u.Path == "" || u.Path == "/" {
+	// "https://vc/sdk/" and "https://vc/" name the same endpoint as "https://vc/sdk".
+	if u.Path = strings.TrimRight(u.Path, "/"); u.Path == "" {
 		u.Path = vim25.Path
 	}
 	return u, nil
@@ -248,7 +294,7 @@ type datacenter struct {
 }
 
 // login opens a session. The password lives only in the closure that logs in.
-func (c *SessionCache) login(ctx context.Context, u *url.URL, cfg Config, fp [32]byte) (*vcSession, error) {
+func (c *SessionCache) login(ctx context.Context, u *url.URL, cfg Config, fp [32]byte, rk refusalKey) (*vcSession, error) {
 	tlsCfg, err := tlsConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("vsphere: vCenter %s: %w", u.Host, err)
@@ -268,6 +314,15 @@ func (c *SessionCache) login(ctx context.Context, u *url.URL, cfg Config, fp [32
 	}
 	ra := &reauth{next: ka, login: doLogin, log: log}
 	vc.RoundTripper = ra
+	var self *vcSession
+	// A re-login that vCenter refuses (the password was rotated on vCenter before the
+	// Secret) is a refusal like any other: remembered, and the session is dropped so
+	// that no Client of it logs in again.
+	ra.refused = func() error {
+		err := c.recordRefusal(rk)
+		c.drop(rk.sessionKey, self)
+		return err
+	}
 
 	if err := doLogin(ctx); err != nil {
 		ka.Stop()
@@ -278,7 +333,7 @@ func (c *SessionCache) login(ctx context.Context, u *url.URL, cfg Config, fp [32
 		return nil, fmt.Errorf("vsphere: log in to vCenter %s as %s: %w", u.Host, cfg.Username, err)
 	}
 	log.Info("Logged in to vCenter")
-	return &vcSession{
+	self = &vcSession{
 		server:      u.Host,
 		username:    cfg.Username,
 		fingerprint: fp,
@@ -288,7 +343,14 @@ func (c *SessionCache) login(ctx context.Context, u *url.URL, cfg Config, fp [32
 		log:         log,
 		dcs:         map[string]datacenter{},
 		fbs:         map[types.ManagedObjectReference]map[string]int64{},
-	}, nil
+	}
+	return self, nil
+}
+
+func (s *vcSession) isGone() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gone
 }
 
 // close logs out (best effort: the session may already be gone) and stops the keep-alive.
@@ -349,7 +411,9 @@ func (s *vcSession) datacenter(ctx context.Context, name string) (datacenter, er
 type reauth struct {
 	next  soap.RoundTripper
 	login func(context.Context) error
-	log   logr.Logger
+	// refused is called when vCenter refuses the re-login; it returns the error to report.
+	refused func() error
+	log     logr.Logger
 
 	mu     sync.Mutex
 	gen    atomic.Uint64 // incremented by each successful re-login
@@ -389,76 +453,13 @@ func (r *reauth) relogin(ctx context.Context, gen uint64) error {
 		return nil // another call logged in again meanwhile
 	}
 	if err := r.login(ctx); err != nil {
+		if isInvalidLogin(err) && r.refused != nil {
+			r.closed.Store(true)
+			return r.refused()
+		}
 		return err
 	}
 	r.gen.Add(1)
 	r.log.Info("Logged in again: vCenter had ended the session")
 	return nil
-}
-
-// tlsConfig verifies vCenter's certificate by pinned thumbprint, by CA bundle, or not at
-// all when Insecure, in that order of precedence. Without any, the system roots apply.
-func tlsConfig(cfg Config) (*tls.Config, error) {
-	switch {
-	case cfg.Thumbprint != "":
-		want, err := parseThumbprint(cfg.Thumbprint)
-		if err != nil {
-			return nil, err
-		}
-		return &tls.Config{
-			// Verification is by pinned thumbprint, done in VerifyConnection.
-			InsecureSkipVerify: true, //nolint:gosec // pinned below.
-			MinVersion:         tls.VersionTLS12,
-			VerifyConnection: func(cs tls.ConnectionState) error {
-				return verifyThumbprint(cs, want)
-			},
-		}, nil
-	case len(cfg.CABundle) > 0:
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(cfg.CABundle) {
-			return nil, errors.New("CA bundle holds no PEM certificate")
-		}
-		return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
-	case cfg.Insecure:
-		return &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, nil //nolint:gosec // asked for.
-	}
-	return &tls.Config{MinVersion: tls.VersionTLS12}, nil
-}
-
-// parseThumbprint accepts SHA-1 or SHA-256 thumbprints in hex, with or without colons,
-// in either case.
-func parseThumbprint(tp string) ([]byte, error) {
-	b, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(tp), ":", ""))
-	if err != nil || (len(b) != sha1.Size && len(b) != sha256.Size) {
-		return nil, fmt.Errorf("thumbprint %q is not a SHA-1 or SHA-256 fingerprint in hex", tp)
-	}
-	return b, nil
-}
-
-func verifyThumbprint(cs tls.ConnectionState, want []byte) error {
-	if len(cs.PeerCertificates) == 0 {
-		return errors.New("vCenter presented no certificate")
-	}
-	raw := cs.PeerCertificates[0].Raw
-	var got []byte
-	if len(want) == sha1.Size {
-		sum := sha1.Sum(raw) //nolint:gosec // thumbprint, not a signature.
-		got = sum[:]
-	} else {
-		sum := sha256.Sum256(raw)
-		got = sum[:]
-	}
-	if subtle.ConstantTimeCompare(got, want) == 1 {
-		return nil
-	}
-	return fmt.Errorf("vCenter certificate thumbprint %s does not match the configured thumbprint %s",
-		colonHex(got), colonHex(want))
-}
-
-func colonHex(b []byte) string {
-	parts := make([]string, len(b))
-	for i, x := range b {
-		parts[i] = fmt.Sprintf("%02X", x)
-	}
-	return strings.Join(parts, ":")
 }

@@ -15,11 +15,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/secretpolicy"
 	gpwebhook "github.com/gpupool/gpupool/internal/webhook"
 	"github.com/gpupool/gpupool/vsphere"
 )
@@ -38,8 +38,15 @@ func main() {
 		webhookHost                     string
 		webhookPort                     int
 		leaderElect, enableWebhook      bool
+		metricsSecure                   bool
+		metricsCertDir                  string
+		credsNamespace, credsAllowed    string
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to authenticated and authorized callers only; false serves plain HTTP to anyone (local runs only).")
+	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "Folder with tls.crt and tls.key for the metrics server (default: a self-signed certificate).")
+	flag.StringVar(&credsNamespace, "credentials-namespace", ownNamespace(), "Namespace the vCenter credentials Secrets are read from (default: the operator's own namespace).")
+	flag.StringVar(&credsAllowed, "allowed-credentials-namespaces", "", "Further namespaces, comma-separated, that pools may name credentials Secrets in; each also needs a Role and RoleBinding that let the operator get Secrets there.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica acts at a time.")
 	flag.StringVar(&leaderNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace; required outside a cluster).")
@@ -55,7 +62,7 @@ func main() {
 
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                 metricsOptions(metricsAddr, metricsSecure, metricsCertDir),
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "gpupool.dev",
@@ -71,14 +78,19 @@ func main() {
 		log.Error(err, "Unable to create manager")
 		os.Exit(1)
 	}
+	creds := secretpolicy.Parse(credsNamespace, credsAllowed)
+	if len(creds.Namespaces()) == 0 {
+		log.Error(nil, "No namespace to read credentials from: set --credentials-namespace")
+		os.Exit(1)
+	}
 	if enableWebhook {
-		if err := (&gpwebhook.Validator{}).SetupWithManager(mgr); err != nil {
+		if err := (&gpwebhook.Validator{Credentials: creds}).SetupWithManager(mgr); err != nil {
 			log.Error(err, "Unable to set up webhook")
 			os.Exit(1)
 		}
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := setupControllers(ctx, mgr); err != nil {
+	if err := setupControllers(ctx, mgr, creds); err != nil {
 		log.Error(err, "Unable to set up controllers")
 		os.Exit(1)
 	}
@@ -98,13 +110,20 @@ func main() {
 }
 
 // setupControllers registers the reconcilers with the manager.
-func setupControllers(ctx context.Context, mgr ctrl.Manager) error {
+func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.Policy) error {
+	conn := vsphere.NewConnector(vsphere.WithLogger(ctrl.Log.WithName("vsphere")))
+	// Added as a Runnable, the session cache logs out of every vCenter session when the
+	// manager stops, so restarts do not leave sessions behind on vCenter.
+	if err := mgr.Add(conn); err != nil {
+		return err
+	}
 	r := &controllers.GPUPoolProfileReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("gpupool"),
-		Clock:     clock.RealClock{},
-		VSphere:   vsphere.NewConnector(vsphere.WithLogger(ctrl.Log.WithName("vsphere"))),
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Recorder:    mgr.GetEventRecorder("gpupool"),
+		Clock:       clock.RealClock{},
+		VSphere:     conn,
+		Credentials: creds,
 	}
 	return r.SetupWithManager(ctx, mgr)
 }

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/internal/testenv"
 	gpwebhook "github.com/gpupool/gpupool/internal/webhook"
 )
@@ -55,7 +56,8 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	if err := (&gpwebhook.Validator{}).SetupWithManager(mgr); err != nil {
+	policy := secretpolicy.Policy{Namespace: "gpupool-system", Allowed: []string{"default"}}
+	if err := (&gpwebhook.Validator{Credentials: policy}).SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

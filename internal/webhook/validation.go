@@ -16,6 +16,7 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/cronspec"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/vsphere"
 )
 
 // ValidateSpec checks a spec on its own, without looking at other objects. It is pure so
@@ -135,15 +136,7 @@ func vmKey(vm string) string {
 }
 
 func sameDatacenter(a, b *gpupoolv1.VCenterSpec) bool {
-	return normalizeServer(a.Server) == normalizeServer(b.Server) && a.Datacenter == b.Datacenter
-}
-
-func normalizeServer(s string) string {
-	s = strings.ToLower(strings.TrimSpace(s))
-	s = strings.TrimPrefix(s, "https://")
-	s = strings.TrimSuffix(s, "/sdk")
-	s = strings.TrimSuffix(s, "/")
-	return strings.TrimSuffix(s, ":443")
+	return vsphere.CanonicalServer(a.Server) == vsphere.CanonicalServer(b.Server) && a.Datacenter == b.Datacenter
 }
 
 // checkPEM makes sure a CA bundle holds at least one certificate, so that a pasted key or

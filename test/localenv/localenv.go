@@ -524,8 +524,10 @@ func (e *Env) startOperator(ctx context.Context) error {
 	if _, err := e.spawn("manager", filepath.Join(e.BinDir, "manager"), "--kubeconfig", e.Kubeconfig,
 		"--webhook-cert-dir", certDir, "--webhook-host", "127.0.0.1", "--webhook-port", strconv.Itoa(port),
 		"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(probe),
-		"--metrics-bind-address", "127.0.0.1:"+strconv.Itoa(metrics), "--leader-elect",
-		"--leader-election-namespace", "gpupool-system"); err != nil {
+		// Plain-HTTP metrics on loopback, for the demo's curl; in a cluster they are HTTPS
+		// with authentication and authorization.
+		"--metrics-bind-address", "127.0.0.1:"+strconv.Itoa(metrics), "--metrics-secure=false", "--leader-elect",
+		"--leader-election-namespace", "gpupool-system", "--credentials-namespace", "gpupool-system"); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(e.Dir, "metrics-url"), []byte(fmt.Sprintf("http://127.0.0.1:%d/metrics\n", metrics)), 0o644); err != nil {

@@ -30,6 +30,9 @@ type control struct {
 	sessionGen map[string]int
 	gen        int
 	expiredAt  time.Time
+
+	// password is what SetPassword set; empty means the one the simulator started with.
+	password string
 }
 
 type failure struct {

@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25"
@@ -141,6 +142,9 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 	// Report a vCenter recent enough for the vGPU API used here (vgpuProfileInfo: 7.0.3).
 	about := &m.ServiceContent.About
 	about.Version, about.Build, about.ApiVersion = "8.0.3", "24022515", "8.0.3.0"
+	// vcsim derives the instance UUID from the host: every simulator would look like the
+	// same vCenter. Each gets its own, as real vCenters do.
+	about.InstanceUuid = uuid.NewString()
 	about.FullName = "VMware vCenter Server 8.0.3 build-24022515 (vgpusim)"
 	if err := m.Create(); err != nil {
 		return nil, fmt.Errorf("vgpusim: create model: %w", err)
@@ -162,6 +166,7 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 	}
 
 	m.Map().Handler = s.handle
+	m.Map().SessionManager().ValidLogin = s.checkLogin
 	m.Service.TLS = new(tls.Config)
 	m.Service.Listen = &url.URL{Host: "127.0.0.1:0", User: url.UserPassword(s.Username, s.Password)}
 	s.server = m.Service.NewServer()

@@ -1,0 +1,105 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// Secrets are read only in the namespaces the credentials policy allows: the generated
+// Role below is namespaced (the operator's namespace, "system" before kustomize names
+// it); other namespaces need a Role and RoleBinding from an admin.
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get
+
+// ReasonCredentialsNotAllowed: the pool names a Secret outside the allowed namespaces.
+const ReasonCredentialsNotAllowed = "CredentialsNamespaceNotAllowed"
+
+// loginRetryDefault is the requeue after a refused login when the connector does not say
+// when it will try again: the documented back-off.
+const loginRetryDefault = vsphere.LoginBackoff
+
+// connectVCenter reads the pool's credentials, logs in (or reuses the session) and reads
+// the inventory. It reports false, with when to look again, when the pool cannot go on
+// now; the facts then say why, naming the server without any user info and never the
+// password.
+func (r *GPUPoolProfileReconciler) connectVCenter(ctx context.Context, s *scope) (vsphere.Client, *inventory.Inventory, time.Duration, bool) {
+	vc := s.pool.Spec.VCenter
+	server := displayServer(vc.Server)
+	key := types.NamespacedName{Namespace: vc.CredentialsSecretRef.Namespace, Name: vc.CredentialsSecretRef.Name}
+	if !r.Credentials.Allows(key.Namespace) {
+		// Admission refuses this; a pool that got through (webhook down, flag changed)
+		// is held here, before any Secret is read.
+		s.facts.credentialsReason, s.facts.credentials = ReasonCredentialsNotAllowed, r.Credentials.Refusal(key.Namespace)
+		return nil, nil, requeueBlocked, false
+	}
+	var secret corev1.Secret
+	// Read uncached: caching would watch Secrets.
+	if err := r.APIReader.Get(ctx, key, &secret); err != nil {
+		s.facts.credentials = fmt.Sprintf("cannot read Secret %s with the vCenter credentials: %v", key, err)
+		return nil, nil, requeueBlocked, false
+	}
+	user, pass := string(secret.Data["username"]), string(secret.Data["password"])
+	if user == "" || pass == "" {
+		s.facts.credentials = fmt.Sprintf("Secret %s must have the keys username and password", key)
+		return nil, nil, requeueBlocked, false
+	}
+	vcc, err := r.VSphere.Connect(ctx, vsphere.Config{
+		Server: vc.Server, Datacenter: vc.Datacenter, Username: user, Password: pass,
+		Thumbprint: vc.Thumbprint, CABundle: vc.CABundle, Insecure: vc.Insecure,
+		CredentialsVersion: secret.ResourceVersion, Owner: s.pool.Name,
+	})
+	var inv *inventory.Inventory
+	if err == nil {
+		inv, err = vcc.Inventory(ctx)
+	}
+	if errors.Is(err, vsphere.ErrInvalidLogin) {
+		// Whatever triggers the next reconcile, the connector does not log in with these
+		// credentials before the back-off ends; come back then.
+		retry := loginRetryDefault
+		var lre *vsphere.LoginRefusedError
+		if errors.As(err, &lre) {
+			retry = max(lre.RetryAt.Sub(r.Clock.Now()), time.Second)
+		}
+		s.facts.credentials = fmt.Sprintf("vCenter %s refused the credentials in Secret %s; they are not tried again for %s unless the Secret changes",
+			server, key, retry.Round(time.Second))
+		return nil, nil, retry, false
+	}
+	if err != nil {
+		s.facts.vcenter = fmt.Sprintf("vCenter %s: %v", server, err)
+		log.FromContext(ctx).Info("vCenter unavailable", "server", server, "error", err.Error())
+		return nil, nil, requeueVCenter, false
+	}
+	return vcc, inv, 0, true
+}
+
+// displayServer is spec.vcenter.server as it may be shown in conditions, events and logs:
+// any user info (which could hold a password) is cut off, whether or not the rest parses.
+func displayServer(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		u.User = nil
+		return u.String()
+	}
+	if i := strings.LastIndex(s, "@"); i >= 0 {
+		return "***@" + s[i+1:]
+	}
+	return s
+}
+
+// releaseSession tells the connector that a deleted pool no longer uses its vCenter
+// session, so that a session no other pool uses is logged out.
+func (r *GPUPoolProfileReconciler) releaseSession(pool *gpupoolv1.GPUPoolProfile) {
+	if rel, ok := r.VSphere.(interface{ Release(owner string) }); ok {
+		rel.Release(pool.Name)
+	}
+}

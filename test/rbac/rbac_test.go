@@ -1,0 +1,151 @@
+// Package rbac_test checks the generated and hand-written RBAC in config/rbac against
+// what the operator uses: any rule wider than the list below fails the test, so that a
+// new permission is a reviewed change of this list and the README's Security section.
+package rbac_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// grant is one permission: in a ClusterRole (namespaced=false) or a Role.
+type grant struct {
+	role       string
+	namespaced bool
+	group      string
+	resource   string // or a non-resource URL
+	verb       string
+}
+
+// used lists every permission the operator needs, and why (see README, Security).
+var used = map[string]string{
+	// The GPUPoolProfile controller.
+	"manager-role  nodes get,list,watch,patch":                               "node labels, taints, cordon",
+	"manager-role  pods get,list,watch,delete":                               "drain; delete only for drain.mode Force",
+	"manager-role  pods/eviction create":                                     "drain",
+	"manager-role events.k8s.io events create,patch":                         "events on pools",
+	"manager-role cluster.x-k8s.io machines get,patch":                       "pause remediation of parked machines",
+	"manager-role infrastructure.cluster.x-k8s.io vspheremachines get,patch": "the same on CAPV's infrastructure machine",
+	"manager-role infrastructure.cluster.x-k8s.io vspherevms get,patch":      "pause the VSphereVM too: CAPV powers VMs on from it, honouring only its own pause",
+	"manager-role gpupool.dev gpupoolprofiles get,list,watch,update":         "read pools, the finalizer",
+	"manager-role gpupool.dev gpupoolprofiles/status patch":                  "status",
+	"manager-role gpupool.dev gpupoolprofiles/finalizers update":             "owner references on clusters that enforce them",
+	"ns:manager-role  secrets get":                                           "vCenter credentials, operator namespace only",
+	// Leader election, in the operator's namespace.
+	"ns:leader-election-role coordination.k8s.io leases get,list,watch,create,update,patch,delete": "leader election",
+	"ns:leader-election-role  events create,patch":                                                 "leader election events",
+	// Metrics over HTTPS with authentication and authorization.
+	"metrics-auth-role authentication.k8s.io tokenreviews create":        "authenticate scrapers",
+	"metrics-auth-role authorization.k8s.io subjectaccessreviews create": "authorize scrapers",
+	"metrics-reader  /metrics get":                                       "granted to scrapers",
+}
+
+func allowed() map[grant]bool {
+	out := map[grant]bool{}
+	for k := range used {
+		f := strings.Split(k, " ")
+		role, ns := f[0], false
+		if r, ok := strings.CutPrefix(role, "ns:"); ok {
+			role, ns = r, true
+		}
+		for _, v := range strings.Split(f[3], ",") {
+			out[grant{role: role, namespaced: ns, group: f[1], resource: f[2], verb: v}] = true
+		}
+	}
+	return out
+}
+
+// roles reads every Role and ClusterRole under config/rbac.
+func roles(t *testing.T) (cluster []rbacv1.ClusterRole, namespaced []rbacv1.Role) {
+	t.Helper()
+	files, err := filepath.Glob("../../config/rbac/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no RBAC files: %v", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range strings.Split(string(data), "\n---\n") {
+			var tm metav1.TypeMeta
+			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			switch tm.Kind {
+			case "ClusterRole":
+				var r rbacv1.ClusterRole
+				if err := yaml.UnmarshalStrict([]byte(doc), &r); err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				cluster = append(cluster, r)
+			case "Role":
+				var r rbacv1.Role
+				if err := yaml.UnmarshalStrict([]byte(doc), &r); err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				namespaced = append(namespaced, r)
+			}
+		}
+	}
+	return cluster, namespaced
+}
+
+func TestRBACIsLeastPrivilege(t *testing.T) {
+	cluster, namespaced := roles(t)
+	ok := allowed()
+	seen := map[grant]bool{}
+	check := func(role string, ns bool, rules []rbacv1.PolicyRule) {
+		for _, r := range rules {
+			for _, field := range [][]string{r.APIGroups, r.Resources, r.Verbs, r.NonResourceURLs} {
+				if slices.ContainsFunc(field, func(s string) bool { return strings.Contains(s, "*") }) {
+					t.Errorf("%s: wildcard in rule %+v: list what is used", role, r)
+				}
+			}
+			if len(r.ResourceNames) > 0 {
+				continue // narrower than the resource: fine
+			}
+			if !ns && slices.Contains(r.Resources, "secrets") {
+				t.Errorf("%s: cluster-wide access to Secrets (%v): anyone who may create a pool could read any Secret through the operator", role, r.Verbs)
+			}
+			targets := r.Resources
+			groups := r.APIGroups
+			if len(r.NonResourceURLs) > 0 {
+				targets, groups = r.NonResourceURLs, []string{""}
+			}
+			for _, g := range groups {
+				for _, res := range targets {
+					for _, v := range r.Verbs {
+						gr := grant{role: role, namespaced: ns, group: g, resource: res, verb: v}
+						seen[gr] = true
+						if !ok[gr] {
+							t.Errorf("%s: grants %s on %s/%s, which the operator does not use (namespaced role: %v)", role, v, g, res, ns)
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, r := range cluster {
+		check(r.Name, false, r.Rules)
+	}
+	for _, r := range namespaced {
+		if r.Namespace != "system" {
+			t.Errorf("Role %s is in namespace %q, not the operator's (system before kustomize)", r.Name, r.Namespace)
+		}
+		check(r.Name, true, r.Rules)
+	}
+	// The list above must not keep permissions that are gone: it is the documentation.
+	for g := range ok {
+		if !seen[g] {
+			t.Errorf("permission %+v is listed as used but no role grants it: remove it from the list", g)
+		}
+	}
+}

@@ -1,0 +1,36 @@
+package vsphere
+
+import (
+	"net"
+	"net/url"
+	"strings"
+)
+
+// CanonicalServer names a vCenter the same way however a pool spells it, so that claims
+// and caches keyed by server agree: "https://VC01.example:443/sdk/", "vc01.example." and
+// "vc01.example" are all "vc01.example:443". It lowercases the host, drops the scheme,
+// user info, a trailing dot, the /sdk path and trailing slashes, and makes the port
+// explicit (443 unless given). It does not validate: a string it cannot parse comes back
+// lowercased and trimmed, so that it still compares equal to the same spelling.
+//
+// The admission webhook has the strict validator of spec.vcenter.server; this function
+// only decides whether two accepted spellings name the same endpoint.
+func CanonicalServer(s string) string {
+	raw := strings.ToLower(strings.TrimSpace(s))
+	if raw == "" {
+		return ""
+	}
+	if !strings.Contains(raw, "://") {
+		raw = "https://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return strings.TrimSuffix(strings.ToLower(strings.TrimSpace(s)), "/")
+	}
+	host, port := u.Hostname(), u.Port()
+	host = strings.TrimSuffix(host, ".")
+	if port == "" {
+		port = "443"
+	}
+	return net.JoinHostPort(host, port)
+}

@@ -31,7 +31,6 @@ const (
 
 // GPUPoolProfileSpec is the wanted shape of a pool of vGPU worker VMs over time.
 //
-//
 // Layout references (defaultLayout, override.layout, schedule.windows[].layout) are
 // checked by the webhook, which names the field with its index, the value and the
 // layouts that exist.

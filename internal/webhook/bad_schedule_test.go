@@ -80,7 +80,9 @@ func workerCases() []badCase {
 		{name: "VM path relative", mutate: worker(0, 1, "gpu/worker-1", ""), path: vm, value: `"gpu/worker-1"`, fix: "absolute inventory path"},
 		{name: "VM path with an empty element", mutate: worker(0, 1, "/DC0/vm//gpu-1", ""), path: vm, value: `"/DC0/vm//gpu-1"`, fix: "/DC0/vm/gpu/worker-1"},
 		{name: "VM path with a trailing slash", mutate: worker(0, 1, "/DC0/vm/gpu-1/", ""), path: vm, value: `"/DC0/vm/gpu-1/"`, fix: "absolute inventory path"},
-		{name: "VM listed twice in one layout", mutate: func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Layouts[0].Workers[1].VM = "/DC0/vm/" + p.Spec.Layouts[0].Workers[0].VM },
+		{name: "VM listed twice in one layout", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Layouts[0].Workers[1].VM = "/DC0/vm/" + p.Spec.Layouts[0].Workers[0].VM
+		},
 			path: vm, value: `"/DC0/vm/bad-a"`, fix: "list each VM once per layout"},
 		{name: "VM claimed by another pool on the same server spelled differently", mutate: func(p *gpupoolv1.GPUPoolProfile) {
 			p.Spec.VCenter.Server = "https://VCENTER.test.:443/sdk/"

@@ -62,4 +62,3 @@ func checkRaw(raw []byte) field.ErrorList {
 	}
 	return nil
 }
-

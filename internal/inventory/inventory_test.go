@@ -1,7 +1,10 @@
 package inventory
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -44,5 +47,17 @@ func TestProfileFrameBufferMiB(t *testing.T) {
 		if re.MatchString(name) {
 			t.Errorf("ProfileNamePattern accepts %q", name)
 		}
+	}
+}
+
+// The CRD's CEL rule on workers[].profile is a copy of ProfileNamePattern (markers cannot
+// refer to Go constants); admission and the planner must accept the same names.
+func TestCRDProfilePatternIsProfileNamePattern(t *testing.T) {
+	crd, err := os.ReadFile(filepath.Join("..", "..", "config", "crd", "bases", "gpupool.dev_gpupoolprofiles.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "self.matches('" + ProfileNamePattern + "')"; !strings.Contains(string(crd), want) {
+		t.Errorf("the CRD's profile rule is not %s: update the marker on Worker.Profile and run make manifests", want)
 	}
 }

@@ -227,3 +227,29 @@ func TestUpdateIsValidatedToo(t *testing.T) {
 		t.Fatalf("update with a bad cron: got %v, want rejection naming the field", err)
 	}
 }
+
+// TestPauseAndFinalizerRemovalOnTheServer goes through the real API server: pausing, and
+// removing the finalizer of a pool being deleted, pass the webhook (the rules behind
+// that, including pools in conflict, are in update_test.go).
+func TestPauseAndFinalizerRemovalOnTheServer(t *testing.T) {
+	ctx := context.Background()
+	p := valid("finalized")
+	p.Finalizers = []string{"gpupool.dev/finalizer"}
+	if err := k8s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Paused = true
+	if err := k8s.Update(ctx, p); err != nil {
+		t.Fatalf("pausing: %v", err)
+	}
+	if err := k8s.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil || p.DeletionTimestamp == nil {
+		t.Fatalf("want the pool held by its finalizer: %v", err)
+	}
+	p.Finalizers = nil
+	if err := k8s.Update(ctx, p); err != nil {
+		t.Fatalf("removing the finalizer of a pool being deleted: %v", err)
+	}
+}

@@ -41,6 +41,9 @@ func goodCases() []goodCase {
 			p.Spec.VCenter.Datacenter = "/Lab/DC0"
 			p.Spec.Layouts[0].Workers[0].VM = "/Lab/DC0/vm/gpu/" + p.Name + "-a"
 		}), nil},
+		{"VM path through a folder above a datacenter given by name", both(secure, func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Layouts[0].Workers[0].VM = "/Lab/DC0/vm/" + p.Name + "-a"
+		}), nil},
 		{"VM name with inner spaces and a datacenter with a space", both(secure, func(p *gpupoolv1.GPUPoolProfile) {
 			p.Spec.VCenter.Datacenter = "Lab DC"
 			p.Spec.Layouts[0].Workers[0].VM = "GPU worker " + p.Name

@@ -64,10 +64,26 @@ func checkVM(vm, datacenter string) string {
 		}
 	}
 	prefix := "/" + dcPath(datacenter) + "/vm/"
-	if !strings.HasPrefix(vm, prefix) || len(vm) == len(prefix) {
+	if !inVMFolder(elems, datacenter) {
 		return fmt.Sprintf("is not inside the vm folder of datacenter %q; the operator finds VMs in spec.vcenter.datacenter only: write a path that starts with %s, or the VM's name alone", shown(datacenter), prefix)
 	}
 	return ""
+}
+
+// inVMFolder tells whether path elements name something below the datacenter's vm
+// folder. A datacenter given by name may sit in folders (/Lab/DC0/vm/...); one given as
+// a path must be the path's start.
+func inVMFolder(elems []string, datacenter string) bool {
+	dc := strings.Split(dcPath(datacenter), "/")
+	if strings.Contains(dcPath(datacenter), "/") {
+		return len(elems) > len(dc)+1 && strings.Join(elems[:len(dc)], "/") == strings.Join(dc, "/") && elems[len(dc)] == "vm"
+	}
+	for k := 0; k+2 < len(elems); k++ {
+		if elems[k] == dc[0] && elems[k+1] == "vm" {
+			return true
+		}
+	}
+	return false
 }
 
 // dcPath is the datacenter's inventory path without the leading slash: its name, or the

@@ -59,7 +59,7 @@ func (h *harness) checkDay(p *gpupoolv1.GPUPoolProfile) {
 			h.t.Errorf("VM %s: %+v, want poweredOn with grid_p100-4q on 0000:3b:00.0", vm, st)
 		}
 		n := h.node(vm)
-		want := map[string]string{LabelPool: p.Name, LabelLayout: "day", LabelProfile: "grid_p100-4q", LabelMemoryMiB: "4096", "gpupool.dev/workload": "inference"}
+		want := map[string]string{LabelPool: p.Name, LabelLayout: "day", LabelProfile: "grid_p100-4q", LabelMemoryMiB: "4096", "lab.example/workload": "inference"}
 		for k, v := range want {
 			if n.Labels[k] != v {
 				h.t.Errorf("node %s: label %s=%q, want %q", n.Name, k, n.Labels[k], v)
@@ -84,10 +84,10 @@ func (h *harness) checkNight(p *gpupoolv1.GPUPoolProfile) {
 		h.t.Errorf("night-1: %+v, want poweredOn with grid_p100-16q on 0000:3b:00.0", st)
 	}
 	n := h.node("night-1")
-	if n.Labels[LabelLayout] != "night" || n.Labels[LabelMemoryMiB] != "16384" || n.Labels["gpupool.dev/workload"] != "training" || !nodeReady(n) || n.Spec.Unschedulable {
+	if n.Labels[LabelLayout] != "night" || n.Labels[LabelMemoryMiB] != "16384" || n.Labels["lab.example/workload"] != "training" || !nodeReady(n) || n.Spec.Unschedulable {
 		h.t.Errorf("night node: labels %v ready %v unschedulable %v", n.Labels, nodeReady(n), n.Spec.Unschedulable)
 	}
-	if ts := gpupoolTaints(n); len(ts) != 1 || ts[0].Key != "gpupool.dev/training" {
+	if ts := gpupoolTaints(n); len(ts) != 1 || ts[0].Key != "lab.example/training" {
 		h.t.Errorf("night node taints %v, want the layout's training taint", n.Spec.Taints)
 	}
 	for _, vm := range []string{"day-1", "day-2", "day-3", "day-4"} {
@@ -517,14 +517,14 @@ func TestRepairIsNotATransition(t *testing.T) {
 
 	n := h.node("day-3")
 	before := n.DeepCopy()
-	delete(n.Labels, "gpupool.dev/workload")
+	delete(n.Labels, "lab.example/workload")
 	h.must(k8s.Patch(h.ctx, n, client.MergeFrom(before)))
 	h.reconcile(pool.Name)
 	p := h.get(pool.Name)
 	if p.Status.Phase != gpupoolv1.PhaseSteady || p.Status.Transition != nil {
 		t.Errorf("phase %s transition %+v while repairing a label, want Steady and no transition", p.Status.Phase, p.Status.Transition)
 	}
-	if got := h.node("day-3").Labels["gpupool.dev/workload"]; got != "inference" {
+	if got := h.node("day-3").Labels["lab.example/workload"]; got != "inference" {
 		t.Errorf("label not repaired: %q", got)
 	}
 	for _, e := range h.events() {

@@ -301,10 +301,10 @@ func (h *harness) dayNight() *gpupoolv1.GPUPoolProfile {
 			},
 			Layouts: []gpupoolv1.Layout{
 				{Name: "day", Workers: workers("grid_p100-4q", "day-1", "day-2", "day-3", "day-4"),
-					NodeLabels: map[string]string{"gpupool.dev/workload": "inference"}},
+					NodeLabels: map[string]string{"lab.example/workload": "inference"}},
 				{Name: "night", Workers: workers("grid_p100-16q", "night-1"),
-					NodeLabels: map[string]string{"gpupool.dev/workload": "training"},
-					NodeTaints: []corev1.Taint{{Key: "gpupool.dev/training", Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+					NodeLabels: map[string]string{"lab.example/workload": "training"},
+					NodeTaints: []corev1.Taint{{Key: "lab.example/training", Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
 			},
 			Schedule: &gpupoolv1.Schedule{
 				TimeZone: "Europe/Berlin",

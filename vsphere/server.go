@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/url"
 	"strings"
+
+	"github.com/gpupool/gpupool/internal/vcenter"
 )
 
 // CanonicalServer names a vCenter the same way however a pool spells it, so that claims
@@ -13,9 +15,16 @@ import (
 // explicit (443 unless given). It does not validate: a string it cannot parse comes back
 // lowercased and trimmed, so that it still compares equal to the same spelling.
 //
-// The admission webhook has the strict validator of spec.vcenter.server; this function
-// only decides whether two accepted spellings name the same endpoint.
+// A server that admission accepts is given vcenter.NormalizeServer's canonical form
+// (with the port made explicit), so that the webhook, the claim guard and the session
+// cache compare servers one way; anything else falls back to a lenient parse.
 func CanonicalServer(s string) string {
+	if n, err := vcenter.NormalizeServer(s); err == nil {
+		if _, _, err := net.SplitHostPort(n); err != nil {
+			n = net.JoinHostPort(strings.Trim(n, "[]"), "443")
+		}
+		return n
+	}
 	raw := strings.ToLower(strings.TrimSpace(s))
 	if raw == "" {
 		return ""

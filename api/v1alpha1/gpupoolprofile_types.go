@@ -31,9 +31,9 @@ const (
 
 // GPUPoolProfileSpec is the wanted shape of a pool of vGPU worker VMs over time.
 //
-// +kubebuilder:validation:XValidation:rule="self.layouts.exists(l, l.name == self.defaultLayout)",message="defaultLayout must name one of spec.layouts[].name; add the layout or fix the name",fieldPath=".defaultLayout"
-// +kubebuilder:validation:XValidation:rule="!has(self.override) || self.layouts.exists(l, l.name == self.override.layout)",message="override.layout must name one of spec.layouts[].name; add the layout or fix the name",fieldPath=".override.layout"
-// +kubebuilder:validation:XValidation:rule="!has(self.schedule) || !has(self.schedule.windows) || self.schedule.windows.all(w, self.layouts.exists(l, l.name == w.layout))",message="every schedule.windows[].layout must name one of spec.layouts[].name; add the layout or fix the name",fieldPath=".schedule.windows"
+// Layout references (defaultLayout, override.layout, schedule.windows[].layout) are
+// checked by the webhook, which names the field with its index, the value and the
+// layouts that exist.
 type GPUPoolProfileSpec struct {
 	// VCenter is the vCenter that runs the pool's VMs.
 	VCenter VCenterSpec `json:"vcenter"`
@@ -74,7 +74,10 @@ type GPUPoolProfileSpec struct {
 	// NodeReadyTimeout is how long to wait for a powered-on VM's node to become Ready
 	// before the transition is reported as Degraded.
 	// +kubebuilder:default="10m"
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="nodeReadyTimeout must be a positive duration such as 10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,messageExpression=`'nodeReadyTimeout must be a duration such as 10m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) > duration('0s')`,messageExpression=`'nodeReadyTimeout must be positive, such as 10m, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
 	// +optional
 	NodeReadyTimeout *metav1.Duration `json:"nodeReadyTimeout,omitempty"`
 
@@ -123,7 +126,7 @@ type VCenterSpec struct {
 	// Thumbprint is the SHA-1 or SHA-256 fingerprint of the server certificate, as
 	// colon-separated hex pairs (the form `govc about.cert -thumbprint` prints).
 	// +kubebuilder:validation:MaxLength=95
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9A-Fa-f]{2}:){19}[0-9A-Fa-f]{2}$|^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$')",message="must be a SHA-1 or SHA-256 fingerprint as colon-separated hex pairs, as printed by govc about.cert -thumbprint"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9A-Fa-f]{2}:){19}[0-9A-Fa-f]{2}$|^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$')",messageExpression=`'must be a SHA-1 or SHA-256 fingerprint as colon-separated hex pairs, as printed by govc about.cert -thumbprint (such as 3B:9F:...:0F), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
 	// +optional
 	Thumbprint string `json:"thumbprint,omitempty"`
 
@@ -151,7 +154,7 @@ type SecretReference struct {
 type Layout struct {
 	// Name identifies the layout in windows, defaultLayout and override.
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="must be lower-case letters, digits and '-', starting and ending with a letter or digit, such as night or day-small"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",messageExpression=`'must be lower-case letters, digits and \'-\', starting and ending with a letter or digit, such as night or day-small, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
 	Name string `json:"name"`
 
 	// Workers are the VMs that run in this layout, each with its vGPU profile.
@@ -180,10 +183,12 @@ type Worker struct {
 	VM string `json:"vm"`
 
 	// Profile is the NVIDIA vGPU profile the VM runs with in this layout, such as
-	// grid_p100-4q or nvidia_a100-3-20c. The number before the last letters is the frame
-	// buffer in GiB.
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule="self.matches('^(grid|nvidia)_[a-z0-9]+(-[0-9]+)?-[0-9]+[a-z]{1,2}$')",message="must be an NVIDIA vGPU profile name such as grid_p100-4q or nvidia_a100-3-20c (as listed by govc gpu.host.profile.ls)"
+	// grid_p100-4q, nvidia_a100-3-20c (MIG-backed) or nvidia_h100xm-1-10cme (MIG with
+	// media extensions). The number before the last letters is the frame buffer in GiB.
+	// It is written into the node label gpupool.dev/vgpu-profile, hence at most 63
+	// characters. The pattern is inventory.ProfileNamePattern (a test keeps them equal).
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(grid|nvidia)_[a-z][a-z0-9]*-([1-7]-[1-9][0-9]{0,2}(c|cme)|[0-9]{1,3}(a|b|c|q))$')",messageExpression=`'must be an NVIDIA vGPU type name as govc gpu.host.profile.ls lists it, such as grid_p100-4q, nvidia_a100-3-20c (MIG-backed) or nvidia_h100xm-1-10cme (MIG with media extensions), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
 	Profile string `json:"profile"`
 
 	// Node is the name of the VM's Kubernetes node. Without it the node is found by
@@ -218,7 +223,10 @@ type Schedule struct {
 
 	// LeadTime starts a switch this long before its boundary, so that the new layout is
 	// ready on time.
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="leadTime must not be negative"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,messageExpression=`'leadTime must be a duration such as 10m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) >= duration('0s')`,messageExpression=`'leadTime must be zero or positive, such as 10m, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
 	// +optional
 	LeadTime *metav1.Duration `json:"leadTime,omitempty"`
 }
@@ -235,7 +243,10 @@ type Window struct {
 	Start string `json:"start"`
 
 	// Duration is how long the window stays open after each start, such as 12h.
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="duration must be positive, such as 12h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,messageExpression=`'duration must be a duration such as 12h, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) > duration('0s')`,messageExpression=`'duration must be positive, such as 12h, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
 	Duration metav1.Duration `json:"duration"`
 
 	// Priority orders overlapping windows: the higher wins.
@@ -264,7 +275,10 @@ type Override struct {
 type DrainSpec struct {
 	// Timeout is how long a drain may take.
 	// +kubebuilder:default="10m"
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="drain.timeout must be a positive duration such as 10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,messageExpression=`'drain.timeout must be a duration such as 10m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) > duration('0s')`,messageExpression=`'drain.timeout must be positive, such as 10m, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
@@ -470,6 +484,9 @@ type GPUPoolProfileStatus struct {
 
 // GPUPoolProfile reshapes a pool of vSphere vGPU worker VMs on a schedule.
 //
+// The name is the value of the gpupool.dev/pool label on the pool's nodes, so it must be
+// a valid label value: at most 63 characters (the object-name rules do the rest).
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name is longer than 63 characters; gpupool writes the pool name into the node label gpupool.dev/pool, whose values are at most 63 characters: choose a shorter name"
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=gpp,categories=gpupool

@@ -153,21 +153,43 @@ func (h *Host) Profile(name string) (Profile, bool) {
 	return Profile{}, false
 }
 
-var profileRE = regexp.MustCompile(`^(grid|nvidia)_[a-z0-9]+(-[0-9]+)?-([0-9]+)[a-z]{1,2}$`)
+// profileRE is NVIDIA's vGPU type name as vSphere shows it: grid_ or nvidia_, the board
+// (p100, a100d, h100xm, ...), then either the frame buffer in GiB and the series (A, B,
+// C or Q: grid_p100-4q) or, for MIG-backed types, the slice count 1-7, the frame buffer
+// and C, or CME with media extensions (nvidia_a100-3-20c, nvidia_h100xm-1-10cme).
+var profileRE = regexp.MustCompile(`^(grid|nvidia)_[a-z][a-z0-9]*-(?:([1-7])-([1-9][0-9]{0,2})(c|cme)|([0-9]{1,3})(a|b|c|q))$`)
+
+// ProfileNamePattern is profileRE for admission messages and CEL, kept in one place.
+const ProfileNamePattern = `^(grid|nvidia)_[a-z][a-z0-9]*-([1-7]-[1-9][0-9]{0,2}(c|cme)|[0-9]{1,3}(a|b|c|q))$`
 
 // ProfileFrameBufferMiB parses the frame buffer that a profile name encodes: the number
-// before the trailing letters is GiB (grid_p100-4q is 4 GiB, nvidia_a100-3-20c 20 GiB).
-// It is the fallback when the host's config target does not say.
+// before the trailing letters is GiB (grid_p100-4q is 4 GiB, nvidia_a100-3-20c 20 GiB);
+// 0 is NVIDIA's 512 MiB type (grid_m60-0q). It is the fallback when the host's config
+// target does not say. At most three digits are accepted, so the size cannot overflow.
 func ProfileFrameBufferMiB(profile string) (int64, error) {
 	m := profileRE.FindStringSubmatch(profile)
 	if m == nil {
-		return 0, fmt.Errorf("vGPU profile %q is not of the form grid_<gpu>-<GiB><series>, such as grid_p100-4q", profile)
+		return 0, fmt.Errorf("vGPU profile %q is not an NVIDIA vGPU type name such as grid_p100-4q, nvidia_a100-3-20c or nvidia_h100xm-1-10cme", cutName(profile))
 	}
-	gib, err := strconv.ParseInt(m[3], 10, 64)
-	if err != nil || gib <= 0 {
+	digits := m[3]
+	if digits == "" {
+		digits = m[5]
+	}
+	gib, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil {
 		return 0, fmt.Errorf("vGPU profile %q has no valid frame buffer size", profile)
 	}
+	if gib == 0 {
+		return 512, nil
+	}
 	return gib * 1024, nil
+}
+
+func cutName(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 // Occupancy is what runs on a GPU: a profile (same-size mode: one at a time) and how

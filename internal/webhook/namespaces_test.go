@@ -13,7 +13,7 @@ import (
 	"github.com/gpupool/gpupool/internal/secretpolicy"
 )
 
-func pool(name, server string, vms ...string) *gpupoolv1.GPUPoolProfile {
+func nsPool(name, server string, vms ...string) *gpupoolv1.GPUPoolProfile {
 	var ws []gpupoolv1.Worker
 	for _, vm := range vms {
 		ws = append(ws, gpupoolv1.Worker{VM: vm, Profile: "grid_p100-4q"})
@@ -45,7 +45,7 @@ func validator(t *testing.T, others ...*gpupoolv1.GPUPoolProfile) *Validator {
 func TestCredentialsNamespaceIsChecked(t *testing.T) {
 	v := validator(t)
 	for ns, ok := range map[string]bool{"gpupool-system": true, "team-a": true, "kube-system": false, "default": false} {
-		p := pool("p", "vc01.example", "vm-1")
+		p := nsPool("p", "vc01.example", "vm-1")
 		p.Spec.VCenter.CredentialsSecretRef.Namespace = ns
 		_, err := v.ValidateCreate(context.Background(), p)
 		if ok != (err == nil) {
@@ -55,15 +55,15 @@ func TestCredentialsNamespaceIsChecked(t *testing.T) {
 			t.Errorf("refusal does not name the field: %v", err)
 		}
 	}
-	if _, err := (&Validator{Reader: v.Reader}).ValidateCreate(context.Background(), pool("p", "vc01.example", "vm-1")); err == nil {
+	if _, err := (&Validator{Reader: v.Reader}).ValidateCreate(context.Background(), nsPool("p", "vc01.example", "vm-1")); err == nil {
 		t.Error("a validator without a credentials policy must allow no namespace")
 	}
 }
 
 func TestClaimsSeeThroughServerSpellings(t *testing.T) {
 	for _, spelling := range []string{"https://vc01.example/sdk/", "vc01.example.", "VC01.example:443", "vc01.example"} {
-		v := validator(t, pool("older", "vc01.example", "vm-1"))
-		_, err := v.ValidateCreate(context.Background(), pool("newer", spelling, "vm-1"))
+		v := validator(t, nsPool("older", "vc01.example", "vm-1"))
+		_, err := v.ValidateCreate(context.Background(), nsPool("newer", spelling, "vm-1"))
 		if err == nil || !strings.Contains(err.Error(), `already claimed by GPUPoolProfile "older"`) {
 			t.Errorf("server %q: got %v, want the claim refused", spelling, err)
 		}
@@ -74,8 +74,8 @@ func TestClaimsSeeThroughServerSpellings(t *testing.T) {
 // paused, have its finalizer removed, be deleted and be changed in ways that do not
 // touch its claims; a change that adds a claimed VM is refused.
 func TestUpdatesOfAConflictingPool(t *testing.T) {
-	older := pool("older", "vc01.example", "vm-1")
-	newer := pool("newer", "https://vc01.example/sdk", "vm-1", "vm-2")
+	older := nsPool("older", "vc01.example", "vm-1", "vm-5")
+	newer := nsPool("newer", "https://vc01.example/sdk", "vm-1", "vm-2")
 	newer.Finalizers = []string{"gpupool.dev/finalizer"}
 	v := validator(t, older, newer)
 	ctx := context.Background()
@@ -113,9 +113,17 @@ func TestUpdatesOfAConflictingPool(t *testing.T) {
 			t.Errorf("%s: refused: %v", name, err)
 		}
 	}
+	// A VM added is checked against the other pools: one the older pool claims is
+	// refused, a free one is not (the conflict the pool already had is the controller's
+	// to hold).
+	if err := update(func(p *gpupoolv1.GPUPoolProfile) {
+		p.Spec.Layouts[0].Workers = append(p.Spec.Layouts[0].Workers, gpupoolv1.Worker{VM: "vm-5", Profile: "grid_p100-4q"})
+	}); err == nil {
+		t.Error("adding a VM another pool claims must be refused")
+	}
 	if err := update(func(p *gpupoolv1.GPUPoolProfile) {
 		p.Spec.Layouts[0].Workers = append(p.Spec.Layouts[0].Workers, gpupoolv1.Worker{VM: "vm-3", Profile: "grid_p100-4q"})
-	}); err == nil {
-		t.Error("a change of claims must be checked against the other pools")
+	}); err != nil {
+		t.Errorf("adding a free VM to a pool with an old conflict was refused: %v", err)
 	}
 }

@@ -1,90 +1,59 @@
 // Package webhook serves the GPUPoolProfile validating webhook. It checks what the CRD's
-// OpenAPI schema and CEL rules cannot express: cron expressions, IANA time zones, and
-// VMs claimed by another GPUPoolProfile.
+// OpenAPI schema and CEL rules cannot express: cron expressions, IANA time zones, node
+// labels and taints as a Node's are checked, the vCenter server, VM paths and names,
+// and VMs claimed by another GPUPoolProfile. Every refusal names the field (with its
+// index), quotes the value (cut when long) and says what to write instead.
 package webhook
 
 import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"path"
-	"strings"
-	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/cronspec"
-	"github.com/gpupool/gpupool/internal/inventory"
-	"github.com/gpupool/gpupool/vsphere"
+	"github.com/gpupool/gpupool/internal/vcenter"
 )
 
 // ValidateSpec checks a spec on its own, without looking at other objects. It is pure so
 // that the planner's assumptions (everything here holds) can be unit-tested.
 func ValidateSpec(spec *gpupoolv1.GPUPoolProfileSpec) field.ErrorList {
-	var errs field.ErrorList
 	specPath := field.NewPath("spec")
+	errs := validateVCenter(specPath.Child("vcenter"), &spec.VCenter)
 
 	layouts := map[string]bool{}
-	for i, l := range spec.Layouts {
+	for i := range spec.Layouts {
+		l := &spec.Layouts[i]
 		lp := specPath.Child("layouts").Index(i)
 		if layouts[l.Name] {
 			errs = append(errs, field.Duplicate(lp.Child("name"), l.Name))
 		}
 		layouts[l.Name] = true
-		seen := map[string]int{}
-		for j, w := range l.Workers {
-			wp := lp.Child("workers").Index(j)
-			key := vmKey(w.VM)
-			if k, dup := seen[key]; dup {
-				errs = append(errs, field.Invalid(wp.Child("vm"), w.VM,
-					fmt.Sprintf("VM is already listed in layout %q as workers[%d]; list each VM once per layout", l.Name, k)))
-				continue
-			}
-			seen[key] = j
-			if _, err := inventory.ProfileFrameBufferMiB(w.Profile); err != nil {
-				errs = append(errs, field.Invalid(wp.Child("profile"), w.Profile, err.Error()))
-			}
-		}
+		errs = append(errs, validateWorkers(lp, l, spec.VCenter.Datacenter)...)
+		errs = append(errs, validateNodeLabels(lp.Child("nodeLabels"), l.NodeLabels)...)
+		errs = append(errs, validateNodeTaints(lp.Child("nodeTaints"), l.NodeTaints)...)
 	}
+	errs = append(errs, validateWorkerNodes(specPath, spec)...)
 
-	if b := spec.VCenter.CABundle; len(b) > 0 {
-		if err := checkPEM(b); err != nil {
-			errs = append(errs, field.Invalid(specPath.Child("vcenter", "caBundle"), "<PEM data>", err.Error()))
+	known := func(p *field.Path, name string) *field.Error {
+		if layouts[name] {
+			return nil
 		}
+		return field.Invalid(p, shown(name), fmt.Sprintf("names no layout; the layouts are %s: write one of them, or add a layout named %q to spec.layouts",
+			quoteList(names(spec.Layouts)), shown(name)))
 	}
-
-	known := func(p *field.Path, name string) {
-		if !layouts[name] {
-			errs = append(errs, field.NotFound(p, fmt.Sprintf("%s (layouts are: %s; add the layout or fix the name)", name, strings.Join(names(spec.Layouts), ", "))))
-		}
+	if e := known(specPath.Child("defaultLayout"), spec.DefaultLayout); e != nil {
+		errs = append(errs, e)
 	}
-	known(specPath.Child("defaultLayout"), spec.DefaultLayout)
 	if o := spec.Override; o != nil {
-		known(specPath.Child("override", "layout"), o.Layout)
+		if e := known(specPath.Child("override", "layout"), o.Layout); e != nil {
+			errs = append(errs, e)
+		}
 	}
-
 	if s := spec.Schedule; s != nil {
-		sp := specPath.Child("schedule")
-		if s.TimeZone != "" {
-			if _, err := time.LoadLocation(s.TimeZone); err != nil || s.TimeZone == "Local" {
-				errs = append(errs, field.Invalid(sp.Child("timeZone"), s.TimeZone,
-					"not a known IANA time zone; use a name such as UTC, Europe/Berlin or America/New_York"))
-			}
-		}
-		if s.LeadTime != nil && s.LeadTime.Duration < 0 {
-			errs = append(errs, field.Invalid(sp.Child("leadTime"), s.LeadTime.Duration.String(), "must not be negative"))
-		}
-		for i, w := range s.Windows {
-			wp := sp.Child("windows").Index(i)
-			known(wp.Child("layout"), w.Layout)
-			if _, err := cronspec.Parse(w.Start); err != nil {
-				errs = append(errs, field.Invalid(wp.Child("start"), w.Start, err.Error()))
-			}
-			if w.Duration.Duration <= 0 {
-				errs = append(errs, field.Invalid(wp.Child("duration"), w.Duration.Duration.String(), "must be positive, such as 12h"))
-			}
-		}
+		errs = append(errs, validateSchedule(specPath.Child("schedule"), s, known)...)
 	}
 	if d := spec.Drain.Timeout; d != nil && d.Duration <= 0 {
 		errs = append(errs, field.Invalid(specPath.Child("drain", "timeout"), d.Duration.String(), "must be a positive duration such as 10m"))
@@ -95,9 +64,28 @@ func ValidateSpec(spec *gpupoolv1.GPUPoolProfileSpec) field.ErrorList {
 	return errs
 }
 
+// ValidateName checks what gpupool writes of the object's name: the pool name is the
+// value of the gpupool.dev/pool label on every node of the pool, so it must be a valid
+// label value (at most 63 characters). The CRD's CEL rule says the same; this is for
+// clients that reach the webhook with an older CRD.
+func ValidateName(name string) field.ErrorList {
+	if msgs := validation.IsValidLabelValue(name); len(msgs) > 0 {
+		return field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), shown(name), fmt.Sprintf(
+			"is written into the node label gpupool.dev/pool, whose value must be at most 63 characters (this name has %d); choose a shorter name", len(name)))}
+	}
+	return nil
+}
+
 // ValidateClaims rejects VMs of spec that another GPUPoolProfile on the same vCenter and
-// datacenter already lists: two pools driving one VM would fight over it.
+// datacenter already lists: two pools driving one VM would fight over it. Servers are
+// compared normalized (vcenter.NormalizeServer), so "https://VC01.example:443/sdk/" and
+// "vc01.example" are one vCenter.
 func ValidateClaims(name string, spec *gpupoolv1.GPUPoolProfileSpec, others []gpupoolv1.GPUPoolProfile) field.ErrorList {
+	return validateClaims(name, spec, others, nil)
+}
+
+// validateClaims is ValidateClaims without the VMs in skip (by vmKey).
+func validateClaims(name string, spec *gpupoolv1.GPUPoolProfileSpec, others []gpupoolv1.GPUPoolProfile, skip map[string]bool) field.ErrorList {
 	claimed := map[string]string{}
 	for i := range others {
 		o := &others[i]
@@ -116,27 +104,20 @@ func ValidateClaims(name string, spec *gpupoolv1.GPUPoolProfileSpec, others []gp
 		for j, w := range l.Workers {
 			key := vmKey(w.VM)
 			owner, taken := claimed[key]
-			if !taken || reported[key] {
+			if !taken || reported[key] || skip[key] {
 				continue
 			}
 			reported[key] = true
 			p := field.NewPath("spec", "layouts").Index(i).Child("workers").Index(j).Child("vm")
-			errs = append(errs, field.Invalid(p, w.VM, fmt.Sprintf(
-				"VM is already claimed by GPUPoolProfile %q on the same vCenter; a VM can belong to one pool only: remove it from one of them", owner)))
+			errs = append(errs, field.Invalid(p, shown(w.VM), fmt.Sprintf(
+				"VM is already claimed by GPUPoolProfile %q on the same vCenter and datacenter; a VM can belong to one pool only: remove it from one of them", owner)))
 		}
 	}
 	return errs
 }
 
-// vmKey identifies a VM given by name or inventory path. vCenter keeps VM names unique
-// within a folder, and gpupool requires them unique within a datacenter, so the last
-// path element identifies the VM.
-func vmKey(vm string) string {
-	return path.Base(strings.TrimSuffix(vm, "/"))
-}
-
 func sameDatacenter(a, b *gpupoolv1.VCenterSpec) bool {
-	return vsphere.CanonicalServer(a.Server) == vsphere.CanonicalServer(b.Server) && a.Datacenter == b.Datacenter
+	return vcenter.SameServer(a.Server, b.Server) && dcPath(a.Datacenter) == dcPath(b.Datacenter)
 }
 
 // checkPEM makes sure a CA bundle holds at least one certificate, so that a pasted key or
@@ -150,7 +131,7 @@ func checkPEM(b []byte) error {
 			break
 		}
 		if blk.Type != "CERTIFICATE" {
-			return fmt.Errorf("holds a PEM block of type %q; put only CA certificates (BEGIN CERTIFICATE) here", blk.Type)
+			return fmt.Errorf("holds a PEM block of type %q; put only CA certificates (BEGIN CERTIFICATE) here", shown(blk.Type))
 		}
 		if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
 			return fmt.Errorf("holds a certificate that does not parse (%w); paste the PEM of the CA that signed the vCenter certificate", err)

@@ -77,7 +77,7 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 		}
 		if strings.HasPrefix(name, "gpu-day-") {
 			if n.Labels["gpupool.dev/layout"] != "day" || n.Labels["gpupool.dev/vgpu-profile"] != "grid_p100-4q" ||
-				n.Labels["gpupool.dev/vgpu-memory-mib"] != "4096" || n.Labels["gpupool.dev/workload"] != "inference" || n.Spec.Unschedulable {
+				n.Labels["gpupool.dev/vgpu-memory-mib"] != "4096" || n.Labels["lab.example/workload"] != "inference" || n.Spec.Unschedulable {
 				t.Errorf("node %s: labels %v unschedulable %v, want day labels and schedulable", name, n.Labels, n.Spec.Unschedulable)
 			}
 		} else if n.Labels["gpupool.dev/parked"] != "true" {

@@ -101,10 +101,10 @@ func (e *Env) DemoPoolSpec(now time.Time, nightFor time.Duration) *gpupoolv1.GPU
 				CredentialsSecretRef: gpupoolv1.SecretReference{Name: "vcenter-credentials", Namespace: "gpupool-system"}},
 			Layouts: []gpupoolv1.Layout{
 				{Name: "day", Workers: w("grid_p100-4q", "gpu-day-1", "gpu-day-2", "gpu-day-3", "gpu-day-4"),
-					NodeLabels: map[string]string{"gpupool.dev/workload": "inference"}},
+					NodeLabels: map[string]string{"lab.example/workload": "inference"}},
 				{Name: "night", Workers: w("grid_p100-16q", "gpu-night-1"),
-					NodeLabels: map[string]string{"gpupool.dev/workload": "training"},
-					NodeTaints: []corev1.Taint{{Key: "gpupool.dev/training", Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+					NodeLabels: map[string]string{"lab.example/workload": "training"},
+					NodeTaints: []corev1.Taint{{Key: "lab.example/training", Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
 			},
 			Schedule: &gpupoolv1.Schedule{TimeZone: "UTC", Windows: []gpupoolv1.Window{{
 				Layout: "night", Start: fmt.Sprintf("%d %d * * *", start.Minute(), start.Hour()),
@@ -136,11 +136,11 @@ func (e *Env) applyWorkloads(ctx context.Context) error {
 					Containers: []corev1.Container{{Name: "server", Image: "inference:demo"}},
 					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 						RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
-							{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "gpupool.dev/workload", Operator: corev1.NodeSelectorOpIn, Values: []string{"inference"}}}},
+							{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "lab.example/workload", Operator: corev1.NodeSelectorOpIn, Values: []string{"inference"}}}},
 							{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "node.gpupool.dev/cpu-only", Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}}},
 						}},
 						PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 100, Preference: corev1.NodeSelectorTerm{
-							MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "gpupool.dev/workload", Operator: corev1.NodeSelectorOpIn, Values: []string{"inference"}}}}}},
+							MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "lab.example/workload", Operator: corev1.NodeSelectorOpIn, Values: []string{"inference"}}}}}},
 					}},
 					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "kubernetes.io/hostname",
 						WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
@@ -158,8 +158,8 @@ func (e *Env) applyWorkloads(ctx context.Context) error {
 		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers:    []corev1.Container{{Name: "train", Image: "training:demo"}},
-			NodeSelector:  map[string]string{"gpupool.dev/workload": "training"},
-			Tolerations:   []corev1.Toleration{{Key: "gpupool.dev/training", Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
+			NodeSelector:  map[string]string{"lab.example/workload": "training"},
+			Tolerations:   []corev1.Toleration{{Key: "lab.example/training", Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
 		}}},
 	}
 	for _, o := range []client.Object{dep, pdb, job} {

@@ -1,0 +1,117 @@
+package webhook
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Node labels and taints are checked with apimachinery's own functions, the ones the API
+// server applies to a Node, so that a layout that passes admission cannot fail at the
+// relabel step in the middle of a transition. The property test dry-run-creates a Node
+// with them on a real API server, so drift in these rules is caught.
+
+// GPUPoolPrefix is the label and taint prefix gpupool manages itself: pool, layout,
+// vgpu-profile, vgpu-memory-mib, parked (label and taint) and its annotations.
+const GPUPoolPrefix = "gpupool.dev"
+
+// reservedKey says why a label or taint key must not be set by a layout, or "" when it
+// may be. gpupool's own keys would be overwritten by gpupool (or fight with it); keys in
+// the kubernetes.io and k8s.io namespaces belong to the kubelet, the node lifecycle
+// controller and the cloud provider, which set and remove them on their own.
+func reservedKey(key string) string {
+	prefix, _, found := strings.Cut(key, "/")
+	if !found {
+		return ""
+	}
+	prefix = strings.ToLower(prefix)
+	switch {
+	case prefix == GPUPoolPrefix:
+		return fmt.Sprintf("is managed by gpupool itself (%s/pool, layout, vgpu-profile, vgpu-memory-mib and the parked label and taint); use a prefix of your own, such as example.com/%s", GPUPoolPrefix, shown(key[strings.Index(key, "/")+1:]))
+	case isInDomain(prefix, "kubernetes.io"), isInDomain(prefix, "k8s.io"):
+		return "belongs to Kubernetes (the kubelet, the node lifecycle controller or the cloud provider set and remove it, for example kubernetes.io/hostname, node-role.kubernetes.io/*, node.kubernetes.io/*); use a prefix of your own, such as example.com/role"
+	}
+	return ""
+}
+
+func isInDomain(prefix, domain string) bool {
+	return prefix == domain || strings.HasSuffix(prefix, "."+domain)
+}
+
+// validateNodeLabels checks a layout's nodeLabels as a Node's labels are checked.
+func validateNodeLabels(p *field.Path, labels map[string]string) field.ErrorList {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var errs field.ErrorList
+	for _, k := range keys {
+		kp := p.Key(shown(k))
+		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(kp, shown(k), "is not a valid label key: "+strings.Join(msgs, "; ")+
+				"; write an optional DNS prefix and a name of at most 63 letters, digits, '-', '_' or '.', such as example.com/workload"))
+		} else if why := reservedKey(k); why != "" {
+			errs = append(errs, field.Invalid(kp, shown(k), "label key "+why))
+		}
+		v := labels[k]
+		if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(kp, shown(v), "is not a valid label value: "+strings.Join(msgs, "; ")+
+				"; write at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, such as inference"))
+		}
+	}
+	return errs
+}
+
+// taintEffects are the effects a Node's taint may have (core/v1 validation refuses an
+// empty effect on a Node).
+var taintEffects = []string{string(corev1.TaintEffectNoSchedule), string(corev1.TaintEffectPreferNoSchedule), string(corev1.TaintEffectNoExecute)}
+
+// validateNodeTaints checks a layout's nodeTaints as a Node's taints are checked: a
+// qualified key, a label-value value, a known effect, and one taint per key and effect.
+func validateNodeTaints(p *field.Path, taints []corev1.Taint) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]int{}
+	for i, t := range taints {
+		tp := p.Index(i)
+		switch {
+		case t.Key == "":
+			errs = append(errs, field.Required(tp.Child("key"), "a taint needs a key, such as example.com/training"))
+		case len(validation.IsQualifiedName(t.Key)) > 0:
+			errs = append(errs, field.Invalid(tp.Child("key"), shown(t.Key), "is not a valid taint key: "+strings.Join(validation.IsQualifiedName(t.Key), "; ")+
+				"; write an optional DNS prefix and a name of at most 63 letters, digits, '-', '_' or '.', such as example.com/training"))
+		default:
+			if why := reservedKey(t.Key); why != "" {
+				errs = append(errs, field.Invalid(tp.Child("key"), shown(t.Key), "taint key "+why))
+			}
+		}
+		if t.Value != "" {
+			if msgs := validation.IsValidLabelValue(t.Value); len(msgs) > 0 {
+				errs = append(errs, field.Invalid(tp.Child("value"), shown(t.Value), "is not a valid taint value: "+strings.Join(msgs, "; ")+
+					"; write at most 63 letters, digits, '-', '_' or '.', such as true"))
+			}
+		}
+		switch t.Effect {
+		case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		case "":
+			errs = append(errs, field.Required(tp.Child("effect"), "a node taint needs an effect: NoSchedule, PreferNoSchedule or NoExecute"))
+		default:
+			errs = append(errs, field.NotSupported(tp.Child("effect"), shown(string(t.Effect)), taintEffects))
+		}
+		if t.TimeAdded != nil {
+			errs = append(errs, field.Forbidden(tp.Child("timeAdded"), "is set by Kubernetes when the taint is added; remove it"))
+		}
+		k := t.Key + "\x00" + string(t.Effect)
+		if j, dup := seen[k]; dup && t.Key != "" {
+			errs = append(errs, field.Invalid(tp, fmt.Sprintf("%s:%s", shown(t.Key), t.Effect), fmt.Sprintf(
+				"repeats the key and effect of nodeTaints[%d]; a node holds one taint per key and effect: remove one or give it another effect", j)))
+			continue
+		}
+		seen[k] = i
+	}
+	return errs
+}

@@ -118,12 +118,13 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.
 		return err
 	}
 	r := &controllers.GPUPoolProfileReconciler{
-		Client:      mgr.GetClient(),
-		APIReader:   mgr.GetAPIReader(),
-		Recorder:    mgr.GetEventRecorder("gpupool"),
-		Clock:       clock.RealClock{},
-		VSphere:     conn,
-		Credentials: creds,
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Recorder:                mgr.GetEventRecorder("gpupool"),
+		Clock:                   clock.RealClock{},
+		VSphere:                 conn,
+		Credentials:             creds,
+		MaxConcurrentReconciles: *maxConcurrentReconciles,
 	}
 	return r.SetupWithManager(ctx, mgr)
 }

@@ -8,6 +8,18 @@ CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT ?= $(BIN_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 GO_TEST_FLAGS ?= -race -count=1
+# The version binaries print (--version) and the image carries: 'git describe'.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS ?= -s -w -X github.com/gpupool/gpupool/internal/version.Version=$(VERSION)
+# The image built by 'make image' and the image the install manifest and chart name.
+IMAGE_REPO ?= ghcr.io/gpupool/gpupool
+IMG ?= $(IMAGE_REPO):$(VERSION)
+# The release the committed dist/install.yaml and chart point at.
+RELEASE_VERSION ?= v0.1.0
+RELEASE_IMG ?= $(IMAGE_REPO):$(RELEASE_VERSION)
+PLATFORMS ?= linux/amd64 linux/arm64
+DIST_DIR ?= $(CURDIR)/dist
+KUSTOMIZE ?= go run sigs.k8s.io/kustomize/kustomize/v5@v5.8.1
 # envtest finds kube-apiserver, etcd and kubectl here.
 export KUBEBUILDER_ASSETS := $(BIN_DIR)
 
@@ -75,11 +87,23 @@ bench: ## Run the benchmarks and print a table.
 
 .PHONY: build
 build: ## Build the manager, vgpusim, the local-environment launcher, govc and the kubectl plugin into bin/.
-	go build -o $(BIN_DIR)/manager ./cmd/manager
+	go build -ldflags "$(LDFLAGS)" -o $(BIN_DIR)/manager ./cmd/manager
 	go build -o $(BIN_DIR)/vgpusim ./cmd/vgpusim
 	go build -o $(BIN_DIR)/gpupool-local ./cmd/gpupool-local
 	go build -o $(BIN_DIR)/govc ./test/vgpusim/internal/govc
-	go build -o $(BIN_DIR)/kubectl-gpupool ./cmd/kubectl-gpupool
+	go build -ldflags "$(LDFLAGS)" -o $(BIN_DIR)/kubectl-gpupool ./cmd/kubectl-gpupool
+
+CA_CERTS ?= /etc/ssl/certs/ca-certificates.crt
+.PHONY: image
+image: ## Build the manager's OCI image (linux/amd64, linux/arm64) from scratch into dist/: no daemon, no base image.
+	@test -s $(CA_CERTS) || { echo "$(CA_CERTS) is missing: install Debian's ca-certificates (apt-get install -y ca-certificates)"; exit 1; }
+	@for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
+	  echo "go build $$p"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST_DIR)/bin/$${os}_$${arch}/manager ./cmd/manager; \
+	done
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) go run ./hack/image --out $(DIST_DIR) --image $(IMG) \
+	  --version $(VERSION) --revision $$(git rev-parse HEAD 2>/dev/null) --ca-certs $(CA_CERTS) \
+	  $(foreach p,$(PLATFORMS),--binary $(p)=$(DIST_DIR)/bin/$(subst /,_,$(p))/manager)
 
 ##@ Local environment
 

@@ -47,9 +47,11 @@ func main() {
 	flag.StringVar(&certDir, "webhook-cert-dir", "", "Folder with tls.crt and tls.key for the webhook server (default: the controller-runtime default).")
 	flag.StringVar(&webhookHost, "webhook-host", "", "Address the webhook server binds to (default: all).")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	certOpts := bindWebhookCertFlags(flag.CommandLine)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	exitIfVersion()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
@@ -72,7 +74,7 @@ func main() {
 		os.Exit(1)
 	}
 	if enableWebhook {
-		if err := (&gpwebhook.Validator{}).SetupWithManager(mgr); err != nil {
+		if err := setupWebhook(mgr, certOpts, certDir, func() error { return (&gpwebhook.Validator{}).SetupWithManager(mgr) }); err != nil {
 			log.Error(err, "Unable to set up webhook")
 			os.Exit(1)
 		}

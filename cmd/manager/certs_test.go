@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,7 +44,7 @@ const (
 // and re-injected; after each, a client trusting only the webhook configuration's
 // caBundle completes a TLS handshake for the Service's DNS name, as the API server does.
 func TestSelfManagedWebhookCertificates(t *testing.T) {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(testWriter{t})))
+	logs.start(t)
 	env, cfg, err := testenv.Start(testenv.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -224,9 +225,31 @@ func freeTestPort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-type testWriter struct{ t *testing.T }
+// logs collects the manager's log (the logger is global) and prints it when a test fails.
+var logs = &testLogs{}
 
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(bytes.TrimRight(p, "\n")))
-	return len(p), nil
+type testLogs struct {
+	once sync.Once
+	mu   sync.Mutex
+	buf  bytes.Buffer
+}
+
+func (l *testLogs) start(t *testing.T) {
+	l.once.Do(func() { ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(l))) })
+	l.mu.Lock()
+	l.buf.Reset()
+	l.mu.Unlock()
+	t.Cleanup(func() {
+		if t.Failed() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			t.Log("manager log:\n" + l.buf.String())
+		}
+	})
+}
+
+func (l *testLogs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
 }

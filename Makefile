@@ -109,6 +109,11 @@ build-installer: ## Render dist/install.yaml (self-managed webhook certificates)
 	  rm -rf $$dir; echo "wrote $(DIST_DIR)/$${overlay#*:}.yaml"; \
 	done
 
+HOST_PLATFORM := linux/$(shell go env GOARCH)
+.PHONY: image-host
+image-host: ## Build the image for this machine's platform only (what the local environment runs).
+	$(MAKE) image PLATFORMS=$(HOST_PLATFORM)
+
 CA_CERTS ?= /etc/ssl/certs/ca-certificates.crt
 .PHONY: image
 image: ## Build the manager's OCI image (linux/amd64, linux/arm64) from scratch into dist/: no daemon, no base image.
@@ -124,12 +129,12 @@ image: ## Build the manager's OCI image (linux/amd64, linux/arm64) from scratch 
 ##@ Local environment
 
 .PHONY: demo
-demo: controlplane build ## Show a day -> night -> day switch on a local cluster, then stop everything.
+demo: controlplane build image-host ## Show a day -> night -> day switch on a local cluster, then stop everything.
 	$(BIN_DIR)/gpupool-local demo $(DEMO_FLAGS)
 
 LOCAL_DIR ?= $(CURDIR)/.local-env
 .PHONY: up
-up: controlplane build ## Start the local environment in LOCAL_DIR and return when it is ready.
+up: controlplane build image-host ## Start the local environment in LOCAL_DIR and return when it is ready.
 	$(BIN_DIR)/gpupool-local up --dir $(LOCAL_DIR)
 
 .PHONY: down
@@ -137,5 +142,5 @@ down: ## Stop the local environment in LOCAL_DIR.
 	@if [ -x $(BIN_DIR)/gpupool-local ]; then $(BIN_DIR)/gpupool-local down --dir $(LOCAL_DIR); fi
 
 .PHONY: test-e2e
-test-e2e: controlplane build ## Run the end-to-end test: the demo scenario on the local environment, with assertions.
+test-e2e: controlplane build image-host ## Run the end-to-end test: the demo scenario on the local environment (the manager from the image), with assertions.
 	go test -tags e2e -count=1 -v -timeout 20m ./test/e2e/

@@ -26,8 +26,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	gpwebhook "github.com/gpupool/gpupool/internal/webhook"
 	"github.com/gpupool/gpupool/internal/testenv"
+	gpwebhook "github.com/gpupool/gpupool/internal/webhook"
 )
 
 const (

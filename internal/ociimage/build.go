@@ -48,6 +48,7 @@ type file struct {
 	mode int64
 	data []byte
 	dir  bool
+	uid  int
 }
 
 // Build returns an OCI image index with one image per platform.
@@ -67,7 +68,7 @@ func Build(s Spec) (v1.ImageIndex, error) {
 		{name: "etc/passwd", mode: 0o644, data: []byte(fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:/home/nonroot:/sbin/nologin\n", NonRoot, NonRoot))},
 		{name: "etc/group", mode: 0o644, data: []byte(fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", NonRoot))},
 		{name: "home", dir: true, mode: 0o755},
-		{name: "home/nonroot", dir: true, mode: 0o700},
+		{name: "home/nonroot", dir: true, mode: 0o700, uid: NonRoot},
 		{name: "tmp", dir: true, mode: 0o1777},
 	}
 	if s.License != "" {
@@ -153,7 +154,7 @@ func layer(files []file, mtime time.Time) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, f := range files {
-		h := &tar.Header{Name: f.name, Mode: f.mode, ModTime: mtime, Format: tar.FormatPAX, Uname: "root", Gname: "root"}
+		h := &tar.Header{Name: f.name, Mode: f.mode, ModTime: mtime, Format: tar.FormatPAX, Uid: f.uid, Gid: f.uid}
 		if f.dir {
 			h.Typeflag, h.Name = tar.TypeDir, f.name+"/"
 		} else {

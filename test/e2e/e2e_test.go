@@ -28,7 +28,9 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 	root := testenv.Root()
 	dir := t.TempDir()
 	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"),
-		Inventory: filepath.Join(root, "test", "vgpusim", "testdata", "daynight.yaml"), Log: os.Stdout}
+		Inventory: filepath.Join(root, "test", "vgpusim", "testdata", "daynight.yaml"), Log: os.Stdout,
+		// The manager runs from the image 'make image' built: a broken image fails the test.
+		Image: filepath.Join(root, "dist", "image")}
 	ctx := context.Background()
 	env, err := localenv.Up(ctx, opts)
 	if err != nil {

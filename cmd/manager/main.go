@@ -101,6 +101,9 @@ func main() {
 
 // setupControllers registers the reconcilers with the manager.
 func setupControllers(ctx context.Context, mgr ctrl.Manager) error {
+	if err := registerPoolMetrics(mgr); err != nil {
+		return err
+	}
 	r := &controllers.GPUPoolProfileReconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),

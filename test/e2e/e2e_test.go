@@ -44,10 +44,14 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 		}
 	})
 
+	scraper := startMetricsScraper(t, dir)
 	res, err := localenv.RunDemo(ctx, env, os.Stdout, 2*time.Minute, 12*time.Minute)
+	seen, scrapes := scraper.Stop()
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every metric the alerts and the Grafana dashboard query is one the manager exports.
+	checkMetricNames(t, root, seen, scrapes)
 	if got := strings.Join(res.Layouts, ","); got != "day,night,day" {
 		t.Errorf("layouts %s, want day,night,day", got)
 	}

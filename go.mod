@@ -1,6 +1,8 @@
 module github.com/gpupool/gpupool
 
-go 1.26.8
+go 1.26.0
+
+toolchain go1.26.8
 
 require (
 	github.com/go-logr/logr v1.4.4

@@ -8,6 +8,8 @@ CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT ?= $(BIN_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 GO_TEST_FLAGS ?= -race -count=1
+HELM_VERSION ?= v3.22.0
+HELM ?= $(BIN_DIR)/helm-$(HELM_VERSION)
 # The version binaries print (--version) and the image carries: 'git describe'.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS ?= -s -w -X github.com/gpupool/gpupool/internal/version.Version=$(VERSION)
@@ -57,15 +59,20 @@ vet: ## Run go vet.
 lint: $(GOLANGCI_LINT) ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
+$(HELM):
+	mkdir -p $(BIN_DIR)
+	GOBIN=$(BIN_DIR)/.helm go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(BIN_DIR)/.helm/helm $@ && rm -rf $(BIN_DIR)/.helm
+
 $(GOLANGCI_LINT):
 	mkdir -p $(BIN_DIR)
 	GOBIN=$(BIN_DIR)/.golangci go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(BIN_DIR)/.golangci/golangci-lint $@ && rm -rf $(BIN_DIR)/.golangci
 
-VERIFY_PATHS := api config test/crds go.mod go.sum dist/install.yaml dist/install-cert-manager.yaml
+VERIFY_PATHS := api config test/crds go.mod go.sum dist/install.yaml dist/install-cert-manager.yaml charts
 .PHONY: verify
 verify: ## Fail when generated files or go.mod/go.sum are stale.
-	$(MAKE) generate manifests build-installer
+	$(MAKE) generate manifests build-installer chart
 	go mod tidy
 	@git diff --exit-code -- $(VERIFY_PATHS) || { echo "generated files or go.mod/go.sum are stale: run 'make generate manifests build-installer' and 'go mod tidy', then commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(VERIFY_PATHS))" || { git status --porcelain -- $(VERIFY_PATHS); echo "untracked generated files: commit them"; exit 1; }
@@ -77,8 +84,8 @@ controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kube-sched
 	BIN_DIR=$(BIN_DIR) hack/build-controlplane.sh
 
 .PHONY: test
-test: controlplane ## Run all tests (unit and envtest), building the control plane first if needed.
-	go test $(GO_TEST_FLAGS) ./...
+test: controlplane $(HELM) ## Run all tests (unit, envtest, the chart and install manifests), building the control plane and helm first if needed.
+	HELM=$(HELM) go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench
 bench: ## Run the benchmarks and print a table.
@@ -108,6 +115,16 @@ build-installer: ## Render dist/install.yaml (self-managed webhook certificates)
 	    $(KUSTOMIZE) build $$dir; } >$(DIST_DIR)/$${overlay#*:}.yaml; \
 	  rm -rf $$dir; echo "wrote $(DIST_DIR)/$${overlay#*:}.yaml"; \
 	done
+
+CHART_DIR := charts/gpupool
+.PHONY: chart
+chart: ## Copy the generated CRD, RBAC rules, webhook rules, alerts and dashboard from config/ into the Helm chart.
+	cp config/crd/bases/gpupool.dev_gpupoolprofiles.yaml $(CHART_DIR)/crds/
+	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
+	cp config/rbac/leader_election_role.yaml $(CHART_DIR)/files/leader-election-role.yaml
+	cp config/webhook/manifests.yaml $(CHART_DIR)/files/webhook.yaml
+	cp config/prometheus/rules.yaml $(CHART_DIR)/files/prometheus-rules.yaml
+	cp config/prometheus/dashboard.json $(CHART_DIR)/files/dashboard.json
 
 HOST_PLATFORM := linux/$(shell go env GOARCH)
 .PHONY: image-host

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 )
 
 // Webhook certificate modes.
@@ -45,6 +45,37 @@ type webhookCertOptions struct {
 	// Rotation timing; zero values take cert-controller's defaults (CA 10 years, serving
 	// certificate 1 year, renewed 90 days before expiry, checked every 12 hours).
 	CAValidity, CertValidity, Lookahead, CheckEvery time.Duration
+
+	// ready is closed once the certificate is written and injected (self-managed mode).
+	ready chan struct{}
+}
+
+// wrap returns the webhook server to give the manager: in self-managed mode one that
+// starts serving only once the certificate is ready (the server reads the certificate
+// when it starts). The webhook is registered before the manager starts, as usual.
+func (o *webhookCertOptions) wrap(s webhook.Server) webhook.Server {
+	if o.Mode != certModeSelfManaged {
+		return s
+	}
+	if o.ready == nil {
+		o.ready = make(chan struct{})
+	}
+	return &gatedServer{Server: s, ready: o.ready}
+}
+
+// gatedServer delays the webhook server's start until ready is closed.
+type gatedServer struct {
+	webhook.Server
+	ready <-chan struct{}
+}
+
+func (g *gatedServer) Start(ctx context.Context) error {
+	select {
+	case <-g.ready:
+	case <-ctx.Done():
+		return nil
+	}
+	return g.Server.Start(ctx)
 }
 
 func bindWebhookCertFlags(fs *flag.FlagSet) *webhookCertOptions {
@@ -68,30 +99,31 @@ func podNamespace() string {
 	return ""
 }
 
-// setupWebhookCerts prepares the serving certificate and returns a channel closed once
-// the webhook can be served (at once in external mode).
-func setupWebhookCerts(mgr manager.Manager, o *webhookCertOptions, certDir string) (<-chan struct{}, error) {
-	ready := make(chan struct{})
+// setupWebhookCerts prepares the serving certificate: in self-managed mode it adds the
+// rotator, which closes o.ready once the certificate is written and injected.
+func setupWebhookCerts(mgr manager.Manager, o *webhookCertOptions, certDir string) error {
 	switch o.Mode {
 	case certModeExternal:
-		close(ready)
-		return ready, nil
+		return nil
 	case certModeSelfManaged:
+		if _, gated := mgr.GetWebhookServer().(*gatedServer); !gated || o.ready == nil {
+			return errors.New("self-managed webhook certificates need the webhook server from webhookCertOptions.wrap")
+		}
 	default:
-		return nil, fmt.Errorf("--webhook-cert-mode: %q is neither %q nor %q", o.Mode, certModeExternal, certModeSelfManaged)
+		return fmt.Errorf("--webhook-cert-mode: %q is neither %q nor %q", o.Mode, certModeExternal, certModeSelfManaged)
 	}
 	ns := o.Namespace
 	if ns == "" {
 		ns = podNamespace()
 	}
 	if ns == "" {
-		return nil, errors.New("self-managed webhook certificates need the manager's namespace: set POD_NAMESPACE or --webhook-cert-namespace")
+		return errors.New("self-managed webhook certificates need the manager's namespace: set POD_NAMESPACE or --webhook-cert-namespace")
 	}
 	if certDir == "" {
-		return nil, errors.New("self-managed webhook certificates need --webhook-cert-dir (a writable folder, an emptyDir)")
+		return errors.New("self-managed webhook certificates need --webhook-cert-dir (a writable folder, an emptyDir)")
 	}
 	if err := os.MkdirAll(certDir, 0o700); err != nil {
-		return nil, err
+		return err
 	}
 	dns := fmt.Sprintf("%s.%s.svc", o.ServiceName, ns)
 	if err := rotator.AddRotator(mgr, &rotator.CertRotator{
@@ -101,7 +133,7 @@ func setupWebhookCerts(mgr manager.Manager, o *webhookCertOptions, certDir strin
 		CAOrganization: "gpupool",
 		DNSName:        dns,
 		ExtraDNSNames:  []string{dns + ".cluster.local"},
-		IsReady:        ready,
+		IsReady:        o.ready,
 		Webhooks:       []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Validating}},
 		FieldOwner:     "gpupool-manager",
 		// Every replica serves the webhook, so every replica keeps the certificate: the
@@ -113,16 +145,13 @@ func setupWebhookCerts(mgr manager.Manager, o *webhookCertOptions, certDir strin
 		LookaheadInterval:      o.Lookahead,
 		RotationCheckFrequency: o.CheckEvery,
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := mgr.Add(&certFileSync{client: cs, namespace: ns, name: o.SecretName, dir: certDir}); err != nil {
-		return nil, err
-	}
-	return ready, nil
+	return mgr.Add(&certFileSync{client: cs, namespace: ns, name: o.SecretName, dir: certDir})
 }
 
 // certFileSync writes the Secret's tls.crt and tls.key into the cert dir whenever the
@@ -200,32 +229,17 @@ func writeCertFiles(dir string, sec *corev1.Secret) error {
 	return nil
 }
 
-// setupWebhook registers the validating webhook. With self-managed certificates it
-// waits until the certificate is written and injected (the webhook server starts when the
-// first webhook is registered) and reports ready only then.
+// setupWebhook prepares the certificate and registers the validating webhook. With
+// self-managed certificates the manager reports ready only once the webhook serves.
 func setupWebhook(mgr manager.Manager, o *webhookCertOptions, certDir string, register func() error) error {
-	ready, err := setupWebhookCerts(mgr, o, certDir)
-	if err != nil {
+	if err := setupWebhookCerts(mgr, o, certDir); err != nil {
 		return err
 	}
-	if o.Mode == certModeExternal {
-		return register()
+	if err := register(); err != nil {
+		return err
 	}
-	done := make(chan struct{})
-	go func() {
-		<-ready
-		if err := register(); err != nil {
-			ctrl.Log.WithName("setup").Error(err, "Unable to set up webhook")
-			os.Exit(1)
-		}
-		close(done)
-	}()
-	return mgr.AddReadyzCheck("webhook", func(req *http.Request) error {
-		select {
-		case <-done:
-			return mgr.GetWebhookServer().StartedChecker()(req)
-		default:
-			return errors.New("the webhook certificate is not ready yet")
-		}
-	})
+	if o.Mode != certModeSelfManaged {
+		return nil
+	}
+	return mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker())
 }

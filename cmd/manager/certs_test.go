@@ -78,16 +78,16 @@ func TestSelfManagedWebhookCertificates(t *testing.T) {
 
 	port := freeTestPort(t)
 	certDir := filepath.Join(t.TempDir(), "serving-certs")
+	opts := &webhookCertOptions{Mode: certModeSelfManaged, Namespace: testNS, SecretName: testSecret, ServiceName: testService, WebhookConfig: testVWC}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "127.0.0.1:0",
-		WebhookServer:          webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir}),
+		WebhookServer:          opts.wrap(webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir})),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := &webhookCertOptions{Mode: certModeSelfManaged, Namespace: testNS, SecretName: testSecret, ServiceName: testService, WebhookConfig: testVWC}
 	if err := setupWebhook(mgr, opts, certDir, func() error { return (&gpwebhook.Validator{}).SetupWithManager(mgr) }); err != nil {
 		t.Fatal(err)
 	}

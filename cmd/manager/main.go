@@ -62,12 +62,12 @@ func main() {
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "gpupool.dev",
 		LeaderElectionNamespace: leaderNamespace,
-		WebhookServer: webhook.NewServer(webhook.Options{
+		WebhookServer: certOpts.wrap(webhook.NewServer(webhook.Options{
 			Host:    webhookHost,
 			Port:    webhookPort,
 			CertDir: certDir,
 			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }},
-		}),
+		})),
 	})
 	if err != nil {
 		log.Error(err, "Unable to create manager")

@@ -244,7 +244,7 @@ func (r *GPUPoolProfileReconciler) cordonAhead(ctx context.Context, s *scope, p 
 	var nodes []*corev1.Node
 	for _, hp := range p.Hosts {
 		for _, st := range hp.Steps {
-			if n := s.nodes[st.VM]; st.Action == plan.Drain && n != nil && !(n.Spec.Unschedulable && n.Labels[LabelPool] == s.pool.Name) {
+			if n := s.nodes[st.VM]; st.Action == plan.Drain && n != nil && (!n.Spec.Unschedulable || n.Labels[LabelPool] != s.pool.Name) {
 				nodes = append(nodes, n)
 			}
 		}

@@ -89,9 +89,11 @@ func TestNodeUpdatesThatDoNotMatterDoNotWake(t *testing.T) {
 			n.Status.Conditions = []corev1.NodeCondition{{Type: "MemoryPressure", LastHeartbeatTime: metav1.Now()}}
 		}, false},
 		"other annotation": {func(n *corev1.Node) { n.Annotations["node.alpha.kubernetes.io/ttl"] = "15" }, false},
-		"ready":            {func(n *corev1.Node) { n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}} }, true},
-		"cordon":           {func(n *corev1.Node) { n.Spec.Unschedulable = true }, true},
-		"label":            {func(n *corev1.Node) { n.Labels["lab.example/workload"] = "x" }, true},
+		"ready": {func(n *corev1.Node) {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		}, true},
+		"cordon": {func(n *corev1.Node) { n.Spec.Unschedulable = true }, true},
+		"label":  {func(n *corev1.Node) { n.Labels["lab.example/workload"] = "x" }, true},
 		"layout taint": {func(n *corev1.Node) {
 			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "lab.example/training", Effect: corev1.TaintEffectNoSchedule})
 		}, true},

@@ -24,6 +24,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/version"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
@@ -35,6 +36,10 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) error {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "version") {
+		fmt.Println("kubectl-gpupool", version.Get())
+		return nil
+	}
 	if len(args) < 2 || args[0] != "plan" {
 		return errors.New("usage: kubectl-gpupool plan NAME [--at RFC3339] [--layout NAME]")
 	}

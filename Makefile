@@ -161,5 +161,11 @@ down: ## Stop the local environment in LOCAL_DIR.
 	@if [ -x $(BIN_DIR)/gpupool-local ]; then $(BIN_DIR)/gpupool-local down --dir $(LOCAL_DIR); fi
 
 .PHONY: test-e2e
+BENCH_HOSTS ?= 4,16,64
+BENCH_FLAGS ?=
+.PHONY: bench-transition
+bench-transition: controlplane build image-host ## Benchmark day -> night -> day on the local environment at BENCH_HOSTS hosts and print a table (not part of make test).
+	$(BIN_DIR)/gpupool-local bench --hosts $(BENCH_HOSTS) --timeout 30m $(BENCH_FLAGS)
+
 test-e2e: controlplane build image-host ## Run the end-to-end test: the demo scenario on the local environment (the manager from the image), with assertions.
 	go test -tags e2e -count=1 -v -timeout 20m ./test/e2e/

@@ -30,7 +30,7 @@ func main() {
 }
 
 func usage() error {
-	return errors.New("usage: gpupool-local demo|up|down [--dir DIR] [--keep] (see README, 'Local environment')")
+	return errors.New("usage: gpupool-local demo|up|down|bench [--dir DIR] [--keep] (see README, 'Local environment')")
 }
 
 func run(ctx context.Context, args []string) error {
@@ -46,7 +46,8 @@ func run(ctx context.Context, args []string) error {
 	inventory := fs.String("inventory", "test/vgpusim/testdata/daynight.yaml", "vgpusim inventory")
 	keep := fs.Bool("keep", false, "demo: keep the environment up afterwards (stop it with 'down --dir DIR')")
 	night := fs.Duration("night", 2*time.Minute, "demo: how long the night window lasts")
-	timeout := fs.Duration("timeout", 10*time.Minute, "demo: give up after this long")
+	timeout := fs.Duration("timeout", 10*time.Minute, "demo, bench: give up after this long (bench: per size)")
+	bench := benchFlags(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -114,6 +115,8 @@ func run(ctx context.Context, args []string) error {
 		}
 		fmt.Println("==> stopped everything")
 		return errors.Join(demoErr, downErr)
+	case "bench":
+		return runBench(ctx, opts, bench, *timeout)
 	}
 	return usage()
 }

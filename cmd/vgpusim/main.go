@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -87,11 +88,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		expire = t.C
 	}
 	refusing := false
+	var writeCalls <-chan time.Time
+	if cfg.callsFile != "" {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		writeCalls = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			log.Info("Shutting down")
 			return 0
+		case <-writeCalls:
+			if b, err := json.Marshal(sim.CallCounts()); err == nil {
+				_ = writeFileAtomic(cfg.callsFile, string(b))
+			}
 		case <-expire:
 			sim.ExpireSessions()
 		case sig := <-signals:
@@ -117,6 +128,7 @@ type config struct {
 	password   string
 	envFile    string
 	sessionTTL time.Duration
+	callsFile  string
 	delays     durations
 	taskDelays durations
 	failures   failures
@@ -143,6 +155,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.password, "password", vgpusim.DefaultPassword, "the only accepted password")
 	fs.StringVar(&cfg.envFile, "env-file", "", "also write the export lines to this file (removed on exit)")
 	fs.DurationVar(&cfg.sessionTTL, "session-ttl", 0, "expire all sessions this often (0: never)")
+	fs.StringVar(&cfg.callsFile, "calls-file", "", "write the SOAP call counts, as a JSON object by method, to this file four times a second")
 	fs.Var(cfg.delays, "delay", "delay a SOAP method, as Method=duration (repeatable), e.g. PowerOnVM_Task=2s")
 	fs.Var(cfg.taskDelays, "task-delay", "keep tasks of a method running, as Method=duration (repeatable)")
 	fs.Var(cfg.failures, "fail", "fail the next N tasks of a method, as Method=N or Method=N:Fault (repeatable)")

@@ -55,6 +55,8 @@ type Options struct {
 	// Image is the manager image's OCI layout ('make image'): the manager runs from the
 	// image's files. Empty: BinDir/manager.
 	Image string
+	// VgpusimArgs are more flags for vgpusim, such as task delays.
+	VgpusimArgs []string
 }
 
 // Env is a running local environment.
@@ -143,7 +145,7 @@ func Up(ctx context.Context, o Options) (_ *Env, err error) {
 	// 2. vgpusim.
 	o.logf("==> starting vgpusim with %s", o.Inventory)
 	govcEnv := filepath.Join(o.Dir, "govc.env")
-	if _, err := e.spawn("vgpusim", bin("vgpusim"), "--inventory", o.Inventory, "--env-file", govcEnv); err != nil {
+	if _, err := e.spawn("vgpusim", bin("vgpusim"), append([]string{"--inventory", o.Inventory, "--env-file", govcEnv}, o.VgpusimArgs...)...); err != nil {
 		return nil, err
 	}
 	vars, err := waitEnvFile(ctx, govcEnv, 30*time.Second)

@@ -196,6 +196,18 @@ func (s *Sim) Calls(method string) int {
 	return s.ctl.calls[method]
 }
 
+// CallCounts is how many times each SOAP method was called since the start or
+// ResetCalls.
+func (s *Sim) CallCounts() map[string]int {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	out := make(map[string]int, len(s.ctl.calls))
+	for m, n := range s.ctl.calls {
+		out[m] = n
+	}
+	return out
+}
+
 // ResetCalls zeroes the call counts.
 func (s *Sim) ResetCalls() {
 	s.ctl.mu.Lock()

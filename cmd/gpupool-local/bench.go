@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpupool/gpupool/test/localenv"
+)
+
+type benchConfig struct {
+	hosts      *string
+	gpus       *int
+	pods       *bool
+	delays     *string
+	sequential *int
+	idle       *time.Duration
+}
+
+func benchFlags(fs *flag.FlagSet) benchConfig {
+	return benchConfig{
+		hosts:      fs.String("hosts", "4,16,64", "bench: the pool sizes to run, in ESXi hosts"),
+		gpus:       fs.Int("gpus", 4, "bench: GPUs per host"),
+		pods:       fs.Bool("pods", true, "bench: one light pod per day node"),
+		delays:     fs.String("task-delays", "SuspendVM_Task=2s,PowerOnVM_Task=3s,PowerOffVM_Task=2s,ReconfigVM_Task=2s", "bench: vgpusim task durations"),
+		sequential: fs.Int("sequential-hosts", 1, "bench: hosts the sequential script switches (extrapolated to all); 0 skips it"),
+		idle:       fs.Duration("idle", time.Minute, "bench: how long the manager's CPU use is measured at rest"),
+	}
+}
+
+// runBench runs the transition benchmark once per size, each on a fresh local
+// environment, and prints the table.
+func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout time.Duration) error {
+	delays := map[string]time.Duration{}
+	var vgArgs []string
+	for _, kv := range strings.Split(*c.delays, ",") {
+		if kv == "" {
+			continue
+		}
+		m, v, ok := strings.Cut(kv, "=")
+		d, err := time.ParseDuration(v)
+		if !ok || err != nil {
+			return fmt.Errorf("--task-delays: %q is not Method=duration", kv)
+		}
+		delays[m] = d
+		vgArgs = append(vgArgs, "--task-delay", kv)
+	}
+	var results []*localenv.BenchResult
+	var errs []error
+	for _, h := range strings.Split(*c.hosts, ",") {
+		hosts, err := strconv.Atoi(strings.TrimSpace(h))
+		if err != nil || hosts < 1 {
+			return fmt.Errorf("--hosts: %q is not a number of hosts", h)
+		}
+		r, err := benchOne(ctx, opts, vgArgs, localenv.BenchOptions{Hosts: hosts, GPUs: *c.gpus, Pods: *c.pods, TaskDelays: delays,
+			SequentialHosts: *c.sequential, Idle: *c.idle}, timeout)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%d hosts: %w", hosts, err))
+			fmt.Fprintln(os.Stderr, "==>", errs[len(errs)-1])
+			continue
+		}
+		results = append(results, r)
+		fmt.Print(localenv.FormatBench([]*localenv.BenchResult{r}))
+	}
+	fmt.Println("==> transition benchmark (task delays " + *c.delays + ")")
+	fmt.Print(localenv.FormatBench(results))
+	return errors.Join(errs...)
+}
+
+func benchOne(ctx context.Context, opts localenv.Options, vgArgs []string, b localenv.BenchOptions, timeout time.Duration) (*localenv.BenchResult, error) {
+	dir, err := os.MkdirTemp("", fmt.Sprintf("gpupool-bench-%d-", b.Hosts))
+	if err != nil {
+		return nil, err
+	}
+	opts.Dir = dir
+	opts.Inventory = filepath.Join(dir, "inventory.yaml")
+	if err := localenv.WriteBenchInventory(opts.Inventory, b.Hosts, b.GPUs); err != nil {
+		return nil, err
+	}
+	opts.VgpusimArgs = append(append([]string{}, vgArgs...), "--calls-file", filepath.Join(dir, "vgpusim-calls.json"))
+	fmt.Printf("==> %d hosts x %d GPUs: starting the local environment in %s\n", b.Hosts, b.GPUs, dir)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	e, err := localenv.Up(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	r, runErr := localenv.RunBench(ctx, e, b)
+	downErr := localenv.Down(opts)
+	if runErr == nil && downErr == nil {
+		_ = os.RemoveAll(dir)
+	}
+	return r, errors.Join(runErr, downErr)
+}

@@ -1,0 +1,543 @@
+package localenv
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// BenchOptions describe one run of the transition benchmark.
+type BenchOptions struct {
+	// Hosts and GPUs per host (16 GiB P100s): by day four 4Q VMs per GPU, by night one
+	// 16Q VM per GPU.
+	Hosts, GPUs int
+	// Pods puts one light pod per day node (a Deployment that falls back to the CPU node).
+	Pods bool
+	// TaskDelays are vgpusim's task durations by method, such as SuspendVM_Task=2s.
+	TaskDelays map[string]time.Duration
+	// SequentialHosts is how many hosts the sequential script switches (0: none); its
+	// time is extrapolated to all hosts.
+	SequentialHosts int
+	// Idle is how long the manager's CPU use is measured at rest after the transitions.
+	Idle time.Duration
+}
+
+// BenchResult is one row of the benchmark's table.
+type BenchResult struct {
+	Hosts, GPUs, ChangedVMs          int
+	DayToNight, NightToDay           time.Duration
+	BoundDayToNight, BoundNightToDay time.Duration
+	NodeReadyLatency                 time.Duration
+	EvictionsPerPod                  float64
+	CallsPerChangedVM                float64
+	Reconciles                       int
+	ReconcileP50, ReconcileP99       time.Duration
+	RSSPeakMiB                       float64
+	IdleCPUPercent                   float64
+	Sequential                       time.Duration // extrapolated to all hosts
+	SequentialMeasured               time.Duration
+	SequentialHosts                  int
+}
+
+// WriteBenchInventory writes a vgpusim inventory of hosts x gpus P100s with the day VMs
+// running and the night VMs off, plus one spare VM outside the pool (on a host of its
+// own) whose node measures how long a node takes to come up.
+func WriteBenchInventory(path string, hosts, gpus int) error {
+	return writeBenchInventory(path, hosts, gpus)
+}
+
+func writeBenchInventory(path string, hosts, gpus int) error {
+	var b strings.Builder
+	b.WriteString("datacenter: dc1\nhosts:\n")
+	for h := 0; h < hosts; h++ {
+		fmt.Fprintf(&b, "  - name: esx-%02d\n    policy: performance\n    gpus:\n", h)
+		for g := 0; g < gpus; g++ {
+			fmt.Fprintf(&b, "      - {model: Tesla P100, memoryGiB: 16, pciId: \"0000:%02x:00.0\"}\n", 0x10+g)
+		}
+		b.WriteString("    profiles:\n      - {name: grid_p100-4q, frameBufferGiB: 4, suspendSupported: true}\n      - {name: grid_p100-16q, frameBufferGiB: 16, suspendSupported: true}\n")
+	}
+	// The spare VM's own host, so that no placement of the pool's VMs takes its GPU.
+	b.WriteString("  - name: esx-spare\n    policy: performance\n    gpus:\n      - {model: Tesla P100, memoryGiB: 16, pciId: \"0000:10:00.0\"}\n")
+	b.WriteString("    profiles:\n      - {name: grid_p100-16q, frameBufferGiB: 16, suspendSupported: true}\n")
+	b.WriteString("vms:\n")
+	for h := 0; h < hosts; h++ {
+		for g := 0; g < gpus; g++ {
+			for k := 1; k <= 4; k++ {
+				fmt.Fprintf(&b, "  - {name: %s, host: esx-%02d, profile: grid_p100-4q, powerState: poweredOn}\n", benchDay(h, g, k), h)
+			}
+			fmt.Fprintf(&b, "  - {name: %s, host: esx-%02d, profile: grid_p100-16q, powerState: poweredOff}\n", benchNight(h, g), h)
+		}
+	}
+	b.WriteString("  - {name: spare-1, host: esx-spare, profile: grid_p100-16q, powerState: poweredOff}\n")
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+func benchDay(h, g, k int) string { return fmt.Sprintf("day-%02d-%d-%d", h, g, k) }
+func benchNight(h, g int) string  { return fmt.Sprintf("night-%02d-%d", h, g) }
+
+// BenchPool is the benchmark's pool name.
+const BenchPool = "bench"
+
+func (e *Env) benchPool(b BenchOptions) *gpupoolv1.GPUPoolProfile {
+	var day, night []gpupoolv1.Worker
+	for h := 0; h < b.Hosts; h++ {
+		for g := 0; g < b.GPUs; g++ {
+			for k := 1; k <= 4; k++ {
+				day = append(day, gpupoolv1.Worker{VM: benchDay(h, g, k), Profile: "grid_p100-4q"})
+			}
+			night = append(night, gpupoolv1.Worker{VM: benchNight(h, g), Profile: "grid_p100-16q"})
+		}
+	}
+	return &gpupoolv1.GPUPoolProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: BenchPool},
+		Spec: gpupoolv1.GPUPoolProfileSpec{
+			VCenter: gpupoolv1.VCenterSpec{Server: e.VCenter.Server, Datacenter: e.VCenter.Datacenter, Thumbprint: e.Thumbprint,
+				CredentialsSecretRef: gpupoolv1.SecretReference{Name: "vcenter-credentials", Namespace: "gpupool-system"}},
+			Layouts: []gpupoolv1.Layout{
+				{Name: "day", Workers: day, NodeLabels: map[string]string{"lab.example/workload": "inference"}},
+				{Name: "night", Workers: night, NodeLabels: map[string]string{"lab.example/workload": "training"}},
+			},
+			DefaultLayout: "day",
+			MaxParallel:   int32(b.Hosts),
+			Drain:         gpupoolv1.DrainSpec{Timeout: &metav1.Duration{Duration: 10 * time.Minute}, OnTimeout: gpupoolv1.DrainAbort},
+		},
+	}
+}
+
+// RunBench runs the benchmark on a started environment: day -> night -> day with the
+// pool, then the sequential script on a subset of hosts, and reports the table row.
+func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error) {
+	r := &BenchResult{Hosts: b.Hosts, GPUs: b.GPUs, ChangedVMs: 5 * b.Hosts * b.GPUs}
+	var err error
+	if r.NodeReadyLatency, err = e.spareNodeLatency(ctx, b); err != nil {
+		return nil, err
+	}
+	// The critical path of one GPU: drain, suspend, power on, node Ready, relabel.
+	// Power-ons of one profile start together, so one of each is on the path.
+	path := b.TaskDelays["SuspendVM_Task"] + r.NodeReadyLatency + 200*time.Millisecond
+	r.BoundDayToNight, r.BoundNightToDay = path, path
+
+	pool := e.benchPool(b)
+	if err := e.Client.Create(ctx, pool); err != nil {
+		return nil, err
+	}
+	if err := e.waitBench(ctx, "day active", func(p *gpupoolv1.GPUPoolProfile) bool {
+		return p.Status.ActiveLayout == "day" && p.Status.Phase == gpupoolv1.PhaseSteady
+	}); err != nil {
+		return nil, err
+	}
+	pods := 0
+	if b.Pods {
+		if pods, err = e.benchWorkload(ctx, b); err != nil {
+			return nil, err
+		}
+	}
+	callsBefore, _ := e.vgpusimCalls()
+	deleted := e.countPodDeletions(ctx)
+	if r.DayToNight, err = e.switchTo(ctx, "night"); err != nil {
+		return nil, err
+	}
+	if pods > 0 {
+		r.EvictionsPerPod = float64(deleted()) / float64(pods)
+	}
+	if r.NightToDay, err = e.switchTo(ctx, ""); err != nil {
+		return nil, err
+	}
+	callsAfter, _ := e.vgpusimCalls()
+	changes := 0
+	for m, n := range callsAfter {
+		if m == "RetrieveProperties" || m == "RetrievePropertiesEx" || m == "ContinueRetrievePropertiesEx" {
+			continue // the shared inventory reads
+		}
+		changes += n - callsBefore[m]
+	}
+	r.CallsPerChangedVM = float64(changes) / float64(2*r.ChangedVMs)
+
+	pid, _ := e.managerPID()
+	if b.Idle > 0 && pid > 0 {
+		before, _ := cpuSeconds(pid)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(b.Idle):
+		}
+		after, _ := cpuSeconds(pid)
+		r.IdleCPUPercent = 100 * (after - before) / b.Idle.Seconds()
+	}
+	if pid > 0 {
+		r.RSSPeakMiB, _ = rssPeakMiB(pid)
+	}
+	r.Reconciles, r.ReconcileP50, r.ReconcileP99, _ = e.reconcileStats()
+
+	if b.SequentialHosts > 0 {
+		n := min(b.SequentialHosts, b.Hosts)
+		if r.SequentialMeasured, err = e.sequential(ctx, b, n); err != nil {
+			return nil, err
+		}
+		r.SequentialHosts = n
+		r.Sequential = time.Duration(float64(r.SequentialMeasured) * float64(b.Hosts) / float64(n))
+	}
+	return r, nil
+}
+
+// switchTo sets (or, with "", removes) the override and returns how long the pool took
+// to be Steady with that layout active.
+func (e *Env) switchTo(ctx context.Context, layout string) (time.Duration, error) {
+	var p gpupoolv1.GPUPoolProfile
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: BenchPool}, &p); err != nil {
+		return 0, err
+	}
+	want := layout
+	if layout == "" {
+		p.Spec.Override, want = nil, "day"
+	} else {
+		p.Spec.Override = &gpupoolv1.Override{Layout: layout, Reason: "benchmark"}
+	}
+	start := time.Now()
+	if err := e.Client.Update(ctx, &p); err != nil {
+		return 0, err
+	}
+	err := e.waitBench(ctx, want+" active", func(p *gpupoolv1.GPUPoolProfile) bool {
+		return p.Status.ActiveLayout == want && p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ObservedGeneration == p.Generation
+	})
+	return time.Since(start), err
+}
+
+// spareNodeLatency powers the spare VM on and off through vCenter and measures how long
+// its node takes to be Ready after the power-on task finished: the kubelet's share of the
+// critical path in this environment.
+func (e *Env) spareNodeLatency(ctx context.Context, b BenchOptions) (time.Duration, error) {
+	conn := vsphere.NewConnector()
+	defer func() { _ = conn.Close() }()
+	vc, err := conn.Connect(ctx, e.VCenter)
+	if err != nil {
+		return 0, err
+	}
+	inv, err := vc.Inventory(ctx)
+	if err != nil {
+		return 0, err
+	}
+	vm, ok := inv.FindVM("spare-1")
+	if !ok {
+		return 0, fmt.Errorf("no spare VM in the inventory")
+	}
+	start := time.Now()
+	id, err := vc.PowerOn(ctx, vm.Ref)
+	if err != nil {
+		return 0, err
+	}
+	for id != "" {
+		info, err := vc.Task(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		if info.State == vsphere.TaskSuccess || info.State == vsphere.TaskError {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	done := time.Now()
+	if err := e.waitNode(ctx, "spare-1", true, 2*time.Minute); err != nil {
+		return 0, err
+	}
+	latency := time.Since(done)
+	_ = start
+	if id, err := vc.PowerOff(ctx, vm.Ref); err == nil && id != "" {
+		_ = id
+	}
+	return latency + b.TaskDelays["PowerOnVM_Task"], nil
+}
+
+func (e *Env) waitNode(ctx context.Context, name string, ready bool, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		var n corev1.Node
+		if err := e.Client.Get(ctx, client.ObjectKey{Name: name}, &n); err == nil {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && (c.Status == corev1.ConditionTrue) == ready {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("node %s not Ready=%v after %s", name, ready, timeout)
+}
+
+// benchWorkload runs one light pod per day node, spread one per node, that may fall back
+// to the CPU node; it returns how many pods run.
+func (e *Env) benchWorkload(ctx context.Context, b BenchOptions) (int, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}
+	if err := e.Client.Create(ctx, ns); client.IgnoreAlreadyExists(err) != nil {
+		return 0, err
+	}
+	n := int32(4 * b.Hosts * b.GPUs)
+	labels := map[string]string{"app": "bench"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: ns.Name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &n, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Containers:  []corev1.Container{{Name: "c", Image: "bench"}},
+					Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists}},
+					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+						PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 100,
+							Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+								Key: "lab.example/workload", Operator: corev1.NodeSelectorOpIn, Values: []string{"inference"}}}}}}}},
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "kubernetes.io/hostname",
+						WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
+				},
+			},
+		},
+	}
+	if err := e.Client.Create(ctx, d); err != nil {
+		return 0, err
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		var pods corev1.PodList
+		if err := e.Client.List(ctx, &pods, client.InNamespace(ns.Name)); err != nil {
+			return 0, err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if running == int(n) {
+			return running, nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("the benchmark's pods did not all run")
+}
+
+// countPodDeletions counts the benchmark's pods deleted from now on; the func reads it.
+func (e *Env) countPodDeletions(ctx context.Context) func() int {
+	ch := make(chan int, 1)
+	ch <- 0
+	w, err := e.Client.Watch(ctx, &corev1.PodList{}, client.InNamespace("bench"))
+	if err != nil {
+		return func() int { return 0 }
+	}
+	go func() {
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Deleted {
+				ch <- <-ch + 1
+			}
+		}
+	}()
+	return func() int {
+		n := <-ch
+		ch <- n
+		return n
+	}
+}
+
+func (e *Env) vgpusimCalls() (map[string]int, error) {
+	b, err := os.ReadFile(filepath.Join(e.Dir, "vgpusim-calls.json"))
+	if err != nil {
+		return map[string]int{}, err
+	}
+	out := map[string]int{}
+	return out, json.Unmarshal(b, &out)
+}
+
+func (e *Env) managerPID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(e.Dir, "pids", "manager.pid"))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// cpuSeconds is the CPU time a process used so far (user + system).
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
+}
+
+func rssPeakMiB(pid int) (float64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM for pid %d", pid)
+}
+
+// reconcileStats reads the controller's reconcile count and duration quantiles from the
+// manager's metrics (controller-runtime's histogram; quantiles at bucket resolution).
+func (e *Env) reconcileStats() (int, time.Duration, time.Duration, error) {
+	u, err := os.ReadFile(filepath.Join(e.Dir, "metrics-url"))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	resp, err := http.Get(strings.TrimSpace(string(u)))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer resp.Body.Close()
+	type bucket struct {
+		le    float64
+		count float64
+	}
+	var buckets []bucket
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		if !strings.HasPrefix(line, "controller_runtime_reconcile_time_seconds_bucket{") || !strings.Contains(line, `controller="gpupoolprofile"`) {
+			continue
+		}
+		i := strings.Index(line, `le="`)
+		j := strings.Index(line[i+4:], `"`)
+		le := math.Inf(1)
+		if v := line[i+4 : i+4+j]; v != "+Inf" {
+			le, _ = strconv.ParseFloat(v, 64)
+		}
+		f := strings.Fields(line)
+		n, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		buckets = append(buckets, bucket{le, n})
+	}
+	if len(buckets) == 0 {
+		return 0, 0, 0, fmt.Errorf("no reconcile histogram")
+	}
+	sort.Slice(buckets, func(a, b int) bool { return buckets[a].le < buckets[b].le })
+	total := buckets[len(buckets)-1].count
+	q := func(p float64) time.Duration {
+		for _, b := range buckets {
+			if b.count >= p*total {
+				if math.IsInf(b.le, 1) {
+					return -1
+				}
+				return time.Duration(b.le * float64(time.Second))
+			}
+		}
+		return -1
+	}
+	return int(total), q(0.5), q(0.99), nil
+}
+
+// sequential pauses the pool and runs hack/sequential-switch.sh for the first n hosts:
+// the day -> night switch as a person would script it.
+func (e *Env) sequential(ctx context.Context, b BenchOptions, n int) (time.Duration, error) {
+	var p gpupoolv1.GPUPoolProfile
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: BenchPool}, &p); err != nil {
+		return 0, err
+	}
+	p.Spec.Paused = true
+	if err := e.Client.Update(ctx, &p); err != nil {
+		return 0, err
+	}
+	var day, night []string
+	for h := 0; h < n; h++ {
+		for g := 0; g < b.GPUs; g++ {
+			for k := 1; k <= 4; k++ {
+				day = append(day, benchDay(h, g, k))
+			}
+			night = append(night, benchNight(h, g))
+		}
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(e.Root, "hack", "sequential-switch.sh"), strings.Join(day, " "), strings.Join(night, " "))
+	vars, err := readEnvFile(filepath.Join(e.Dir, "govc.env"))
+	if err != nil {
+		return 0, err
+	}
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.Kubeconfig, "PATH="+e.BinDir+":"+os.Getenv("PATH"))
+	for k, v := range vars {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := os.Create(filepath.Join(e.Dir, "logs", "sequential.log"))
+	if err != nil {
+		return 0, err
+	}
+	defer out.Close()
+	cmd.Stdout, cmd.Stderr = out, out
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("the sequential script failed (see %s): %w", out.Name(), err)
+	}
+	return time.Since(start), nil
+}
+
+// waitBench polls the benchmark pool every 100 ms until cond holds.
+func (e *Env) waitBench(ctx context.Context, what string, cond func(*gpupoolv1.GPUPoolProfile) bool) error {
+	for {
+		var p gpupoolv1.GPUPoolProfile
+		if err := e.Client.Get(ctx, client.ObjectKey{Name: BenchPool}, &p); err == nil && cond(&p) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// FormatBench renders results as the benchmark's table.
+func FormatBench(rs []*BenchResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-6s %-5s %-8s %-10s %-10s %-7s %-10s %-10s %-7s %-12s %-10s %-12s %-9s %-8s %-8s\n",
+		"hosts", "GPUs", "changed", "day>night", "night>day", "bound", "ratio d>n", "ratio n>d", "evict/", "calls per", "reconciles", "reconcile", "RSS peak", "idle CPU", "sequential")
+	fmt.Fprintf(&b, "%-6s %-5s %-8s %-10s %-10s %-7s %-10s %-10s %-7s %-12s %-10s %-12s %-9s %-8s %-8s\n",
+		"", "", "VMs", "", "", "", "", "", "pod", "changed VM", "", "p50/p99", "MiB", "% core", "/ gpupool")
+	for _, r := range rs {
+		seq := "-"
+		if r.Sequential > 0 {
+			seq = fmt.Sprintf("%.1fx", r.Sequential.Seconds()/r.DayToNight.Seconds())
+		}
+		fmt.Fprintf(&b, "%-6d %-5d %-8d %-10s %-10s %-7s %-10.2f %-10.2f %-7.2f %-12.2f %-10d %-12s %-9.0f %-8.2f %-8s\n",
+			r.Hosts, r.Hosts*r.GPUs, r.ChangedVMs, r.DayToNight.Round(100*time.Millisecond), r.NightToDay.Round(100*time.Millisecond),
+			r.BoundDayToNight.Round(100*time.Millisecond), r.DayToNight.Seconds()/r.BoundDayToNight.Seconds(), r.NightToDay.Seconds()/r.BoundNightToDay.Seconds(),
+			r.EvictionsPerPod, r.CallsPerChangedVM, r.Reconciles, fmt.Sprintf("%s/%s", r.ReconcileP50, r.ReconcileP99), r.RSSPeakMiB, r.IdleCPUPercent, seq)
+	}
+	for _, r := range rs {
+		if r.SequentialHosts > 0 {
+			fmt.Fprintf(&b, "sequential script at %d hosts: measured %s on %d host(s), extrapolated to %s\n",
+				r.Hosts, r.SequentialMeasured.Round(100*time.Millisecond), r.SequentialHosts, r.Sequential.Round(time.Second))
+		}
+	}
+	return b.String()
+}

@@ -20,10 +20,14 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/go-logr/logr"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 func main() {
+	// controller-runtime's client logs nothing a user needs; without a logger it warns.
+	ctrllog.SetLogger(logr.Discard())
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 	if err := newRootCommand(streams).ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "Error:", err)

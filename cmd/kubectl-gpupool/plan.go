@@ -74,6 +74,11 @@ func (a *app) printPlan(out io.Writer, p *gpupoolv1.GPUPoolProfile, loc *time.Lo
 	if pv.Generation != p.Generation {
 		fmt.Fprintf(out, "note: planned for spec generation %d; the spec is at %d and gpupool has not planned it yet\n", pv.Generation, p.Generation)
 	}
+	return printSteps(out, p.Name, pv)
+}
+
+// printSteps prints a plan preview's steps, per host in order.
+func printSteps(out io.Writer, name string, pv *gpupoolv1.PlanPreview) error {
 	if len(pv.Problems) > 0 {
 		fmt.Fprintf(out, "layout %s cannot be reached:\n", pv.Layout)
 		for _, pr := range pv.Problems {
@@ -85,7 +90,7 @@ func (a *app) printPlan(out io.Writer, p *gpupoolv1.GPUPoolProfile, loc *time.Lo
 		_, err := fmt.Fprintf(out, "layout %s: nothing to do\n", pv.Layout)
 		return err
 	}
-	fmt.Fprintf(out, "layout %s: %d steps on %d hosts", pv.Layout, pv.Steps, len(pv.Hosts))
+	fmt.Fprintf(out, "layout %s: %s on %s", pv.Layout, count(int(pv.Steps), "step"), count(len(pv.Hosts), "host"))
 	if pv.WaitingSteps > 0 {
 		fmt.Fprintf(out, " (%d wait for GPUs that earlier steps free)", pv.WaitingSteps)
 	}
@@ -108,7 +113,14 @@ func (a *app) printPlan(out io.Writer, p *gpupoolv1.GPUPoolProfile, loc *time.Lo
 		return err
 	}
 	if pv.Truncated != "" {
-		fmt.Fprintf(out, "%s (kubectl gpupool plan %s --live lists every step)\n", pv.Truncated, p.Name)
+		fmt.Fprintf(out, "%s (kubectl gpupool plan %s --live lists every step)\n", pv.Truncated, name)
 	}
 	return nil
+}
+
+func count(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

@@ -28,9 +28,19 @@ type app struct {
 }
 
 func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	a := &app{config: genericclioptions.NewConfigFlags(true), streams: streams, scheme: runtime.NewScheme(), now: time.Now}
+	return newApp(streams, time.Now).command()
+}
+
+// newApp makes the plugin with a clock: tests pass a fixed one.
+func newApp(streams genericiooptions.IOStreams, now func() time.Time) *app {
+	a := &app{config: genericclioptions.NewConfigFlags(true), streams: streams, scheme: runtime.NewScheme(), now: now}
 	_ = clientgoscheme.AddToScheme(a.scheme)
 	_ = gpupoolv1.AddToScheme(a.scheme)
+	return a
+}
+
+func (a *app) command() *cobra.Command {
+	streams := a.streams
 	root := &cobra.Command{
 		Use:   "kubectl-gpupool",
 		Short: "See and steer gpupool vGPU pools",

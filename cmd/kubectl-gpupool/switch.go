@@ -95,7 +95,7 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 	if d.Next != nil {
 		fmt.Fprintf(out, "then %s from %s\n", d.Next.Layout, when(d.Next.At, loc))
 	}
-	a.printChanges(out, p, layout, loc)
+	a.printChanges(out, p, layout)
 	if p.Spec.Paused {
 		fmt.Fprintf(out, "note: the pool is paused: nothing changes until kubectl gpupool unpause %s\n", name)
 	}
@@ -112,7 +112,7 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 // printChanges says which VMs start, stop or change profile, from the spec's layouts,
 // and the operator's plan when it published one for that layout. The full plan is
 // made by the operator once the override is set (kubectl gpupool plan NAME).
-func (a *app) printChanges(out io.Writer, p *gpupoolv1.GPUPoolProfile, layout string, loc *time.Location) {
+func (a *app) printChanges(out io.Writer, p *gpupoolv1.GPUPoolProfile, layout string) {
 	from := layoutOf(&p.Spec, p.Status.ActiveLayout)
 	to := layoutOf(&p.Spec, layout)
 	if from == nil || from.Name == to.Name {
@@ -146,7 +146,8 @@ func (a *app) printChanges(out io.Writer, p *gpupoolv1.GPUPoolProfile, layout st
 		}
 	}
 	if pv := p.Status.Plan; pv != nil && pv.Layout == layout && pv.Generation == p.Generation {
-		_ = a.printPlan(out, p, loc)
+		fmt.Fprintf(out, "gpupool planned these steps for layout %s on the state it last observed:\n", layout)
+		_ = printSteps(out, p.Name, pv)
 	}
 }
 
@@ -185,14 +186,15 @@ func (a *app) resumeCommand() *cobra.Command {
 				_, err := fmt.Fprintf(a.streams.Out, "pool %s has no override\n", p.Name)
 				return err
 			}
-			if err := patchSpec(cmd.Context(), c, p, map[string]any{"override": nil}); err != nil {
-				return err
-			}
+			was := p.Spec.Override.Layout
 			d, err := plan.Desired(specWithout(p), a.now())
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(a.streams.Out, "pool %s: override to %s removed; %s is wanted (%s)\n", p.Name, p.Spec.Override.Layout, d.Layout, d.Message)
+			if err := patchSpec(cmd.Context(), c, p, map[string]any{"override": nil}); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(a.streams.Out, "pool %s: override to %s removed; %s is wanted (%s)\n", p.Name, was, d.Layout, d.Message)
 			return err
 		},
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/plan"
 )
 
 // podNodeNameField indexes pods by spec.nodeName in the manager's cache.
@@ -214,27 +216,98 @@ func pdbReason(err error) string {
 	return err.Error()
 }
 
-// drain cordons the node and evicts its pods, without waiting for them to go. At
-// drain.timeout it aborts the transition or deletes what is left, as the spec says.
-func (r *GPUPoolProfileReconciler) drain(ctx context.Context, s *scope, ws *gpupoolv1.WorkerStatus, node *corev1.Node) (time.Duration, error) {
+// maxConcurrentDrains bounds how many nodes are cordoned and evicted at the same time
+// in one pass: enough that a pass over hundreds of nodes takes about as long as its
+// slowest eviction, few enough not to flood the API server.
+const maxConcurrentDrains = 16
+
+// cordonNode cordons a node for the pool and marks it with the pool label (which lets
+// deletion find every node gpupool touched). It is a no-op for a node already so.
+func (r *GPUPoolProfileReconciler) cordonNode(ctx context.Context, s *scope, node *corev1.Node) error {
+	if node.Spec.Unschedulable && node.Labels[LabelPool] == s.pool.Name {
+		return nil
+	}
+	if err := r.patchNode(ctx, node, func(n *corev1.Node) {
+		cordon(n)
+		setManagedLabel(n, LabelPool, s.pool.Name)
+	}); err != nil {
+		return err
+	}
+	r.event(s, corev1.EventTypeNormal, "Cordoned", "cordoned node %s to drain it", node.Name)
+	return nil
+}
+
+// cordonAhead cordons, before anything is evicted, every node the plan will drain, on
+// every host: an evicted pod is then rescheduled onto a node that stays, and evicted
+// once, rather than onto a node whose drain comes later.
+func (r *GPUPoolProfileReconciler) cordonAhead(ctx context.Context, s *scope, p *plan.Plan) {
+	var nodes []*corev1.Node
+	for _, hp := range p.Hosts {
+		for _, st := range hp.Steps {
+			if n := s.nodes[st.VM]; st.Action == plan.Drain && n != nil && (!n.Spec.Unschedulable || n.Labels[LabelPool] != s.pool.Name) {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	errs := make([]error, len(nodes))
+	forEach(len(nodes), maxConcurrentDrains, func(i int) { errs[i] = r.cordonNode(ctx, s, nodes[i]) })
+	for _, err := range errs {
+		if err != nil {
+			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
+		}
+	}
+}
+
+// drainOutcome is what the eviction phase of one drain found.
+type drainOutcome struct {
+	res drainResult
+	err error
+}
+
+// evictAll runs the cordon and eviction phase of the due drains concurrently (bounded):
+// it reads the scope and patches nodes and pods, but changes nothing in the scope, so
+// that settleDrain can then record the outcomes one by one.
+func (r *GPUPoolProfileReconciler) evictAll(ctx context.Context, s *scope, steps []plan.Step) []drainOutcome {
+	out := make([]drainOutcome, len(steps))
+	forEach(len(steps), maxConcurrentDrains, func(i int) {
+		node := s.nodes[steps[i].VM]
+		if node == nil {
+			return
+		}
+		if err := r.cordonNode(ctx, s, node); err != nil {
+			out[i].err = err
+			return
+		}
+		out[i].res, out[i].err = r.drainPods(ctx, node, s.pool.Spec.Drain, s.now)
+	})
+	return out
+}
+
+// forEach calls f for 0..n-1 on at most limit goroutines and waits for all of them.
+func forEach(n, limit int, f func(int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, limit)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// settleDrain records what a drain's eviction phase found and decides: done, wait, or
+// at drain.timeout abort the transition or delete what is left, as the spec says.
+func (r *GPUPoolProfileReconciler) settleDrain(ctx context.Context, s *scope, ws *gpupoolv1.WorkerStatus, node *corev1.Node, o drainOutcome) (time.Duration, error) {
 	if node == nil {
 		return requeueStep, nil
 	}
-	if !node.Spec.Unschedulable || node.Labels[LabelPool] != s.pool.Name {
-		if err := r.patchNode(ctx, node, func(n *corev1.Node) {
-			cordon(n)
-			// The pool label lets deletion find every node gpupool touched.
-			setManagedLabel(n, LabelPool, s.pool.Name)
-		}); err != nil {
-			return 0, err
-		}
-		r.event(s, corev1.EventTypeNormal, "Cordoned", "cordoned node %s to drain it", node.Name)
+	if o.err != nil {
+		return 0, o.err
 	}
-	d := s.pool.Spec.Drain
-	res, err := r.drainPods(ctx, node, d, s.now)
-	if err != nil {
-		return 0, err
-	}
+	d, res := s.pool.Spec.Drain, o.res
 	ws.Message = "draining node " + node.Name + ": " + res.message()
 	if res.Done {
 		r.event(s, corev1.EventTypeNormal, "Drained", "node %s drained", node.Name)

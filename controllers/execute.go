@@ -40,7 +40,8 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 	node := s.nodes[step.VM]
 	switch step.Action {
 	case plan.Drain:
-		return r.drain(ctx, s, ws, node)
+		o := r.evictAll(ctx, s, []plan.Step{step})
+		return r.settleDrain(ctx, s, ws, node, o[0])
 	case plan.Suspend:
 		if !r.markParked(ctx, s, step.VM, node) {
 			return requeueBlocked, nil

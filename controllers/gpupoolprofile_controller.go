@@ -1,9 +1,11 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -66,6 +69,10 @@ type GPUPoolProfileReconciler struct {
 	// Credentials says which namespaces credentials Secrets may be read from; the zero
 	// value allows none.
 	Credentials secretpolicy.Policy
+	// MaxConcurrentReconciles is how many pools are reconciled at once (default 4), so
+	// that one pool's long pass never holds another back. One pool is never reconciled
+	// twice at the same time.
+	MaxConcurrentReconciles int
 }
 
 // Reconcile implements reconcile.Reconciler: observe, decide, act; then one function
@@ -152,9 +159,12 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	}
 
 	// Decide: the plan to the wanted layout, or back to the previous one.
-	p, err := r.decide(ctx, s)
+	p, err := r.decide(ctx, s, taskWait > 0)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if s.facts.settling {
+		return ctrl.Result{RequeueAfter: min(taskWait, boundary)}, nil
 	}
 	r.recordWorkers(s, p)
 	r.publishPlan(ctx, s, p)
@@ -182,8 +192,17 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	if s.facts.fallback == "" {
 		r.startTransition(s, p)
 	}
-	for _, step := range p.Due(int(max(pool.Spec.MaxParallel, 1))) {
-		after, err := r.execute(ctx, s, step)
+	r.act(ctx, s, p, &res)
+	if len(s.facts.held) > 0 {
+		res.RequeueAfter = min(res.RequeueAfter, requeueBlocked)
+	}
+	return res, nil
+}
+
+// act runs the due steps. Drains run their evictions concurrently, after every node the
+// plan will drain has been cordoned; the other steps run one by one.
+func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Plan, res *ctrl.Result) {
+	note := func(step plan.Step, after time.Duration, err error) {
 		if err != nil {
 			ws := s.worker(step.VM)
 			ws.Message = fmt.Sprintf("%s failed: %v", step.Action, err)
@@ -193,25 +212,62 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 		if after > 0 && after < res.RequeueAfter {
 			res.RequeueAfter = after
 		}
-		if t := st.Transition; t != nil && t.AbortedTime != nil {
-			break
+	}
+	aborted := func() bool { t := s.pool.Status.Transition; return t != nil && t.AbortedTime != nil }
+	var drains, others []plan.Step
+	for _, step := range p.Due(int(max(s.pool.Spec.MaxParallel, 1))) {
+		ws := s.worker(step.VM)
+		switch {
+		case step.Action != plan.Drain:
+			others = append(others, step)
+		case ws.NextRetryTime != nil && s.now.Before(ws.NextRetryTime.Time):
+			note(step, ws.NextRetryTime.Sub(s.now), nil)
+		default:
+			if ws.StepStartTime == nil {
+				ws.StepStartTime = ptrTime(s.now)
+			}
+			drains = append(drains, step)
 		}
 	}
-	if len(s.facts.held) > 0 {
-		res.RequeueAfter = min(res.RequeueAfter, requeueBlocked)
+	if len(drains) > 0 {
+		r.cordonAhead(ctx, s, p)
+		for i, o := range r.evictAll(ctx, s, drains) {
+			step := drains[i]
+			after, err := r.settleDrain(ctx, s, s.worker(step.VM), s.nodes[step.VM], o)
+			note(step, after, err)
+			if aborted() {
+				return
+			}
+		}
 	}
-	return res, nil
+	for _, step := range others {
+		after, err := r.execute(ctx, s, step)
+		note(step, after, err)
+		if aborted() {
+			return
+		}
+	}
 }
 
 // decide plans the way to the wanted layout. When that layout cannot be reached in the
 // middle of a transition (another VM took a freed GPU, a host left), it plans the way
 // back to the layout the transition started from, so that the pool keeps capacity; the
 // problems are still reported.
-func (r *GPUPoolProfileReconciler) decide(ctx context.Context, s *scope) (*plan.Plan, error) {
+//
+// While vSphere tasks are in flight, a shortfall is not believed: the inventory may have
+// caught a VM between two states (a vGPU placed on a VM that still reads as powered off)
+// and counted a GPU twice. The pass then waits for the tasks (facts.settling) and decides
+// on the next one. Feasibility proper is decided before a transition starts, when no task
+// of the pool is in flight.
+func (r *GPUPoolProfileReconciler) decide(ctx context.Context, s *scope, tasksInFlight bool) (*plan.Plan, error) {
 	d := s.decision
 	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.inv, Nodes: r.nodeStates(ctx, s)})
 	if err != nil {
 		return nil, fmt.Errorf("planning: %w", err)
+	}
+	if len(p.Problems) > 0 && tasksInFlight {
+		s.facts.settling = true
+		return p, nil
 	}
 	s.facts.problems = p.Problems
 	s.facts.held = append(s.facts.held, p.Held...)
@@ -343,6 +399,7 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 			GenericFunc: func(event.GenericEvent) bool { return false },
 		})).
 		Named("gpupoolprofile").
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
 		Complete(r)
 }
 
@@ -369,15 +426,40 @@ func (r *GPUPoolProfileReconciler) poolsOfPodNode(ctx context.Context, o client.
 	return reqs
 }
 
-// nodeChanged ignores node heartbeats: only readiness, cordon, labels, taints and
-// annotations matter to a pool.
+// nodeChanged lets through only the node updates that change what a pool reads of a
+// node: readiness, cordon, providerID, labels, the taints gpupool manages or a layout may
+// set (not the node.kubernetes.io/ taints the node lifecycle controller keeps moving on a
+// parked, NotReady node), gpupool's own annotations and the Cluster API machine ones.
+// Heartbeats and everything else would only wake every pool for nothing.
 func nodeChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
 			return nodeReady(o) != nodeReady(n) || o.Spec.Unschedulable != n.Spec.Unschedulable ||
-				!equality.Semantic.DeepEqual(o.Labels, n.Labels) || !equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
-				!equality.Semantic.DeepEqual(o.Annotations, n.Annotations)
+				o.Spec.ProviderID != n.Spec.ProviderID ||
+				!equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+				!equality.Semantic.DeepEqual(plannedTaints(o), plannedTaints(n)) ||
+				!equality.Semantic.DeepEqual(relevantAnnotations(o), relevantAnnotations(n))
 		},
 	}
+}
+
+func plannedTaints(n *corev1.Node) []corev1.Taint {
+	var out []corev1.Taint
+	for _, t := range n.Spec.Taints {
+		if !strings.HasPrefix(t.Key, "node.kubernetes.io/") && !strings.HasPrefix(t.Key, "node.cloudprovider.kubernetes.io/") {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func relevantAnnotations(n *corev1.Node) map[string]string {
+	out := map[string]string{}
+	for k, v := range n.Annotations {
+		if strings.HasPrefix(k, "gpupool.dev/") || k == capiMachineAnnotation || k == capiNamespaceAnnotation {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -30,10 +29,11 @@ import (
 // again from the VM's observed state.
 
 // checkTasks looks at every worker's vSphere task in flight, before anything is planned,
-// so that a finished task is recorded even when its VM no longer needs a step. It
-// returns when to look again (0: nothing is in flight).
+// so that a finished task is recorded even when its VM no longer needs a step. All tasks
+// are read in one call. It returns when to look again (0: nothing is in flight).
 func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope) time.Duration {
 	var after time.Duration
+	var ids []string
 	for i := range s.pool.Status.Workers {
 		ws := &s.pool.Status.Workers[i]
 		if ws.Task == nil {
@@ -45,7 +45,24 @@ func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope) tim
 			}
 			continue
 		}
-		if wait := r.checkTask(ctx, s, ws); wait > 0 {
+		ids = append(ids, ws.Task.ID)
+	}
+	if len(ids) == 0 {
+		return after
+	}
+	infos, err := s.vc.Tasks(ctx, ids)
+	for i := range s.pool.Status.Workers {
+		ws := &s.pool.Status.Workers[i]
+		if ws.Task == nil || ws.Task.ID == "" {
+			continue
+		}
+		if err != nil {
+			ws.Message = fmt.Sprintf("cannot check %s task %s: %v", ws.Task.Operation, ws.Task.ID, err)
+			after = minPositive(after, requeueTask) // look again; never re-issue while the task may still run
+			continue
+		}
+		info, found := infos[ws.Task.ID]
+		if wait := r.recordTask(s, ws, info, found); wait > 0 {
 			after = minPositive(after, wait)
 		}
 	}
@@ -90,22 +107,17 @@ func (r *GPUPoolProfileReconciler) resolveIntent(ctx context.Context, s *scope, 
 	return true
 }
 
-// checkTask looks at the worker's task in flight without waiting. A finished task is
+// recordTask records what a check of the worker's task found. A finished task is
 // cleared; a failure is recorded with a backoff before the step is retried. It returns
 // when to look again, or 0 when the task is over.
-func (r *GPUPoolProfileReconciler) checkTask(ctx context.Context, s *scope, ws *gpupoolv1.WorkerStatus) time.Duration {
+func (r *GPUPoolProfileReconciler) recordTask(s *scope, ws *gpupoolv1.WorkerStatus, info vsphere.TaskInfo, found bool) time.Duration {
 	t := ws.Task
-	info, err := s.vc.Task(ctx, t.ID)
-	if errors.Is(err, vsphere.ErrTaskNotFound) {
+	if !found {
 		// vCenter forgot the task (a restart, a long outage): the VM's state, observed on
 		// every pass, tells whether the step is done; the plan retries it if not.
 		ws.Message = fmt.Sprintf("%s task %s is no longer known to vCenter; re-observing the VM", t.Operation, t.ID)
 		ws.Task = nil
 		return 0
-	}
-	if err != nil {
-		ws.Message = fmt.Sprintf("cannot check %s task %s: %v", t.Operation, t.ID, err)
-		return requeueTask // look again; never re-issue while the task may still run
 	}
 	switch info.State {
 	case vsphere.TaskSuccess:

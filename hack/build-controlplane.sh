@@ -4,14 +4,19 @@
 # $BIN_DIR. Prebuilt archives cannot be downloaded in our environments, and building
 # from pinned module versions is reproducible anyway.
 #
-# Cached: a binary is rebuilt only when $BIN_DIR/.VERSION-<name> does not match the
-# pinned version. The first build takes about 10-15 minutes on 2 cores.
+# Cached twice: $BIN_DIR/<name> is left alone when $BIN_DIR/.VERSION-<name> matches the
+# pinned version; otherwise it is linked from the user's cache directory
+# ($GPUPOOL_CACHE_DIR, default ${XDG_CACHE_HOME:-~/.cache}/gpupool/controlplane), where
+# each binary is kept by name and version, so that another clone or a CI run on the same
+# machine does not rebuild it. The first build takes about 10-15 minutes on 2 cores.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 BIN_DIR=${BIN_DIR:-$here/../bin}
 mkdir -p "$BIN_DIR"
 BIN_DIR=$(cd "$BIN_DIR" && pwd)
+CACHE_DIR=${GPUPOOL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpupool/controlplane}
+mkdir -p "$CACHE_DIR"
 
 kube_version=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$here/controlplane/go.mod")
 kwok_version=$(awk '$1=="require" && $2=="sigs.k8s.io/kwok" {print $3}' "$here/controlplane/kwok/go.mod")
@@ -30,11 +35,19 @@ build() { # name version moduledir package
     echo "controlplane: $name $version is up to date"
     return
   fi
-  echo "controlplane: building $name $version from source (first time: several minutes)..."
-  local start=$SECONDS
-  (cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$BIN_DIR/$name" "$pkgpath")
+  local cached="$CACHE_DIR/$name-$version"
+  if [[ -x "$cached" ]]; then
+    echo "controlplane: $name $version from the cache $CACHE_DIR"
+  else
+    echo "controlplane: building $name $version from source into $CACHE_DIR (first time: several minutes)..."
+    local start=$SECONDS
+    (cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$cached.tmp" "$pkgpath")
+    mv "$cached.tmp" "$cached"
+    echo "controlplane: built $name in $((SECONDS - start))s"
+  fi
+  rm -f "$BIN_DIR/$name"
+  ln -s "$cached" "$BIN_DIR/$name"
   echo "$version" >"$stamp"
-  echo "controlplane: built $name in $((SECONDS - start))s"
 }
 
 build etcd "$etcd_version" "$here/controlplane/etcd" go.etcd.io/etcd/server/v3

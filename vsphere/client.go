@@ -72,6 +72,9 @@ type Client interface {
 	SetProfile(ctx context.Context, vmRef, profile string) (string, error)
 	// Task checks a task without waiting.
 	Task(ctx context.Context, taskID string) (TaskInfo, error)
+	// Tasks checks several tasks in one call, without waiting. Tasks vCenter no longer
+	// knows are missing from the answer.
+	Tasks(ctx context.Context, taskIDs []string) (map[string]TaskInfo, error)
 	// FindTask returns the newest of the VM's recent tasks of the operation (PowerOn,
 	// PowerOff, Suspend, Reconfigure) whose id is not in known, or "" when there is none.
 	FindTask(ctx context.Context, vmRef, op string, known []string) (string, error)

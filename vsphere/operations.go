@@ -200,34 +200,78 @@ var targetStates = map[string]types.VirtualMachinePowerState{
 func (c *client) Task(ctx context.Context, id string) (TaskInfo, error) {
 	var t mo.Task
 	ref := types.ManagedObjectReference{Type: "Task", Value: id}
-	err := property.DefaultCollector(c.s.vc).RetrieveOne(ctx, ref,
-		[]string{"info.state", "info.error", "info.descriptionId", "info.entity"}, &t)
+	err := property.DefaultCollector(c.s.vc).RetrieveOne(ctx, ref, taskProps, &t)
 	if err != nil {
 		if fault.Is(err, &types.ManagedObjectNotFound{}) {
 			return TaskInfo{}, fmt.Errorf("vsphere: vCenter %s: task %s: %w", c.s.server, id, ErrTaskNotFound)
 		}
 		return TaskInfo{}, fmt.Errorf("vsphere: vCenter %s: read task %s: %w", c.s.server, id, err)
 	}
-	info := TaskInfo{State: TaskState(t.Info.State)}
-	if info.State != TaskError {
-		return info, nil
+	return c.taskInfo(ctx, id, t.Info), nil
+}
+
+var taskProps = []string{"info.state", "info.error", "info.descriptionId", "info.entity"}
+
+// Tasks reads several tasks in one property read, so that a pass with many tasks in
+// flight costs one call. A task vCenter no longer knows is left out of the answer (the
+// caller treats it as ErrTaskNotFound). When vCenter refuses the batch because one of
+// the tasks is gone, the tasks are read one by one.
+func (c *client) Tasks(ctx context.Context, ids []string) (map[string]TaskInfo, error) {
+	out := make(map[string]TaskInfo, len(ids))
+	if len(ids) == 0 {
+		return out, nil
 	}
-	if t.Info.Error != nil && t.Info.Error.Fault != nil {
-		info.Fault = reflect.Indirect(reflect.ValueOf(t.Info.Error.Fault)).Type().Name()
-		info.Error = t.Info.Error.LocalizedMessage
-		if msgs := t.Info.Error.Fault.GetMethodFault().FaultMessage; info.Error == "" && len(msgs) > 0 {
+	refs := make([]types.ManagedObjectReference, len(ids))
+	for i, id := range ids {
+		refs[i] = types.ManagedObjectReference{Type: "Task", Value: id}
+	}
+	var tasks []mo.Task
+	err := property.DefaultCollector(c.s.vc).Retrieve(ctx, refs, taskProps, &tasks)
+	if fault.Is(err, &types.ManagedObjectNotFound{}) {
+		for _, id := range ids {
+			info, err := c.Task(ctx, id)
+			if errors.Is(err, ErrTaskNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			out[id] = info
+		}
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("vsphere: vCenter %s: read %d tasks: %w", c.s.server, len(ids), err)
+	}
+	for _, t := range tasks {
+		out[t.Self.Value] = c.taskInfo(ctx, t.Self.Value, t.Info)
+	}
+	return out, nil
+}
+
+// taskInfo converts a task's info, counting a power task that failed only because its
+// VM is already in the target state as a success.
+func (c *client) taskInfo(ctx context.Context, id string, ti types.TaskInfo) TaskInfo {
+	info := TaskInfo{State: TaskState(ti.State)}
+	if info.State != TaskError {
+		return info
+	}
+	if ti.Error != nil && ti.Error.Fault != nil {
+		info.Fault = reflect.Indirect(reflect.ValueOf(ti.Error.Fault)).Type().Name()
+		info.Error = ti.Error.LocalizedMessage
+		if msgs := ti.Error.Fault.GetMethodFault().FaultMessage; info.Error == "" && len(msgs) > 0 {
 			info.Error = msgs[0].Message
 		}
 	}
 	if info.Error == "" {
 		info.Error = info.Fault
 	}
-	if c.alreadyThere(ctx, t.Info) {
+	if c.alreadyThere(ctx, ti) {
 		c.log.V(1).Info("Task failed with InvalidPowerState but the VM is in the target state; counting it as done",
 			"task", id, "fault", info.Fault)
-		return TaskInfo{State: TaskSuccess}, nil
+		return TaskInfo{State: TaskSuccess}
 	}
-	return info, nil
+	return info
 }
 
 // alreadyThere tells whether a failed power task's VM is already in the task's target state.

@@ -42,6 +42,7 @@ func run(ctx context.Context, args []string) error {
 	dir := fs.String("dir", "", "state folder: kubeconfig, env.sh, govc.env, logs (demo: a temporary folder when empty)")
 	root := fs.String("root", ".", "repository root")
 	binDir := fs.String("bin-dir", "bin", "folder with the built binaries")
+	image := fs.String("image", "dist/image", "OCI layout of the manager image ('make image') to run the manager from; empty: bin-dir/manager")
 	inventory := fs.String("inventory", "test/vgpusim/testdata/daynight.yaml", "vgpusim inventory")
 	keep := fs.Bool("keep", false, "demo: keep the environment up afterwards (stop it with 'down --dir DIR')")
 	night := fs.Duration("night", 2*time.Minute, "demo: how long the night window lasts")
@@ -60,6 +61,9 @@ func run(ctx context.Context, args []string) error {
 		return filepath.Join(absRoot, p)
 	}
 	opts := localenv.Options{Dir: *dir, Root: absRoot, BinDir: abs(*binDir), Inventory: abs(*inventory), Log: os.Stdout}
+	if *image != "" {
+		opts.Image = abs(*image)
+	}
 	if opts.Dir != "" {
 		if opts.Dir, err = filepath.Abs(opts.Dir); err != nil {
 			return err

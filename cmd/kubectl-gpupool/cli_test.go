@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/version"
 )
 
 // TestReadVerbsAsViewer: status, plan, history and timeline work for a user bound only
@@ -147,12 +148,16 @@ func TestTimelineAgreesWithOperator(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	w := &world{t: t, ctx: t.Context()}
-	w.clock = nil
 	var out strings.Builder
 	cmd := newRootCommand(ioStreams(&out))
 	cmd.SetArgs([]string{"version"})
-	if err := cmd.Execute(); err != nil || out.String() != "kubectl-gpupool dev\n" {
+	if err := cmd.Execute(); err != nil || out.String() != "kubectl-gpupool "+version.Get()+"\n" {
 		t.Errorf("version: %v %q", err, out.String())
+	}
+	out.Reset()
+	cmd = newRootCommand(ioStreams(&out))
+	cmd.SetArgs([]string{"--version"})
+	if err := cmd.Execute(); err != nil || out.String() != "kubectl-gpupool "+version.Get()+"\n" {
+		t.Errorf("--version: %v %q", err, out.String())
 	}
 }

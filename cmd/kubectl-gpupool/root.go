@@ -49,9 +49,11 @@ func (a *app) command() *cobra.Command {
 Reading (status, plan, history, timeline) needs get on gpupoolprofiles (ClusterRole
 gpupool-viewer); switch, resume, pause and unpause need patch (gpupool-editor).`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl gpupool"},
+		Version:       version.Get(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("kubectl-gpupool {{.Version}}\n")
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
@@ -68,7 +70,7 @@ func (a *app) versionCommand() *cobra.Command {
 		Short: "Print the plugin's version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintf(a.streams.Out, "kubectl-gpupool %s\n", version.Version)
+			_, err := fmt.Fprintf(a.streams.Out, "kubectl-gpupool %s\n", version.Get())
 			return err
 		},
 	}

@@ -54,9 +54,11 @@ func main() {
 	flag.StringVar(&certDir, "webhook-cert-dir", "", "Folder with tls.crt and tls.key for the webhook server (default: the controller-runtime default).")
 	flag.StringVar(&webhookHost, "webhook-host", "", "Address the webhook server binds to (default: all).")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	certOpts := bindWebhookCertFlags(flag.CommandLine)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	exitIfVersion()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
@@ -67,12 +69,12 @@ func main() {
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "gpupool.dev",
 		LeaderElectionNamespace: leaderNamespace,
-		WebhookServer: webhook.NewServer(webhook.Options{
+		WebhookServer: certOpts.wrap(webhook.NewServer(webhook.Options{
 			Host:    webhookHost,
 			Port:    webhookPort,
 			CertDir: certDir,
 			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }},
-		}),
+		})),
 	})
 	if err != nil {
 		log.Error(err, "Unable to create manager")
@@ -84,7 +86,7 @@ func main() {
 		os.Exit(1)
 	}
 	if enableWebhook {
-		if err := (&gpwebhook.Validator{Credentials: creds}).SetupWithManager(mgr); err != nil {
+		if err := setupWebhook(mgr, certOpts, certDir, func() error { return (&gpwebhook.Validator{Credentials: creds}).SetupWithManager(mgr) }); err != nil {
 			log.Error(err, "Unable to set up webhook")
 			os.Exit(1)
 		}
@@ -111,6 +113,9 @@ func main() {
 
 // setupControllers registers the reconcilers with the manager.
 func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.Policy) error {
+	if err := registerPoolMetrics(mgr); err != nil {
+		return err
+	}
 	conn := vsphere.NewConnector(vsphere.WithLogger(ctrl.Log.WithName("vsphere")))
 	// Added as a Runnable, the session cache logs out of every vCenter session when the
 	// manager stops, so restarts do not leave sessions behind on vCenter.
@@ -118,12 +123,13 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.
 		return err
 	}
 	r := &controllers.GPUPoolProfileReconciler{
-		Client:      mgr.GetClient(),
-		APIReader:   mgr.GetAPIReader(),
-		Recorder:    mgr.GetEventRecorder("gpupool"),
-		Clock:       clock.RealClock{},
-		VSphere:     conn,
-		Credentials: creds,
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Recorder:                mgr.GetEventRecorder("gpupool"),
+		Clock:                   clock.RealClock{},
+		VSphere:                 conn,
+		Credentials:             creds,
+		MaxConcurrentReconciles: *maxConcurrentReconciles,
 	}
 	return r.SetupWithManager(ctx, mgr)
 }

@@ -330,8 +330,9 @@ func orNone(profile string) string {
 // have steps other than overdue waits:
 //
 //   - of the GPU phases (drain, park, reconfigure, power on), all steps of the host's
-//     earliest, but at most one PowerOn per host, because each placement depends on the
-//     ones before it;
+//     earliest; of the power-ons, only the run of one profile at the head of the
+//     placement order, because the placement of a vGPU of another profile depends on
+//     where those land;
 //   - of the node phases (wait, relabel, uncordon), each worker's first step, whatever
 //     its siblings do: a Ready node is relabelled and uncordoned while another node of
 //     the host is still waiting. An overdue wait does not hold its worker's later steps.
@@ -374,7 +375,7 @@ func (hp *HostPlan) due() []Step {
 			break
 		}
 	}
-	powerOn := false
+	powerOnProfile, powerOnsEnd := "", false
 	started := map[string]bool{} // workers whose first (not overdue) step was seen
 	for _, s := range hp.Steps {
 		first := !started[s.VM]
@@ -385,10 +386,20 @@ func (hp *HostPlan) due() []Step {
 		ph := phaseOf(s.Action)
 		switch {
 		case ph <= lastGPUPhase:
-			if ph != gpuPhase || (s.Action == PowerOn && powerOn) {
+			if ph != gpuPhase {
 				continue
 			}
-			powerOn = powerOn || s.Action == PowerOn
+			if s.Action == PowerOn {
+				// Power-ons of one profile are interchangeable: vSphere places them the
+				// same whatever order it takes them in, so the run of them at the head
+				// of the order may start together. A VM of another profile waits for
+				// them, since its placement depends on where they land.
+				if powerOnsEnd || (powerOnProfile != "" && s.Profile != powerOnProfile) {
+					powerOnsEnd = true
+					continue
+				}
+				powerOnProfile = s.Profile
+			}
 			due = append(due, s)
 		case first:
 			due = append(due, s)

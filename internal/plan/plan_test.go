@@ -219,12 +219,9 @@ func TestSampleRoundTrip(t *testing.T) {
 		"---",
 		"DrainRequired gpu-night-1 grid_p100-16q",
 		"ParkRequired gpu-night-1 grid_p100-16q",
-		"PowerOnRequired gpu-day-1 grid_p100-4q",
-		"PowerOnRequired gpu-day-2 grid_p100-4q, WaitNodeReady gpu-day-1 grid_p100-4q",
-		"PowerOnRequired gpu-day-3 grid_p100-4q, WaitNodeReady gpu-day-2 grid_p100-4q, UncordonRequired gpu-day-1 grid_p100-4q",
-		"PowerOnRequired gpu-day-4 grid_p100-4q, WaitNodeReady gpu-day-3 grid_p100-4q, UncordonRequired gpu-day-2 grid_p100-4q",
-		"WaitNodeReady gpu-day-4 grid_p100-4q, UncordonRequired gpu-day-3 grid_p100-4q",
-		"UncordonRequired gpu-day-4 grid_p100-4q",
+		"PowerOnRequired gpu-day-1 grid_p100-4q, PowerOnRequired gpu-day-2 grid_p100-4q, PowerOnRequired gpu-day-3 grid_p100-4q, PowerOnRequired gpu-day-4 grid_p100-4q",
+		"WaitNodeReady gpu-day-1 grid_p100-4q, WaitNodeReady gpu-day-2 grid_p100-4q, WaitNodeReady gpu-day-3 grid_p100-4q, WaitNodeReady gpu-day-4 grid_p100-4q",
+		"UncordonRequired gpu-day-1 grid_p100-4q, UncordonRequired gpu-day-2 grid_p100-4q, UncordonRequired gpu-day-3 grid_p100-4q, UncordonRequired gpu-day-4 grid_p100-4q",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("log:\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
@@ -276,17 +273,17 @@ func TestBuildTwoHosts(t *testing.T) {
 		t.Fatalf("day VMs on esx-01's second GPU: %v", got)
 	}
 	log := converge(t, spec, w, "night", 2)
+	// On esx-01 the two 16q start together (one profile: any order places them the
+	// same); on esx-02 an 8q, a 4q, an 8q, a 4q, one at a time: two 8q first would take
+	// a GPU each and leave none for the 4q. A node that came up is waited for, then
+	// uncordoned, while its host powers on the next VM.
 	want := []string{
-		"DrainRequired a-day-1 grid_p100-4q, DrainRequired a-day-2 grid_p100-4q, DrainRequired a-day-3 grid_p100-4q, DrainRequired a-day-4 grid_p100-4q, " +
-			"DrainRequired b-day-1 grid_p100-4q, DrainRequired b-day-2 grid_p100-4q, DrainRequired b-day-3 grid_p100-4q, DrainRequired b-day-4 grid_p100-4q",
-		"PowerOffRequired a-day-1 grid_p100-4q, PowerOffRequired a-day-2 grid_p100-4q, PowerOffRequired a-day-3 grid_p100-4q, PowerOffRequired a-day-4 grid_p100-4q, " +
-			"PowerOffRequired b-day-1 grid_p100-4q, PowerOffRequired b-day-2 grid_p100-4q, PowerOffRequired b-day-3 grid_p100-4q, PowerOffRequired b-day-4 grid_p100-4q",
-		// One power-on per host at a time; on esx-02 an 8q, a 4q, an 8q, a 4q: two 8q
-		// first would take a GPU each and leave none for the 4q.
-		"PowerOnRequired a-night-1 grid_p100-16q, PowerOnRequired b-night-1 grid_p100-8q",
-		"PowerOnRequired a-night-2 grid_p100-16q, WaitNodeReady a-night-1 grid_p100-16q, PowerOnRequired b-night-3 grid_p100-4q, WaitNodeReady b-night-1 grid_p100-8q",
-		"WaitNodeReady a-night-2 grid_p100-16q, UncordonRequired a-night-1 grid_p100-16q, PowerOnRequired b-night-2 grid_p100-8q, WaitNodeReady b-night-3 grid_p100-4q, UncordonRequired b-night-1 grid_p100-8q",
-		"UncordonRequired a-night-2 grid_p100-16q, PowerOnRequired b-night-4 grid_p100-4q, WaitNodeReady b-night-2 grid_p100-8q, UncordonRequired b-night-3 grid_p100-4q",
+		"DrainRequired a-day-1 grid_p100-4q, DrainRequired a-day-2 grid_p100-4q, DrainRequired a-day-3 grid_p100-4q, DrainRequired a-day-4 grid_p100-4q, DrainRequired b-day-1 grid_p100-4q, DrainRequired b-day-2 grid_p100-4q, DrainRequired b-day-3 grid_p100-4q, DrainRequired b-day-4 grid_p100-4q",
+		"PowerOffRequired a-day-1 grid_p100-4q, PowerOffRequired a-day-2 grid_p100-4q, PowerOffRequired a-day-3 grid_p100-4q, PowerOffRequired a-day-4 grid_p100-4q, PowerOffRequired b-day-1 grid_p100-4q, PowerOffRequired b-day-2 grid_p100-4q, PowerOffRequired b-day-3 grid_p100-4q, PowerOffRequired b-day-4 grid_p100-4q",
+		"PowerOnRequired a-night-1 grid_p100-16q, PowerOnRequired a-night-2 grid_p100-16q, PowerOnRequired b-night-1 grid_p100-8q",
+		"WaitNodeReady a-night-1 grid_p100-16q, WaitNodeReady a-night-2 grid_p100-16q, PowerOnRequired b-night-3 grid_p100-4q, WaitNodeReady b-night-1 grid_p100-8q",
+		"UncordonRequired a-night-1 grid_p100-16q, UncordonRequired a-night-2 grid_p100-16q, PowerOnRequired b-night-2 grid_p100-8q, WaitNodeReady b-night-3 grid_p100-4q, UncordonRequired b-night-1 grid_p100-8q",
+		"PowerOnRequired b-night-4 grid_p100-4q, WaitNodeReady b-night-2 grid_p100-8q, UncordonRequired b-night-3 grid_p100-4q",
 		"WaitNodeReady b-night-4 grid_p100-4q, UncordonRequired b-night-2 grid_p100-8q",
 		"UncordonRequired b-night-4 grid_p100-4q",
 	}
@@ -331,6 +328,18 @@ func TestBuildLeavesForeignVMsAlone(t *testing.T) {
 	}
 }
 
+// TestDuePowerOnsOfOneProfile: the run of power-ons of one profile at the head of the
+// placement order starts together; the first of another profile ends the run.
+func TestDuePowerOnsOfOneProfile(t *testing.T) {
+	on := func(vm, profile string) Step { return Step{Action: PowerOn, VM: vm, Profile: profile} }
+	p := &Plan{Hosts: []HostPlan{{Host: "esx-01", Steps: []Step{
+		on("a", "grid_p100-4q"), on("b", "grid_p100-4q"), on("c", "grid_p100-8q"), on("d", "grid_p100-4q"),
+	}}}}
+	if got, want := stepLines(p.Due(1)), []string{"PowerOnRequired a grid_p100-4q", "PowerOnRequired b grid_p100-4q"}; !slices.Equal(got, want) {
+		t.Errorf("Due = %v, want %v", got, want)
+	}
+}
+
 // TestDueOverdue: a node that did not become Ready in time holds neither its siblings,
 // nor its own later steps, nor the host's maxParallel slot, nor the plan's completion.
 func TestDueOverdue(t *testing.T) {
@@ -363,7 +372,7 @@ func TestDue(t *testing.T) {
 	p := &Plan{Hosts: []HostPlan{
 		{Host: "esx-01", Steps: []Step{step(Drain, "a"), step(Drain, "b"), step(Suspend, "a"), step(Suspend, "b")}},
 		{Host: "esx-02", Later: []Step{step(PowerOn, "x")}},
-		{Host: "esx-03", Steps: []Step{step(PowerOn, "c"), step(PowerOn, "d"), step(WaitNodeReady, "e")}},
+		{Host: "esx-03", Steps: []Step{{Action: PowerOn, VM: "c", Profile: "grid_p100-8q"}, {Action: PowerOn, VM: "d", Profile: "grid_p100-4q"}, step(WaitNodeReady, "e")}},
 		{Host: "esx-04", Steps: []Step{step(Relabel, "f"), step(Relabel, "g"), step(Uncordon, "f")}},
 	}}
 	// e's node is waited for while c and d are powered on: node steps are per worker.
@@ -373,9 +382,9 @@ func TestDue(t *testing.T) {
 	}{
 		{0, []string{"DrainRequired a", "DrainRequired b"}},
 		{1, []string{"DrainRequired a", "DrainRequired b"}},
-		{2, []string{"DrainRequired a", "DrainRequired b", "PowerOnRequired c", "WaitNodeReady e"}},
-		{3, []string{"DrainRequired a", "DrainRequired b", "PowerOnRequired c", "WaitNodeReady e", "RelabelRequired f", "RelabelRequired g"}},
-		{10, []string{"DrainRequired a", "DrainRequired b", "PowerOnRequired c", "WaitNodeReady e", "RelabelRequired f", "RelabelRequired g"}},
+		{2, []string{"DrainRequired a", "DrainRequired b", "PowerOnRequired c grid_p100-8q", "WaitNodeReady e"}},
+		{3, []string{"DrainRequired a", "DrainRequired b", "PowerOnRequired c grid_p100-8q", "WaitNodeReady e", "RelabelRequired f", "RelabelRequired g"}},
+		{10, []string{"DrainRequired a", "DrainRequired b", "PowerOnRequired c grid_p100-8q", "WaitNodeReady e", "RelabelRequired f", "RelabelRequired g"}},
 	}
 	for _, tc := range tests {
 		if got := stepLines(p.Due(tc.maxParallel)); !slices.Equal(got, tc.want) {

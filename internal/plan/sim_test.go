@@ -388,7 +388,7 @@ func (s *simulation) checkDue(p *Plan, due []Step, maxParallel int) {
 		s.fatalf("due on %d hosts, maxParallel %d", len(hosts), maxParallel)
 	}
 	for host, steps := range hosts {
-		powerOns := 0
+		powerOns := map[string]int{}
 		gpuPhase := -1
 		workers := map[string]bool{}
 		for _, st := range steps {
@@ -405,11 +405,11 @@ func (s *simulation) checkDue(p *Plan, due []Step, maxParallel int) {
 			}
 			workers[st.VM] = true
 			if st.Action == PowerOn {
-				powerOns++
+				powerOns[st.Profile]++
 			}
 		}
-		if powerOns > 1 {
-			s.fatalf("due on %s: %d power-ons at once", host, powerOns)
+		if len(powerOns) > 1 {
+			s.fatalf("due on %s: power-ons of %d profiles at once: %v", host, len(powerOns), powerOns)
 		}
 	}
 }

@@ -28,7 +28,9 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 	root := testenv.Root()
 	dir := t.TempDir()
 	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"),
-		Inventory: filepath.Join(root, "test", "vgpusim", "testdata", "daynight.yaml"), Log: os.Stdout}
+		Inventory: filepath.Join(root, "test", "vgpusim", "testdata", "daynight.yaml"), Log: os.Stdout,
+		// The manager runs from the image 'make image' built: a broken image fails the test.
+		Image: filepath.Join(root, "dist", "image")}
 	ctx := context.Background()
 	env, err := localenv.Up(ctx, opts)
 	if err != nil {
@@ -42,10 +44,14 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 		}
 	})
 
+	scraper := startMetricsScraper(t, dir)
 	res, err := localenv.RunDemo(ctx, env, os.Stdout, 2*time.Minute, 12*time.Minute)
+	seen, scrapes := scraper.Stop()
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every metric the alerts and the Grafana dashboard query is one the manager exports.
+	checkMetricNames(t, root, seen, scrapes)
 	if got := strings.Join(res.Layouts, ","); got != "day,night,day" {
 		t.Errorf("layouts %s, want day,night,day", got)
 	}

@@ -52,6 +52,9 @@ type Options struct {
 	Inventory string
 	// Log receives progress lines; discarded when nil.
 	Log io.Writer
+	// Image is the manager image's OCI layout ('make image'): the manager runs from the
+	// image's files. Empty: BinDir/manager.
+	Image string
 }
 
 // Env is a running local environment.
@@ -86,10 +89,13 @@ func (o *Options) logf(format string, args ...any) {
 // Up starts everything and returns when the cluster, the nodes, vgpusim and the
 // operator are ready. On failure it stops what it started.
 func Up(ctx context.Context, o Options) (_ *Env, err error) {
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwokctl", "manager", "vgpusim", "gpupool-local"} {
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwokctl", "vgpusim", "gpupool-local"} {
 		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
 			return nil, fmt.Errorf("%s is missing in %s: run 'make controlplane build' first", b, o.BinDir)
 		}
+	}
+	if err := o.checkManager(); err != nil {
+		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(o.Dir, "pids")); err == nil {
 		return nil, fmt.Errorf("%s holds a running environment: run 'down' first", o.Dir)
@@ -521,8 +527,7 @@ func (e *Env) startOperator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := e.spawn("manager", filepath.Join(e.BinDir, "manager"), "--kubeconfig", e.Kubeconfig,
-		"--webhook-cert-dir", certDir, "--webhook-host", "127.0.0.1", "--webhook-port", strconv.Itoa(port),
+	if err := e.spawnManager(e.Kubeconfig, certDir, "--webhook-host", "127.0.0.1", "--webhook-port", strconv.Itoa(port),
 		"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(probe),
 		// Plain-HTTP metrics on loopback, for the demo's curl; in a cluster they are HTTPS
 		// with authentication and authorization.

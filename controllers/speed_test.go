@@ -1,0 +1,106 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// TestEveryNodeToDrainIsCordonedFirst: the first pass of a transition cordons every node
+// the plan drains before it evicts anything, so an evicted pod lands on a node that
+// stays rather than on one whose drain comes later.
+func TestEveryNodeToDrainIsCordonedFirst(t *testing.T) {
+	h := newHarness(t, "cda-")
+	pool := h.dayNight()
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	h.converge(pool.Name, "day", 30)
+	for i := 1; i <= 4; i++ {
+		h.addPod("p"+string(rune('0'+i)), h.prefix+"day-"+string(rune('0'+i)), map[string]string{"app": "p"})
+	}
+	h.clock.SetTime(monday1950)
+	h.reconcile(pool.Name)
+	for _, vm := range []string{"day-1", "day-2", "day-3", "day-4"} {
+		if n := h.node(vm); !n.Spec.Unschedulable {
+			t.Errorf("node %s not cordoned in the first pass", n.Name)
+		}
+	}
+}
+
+// TestShortfallWhileTasksRunIsWaitedOut: a layout that reads infeasible while a vSphere
+// task of the pool is in flight is not reported (the read may be caught between two
+// states); once the tasks are done, a real shortfall is.
+func TestShortfallWhileTasksRunIsWaitedOut(t *testing.T) {
+	h := newHarness(t, "set-")
+	pool := h.dayNight()
+	h.clock.SetTime(monday1950)
+	h.create(pool)
+	h.sim.HoldTasks()
+	for i := 0; i < 20 && !h.anyTaskInFlight(pool.Name); i++ {
+		res := h.reconcile(pool.Name)
+		h.settle()
+		h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+	}
+	if !h.anyTaskInFlight(pool.Name) {
+		t.Fatal("no task in flight")
+	}
+	h.rename("night-1", "night-1-renamed")
+	p := h.passes(pool.Name, 3, 2*time.Second)
+	if c := findCondition(p, gpupoolv1.ConditionStalled); c != nil && c.Status == metav1.ConditionTrue {
+		t.Errorf("Stalled while tasks were in flight: %s", c.Message)
+	}
+	h.sim.ReleaseTasks()
+	p = h.passes(pool.Name, 5, 2*time.Second)
+	condition(t, p, gpupoolv1.ConditionStalled, metav1.ConditionTrue, ReasonInfeasible, h.prefix+"night-1")
+}
+
+func (h *harness) anyTaskInFlight(name string) bool {
+	for _, w := range h.get(name).Status.Workers {
+		if w.Task != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// TestNodeUpdatesThatDoNotMatterDoNotWake: the node lifecycle controller's taints on a
+// parked node, and heartbeats, do not wake the pools; what the plan reads does.
+func TestNodeUpdatesThatDoNotMatterDoNotWake(t *testing.T) {
+	base := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{LabelPool: "p"},
+		Annotations: map[string]string{AnnotationCordoned: "true", "node.alpha.kubernetes.io/ttl": "0"}}}
+	changed := func(f func(n *corev1.Node)) bool {
+		n := base.DeepCopy()
+		f(n)
+		return nodeChanged().Update(event.UpdateEvent{ObjectOld: base, ObjectNew: n})
+	}
+	for name, tc := range map[string]struct {
+		f    func(*corev1.Node)
+		want bool
+	}{
+		"unreachable taint": {func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/unreachable", Effect: corev1.TaintEffectNoExecute})
+		}, false},
+		"heartbeat": {func(n *corev1.Node) {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: "MemoryPressure", LastHeartbeatTime: metav1.Now()}}
+		}, false},
+		"other annotation": {func(n *corev1.Node) { n.Annotations["node.alpha.kubernetes.io/ttl"] = "15" }, false},
+		"ready": {func(n *corev1.Node) {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		}, true},
+		"cordon": {func(n *corev1.Node) { n.Spec.Unschedulable = true }, true},
+		"label":  {func(n *corev1.Node) { n.Labels["lab.example/workload"] = "x" }, true},
+		"layout taint": {func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "lab.example/training", Effect: corev1.TaintEffectNoSchedule})
+		}, true},
+		"gpupool annotation": {func(n *corev1.Node) { delete(n.Annotations, AnnotationCordoned) }, true},
+	} {
+		if got := changed(tc.f); got != tc.want {
+			t.Errorf("%s: wakes the pools = %v, want %v", name, got, tc.want)
+		}
+	}
+}

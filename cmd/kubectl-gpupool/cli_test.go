@@ -83,6 +83,10 @@ func TestSteerVerbsAsEditor(t *testing.T) {
 	if o == nil || o.Layout != "night" || o.Until == nil || !o.Until.Time.Equal(mondayMorning.Add(2*time.Hour)) || o.Reason != "driver update" {
 		t.Fatalf("override %+v", o)
 	}
+	// Halfway: the transition, Reconciling, and the current plan.
+	w.pass()
+	w.ok("viewer", "", []string{"status", w.name}, "Transition:", "Reconciling  True    Transitioning")
+	w.ok("viewer", "", []string{"plan", w.name}, "to layout night now", "PowerOnRequired")
 	w.operate("night")
 	w.ok("viewer", "", []string{"history", w.name}, "day", "night", "Override", "Completed", "st-")
 	w.ok("viewer", "", []string{"status", w.name}, "Override:    night until Mon 2026-11-30 12:00 CET", "Last transitions")

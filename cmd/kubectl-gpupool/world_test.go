@@ -277,6 +277,14 @@ func (w *world) operate(layout string) *gpupoolv1.GPUPoolProfile {
 	return nil
 }
 
+// pass runs one reconcile of the pool and moves the clock by a second.
+func (w *world) pass() {
+	w.t.Helper()
+	_, err := w.rec.Reconcile(w.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: w.name}})
+	w.must(err)
+	w.clock.Step(time.Second)
+}
+
 // run runs the plugin as a user, at the world's time, with stdin, and returns what it
 // printed.
 func (w *world) run(user, stdin string, args ...string) (string, error) {

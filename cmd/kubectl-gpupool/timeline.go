@@ -70,13 +70,19 @@ from a file, so a schedule can be checked before it is applied.`,
 			if err != nil {
 				return err
 			}
-			ok, wide := human(pf)
-			if !ok {
-				return printData(pf, entries, a.streams.Out)
-			}
 			loc, err := a.zone()
 			if err != nil {
 				return err
+			}
+			ok, wide := human(pf)
+			if !ok {
+				for i := range entries {
+					entries[i].From = entries[i].From.In(loc)
+					if t := entries[i].To; t != nil {
+						*t = t.In(loc)
+					}
+				}
+				return printData(pf, entries, a.streams.Out)
 			}
 			days := "days"
 			if o.days == 1 {

@@ -50,6 +50,12 @@ var (
 const credentialsNamespace = "gpupool-system"
 
 func TestMain(m *testing.M) {
+	// Run as the plugin when kubectl runs this test binary under the plugin's name
+	// (TestKubectlRunsThePlugin links it onto PATH), so no separate build is needed.
+	if filepath.Base(os.Args[0]) == "kubectl-gpupool" {
+		main()
+		os.Exit(0)
+	}
 	os.Exit(runSuite(m))
 }
 

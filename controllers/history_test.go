@@ -134,3 +134,26 @@ func TestPlanPreviewBounded(t *testing.T) {
 	}
 	t.Logf("preview of %d steps: %d bytes, %s", pv.Steps, len(data), pv.Truncated)
 }
+
+// TestNewPoolWithoutVCenterIsReconciling: a pool gpupool could not observe yet is not
+// taken for current by kstatus (Reconciling=True) and says why it is not Ready; once
+// vCenter answers, it becomes Ready and Reconciling=False.
+func TestNewPoolWithoutVCenterIsReconciling(t *testing.T) {
+	h := newHarness(t, "nvc-")
+	pool := h.dayNight()
+	h.clock.SetTime(monday1000)
+	h.sim.RefuseConnections()
+	h.create(pool)
+	h.reconcile(pool.Name)
+	p := h.get(pool.Name)
+	if c := condIs(t, p, gpupoolv1.ConditionReconciling, metav1.ConditionTrue); c.Reason != ReasonVCenterUnavailable {
+		t.Errorf("Reconciling reason %s, want %s", c.Reason, ReasonVCenterUnavailable)
+	}
+	if c := condIs(t, p, gpupoolv1.ConditionReady, metav1.ConditionFalse); c.Reason != ReasonVCenterUnavailable {
+		t.Errorf("Ready reason %s, want %s", c.Reason, ReasonVCenterUnavailable)
+	}
+	h.must(h.sim.AcceptConnections())
+	p = h.converge(pool.Name, "day", 30)
+	condIs(t, p, gpupoolv1.ConditionReady, metav1.ConditionTrue)
+	condIs(t, p, gpupoolv1.ConditionReconciling, metav1.ConditionFalse)
+}

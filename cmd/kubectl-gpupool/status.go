@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -162,7 +163,7 @@ func (a *app) describeWorkers(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide b
 	fmt.Fprintln(tw)
 	waits := gpuWaits(p.Status.Plan)
 	for _, w := range p.Status.Workers {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s", w.VM, or(w.Node, "-"), or(w.PowerState, "-"), or(w.Profile, "-"), or(string(w.Step), "-"), waitingFor(&w, waits[w.VM], loc))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s", w.VM, or(w.Node, "-"), or(w.PowerState, "-"), or(w.Profile, "-"), or(string(w.Step), "-"), waitingFor(&w, waits[w.VM] || waits[path.Base(w.VM)], loc))
 		if wide {
 			since := "-"
 			if w.StepStartTime != nil {
@@ -175,7 +176,8 @@ func (a *app) describeWorkers(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide b
 	_ = tw.Flush()
 }
 
-// gpuWaits are the VMs whose steps in the published plan wait for GPUs other steps free.
+// gpuWaits are the VMs whose steps in the published plan wait for GPUs other steps free,
+// by the VM's inventory name (plan steps name VMs so; a worker may be named by path).
 func gpuWaits(pv *gpupoolv1.PlanPreview) map[string]bool {
 	out := map[string]bool{}
 	if pv == nil || pv.For != gpupoolv1.PlanForCurrent {

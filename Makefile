@@ -85,7 +85,9 @@ controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kube-sched
 
 .PHONY: test
 test: controlplane $(HELM) ## Run all tests (unit, envtest, the chart and install manifests), building the control plane and helm first if needed.
-	HELM=$(HELM) go test $(GO_TEST_FLAGS) ./...
+	HELM=$(HELM) go test $(GO_TEST_FLAGS) -skip '^TestFaultMatrix$$' ./...
+	@# The fault matrix on its own, verbose, so that its table of counts is printed.
+	go test $(GO_TEST_FLAGS) -run '^TestFaultMatrix$$' -v ./controllers/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|fault matrix'
 
 .PHONY: bench
 bench: ## Run the benchmarks and print a table.

@@ -127,7 +127,7 @@ func (a *app) describe(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) er
 	}
 	if n := st.NextTransition; n != nil {
 		fmt.Fprintf(tw, "Next:\t%s at %s (%s)\n", n.Layout, when(n.At.Time, loc), relative(n.At.Time, now))
-	} else {
+	} else if st.Phase != "" {
 		fmt.Fprintf(tw, "Next:\tno change scheduled within 35 days\n")
 	}
 	if t := st.Transition; t != nil {

@@ -165,3 +165,24 @@ func TestVersion(t *testing.T) {
 		t.Errorf("--version: %v %q", err, out.String())
 	}
 }
+
+// TestNewPoolBeforeTheOperator: status and plan say that gpupool has not reconciled a
+// pool yet, rather than guessing.
+func TestNewPoolBeforeTheOperator(t *testing.T) {
+	w := newWorld(t, "nw-")
+	w.create(w.pool())
+	out := w.ok("viewer", "", []string{"status", w.name}, "Layout now:  (none yet)", "Phase:       (not reconciled yet)")
+	if strings.Contains(out, "Next:") {
+		t.Errorf("status guesses the next switch before gpupool decided it:\n%s", out)
+	}
+	w.ok("viewer", "", []string{"plan", w.name}, "no plan published: gpupool has not observed the pool yet")
+	found := false
+	for _, line := range strings.Split(w.ok("viewer", "", []string{"status"}), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == w.name {
+			found = f[1] == "Unknown"
+		}
+	}
+	if !found {
+		t.Errorf("status lists %s without READY Unknown", w.name)
+	}
+}

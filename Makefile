@@ -118,12 +118,27 @@ build-installer: ## Render dist/install.yaml (self-managed webhook certificates)
 	  rm -rf $$dir; echo "wrote $(DIST_DIR)/$${overlay#*:}.yaml"; \
 	done
 
+PLUGIN_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
+.PHONY: plugin-archives
+plugin-archives: ## Build the kubectl plugin's release archives (hack/krew/gpupool.yaml names them) into dist/plugin/.
+	@rm -rf $(DIST_DIR)/plugin && mkdir -p $(DIST_DIR)/plugin
+	@for p in $(PLUGIN_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; ext=; [ $$os = windows ] && ext=.exe; \
+	  dir=$(DIST_DIR)/plugin/.build-$$os-$$arch; mkdir -p $$dir; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -ldflags "$(LDFLAGS)" -o $$dir/kubectl-gpupool$$ext ./cmd/kubectl-gpupool; \
+	  cp LICENSE $$dir/; \
+	  tar -C $$dir -czf $(DIST_DIR)/plugin/kubectl-gpupool_$(VERSION)_$${os}_$${arch}.tar.gz kubectl-gpupool$$ext LICENSE; \
+	  rm -rf $$dir; echo "wrote $(DIST_DIR)/plugin/kubectl-gpupool_$(VERSION)_$${os}_$${arch}.tar.gz"; \
+	done
+
 CHART_DIR := charts/gpupool
 .PHONY: chart
 chart: ## Copy the generated CRD, RBAC rules, webhook rules, alerts and dashboard from config/ into the Helm chart.
 	cp config/crd/bases/gpupool.dev_gpupoolprofiles.yaml $(CHART_DIR)/crds/
 	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
 	cp config/rbac/leader_election_role.yaml $(CHART_DIR)/files/leader-election-role.yaml
+	cp config/rbac/gpupool_viewer_role.yaml $(CHART_DIR)/files/viewer-role.yaml
+	cp config/rbac/gpupool_editor_role.yaml $(CHART_DIR)/files/editor-role.yaml
 	cp config/webhook/manifests.yaml $(CHART_DIR)/files/webhook.yaml
 	cp config/prometheus/rules.yaml $(CHART_DIR)/files/prometheus-rules.yaml
 	cp config/prometheus/dashboard.json $(CHART_DIR)/files/dashboard.json

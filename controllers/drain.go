@@ -364,6 +364,7 @@ func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why stri
 	t.AbortedTime = ptrTime(s.now)
 	t.Generation = s.pool.Generation // retried when the spec changes from now on
 	t.Message = fmt.Sprintf("transition %s to %s aborted: %s; the VMs keep running and the nodes gpupool cordoned were uncordoned. Fix the blocking pods or set spec.drain.onTimeout: Force; a spec change retries", t.ID, t.To, why)
+	recordHistory(s, gpupoolv1.TransitionAborted, t.Message)
 	transitionsTotal.WithLabelValues(s.pool.Name, "aborted").Inc()
 	r.emit(s.pool, corev1.EventTypeWarning, "TransitionAborted", "%s", t.Message)
 	for i := range st.Workers {

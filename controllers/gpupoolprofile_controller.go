@@ -167,6 +167,7 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 		return ctrl.Result{RequeueAfter: min(taskWait, boundary)}, nil
 	}
 	r.recordWorkers(s, p)
+	r.publishPlan(ctx, s, p)
 	res := ctrl.Result{RequeueAfter: boundary}
 	if taskWait > 0 {
 		res.RequeueAfter = min(res.RequeueAfter, taskWait)
@@ -316,6 +317,7 @@ func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 		return
 	}
 	if t := st.Transition; t != nil {
+		recordHistory(s, gpupoolv1.TransitionSuperseded, fmt.Sprintf("layout %s is wanted now (%s)", s.decision.Layout, s.decision.Reason))
 		transitionsTotal.WithLabelValues(s.pool.Name, "superseded").Inc()
 		r.emit(s.pool, corev1.EventTypeNormal, "TransitionSuperseded", "transition %s to %s superseded: %s is wanted now", t.ID, t.To, s.decision.Layout)
 	}
@@ -333,6 +335,7 @@ func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 func (r *GPUPoolProfileReconciler) completeTransition(s *scope) {
 	st := &s.pool.Status
 	if t := st.Transition; t != nil {
+		recordHistory(s, gpupoolv1.TransitionCompleted, "")
 		transitionsTotal.WithLabelValues(s.pool.Name, "completed").Inc()
 		transitionDuration.WithLabelValues(s.pool.Name).Observe(s.now.Sub(t.StartTime.Time).Seconds())
 		r.emit(s.pool, corev1.EventTypeNormal, "TransitionCompleted", "transition %s: layout %s is active after %s", t.ID, t.To, s.now.Sub(t.StartTime.Time).Round(time.Second))

@@ -267,6 +267,9 @@ func TestPDBBlocksDrainAndAbortKeepsDay(t *testing.T) {
 		t.Errorf("an aborted transition was retried without a spec change: phase %s", p.Status.Phase)
 	}
 	containsAll(t, "events", h.events(), "TransitionAborted")
+	if hs := h.get(pool.Name).Status.History; len(hs) != 2 || hs[0].Result != gpupoolv1.TransitionAborted || hs[0].SlowestWorker == "" {
+		t.Errorf("history %+v, want the aborted transition (once, naming the worker it waited for) after the first", hs)
+	}
 }
 
 func TestAdminCordonIsKept(t *testing.T) {

@@ -70,6 +70,7 @@ func summarize(s *scope) {
 	}
 
 	progressing(s, stalledReason, aborted)
+	reconciling(s, stalledReason)
 
 	switch {
 	case f.paused:
@@ -187,6 +188,23 @@ func progressing(s *scope, stalledReason string, aborted bool) {
 		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonTransitioning, fmt.Sprintf("transition %s from %q to %s in progress: %s%s", t.ID, t.From, t.To, stepCounts(st.Workers), errs))
 	default:
 		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonRepairing, fmt.Sprintf("repairing layout %s: %s%s", st.ActiveLayout, stepCounts(st.Workers), errs))
+	}
+}
+
+// reconciling sets Reconciling, the condition kstatus (Flux, Argo CD) reads, from the
+// same facts as Progressing: True while gpupool changes the pool. Before the pool was
+// ever observed it is True too (gpupool is still getting there), unless a person must
+// act (Stalled) or the pool is paused, so that no tool takes a new pool for current.
+func reconciling(s *scope, stalledReason string) {
+	p := s.pool
+	c := findCondition(p, gpupoolv1.ConditionProgressing)
+	switch {
+	case c != nil:
+		setCond(p, gpupoolv1.ConditionReconciling, c.Status == metav1.ConditionTrue, c.Reason, c.Message)
+	case s.facts.paused || stalledReason != "":
+		setCond(p, gpupoolv1.ConditionReconciling, false, cmp.Or(stalledReason, ReasonPaused), "not reconciling: see the Stalled and Paused conditions")
+	case s.facts.vcenter != "":
+		setCond(p, gpupoolv1.ConditionReconciling, true, ReasonVCenterUnavailable, "the pool was not observed yet: "+s.facts.vcenter)
 	}
 }
 

@@ -333,6 +333,10 @@ const (
 	ConditionDegraded    = "Degraded"
 	ConditionStalled     = "Stalled"
 	ConditionPaused      = "Paused"
+	// ConditionReconciling is True while gpupool changes the pool (a transition, a
+	// repair or a way back). It is the condition kstatus (Flux, Argo CD, kubectl wait
+	// --for=condition=Reconciling=false) reads to tell "in progress" from "current".
+	ConditionReconciling = "Reconciling"
 )
 
 // Step is where a worker is in a transition, named for what must happen next.
@@ -475,11 +479,139 @@ type GPUPoolProfileStatus struct {
 	// +listType=map
 	// +listMapKey=vm
 	Workers []WorkerStatus `json:"workers,omitempty"`
-	// Conditions are Ready, Progressing, Degraded, Stalled and Paused.
+	// Conditions are Ready, Progressing, Reconciling, Degraded, Stalled and Paused.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Plan is a bounded preview of the steps of the transition in progress or, when the
+	// pool is at its wanted layout, of the next scheduled one, as gpupool planned them
+	// from what it last observed. It lets `kubectl gpupool plan` work with read access to
+	// the pool only.
+	// +optional
+	Plan *PlanPreview `json:"plan,omitempty"`
+	// History is the last transitions, newest first (at most 10). Events expire after an
+	// hour; this does not.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	History []TransitionRecord `json:"history,omitempty"`
+}
+
+// PlanFor says which transition a plan preview is of.
+// +kubebuilder:validation:Enum=Current;Next
+type PlanFor string
+
+const (
+	// PlanForCurrent is the way to the layout wanted now (a transition, a repair or a way
+	// back to the previous layout).
+	PlanForCurrent PlanFor = "Current"
+	// PlanForNext is the way to status.nextTransition.layout, planned from the state
+	// observed now; it is planned again when the switch starts.
+	PlanForNext PlanFor = "Next"
+)
+
+// PlanPreview is a bounded summary of a plan: per host its first steps, and counts.
+type PlanPreview struct {
+	// For is Current or Next.
+	For PlanFor `json:"for"`
+	// Layout is the layout the plan makes.
+	Layout string `json:"layout"`
+	// At is when the next transition starts (For: Next only).
+	// +optional
+	At *metav1.Time `json:"at,omitempty"`
+	// Generation is the spec generation the plan was made for.
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
+	// Steps counts all steps of the plan, shown or not.
+	Steps int32 `json:"steps"`
+	// WaitingSteps counts the steps that wait for GPUs other steps free.
+	// +optional
+	WaitingSteps int32 `json:"waitingSteps,omitempty"`
+	// Hosts are the hosts with steps, by name; each lists its first steps in order.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Hosts []HostPlanPreview `json:"hosts,omitempty"`
+	// Problems say why the layout cannot be reached (then there are no steps).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Problems []string `json:"problems,omitempty"`
+	// Truncated says what the preview leaves out, such as "+120 more steps on 3 hosts".
+	// +optional
+	Truncated string `json:"truncated,omitempty"`
+}
+
+// HostPlanPreview is the first steps on one ESXi host.
+type HostPlanPreview struct {
+	// Host is the ESXi host.
+	Host string `json:"host"`
+	// Steps are the host's first steps, in the order they run.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Steps []PlanStepPreview `json:"steps"`
+	// More counts the host's steps not listed.
+	// +optional
+	More int32 `json:"more,omitempty"`
+}
+
+// PlanStepPreview is one step of a plan preview.
+type PlanStepPreview struct {
+	// VM is the VM the step acts on.
+	VM string `json:"vm"`
+	// Action is what the step does, as a worker step.
+	Action Step `json:"action"`
+	// Profile is the vGPU profile concerned.
+	// +optional
+	Profile string `json:"profile,omitempty"`
+	// Reason says why.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// WaitsForGPUs: the step waits until earlier steps free GPUs on its host.
+	// +optional
+	WaitsForGPUs bool `json:"waitsForGPUs,omitempty"`
+}
+
+// TransitionResult says how a transition ended.
+// +kubebuilder:validation:Enum=Completed;Aborted;Superseded
+type TransitionResult string
+
+const (
+	// TransitionCompleted: the layout became active.
+	TransitionCompleted TransitionResult = "Completed"
+	// TransitionAborted: a drain timed out with drain.onTimeout: Abort.
+	TransitionAborted TransitionResult = "Aborted"
+	// TransitionSuperseded: another layout became wanted before it completed.
+	TransitionSuperseded TransitionResult = "Superseded"
+)
+
+// TransitionRecord is one past transition.
+type TransitionRecord struct {
+	// ID is the transition's id, as in events.
+	ID string `json:"id"`
+	// From is the layout the pool had when the transition started.
+	// +optional
+	From string `json:"from,omitempty"`
+	// To is the layout the transition made.
+	To string `json:"to"`
+	// Reason says why To was wanted: Override, Schedule or Default.
+	// +optional
+	Reason DesiredReason `json:"reason,omitempty"`
+	// StartTime is when the transition started.
+	StartTime metav1.Time `json:"startTime"`
+	// EndTime is when it completed, was aborted or was superseded.
+	EndTime metav1.Time `json:"endTime"`
+	// Result is Completed, Aborted or Superseded.
+	Result TransitionResult `json:"result"`
+	// SlowestWorker is the VM that held the transition last: a worker still busy on the
+	// pass before the end.
+	// +optional
+	SlowestWorker string `json:"slowestWorker,omitempty"`
+	// Message says more, such as why it was aborted.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // GPUPoolProfile reshapes a pool of vSphere vGPU worker VMs on a schedule.
@@ -490,6 +622,8 @@ type GPUPoolProfileStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=gpp,categories=gpupool
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Active",type=string,JSONPath=`.status.activeLayout`
 // +kubebuilder:printcolumn:name="Desired",type=string,JSONPath=`.status.desiredLayout`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`

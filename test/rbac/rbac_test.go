@@ -45,6 +45,9 @@ var used = map[string]string{
 	"metrics-auth-role authentication.k8s.io tokenreviews create":        "authenticate scrapers",
 	"metrics-auth-role authorization.k8s.io subjectaccessreviews create": "authorize scrapers",
 	"metrics-reader  /metrics get":                                       "granted to scrapers",
+	// For people using kubectl gpupool, not the operator (bound by an admin).
+	"viewer gpupool.dev gpupoolprofiles get,list,watch": "kubectl gpupool status, plan, history, timeline",
+	"editor gpupool.dev gpupoolprofiles patch":          "kubectl gpupool switch, resume, pause, unpause",
 }
 
 func allowed() map[grant]bool {

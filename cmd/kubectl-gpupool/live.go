@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// liveOptions are plan --live's flags.
+type liveOptions struct {
+	enabled bool
+	at      string
+	layout  string
+}
+
+// livePlan observes the pool's world as the operator does (the credentials Secret, the
+// inventory from vCenter, the nodes and pods) and plans, changing nothing.
+func (a *app) livePlan(ctx context.Context, name string, o liveOptions) error {
+	at := a.now()
+	if o.at != "" {
+		t, err := time.Parse(time.RFC3339, o.at)
+		if err != nil {
+			return fmt.Errorf("--at: %w", err)
+		}
+		at = t
+	}
+	loc, err := a.zone()
+	if err != nil {
+		return err
+	}
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	var pool gpupoolv1.GPUPoolProfile
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &pool); err != nil {
+		return err
+	}
+	conn := vsphere.NewConnector()
+	defer func() { _ = conn.Close() }()
+	r := &controllers.GPUPoolProfileReconciler{Client: c, APIReader: c, VSphere: conn}
+	pv, err := r.Preview(ctx, &pool, at, o.layout)
+	if err != nil {
+		return err
+	}
+	out := a.streams.Out
+	fmt.Fprintf(out, "pool %s at %s: wants %s (%s: %s)\n", name, at.In(loc).Format(time.RFC3339), pv.Decision.Layout, pv.Decision.Reason, pv.Decision.Message)
+	if n := pv.Decision.Next; n != nil && o.layout == "" {
+		fmt.Fprintf(out, "next: %s at %s\n", n.Layout, when(n.At, loc))
+	}
+	_, err = fmt.Fprint(out, pv.Plan.String())
+	return err
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+func (a *app) planCommand() *cobra.Command {
+	var pf *genericclioptions.PrintFlags
+	var live liveOptions
+	cmd := &cobra.Command{
+		Use:   "plan NAME",
+		Short: "Show the steps of the transition in progress or of the next one, as gpupool planned them",
+		Long: `Show the steps of the transition in progress or, when the pool is at its wanted layout,
+of the next scheduled one, as gpupool published them in status.plan. It needs read access
+to the pool only.
+
+With --live it observes vCenter, the nodes and the pods itself, exactly as the operator
+does, and plans for the layout wanted now (or at --at, or --layout): this needs the
+credentials Secret and network access to vCenter.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if live.enabled {
+				return a.livePlan(cmd.Context(), args[0], live)
+			}
+			p, _, err := a.get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if ok, _ := human(pf); !ok {
+				return printData(pf, p.Status.Plan, a.streams.Out)
+			}
+			loc, err := a.zone()
+			if err != nil {
+				return err
+			}
+			return a.printPlan(a.streams.Out, p, loc)
+		},
+	}
+	pf = a.outputFlags(cmd)
+	cmd.Flags().BoolVar(&live.enabled, "live", false, "observe vCenter directly instead of reading status.plan (needs the credentials Secret)")
+	cmd.Flags().StringVar(&live.at, "at", "", "with --live: plan for the layout wanted at this time (RFC 3339); default now")
+	cmd.Flags().StringVar(&live.layout, "layout", "", "with --live: plan for this layout instead of the scheduled one")
+	return cmd
+}
+
+// printPlan prints status.plan.
+func (a *app) printPlan(out io.Writer, p *gpupoolv1.GPUPoolProfile, loc *time.Location) error {
+	pv := p.Status.Plan
+	if pv == nil {
+		what := "no transition is in progress and none is scheduled within 35 days"
+		if p.Status.Phase == "" || p.Status.Phase == gpupoolv1.PhasePending {
+			what = "gpupool has not observed the pool yet"
+		}
+		_, err := fmt.Fprintf(out, "pool %s: no plan published: %s\n", p.Name, what)
+		return err
+	}
+	switch pv.For {
+	case gpupoolv1.PlanForNext:
+		at := "-"
+		if pv.At != nil {
+			at = when(pv.At.Time, loc) + " (" + relative(pv.At.Time, a.now()) + ")"
+		}
+		fmt.Fprintf(out, "pool %s: next transition to %s at %s, as it would run on the state observed now\n", p.Name, pv.Layout, at)
+	default:
+		fmt.Fprintf(out, "pool %s: to layout %s now\n", p.Name, pv.Layout)
+	}
+	if pv.Generation != p.Generation {
+		fmt.Fprintf(out, "note: planned for spec generation %d; the spec is at %d and gpupool has not planned it yet\n", pv.Generation, p.Generation)
+	}
+	return printSteps(out, p.Name, pv)
+}
+
+// printSteps prints a plan preview's steps, per host in order.
+func printSteps(out io.Writer, name string, pv *gpupoolv1.PlanPreview) error {
+	if len(pv.Problems) > 0 {
+		fmt.Fprintf(out, "layout %s cannot be reached:\n", pv.Layout)
+		for _, pr := range pv.Problems {
+			fmt.Fprintf(out, "  %s\n", pr)
+		}
+		return nil
+	}
+	if pv.Steps == 0 {
+		_, err := fmt.Fprintf(out, "layout %s: nothing to do\n", pv.Layout)
+		return err
+	}
+	fmt.Fprintf(out, "layout %s: %s on %s", pv.Layout, count(int(pv.Steps), "step"), count(len(pv.Hosts), "host"))
+	if pv.WaitingSteps > 0 {
+		fmt.Fprintf(out, " (%d wait for GPUs that earlier steps free)", pv.WaitingSteps)
+	}
+	fmt.Fprintln(out)
+	tw := table(out)
+	fmt.Fprintln(tw, "  HOST\tSTEP\tVM\tPROFILE\tWAITS FOR\tREASON")
+	for _, h := range pv.Hosts {
+		for _, s := range h.Steps {
+			waits := "-"
+			if s.WaitsForGPUs {
+				waits = "freed GPUs"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", h.Host, s.Action, s.VM, or(s.Profile, "-"), waits, s.Reason)
+		}
+		if h.More > 0 {
+			fmt.Fprintf(tw, "  %s\t+%d more\t\t\t\t\n", h.Host, h.More)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if pv.Truncated != "" {
+		fmt.Fprintf(out, "%s (kubectl gpupool plan %s --live lists every step)\n", pv.Truncated, name)
+	}
+	return nil
+}
+
+func count(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/version"
+)
+
+// app is what every verb shares: kubectl's connection flags, the output flag, the
+// streams and the clock (tests set it).
+type app struct {
+	config  *genericclioptions.ConfigFlags
+	streams genericiooptions.IOStreams
+	scheme  *runtime.Scheme
+	// tz is --tz: the zone times are shown in; the local zone when empty.
+	tz  string
+	now func() time.Time
+}
+
+func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	return newApp(streams, time.Now).command()
+}
+
+// newApp makes the plugin with a clock: tests pass a fixed one.
+func newApp(streams genericiooptions.IOStreams, now func() time.Time) *app {
+	a := &app{config: genericclioptions.NewConfigFlags(true), streams: streams, scheme: runtime.NewScheme(), now: now}
+	_ = clientgoscheme.AddToScheme(a.scheme)
+	_ = gpupoolv1.AddToScheme(a.scheme)
+	return a
+}
+
+func (a *app) command() *cobra.Command {
+	streams := a.streams
+	root := &cobra.Command{
+		Use:   "kubectl-gpupool",
+		Short: "See and steer gpupool vGPU pools",
+		Long: `See and steer gpupool vGPU pools with Kubernetes credentials only.
+
+Reading (status, plan, history, timeline) needs get on gpupoolprofiles (ClusterRole
+gpupool-viewer); switch, resume, pause and unpause need patch (gpupool-editor).`,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl gpupool"},
+		Version:       version.Get(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetVersionTemplate("kubectl-gpupool {{.Version}}\n")
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	a.config.AddFlags(root.PersistentFlags())
+	root.PersistentFlags().StringVar(&a.tz, "tz", "", "IANA time zone to show times in, such as Europe/Berlin (default: the local zone)")
+	root.AddCommand(a.statusCommand(), a.planCommand(), a.switchCommand(), a.resumeCommand(),
+		a.pauseCommand(true), a.pauseCommand(false), a.historyCommand(), a.timelineCommand(), a.versionCommand())
+	return root
+}
+
+func (a *app) versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the plugin's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintf(a.streams.Out, "kubectl-gpupool %s\n", version.Get())
+			return err
+		},
+	}
+}
+
+// client is a client for the current kubeconfig, context and user.
+func (a *app) client() (client.Client, error) {
+	cfg, err := a.config.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: a.scheme})
+}
+
+// get reads one pool.
+func (a *app) get(ctx context.Context, name string) (*gpupoolv1.GPUPoolProfile, client.Client, error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	var p gpupoolv1.GPUPoolProfile
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
+		return nil, nil, err
+	}
+	return &p, c, nil
+}
+
+// zone is the zone times are shown in.
+func (a *app) zone() (*time.Location, error) {
+	if a.tz == "" {
+		return time.Local, nil
+	}
+	loc, err := time.LoadLocation(a.tz)
+	if err != nil {
+		return nil, fmt.Errorf("--tz: %w", err)
+	}
+	return loc, nil
+}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/plan"
+)
+
+// statusHistory is how many past transitions status shows; history shows all.
+const statusHistory = 3
+
+func (a *app) statusCommand() *cobra.Command {
+	var pf *genericclioptions.PrintFlags
+	cmd := &cobra.Command{
+		Use:   "status [NAME]",
+		Short: "Show the pools, or one pool: layout now and wanted, why, next switch, workers, conditions",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return a.list(cmd.Context(), pf)
+			}
+			p, _, err := a.get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if ok, wide := human(pf); ok {
+				return a.describe(a.streams.Out, p, wide)
+			}
+			return printObject(pf, p, a.streams.Out)
+		},
+	}
+	pf = a.outputFlags(cmd)
+	return cmd
+}
+
+// list prints a line per pool, as kubectl get gpp with the reason and why.
+func (a *app) list(ctx context.Context, pf *genericclioptions.PrintFlags) error {
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	var pools gpupoolv1.GPUPoolProfileList
+	if err := c.List(ctx, &pools); err != nil {
+		return err
+	}
+	ok, wide := human(pf)
+	if !ok {
+		return printObject(pf, &pools, a.streams.Out)
+	}
+	loc, err := a.zone()
+	if err != nil {
+		return err
+	}
+	tw := table(a.streams.Out)
+	fmt.Fprint(tw, "NAME\tREADY\tREASON\tACTIVE\tWANTED\tPHASE\tNEXT")
+	if wide {
+		fmt.Fprint(tw, "\tWHY\tPAUSED\tOVERRIDE")
+	}
+	fmt.Fprintln(tw)
+	for i := range pools.Items {
+		p := &pools.Items[i]
+		st := &p.Status
+		status, reason := "Unknown", "-"
+		if c := meta.FindStatusCondition(st.Conditions, gpupoolv1.ConditionReady); c != nil {
+			status, reason = string(c.Status), c.Reason
+		}
+		next := "-"
+		if n := st.NextTransition; n != nil {
+			next = fmt.Sprintf("%s %s", n.Layout, relative(n.At.Time, a.now()))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s", p.Name, status, reason, or(st.ActiveLayout, "-"), or(st.DesiredLayout, "-"), or(string(st.Phase), "-"), next)
+		if wide {
+			override := "-"
+			if o := p.Spec.Override; o != nil {
+				override = o.Layout
+				if o.Until != nil {
+					override += " until " + when(o.Until.Time, loc)
+				}
+			}
+			fmt.Fprintf(tw, "\t%s\t%v\t%s", or(string(st.DesiredReason), "-"), p.Spec.Paused, override)
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
+}
+
+// describe prints one pool for a person.
+func (a *app) describe(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) error {
+	loc, err := a.zone()
+	if err != nil {
+		return err
+	}
+	now := a.now()
+	st := &p.Status
+	tw := table(out)
+	fmt.Fprintf(tw, "Pool:\t%s\n", p.Name)
+	fmt.Fprintf(tw, "Layout now:\t%s\n", or(st.ActiveLayout, "(none yet)"))
+	why := string(st.DesiredReason)
+	// The operator's words for why, from the same function it decides with.
+	if d, err := plan.Desired(&p.Spec, now); err == nil && d.Layout == st.DesiredLayout {
+		why = d.Message
+	}
+	fmt.Fprintf(tw, "Wanted:\t%s (%s)\n", or(st.DesiredLayout, "(not decided yet)"), or(why, "-"))
+	if o := p.Spec.Override; o != nil {
+		until := "until removed (kubectl gpupool resume " + p.Name + ")"
+		if o.Until != nil {
+			until = "until " + when(o.Until.Time, loc) + " (" + relative(o.Until.Time, now) + ")"
+		}
+		fmt.Fprintf(tw, "Override:\t%s %s%s\n", o.Layout, until, reasonSuffix(o.Reason))
+	}
+	if p.Spec.Paused {
+		fmt.Fprintf(tw, "Paused:\tyes: nothing is changed until kubectl gpupool unpause %s\n", p.Name)
+	}
+	fmt.Fprintf(tw, "Phase:\t%s\n", or(string(st.Phase), "(not reconciled yet)"))
+	if c := meta.FindStatusCondition(st.Conditions, gpupoolv1.ConditionReady); c != nil {
+		fmt.Fprintf(tw, "Ready:\t%s (%s): %s\n", c.Status, c.Reason, clip(c.Message, wide, 160))
+	}
+	if n := st.NextTransition; n != nil {
+		fmt.Fprintf(tw, "Next:\t%s at %s (%s)\n", n.Layout, when(n.At.Time, loc), relative(n.At.Time, now))
+	} else if st.Phase != "" {
+		fmt.Fprintf(tw, "Next:\tno change scheduled within 35 days\n")
+	}
+	if t := st.Transition; t != nil {
+		state := "in progress"
+		if t.AbortedTime != nil {
+			state = "aborted " + relative(t.AbortedTime.Time, now)
+		}
+		fmt.Fprintf(tw, "Transition:\t%s: %s -> %s, started %s (%s), %s\n", t.ID, or(t.From, "(none)"), t.To, when(t.StartTime.Time, loc), relative(t.StartTime.Time, now), state)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	a.describeWorkers(out, p, wide)
+	a.describeConditions(out, p, wide)
+	if len(st.History) > 0 {
+		fmt.Fprintf(out, "\nLast transitions (kubectl gpupool history %s for all):\n", p.Name)
+		return a.printHistory(out, st.History[:min(len(st.History), statusHistory)], false, loc)
+	}
+	return nil
+}
+
+func (a *app) describeWorkers(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) {
+	if len(p.Status.Workers) == 0 {
+		return
+	}
+	loc, _ := a.zone()
+	fmt.Fprintln(out, "\nWorkers:")
+	tw := table(out)
+	fmt.Fprint(tw, "  VM\tNODE\tPOWER\tPROFILE\tSTEP\tWAITING FOR")
+	if wide {
+		fmt.Fprint(tw, "\tHOST\tGPU\tSTEP SINCE\tMESSAGE")
+	}
+	fmt.Fprintln(tw)
+	waits := gpuWaits(p.Status.Plan)
+	for _, w := range p.Status.Workers {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s", w.VM, or(w.Node, "-"), or(w.PowerState, "-"), or(w.Profile, "-"), or(string(w.Step), "-"), waitingFor(&w, waits[w.VM] || waits[path.Base(w.VM)], loc))
+		if wide {
+			since := "-"
+			if w.StepStartTime != nil {
+				since = when(w.StepStartTime.Time, loc)
+			}
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s", or(w.Host, "-"), or(w.GPU, "-"), since, or(w.Message, "-"))
+		}
+		fmt.Fprintln(tw)
+	}
+	_ = tw.Flush()
+}
+
+// gpuWaits are the VMs whose steps in the published plan wait for GPUs other steps free,
+// by the VM's inventory name (plan steps name VMs so; a worker may be named by path).
+func gpuWaits(pv *gpupoolv1.PlanPreview) map[string]bool {
+	out := map[string]bool{}
+	if pv == nil || pv.For != gpupoolv1.PlanForCurrent {
+		return out
+	}
+	for _, h := range pv.Hosts {
+		for _, s := range h.Steps {
+			if s.WaitsForGPUs {
+				out[s.VM] = true
+			}
+		}
+	}
+	return out
+}
+
+// waitingFor says what a worker's step waits for.
+func waitingFor(w *gpupoolv1.WorkerStatus, gpus bool, loc *time.Location) string {
+	switch {
+	case w.Task != nil && w.Task.ID != "":
+		return fmt.Sprintf("vSphere task %s (%s)", w.Task.ID, w.Task.Operation)
+	case w.Task != nil:
+		return fmt.Sprintf("vSphere task %s being started", w.Task.Operation)
+	case w.NextRetryTime != nil:
+		return fmt.Sprintf("retry %d at %s", w.Attempts+1, when(w.NextRetryTime.Time, loc))
+	case gpus:
+		return "GPUs other steps on its host free"
+	}
+	switch w.Step {
+	case gpupoolv1.StepDrainRequired:
+		return "pods to leave the node"
+	case gpupoolv1.StepWaitNodeReady:
+		return "node to be Ready"
+	case gpupoolv1.StepNone:
+		return "-"
+	}
+	return "its turn (maxParallel, earlier steps on its host)"
+}
+
+func (a *app) describeConditions(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) {
+	if len(p.Status.Conditions) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "\nConditions:")
+	tw := table(out)
+	fmt.Fprintln(tw, "  TYPE\tSTATUS\tREASON\tSINCE\tMESSAGE")
+	for _, c := range p.Status.Conditions {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, sinceCond(c, a.now()), clip(c.Message, wide, 80))
+	}
+	_ = tw.Flush()
+}
+
+func sinceCond(c metav1.Condition, now time.Time) string {
+	if c.LastTransitionTime.IsZero() {
+		return "-"
+	}
+	return relative(c.LastTransitionTime.Time, now)
+}
+
+// clip shortens a message for the narrow view.
+func clip(s string, wide bool, n int) string {
+	if wide || len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+func reasonSuffix(r string) string {
+	if r == "" {
+		return ""
+	}
+	return ": " + r
+}

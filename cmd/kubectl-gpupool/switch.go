@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/plan"
+)
+
+type switchOptions struct {
+	duration time.Duration
+	until    string
+	reason   string
+	yes      bool
+}
+
+func (a *app) switchCommand() *cobra.Command {
+	var o switchOptions
+	cmd := &cobra.Command{
+		Use:   "switch NAME LAYOUT",
+		Short: "Switch the pool to a layout now (sets spec.override), for a while or until removed",
+		Long: `Switch the pool to a layout now, regardless of the schedule, by setting spec.override.
+With --for or --until the override expires by itself and the schedule applies again;
+without, it stays until 'kubectl gpupool resume NAME'. It shows what changes and asks
+before it sets the override, unless --yes.`,
+		Example: `  kubectl gpupool switch daynight night --for 2h --reason "driver update"
+  kubectl gpupool switch daynight day --until 2026-12-01T18:00:00+01:00 --yes`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.switchTo(cmd.Context(), args[0], args[1], o)
+		},
+	}
+	cmd.Flags().DurationVar(&o.duration, "for", 0, "how long the override lasts, such as 2h")
+	cmd.Flags().StringVar(&o.until, "until", "", "when the override ends: RFC 3339, or 'YYYY-MM-DD HH:MM' in --tz (or the local zone)")
+	cmd.Flags().StringVar(&o.reason, "reason", "", "why, shown in status and events")
+	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.MarkFlagsMutuallyExclusive("for", "until")
+	return cmd
+}
+
+func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions) error {
+	loc, err := a.zone()
+	if err != nil {
+		return err
+	}
+	now := a.now()
+	override := &gpupoolv1.Override{Layout: layout, Reason: o.reason}
+	switch {
+	case o.duration < 0:
+		return errors.New("--for must be positive")
+	case o.duration > 0:
+		override.Until = &metav1.Time{Time: now.Add(o.duration).Truncate(time.Second)}
+	case o.until != "":
+		t, err := parseUntil(o.until, loc)
+		if err != nil {
+			return err
+		}
+		if !t.After(now) {
+			return fmt.Errorf("--until %s is in the past", o.until)
+		}
+		override.Until = &metav1.Time{Time: t}
+	}
+	p, c, err := a.get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if layoutOf(&p.Spec, layout) == nil {
+		return fmt.Errorf("pool %s has no layout %q; it has %s", name, layout, strings.Join(layoutNames(&p.Spec), ", "))
+	}
+	spec := p.Spec.DeepCopy()
+	spec.Override = override
+	d, err := plan.Desired(spec, now)
+	if err != nil {
+		return err
+	}
+	out := a.streams.Out
+	fmt.Fprintf(out, "pool %s: layout %s now", name, or(p.Status.ActiveLayout, "(none yet)"))
+	if p.Spec.Override != nil {
+		fmt.Fprintf(out, ", override to %s in force (replaced)", p.Spec.Override.Layout)
+	}
+	fmt.Fprintf(out, "\nwill want %s (%s)\n", d.Layout, d.Message)
+	if d.Next != nil {
+		fmt.Fprintf(out, "then %s from %s\n", d.Next.Layout, when(d.Next.At, loc))
+	}
+	a.printChanges(out, p, layout)
+	if p.Spec.Paused {
+		fmt.Fprintf(out, "note: the pool is paused: nothing changes until kubectl gpupool unpause %s\n", name)
+	}
+	if !o.yes && !confirm(a.streams.In, out, "Set the override?") {
+		return errors.New("not confirmed: nothing changed")
+	}
+	if err := patchSpec(ctx, c, p, map[string]any{"override": override}); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "pool %s: override set; follow it with kubectl gpupool status %s\n", name, name)
+	return err
+}
+
+// printChanges says which VMs start, stop or change profile, from the spec's layouts,
+// and the operator's plan when it published one for that layout. The full plan is
+// made by the operator once the override is set (kubectl gpupool plan NAME).
+func (a *app) printChanges(out io.Writer, p *gpupoolv1.GPUPoolProfile, layout string) {
+	from := layoutOf(&p.Spec, p.Status.ActiveLayout)
+	to := layoutOf(&p.Spec, layout)
+	if from == nil || from.Name == to.Name {
+		fmt.Fprintf(out, "layout %s: %d workers\n", layout, len(to.Workers))
+	} else {
+		was := map[string]string{}
+		for _, w := range from.Workers {
+			was[w.VM] = w.Profile
+		}
+		var starts, changes, parks []string
+		for _, w := range to.Workers {
+			switch prof, ok := was[w.VM]; {
+			case !ok:
+				starts = append(starts, w.VM+" ("+w.Profile+")")
+			case prof != w.Profile:
+				changes = append(changes, w.VM+" ("+prof+" -> "+w.Profile+")")
+			}
+			delete(was, w.VM)
+		}
+		for vm := range was {
+			parks = append(parks, vm)
+		}
+		slices.Sort(parks)
+		for _, l := range []struct {
+			what string
+			vms  []string
+		}{{"parked", parks}, {"started", starts}, {"reconfigured", changes}} {
+			if len(l.vms) > 0 {
+				fmt.Fprintf(out, "  %s: %s\n", l.what, strings.Join(l.vms, ", "))
+			}
+		}
+	}
+	if pv := p.Status.Plan; pv != nil && pv.Layout == layout && pv.Generation == p.Generation {
+		fmt.Fprintf(out, "gpupool planned these steps for layout %s on the state it last observed:\n", layout)
+		_ = printSteps(out, p.Name, pv)
+	}
+}
+
+// confirm asks a yes/no question on out and reads the answer from in.
+func confirm(in io.Reader, out io.Writer, question string) bool {
+	fmt.Fprintf(out, "%s [y/N]: ", question)
+	line, _ := bufio.NewReader(in).ReadString('\n')
+	answer := strings.ToLower(strings.TrimSpace(line))
+	return answer == "y" || answer == "yes"
+}
+
+// parseUntil reads --until: RFC 3339, or a wall-clock time in loc.
+func parseUntil(s string, loc *time.Location) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"2006-01-02 15:04", "2006-01-02T15:04"} {
+		if t, err := time.ParseInLocation(layout, s, loc); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("--until %q: want RFC 3339 (2026-12-01T18:00:00+01:00) or 'YYYY-MM-DD HH:MM'", s)
+}
+
+func (a *app) resumeCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume NAME",
+		Short: "Remove the override: the schedule applies again",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, c, err := a.get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if p.Spec.Override == nil {
+				_, err := fmt.Fprintf(a.streams.Out, "pool %s has no override\n", p.Name)
+				return err
+			}
+			was := p.Spec.Override.Layout
+			d, err := plan.Desired(specWithout(p), a.now())
+			if err != nil {
+				return err
+			}
+			if err := patchSpec(cmd.Context(), c, p, map[string]any{"override": nil}); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(a.streams.Out, "pool %s: override to %s removed; %s is wanted (%s)\n", p.Name, was, d.Layout, d.Message)
+			return err
+		},
+	}
+}
+
+func specWithout(p *gpupoolv1.GPUPoolProfile) *gpupoolv1.GPUPoolProfileSpec {
+	s := p.Spec.DeepCopy()
+	s.Override = nil
+	return s
+}
+
+func (a *app) pauseCommand(pause bool) *cobra.Command {
+	use, short := "pause NAME", "Pause the pool: gpupool changes nothing (no drain, no VM) until unpause"
+	if !pause {
+		use, short = "unpause NAME", "Unpause the pool: gpupool acts again"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, c, err := a.get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if p.Spec.Paused == pause {
+				_, err := fmt.Fprintf(a.streams.Out, "pool %s is already %s\n", p.Name, pausedWord(pause))
+				return err
+			}
+			var v any // unpause removes the field, as it is omitted when false
+			if pause {
+				v = true
+			}
+			if err := patchSpec(cmd.Context(), c, p, map[string]any{"paused": v}); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(a.streams.Out, "pool %s %s\n", p.Name, pausedWord(pause))
+			return err
+		},
+	}
+}
+
+func pausedWord(paused bool) string {
+	if paused {
+		return "paused"
+	}
+	return "unpaused"
+}
+
+// patchSpec merge-patches spec fields, on the resourceVersion the user saw: a change
+// made meanwhile (another switch) fails the patch instead of being overwritten.
+func patchSpec(ctx context.Context, c client.Client, p *gpupoolv1.GPUPoolProfile, spec map[string]any) error {
+	data, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": p.ResourceVersion},
+		"spec":     spec,
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.Patch(ctx, p, client.RawPatch(types.MergePatchType, data)); err != nil {
+		return fmt.Errorf("patching pool %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+func layoutOf(spec *gpupoolv1.GPUPoolProfileSpec, name string) *gpupoolv1.Layout {
+	for i := range spec.Layouts {
+		if spec.Layouts[i].Name == name {
+			return &spec.Layouts[i]
+		}
+	}
+	return nil
+}
+
+func layoutNames(spec *gpupoolv1.GPUPoolProfileSpec) []string {
+	var out []string
+	for _, l := range spec.Layouts {
+		out = append(out, l.Name)
+	}
+	return out
+}

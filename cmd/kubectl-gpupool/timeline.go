@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"sigs.k8s.io/yaml"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/plan"
+)
+
+// maxTimelineEntries bounds a timeline whatever the schedule (a window restarting every
+// minute over many days).
+const maxTimelineEntries = 2000
+
+// timelineEntry is a span during which one layout is wanted.
+type timelineEntry struct {
+	From   time.Time               `json:"from"`
+	To     *time.Time              `json:"to,omitempty"`
+	Layout string                  `json:"layout"`
+	Reason gpupoolv1.DesiredReason `json:"reason"`
+	Why    string                  `json:"why"`
+}
+
+type timelineOptions struct {
+	file string
+	days int
+	from string
+}
+
+func (a *app) timelineCommand() *cobra.Command {
+	var pf *genericclioptions.PrintFlags
+	var o timelineOptions
+	cmd := &cobra.Command{
+		Use:   "timeline (NAME | -f FILE)",
+		Short: "Show which layout is wanted when over the next days, DST shifts included",
+		Long: `Show which layout is wanted when over the next days, computed by the function the
+operator decides with (plan.Desired), stepping from one change to the next: windows,
+lead time, override expiry and daylight-saving shifts as gpupool will apply them. Times
+are switch starts (the window boundary minus schedule.leadTime). With -f it reads a pool
+from a file, so a schedule can be checked before it is applied.`,
+		Example: `  kubectl gpupool timeline daynight --days 3 --tz Europe/Berlin
+  kubectl gpupool timeline -f pool.yaml --from 2026-03-27T00:00:00Z --days 4`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			spec, name, err := a.timelineSpec(cmd.Context(), args, o.file)
+			if err != nil {
+				return err
+			}
+			start := a.now()
+			if o.from != "" {
+				if start, err = time.Parse(time.RFC3339, o.from); err != nil {
+					return fmt.Errorf("--from: %w", err)
+				}
+			}
+			if o.days < 1 {
+				return errors.New("--days must be at least 1")
+			}
+			entries, err := timeline(spec, start, start.Add(time.Duration(o.days)*24*time.Hour))
+			if err != nil {
+				return err
+			}
+			loc, err := a.zone()
+			if err != nil {
+				return err
+			}
+			ok, wide := human(pf)
+			if !ok {
+				for i := range entries {
+					entries[i].From = entries[i].From.In(loc)
+					if t := entries[i].To; t != nil {
+						*t = t.In(loc)
+					}
+				}
+				return printData(pf, entries, a.streams.Out)
+			}
+			days := "days"
+			if o.days == 1 {
+				days = "day"
+			}
+			fmt.Fprintf(a.streams.Out, "pool %s, %d %s from %s, times in %s:\n", name, o.days, days, when(start, loc), loc)
+			tw := table(a.streams.Out)
+			fmt.Fprint(tw, "  FROM\tUNTIL\tLAYOUT\tWHY")
+			fmt.Fprintln(tw)
+			for _, e := range entries {
+				until := "(beyond)"
+				if e.To != nil {
+					until = when(*e.To, loc)
+				}
+				why := string(e.Reason)
+				if wide {
+					why = e.Why
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", when(e.From, loc), until, e.Layout, why)
+			}
+			return tw.Flush()
+		},
+	}
+	pf = a.outputFlags(cmd)
+	cmd.Flags().StringVarP(&o.file, "filename", "f", "", "read the pool from this YAML or JSON file instead of the cluster")
+	cmd.Flags().IntVar(&o.days, "days", 7, "how many days to show")
+	cmd.Flags().StringVar(&o.from, "from", "", "start at this time (RFC 3339) instead of now")
+	return cmd
+}
+
+// timelineSpec is the spec to read: from the file, or from the cluster.
+func (a *app) timelineSpec(ctx context.Context, args []string, file string) (*gpupoolv1.GPUPoolProfileSpec, string, error) {
+	switch {
+	case file != "" && len(args) > 0:
+		return nil, "", errors.New("give a pool NAME or -f FILE, not both")
+	case file != "":
+		p, err := readPool(file)
+		if err != nil {
+			return nil, "", err
+		}
+		return &p.Spec, or(p.Name, file), nil
+	case len(args) == 1:
+		p, _, err := a.get(ctx, args[0])
+		if err != nil {
+			return nil, "", err
+		}
+		return &p.Spec, p.Name, nil
+	}
+	return nil, "", errors.New("give a pool NAME or -f FILE")
+}
+
+// readPool reads the first GPUPoolProfile of a YAML or JSON file, which may hold other
+// objects too (a sample with its Secret).
+func readPool(file string) (*gpupoolv1.GPUPoolProfile, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	r := utilyaml.NewYAMLReader(bufio.NewReader(f))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: no GPUPoolProfile in it", file)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &tm); err != nil || tm.Kind != "GPUPoolProfile" {
+			continue
+		}
+		var p gpupoolv1.GPUPoolProfile
+		if err := yaml.UnmarshalStrict(doc, &p); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		return &p, nil
+	}
+}
+
+// timeline steps plan.Desired from boundary to boundary (Decision.Next) between from and
+// to: the same decisions, at the same instants, as the operator's status.nextTransition.
+func timeline(spec *gpupoolv1.GPUPoolProfileSpec, from, to time.Time) ([]timelineEntry, error) {
+	var out []timelineEntry
+	at := from
+	for len(out) < maxTimelineEntries {
+		d, err := plan.Desired(spec, at)
+		if err != nil {
+			return nil, err
+		}
+		e := timelineEntry{From: at, Layout: d.Layout, Reason: d.Reason, Why: d.Message}
+		if d.Next != nil {
+			next := d.Next.At
+			e.To = &next
+		}
+		out = append(out, e)
+		// Desired looks 35 days ahead; past that, or past the end, the timeline stops.
+		if d.Next == nil || !d.Next.At.Before(to) || !d.Next.At.After(at) {
+			break
+		}
+		at = d.Next.At
+	}
+	return out, nil
+}

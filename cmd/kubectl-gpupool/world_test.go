@@ -1,0 +1,326 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/secretpolicy"
+	"github.com/gpupool/gpupool/internal/testenv"
+	"github.com/gpupool/gpupool/test/vgpusim"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// The plugin's tests run it against a real kube-apiserver (envtest) as users bound only
+// to the ClusterRoles config/rbac ships for it, while the real reconciler, driven by
+// hand with a fake clock, runs the pool on vgpusim. The workers have noNode, so no
+// kubelet is needed: the status the plugin reads is what the operator writes.
+
+var (
+	scheme = runtime.NewScheme()
+	admin  client.Client
+	// kubeconfigs are files per user: admin (system:masters), viewer (gpupool-viewer),
+	// editor (gpupool-viewer and gpupool-editor), nobody (no role).
+	kubeconfigs = map[string]string{}
+	assets      string
+)
+
+const credentialsNamespace = "gpupool-system"
+
+func TestMain(m *testing.M) {
+	// Run as the plugin when kubectl runs this test binary under the plugin's name
+	// (TestKubectlRunsThePlugin links it onto PATH), so no separate build is needed.
+	if filepath.Base(os.Args[0]) == "kubectl-gpupool" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = gpupoolv1.AddToScheme(scheme)
+	env, cfg, err := testenv.Start(testenv.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	assets = env.BinaryAssetsDirectory
+	if admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "kubectl-gpupool-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	if err := setUpUsers(env, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// setUpUsers installs the user ClusterRoles from config/rbac (named as the install names
+// them) and writes a kubeconfig per user.
+func setUpUsers(env *envtest.Environment, dir string) error {
+	ctx := context.Background()
+	roles := map[string]string{}
+	for _, f := range []string{"gpupool_viewer_role.yaml", "gpupool_editor_role.yaml"} {
+		data, err := os.ReadFile(filepath.Join(testenv.Root(), "config", "rbac", f))
+		if err != nil {
+			return err
+		}
+		var role rbacv1.ClusterRole
+		if err := yaml.UnmarshalStrict(data, &role); err != nil {
+			return err
+		}
+		role.Name = "gpupool-" + role.Name // config/default's namePrefix
+		if err := admin.Create(ctx, &role); err != nil {
+			return err
+		}
+		roles[f] = role.Name
+	}
+	bindings := map[string][]string{
+		"viewer": {roles["gpupool_viewer_role.yaml"]},
+		"editor": {roles["gpupool_viewer_role.yaml"], roles["gpupool_editor_role.yaml"]},
+	}
+	for user, rs := range bindings {
+		for _, r := range rs {
+			b := &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: user + "-" + r},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r},
+				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+			}
+			if err := admin.Create(ctx, b); err != nil {
+				return err
+			}
+		}
+	}
+	for user, groups := range map[string][]string{"admin": {"system:masters"}, "viewer": nil, "editor": nil, "nobody": nil} {
+		u, err := env.AddUser(envtest.User{Name: user, Groups: groups}, nil)
+		if err != nil {
+			return err
+		}
+		data, err := u.KubeConfig()
+		if err != nil {
+			return err
+		}
+		kubeconfigs[user] = filepath.Join(dir, user+".kubeconfig")
+		if err := os.WriteFile(kubeconfigs[user], data, 0o600); err != nil {
+			return err
+		}
+	}
+	return admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: credentialsNamespace}})
+}
+
+// mondayMorning is Monday 30 November 2026, 10:00 in Berlin: the day window is open.
+var mondayMorning = time.Date(2026, 11, 30, 10, 0, 0, 0, berlin)
+
+var berlin = func() *time.Location {
+	l, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		panic(err)
+	}
+	return l
+}()
+
+const labInventory = `
+datacenter: dc1
+hosts:
+  - name: %[1]sesx-01
+    policy: performance
+    gpus:
+      - {model: Tesla P100, memoryGiB: 16, pciId: "0000:3b:00.0"}
+    profiles:
+      - {name: grid_p100-4q, frameBufferGiB: 4, suspendSupported: true}
+      - {name: grid_p100-16q, frameBufferGiB: 16, suspendSupported: true}
+vms:
+  - {name: %[1]sday-1, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
+  - {name: %[1]sday-2, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
+  - {name: %[1]sday-3, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
+  - {name: %[1]sday-4, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
+  - {name: %[1]snight-1, host: %[1]sesx-01, profile: grid_p100-16q, powerState: poweredOff}
+`
+
+// world is one test's pool on its own simulator, and the operator that runs it.
+type world struct {
+	t     *testing.T
+	ctx   context.Context
+	name  string
+	sim   *vgpusim.Sim
+	clock *clocktesting.FakeClock
+	rec   *controllers.GPUPoolProfileReconciler
+}
+
+func newWorld(t *testing.T, prefix string) *world {
+	t.Helper()
+	inv, err := vgpusim.Load(fmt.Appendf(nil, labInventory, prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := vgpusim.Start(inv, vgpusim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	w := &world{t: t, ctx: context.Background(), name: prefix + "lab", sim: sim, clock: clocktesting.NewFakeClock(mondayMorning)}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: prefix + "vcenter", Namespace: credentialsNamespace},
+		StringData: map[string]string{"username": sim.Username, "password": sim.Password},
+	}
+	w.must(admin.Create(w.ctx, secret))
+	conn := vsphere.NewConnector()
+	t.Cleanup(func() { _ = conn.Close() })
+	w.rec = &controllers.GPUPoolProfileReconciler{Client: admin, APIReader: admin, Recorder: &events.FakeRecorder{},
+		Clock: w.clock, VSphere: conn, Credentials: secretpolicy.Policy{Namespace: credentialsNamespace}}
+	return w
+}
+
+func (w *world) must(err error) {
+	w.t.Helper()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// pool is the day/night pool of this world, its workers without Kubernetes nodes.
+func (w *world) pool() *gpupoolv1.GPUPoolProfile {
+	p := strings.TrimSuffix(w.name, "lab")
+	workers := func(profile string, vms ...string) []gpupoolv1.Worker {
+		var ws []gpupoolv1.Worker
+		for _, vm := range vms {
+			ws = append(ws, gpupoolv1.Worker{VM: p + vm, Profile: profile, NoNode: true})
+		}
+		return ws
+	}
+	return &gpupoolv1.GPUPoolProfile{
+		TypeMeta:   metav1.TypeMeta{APIVersion: gpupoolv1.GroupVersion.String(), Kind: "GPUPoolProfile"},
+		ObjectMeta: metav1.ObjectMeta{Name: w.name},
+		Spec: gpupoolv1.GPUPoolProfileSpec{
+			VCenter: gpupoolv1.VCenterSpec{
+				Server: w.sim.URL.Host, Datacenter: w.sim.Datacenter(), Thumbprint: w.sim.ThumbprintSHA256(),
+				CredentialsSecretRef: gpupoolv1.SecretReference{Name: p + "vcenter", Namespace: credentialsNamespace},
+			},
+			Layouts: []gpupoolv1.Layout{
+				{Name: "day", Workers: workers("grid_p100-4q", "day-1", "day-2", "day-3", "day-4")},
+				{Name: "night", Workers: workers("grid_p100-16q", "night-1")},
+			},
+			Schedule: &gpupoolv1.Schedule{
+				TimeZone: "Europe/Berlin",
+				Windows:  []gpupoolv1.Window{{Layout: "day", Start: "0 8 * * 1-5", Duration: metav1.Duration{Duration: 12 * time.Hour}}},
+				LeadTime: &metav1.Duration{Duration: 10 * time.Minute},
+			},
+			DefaultLayout: "night",
+			Parking:       gpupoolv1.ParkingSuspend,
+		},
+	}
+}
+
+func (w *world) create(p *gpupoolv1.GPUPoolProfile) {
+	w.t.Helper()
+	w.must(admin.Create(w.ctx, p))
+	w.t.Cleanup(func() {
+		var cur gpupoolv1.GPUPoolProfile
+		if err := admin.Get(context.Background(), client.ObjectKeyFromObject(p), &cur); err != nil {
+			return
+		}
+		cur.Finalizers = nil
+		_ = admin.Update(context.Background(), &cur)
+		_ = admin.Delete(context.Background(), &cur)
+	})
+}
+
+func (w *world) get() *gpupoolv1.GPUPoolProfile {
+	w.t.Helper()
+	var p gpupoolv1.GPUPoolProfile
+	w.must(admin.Get(w.ctx, client.ObjectKey{Name: w.name}, &p))
+	return &p
+}
+
+// operate runs the operator until the pool is Steady (or Paused) with the layout (any
+// wanted layout when empty), moving the fake clock by the requeue delay (at most 10s)
+// after each pass.
+func (w *world) operate(layout string) *gpupoolv1.GPUPoolProfile {
+	w.t.Helper()
+	for range 40 {
+		res, err := w.rec.Reconcile(w.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: w.name}})
+		w.must(err)
+		p := w.get()
+		if (p.Status.Phase == gpupoolv1.PhaseSteady || p.Status.Phase == gpupoolv1.PhasePaused) && p.Status.DesiredLayout == cmp.Or(layout, p.Status.DesiredLayout) &&
+			(p.Spec.Paused || p.Status.ActiveLayout == p.Status.DesiredLayout) {
+			return p
+		}
+		w.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+	}
+	p := w.get()
+	w.t.Fatalf("pool did not reach %s: phase %s, active %q, conditions %+v", layout, p.Status.Phase, p.Status.ActiveLayout, p.Status.Conditions)
+	return nil
+}
+
+// pass runs one reconcile of the pool and moves the clock by a second.
+func (w *world) pass() {
+	w.t.Helper()
+	_, err := w.rec.Reconcile(w.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: w.name}})
+	w.must(err)
+	w.clock.Step(time.Second)
+}
+
+// run runs the plugin as a user, at the world's time, with stdin, and returns what it
+// printed.
+func (w *world) run(user, stdin string, args ...string) (string, error) {
+	w.t.Helper()
+	var out, errOut bytes.Buffer
+	streams := genericiooptions.IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errOut}
+	cmd := newApp(streams, w.clock.Now).command()
+	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfigs[user], "--tz", "Europe/Berlin"}, args...))
+	err := cmd.ExecuteContext(w.ctx)
+	if testing.Verbose() {
+		w.t.Logf("$ kubectl gpupool %s   # as %s\n%s%s", strings.Join(args, " "), user, out.String(), errOut.String())
+	}
+	return out.String() + errOut.String(), err
+}
+
+// ok runs the plugin and fails the test when it fails or misses a want.
+func (w *world) ok(user, stdin string, args []string, want ...string) string {
+	w.t.Helper()
+	out, err := w.run(user, stdin, args...)
+	if err != nil {
+		w.t.Fatalf("kubectl gpupool %v as %s: %v\n%s", args, user, err, out)
+	}
+	for _, s := range want {
+		if !strings.Contains(out, s) {
+			w.t.Errorf("kubectl gpupool %v: output lacks %q:\n%s", args, s, out)
+		}
+	}
+	return out
+}
+
+func ioStreams(out *strings.Builder) genericiooptions.IOStreams {
+	return genericiooptions.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: out}
+}

@@ -1,0 +1,102 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/plan"
+)
+
+// Bounds of status.plan. A pool of 256 VMs has up to ~1000 steps; the preview keeps
+// the first steps of each host and counts the rest, so the object stays a few KiB
+// (TestPlanPreviewBounded checks a 256-VM plan stays under 16 KiB).
+const (
+	previewMaxSteps        = 48  // over all hosts
+	previewMaxStepsPerHost = 8   // and per host
+	previewMaxHosts        = 16  // hosts listed
+	previewMaxProblems     = 8   // problems listed
+	previewMaxReason       = 120 // characters of a step's reason or a problem
+)
+
+// publishPlan puts a preview of the plan the pass built into status.plan. When there is
+// nothing to do for the layout wanted now, it previews the next scheduled switch instead,
+// planned on the inventory observed now (plan.Build is pure and cheap); it is planned
+// again when the switch starts, so the preview says what would happen if it started now.
+func (r *GPUPoolProfileReconciler) publishPlan(ctx context.Context, s *scope, p *plan.Plan) {
+	st := &s.pool.Status
+	if !p.Done() || len(p.Problems) > 0 {
+		st.Plan = previewOf(p, gpupoolv1.PlanForCurrent, nil, s.pool.Generation)
+		return
+	}
+	n := s.decision.Next
+	if n == nil || n.Layout == p.Layout || layoutNamed(&s.pool.Spec, n.Layout) == nil {
+		st.Plan = nil
+		return
+	}
+	// The nodes' wanted labels are the next layout's while planning it.
+	wanted := s.layout
+	s.layout = layoutNamed(&s.pool.Spec, n.Layout)
+	next, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: n.Layout, Inventory: s.inv, Nodes: r.nodeStates(ctx, s)})
+	s.layout = wanted
+	if err != nil {
+		st.Plan = nil
+		return
+	}
+	at := metav1.NewTime(n.At)
+	st.Plan = previewOf(next, gpupoolv1.PlanForNext, &at, s.pool.Generation)
+}
+
+// previewOf summarises a plan within the preview's bounds.
+func previewOf(p *plan.Plan, kind gpupoolv1.PlanFor, at *metav1.Time, generation int64) *gpupoolv1.PlanPreview {
+	pv := &gpupoolv1.PlanPreview{For: kind, Layout: p.Layout, At: at, Generation: generation}
+	for i, pr := range p.Problems {
+		if i == previewMaxProblems {
+			pv.Truncated = fmt.Sprintf("+%d more problems", len(p.Problems)-i)
+			break
+		}
+		pv.Problems = append(pv.Problems, short(pr.Reason+": "+pr.Message))
+	}
+	shown, hiddenSteps, hiddenHosts := 0, 0, 0
+	for _, hp := range p.Hosts {
+		total := len(hp.Steps) + len(hp.Later)
+		pv.Steps += int32(total)
+		pv.WaitingSteps += int32(len(hp.Later))
+		if len(pv.Hosts) == previewMaxHosts || shown == previewMaxSteps {
+			hiddenSteps += total
+			hiddenHosts++
+			continue
+		}
+		h := gpupoolv1.HostPlanPreview{Host: hp.Host}
+		add := func(steps []plan.Step, waits bool) {
+			for _, st := range steps {
+				if len(h.Steps) == previewMaxStepsPerHost || shown == previewMaxSteps {
+					h.More++
+					continue
+				}
+				h.Steps = append(h.Steps, gpupoolv1.PlanStepPreview{VM: st.VM, Action: st.Action, Profile: st.Profile, Reason: short(st.Reason), WaitsForGPUs: waits})
+				shown++
+			}
+		}
+		add(hp.Steps, false)
+		add(hp.Later, true)
+		hiddenSteps += int(h.More)
+		pv.Hosts = append(pv.Hosts, h)
+	}
+	if hiddenSteps > 0 && pv.Truncated == "" {
+		pv.Truncated = fmt.Sprintf("+%d more steps", hiddenSteps)
+		if hiddenHosts > 0 {
+			pv.Truncated += fmt.Sprintf(" (%d hosts not listed)", hiddenHosts)
+		}
+	}
+	return pv
+}
+
+func short(s string) string {
+	if len(s) <= previewMaxReason {
+		return s
+	}
+	return s[:previewMaxReason-3] + "..."
+}

@@ -256,7 +256,7 @@ func (e *Env) spareNodeLatency(ctx context.Context, b BenchOptions) (time.Durati
 		time.Sleep(50 * time.Millisecond)
 	}
 	done := time.Now()
-	if err := e.waitNode(ctx, "spare-1", true, 2*time.Minute); err != nil {
+	if err := e.waitNode(ctx, "spare-1", true, 5*time.Minute); err != nil {
 		return 0, err
 	}
 	latency := time.Since(done)

@@ -47,10 +47,10 @@ type drainResult struct {
 func (r drainResult) message() string {
 	var parts []string
 	if len(r.Blocked) > 0 {
-		parts = append(parts, "blocked: "+strings.Join(r.Blocked, "; "))
+		parts = append(parts, "blocked: "+firstFew(r.Blocked, "; "))
 	}
 	if len(r.Waiting) > 0 {
-		parts = append(parts, fmt.Sprintf("waiting for %d terminating pod(s): %s", len(r.Waiting), strings.Join(r.Waiting, ", ")))
+		parts = append(parts, fmt.Sprintf("waiting for %d terminating pod(s): %s", len(r.Waiting), firstFew(r.Waiting, ", ")))
 	}
 	if r.Evicted > 0 {
 		parts = append(parts, fmt.Sprintf("requested eviction of %d pod(s)", r.Evicted))
@@ -59,6 +59,17 @@ func (r drainResult) message() string {
 		return "drained"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// maxNamedPods bounds how many pods a drain message names, so that a crowded node
+// cannot grow the pool's status toward the API server's object size limit.
+const maxNamedPods = 5
+
+func firstFew(items []string, sep string) string {
+	if len(items) <= maxNamedPods {
+		return strings.Join(items, sep)
+	}
+	return fmt.Sprintf("%s%sand %d more", strings.Join(items[:maxNamedPods], sep), sep, len(items)-maxNamedPods)
 }
 
 // podsOnNode lists the pods bound to a node.
@@ -339,21 +350,31 @@ func (r *GPUPoolProfileReconciler) settleDrain(ctx context.Context, s *scope, ws
 	return 0, nil
 }
 
-// abort stops the transition (or the repair: then a transition record is made for it,
-// so that the abort is remembered) after a drain timeout: the nodes gpupool cordoned are
-// uncordoned, the VMs keep running, and Degraded says why. Nothing is retried until the
-// spec changes or another layout is wanted.
-func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why string) {
-	st := &s.pool.Status
+// uncordonRunning uncordons the nodes gpupool cordoned whose VMs run and have no task in
+// flight: what an aborted transition gives back. It is repeated on every pass of an
+// aborted transition, so a node patch that failed once is retried.
+func (r *GPUPoolProfileReconciler) uncordonRunning(ctx context.Context, s *scope) {
 	for vm, n := range s.nodes {
 		v, ok := s.vm(vm)
 		if !ok || v.PowerState != inventory.PoweredOn || !cordonedByUs(n) {
+			continue
+		}
+		if ws := s.worker(vm); ws.Task != nil {
 			continue
 		}
 		if err := r.patchNode(ctx, n, uncordon); err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}
 	}
+}
+
+// abort stops the transition (or the repair: then a transition record is made for it,
+// so that the abort is remembered) after a drain timeout: the nodes gpupool cordoned are
+// uncordoned, the VMs keep running, and Degraded says why. Nothing is retried until the
+// spec changes or another layout is wanted.
+func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why string) {
+	st := &s.pool.Status
+	r.uncordonRunning(ctx, s)
 	if st.Transition == nil {
 		st.Transition = &gpupoolv1.TransitionStatus{
 			ID: fmt.Sprintf("repair-%s-%s", s.decision.Layout, s.now.UTC().Format("20060102-150405")), From: st.ActiveLayout,
@@ -363,7 +384,7 @@ func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why stri
 	t := st.Transition
 	t.AbortedTime = ptrTime(s.now)
 	t.Generation = s.pool.Generation // retried when the spec changes from now on
-	t.Message = fmt.Sprintf("transition %s to %s aborted: %s; the VMs keep running and the nodes gpupool cordoned were uncordoned. Fix the blocking pods or set spec.drain.onTimeout: Force; a spec change retries", t.ID, t.To, why)
+	t.Message = cut(fmt.Sprintf("transition %s to %s aborted: %s; the VMs keep running and the nodes gpupool cordoned are uncordoned. Fix the blocking pods or set spec.drain.onTimeout: Force; a spec change retries", t.ID, t.To, why))
 	recordHistory(s, gpupoolv1.TransitionAborted, t.Message)
 	transitionsTotal.WithLabelValues(s.pool.Name, "aborted").Inc()
 	r.emit(s.pool, corev1.EventTypeWarning, "TransitionAborted", "%s", t.Message)

@@ -153,6 +153,7 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	// An aborted transition waits for a new spec or another wanted layout.
 	if t := st.Transition; t != nil && t.AbortedTime != nil {
 		if t.To == d.Layout && t.Generation == pool.Generation {
+			r.uncordonRunning(ctx, s)
 			return ctrl.Result{RequeueAfter: boundary}, nil
 		}
 		st.Transition = nil
@@ -265,7 +266,7 @@ func (r *GPUPoolProfileReconciler) decide(ctx context.Context, s *scope, tasksIn
 	if err != nil {
 		return nil, fmt.Errorf("planning: %w", err)
 	}
-	if len(p.Problems) > 0 && tasksInFlight {
+	if len(p.Problems) > 0 && tasksInFlight && !reportedInfeasible(s.persisted) {
 		s.facts.settling = true
 		return p, nil
 	}
@@ -285,6 +286,14 @@ func (r *GPUPoolProfileReconciler) decide(ctx context.Context, s *scope, tasksIn
 	s.facts.fallback = t.From
 	s.facts.held = append(s.facts.held[:0:0], back.Held...)
 	return back, nil
+}
+
+// reportedInfeasible tells whether the pool already reports its layout infeasible: then
+// a shortfall is not new (it is the one being reverted around), and waiting for tasks
+// would only make the conditions flap.
+func reportedInfeasible(p *gpupoolv1.GPUPoolProfile) bool {
+	c := findCondition(p, gpupoolv1.ConditionStalled)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonInfeasible
 }
 
 func layoutNamed(spec *gpupoolv1.GPUPoolProfileSpec, name string) *gpupoolv1.Layout {

@@ -123,7 +123,7 @@ func matchNodes(workers []gpupoolv1.Worker, vms map[string]*inventory.VM, nodes 
 		default:
 			n = only(byShort[strings.ToLower(vm.Name)])
 		}
-		if n != nil {
+		if n != nil && out[vm.Name] != n {
 			out[vm.Name] = n
 			owners[n.Name]++
 		}

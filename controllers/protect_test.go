@@ -63,6 +63,14 @@ func TestMatchNodes(t *testing.T) {
 		}
 	}
 
+	// One VM named two ways (by name in one layout, by path in another) keeps its node.
+	vm := &inventory.VM{Name: "gpu-day-2", Path: "/dc1/vm/gpu-day-2"}
+	same := matchNodes([]gpupoolv1.Worker{{VM: "gpu-day-2"}, {VM: "/dc1/vm/gpu-day-2"}},
+		map[string]*inventory.VM{"gpu-day-2": vm, "/dc1/vm/gpu-day-2": vm}, nodes)
+	if same["gpu-day-2"] == nil {
+		t.Error("a VM named by name and by path lost its node")
+	}
+
 	// Two VMs that would take the same node get none.
 	shared := matchNodes([]gpupoolv1.Worker{{VM: "a", Node: "gpu-day-2"}, {VM: "GPU-DAY-2"}},
 		map[string]*inventory.VM{"a": {Name: "a"}, "GPU-DAY-2": {Name: "GPU-DAY-2"}}, nodes)

@@ -263,7 +263,7 @@ func (r *GPUPoolProfileReconciler) recordWorkers(s *scope, p *plan.Plan) {
 		st, pending := next[name]
 		switch {
 		case held[name].Reason != "":
-			ws.Step, ws.StepStartTime = gpupoolv1.StepNone, nil
+			ws.Step, ws.StepStartTime, ws.Attempts, ws.NextRetryTime = gpupoolv1.StepNone, nil, 0, nil
 			ws.Message = held[name].Message
 		case !pending:
 			ws.Step, ws.StepStartTime, ws.Attempts, ws.NextRetryTime = gpupoolv1.StepNone, nil, 0, nil

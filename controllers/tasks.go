@@ -159,7 +159,9 @@ func (r *GPUPoolProfileReconciler) startTask(ctx context.Context, s *scope, ws *
 	}
 	id, err := start()
 	if err != nil {
-		ws.Task = nil
+		// Note: the intent stays. The call may have failed after vCenter queued the task
+		// (a deadline, a reset connection); the next pass asks vCenter (resolveIntent)
+		// before the step is planned again.
 		vsphereTaskErrors.WithLabelValues(s.pool.Name, op).Inc()
 		wait := r.failed(s, ws, op+" could not start", err.Error())
 		r.event(s, corev1.EventTypeWarning, op+"Failed", "%s of VM %s could not start: %v", op, ws.VM, err)

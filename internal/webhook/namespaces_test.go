@@ -13,20 +13,13 @@ import (
 	"github.com/gpupool/gpupool/internal/secretpolicy"
 )
 
+// nsPool is pool with its Secret in the operator's namespace and the certificate
+// verified, as the credentials-namespace tests want it.
 func nsPool(name, server string, vms ...string) *gpupoolv1.GPUPoolProfile {
-	var ws []gpupoolv1.Worker
-	for _, vm := range vms {
-		ws = append(ws, gpupoolv1.Worker{VM: vm, Profile: "grid_p100-4q"})
-	}
-	return &gpupoolv1.GPUPoolProfile{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: gpupoolv1.GPUPoolProfileSpec{
-			VCenter: gpupoolv1.VCenterSpec{Server: server, Datacenter: "DC0",
-				CredentialsSecretRef: gpupoolv1.SecretReference{Name: "creds", Namespace: "gpupool-system"}},
-			Layouts:       []gpupoolv1.Layout{{Name: "day", Workers: ws}},
-			DefaultLayout: "day",
-		},
-	}
+	p := pool(name, server, vms...)
+	p.Spec.VCenter.Insecure = false
+	p.Spec.VCenter.CredentialsSecretRef.Namespace = "gpupool-system"
+	return p
 }
 
 func validator(t *testing.T, others ...*gpupoolv1.GPUPoolProfile) *Validator {

@@ -140,7 +140,7 @@ func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error)
 	if err := e.Client.Create(ctx, pool); err != nil {
 		return nil, err
 	}
-	if err := e.waitBench(ctx, "day active", func(p *gpupoolv1.GPUPoolProfile) bool {
+	if err := e.waitPool(ctx, BenchPool, 100*time.Millisecond, "day active", func(p *gpupoolv1.GPUPoolProfile) bool {
 		return p.Status.ActiveLayout == "day" && p.Status.Phase == gpupoolv1.PhaseSteady
 	}); err != nil {
 		return nil, err
@@ -216,7 +216,7 @@ func (e *Env) switchTo(ctx context.Context, layout string) (time.Duration, error
 	if err := e.Client.Update(ctx, &p); err != nil {
 		return 0, err
 	}
-	err := e.waitBench(ctx, want+" active", func(p *gpupoolv1.GPUPoolProfile) bool {
+	err := e.waitPool(ctx, BenchPool, 100*time.Millisecond, want+" active", func(p *gpupoolv1.GPUPoolProfile) bool {
 		return p.Status.ActiveLayout == want && p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ObservedGeneration == p.Generation
 	})
 	return time.Since(start), err
@@ -501,20 +501,6 @@ func (e *Env) sequential(ctx context.Context, b BenchOptions, n int) (time.Durat
 	return time.Since(start), nil
 }
 
-// waitBench polls the benchmark pool every 100 ms until cond holds.
-func (e *Env) waitBench(ctx context.Context, what string, cond func(*gpupoolv1.GPUPoolProfile) bool) error {
-	for {
-		var p gpupoolv1.GPUPoolProfile
-		if err := e.Client.Get(ctx, client.ObjectKey{Name: BenchPool}, &p); err == nil && cond(&p) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
 
 // FormatBench renders results as the benchmark's table.
 func FormatBench(rs []*BenchResult) string {

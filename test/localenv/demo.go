@@ -222,7 +222,7 @@ func RunDemo(ctx context.Context, e *Env, out io.Writer, nightFor, timeout time.
 	if err := e.Client.Create(ctx, pool); err != nil {
 		return nil, fmt.Errorf("creating the pool: %w", err)
 	}
-	if err := e.waitFor(ctx, "the day layout to be active", func(p *gpupoolv1.GPUPoolProfile) bool {
+	if err := e.waitPool(ctx, DemoPool, time.Second, "the day layout to be active", func(p *gpupoolv1.GPUPoolProfile) bool {
 		return p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == "day"
 	}); err != nil {
 		return nil, err
@@ -342,17 +342,17 @@ func RunDemo(ctx context.Context, e *Env, out io.Writer, nightFor, timeout time.
 	return res, nil
 }
 
-// waitFor polls the demo pool once a second until cond holds.
-func (e *Env) waitFor(ctx context.Context, what string, cond func(*gpupoolv1.GPUPoolProfile) bool) error {
+// waitPool polls the named pool every so often until cond holds.
+func (e *Env) waitPool(ctx context.Context, name string, every time.Duration, what string, cond func(*gpupoolv1.GPUPoolProfile) bool) error {
 	for {
 		var p gpupoolv1.GPUPoolProfile
-		if err := e.Client.Get(ctx, client.ObjectKey{Name: DemoPool}, &p); err == nil && cond(&p) {
+		if err := e.Client.Get(ctx, client.ObjectKey{Name: name}, &p); err == nil && cond(&p) {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		case <-time.After(time.Second):
+		case <-time.After(every):
 		}
 	}
 }

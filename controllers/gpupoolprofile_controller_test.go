@@ -407,21 +407,7 @@ func TestClusterAPIMachineIsProtectedWhileParked(t *testing.T) {
 	infra.SetNamespace(ns)
 	infra.SetName("day-1")
 	h.must(k8s.Create(h.ctx, infra))
-	m := &clusterv1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Name: "day-1", Namespace: ns},
-		Spec: clusterv1.MachineSpec{
-			ClusterName: "lab",
-			Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptrTo("bootstrap")},
-			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
-				APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "VSphereMachine", Name: "day-1"},
-		},
-	}
-	h.must(k8s.Create(h.ctx, m))
-	n := h.node("day-1")
-	before := n.DeepCopy()
-	n.Annotations[clusterv1.MachineAnnotation] = "day-1"
-	n.Annotations[clusterv1.ClusterNamespaceAnnotation] = ns
-	h.must(k8s.Patch(h.ctx, n, client.MergeFrom(before)))
+	m := h.machineFor("day-1", "infrastructure.cluster.x-k8s.io", "VSphereMachine")
 
 	annotations := func() (machine, infraMachine map[string]string) {
 		var gm clusterv1.Machine

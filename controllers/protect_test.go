@@ -79,27 +79,34 @@ func TestMatchNodes(t *testing.T) {
 	}
 }
 
-// TestUnreadableMachineHoldsThePark (9): a node that names a Cluster API Machine whose
-// infrastructure machine cannot be read is never parked unprotected.
-func TestUnreadableMachineHoldsThePark(t *testing.T) {
-	h := newHarness(t, "unr-")
+// machineFor makes a Cluster API Machine for the VM's node, whose infrastructure machine
+// is of the given group and kind, and annotates the node with it as Cluster API does.
+func (h *harness) machineFor(vm, infraGroup, infraKind string) *clusterv1.Machine {
+	h.t.Helper()
 	ns := h.prefix + "apps"
 	m := &clusterv1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Name: "day-1", Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: vm, Namespace: ns},
 		Spec: clusterv1.MachineSpec{
 			ClusterName: "lab",
 			Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptrTo("bootstrap")},
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
-				APIGroup: "infrastructure.example.com", Kind: "UnknownMachine", Name: "day-1"},
+				APIGroup: infraGroup, Kind: infraKind, Name: vm},
 		},
 	}
 	h.must(k8s.Create(h.ctx, m))
-	n := h.node("day-1")
+	n := h.node(vm)
 	before := n.DeepCopy()
-	n.Annotations[clusterv1.MachineAnnotation] = "day-1"
+	n.Annotations[clusterv1.MachineAnnotation] = vm
 	n.Annotations[clusterv1.ClusterNamespaceAnnotation] = ns
 	h.must(k8s.Patch(h.ctx, n, client.MergeFrom(before)))
+	return m
+}
 
+// TestUnreadableMachineHoldsThePark (9): a node that names a Cluster API Machine whose
+// infrastructure machine cannot be read is never parked unprotected.
+func TestUnreadableMachineHoldsThePark(t *testing.T) {
+	h := newHarness(t, "unr-")
+	h.machineFor("day-1", "infrastructure.example.com", "UnknownMachine")
 	pool := h.dayNight()
 	h.clock.SetTime(monday1950)
 	h.create(pool)
@@ -125,16 +132,7 @@ func TestCAPVVSphereVMIsPaused(t *testing.T) {
 		h.must(k8s.Create(h.ctx, o))
 		objs[kind] = o
 	}
-	h.must(k8s.Create(h.ctx, &clusterv1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Name: "day-2", Namespace: ns},
-		Spec: clusterv1.MachineSpec{ClusterName: "lab", Bootstrap: clusterv1.Bootstrap{DataSecretName: ptrTo("bootstrap")},
-			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "VSphereMachine", Name: "day-2"}},
-	}))
-	n := h.node("day-2")
-	before := n.DeepCopy()
-	n.Annotations[clusterv1.MachineAnnotation] = "day-2"
-	n.Annotations[clusterv1.ClusterNamespaceAnnotation] = ns
-	h.must(k8s.Patch(h.ctx, n, client.MergeFrom(before)))
+	h.machineFor("day-2", "infrastructure.cluster.x-k8s.io", "VSphereMachine")
 	paused := func() bool {
 		o := objs["VSphereVM"].DeepCopy()
 		h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(o), o))

@@ -501,7 +501,6 @@ func (e *Env) sequential(ctx context.Context, b BenchOptions, n int) (time.Durat
 	return time.Since(start), nil
 }
 
-
 // FormatBench renders results as the benchmark's table.
 func FormatBench(rs []*BenchResult) string {
 	var b strings.Builder

@@ -16,7 +16,8 @@ import (
 	"github.com/gpupool/gpupool/vsphere"
 )
 
-// execute does one due step of one worker without blocking and says when to look again.
+// execute does one due step of one worker, but a drain (act runs drains together),
+// without blocking and says when to look again.
 // Progress that cannot be re-observed (task intents and ids, step start times, when the
 // guest was asked to shut down) goes into the worker's status.
 func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step plan.Step) (time.Duration, error) {
@@ -39,9 +40,6 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 
 	node := s.nodes[step.VM]
 	switch step.Action {
-	case plan.Drain:
-		o := r.evictAll(ctx, s, []plan.Step{step})
-		return r.settleDrain(ctx, s, ws, node, o[0])
 	case plan.Suspend:
 		if !r.markParked(ctx, s, step.VM, node) {
 			return requeueBlocked, nil

@@ -262,7 +262,8 @@ func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Pl
 // of the pool is in flight.
 func (r *GPUPoolProfileReconciler) decide(ctx context.Context, s *scope, tasksInFlight bool) (*plan.Plan, error) {
 	d := s.decision
-	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.inv, Nodes: r.nodeStates(ctx, s)})
+	s.nodeStates = r.nodeStates(ctx, s)
+	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.inv, Nodes: s.nodeStates})
 	if err != nil {
 		return nil, fmt.Errorf("planning: %w", err)
 	}
@@ -278,7 +279,7 @@ func (r *GPUPoolProfileReconciler) decide(ctx context.Context, s *scope, tasksIn
 	}
 	wanted := s.layout
 	s.layout = layoutNamed(&s.pool.Spec, t.From)
-	back, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: t.From, Inventory: s.inv, Nodes: r.nodeStates(ctx, s)})
+	back, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: t.From, Inventory: s.inv, Nodes: labelled(s, s.nodeStates)})
 	if err != nil || len(back.Problems) > 0 {
 		s.layout = wanted
 		return p, nil //nolint:nilerr // the way back is not possible either: report the problems

@@ -141,9 +141,6 @@ func (r *GPUPoolProfileReconciler) nodeStates(ctx context.Context, s *scope) map
 	out := map[string]plan.NodeState{}
 	for vm, n := range s.nodes {
 		ns := plan.NodeState{Name: n.Name, Exists: true, Ready: nodeReady(n), Cordoned: cordonedByUs(n)}
-		if m, ok := s.wantedMeta(vm); ok {
-			ns.Labelled = hasMeta(n, m)
-		}
 		if n.Spec.Unschedulable {
 			pods, err := r.podsOnNode(ctx, n.Name)
 			ns.Drained = err == nil && !anyToEvict(pods, nodeReady(n), s.now)
@@ -156,6 +153,20 @@ func (r *GPUPoolProfileReconciler) nodeStates(ctx context.Context, s *scope) map
 			ns.WaitExpired = true
 			out[name] = ns
 		}
+	}
+	return labelled(s, out)
+}
+
+// labelled returns the node states with Labelled set for the layout being made
+// (s.layout); the rest of a node's state does not depend on the layout.
+func labelled(s *scope, states map[string]plan.NodeState) map[string]plan.NodeState {
+	out := make(map[string]plan.NodeState, len(states))
+	for vm, ns := range states {
+		ns.Labelled = false
+		if m, ok := s.wantedMeta(vm); ok && s.nodes[vm] != nil {
+			ns.Labelled = hasMeta(s.nodes[vm], m)
+		}
+		out[vm] = ns
 	}
 	return out
 }

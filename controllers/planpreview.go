@@ -39,7 +39,7 @@ func (r *GPUPoolProfileReconciler) publishPlan(ctx context.Context, s *scope, p 
 	// The nodes' wanted labels are the next layout's while planning it.
 	wanted := s.layout
 	s.layout = layoutNamed(&s.pool.Spec, n.Layout)
-	next, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: n.Layout, Inventory: s.inv, Nodes: r.nodeStates(ctx, s)})
+	next, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: n.Layout, Inventory: s.inv, Nodes: labelled(s, s.nodeStates)})
 	s.layout = wanted
 	if err != nil {
 		st.Plan = nil

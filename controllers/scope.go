@@ -31,6 +31,9 @@ type scope struct {
 	specID map[string]string
 	// nodes are the pool VMs' nodes, by the VM's inventory name, as plan steps name VMs.
 	nodes map[string]*corev1.Node
+	// nodeStates are what the planner reads of them, observed once per pass (decide);
+	// labelled re-derives Labelled for another layout.
+	nodeStates map[string]plan.NodeState
 
 	facts facts
 }

@@ -191,6 +191,14 @@ type Worker struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(grid|nvidia)_[a-z][a-z0-9]*-([1-7]-[1-9][0-9]{0,2}(c|cme)|[0-9]{1,3}(a|b|c|q))$')",messageExpression=`'must be an NVIDIA vGPU type name as govc gpu.host.profile.ls lists it, such as grid_p100-4q, nvidia_a100-3-20c (MIG-backed) or nvidia_h100xm-1-10cme (MIG with media extensions), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
 	Profile string `json:"profile"`
 
+	// VGPUs is how many vGPUs of Profile the VM carries in this layout, such as 2 for a
+	// training VM with two grid_a100-40c on two GPUs of its host. NVIDIA allows several
+	// vGPUs in one VM on vSphere 8.0 and later when they share board and series, which
+	// one profile guarantees. Default 1.
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 16",messageExpression=`'must be between 1 and 16 vGPUs of the profile per VM, not ' + string(self) + '; leave it out for one vGPU'`
+	// +optional
+	VGPUs int32 `json:"vgpus,omitempty"`
+
 	// Node is the name of the VM's Kubernetes node. Without it the node is found by
 	// spec.providerID (vsphere://<BIOS UUID>), then by the VM's name, case-insensitively,
 	// then by the short name of a node named by FQDN.

@@ -43,13 +43,30 @@ type VM struct {
 	Host string
 	// PowerState is the VM's power state.
 	PowerState PowerState
-	// Profile is the vGPU profile of the VM's vGPU device; empty when it has none.
+	// Profile is the vGPU profile of the VM's vGPU devices; empty when it has none. A VM
+	// whose devices carry different profiles reports the first; the planner then sees
+	// the VM as not having the layout's profile and reconfigures it.
 	Profile string
-	// GPU is the PCI id of the physical GPU the vGPU runs on; empty unless powered on.
+	// VGPUs is the number of the VM's vGPU devices (VirtualPCIPassthrough with a VMIOP
+	// backing). 0 with a Profile means 1: see VGPUCount.
+	VGPUs int
+	// GPU is the PCI id of the physical GPU the (first) vGPU runs on; empty unless
+	// powered on. GPUs lists them all; GPU is GPUs[0], kept for callers that show one.
 	GPU string
+	// GPUs are the PCI ids of the GPUs whose graphicsInfo[].vm lists the VM, sorted.
+	GPUs []string
 	// RecentTasks are the ids of the VM's recent tasks (recentTask), which tell a task
 	// that was started before a crash from one started after.
 	RecentTasks []string
+}
+
+// VGPUCount is how many vGPUs of Profile the VM has: 0 without a profile, else VGPUs,
+// at least 1 (inventories that predate VGPUs set only Profile).
+func (vm *VM) VGPUCount() int {
+	if vm.Profile == "" {
+		return 0
+	}
+	return max(vm.VGPUs, 1)
 }
 
 // Profile is a vGPU profile as a host offers it.
@@ -72,7 +89,27 @@ type GPU struct {
 	MemoryMiB int64
 	// VMs are the names of the VMs whose vGPU runs on this GPU now.
 	VMs []string
+	// Mode is HostGraphicsInfo.vgpuMode (vSphere API 8.0.3): ModeSameSize, ModeMixedSize,
+	// ModeMIG or ModeNone. Empty, as hosts before 8.0.3 report it, is same-size.
+	Mode string
 }
+
+// vGPU modes of a GPU (HostGraphicsInfo.vgpuMode).
+const (
+	// ModeSameSize: every time-sliced vGPU on the GPU has the same profile (NVIDIA's
+	// equal-size mode, the default).
+	ModeSameSize = "sameSize"
+	// ModeMixedSize: time-sliced vGPUs of different sizes share the GPU, placed at
+	// placement IDs (see Occupancy).
+	ModeMixedSize = "mixedSize"
+	// ModeMIG: the GPU runs MIG-backed vGPUs; gpupool treats it as same-size.
+	ModeMIG = "multiInstanceGpu"
+	// ModeNone: not a vGPU GPU mode (vSphere's "not applicable").
+	ModeNone = "none"
+)
+
+// Mixed tells whether the GPU is in mixed-size mode.
+func (g GPU) Mixed() bool { return g.Mode == ModeMixedSize }
 
 // Host is one ESXi host.
 type Host struct {
@@ -86,6 +123,49 @@ type Host struct {
 	GPUs []GPU
 	// Profiles are the vGPU profiles the host offers.
 	Profiles []Profile
+	// ComputeResource is the managed object id of the host's cluster or standalone
+	// compute resource: a powered-off VM may be powered on on another host of it.
+	ComputeResource string
+	// ConnectionState is runtime.connectionState: connected, disconnected or
+	// notResponding; empty is read as connected.
+	ConnectionState string
+	// InMaintenance is runtime.inMaintenanceMode.
+	InMaintenance bool
+	// EnteringMaintenance: an EnterMaintenanceMode_Task of the host is queued or running.
+	EnteringMaintenance bool
+}
+
+// Connection states (HostSystemConnectionState).
+const (
+	Connected     = "connected"
+	Disconnected  = "disconnected"
+	NotResponding = "notResponding"
+)
+
+// Unavailable says why no new work may go to the host: "" when it is available, else
+// "is in maintenance mode", "is entering maintenance mode", "is disconnected" or "is
+// not responding".
+func (h *Host) Unavailable() string {
+	switch {
+	case h.ConnectionState == Disconnected:
+		return "is disconnected"
+	case h.ConnectionState == NotResponding:
+		return "is not responding"
+	case h.ConnectionState != "" && h.ConnectionState != Connected:
+		return "is " + h.ConnectionState
+	case h.InMaintenance:
+		return "is in maintenance mode"
+	case h.EnteringMaintenance:
+		return "is entering maintenance mode"
+	}
+	return ""
+}
+
+// Reachable tells whether vCenter can act on the host's VMs at all (it is connected,
+// perhaps in maintenance mode): a powered-off VM of a host in maintenance mode can still
+// be reconfigured and powered on on another host of its compute resource.
+func (h *Host) Reachable() bool {
+	return h.ConnectionState == "" || h.ConnectionState == Connected
 }
 
 // Inventory is a snapshot of the VMs and hosts of one datacenter.
@@ -190,55 +270,4 @@ func cutName(s string) string {
 		return s[:64] + "..."
 	}
 	return s
-}
-
-// Occupancy is what runs on a GPU: a profile (same-size mode: one at a time) and how
-// much frame buffer is used.
-type Occupancy struct {
-	Profile string
-	UsedMiB int64
-	Count   int
-}
-
-// Fits tells whether one more vGPU of profile p fits a GPU of memMiB with occupancy o,
-// under the same-size rule and the frame-buffer limit.
-func (o Occupancy) Fits(p Profile, memMiB int64) bool {
-	if o.Count > 0 && o.Profile != p.Name {
-		return false
-	}
-	return o.UsedMiB+p.FrameBufferMiB <= memMiB
-}
-
-// Place chooses the GPU of h on which vSphere would start a vGPU of profile p, given the
-// occupancy of each GPU (indexed like h.GPUs), following h.Policy: performance picks the
-// compatible GPU with the fewest vGPUs, consolidation the compatible GPU with the most;
-// ties go to the lowest PCI id. It returns -1 when no GPU can take it, which is when
-// vCenter fails the power-on for insufficient resources.
-//
-// Note: this models vSphere's placement; the simulator and the planner share it so the
-// planner's power-on order is one the (simulated) vCenter accepts.
-func Place(h *Host, occ []Occupancy, p Profile) int {
-	idx := make([]int, len(h.GPUs))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return h.GPUs[idx[a]].PCIID < h.GPUs[idx[b]].PCIID })
-	best := -1
-	for _, i := range idx {
-		if !occ[i].Fits(p, h.GPUs[i].MemoryMiB) {
-			continue
-		}
-		if best < 0 {
-			best = i
-			continue
-		}
-		if h.Policy == PolicyConsolidation {
-			if occ[i].Count > occ[best].Count {
-				best = i
-			}
-		} else if occ[i].Count < occ[best].Count {
-			best = i
-		}
-	}
-	return best
 }

@@ -46,6 +46,11 @@ const (
 	// ReasonSuspendedStateAtRisk: a suspended VM's profile must change, which powers it
 	// off and discards its memory state; spec.discardSuspendedState allows that.
 	ReasonSuspendedStateAtRisk = "SuspendedStateAtRisk"
+	// ReasonHostUnavailable: a VM to act on is on a host in maintenance mode, entering
+	// it, disconnected or not responding. As a Problem (the pool stalls) the layout
+	// cannot be made without the host; as a held VM (Plan.Held) the VM is left alone
+	// until the host is back, while the other hosts go on. See unavailable.go.
+	ReasonHostUnavailable = "HostUnavailable"
 )
 
 // Check tells why layout cannot be reached from the observed inventory; nil means it
@@ -87,12 +92,20 @@ type member struct {
 	fate fate
 	// want is the profile the layout gives the VM, "" if it is not in the layout.
 	want string
+	// count is how many vGPUs of want the layout gives the VM (workers[].vgpus).
+	count int
+	// target is the host the VM is to be powered on on when its own host is not
+	// available (see unavailable.go); nil for its own host.
+	target *inventory.Host
 	// offer is the host's offer of want, with the frame buffer filled in.
 	offer inventory.Profile
 	// blocked: a problem was found for this VM, so it gets no steps and no capacity.
 	blocked bool
 	// held: the VM must not be acted on now (Plan.Held); it keeps running as it is.
 	held bool
+	// away: the VM's host is unavailable and the VM stays there as it is: its vGPUs
+	// keep their GPUs and it gets no vSphere step.
+	away bool
 }
 
 // hostAnalysis is one host that the transition touches.
@@ -184,6 +197,7 @@ func analyse(spec *gpupoolv1.GPUPoolProfileSpec, layoutName string, inv *invento
 		}
 	}
 	a.checkSuspend()
+	a.avoidUnavailable()
 	for _, ha := range a.byHost {
 		if len(ha.members) > 0 {
 			a.hosts = append(a.hosts, ha)
@@ -213,10 +227,10 @@ func (a *analysis) resolveLayout() map[*inventory.VM]*member {
 			continue
 		}
 		namedAs[vm] = w.VM
-		m := &member{vm: vm, want: w.Profile}
+		m := &member{vm: vm, want: w.Profile, count: max(int(w.VGPUs), 1)}
 		want[vm] = m
 		switch {
-		case vm.Profile != w.Profile:
+		case vm.Profile != w.Profile || vm.VGPUCount() != m.count:
 			m.fate = reprofiles
 		case vm.PowerState == inventory.PoweredOn:
 			m.fate = stays
@@ -310,59 +324,106 @@ func (a *analysis) checkSuspend() {
 // checkCapacity finds what runs on ha's GPUs now and once the pool's departing vGPUs are
 // down, and an order in which vSphere would place the vGPUs to start.
 func (a *analysis) checkCapacity(ha *hostAnalysis) {
+	if msg := a.capacity(ha); msg != "" {
+		a.problem(ReasonInsufficientGPU, "%s", msg)
+	}
+}
+
+// capacity is checkCapacity without the report: "" when the vGPUs to start fit, else
+// why not.
+func (a *analysis) capacity(ha *hostAnalysis) string {
 	h := ha.host
 	freeing := map[string]bool{}
 	var starting []*member
 	for _, m := range ha.members {
-		if m.fate == leaves || m.fate == reprofiles {
+		if m.vm.Host == h.Name && (m.fate == leaves || m.fate == reprofiles) && !m.away {
 			freeing[m.vm.Name] = true
 		}
 		// Note: held VMs count as if they were acted on, so that feasibility does not
-		// depend on them; power-ons that need a held VM's GPU stay Later.
-		if (m.fate == arrives || m.fate == reprofiles) && !m.blocked {
+		// depend on them; power-ons that need a held VM's GPU stay Later. A VM of an
+		// unavailable host is blocked instead: it keeps its vGPUs there.
+		if (m.fate == arrives || m.fate == reprofiles) && !m.blocked && a.startsOn(m) == h {
 			starting = append(starting, m)
 		}
 	}
 	ha.current = make([]inventory.Occupancy, len(h.GPUs))
 	ha.freed = make([]inventory.Occupancy, len(h.GPUs))
 	ha.keepers = make([][]string, len(h.GPUs))
+	seen := map[string]int{}
 	for i, g := range h.GPUs {
 		for _, name := range g.VMs {
-			ha.current[i] = a.add(ha.current[i], h, g, name)
+			n := a.vgpusOn(h, name, seen[name])
+			seen[name]++
+			for range n {
+				ha.current[i] = a.add(ha.current[i], h, g, name)
+				if !freeing[name] {
+					ha.freed[i] = a.add(ha.freed[i], h, g, name)
+				}
+			}
 			if !freeing[name] {
-				ha.freed[i] = a.add(ha.freed[i], h, g, name)
 				ha.keepers[i] = append(ha.keepers[i], name)
 			}
 		}
 	}
+	ha.order = nil
 	if len(starting) == 0 {
-		return
+		return ""
 	}
 
 	ds := demands(starting)
 	if !packable(h, ha.freed, ds) {
-		a.problem(ReasonInsufficientGPU, "%s", a.shortage(ha, ds))
-		return
+		return a.shortage(ha, ds)
 	}
 	order, stuck := powerOnOrder(h, ha.freed, starting)
 	if len(stuck) > 0 {
 		names := make([]string, len(stuck))
 		for i, m := range stuck {
-			names[i] = m.vm.Name + " (" + m.want + ")"
+			names[i] = m.vm.Name + " (" + vgpus(m.count, m.want) + ")"
 		}
-		a.problem(ReasonInsufficientGPU, "host %s: the GPUs could hold layout %s's vGPUs, but gpupool found no power-on order in which vSphere's %s placement places them all (%s would find no GPU)",
+		return fmt.Sprintf("host %s: the GPUs could hold layout %s's vGPUs, but gpupool found no power-on order in which vSphere's %s placement places them all (%s would find no GPU)",
 			h.Name, a.layout.Name, policy(h), strings.Join(names, ", "))
-		return
 	}
 	ha.order = order
+	return ""
 }
 
-// add returns o with the vGPU of the VM called name added, as running on GPU g of h.
+// vgpusOn is how many of the VM's vGPUs run on the k-th GPU of h whose graphicsInfo
+// lists it. vSphere lists a VM once per GPU it has vGPUs on, not once per vGPU: a VM
+// with n vGPUs listed on k GPUs is taken to have n/k on each, the remainder on the first
+// ones listed (sorted by PCI id), so a VM with two vGPUs listed on one GPU counts twice.
+func (a *analysis) vgpusOn(h *inventory.Host, name string, k int) int {
+	vm, ok := a.vms[name]
+	if !ok || vm.VGPUCount() <= 1 {
+		return 1
+	}
+	listed := 0
+	for _, g := range h.GPUs {
+		if slices.Contains(g.VMs, name) {
+			listed++
+		}
+	}
+	n := vm.VGPUCount() / max(listed, 1)
+	if k < vm.VGPUCount()%max(listed, 1) {
+		n++
+	}
+	return max(n, 1)
+}
+
+// startsOn is the host a member's vGPUs start on: its target, else its own.
+func (a *analysis) startsOn(m *member) *inventory.Host {
+	if m.target != nil {
+		return m.target
+	}
+	h, _ := a.findHost(m.vm.Host)
+	return h
+}
+
+// add returns o with one vGPU of the VM called name added, as running on GPU g of h.
 func (a *analysis) add(o inventory.Occupancy, h *inventory.Host, g inventory.GPU, name string) inventory.Occupancy {
 	vm, ok := a.vms[name]
 	if !ok || vm.Profile == "" {
 		// Note: an unknown vGPU takes the GPU whole: nothing is known to fit next to it.
-		return inventory.Occupancy{Profile: o.Profile, UsedMiB: g.MemoryMiB, Count: o.Count + 1}
+		return o.Full(g)
 	}
 	p, ok := offerOf(h, vm.Profile)
 	if !ok {
@@ -371,12 +432,18 @@ func (a *analysis) add(o inventory.Occupancy, h *inventory.Host, g inventory.GPU
 			p.FrameBufferMiB = fb
 		}
 	}
-	if o.Count > 0 && o.Profile != p.Name {
-		// Note: mixed profiles on one GPU contradict same-size mode; keep the first and
-		// count the memory, so nothing more is placed there.
-		return inventory.Occupancy{Profile: o.Profile, UsedMiB: o.UsedMiB + p.FrameBufferMiB, Count: o.Count + 1}
+	if !o.FitsOn(p, g) {
+		// Note: what runs contradicts the GPU's mode (mixed profiles in same-size mode,
+		// a vGPU off the placement grid); keep the first profile and count the memory,
+		// so nothing more is placed there.
+		full := o.Full(g)
+		full.UsedMiB = o.UsedMiB + p.FrameBufferMiB
+		if o.Count == 0 {
+			full.Profile = p.Name
+		}
+		return full
 	}
-	return occupy(o, p)
+	return o.Add(p, g)
 }
 
 // demands counts the vGPUs to start by profile, largest frame buffer first.
@@ -388,7 +455,7 @@ func demands(ms []*member) []demand {
 			ds = append(ds, demand{profile: m.offer})
 			i = len(ds) - 1
 		}
-		ds[i].count++
+		ds[i].count += max(m.count, 1)
 	}
 	slices.SortFunc(ds, func(x, y demand) int {
 		return cmp.Or(cmp.Compare(y.profile.FrameBufferMiB, x.profile.FrameBufferMiB), cmp.Compare(x.profile.Name, y.profile.Name))

@@ -248,7 +248,7 @@ func TestCheckPlacementOrder(t *testing.T) {
 		if gpu < 0 {
 			t.Fatalf("order %v: %s does not fit", got, m.vm.Name)
 		}
-		occ[gpu] = occupy(occ[gpu], m.offer)
+		occ[gpu] = occ[gpu].Add(m.offer, h.GPUs[gpu])
 		got = append(got, m.vm.Name)
 	}
 	if want := []string{"a", "c", "b", "d"}; !slices.Equal(got, want) {
@@ -262,7 +262,7 @@ func TestCheckPlacementOrder(t *testing.T) {
 		if gpu < 0 {
 			return
 		}
-		occ[gpu] = occupy(occ[gpu], m.offer)
+		occ[gpu] = occ[gpu].Add(m.offer, h.GPUs[gpu])
 	}
 	t.Error("largest first places all; the test shows nothing")
 }

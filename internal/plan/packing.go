@@ -2,6 +2,7 @@ package plan
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +24,9 @@ type demand struct {
 // which profile gets which free GPU treats free GPUs of equal memory as interchangeable,
 // which keeps it small (hosts carry one or two GPU models).
 func packable(h *inventory.Host, occ []inventory.Occupancy, ds []demand) bool {
+	if slices.ContainsFunc(h.GPUs, inventory.GPU.Mixed) {
+		return packSlots(h, occ, ds)
+	}
 	left := make([]demand, 0, len(ds))
 	for _, d := range ds {
 		if n := d.count - lockedRoom(h, occ, d.profile); n > 0 {
@@ -163,7 +167,11 @@ func powerOnOrder(h *inventory.Host, occ []inventory.Occupancy, ms []*member) (o
 		ds := make([]demand, 0, len(groups))
 		for _, g := range groups {
 			if len(g.queue) > 0 {
-				ds = append(ds, demand{profile: g.profile, count: len(g.queue)})
+				n := 0
+				for _, m := range g.queue {
+					n += max(m.count, 1)
+				}
+				ds = append(ds, demand{profile: g.profile, count: n})
 			}
 		}
 		return ds
@@ -176,12 +184,10 @@ func powerOnOrder(h *inventory.Host, occ []inventory.Occupancy, ms []*member) (o
 			if len(g.queue) == 0 {
 				continue
 			}
-			gpu := inventory.Place(h, occ, g.profile)
-			if gpu < 0 {
+			next, ok := placeAll(h, occ, g.profile, g.queue[0].count)
+			if !ok {
 				continue
 			}
-			next := slices.Clone(occ)
-			next[gpu] = occupy(next[gpu], g.profile)
 			m := g.queue[0]
 			g.queue = g.queue[1:]
 			if packable(h, next, remaining()) {
@@ -200,7 +206,86 @@ func powerOnOrder(h *inventory.Host, occ []inventory.Occupancy, ms []*member) (o
 	return order, nil
 }
 
-// occupy returns o with one more vGPU of p.
-func occupy(o inventory.Occupancy, p inventory.Profile) inventory.Occupancy {
-	return inventory.Occupancy{Profile: p.Name, UsedMiB: o.UsedMiB + p.FrameBufferMiB, Count: o.Count + 1}
+// placeAll places n vGPUs of p one after the other as vSphere's placement would (the
+// vGPUs of one VM are placed in turn; NVIDIA lets them share a GPU), and returns the
+// occupancy after, or false when one finds no GPU.
+func placeAll(h *inventory.Host, occ []inventory.Occupancy, p inventory.Profile, n int) ([]inventory.Occupancy, bool) {
+	next := slices.Clone(occ)
+	for range max(n, 1) {
+		gpu := inventory.Place(h, next, p)
+		if gpu < 0 {
+			return occ, false
+		}
+		next[gpu] = next[gpu].Add(p, h.GPUs[gpu])
+	}
+	return next, true
+}
+
+// packBudget bounds packSlots' search. A host has a handful of GPUs and a pool a few
+// dozen vGPUs per host; the memo on GPU states keeps real searches far below it. Past
+// it the answer is "does not fit", which stalls the pool with a message rather than
+// starting a transition that might not finish.
+const packBudget = 200_000
+
+// packSlots is packable for hosts with GPUs in mixed-size mode: an exact search that
+// puts each vGPU to start, largest first, on each GPU that can take it (at the lowest
+// free placement ID, as inventory.Occupancy.Add does), skipping GPUs in the same state
+// and host states already found not to work.
+func packSlots(h *inventory.Host, occ []inventory.Occupancy, ds []demand) bool {
+	var items []inventory.Profile
+	for _, d := range ds {
+		for range d.count {
+			items = append(items, d.profile)
+		}
+	}
+	slices.SortStableFunc(items, func(x, y inventory.Profile) int { return cmp.Compare(y.FrameBufferMiB, x.FrameBufferMiB) })
+	failed := map[string]bool{}
+	budget := packBudget
+	var rec func(k int, occ []inventory.Occupancy) bool
+	rec = func(k int, occ []inventory.Occupancy) bool {
+		if k == len(items) {
+			return true
+		}
+		if budget--; budget < 0 {
+			return false
+		}
+		keys := make([]string, len(occ))
+		for i := range occ {
+			keys[i] = gpuKey(h.GPUs[i], occ[i])
+		}
+		state := strconv.Itoa(k) + "|" + strings.Join(slices.Sorted(slices.Values(keys)), "|")
+		if failed[state] {
+			return false
+		}
+		tried := map[string]bool{}
+		for i, g := range h.GPUs {
+			if tried[keys[i]] || !occ[i].FitsOn(items[k], g) {
+				continue
+			}
+			tried[keys[i]] = true
+			next := slices.Clone(occ)
+			next[i] = occ[i].Add(items[k], g)
+			if rec(k+1, next) {
+				return true
+			}
+		}
+		failed[state] = true
+		return false
+	}
+	return rec(0, slices.Clone(occ))
+}
+
+// gpuKey identifies a GPU's state for packSlots: GPUs with equal keys are
+// interchangeable.
+func gpuKey(g inventory.GPU, o inventory.Occupancy) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s/%d/%s/%d/%s/", g.Mode, g.MemoryMiB, o.Profile, o.UsedMiB, o.Family)
+	for _, t := range o.Slots {
+		if t {
+			b.WriteByte('1')
+		} else {
+			b.WriteByte('0')
+		}
+	}
+	return b.String()
 }

@@ -136,6 +136,8 @@ type Step struct {
 	// Profile is the vGPU profile concerned: the one the VM runs when it is drained or
 	// parked, the one it gets when it is reconfigured or powered on.
 	Profile string
+	// VGPUs is how many vGPUs of Profile a Reconfigure gives the VM (workers[].vgpus).
+	VGPUs int
 	// Reason says why, for the preview, events and the worker status message.
 	Reason string
 	// Overdue marks a WaitNodeReady step whose node has not become Ready within
@@ -208,9 +210,7 @@ func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPl
 	for i, m := range ha.order {
 		rank[m.vm.Name] = i
 		if fits {
-			gpu := inventory.Place(ha.host, occ, m.offer)
-			if fits = gpu >= 0; fits {
-				occ[gpu] = occupy(occ[gpu], m.offer)
+			if occ, fits = placeAll(ha.host, occ, m.offer, m.count); fits {
 				now[m.vm] = true
 			}
 		}
@@ -218,7 +218,7 @@ func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPl
 
 	for _, m := range ha.members {
 		vm, node := m.vm, a.nodeOf(nodes, m.vm)
-		if m.held {
+		if m.held || (m.target != nil && m.target != ha.host) || (m.target == nil && vm.Host != ha.host.Name) {
 			continue
 		}
 		noNode := a.noNode[vm]
@@ -227,7 +227,15 @@ func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPl
 			if noNode && phaseOf(action) > lastGPUPhase {
 				return // no node to wait for, label or uncordon
 			}
-			*steps = append(*steps, Step{VM: vm.Name, Host: vm.Host, Action: action, Profile: profile, Reason: fmt.Sprintf(format, args...)})
+			s := Step{VM: vm.Name, Host: vm.Host, Action: action, Profile: profile, Reason: fmt.Sprintf(format, args...)}
+			if action == Reconfigure {
+				s.VGPUs = m.count
+			}
+			if action == PowerOn && m.target != nil {
+				// PowerOnVM_Task's host argument: the VM's own host is unavailable.
+				s.Host = m.target.Name
+			}
+			*steps = append(*steps, s)
 		}
 		drained := false
 		drain := func(why string) {
@@ -249,7 +257,7 @@ func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPl
 			}
 			continue
 		case reprofiles:
-			change := fmt.Sprintf("profile %s -> %s", orNone(vm.Profile), m.want)
+			change := fmt.Sprintf("profile %s -> %s", vgpus(vm.VGPUCount(), orNone(vm.Profile)), vgpus(m.count, m.want))
 			drain(change)
 			switch vm.PowerState {
 			case inventory.PoweredOn:
@@ -278,7 +286,12 @@ func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPl
 			if vm.PowerState == inventory.Suspended && m.fate == arrives {
 				verb = "resume"
 			}
-			add(PowerOn, m.want, "%s for layout %s", verb, layout)
+			if m.target != nil {
+				home, _ := a.findHost(vm.Host)
+				add(PowerOn, m.want, "%s on host %s for layout %s: its host %s %s", verb, m.target.Name, layout, vm.Host, home.Unavailable())
+			} else {
+				add(PowerOn, m.want, "%s for layout %s", verb, layout)
+			}
 			add(WaitNodeReady, m.want, "%s", nodeWait(NodeState{Exists: node.Exists}))
 		}
 		if !node.Labelled {

@@ -370,7 +370,7 @@ func (s *simulation) checkPlan(p *Plan, pool, untouched, stays map[string]bool) 
 			if gpu < 0 {
 				s.fatalf("plan powers on %s, which does not fit the GPUs as they are:\n%s", st.VM, p)
 			}
-			occ[gpu] = occupy(occ[gpu], offer)
+			occ[gpu] = occ[gpu].Add(offer, h.GPUs[gpu])
 		}
 	}
 }

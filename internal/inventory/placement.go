@@ -1,0 +1,199 @@
+package inventory
+
+import (
+	"slices"
+	"sort"
+)
+
+// Occupancy is what runs on a GPU: the profile of its first vGPU, how much frame buffer
+// is used and how many vGPUs run. On a GPU in mixed-size mode, Slots also says which
+// placement slots are taken.
+//
+// The models, per GPU mode:
+//
+//   - Same-size (NVIDIA's equal-size mode, the default, and every GPU of a host before
+//     vSphere 8.0.3): one profile per GPU, up to its frame buffer.
+//   - Mixed-size: time-sliced vGPUs of different sizes share the GPU. NVIDIA's vGPU
+//     user guide ("Placement IDs", vGPU 17 and later; vSphere 8.0 U3 exposes the mode)
+//     places each vGPU at a placement ID: the GPU's frame buffer is cut into slots, a
+//     vGPU occupies as many consecutive slots as its size (NVML's placementSize) and
+//     starts only at a placement ID that is a multiple of that size
+//     (nvmlDeviceGetVgpuTypeSupportedPlacements). gpupool models a slot as 1 GiB, so
+//     a 4Q vGPU starts at 0, 4, 8 or 12 of a 16 GiB GPU and an 8Q at 0 or 8: two 4Q and
+//     one 8Q fit, but an 8Q next to 4Q vGPUs at 0 and 8 does not, although 8 GiB are
+//     free. This alignment is why NVIDIA's tables give lower maximums in mixed-size mode
+//     for some sizes. Only time-sliced types mix (not MIG-backed ones), and only within
+//     a family: NVIDIA's heterogeneous mode mixes A-, B- and Q-series graphics vGPUs;
+//     C-series (compute) vGPUs mix only with C-series.
+type Occupancy struct {
+	Profile string
+	UsedMiB int64
+	Count   int
+	// Slots are the GPU's 1 GiB placement slots in mixed-size mode, true where a vGPU
+	// sits; nil until a vGPU is placed on a mixed-size GPU.
+	Slots []bool
+	// Family is the series family of the vGPUs on a mixed-size GPU ("graphics" or
+	// "compute").
+	Family string
+}
+
+// slotMiB is the placement slot of the mixed-size model.
+const slotMiB = 1024
+
+// Fits tells whether one more vGPU of profile p fits a GPU of memMiB with occupancy o,
+// under the same-size rule and the frame-buffer limit.
+func (o Occupancy) Fits(p Profile, memMiB int64) bool {
+	if o.Count > 0 && o.Profile != p.Name {
+		return false
+	}
+	return o.UsedMiB+p.FrameBufferMiB <= memMiB
+}
+
+// FitsOn tells whether one more vGPU of p fits GPU g with occupancy o, under g's mode.
+func (o Occupancy) FitsOn(p Profile, g GPU) bool {
+	if !g.Mixed() {
+		return o.Fits(p, g.MemoryMiB)
+	}
+	return o.placement(p, g) >= 0
+}
+
+// Add returns o with one more vGPU of p on g; on a mixed-size GPU at the lowest free
+// placement ID that fits it (the caller checked FitsOn). Occupancy is a value: the
+// result shares no slots with o.
+func (o Occupancy) Add(p Profile, g GPU) Occupancy {
+	n := Occupancy{Profile: o.Profile, UsedMiB: o.UsedMiB + p.FrameBufferMiB, Count: o.Count + 1, Family: o.Family}
+	if n.Profile == "" {
+		n.Profile = p.Name
+	}
+	if !g.Mixed() {
+		n.Profile = p.Name
+		if o.Count > 0 {
+			n.Profile = o.Profile
+		}
+		return n
+	}
+	n.Slots = o.slots(g)
+	n.Family = Family(p.Name)
+	at, size := o.placement(p, g), SlotsOf(p)
+	if at < 0 {
+		// Note: a vGPU that does not fit (an observed over-commit, an unknown profile)
+		// takes every slot left, so nothing more is placed next to it.
+		for i := range n.Slots {
+			n.Slots[i] = true
+		}
+		return n
+	}
+	for i := at; i < at+size; i++ {
+		n.Slots[i] = true
+	}
+	return n
+}
+
+// Full returns o with g taken whole, for a vGPU whose profile is unknown.
+func (o Occupancy) Full(g GPU) Occupancy {
+	n := Occupancy{Profile: o.Profile, UsedMiB: g.MemoryMiB, Count: o.Count + 1, Family: "unknown"}
+	if g.Mixed() {
+		n.Slots = make([]bool, slotCount(g))
+		for i := range n.Slots {
+			n.Slots[i] = true
+		}
+	}
+	return n
+}
+
+// FreeSlots is the number of free placement slots of a mixed-size GPU.
+func (o Occupancy) FreeSlots(g GPU) int {
+	n := 0
+	for _, taken := range o.slots(g) {
+		if !taken {
+			n++
+		}
+	}
+	return n
+}
+
+func (o Occupancy) slots(g GPU) []bool {
+	if o.Slots != nil {
+		return slices.Clone(o.Slots)
+	}
+	return make([]bool, slotCount(g))
+}
+
+// placement is the lowest placement ID of mixed-size GPU g at which a vGPU of p can
+// start, or -1.
+func (o Occupancy) placement(p Profile, g GPU) int {
+	if IsMIG(p.Name) || (o.Count > 0 && o.Family != Family(p.Name)) {
+		return -1
+	}
+	if o.UsedMiB+p.FrameBufferMiB > g.MemoryMiB {
+		return -1
+	}
+	slots, size := o.slots(g), SlotsOf(p)
+	for at := 0; at+size <= len(slots); at += size {
+		if !slices.Contains(slots[at:at+size], true) {
+			return at
+		}
+	}
+	return -1
+}
+
+func slotCount(g GPU) int { return int(g.MemoryMiB / slotMiB) }
+
+// SlotsOf is how many placement slots a vGPU of p takes in mixed-size mode (its frame
+// buffer in GiB, at least one).
+func SlotsOf(p Profile) int {
+	return max(int((p.FrameBufferMiB+slotMiB-1)/slotMiB), 1)
+}
+
+// IsMIG tells whether the profile is MIG-backed (nvidia_a100-3-20c): such vGPUs never
+// share a GPU in mixed-size mode.
+func IsMIG(profile string) bool {
+	m := profileRE.FindStringSubmatch(profile)
+	return m != nil && m[2] != ""
+}
+
+// Family is the series family a profile mixes with in mixed-size mode: "graphics" for
+// A-, B- and Q-series, "compute" for C-series, "" for names that are not NVIDIA types.
+func Family(profile string) string {
+	m := profileRE.FindStringSubmatch(profile)
+	switch {
+	case m == nil:
+		return ""
+	case m[6] == "c" || m[4] != "":
+		return "compute"
+	default:
+		return "graphics"
+	}
+}
+
+// Place chooses the GPU of h on which vSphere would start a vGPU of profile p, given the
+// occupancy of each GPU (indexed like h.GPUs), following h.Policy: performance picks the
+// compatible GPU with the fewest vGPUs, consolidation the compatible GPU with the most;
+// ties go to the lowest PCI id. Compatible is FitsOn: each GPU's own mode. It returns -1
+// when no GPU can take it, which is when vCenter fails the power-on for insufficient
+// resources.
+func Place(h *Host, occ []Occupancy, p Profile) int {
+	idx := make([]int, len(h.GPUs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return h.GPUs[idx[a]].PCIID < h.GPUs[idx[b]].PCIID })
+	best := -1
+	for _, i := range idx {
+		if !occ[i].FitsOn(p, h.GPUs[i]) {
+			continue
+		}
+		if best < 0 {
+			best = i
+			continue
+		}
+		if h.Policy == PolicyConsolidation {
+			if occ[i].Count > occ[best].Count {
+				best = i
+			}
+		} else if occ[i].Count < occ[best].Count {
+			best = i
+		}
+	}
+	return best
+}

@@ -1,0 +1,117 @@
+package plan
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// avoidUnavailable keeps new work off hosts that are in maintenance mode, entering it,
+// disconnected or not responding (inventory.Host.Unavailable). For each VM of the pool
+// on such a host that the layout must change:
+//
+//   - A running VM (to park or to reconfigure) is held (Plan.Held, HostUnavailable):
+//     gpupool issues no operation on it, its vGPUs keep their GPUs, and the other
+//     hosts go on. This is also what happens to a VM whose host becomes unavailable
+//     mid-transition: its next step is not issued, whatever it is, until the host is
+//     back; a task vSphere already runs is left to vSphere.
+//   - A powered-off VM to start (or to reconfigure and start) on a host that vCenter
+//     still reaches (maintenance mode, entering it) is powered on on another available
+//     host of its compute resource that offers its profile and has room
+//     (PowerOnVM_Task's host argument); the reconfigure, a change of the VM's
+//     configuration only, still runs where the VM is registered. When no host has
+//     room, or the host is disconnected, the layout cannot be made: a Problem that
+//     names the host and why, and the pool stalls.
+//   - A suspended VM can resume only on its own host: a Problem too.
+func (a *analysis) avoidUnavailable() {
+	var moving []*member
+	for _, m := range a.members {
+		if m.fate == stays || m.fate == parked || m.blocked {
+			continue
+		}
+		h, ok := a.findHost(m.vm.Host)
+		if !ok {
+			continue
+		}
+		why := h.Unavailable()
+		if why == "" {
+			continue
+		}
+		switch {
+		case m.vm.PowerState == inventory.PoweredOn:
+			m.away, m.held = true, true
+			verb := map[fate]string{leaves: "parked", reprofiles: "reconfigured to " + vgpus(m.count, m.want)}[m.fate]
+			a.held = append(a.held, Problem{Reason: ReasonHostUnavailable, VM: m.vm.Name, Message: fmt.Sprintf(
+				"VM %s must be %s, but its host %s %s: gpupool issues no operation on it until the host is available again; the other hosts go on",
+				m.vm.Name, verb, h.Name, why)})
+		case m.fate == leaves:
+			// Note: a VM that leaves and does not run has nothing to do.
+		case m.vm.PowerState == inventory.Suspended:
+			m.away, m.blocked = true, true
+			a.problem(ReasonHostUnavailable, "VM %s is suspended on host %s, which %s, and can resume only there; bring the host back, or power the VM off so that gpupool may start it on another host of its cluster",
+				m.vm.Name, h.Name, why)
+		case !h.Reachable():
+			m.away, m.blocked = true, true
+			a.problem(ReasonHostUnavailable, "VM %s is registered on host %s, which %s: vCenter can neither reconfigure nor power it on; reconnect the host or remove VM %s from layout %s",
+				m.vm.Name, h.Name, why, m.vm.Name, a.layout.Name)
+		default:
+			moving = append(moving, m)
+		}
+	}
+	for _, m := range moving {
+		a.relocate(m)
+	}
+}
+
+// relocate finds another host of m's compute resource for m's power-on: available,
+// offering m's profile, and with room for m next to what it runs and starts already.
+// Hosts are tried by name, so the choice is the same on every reconcile.
+func (a *analysis) relocate(m *member) {
+	home, _ := a.findHost(m.vm.Host)
+	var tried []string
+	for i := range a.inv.Hosts {
+		h := &a.inv.Hosts[i]
+		if h == home || h.ComputeResource == "" || h.ComputeResource != home.ComputeResource || h.Unavailable() != "" {
+			continue
+		}
+		offer, ok := offerOf(h, m.want)
+		if !ok {
+			continue
+		}
+		tried = append(tried, h.Name)
+		ha := a.hostAnalysis(h)
+		m.target, m.offer = h, offer
+		ha.members = append(ha.members, m)
+		if a.capacity(ha) == "" {
+			return
+		}
+		ha.members = ha.members[:len(ha.members)-1]
+		m.target = nil
+	}
+	m.away, m.blocked = true, true
+	others := "no other host of its compute resource offers " + m.want
+	if len(tried) > 0 {
+		others = "no other available host of its compute resource has room for " + vgpus(m.count, m.want) + " (tried " + strings.Join(tried, ", ") + ")"
+	}
+	a.problem(ReasonHostUnavailable, "VM %s is registered on host %s, which %s, and %s; bring host %s back or free GPUs on another host of its cluster",
+		m.vm.Name, home.Name, home.Unavailable(), others, home.Name)
+}
+
+// hostAnalysis returns the analysis of h, made empty if there is none yet.
+func (a *analysis) hostAnalysis(h *inventory.Host) *hostAnalysis {
+	ha, ok := a.byHost[h.Name]
+	if !ok {
+		ha = &hostAnalysis{host: h}
+		a.byHost[h.Name] = ha
+	}
+	return ha
+}
+
+// vgpus writes n vGPUs of a profile: "grid_a100-40c", or "2 x grid_a100-40c".
+func vgpus(n int, profile string) string {
+	if n <= 1 {
+		return profile
+	}
+	return fmt.Sprintf("%d x %s", n, profile)
+}

@@ -54,9 +54,9 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 		}
 		return r.powerOff(ctx, s, ws, vm)
 	case plan.Reconfigure:
-		return r.startTask(ctx, s, ws, vm, "Reconfigure", func() (string, error) { return s.vc.SetProfile(ctx, vm.Ref, step.Profile) })
+		return r.startTask(ctx, s, ws, vm, "Reconfigure", func() (string, error) { return s.vc.SetProfile(ctx, vm.Ref, step.Profile, step.VGPUs) })
 	case plan.PowerOn:
-		return r.startTask(ctx, s, ws, vm, "PowerOn", func() (string, error) { return s.vc.PowerOn(ctx, vm.Ref) })
+		return r.startTask(ctx, s, ws, vm, "PowerOn", func() (string, error) { return s.vc.PowerOn(ctx, vm.Ref, powerOnHost(s.inv, vm, step)) })
 	case plan.WaitNodeReady:
 		return r.waitNodeReady(s, ws, node), nil
 	case plan.Relabel:
@@ -205,4 +205,16 @@ func (r *GPUPoolProfileReconciler) emit(pool *gpupoolv1.GPUPoolProfile, typ, rea
 		note = note[:maxEventNote-len(" [...]")] + " [...]"
 	}
 	r.Recorder.Eventf(pool, nil, typ, reason, reason, "%s", note)
+}
+
+// powerOnHost is the ref of the host a power-on step names when it is not the VM's own
+// (the plan moves the power-on of a powered-off VM off an unavailable host), else "".
+func powerOnHost(inv *inventory.Inventory, vm *inventory.VM, step plan.Step) string {
+	if step.Host == "" || step.Host == vm.Host {
+		return ""
+	}
+	if h, ok := inv.FindHost(step.Host); ok {
+		return h.Ref
+	}
+	return ""
 }

@@ -251,7 +251,10 @@ func (r *GPUPoolProfileReconciler) recordWorkers(s *scope, p *plan.Plan) {
 		name := id
 		if v, ok := s.vms[id]; ok {
 			name = v.Name
-			ws.Host, ws.GPU, ws.Profile, ws.PowerState = v.Host, v.GPU, v.Profile, string(v.PowerState)
+			ws.Host, ws.GPU, ws.Profile, ws.PowerState = v.Host, strings.Join(v.GPUs, ","), v.Profile, string(v.PowerState)
+			if ws.GPU == "" {
+				ws.GPU = v.GPU
+			}
 		} else {
 			ws.Host, ws.GPU, ws.Profile, ws.PowerState = "", "", "", ""
 			ws.Message = "VM not found in vCenter"

@@ -58,8 +58,9 @@ type Config struct {
 type Client interface {
 	// Inventory reads the datacenter's VMs and hosts in one batched round trip.
 	Inventory(ctx context.Context) (*inventory.Inventory, error)
-	// PowerOn powers a VM on, or resumes it when suspended.
-	PowerOn(ctx context.Context, vmRef string) (string, error)
+	// PowerOn powers a VM on, or resumes it when suspended; on hostRef when it is not ""
+	// (a host of the VM's compute resource).
+	PowerOn(ctx context.Context, vmRef, hostRef string) (string, error)
 	// Suspend suspends a powered-on VM.
 	Suspend(ctx context.Context, vmRef string) (string, error)
 	// ShutdownGuest asks the guest OS to shut down. It is not a task: the caller watches
@@ -67,9 +68,10 @@ type Client interface {
 	ShutdownGuest(ctx context.Context, vmRef string) error
 	// PowerOff powers a VM off hard; on a suspended VM it discards the suspended state.
 	PowerOff(ctx context.Context, vmRef string) (string, error)
-	// SetProfile replaces the VM's vGPU device by one with the given profile and locks
-	// the memory reservation to the VM's memory size. The VM must be powered off.
-	SetProfile(ctx context.Context, vmRef, profile string) (string, error)
+	// SetProfile gives the VM count vGPU devices of the profile (adding and removing
+	// VirtualPCIPassthrough devices) and locks the memory reservation to the VM's memory
+	// size. The VM must be powered off.
+	SetProfile(ctx context.Context, vmRef, profile string, count int) (string, error)
 	// Task checks a task without waiting.
 	Task(ctx context.Context, taskID string) (TaskInfo, error)
 	// Tasks checks several tasks in one call, without waiting. Tasks vCenter no longer

@@ -25,9 +25,12 @@ var (
 	hostProps = []string{
 		"name", "config.graphicsInfo", "config.sharedPassthruGpuTypes",
 		"config.sharedGpuCapabilities", "config.graphicsConfig",
+		"parent", "runtime.connectionState", "runtime.inMaintenanceMode", "recentTask",
 	}
-	folderProps  = []string{"name", "parent"}
-	computeProps = []string{"host", "environmentBrowser"}
+	// taskProps tell a host's EnterMaintenanceMode_Task that is queued or running.
+	hostTaskProps = []string{"info.descriptionId", "info.state"}
+	folderProps   = []string{"name", "parent"}
+	computeProps  = []string{"host", "environmentBrowser"}
 )
 
 // inventorySpec selects, from the datacenter down, every folder, VM, compute resource and
@@ -59,7 +62,8 @@ func inventorySpec(dc types.ManagedObjectReference) types.PropertyFilterSpec {
 				traverse("dcToVmFolder", "Datacenter", "vmFolder", "visitFolders"),
 				traverse("dcToHostFolder", "Datacenter", "hostFolder", "visitFolders"),
 				traverse("visitFolders", "Folder", "childEntity", "visitFolders", "crToHost", "vappToVm"),
-				traverse("crToHost", "ComputeResource", "host"),
+				traverse("crToHost", "ComputeResource", "host", "hostToTask"),
+				traverse("hostToTask", "HostSystem", "recentTask"),
 				traverse("vappToVm", "VirtualApp", "vm"),
 			},
 		}},
@@ -69,6 +73,7 @@ func inventorySpec(dc types.ManagedObjectReference) types.PropertyFilterSpec {
 			{Type: "Folder", PathSet: folderProps},
 			{Type: "ComputeResource", PathSet: computeProps},
 			{Type: "ClusterComputeResource", PathSet: computeProps},
+			{Type: "Task", PathSet: hostTaskProps},
 		},
 	}
 }
@@ -86,7 +91,7 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 		return nil, c.errorf(err, "read inventory")
 	}
 
-	var vmContent, hostContent, folderContent, crContent []types.ObjectContent
+	var vmContent, hostContent, folderContent, crContent, taskContent []types.ObjectContent
 	seen := map[types.ManagedObjectReference]bool{}
 	for _, oc := range res.Returnval {
 		if seen[oc.Obj] {
@@ -102,6 +107,8 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 			folderContent = append(folderContent, oc)
 		case "ComputeResource", "ClusterComputeResource":
 			crContent = append(crContent, oc)
+		case "Task":
+			taskContent = append(taskContent, oc)
 		}
 	}
 	var (
@@ -109,11 +116,12 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 		hosts   []mo.HostSystem
 		folders []mo.Folder
 		crs     []mo.ComputeResource
+		tasks   []mo.Task
 	)
 	for _, load := range []struct {
 		content []types.ObjectContent
 		dst     any
-	}{{vmContent, &vms}, {hostContent, &hosts}, {folderContent, &folders}, {crContent, &crs}} {
+	}{{vmContent, &vms}, {hostContent, &hosts}, {folderContent, &folders}, {crContent, &crs}, {taskContent, &tasks}} {
 		if len(load.content) == 0 {
 			continue
 		}
@@ -141,12 +149,14 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 	for _, vm := range vms {
 		vmNames[vm.Self] = vm.Name
 	}
-	gpuOf := map[types.ManagedObjectReference]string{}
+	gpusOf := map[types.ManagedObjectReference][]string{}
+	entering := enteringMaintenance(tasks)
 	for _, h := range hosts {
 		host := c.host(ctx, h, envBrowsers[h.Self], vmNames)
+		availability(&host, h, entering)
 		for _, g := range host.GPUs {
 			for _, ref := range gpuRefs(h, g.PCIID) {
-				gpuOf[ref] = g.PCIID
+				gpusOf[ref] = append(gpusOf[ref], g.PCIID)
 			}
 		}
 		inv.Hosts = append(inv.Hosts, host)
@@ -158,7 +168,10 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 			Name:       vm.Name,
 			Ref:        vm.Self.Value,
 			PowerState: inventory.PowerState(vm.Runtime.PowerState),
-			GPU:        gpuOf[vm.Self],
+			GPUs:       gpusOf[vm.Self],
+		}
+		if len(v.GPUs) > 0 {
+			v.GPU = v.GPUs[0]
 		}
 		if vm.Parent != nil {
 			if p, ok := paths[*vm.Parent]; ok {
@@ -168,6 +181,9 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 		if vm.Config != nil {
 			v.UUID = vm.Config.Uuid
 			v.Profile = vgpuProfile(vm.Config.Hardware.Device)
+			if v.Profile != "" {
+				v.VGPUs = len(vgpuDevices(vm.Config.Hardware.Device))
+			}
 		}
 		if vm.Runtime.Host != nil {
 			v.Host = hostNames[*vm.Runtime.Host]
@@ -198,7 +214,7 @@ func (c *client) host(ctx context.Context, h mo.HostSystem, envBrowser types.Man
 		if !isVGPUCapable(g) {
 			continue
 		}
-		gpu := inventory.GPU{PCIID: g.PciId, Device: g.DeviceName, MemoryMiB: g.MemorySizeInKB / 1024}
+		gpu := inventory.GPU{PCIID: g.PciId, Device: g.DeviceName, MemoryMiB: g.MemorySizeInKB / 1024, Mode: vgpuMode(g, cfg.GraphicsConfig)}
 		for _, ref := range g.Vm {
 			if name, ok := vmNames[ref]; ok {
 				gpu.VMs = append(gpu.VMs, name)
@@ -230,6 +246,52 @@ func (c *client) host(ctx context.Context, h mo.HostSystem, envBrowser types.Man
 		out.Profiles = append(out.Profiles, inventory.Profile{Name: name, FrameBufferMiB: fb, SuspendSupported: suspend[name]})
 	}
 	return out
+}
+
+// vgpuMode is the GPU's vGPU mode: graphicsInfo[].vgpuMode, else the mode the host's
+// graphicsConfig sets for the device (deviceType[].deviceId is the PCI id), else ""
+// (hosts before vSphere 8.0.3: same-size).
+func vgpuMode(g types.HostGraphicsInfo, gc *types.HostGraphicsConfig) string {
+	if g.VgpuMode != "" {
+		return g.VgpuMode
+	}
+	if gc != nil {
+		for _, dt := range gc.DeviceType {
+			if dt.DeviceId == g.PciId && dt.VgpuMode != "" {
+				return dt.VgpuMode
+			}
+		}
+	}
+	return ""
+}
+
+// enteringMaintenance are the EnterMaintenanceMode_Tasks that are queued or running,
+// among the tasks of the hosts' recentTask read in the inventory's batch.
+func enteringMaintenance(tasks []mo.Task) map[types.ManagedObjectReference]bool {
+	out := map[types.ManagedObjectReference]bool{}
+	for _, t := range tasks {
+		if t.Info.DescriptionId == "HostSystem.enterMaintenanceMode" &&
+			(t.Info.State == types.TaskInfoStateQueued || t.Info.State == types.TaskInfoStateRunning) {
+			out[t.Self] = true
+		}
+	}
+	return out
+}
+
+// availability fills in whether new work may go to the host: its connection state,
+// maintenance mode, an EnterMaintenanceMode_Task under way among its recentTask
+// (entering, by task), and its compute resource.
+func availability(out *inventory.Host, h mo.HostSystem, entering map[types.ManagedObjectReference]bool) {
+	out.ConnectionState = string(h.Runtime.ConnectionState)
+	out.InMaintenance = h.Runtime.InMaintenanceMode
+	for _, t := range h.RecentTask {
+		if entering[t] {
+			out.EnteringMaintenance = true
+		}
+	}
+	if h.Parent != nil {
+		out.ComputeResource = h.Parent.Value
+	}
 }
 
 // isVGPUCapable keeps NVIDIA devices that can host vGPUs (sharedDirect), not the host's

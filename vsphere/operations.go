@@ -10,6 +10,7 @@ import (
 	"github.com/vmware/govmomi/fault"
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/property"
+	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
 )
@@ -63,8 +64,10 @@ func (c *client) vm(ctx context.Context, id string, props ...string) (mo.Virtual
 	return vm, err
 }
 
-// PowerOn powers a VM on, or resumes it when suspended.
-func (c *client) PowerOn(ctx context.Context, id string) (string, error) {
+// PowerOn powers a VM on, or resumes it when suspended. A host ref other than "" powers
+// it on on that host (PowerOnVM_Task's host argument), which must be in the VM's compute
+// resource: gpupool passes one when the VM's own host is unavailable.
+func (c *client) PowerOn(ctx context.Context, id, host string) (string, error) {
 	vm, err := c.vm(ctx, id, "runtime.powerState")
 	if err != nil {
 		return "", c.errorf(err, "power on VM %s", id)
@@ -72,9 +75,16 @@ func (c *client) PowerOn(ctx context.Context, id string) (string, error) {
 	if vm.Runtime.PowerState == types.VirtualMachinePowerStatePoweredOn {
 		return "", nil
 	}
-	task, err := object.NewVirtualMachine(c.s.vc, vmRef(id)).PowerOn(ctx)
+	var on *object.HostSystem
+	if host != "" {
+		on = object.NewHostSystem(c.s.vc, types.ManagedObjectReference{Type: "HostSystem", Value: host})
+	}
+	task, err := powerOnTask(ctx, object.NewVirtualMachine(c.s.vc, vmRef(id)), on)
 	if err != nil {
 		return "", c.errorf(err, "power on VM %s", id)
+	}
+	if host != "" {
+		return c.started(task, "PowerOn", id, "host", host), nil
 	}
 	return c.started(task, "PowerOn", id), nil
 }
@@ -134,14 +144,15 @@ func (c *client) ShutdownGuest(ctx context.Context, id string) error {
 	return nil
 }
 
-// SetProfile replaces the VM's vGPU devices by one vGPU of the profile, in one
+// SetProfile gives the VM count vGPU devices of the profile (at least one), in one
 // ReconfigVM_Task, and locks the memory reservation to the VM's memory as vGPU VMs need.
 // It refuses (ErrNotPoweredOff) unless the VM is powered off; a VM that already has
-// exactly this vGPU needs nothing.
-func (c *client) SetProfile(ctx context.Context, id, profile string) (string, error) {
+// exactly these vGPUs needs nothing.
+func (c *client) SetProfile(ctx context.Context, id, profile string, count int) (string, error) {
 	if profile == "" {
 		return "", fmt.Errorf("vsphere: set vGPU profile of VM %s: no profile given", id)
 	}
+	count = max(count, 1)
 	vm, err := c.vm(ctx, id, "runtime.powerState", "config.hardware.device")
 	if err != nil {
 		return "", c.errorf(err, "set vGPU profile of VM %s", id)
@@ -151,32 +162,60 @@ func (c *client) SetProfile(ctx context.Context, id, profile string) (string, er
 		devices = vm.Config.Hardware.Device
 	}
 	current := vgpuDevices(devices)
-	if len(current) == 1 && vgpuProfile(current) == profile {
+	change := vgpuChange(current, profile, count)
+	if len(change) == 0 {
 		return "", nil
 	}
 	if st := vm.Runtime.PowerState; st != types.VirtualMachinePowerStatePoweredOff {
 		return "", c.errorf(ErrNotPoweredOff, "set vGPU profile of VM %s to %s (it is %s; vSphere changes vGPU devices only on powered-off VMs)",
 			id, profile, st)
 	}
-	spec := types.VirtualMachineConfigSpec{MemoryReservationLockedToMax: types.NewBool(true)}
-	for _, d := range current {
-		spec.DeviceChange = append(spec.DeviceChange, &types.VirtualDeviceConfigSpec{
-			Operation: types.VirtualDeviceConfigSpecOperationRemove,
-			Device:    d,
-		})
-	}
-	spec.DeviceChange = append(spec.DeviceChange, &types.VirtualDeviceConfigSpec{
-		Operation: types.VirtualDeviceConfigSpecOperationAdd,
-		Device: &types.VirtualPCIPassthrough{VirtualDevice: types.VirtualDevice{
-			Key:     -100, // vCenter assigns the real key
-			Backing: &types.VirtualPCIPassthroughVmiopBackingInfo{Vgpu: profile},
-		}},
-	})
+	spec := types.VirtualMachineConfigSpec{MemoryReservationLockedToMax: types.NewBool(true), DeviceChange: change}
 	task, err := object.NewVirtualMachine(c.s.vc, vmRef(id)).Reconfigure(ctx, spec)
 	if err != nil {
 		return "", c.errorf(err, "set vGPU profile of VM %s to %s", id, profile)
 	}
-	return c.started(task, "SetProfile", id, "profile", profile), nil
+	return c.started(task, "SetProfile", id, "profile", profile, "vgpus", count), nil
+}
+
+// vgpuChange is the device change that leaves the VM with count vGPUs of profile: the
+// vGPU devices of that profile are kept up to count, the others removed, and the ones
+// missing added (negative keys: vCenter assigns the real ones). None when the VM has
+// exactly these vGPUs.
+func vgpuChange(current []types.BaseVirtualDevice, profile string, count int) []types.BaseVirtualDeviceConfigSpec {
+	var change []types.BaseVirtualDeviceConfigSpec
+	kept := 0
+	for _, d := range current {
+		b, _ := d.GetVirtualDevice().Backing.(*types.VirtualPCIPassthroughVmiopBackingInfo)
+		if b != nil && b.Vgpu == profile && kept < count {
+			kept++
+			continue
+		}
+		change = append(change, &types.VirtualDeviceConfigSpec{Operation: types.VirtualDeviceConfigSpecOperationRemove, Device: d})
+	}
+	for i := kept; i < count; i++ {
+		change = append(change, &types.VirtualDeviceConfigSpec{
+			Operation: types.VirtualDeviceConfigSpecOperationAdd,
+			Device: &types.VirtualPCIPassthrough{VirtualDevice: types.VirtualDevice{
+				Key:     int32(-100 - i),
+				Backing: &types.VirtualPCIPassthroughVmiopBackingInfo{Vgpu: profile},
+			}},
+		})
+	}
+	return change
+}
+
+// powerOnTask starts PowerOnVM_Task, on host when it is not nil.
+func powerOnTask(ctx context.Context, vm *object.VirtualMachine, host *object.HostSystem) (*object.Task, error) {
+	if host == nil {
+		return vm.PowerOn(ctx)
+	}
+	ref := host.Reference()
+	res, err := methods.PowerOnVM_Task(ctx, vm.Client(), &types.PowerOnVM_Task{This: vm.Reference(), Host: &ref})
+	if err != nil {
+		return nil, err
+	}
+	return object.NewTask(vm.Client(), res.Returnval), nil
 }
 
 func (c *client) started(task *object.Task, op, vm string, kv ...any) string {

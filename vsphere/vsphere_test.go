@@ -228,11 +228,11 @@ func TestPowerOperations(t *testing.T) {
 	}
 
 	// PowerOn resumes a suspended VM and places its vGPU again.
-	if info := e.do(e.c.PowerOn, "gpu-day-2"); info.State != vsphere.TaskSuccess {
+	if info := e.do(e.powerOn, "gpu-day-2"); info.State != vsphere.TaskSuccess {
 		t.Fatalf("resume: %+v", info)
 	}
 	e.want("gpu-day-2", "poweredOn", "0000:3b:00.0")
-	if id, err := e.c.PowerOn(e.ctx, e.ref("gpu-day-2")); id != "" || err != nil {
+	if id, err := e.c.PowerOn(e.ctx, e.ref("gpu-day-2"), ""); id != "" || err != nil {
 		t.Fatalf("power on again: %q, %v", id, err)
 	}
 
@@ -251,7 +251,7 @@ func TestPowerOperations(t *testing.T) {
 		t.Fatalf("shut down a powered-off VM: %v", err)
 	}
 
-	if _, err := e.c.PowerOn(e.ctx, "vm-does-not-exist"); !errors.Is(err, vsphere.ErrVMNotFound) {
+	if _, err := e.c.PowerOn(e.ctx, "vm-does-not-exist", ""); !errors.Is(err, vsphere.ErrVMNotFound) {
 		t.Fatalf("unknown VM: %v", err)
 	}
 }
@@ -260,16 +260,16 @@ func TestSetProfile(t *testing.T) {
 	e := newEnv(t, "daynight.yaml")
 	day := e.ref("gpu-day-1")
 
-	if _, err := e.c.SetProfile(e.ctx, day, "grid_p100-8q"); !errors.Is(err, vsphere.ErrNotPoweredOff) {
+	if _, err := e.c.SetProfile(e.ctx, day, "grid_p100-8q", 1); !errors.Is(err, vsphere.ErrNotPoweredOff) {
 		t.Fatalf("set profile of a running VM: %v", err)
 	}
 	e.do(e.c.Suspend, "gpu-day-1")
-	if _, err := e.c.SetProfile(e.ctx, day, "grid_p100-8q"); !errors.Is(err, vsphere.ErrNotPoweredOff) {
+	if _, err := e.c.SetProfile(e.ctx, day, "grid_p100-8q", 1); !errors.Is(err, vsphere.ErrNotPoweredOff) {
 		t.Fatalf("set profile of a suspended VM: %v", err)
 	}
 	e.do(e.c.PowerOff, "gpu-day-1")
 
-	id, err := e.c.SetProfile(e.ctx, day, "grid_p100-8q")
+	id, err := e.c.SetProfile(e.ctx, day, "grid_p100-8q", 1)
 	if err != nil || id == "" {
 		t.Fatalf("set profile: %q, %v", id, err)
 	}
@@ -283,12 +283,12 @@ func TestSetProfile(t *testing.T) {
 	if vm, _ := inv.FindVM("gpu-day-1"); vm.Profile != "grid_p100-8q" {
 		t.Fatalf("profile is %q", vm.Profile)
 	}
-	if id, err := e.c.SetProfile(e.ctx, day, "grid_p100-8q"); id != "" || err != nil {
+	if id, err := e.c.SetProfile(e.ctx, day, "grid_p100-8q", 1); id != "" || err != nil {
 		t.Fatalf("set the same profile again: %q, %v", id, err)
 	}
 
 	// A profile the host does not offer is refused by the reconfiguration task.
-	id, err = e.c.SetProfile(e.ctx, day, "grid_t4-16q")
+	id, err = e.c.SetProfile(e.ctx, day, "grid_t4-16q", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +301,7 @@ func TestPlacementRules(t *testing.T) {
 	e := newEnv(t, "daynight.yaml")
 
 	// Mixed profiles: the 16Q VM cannot join the 4Q VMs on the GPU.
-	info := e.do(e.c.PowerOn, "gpu-night-1")
+	info := e.do(e.powerOn, "gpu-night-1")
 	if info.State != vsphere.TaskError || info.Fault != "InsufficientResourcesFault" || !strings.Contains(info.Error, "same-size rule") {
 		t.Fatalf("mixed profiles: %+v", info)
 	}
@@ -310,15 +310,15 @@ func TestPlacementRules(t *testing.T) {
 	for _, vm := range []string{"gpu-day-1", "gpu-day-2", "gpu-day-3"} {
 		e.do(e.c.Suspend, vm)
 	}
-	if info := e.do(e.c.PowerOn, "gpu-night-1"); info.State != vsphere.TaskError {
+	if info := e.do(e.powerOn, "gpu-night-1"); info.State != vsphere.TaskError {
 		t.Fatalf("16Q next to one 4Q: %+v", info)
 	}
 	e.do(e.c.Suspend, "gpu-day-4")
-	if info := e.do(e.c.PowerOn, "gpu-night-1"); info.State != vsphere.TaskSuccess {
+	if info := e.do(e.powerOn, "gpu-night-1"); info.State != vsphere.TaskSuccess {
 		t.Fatalf("16Q on an empty GPU: %+v", info)
 	}
 	// Resuming a day VM needs a slot, which the 16Q VM now holds.
-	info = e.do(e.c.PowerOn, "gpu-day-1")
+	info = e.do(e.powerOn, "gpu-day-1")
 	if info.State != vsphere.TaskError || info.Fault != "InsufficientResourcesFault" {
 		t.Fatalf("resume without a slot: %+v", info)
 	}
@@ -336,7 +336,7 @@ vms:
 - {name: b, host: h1, profile: grid_p100-8q, powerState: poweredOn}
 - {name: c, host: h1, profile: grid_p100-8q}
 `)
-	info := e.do(e.c.PowerOn, "c")
+	info := e.do(e.powerOn, "c")
 	if info.State != vsphere.TaskError || info.Fault != "InsufficientResourcesFault" || !strings.Contains(info.Error, "frame-buffer rule") {
 		t.Fatalf("third 8Q on a 16 GiB GPU: %+v", info)
 	}
@@ -347,11 +347,11 @@ func TestFailingTaskSurfaces(t *testing.T) {
 	e.do(e.c.PowerOff, "gpu-day-1")
 	e.sim.FailTasks("PowerOnVM_Task", 2, &types.TaskInProgress{})
 	for range 2 {
-		if info := e.do(e.c.PowerOn, "gpu-day-1"); info.State != vsphere.TaskError || info.Fault != "TaskInProgress" {
+		if info := e.do(e.powerOn, "gpu-day-1"); info.State != vsphere.TaskError || info.Fault != "TaskInProgress" {
 			t.Fatalf("injected failure: %+v", info)
 		}
 	}
-	if info := e.do(e.c.PowerOn, "gpu-day-1"); info.State != vsphere.TaskSuccess {
+	if info := e.do(e.powerOn, "gpu-day-1"); info.State != vsphere.TaskSuccess {
 		t.Fatalf("after the injected failures: %+v", info)
 	}
 }
@@ -361,12 +361,12 @@ func TestRunningTaskAndInvalidPowerStateCountsAsSuccess(t *testing.T) {
 	e.do(e.c.PowerOff, "gpu-day-1")
 
 	e.sim.HoldTasks()
-	first, err := e.c.PowerOn(e.ctx, e.ref("gpu-day-1"))
+	first, err := e.c.PowerOn(e.ctx, e.ref("gpu-day-1"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Still powered off while the first task runs, so a second power-on is started.
-	second, err := e.c.PowerOn(e.ctx, e.ref("gpu-day-1"))
+	second, err := e.c.PowerOn(e.ctx, e.ref("gpu-day-1"), "")
 	if err != nil || second == "" {
 		t.Fatalf("second power-on: %q, %v", second, err)
 	}
@@ -582,4 +582,9 @@ func BenchmarkInventory(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(e.sim.Calls("RetrievePropertiesEx"))/float64(b.N), "roundtrips/op")
+}
+
+// powerOn powers a VM on on its own host, in e.do's shape.
+func (e *env) powerOn(ctx context.Context, vm string) (string, error) {
+	return e.c.PowerOn(ctx, vm, "")
 }

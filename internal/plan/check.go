@@ -466,6 +466,14 @@ func demands(ms []*member) []demand {
 // shortage says why the vGPUs of ds do not fit ha's GPUs, naming the GPUs and what
 // runs on them.
 func (a *analysis) shortage(ha *hostAnalysis, ds []demand) string {
+	if slices.ContainsFunc(ha.host.GPUs, inventory.GPU.Mixed) {
+		return a.slotShortage(ha, ds)
+	}
+	return a.sizeShortage(ha, ds) + mixedHint(ha.host, ha.freed, ds)
+}
+
+// sizeShortage is shortage on a host whose GPUs are all in same-size mode.
+func (a *analysis) sizeShortage(ha *hostAnalysis, ds []demand) string {
 	h := ha.host
 	var largest int64
 	for _, g := range h.GPUs {

@@ -236,7 +236,7 @@ func (e *Env) spareNodeLatency(ctx context.Context, b BenchOptions) (time.Durati
 	if !ok {
 		return 0, fmt.Errorf("no spare VM in the inventory")
 	}
-	id, err := vc.PowerOn(ctx, vm.Ref)
+	id, err := vc.PowerOn(ctx, vm.Ref, "")
 	if err != nil {
 		return 0, err
 	}

@@ -195,7 +195,9 @@ type Worker struct {
 	// training VM with two grid_a100-40c on two GPUs of its host. NVIDIA allows several
 	// vGPUs in one VM on vSphere 8.0 and later when they share board and series, which
 	// one profile guarantees. Default 1.
-	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 16",messageExpression=`'must be between 1 and 16 vGPUs of the profile per VM, not ' + string(self) + '; leave it out for one vGPU'`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 16",message="must be between 1 and 16 vGPUs of the profile per VM; leave it out for one vGPU"
 	// +optional
 	VGPUs int32 `json:"vgpus,omitempty"`
 

@@ -351,7 +351,7 @@ func (a *analysis) capacity(ha *hostAnalysis) string {
 	ha.keepers = make([][]string, len(h.GPUs))
 	seen := map[string]int{}
 	for i, g := range h.GPUs {
-		for _, name := range g.VMs {
+		for _, name := range a.largestFirst(h, g.VMs) {
 			n := a.vgpusOn(h, name, seen[name])
 			seen[name]++
 			for range n {
@@ -407,6 +407,25 @@ func (a *analysis) vgpusOn(h *inventory.Host, name string, k int) int {
 		n++
 	}
 	return max(n, 1)
+}
+
+// largestFirst orders the VMs running on a GPU by frame buffer, largest first, then by
+// name. vSphere does not report placement IDs, so on a mixed-size GPU gpupool assumes
+// the running vGPUs sit packed from placement ID 0 as if started largest first; a GPU
+// fragmented otherwise fails a power-on that the plan expected to fit, which the
+// controller reports and retries after the next observation.
+func (a *analysis) largestFirst(h *inventory.Host, names []string) []string {
+	fb := func(name string) int64 {
+		if vm, ok := a.vms[name]; ok {
+			if p, ok := offerOf(h, vm.Profile); ok {
+				return p.FrameBufferMiB
+			}
+		}
+		return 1 << 40 // unknown: the whole GPU, see add
+	}
+	out := slices.Clone(names)
+	slices.SortStableFunc(out, func(x, y string) int { return cmp.Or(cmp.Compare(fb(y), fb(x)), cmp.Compare(x, y)) })
+	return out
 }
 
 // startsOn is the host a member's vGPUs start on: its target, else its own.

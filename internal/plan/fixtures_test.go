@@ -87,12 +87,21 @@ func powerOn(inv *inventory.Inventory, name string) error {
 		return fmt.Errorf("power on %s: host %s does not offer %q", name, h.Name, vm.Profile)
 	}
 	occ := occupancyOf(inv, h)
-	gpu := inventory.Place(h, occ, p)
-	if gpu < 0 {
-		return fmt.Errorf("power on %s (%s) on host %s: no GPU can take it (%v)", name, vm.Profile, h.Name, occ)
+	vm.GPUs = nil
+	for range vm.VGPUCount() {
+		gpu := inventory.Place(h, occ, p)
+		if gpu < 0 {
+			release(inv, name)
+			return fmt.Errorf("power on %s (%s) on host %s: no GPU can take it (%v)", name, vgpus(vm.VGPUCount(), vm.Profile), h.Name, occ)
+		}
+		occ[gpu] = occ[gpu].Add(p, h.GPUs[gpu])
+		if !slices.Contains(h.GPUs[gpu].VMs, name) {
+			h.GPUs[gpu].VMs = append(h.GPUs[gpu].VMs, name)
+			vm.GPUs = append(vm.GPUs, h.GPUs[gpu].PCIID)
+		}
 	}
-	h.GPUs[gpu].VMs = append(h.GPUs[gpu].VMs, name)
-	vm.PowerState, vm.GPU = inventory.PoweredOn, h.GPUs[gpu].PCIID
+	slices.Sort(vm.GPUs)
+	vm.PowerState, vm.GPU = inventory.PoweredOn, vm.GPUs[0]
 	return nil
 }
 
@@ -103,20 +112,45 @@ func release(inv *inventory.Inventory, name string) {
 	for i := range h.GPUs {
 		h.GPUs[i].VMs = slices.DeleteFunc(h.GPUs[i].VMs, func(n string) bool { return n == name })
 	}
-	vm.GPU = ""
+	vm.GPU, vm.GPUs = "", nil
 }
 
-// occupancyOf is what runs on h's GPUs, computed independently of the planner.
+// occupancyOf is what runs on h's GPUs, computed independently of the planner: a VM
+// with n vGPUs listed on k GPUs has n/k on each (tests use n <= 2, where that is
+// exact), placed largest first as vSphere does not report placement IDs (see
+// analysis.largestFirst).
 func occupancyOf(inv *inventory.Inventory, h *inventory.Host) []inventory.Occupancy {
 	occ := make([]inventory.Occupancy, len(h.GPUs))
 	for i, g := range h.GPUs {
+		type vgpu struct {
+			name string
+			p    inventory.Profile
+		}
+		var on []vgpu
 		for _, name := range g.VMs {
 			vm, _ := inv.FindVM(name)
 			fb, _ := inventory.ProfileFrameBufferMiB(vm.Profile)
 			if p, ok := h.Profile(vm.Profile); ok && p.FrameBufferMiB > 0 {
 				fb = p.FrameBufferMiB
 			}
-			occ[i] = inventory.Occupancy{Profile: vm.Profile, UsedMiB: occ[i].UsedMiB + fb, Count: occ[i].Count + 1}
+			listed := 0
+			for _, g := range h.GPUs {
+				if slices.Contains(g.VMs, name) {
+					listed++
+				}
+			}
+			for range max(vm.VGPUCount()/max(listed, 1), 1) {
+				on = append(on, vgpu{name, inventory.Profile{Name: vm.Profile, FrameBufferMiB: fb}})
+			}
+		}
+		slices.SortStableFunc(on, func(x, y vgpu) int {
+			if x.p.FrameBufferMiB != y.p.FrameBufferMiB {
+				return int(y.p.FrameBufferMiB - x.p.FrameBufferMiB)
+			}
+			return strings.Compare(x.name, y.name)
+		})
+		for _, v := range on {
+			occ[i] = occ[i].Add(v.p, g)
 		}
 	}
 	return occ
@@ -197,6 +231,9 @@ func (w *world) apply(s Step, layout string) error {
 		if vm.PowerState == inventory.PoweredOff || (s.Action == Suspend && !running) {
 			return fmt.Errorf("%s %s: VM is %s", s.Action, s.VM, vm.PowerState)
 		}
+		if h, _ := w.inv.FindHost(vm.Host); h.Unavailable() != "" {
+			return fmt.Errorf("%s %s on host %s, which %s", s.Action, s.VM, vm.Host, h.Unavailable())
+		}
 		if running && n.exists && !n.drained {
 			return fmt.Errorf("%s %s: its node is not drained", s.Action, s.VM)
 		}
@@ -215,10 +252,24 @@ func (w *world) apply(s Step, layout string) error {
 		if vm.PowerState != inventory.PoweredOff {
 			return fmt.Errorf("reconfigure %s: VM is %s", s.VM, vm.PowerState)
 		}
-		vm.Profile = s.Profile
+		if h, _ := w.inv.FindHost(vm.Host); !h.Reachable() {
+			return fmt.Errorf("reconfigure %s: its host %s %s", s.VM, vm.Host, h.Unavailable())
+		}
+		vm.Profile, vm.VGPUs = s.Profile, max(s.VGPUs, 1)
 	case PowerOn:
 		if running || vm.Profile != s.Profile {
 			return fmt.Errorf("power on %s with %s: VM is %s with %q", s.VM, s.Profile, vm.PowerState, vm.Profile)
+		}
+		if s.Host != "" && s.Host != vm.Host {
+			from, _ := w.inv.FindHost(vm.Host)
+			to, ok := w.inv.FindHost(s.Host)
+			if !ok || to.ComputeResource == "" || to.ComputeResource != from.ComputeResource {
+				return fmt.Errorf("power on %s on host %s: not in the compute resource of its host %s", s.VM, s.Host, vm.Host)
+			}
+			vm.Host = s.Host // vCenter registers the VM on the host it powers it on
+		}
+		if h, _ := w.inv.FindHost(vm.Host); h.Unavailable() != "" {
+			return fmt.Errorf("power on %s on host %s, which %s", s.VM, vm.Host, h.Unavailable())
 		}
 		if err := powerOn(w.inv, s.VM); err != nil {
 			return err

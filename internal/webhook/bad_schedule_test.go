@@ -88,6 +88,12 @@ func workerCases() []badCase {
 			p.Spec.VCenter.Server = "https://VCENTER.test.:443/sdk/"
 			p.Spec.Layouts[1].Workers[0].VM = "owner-c"
 		}, path: "spec.layouts[1].workers[0].vm", value: `"owner-c"`, fix: `claimed by GPUPoolProfile "owner"`},
+		{name: "worker asks for no vGPU", raw: setWorker(0, 0, "vgpus", int64(0)),
+			path: "spec.layouts[0].workers[0].vgpus", value: "0", fix: "leave it out for one vGPU"},
+		{name: "worker asks for a negative number of vGPUs", mutate: func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Layouts[0].Workers[0].VGPUs = -2 },
+			path: "spec.layouts[0].workers[0].vgpus", value: "-2", fix: "between 1 and 16"},
+		{name: "worker asks for more vGPUs than a VM can carry", mutate: func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Layouts[0].Workers[1].VGPUs = 17 },
+			path: "spec.layouts[0].workers[1].vgpus", value: "17", fix: "leave it out for one vGPU"},
 		{name: "worker node not a node name", mutate: func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Layouts[0].Workers[0].Node = "GPU Node 1" },
 			path: "spec.layouts[0].workers[0].node", value: `"GPU Node 1"`, fix: "as kubectl get nodes shows it"},
 		{name: "worker with node and noNode", mutate: func(p *gpupoolv1.GPUPoolProfile) {

@@ -169,3 +169,14 @@ func labelCases() []badCase {
 		{name: "taint with timeAdded", mutate: taints(corev1.Taint{Key: "example.com/t", Effect: corev1.TaintEffectNoExecute, TimeAdded: &metav1.Time{Time: fixedNow}}), path: tp + "[0].timeAdded", fix: "remove it"},
 	}
 }
+
+// setWorker sets a field of layouts[l].workers[w] in an unstructured object, for values
+// the Go type leaves out (vgpus: 0).
+func setWorker(l, w int, key string, val any) func(map[string]any) {
+	return func(u map[string]any) {
+		ls, _, _ := unstructured.NestedSlice(u, "spec", "layouts")
+		ws := ls[l].(map[string]any)["workers"].([]any)
+		ws[w].(map[string]any)[key] = val
+		_ = unstructured.SetNestedSlice(u, ls, "spec", "layouts")
+	}
+}

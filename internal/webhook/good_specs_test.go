@@ -40,6 +40,11 @@ func goodCases() []goodCase {
 	return []goodCase{
 		{"server as an https URL with port 443, /sdk/ and upper case", both(secure, server("https://VC01.Example:443/sdk/")), nil},
 		{"server with a trailing dot", both(secure, server("vc01.example.")), nil},
+		{"workers with 1, 2 and 16 vGPUs", both(secure, func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Layouts[0].Workers[0].VGPUs = 2
+			p.Spec.Layouts[0].Workers[1].VGPUs = 16
+			p.Spec.Layouts[1].Workers[0].VGPUs = 1
+		}), nil},
 		{"server as IPv6 with a port", both(secure, server("[fd00::5]:8443")), nil},
 		{"VM paths inside a datacenter in a folder", both(secure, func(p *gpupoolv1.GPUPoolProfile) {
 			p.Spec.VCenter.Datacenter = "/Lab/DC0"

@@ -12,6 +12,10 @@ import (
 	"github.com/gpupool/gpupool/internal/inventory"
 )
 
+// MaxVGPUs is the most vGPUs a worker may ask for (workers[].vgpus); the CRD's CEL
+// rule says the same. vSphere allows at most 16 PCI passthrough devices per VM.
+const MaxVGPUs = 16
+
 // validateWorkers checks a layout's VMs and profiles: each VM a clean name or an inventory
 // path inside the pool's datacenter, listed once, with an NVIDIA vGPU type name.
 func validateWorkers(lp *field.Path, l *gpupoolv1.Layout, datacenter string) field.ErrorList {
@@ -33,6 +37,10 @@ func validateWorkers(lp *field.Path, l *gpupoolv1.Layout, datacenter string) fie
 		if _, err := inventory.ProfileFrameBufferMiB(w.Profile); err != nil {
 			errs = append(errs, field.Invalid(wp.Child("profile"), shown(w.Profile),
 				"is not an NVIDIA vGPU type name; write it as govc gpu.host.profile.ls lists it: grid_p100-4q (board, GiB, series A/B/C/Q), nvidia_a100-3-20c (MIG-backed: slices-GiB-c) or nvidia_h100xm-1-10cme (MIG with media extensions)"))
+		}
+		if w.VGPUs < 0 || w.VGPUs > MaxVGPUs {
+			errs = append(errs, field.Invalid(wp.Child("vgpus"), w.VGPUs, fmt.Sprintf(
+				"must be between 1 and %d vGPUs of the profile per VM; leave it out for one vGPU", MaxVGPUs)))
 		}
 	}
 	return errs

@@ -1,0 +1,157 @@
+package inventory
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+func gib(n int64) Profile {
+	return Profile{Name: "grid_l40-" + itoa(n) + "q", FrameBufferMiB: n * 1024}
+}
+
+func itoa(n int64) string {
+	if n < 10 {
+		return string(rune('0' + n))
+	}
+	return itoa(n/10) + string(rune('0'+n%10))
+}
+
+// TestMixedSizePlacement: vGPUs of several sizes share a GPU in mixed-size mode, each at
+// a placement ID that is a multiple of its size; same-size mode keeps one profile.
+func TestMixedSizePlacement(t *testing.T) {
+	mixed := GPU{PCIID: "0000:3b:00.0", MemoryMiB: 16 * 1024, Mode: ModeMixedSize}
+	same := GPU{PCIID: "0000:3b:00.0", MemoryMiB: 16 * 1024, Mode: ModeSameSize}
+	old := GPU{PCIID: "0000:3b:00.0", MemoryMiB: 16 * 1024}
+	for _, tc := range []struct {
+		name    string
+		gpu     GPU
+		profile []Profile
+		fits    bool
+	}{
+		{"two 4Q and one 8Q, mixed", mixed, []Profile{gib(8), gib(4), gib(4)}, true},
+		{"4Q, 8Q, 4Q in that order, mixed", mixed, []Profile{gib(4), gib(8), gib(4)}, true},
+		{"two 4Q and one 8Q, same-size", same, []Profile{gib(8), gib(4), gib(4)}, false},
+		{"two 4Q and one 8Q, mode not reported", old, []Profile{gib(4), gib(4), gib(8)}, false},
+		{"four 4Q, same-size", same, []Profile{gib(4), gib(4), gib(4), gib(4)}, true},
+		{"16Q after a 4Q, mixed", mixed, []Profile{gib(4), gib(16)}, false},
+		{"8Q, 4Q, 8Q: the second 8Q has no aligned placement", mixed, []Profile{gib(8), gib(4), gib(8)}, false},
+		{"Q next to B-series, mixed", mixed, []Profile{gib(8), {Name: "grid_l40-4b", FrameBufferMiB: 4096}}, true},
+		{"Q next to C-series, mixed", mixed, []Profile{gib(8), {Name: "grid_l40-4c", FrameBufferMiB: 4096}}, false},
+		{"MIG-backed, mixed", mixed, []Profile{{Name: "nvidia_a100-3-20c", FrameBufferMiB: 4096}}, false},
+		{"1 GiB more than the GPU, mixed", mixed, []Profile{gib(16), gib(1)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var o Occupancy
+			fits := true
+			for _, p := range tc.profile {
+				if !o.FitsOn(p, tc.gpu) {
+					fits = false
+					break
+				}
+				o = o.Add(p, tc.gpu)
+			}
+			if fits != tc.fits {
+				t.Errorf("fits = %v, want %v (occupancy %+v)", fits, tc.fits, o)
+			}
+		})
+	}
+}
+
+// TestMixedSizePlacementProperties: whatever is added, vGPUs never overlap, start at a
+// multiple of their size, and never exceed the frame buffer; Add does not change the
+// occupancy it is called on.
+func TestMixedSizePlacementProperties(t *testing.T) {
+	sizes := []int64{1, 2, 3, 4, 6, 8, 12, 16, 24, 48}
+	for seed := uint64(1); seed <= 500; seed++ {
+		r := rand.New(rand.NewPCG(seed, 7))
+		g := GPU{MemoryMiB: []int64{16, 24, 48}[r.IntN(3)] * 1024, Mode: ModeMixedSize}
+		var o Occupancy
+		var used int64
+		owner := make([]int, slotCount(g))
+		for k := 1; k <= 20; k++ {
+			p := gib(sizes[r.IntN(len(sizes))])
+			if !o.FitsOn(p, g) {
+				continue
+			}
+			before := append([]bool(nil), o.Slots...)
+			n := o.Add(p, g)
+			for i := range before {
+				if before[i] != o.Slots[i] {
+					t.Fatalf("seed %d: Add changed its receiver", seed)
+				}
+			}
+			at, size := -1, SlotsOf(p)
+			for i := range n.Slots {
+				if n.Slots[i] && (i >= len(o.Slots) || !o.Slots[i]) {
+					if owner[i] != 0 {
+						t.Fatalf("seed %d: slot %d taken twice", seed, i)
+					}
+					owner[i] = k
+					if at < 0 {
+						at = i
+					}
+				}
+			}
+			if at%size != 0 {
+				t.Fatalf("seed %d: %s placed at %d, not a multiple of %d", seed, p.Name, at, size)
+			}
+			used += p.FrameBufferMiB
+			if n.UsedMiB != used || used > g.MemoryMiB {
+				t.Fatalf("seed %d: used %d, counted %d, GPU %d", seed, used, n.UsedMiB, g.MemoryMiB)
+			}
+			o = n
+		}
+	}
+}
+
+// TestPlaceFollowsModeAndPolicy: Place puts a vGPU on a GPU whose mode accepts it.
+func TestPlaceFollowsModeAndPolicy(t *testing.T) {
+	h := &Host{Policy: PolicyPerformance, GPUs: []GPU{
+		{PCIID: "a", MemoryMiB: 16 * 1024, Mode: ModeSameSize},
+		{PCIID: "b", MemoryMiB: 16 * 1024, Mode: ModeMixedSize},
+	}}
+	occ := []Occupancy{{}, {}}
+	occ[0] = occ[0].Add(gib(4), h.GPUs[0])
+	occ[1] = occ[1].Add(gib(4), h.GPUs[1])
+	if got := Place(h, occ, gib(8)); got != 1 {
+		t.Errorf("8Q next to 4Q goes to GPU %d, want the mixed-size one (1)", got)
+	}
+	occ[1] = occ[1].Add(gib(8), h.GPUs[1])
+	occ[1] = occ[1].Add(gib(4), h.GPUs[1])
+	if got := Place(h, occ, gib(8)); got != -1 {
+		t.Errorf("8Q on full GPUs goes to GPU %d, want none", got)
+	}
+}
+
+func TestHostAvailability(t *testing.T) {
+	for _, tc := range []struct {
+		h         Host
+		why       string
+		reachable bool
+	}{
+		{Host{}, "", true},
+		{Host{ConnectionState: Connected}, "", true},
+		{Host{InMaintenance: true}, "is in maintenance mode", true},
+		{Host{EnteringMaintenance: true}, "is entering maintenance mode", true},
+		{Host{ConnectionState: Disconnected, InMaintenance: true}, "is disconnected", false},
+		{Host{ConnectionState: NotResponding}, "is not responding", false},
+	} {
+		if got := tc.h.Unavailable(); got != tc.why {
+			t.Errorf("%+v: Unavailable() = %q, want %q", tc.h, got, tc.why)
+		}
+		if got := tc.h.Reachable(); got != tc.reachable {
+			t.Errorf("%+v: Reachable() = %v, want %v", tc.h, got, tc.reachable)
+		}
+	}
+}
+
+func TestVGPUCount(t *testing.T) {
+	for _, tc := range []struct {
+		vm   VM
+		want int
+	}{{VM{}, 0}, {VM{VGPUs: 2}, 0}, {VM{Profile: "grid_p100-4q"}, 1}, {VM{Profile: "grid_p100-4q", VGPUs: 3}, 3}} {
+		if got := tc.vm.VGPUCount(); got != tc.want {
+			t.Errorf("%+v: VGPUCount() = %d, want %d", tc.vm, got, tc.want)
+		}
+	}
+}

@@ -60,7 +60,7 @@ func (a *analysis) slotShortage(ha *hostAnalysis, ds []demand) string {
 		}
 		what := "free"
 		if o.Count > 0 {
-			what = fmt.Sprintf("runs %d vGPUs (%s used)", o.Count, gib(o.UsedMiB))
+			what = fmt.Sprintf("runs %d %s (%s used)", o.Count, plural(o.Count, "vGPU"), gib(o.UsedMiB))
 			if g.Mixed() {
 				what += fmt.Sprintf(", %d of %d placement slots free", o.FreeSlots(g), int(g.MemoryMiB/1024))
 			}

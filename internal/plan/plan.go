@@ -231,8 +231,9 @@ func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPl
 			if action == Reconfigure {
 				s.VGPUs = m.count
 			}
-			if action == PowerOn && m.target != nil {
-				// PowerOnVM_Task's host argument: the VM's own host is unavailable.
+			if m.target != nil {
+				// The VM's own host is unavailable: its steps are the target's, and the
+				// power-on names the target (PowerOnVM_Task's host argument).
 				s.Host = m.target.Name
 			}
 			*steps = append(*steps, s)

@@ -40,6 +40,12 @@ func TestRandomTransitions(t *testing.T) {
 	if stats["steps"] < 10*int(seeds) {
 		t.Errorf("only %d steps executed", stats["steps"])
 	}
+	// The random worlds must reach the model's corners, or the test shows nothing there.
+	for _, corner := range []string{"power-on on another host", "reconfigure to several vGPUs", "mixed-size GPU with several profiles", "held", ReasonHostUnavailable} {
+		if stats[corner] == 0 {
+			t.Errorf("no transition had %s", corner)
+		}
+	}
 }
 
 // randomWorld makes 1-4 hosts with 1-4 GPUs of 8, 16 or 24 GiB, a pool with 2-3 layouts
@@ -52,12 +58,13 @@ func randomWorld(r *rand.Rand) (*gpupoolv1.GPUPoolProfileSpec, *world) {
 
 	var pool, foreign []*inventory.VM
 	for h := range 1 + r.IntN(4) {
-		host := inventory.Host{Name: fmt.Sprintf("esx-%02d", h), Policy: inventory.PolicyPerformance}
+		host := inventory.Host{Name: fmt.Sprintf("esx-%02d", h), Policy: inventory.PolicyPerformance, ComputeResource: "domain-c1"}
 		if r.IntN(2) == 0 {
 			host.Policy = inventory.PolicyConsolidation
 		}
 		for g := range 1 + r.IntN(4) {
-			host.GPUs = append(host.GPUs, inventory.GPU{PCIID: fmt.Sprintf("0000:%02x:00.0", 0x3b+g*0x20), MemoryMiB: []int64{8, 16, 24}[r.IntN(3)] * 1024})
+			host.GPUs = append(host.GPUs, inventory.GPU{PCIID: fmt.Sprintf("0000:%02x:00.0", 0x3b+g*0x20), MemoryMiB: []int64{8, 16, 24}[r.IntN(3)] * 1024,
+				Mode: []string{"", inventory.ModeSameSize, inventory.ModeMixedSize}[r.IntN(3)]})
 		}
 		var largest int64
 		for _, g := range host.GPUs {
@@ -114,10 +121,13 @@ func randomWorld(r *rand.Rand) (*gpupoolv1.GPUPoolProfileSpec, *world) {
 				continue
 			}
 			wk := gpupoolv1.Worker{VM: vm.Name, Profile: offered(vm)}
+			if r.IntN(10) == 0 {
+				wk.VGPUs = 2
+			}
 			if checked {
 				h, _ := w.inv.FindHost(vm.Host)
 				offer, _ := offerOf(h, wk.Profile)
-				ms := append(slices.Clone(demand[h.Name]), &member{vm: vm, offer: offer})
+				ms := append(slices.Clone(demand[h.Name]), &member{vm: vm, offer: offer, count: max(int(wk.VGPUs), 1)})
 				if !packable(h, make([]inventory.Occupancy, len(h.GPUs)), demands(ms)) {
 					continue
 				}
@@ -158,6 +168,9 @@ func randomWorld(r *rand.Rand) (*gpupoolv1.GPUPoolProfileSpec, *world) {
 		if !slices.Contains(foreign, vm) && r.IntN(10) == 0 {
 			vm.Profile = ""
 		}
+		if vm.Profile != "" && r.IntN(10) == 0 {
+			vm.VGPUs = 2
+		}
 		on := r.IntN(10) < 7
 		if inLayout {
 			on = r.IntN(10) < 9
@@ -169,6 +182,20 @@ func randomWorld(r *rand.Rand) (*gpupoolv1.GPUPoolProfileSpec, *world) {
 		}
 		if vm.PowerState != inventory.PoweredOn && r.IntN(2) == 0 {
 			vm.PowerState = inventory.Suspended
+		}
+	}
+	// Some hosts are not available: in maintenance mode (no VM runs there), entering
+	// it, or, rarely, disconnected.
+	for i := range w.inv.Hosts {
+		h := &w.inv.Hosts[i]
+		running := slices.ContainsFunc(h.GPUs, func(g inventory.GPU) bool { return len(g.VMs) > 0 })
+		switch k := r.IntN(40); {
+		case k < 1 && !running:
+			h.InMaintenance = true
+		case k < 2:
+			h.EnteringMaintenance = true
+		case k == 2:
+			h.ConnectionState = inventory.Disconnected
 		}
 	}
 	for _, vm := range pool {
@@ -231,7 +258,7 @@ func (s *simulation) run(stats map[string]int) bool {
 	nodes := s.w.nodeStates(s.target)
 	for name, profile := range want {
 		vm, _ := inv.FindVM(name)
-		if vm.Profile == profile && vm.PowerState == inventory.PoweredOn {
+		if vm.Profile == profile && vm.VGPUCount() == s.wantedCount(name) && vm.PowerState == inventory.PoweredOn {
 			stays[name] = true
 			if n := nodes[name]; n.Exists && n.Ready && n.Labelled && !n.Cordoned {
 				untouched[name] = true
@@ -280,6 +307,18 @@ func (s *simulation) run(stats map[string]int) bool {
 		if p.Done() {
 			s.checkConverged(want, pool)
 			stats["converged"]++
+			for _, h := range inv.Hosts {
+				for _, g := range h.GPUs {
+					profiles := map[string]bool{}
+					for _, name := range g.VMs {
+						vm, _ := inv.FindVM(name)
+						profiles[vm.Profile] = true
+					}
+					if len(profiles) > 1 {
+						stats["mixed-size GPU with several profiles"]++
+					}
+				}
+			}
 			return true
 		}
 
@@ -298,6 +337,12 @@ func (s *simulation) run(stats map[string]int) bool {
 		}
 		s.log = append(s.log, strings.Join(stepLines(due), ", "))
 		for _, st := range due {
+			if vm, _ := s.w.inv.FindVM(st.VM); st.Action == PowerOn && vm.Host != st.Host {
+				stats["power-on on another host"]++
+			}
+			if st.Action == Reconfigure && st.VGPUs > 1 {
+				stats["reconfigure to several vGPUs"]++
+			}
 			if err := s.w.apply(st, s.target); err != nil {
 				s.fatalf("%v\nplan:\n%s", err, p)
 			}
@@ -305,6 +350,18 @@ func (s *simulation) run(stats map[string]int) bool {
 			s.checkGPUs()
 		}
 	}
+}
+
+// wantedCount is how many vGPUs the target layout gives the VM.
+func (s *simulation) wantedCount(name string) int {
+	for _, l := range s.spec.Layouts {
+		for _, wk := range l.Workers {
+			if vm, ok := s.w.inv.FindVM(wk.VM); ok && l.Name == s.target && vm.Name == name {
+				return max(int(wk.VGPUs), 1)
+			}
+		}
+	}
+	return 1
 }
 
 // wanted returns the target layout's VMs by name, with their profiles.
@@ -366,11 +423,13 @@ func (s *simulation) checkPlan(p *Plan, pool, untouched, stays map[string]bool) 
 				continue
 			}
 			offer, _ := offerOf(h, st.Profile)
-			gpu := inventory.Place(h, occ, offer)
-			if gpu < 0 {
-				s.fatalf("plan powers on %s, which does not fit the GPUs as they are:\n%s", st.VM, p)
+			for range s.wantedCount(st.VM) {
+				gpu := inventory.Place(h, occ, offer)
+				if gpu < 0 {
+					s.fatalf("plan powers on %s, which does not fit the GPUs as they are:\n%s", st.VM, p)
+				}
+				occ[gpu] = occ[gpu].Add(offer, h.GPUs[gpu])
 			}
-			occ[gpu] = occ[gpu].Add(offer, h.GPUs[gpu])
 		}
 	}
 }
@@ -414,34 +473,40 @@ func (s *simulation) checkDue(p *Plan, due []Step, maxParallel int) {
 	}
 }
 
-// checkGPUs checks the rules vSphere enforces, and that the inventory is consistent.
+// checkGPUs checks the rules vSphere enforces, and that the inventory is consistent:
+// each GPU's vGPUs fit it under its mode (one profile in same-size mode, placement IDs
+// in mixed-size mode), and each running VM is listed on the GPUs it says.
 func (s *simulation) checkGPUs() {
 	s.t.Helper()
 	inv := s.w.inv
 	seen := map[string]int{}
 	for _, h := range inv.Hosts {
-		for _, g := range h.GPUs {
+		occ := occupancyOf(inv, &h)
+		for i, g := range h.GPUs {
 			var used int64
 			for _, name := range g.VMs {
 				vm, _ := inv.FindVM(name)
 				first, _ := inv.FindVM(g.VMs[0])
-				if vm.Profile != first.Profile {
-					s.fatalf("GPU %s of %s runs %s and %s", g.PCIID, h.Name, first.Profile, vm.Profile)
+				if !g.Mixed() && vm.Profile != first.Profile {
+					s.fatalf("GPU %s of %s runs %s and %s in same-size mode", g.PCIID, h.Name, first.Profile, vm.Profile)
 				}
-				if vm.PowerState != inventory.PoweredOn || vm.GPU != g.PCIID || vm.Host != h.Name {
-					s.fatalf("GPU %s of %s lists %s, which is %s on GPU %q of %s", g.PCIID, h.Name, name, vm.PowerState, vm.GPU, vm.Host)
+				if vm.PowerState != inventory.PoweredOn || !slices.Contains(vm.GPUs, g.PCIID) || vm.Host != h.Name {
+					s.fatalf("GPU %s of %s lists %s, which is %s on GPUs %q of %s", g.PCIID, h.Name, name, vm.PowerState, vm.GPUs, vm.Host)
 				}
 				fb, _ := inventory.ProfileFrameBufferMiB(vm.Profile)
-				used += fb
+				used += fb * int64(max(vm.VGPUCount()/len(vm.GPUs), 1))
 				seen[name]++
 			}
-			if used > g.MemoryMiB {
+			if used > g.MemoryMiB || occ[i].UsedMiB > g.MemoryMiB {
 				s.fatalf("GPU %s of %s holds %d MiB of vGPUs, has %d MiB", g.PCIID, h.Name, used, g.MemoryMiB)
+			}
+			if g.Mixed() && occ[i].Count > 0 && occ[i].Family == "unknown" {
+				s.fatalf("GPU %s of %s runs vGPUs off the placement grid: %v", g.PCIID, h.Name, g.VMs)
 			}
 		}
 	}
 	for _, vm := range inv.VMs {
-		if on := vm.PowerState == inventory.PoweredOn && vm.Profile != ""; (on && seen[vm.Name] != 1) || (!on && seen[vm.Name] != 0) {
+		if on := vm.PowerState == inventory.PoweredOn && vm.Profile != ""; (on && seen[vm.Name] != len(vm.GPUs)) || (on && len(vm.GPUs) == 0) || (!on && seen[vm.Name] != 0) {
 			s.fatalf("VM %s is %s with %q and on %d GPUs", vm.Name, vm.PowerState, vm.Profile, seen[vm.Name])
 		}
 	}
@@ -474,7 +539,7 @@ func (s *simulation) checkConverged(want map[string]string, pool map[string]bool
 		if s.noNode(name) {
 			n = &node{exists: true, ready: true, labels: s.target} // no node to check
 		}
-		if vm.PowerState != inventory.PoweredOn || vm.Profile != profile || n == nil || !n.exists || !n.ready || n.cordoned || n.labels != s.target {
+		if vm.PowerState != inventory.PoweredOn || vm.Profile != profile || vm.VGPUCount() != s.wantedCount(name) || n == nil || !n.exists || !n.ready || n.cordoned || n.labels != s.target {
 			s.fatalf("done, but %s is %s with %s (want %s), node %+v", name, vm.PowerState, vm.Profile, profile, n)
 		}
 	}

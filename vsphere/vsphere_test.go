@@ -3,10 +3,13 @@ package vsphere_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vmware/govmomi"
+	"github.com/vmware/govmomi/find"
 	"github.com/vmware/govmomi/vim25/types"
 
 	"github.com/gpupool/gpupool/internal/inventory"
@@ -137,6 +140,50 @@ func TestInventoryDayNight(t *testing.T) {
 	night, _ := inv.FindVM("gpu-night-1")
 	if night.PowerState != inventory.PoweredOff || night.GPU != "" || night.Profile != "grid_p100-16q" {
 		t.Fatalf("night VM %+v", night)
+	}
+	// A VM's vGPU count and GPUs, the host's availability and compute resource.
+	if day.VGPUs != 1 || len(day.GPUs) != 1 || day.GPUs[0] != day.GPU || night.VGPUs != 1 || len(night.GPUs) != 0 {
+		t.Fatalf("vGPUs: day %d on %v, night %d on %v", day.VGPUs, day.GPUs, night.VGPUs, night.GPUs)
+	}
+	if h.ConnectionState != inventory.Connected || h.InMaintenance || h.EnteringMaintenance || h.Unavailable() != "" || h.ComputeResource == "" {
+		t.Fatalf("host availability %+v", h)
+	}
+}
+
+// TestInventoryHostInMaintenance: a host that enters maintenance mode through vCenter's
+// own EnterMaintenanceMode_Task reads as in maintenance mode.
+func TestInventoryHostInMaintenance(t *testing.T) {
+	e := newEnv(t, `
+hosts:
+- name: h1
+  gpus: [{model: Tesla P100, memoryGiB: 16, pciId: "0000:3b:00.0"}]
+  profiles: [{name: grid_p100-4q}]
+vms:
+- {name: a, host: h1, profile: grid_p100-4q, powerState: poweredOff}
+`)
+	u := *e.sim.URL
+	u.User = url.UserPassword(e.sim.Username, e.sim.Password)
+	c, err := govmomi.NewClient(e.ctx, &u, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts, err := find.NewFinder(c.Client).HostSystemList(e.ctx, "/"+e.sim.Datacenter()+"/host/*/*")
+	if err != nil || len(hosts) != 1 {
+		t.Fatalf("hosts %v: %v", hosts, err)
+	}
+	task, err := hosts[0].EnterMaintenanceMode(e.ctx, 0, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Wait(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := e.c.Inventory(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := inv.Hosts[0]; !h.InMaintenance || h.Unavailable() != "is in maintenance mode" {
+		t.Fatalf("host %+v, want in maintenance mode", h)
 	}
 }
 

@@ -42,7 +42,9 @@ func TestAvailability(t *testing.T) {
 		ref := types.ManagedObjectReference{Type: "Task", Value: id}
 		return mo.Task{ExtensibleManagedObject: mo.ExtensibleManagedObject{Self: ref}, Info: types.TaskInfo{DescriptionId: desc, State: state}}
 	}
-	ref := func(id string) types.ManagedObjectReference { return types.ManagedObjectReference{Type: "Task", Value: id} }
+	ref := func(id string) types.ManagedObjectReference {
+		return types.ManagedObjectReference{Type: "Task", Value: id}
+	}
 	entering := enteringMaintenance([]mo.Task{
 		task("task-1", "HostSystem.enterMaintenanceMode", types.TaskInfoStateRunning),
 		task("task-2", "HostSystem.enterMaintenanceMode", types.TaskInfoStateSuccess),

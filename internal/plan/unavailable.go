@@ -39,6 +39,8 @@ func (a *analysis) avoidUnavailable() {
 			continue
 		}
 		switch {
+		case m.vm.PowerState == inventory.PoweredOn && m.held:
+			m.away = true // held already (its node is missing): one reason is enough
 		case m.vm.PowerState == inventory.PoweredOn:
 			m.away, m.held = true, true
 			verb := map[fate]string{leaves: "parked", reprofiles: "reconfigured to " + vgpus(m.count, m.want)}[m.fate]

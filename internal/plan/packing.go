@@ -138,11 +138,12 @@ func memoKey(n int, counts []int) string {
 // powers on a VM of the largest profile whose placement leaves the rest packable, so no
 // placement blocks the VMs after it.
 //
-// Note: with inventory.Place as it is, this never gets stuck on a packable host: of a
-// packing, the profile given the free GPU with the lowest PCI id can always go next
-// (Place puts it on that GPU, on one the packing leaves free, or next to vGPUs of its
-// own profile, all of which keep the rest packable). The stuck result is for a placement
-// model that changes, such as mixed-size mode.
+// Note: on a host whose GPUs are all in same-size mode this never gets stuck on a
+// packable host: of a packing, the profile given the free GPU with the lowest PCI id can
+// always go next (Place puts it on that GPU, on one the packing leaves free, or next to
+// vGPUs of its own profile, all of which keep the rest packable). With GPUs in mixed-size
+// mode vSphere's choice of GPU can strand placement slots, and a VM with several vGPUs
+// is placed vGPU by vGPU; then no order may exist, which the stuck result reports.
 func powerOnOrder(h *inventory.Host, occ []inventory.Occupancy, ms []*member) (order, stuck []*member) {
 	type group struct {
 		profile inventory.Profile

@@ -3,6 +3,7 @@ package inventory
 import (
 	"slices"
 	"sort"
+	"sync"
 )
 
 // Occupancy is what runs on a GPU: the profile of its first vGPU, how much frame buffer
@@ -147,23 +148,37 @@ func SlotsOf(p Profile) int {
 
 // IsMIG tells whether the profile is MIG-backed (nvidia_a100-3-20c): such vGPUs never
 // share a GPU in mixed-size mode.
-func IsMIG(profile string) bool {
-	m := profileRE.FindStringSubmatch(profile)
-	return m != nil && m[2] != ""
-}
+func IsMIG(profile string) bool { return kindOf(profile).mig }
 
 // Family is the series family a profile mixes with in mixed-size mode: "graphics" for
 // A-, B- and Q-series, "compute" for C-series, "" for names that are not NVIDIA types.
-func Family(profile string) string {
-	m := profileRE.FindStringSubmatch(profile)
-	switch {
-	case m == nil:
-		return ""
-	case m[6] == "c" || m[4] != "":
-		return "compute"
-	default:
-		return "graphics"
+func Family(profile string) string { return kindOf(profile).family }
+
+type profileKind struct {
+	mig    bool
+	family string
+}
+
+// kinds caches kindOf: the placement search asks for the same few names many times,
+// and the name's regular expression dominated it.
+var kinds sync.Map
+
+func kindOf(profile string) profileKind {
+	if k, ok := kinds.Load(profile); ok {
+		return k.(profileKind)
 	}
+	var k profileKind
+	if m := profileRE.FindStringSubmatch(profile); m != nil {
+		k.mig = m[2] != ""
+		k.family = "graphics"
+		if m[6] == "c" || m[4] != "" {
+			k.family = "compute"
+		}
+	}
+	if len(profile) <= 64 {
+		kinds.Store(profile, k)
+	}
+	return k
 }
 
 // Place chooses the GPU of h on which vSphere would start a vGPU of profile p, given the

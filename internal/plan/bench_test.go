@@ -11,13 +11,16 @@ import (
 
 // bigPool is 125 hosts with four 16 GiB GPUs each (500 GPUs) and 2,000 VMs: by day all
 // run grid_p100-4q, four to a GPU; at night four VMs per host run grid_p100-16q.
-func bigPool() (*gpupoolv1.GPUPoolProfileSpec, *world) {
+func bigPool() (*gpupoolv1.GPUPoolProfileSpec, *world) { return bigPoolIn("") }
+
+// bigPoolIn is bigPool with every GPU in the given vGPU mode.
+func bigPoolIn(mode string) (*gpupoolv1.GPUPoolProfileSpec, *world) {
 	w := &world{inv: &inventory.Inventory{}, nodes: map[string]*node{}}
 	day, night := gpupoolv1.Layout{Name: "day"}, gpupoolv1.Layout{Name: "night"}
 	for h := range 125 {
 		host := inventory.Host{Name: fmt.Sprintf("esx-%03d", h), Policy: inventory.PolicyPerformance, Profiles: p100()}
 		for g := range 4 {
-			host.GPUs = append(host.GPUs, inventory.GPU{PCIID: fmt.Sprintf("0000:%02x:00.0", 0x3b+g*0x20), MemoryMiB: gib16})
+			host.GPUs = append(host.GPUs, inventory.GPU{PCIID: fmt.Sprintf("0000:%02x:00.0", 0x3b+g*0x20), MemoryMiB: gib16, Mode: mode})
 		}
 		for i := range 16 {
 			name := fmt.Sprintf("gpu-%03d-%02d", h, i)
@@ -54,6 +57,38 @@ func BenchmarkBuild(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(steps), "steps")
+		})
+	}
+}
+
+// BenchmarkBuildMixedSize is BenchmarkBuild with every GPU in mixed-size mode, where
+// feasibility is the exact placement search; "refused" asks each host for two 16q and
+// three 8q on two 16q-sized GPUs' worth of room, which the search must exhaust.
+func BenchmarkBuildMixedSize(b *testing.B) {
+	spec, w := bigPoolIn(inventory.ModeMixedSize)
+	refused := gpupoolv1.Layout{Name: "refused"}
+	for h := range 125 {
+		for i := range 5 {
+			p := "grid_p100-8q"
+			if i < 2 {
+				p = "grid_p100-16q"
+			}
+			refused.Workers = append(refused.Workers, gpupoolv1.Worker{VM: fmt.Sprintf("gpu-%03d-%02d", h, 4+i), Profile: p, VGPUs: int32(1 + i%2)})
+		}
+	}
+	spec.Layouts = append(spec.Layouts, refused)
+	for _, tc := range []struct {
+		name, layout string
+		problems     bool
+	}{{"day-to-night", "night", false}, {"steady", "day", false}, {"refused", "refused", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			in := Input{Spec: spec, Layout: tc.layout, Inventory: w.inv, Nodes: w.nodeStates(tc.layout)}
+			for b.Loop() {
+				p, err := Build(in)
+				if err != nil || (len(p.Problems) > 0) != tc.problems {
+					b.Fatal(err, p.Problems)
+				}
+			}
 		})
 	}
 }

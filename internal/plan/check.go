@@ -172,9 +172,15 @@ func analyse(spec *gpupoolv1.GPUPoolProfileSpec, layoutName string, inv *invento
 	// cannot be running, so they do not matter here. A name several VMs carry stops
 	// the plan: acting on one of them could park somebody else's VM.
 	ambiguous := map[string]bool{}
+	named := make(map[string]int, len(inv.VMs))
+	for i := range inv.VMs {
+		named[inv.VMs[i].Name]++
+	}
 	for _, l := range spec.Layouts {
 		for _, w := range l.Workers {
-			if paths := inventory.Ambiguous(inv, w.VM); len(paths) > 1 && !ambiguous[w.VM] {
+			// Note: inventory.Ambiguous scans every VM; only a name that several VMs
+			// carry needs it.
+			if paths := ambiguousPaths(inv, named, w.VM); len(paths) > 1 && !ambiguous[w.VM] {
 				ambiguous[w.VM] = true
 				a.problem(ReasonAmbiguousVM, "VM name %s matches %d VMs of the datacenter (%s); name the VM by its inventory path in spec.layouts[].workers[].vm",
 					w.VM, len(paths), strings.Join(paths, ", "))
@@ -599,6 +605,14 @@ func (a *analysis) describeGPU(ha *hostAnalysis, i int, ds []demand) string {
 		}
 	}
 	return msg
+}
+
+// ambiguousPaths is inventory.Ambiguous for names that named counts more than once.
+func ambiguousPaths(inv *inventory.Inventory, named map[string]int, id string) []string {
+	if named[id] < 2 {
+		return nil
+	}
+	return inventory.Ambiguous(inv, id)
 }
 
 func (a *analysis) findHost(name string) (*inventory.Host, bool) {

@@ -77,22 +77,28 @@ type Sim struct {
 	gate   *gate
 	dsDir  string
 
-	// mu guards the vGPU model: which vGPU runs on which physical GPU.
+	// mu guards the vGPU model (which vGPU runs on which physical GPU), the hosts'
+	// availability and which VMs run where. The hosts map is fixed once Start returns.
 	mu     sync.Mutex
 	hosts  map[types.ManagedObjectReference]*hostState
 	vmRefs map[string]types.ManagedObjectReference
+	// poweredOn maps each powered-on VM to its host.
+	poweredOn map[types.ManagedObjectReference]types.ManagedObjectReference
 
 	ctl control
 }
 
-// hostState is the simulator's truth about one host's GPUs; config.graphicsInfo mirrors it.
+// hostState is the simulator's truth about one host: its GPUs and what runs on them
+// (config.graphicsInfo mirrors it) and its availability (runtime mirrors it).
 type hostState struct {
-	obj   *simulator.HostSystem
-	model *inventory.Host
-	// running lists, per GPU (indexed like model.GPUs), the VMs whose vGPU runs there.
-	running [][]types.ManagedObjectReference
-	// profile is the profile of each running vGPU.
-	profile map[types.ManagedObjectReference]string
+	obj  *simulator.HostSystem
+	cfg  *Host
+	gpus []*gpuState
+	// inMaintenance and connection are runtime.inMaintenanceMode and connectionState.
+	inMaintenance bool
+	connection    string
+	// entering is the EnterMaintenanceMode task waiting for VMs to stop, if any.
+	entering *simulator.Task
 }
 
 // Start builds the inventory in a fresh simulator and serves it on loopback.
@@ -121,13 +127,14 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 	}
 
 	s := &Sim{
-		Username: opts.Username,
-		Password: opts.Password,
-		inv:      inv,
-		log:      logger,
-		hosts:    map[types.ManagedObjectReference]*hostState{},
-		vmRefs:   map[string]types.ManagedObjectReference{},
-		ctl:      newControl(),
+		Username:  opts.Username,
+		Password:  opts.Password,
+		inv:       inv,
+		log:       logger,
+		hosts:     map[types.ManagedObjectReference]*hostState{},
+		vmRefs:    map[string]types.ManagedObjectReference{},
+		poweredOn: map[types.ManagedObjectReference]types.ManagedObjectReference{},
+		ctl:       newControl(),
 	}
 	defer func() {
 		if err != nil {
@@ -274,9 +281,14 @@ type VMState struct {
 	Ref        string
 	Host       string
 	PowerState string
-	Profile    string
-	// GPU is the PCI id of the GPU the VM's vGPU runs on; empty unless it runs.
+	// Profile is the profile of the VM's first vGPU device.
+	Profile string
+	// VGPUs is how many vGPU devices the VM has.
+	VGPUs int
+	// GPU is the PCI id of the GPU the VM's first vGPU runs on; empty unless it runs.
 	GPU string
+	// GPUs are the PCI ids of the GPUs each of its vGPUs runs on, in device order.
+	GPUs []string
 }
 
 // VM reports the named VM's state, read under the VM's lock like a SOAP call would.
@@ -289,34 +301,44 @@ func (s *Sim) VM(name string) (VMState, bool) {
 	}
 	ctx := s.newContext()
 	var st VMState
+	var keys []int32
 	ctx.WithLock(ref, func() {
 		vm := s.vm(ref)
+		devs := vgpuDevices(vm.Config.Hardware.Device)
 		st = VMState{
 			Ref:        ref.Value,
 			PowerState: string(vm.Runtime.PowerState),
 			Profile:    vgpuProfile(vm.Config.Hardware.Device),
+			VGPUs:      len(devs),
+		}
+		for _, d := range devs {
+			keys = append(keys, d.key)
+		}
+		if h := s.hosts[*vm.Runtime.Host]; h != nil {
+			st.Host = h.cfg.Name
 		}
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, h := range s.hosts {
-		for i, refs := range h.running {
-			for _, r := range refs {
-				if r == ref {
-					st.GPU = h.model.GPUs[i].PCIID
+	for _, key := range keys {
+		for _, h := range s.hosts {
+			for _, g := range h.gpus {
+				for _, v := range g.vgpus {
+					if v.vm == ref && v.key == key {
+						st.GPUs = append(st.GPUs, g.pciID)
+					}
 				}
 			}
 		}
 	}
-	for _, v := range s.inv.VMs {
-		if v.Name == name {
-			st.Host = v.Host
-		}
+	if len(st.GPUs) > 0 {
+		st.GPU = st.GPUs[0]
 	}
 	return st, true
 }
 
-// GPUs reports, per physical GPU of the named host, the names of the VMs running there.
+// GPUs reports, per physical GPU of the named host, the VMs of the vGPUs running there,
+// one entry per vGPU, in the order they started.
 func (s *Sim) GPUs(host string) map[string][]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -326,15 +348,15 @@ func (s *Sim) GPUs(host string) map[string][]string {
 	}
 	out := map[string][]string{}
 	for _, h := range s.hosts {
-		if h.model.Name != host {
+		if h.cfg.Name != host {
 			continue
 		}
-		for i, g := range h.model.GPUs {
+		for _, g := range h.gpus {
 			vms := []string{}
-			for _, ref := range h.running[i] {
-				vms = append(vms, names[ref])
+			for _, v := range g.vgpus {
+				vms = append(vms, names[v.vm])
 			}
-			out[g.PCIID] = vms
+			out[g.pciID] = vms
 		}
 	}
 	return out
@@ -379,17 +401,13 @@ func (s *Sim) build() error {
 	}
 
 	hostObjs := map[string]*object.HostSystem{}
+	clusters := map[string]*object.ClusterComputeResource{}
 	for i := range s.inv.Hosts {
 		h := &s.inv.Hosts[i]
-		task, err := folders.HostFolder.AddStandaloneHost(ctx, types.HostConnectSpec{HostName: h.Name}, true, nil, nil)
+		host, err := s.addHost(ctx, folders.HostFolder, clusters, h)
 		if err != nil {
-			return fmt.Errorf("add host %s: %w", h.Name, err)
+			return err
 		}
-		info, err := task.WaitForResult(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("add host %s: %w", h.Name, err)
-		}
-		host := object.NewHostSystem(c, info.Result.(types.ManagedObjectReference))
 		hostObjs[h.Name] = host
 		dss, err := host.ConfigManager().DatastoreSystem(ctx)
 		if err != nil {
@@ -400,6 +418,7 @@ func (s *Sim) build() error {
 		}
 		s.addGPUs(host.Reference(), h)
 	}
+	s.wrapEnvBrowsers()
 
 	vmFolders := map[string]*object.Folder{"": folders.VmFolder}
 	var folderFor func(p string) (*object.Folder, error)
@@ -439,10 +458,12 @@ func (s *Sim) build() error {
 		}
 		if v.Profile != "" {
 			spec.MemoryReservationLockedToMax = types.NewBool(true)
-			spec.DeviceChange = []types.BaseVirtualDeviceConfigSpec{&types.VirtualDeviceConfigSpec{
-				Operation: types.VirtualDeviceConfigSpecOperationAdd,
-				Device:    NewVGPUDevice(v.Profile, 0),
-			}}
+			for i := range v.VGPUs {
+				spec.DeviceChange = append(spec.DeviceChange, &types.VirtualDeviceConfigSpec{
+					Operation: types.VirtualDeviceConfigSpecOperationAdd,
+					Device:    NewVGPUDevice(v.Profile, i),
+				})
+			}
 		}
 		task, err := folder.CreateVM(ctx, spec, pool, host)
 		if err != nil {
@@ -467,7 +488,7 @@ func (s *Sim) build() error {
 			vm := s.vm(ref)
 			switch inventory.PowerState(v.PowerState) {
 			case inventory.PoweredOn:
-				fault = s.powerOn(sctx, vm)
+				fault = s.powerOn(sctx, vm, nil)
 			case inventory.Suspended:
 				// A suspended VM holds no vGPU, so it needs no slot.
 				setPowerState(sctx, vm, types.VirtualMachinePowerStateSuspended)
@@ -477,18 +498,49 @@ func (s *Sim) build() error {
 			return fmt.Errorf("power on VM %s: %s", v.Name, faultMessage(fault))
 		}
 	}
+	// Only now the hosts' availability: VMs keep running on a host that is no longer
+	// connected, and a host in maintenance mode runs none (normalize checks that).
+	for ref, h := range s.hosts {
+		h.inMaintenance, h.connection = h.cfg.InMaintenanceMode, h.cfg.ConnectionState
+		s.publishRuntime(s.newContext(), s.hosts[ref])
+	}
 	return nil
+}
+
+// addHost adds a standalone host, or a host of a cluster (created with its first host).
+func (s *Sim) addHost(ctx context.Context, folder *object.Folder, clusters map[string]*object.ClusterComputeResource, h *Host) (*object.HostSystem, error) {
+	spec := types.HostConnectSpec{HostName: h.Name}
+	var task *object.Task
+	var err error
+	if h.Cluster == "" {
+		task, err = folder.AddStandaloneHost(ctx, spec, true, nil, nil)
+	} else {
+		cl := clusters[h.Cluster]
+		if cl == nil {
+			if cl, err = folder.CreateCluster(ctx, h.Cluster, types.ClusterConfigSpecEx{}); err != nil {
+				return nil, fmt.Errorf("create cluster %s: %w", h.Cluster, err)
+			}
+			clusters[h.Cluster] = cl
+		}
+		task, err = cl.AddHost(ctx, spec, true, nil, nil)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("add host %s: %w", h.Name, err)
+	}
+	info, err := task.WaitForResult(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("add host %s: %w", h.Name, err)
+	}
+	return object.NewHostSystem(folder.Client(), info.Result.(types.ManagedObjectReference)), nil
 }
 
 // addGPUs publishes a host's GPUs and vGPU offer in the properties vCenter reports them in,
 // and wraps the host's environment browser so that QueryConfigTarget lists the profiles.
 func (s *Sim) addGPUs(ref types.ManagedObjectReference, h *Host) {
 	obj := s.model.Map().Get(ref).(*simulator.HostSystem)
-	hs := &hostState{
-		obj:     obj,
-		model:   h.model(),
-		running: make([][]types.ManagedObjectReference, len(h.GPUs)),
-		profile: map[types.ManagedObjectReference]string{},
+	hs := &hostState{obj: obj, cfg: h, connection: string(types.HostSystemConnectionStateConnected)}
+	for _, g := range h.GPUs {
+		hs.gpus = append(hs.gpus, &gpuState{pciID: g.PCIID, device: g.Model, memMiB: g.MemoryMiB, mode: g.VGPUMode})
 	}
 	s.hosts[ref] = hs
 
@@ -513,6 +565,7 @@ func (s *Sim) addGPUs(ref types.ManagedObjectReference, h *Host) {
 		graphics.DeviceType = append(graphics.DeviceType, types.HostGraphicsConfigDeviceType{
 			DeviceId:     g.PCIID,
 			GraphicsType: string(types.HostGraphicsConfigGraphicsTypeSharedDirect),
+			VgpuMode:     g.VGPUMode,
 		})
 	}
 	cfg.GraphicsConfig = graphics
@@ -527,43 +580,52 @@ func (s *Sim) addGPUs(ref types.ManagedObjectReference, h *Host) {
 	hw.PciDevice = pci
 	obj.Hardware = &hw
 
-	if cr, ok := s.model.Map().Get(*obj.Parent).(*mo.ComputeResource); ok && cr.EnvironmentBrowser != nil {
+}
+
+// wrapEnvBrowsers wraps each compute resource's environment browser so that
+// QueryConfigTarget lists its hosts' vGPU profiles.
+func (s *Sim) wrapEnvBrowsers() {
+	done := map[types.ManagedObjectReference]bool{}
+	for _, h := range s.hosts {
+		parent := *h.obj.Parent
+		if done[parent] {
+			continue
+		}
+		done[parent] = true
+		var cr *mo.ComputeResource
+		switch obj := s.model.Map().Get(parent).(type) {
+		case *mo.ComputeResource:
+			cr = obj
+		case *simulator.ClusterComputeResource:
+			cr = &obj.ComputeResource
+		}
+		if cr == nil || cr.EnvironmentBrowser == nil {
+			continue
+		}
 		if eb, ok := s.model.Map().Get(*cr.EnvironmentBrowser).(*simulator.EnvironmentBrowser); ok {
 			s.model.Map().Put(&envBrowser{EnvironmentBrowser: eb, sim: s, hosts: cr.Host})
 		}
 	}
 }
 
-// graphicsInfo renders the host's GPUs as config.graphicsInfo. It returns fresh slices so
-// readers holding an older value never see it change.
+// graphicsInfo renders the host's GPUs as config.graphicsInfo: each GPU's vGPU mode and
+// the VMs with a vGPU on it (a VM with vGPUs on several GPUs is listed on each). It
+// returns fresh slices so readers holding an older value never see it change. Callers
+// hold s.mu.
 func (h *hostState) graphicsInfo() []types.HostGraphicsInfo {
-	out := make([]types.HostGraphicsInfo, 0, len(h.model.GPUs))
-	for i, g := range h.model.GPUs {
+	out := make([]types.HostGraphicsInfo, 0, len(h.gpus))
+	for _, g := range h.gpus {
 		out = append(out, types.HostGraphicsInfo{
-			DeviceName:     g.Device,
+			DeviceName:     g.device,
 			VendorName:     "NVIDIA Corporation",
-			PciId:          g.PCIID,
+			PciId:          g.pciID,
 			GraphicsType:   string(types.HostGraphicsInfoGraphicsTypeSharedDirect),
-			VgpuMode:       string(types.HostGraphicsInfoVgpuModeSameSize),
-			MemorySizeInKB: g.MemoryMiB * 1024,
-			Vm:             append([]types.ManagedObjectReference(nil), h.running[i]...),
+			VgpuMode:       g.mode,
+			MemorySizeInKB: g.memMiB * 1024,
+			Vm:             g.vmsOn(),
 		})
 	}
 	return out
-}
-
-// occupancy is what runs on each GPU, in the shared placement model's terms.
-func (h *hostState) occupancy() []inventory.Occupancy {
-	occ := make([]inventory.Occupancy, len(h.model.GPUs))
-	for i, refs := range h.running {
-		for _, ref := range refs {
-			p, _ := h.model.Profile(h.profile[ref])
-			occ[i].Profile = p.Name
-			occ[i].UsedMiB += p.FrameBufferMiB
-			occ[i].Count++
-		}
-	}
-	return occ
 }
 
 // pciDevice describes a GPU as hardware.pciDevice does; govc gpu.host.info lists devices

@@ -362,7 +362,7 @@ func (s *Sim) finishTask(ctx *simulator.Context, t *simulator.Task, fault types.
 	ctx.Map.AtomicUpdate(ctx, t, changes)
 }
 
-// routeHostMethod serves the maintenance-mode methods of a host with hostOps, through the
+// routeHostMethod serves the maintenance-mode and connection methods of a host with hostOps, through the
 // calling session's registry: vcsim dispatches on the session's object first, and its own
 // code keeps the plain HostSystem from the shared registry.
 func (s *Sim) routeHostMethod(ctx *simulator.Context, m *simulator.Method) {
@@ -370,7 +370,7 @@ func (s *Sim) routeHostMethod(ctx *simulator.Context, m *simulator.Method) {
 		return
 	}
 	switch m.Name {
-	case "EnterMaintenanceMode_Task", "ExitMaintenanceMode_Task":
+	case "EnterMaintenanceMode_Task", "ExitMaintenanceMode_Task", "DisconnectHost_Task", "ReconnectHost_Task":
 	default:
 		return
 	}

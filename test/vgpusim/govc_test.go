@@ -81,6 +81,14 @@ func TestGovcHostAvailability(t *testing.T) {
 	ok("host.maintenance.exit", "/dc1/host/gpu/esx-b")
 	contains(t, ok("host.info", "-host", "/dc1/host/gpu/esx-b"), "State:", "connected")
 
+	// govc host.disconnect takes esx-a away: its VMs cannot start until host.reconnect.
+	ok("host.disconnect", "/dc1/host/gpu/esx-a")
+	contains(t, ok("host.info", "-host", "/dc1/host/gpu/esx-a"), "disconnected")
+	if out, err := run("vm.power", "-on", "mover"); err == nil {
+		t.Fatalf("powered on a VM of a disconnected host:\n%s", out)
+	}
+	ok("host.reconnect", "/dc1/host/gpu/esx-a")
+
 	// A VM with two vGPU devices shows both; powered on, it holds a GPU for each.
 	contains(t, ok("gpu.vm.info", "-vm", "big-1"), "GPU 0:", "GPU 1:", "grid_a40-48q")
 	ok("vm.power", "-off", "small-1", "mid-1")

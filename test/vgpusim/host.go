@@ -120,6 +120,32 @@ func (o *hostOps) ExitMaintenanceModeTask(ctx *simulator.Context, _ *types.ExitM
 	return &methods.ExitMaintenanceMode_TaskBody{Res: &types.ExitMaintenanceMode_TaskResponse{Returnval: task.Self}}
 }
 
+// DisconnectHostTask disconnects the host from vCenter: its VMs keep running, but none
+// can be powered on until ReconnectHost_Task (HostNotConnected).
+func (o *hostOps) DisconnectHostTask(ctx *simulator.Context, _ *types.DisconnectHost_Task) soap.HasFault {
+	ref := o.setConnection(ctx, "disconnectHost", types.HostSystemConnectionStateDisconnected)
+	return &methods.DisconnectHost_TaskBody{Res: &types.DisconnectHost_TaskResponse{Returnval: ref}}
+}
+
+// ReconnectHostTask connects the host again.
+func (o *hostOps) ReconnectHostTask(ctx *simulator.Context, _ *types.ReconnectHost_Task) soap.HasFault {
+	ref := o.setConnection(ctx, "reconnectHost", types.HostSystemConnectionStateConnected)
+	return &methods.ReconnectHost_TaskBody{Res: &types.ReconnectHost_TaskResponse{Returnval: ref}}
+}
+
+func (o *hostOps) setConnection(ctx *simulator.Context, name string, st types.HostSystemConnectionState) types.ManagedObjectReference {
+	s := o.sim
+	h := s.hosts[o.Self]
+	task := s.newTask(ctx, o.Self, name)
+	s.mu.Lock()
+	h.connection = string(st)
+	s.mu.Unlock()
+	s.publishRuntime(ctx, h)
+	s.finishTask(ctx, task, nil)
+	s.log.Info("Set host connection", "host", h.cfg.Name, "state", st)
+	return task.Self
+}
+
 // settleMaintenance completes a pending entry into maintenance mode once no VM runs on
 // the host. Callers do not hold s.mu.
 func (s *Sim) settleMaintenance(ctx *simulator.Context, ref types.ManagedObjectReference) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -204,7 +205,7 @@ func TestDifferentialPlannerAgainstSimulator(t *testing.T) {
 	stats := map[string]int{}
 	start := time.Now()
 	for seed := uint64(1); seed <= seeds; seed++ {
-		runSeed(t, seed, todayOptions, stats)
+		runSeed(t, seed, todayOptions, stats, false)
 	}
 	t.Logf("%d seeds in %s: %v", seeds, time.Since(start).Round(time.Millisecond), stats)
 	if stats["converged"] < int(seeds) {
@@ -213,6 +214,21 @@ func TestDifferentialPlannerAgainstSimulator(t *testing.T) {
 	if stats["powerOns"] < 2*int(seeds) {
 		t.Errorf("only %d power-ons executed", stats["powerOns"])
 	}
+}
+
+// TestDifferentialFuture runs the generator with every feature vgpusim models and the
+// planner does not yet (mixed-size GPUs, several vGPUs per VM, unavailable hosts) and
+// reports the disagreement classes and a first example of each, without failing: a map
+// for the planner's work. Set VGPUSIM_DIFF_FUTURE=1 to run it.
+func TestDifferentialFuture(t *testing.T) {
+	if os.Getenv("VGPUSIM_DIFF_FUTURE") == "" {
+		t.Skip("set VGPUSIM_DIFF_FUTURE=1 to map what the planner does not model yet")
+	}
+	stats := map[string]int{}
+	for seed := uint64(1); seed <= 60; seed++ {
+		runSeed(t, seed, genOptions{MixedSize: true, MaxVGPUs: 2, Unavailable: true}, stats, true)
+	}
+	t.Logf("60 seeds: %v", stats)
 }
 
 // diff is one seed's run: a simulator, a client to it and the world.
@@ -226,9 +242,11 @@ type diff struct {
 	ctx   context.Context
 	log   []string
 	stats map[string]int
+	// tolerant runs count disagreements instead of failing (TestDifferentialFuture).
+	tolerant bool
 }
 
-func runSeed(t *testing.T, seed uint64, o genOptions, stats map[string]int) {
+func runSeed(t *testing.T, seed uint64, o genOptions, stats map[string]int, tolerant bool) {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, 2026))
 	w := genWorld(r, o)
@@ -246,7 +264,21 @@ func runSeed(t *testing.T, seed uint64, o genOptions, stats map[string]int) {
 	if err != nil {
 		t.Fatalf("seed %d: connect: %v", seed, err)
 	}
-	d := &diff{t: t, seed: seed, r: r, w: w, sim: sim, c: c, ctx: ctx, stats: stats}
+	d := &diff{t: t, seed: seed, r: r, w: w, sim: sim, c: c, ctx: ctx, stats: stats, tolerant: tolerant}
+	if tolerant {
+		defer func() {
+			if v := recover(); v != nil {
+				dis, ok := v.(disagreement)
+				if !ok {
+					panic(v)
+				}
+				if stats[dis.class] == 0 {
+					t.Log(dis.msg)
+				}
+				stats[dis.class]++
+			}
+		}()
+	}
 	for _, name := range w.startOn {
 		d.op(vsphere.Client.PowerOn, name) // refused when it does not fit: vSphere's call
 	}
@@ -256,9 +288,19 @@ func runSeed(t *testing.T, seed uint64, o genOptions, stats map[string]int) {
 	}
 }
 
+// disagreement ends a seed that found one, in tolerant runs (see runSeed).
+type disagreement struct{ class, msg string }
+
+// fatalf fails the test, or in a tolerant run ends the seed and counts the class: the
+// first word of the message ("refusedPowerOn: ...").
 func (d *diff) fatalf(format string, args ...any) {
 	d.t.Helper()
-	d.t.Fatalf("seed %d: %s\nsteps so far:\n  %s", d.seed, fmt.Sprintf(format, args...), strings.Join(d.log, "\n  "))
+	msg := fmt.Sprintf("seed %d: %s\nsteps so far:\n  %s", d.seed, fmt.Sprintf(format, args...), strings.Join(d.log, "\n  "))
+	if d.tolerant {
+		class, _, _ := strings.Cut(fmt.Sprintf(format, args...), ":")
+		panic(disagreement{class: class, msg: msg})
+	}
+	d.t.Fatal(msg)
 }
 
 func (d *diff) inventory() *inventory.Inventory {

@@ -28,7 +28,7 @@ import (
 //   - notConverged: a layout Check called feasible did not converge, or a later plan
 //     found problems. The test fails.
 //   - plannerTooStrict: Check called the layout infeasible (InsufficientGPU) but the
-//     simulator reached it by trying power-ons greedily. The planner is conservative; the
+//     simulator reached it by trying power-ons greedily in a few orders. The planner is conservative; the
 //     seeds are reported and counted, and fail the test only where knownTooStrict does
 //     not list them.
 //   - agreedInfeasible: both refuse.
@@ -444,9 +444,39 @@ func (d *diff) checkConverged(target string) {
 	}
 }
 
+// reachable tries to power on every named VM, greedily (passes over the VMs until one
+// starts nothing) in a few orders, the first sorted, the others random; vSphere's
+// placement depends on the order. An attempt that fails powers off what it started.
+func (d *diff) reachable(vms []string) bool {
+	for attempt := range 4 {
+		order := slices.Clone(vms)
+		if attempt > 0 {
+			d.r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		}
+		var started []string
+		for progress := true; progress && len(order) > 0; {
+			progress = false
+			for _, name := range slices.Clone(order) {
+				if d.op(vsphere.Client.PowerOn, name) == "" {
+					order = slices.DeleteFunc(order, func(n string) bool { return n == name })
+					started = append(started, name)
+					progress = true
+				}
+			}
+		}
+		if len(order) == 0 {
+			return true
+		}
+		for _, name := range started {
+			d.op(vsphere.Client.PowerOff, name)
+		}
+	}
+	return false
+}
+
 // infeasible checks a layout Check refused for lack of GPU: the simulator is asked to
-// reach it anyway (park what leaves, reconfigure, then power on greedily until a pass
-// starts nothing). Reaching it means the planner was too strict.
+// reach it anyway (park what leaves, reconfigure, then power on greedily in a few
+// orders). Reaching it means the planner was too strict.
 func (d *diff) infeasible(target string, problems []plan.Problem) {
 	d.t.Helper()
 	reasons := map[string]bool{}
@@ -477,16 +507,7 @@ func (d *diff) infeasible(target string, problems []plan.Problem) {
 		}
 	}
 	sort.Strings(arriving)
-	for progress := true; progress && len(arriving) > 0; {
-		progress = false
-		for _, name := range slices.Clone(arriving) {
-			if d.op(vsphere.Client.PowerOn, name) == "" {
-				arriving = slices.DeleteFunc(arriving, func(n string) bool { return n == name })
-				progress = true
-			}
-		}
-	}
-	if len(arriving) > 0 {
+	if !d.reachable(arriving) {
 		d.stats["agreedInfeasible"]++
 		return
 	}

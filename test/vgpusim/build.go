@@ -2,10 +2,12 @@ package vgpusim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/simulator"
@@ -105,7 +107,7 @@ func (s *Sim) build() error {
 		if err != nil {
 			return fmt.Errorf("create VM %s: %w", v.Name, err)
 		}
-		info, err := task.WaitForResult(ctx, nil)
+		info, err := s.waitTask(task)
 		if err != nil {
 			return fmt.Errorf("create VM %s: %w", v.Name, err)
 		}
@@ -143,6 +145,37 @@ func (s *Sim) build() error {
 	return nil
 }
 
+// waitTask waits for a task of the in-process service. It reads the task's state from
+// the registry rather than through the property collector, whose updates (like vcsim's
+// Task.Wait) come in 10 ms steps: building an inventory waits for one task per host and
+// VM, and tests start many simulators.
+func (s *Sim) waitTask(t *object.Task) (types.TaskInfo, error) {
+	inner, ok := s.model.Map().Get(t.Reference()).(*simulator.Task)
+	if !ok {
+		info, err := t.WaitForResult(context.Background(), nil)
+		if info == nil {
+			return types.TaskInfo{}, err
+		}
+		return *info, err
+	}
+	ctx := s.newContext()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var info types.TaskInfo
+		ctx.WithLock(inner, func() { info = inner.Info })
+		switch info.State {
+		case types.TaskInfoStateSuccess:
+			return info, nil
+		case types.TaskInfoStateError:
+			return info, errors.New(info.Error.LocalizedMessage)
+		}
+		if time.Now().After(deadline) {
+			return info, fmt.Errorf("task %s still %s after a minute", info.Key, info.State)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
 // addHost adds a standalone host, or a host of a cluster (created with its first host).
 func (s *Sim) addHost(ctx context.Context, folder *object.Folder, clusters map[string]*object.ClusterComputeResource, h *Host) (*object.HostSystem, error) {
 	spec := types.HostConnectSpec{HostName: h.Name}
@@ -163,7 +196,7 @@ func (s *Sim) addHost(ctx context.Context, folder *object.Folder, clusters map[s
 	if err != nil {
 		return nil, fmt.Errorf("add host %s: %w", h.Name, err)
 	}
-	info, err := task.WaitForResult(ctx, nil)
+	info, err := s.waitTask(task)
 	if err != nil {
 		return nil, fmt.Errorf("add host %s: %w", h.Name, err)
 	}

@@ -91,6 +91,16 @@ func TestGovcHostAvailability(t *testing.T) {
 
 	// A VM with two vGPU devices shows both; powered on, it holds a GPU for each.
 	contains(t, ok("gpu.vm.info", "-vm", "big-1"), "GPU 0:", "GPU 1:", "grid_a40-48q")
+	out = ok("device.ls", "-vm", "big-1")
+	n := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "VirtualPCIPassthrough") && strings.Contains(line, "NVIDIA GRID vGPU grid_a40-48q") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("device.ls lists %d 48Q vGPUs, want 2:\n%s", n, out)
+	}
 	ok("vm.power", "-off", "small-1", "mid-1")
 	ok("vm.power", "-on", "big-1")
 	if got := sim.GPUs("esx-a"); len(got["0000:3b:00.0"]) != 1 || len(got["0000:5e:00.0"]) != 1 {

@@ -228,6 +228,7 @@ func (s *Sim) handle(ctx *simulator.Context, m *simulator.Method) (mo.Reference,
 		time.Sleep(d)
 	}
 	if !expired {
+		s.routeHostMethod(ctx, m)
 		return nil, nil
 	}
 	switch m.Name {
@@ -359,4 +360,21 @@ func (s *Sim) finishTask(ctx *simulator.Context, t *simulator.Task, fault types.
 		changes = append(changes, types.PropertyChange{Name: "info.state", Val: types.TaskInfoStateSuccess})
 	}
 	ctx.Map.AtomicUpdate(ctx, t, changes)
+}
+
+// routeHostMethod serves the maintenance-mode and connection methods of a host with hostOps, through the
+// calling session's registry: vcsim dispatches on the session's object first, and its own
+// code keeps the plain HostSystem from the shared registry.
+func (s *Sim) routeHostMethod(ctx *simulator.Context, m *simulator.Method) {
+	if m.This.Type != "HostSystem" || ctx.Session == nil {
+		return
+	}
+	switch m.Name {
+	case "EnterMaintenanceMode_Task", "ExitMaintenanceMode_Task", "DisconnectHost_Task", "ReconnectHost_Task":
+	default:
+		return
+	}
+	if h := s.hosts[m.This]; h != nil && ctx.Session.Registry.Get(m.This) == nil {
+		ctx.Session.Registry.Put(&hostOps{HostSystem: h.obj, sim: s})
+	}
 }

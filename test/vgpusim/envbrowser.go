@@ -37,10 +37,10 @@ func (b *envBrowser) QueryConfigTarget(ctx *simulator.Context, req *types.QueryC
 			continue
 		}
 		var vendor int64 = 0x10de
-		if len(h.model.GPUs) > 0 {
-			vendor |= int64(uint16(deviceID(h.model.GPUs[0].Device))) << 16
+		if len(h.cfg.GPUs) > 0 {
+			vendor |= int64(uint16(deviceID(h.cfg.GPUs[0].Model))) << 16
 		}
-		for _, p := range h.model.Profiles {
+		for _, p := range h.cfg.Profiles {
 			if seen[p.Name] {
 				continue
 			}
@@ -49,7 +49,7 @@ func (b *envBrowser) QueryConfigTarget(ctx *simulator.Context, req *types.QueryC
 				VirtualMachineTargetInfo: types.VirtualMachineTargetInfo{Name: p.Name},
 				ProfileName:              p.Name,
 				DeviceVendorId:           vendor,
-				FbSizeInGib:              p.FrameBufferMiB / 1024,
+				FbSizeInGib:              p.FrameBufferGiB,
 				ProfileSharing:           "timeSliced",
 				ProfileClass:             profileClass(p.Name),
 			})

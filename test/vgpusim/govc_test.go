@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpupool/gpupool/test/vgpusim"
 )
 
 // buildGovc builds govc from the govmomi version in go.mod (see internal/govc). Go's build
@@ -21,6 +23,89 @@ func buildGovc(t *testing.T) string {
 		t.Fatalf("build govc: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// govcRunner runs the govc binary against the simulator.
+func govcRunner(t *testing.T, govc string, sim *vgpusim.Sim) (run func(args ...string) (string, error), ok func(args ...string) string) {
+	env := []string{"GOVMOMI_HOME=" + t.TempDir(), "HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
+	env = append(env, sim.GovcEnv()...)
+	run = func(args ...string) (string, error) {
+		cmd := exec.Command(govc, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	ok = func(args ...string) string {
+		t.Helper()
+		out, err := run(args...)
+		if err != nil {
+			t.Fatalf("govc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	return run, ok
+}
+
+func contains(t *testing.T, out string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Fatalf("output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// TestGovcHostAvailability checks maintenance mode, unreachable hosts and multi-vGPU VMs
+// with the real govc commands.
+func TestGovcHostAvailability(t *testing.T) {
+	govc := buildGovc(t)
+	sim := startSim(t, "features.yaml")
+	run, ok := govcRunner(t, govc, sim)
+
+	contains(t, ok("host.info", "-host", "/dc1/host/esx-down/esx-down"), "State:", "notResponding")
+	contains(t, ok("host.info", "-host", "/dc1/host/esx-mm/esx-mm"), "Maintenance Mode")
+	out, err := run("vm.power", "-on", "mm-1")
+	if err == nil {
+		t.Fatalf("powered on a VM of a host in maintenance mode:\n%s", out)
+	}
+	contains(t, out, "maintenance mode")
+	out, err = run("vm.power", "-on", "down-1")
+	if err == nil {
+		t.Fatalf("powered on a VM of an unreachable host:\n%s", out)
+	}
+	contains(t, out, "disconnected")
+
+	// esx-b runs nothing: govc's enter returns once the host is in maintenance mode.
+	ok("host.maintenance.enter", "/dc1/host/gpu/esx-b")
+	contains(t, ok("host.info", "-host", "/dc1/host/gpu/esx-b"), "Maintenance Mode")
+	ok("host.maintenance.exit", "/dc1/host/gpu/esx-b")
+	contains(t, ok("host.info", "-host", "/dc1/host/gpu/esx-b"), "State:", "connected")
+
+	// govc host.disconnect takes esx-a away: its VMs cannot start until host.reconnect.
+	ok("host.disconnect", "/dc1/host/gpu/esx-a")
+	contains(t, ok("host.info", "-host", "/dc1/host/gpu/esx-a"), "disconnected")
+	if out, err := run("vm.power", "-on", "mover"); err == nil {
+		t.Fatalf("powered on a VM of a disconnected host:\n%s", out)
+	}
+	ok("host.reconnect", "/dc1/host/gpu/esx-a")
+
+	// A VM with two vGPU devices shows both; powered on, it holds a GPU for each.
+	contains(t, ok("gpu.vm.info", "-vm", "big-1"), "GPU 0:", "GPU 1:", "grid_a40-48q")
+	out = ok("device.ls", "-vm", "big-1")
+	n := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "VirtualPCIPassthrough") && strings.Contains(line, "NVIDIA GRID vGPU grid_a40-48q") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("device.ls lists %d 48Q vGPUs, want 2:\n%s", n, out)
+	}
+	ok("vm.power", "-off", "small-1", "mid-1")
+	ok("vm.power", "-on", "big-1")
+	if got := sim.GPUs("esx-a"); len(got["0000:3b:00.0"]) != 1 || len(got["0000:5e:00.0"]) != 1 {
+		t.Fatalf("big-1's vGPUs run on %v", got)
+	}
 }
 
 // TestGovc checks the simulator against the real govc commands: what vCenter reports about

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/vmware/govmomi/vim25/types"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpupool/gpupool/internal/inventory"
@@ -33,6 +34,17 @@ type Host struct {
 	Name string `json:"name"`
 	// Policy is the vGPU placement policy: performance (default) or consolidation.
 	Policy string `json:"policy,omitempty"`
+	// VGPUMode is the time-sliced vGPU mode of the host's GPUs: sameSize (default) or
+	// mixedSize (vSphere 8.0 U3 and later). A GPU's own vgpuMode overrides it.
+	VGPUMode string `json:"vgpuMode,omitempty"`
+	// Cluster names the cluster the host belongs to; empty for a standalone host. VMs
+	// may be powered on on any host of their cluster (PowerOnVM_Task's host argument).
+	Cluster string `json:"cluster,omitempty"`
+	// InMaintenanceMode starts the host in maintenance mode: no VM powers on there.
+	InMaintenanceMode bool `json:"inMaintenanceMode,omitempty"`
+	// ConnectionState is runtime.connectionState: connected (default), disconnected or
+	// notResponding. VMs on a host that is not connected cannot be powered on.
+	ConnectionState string `json:"connectionState,omitempty"`
 	// GPUs are the host's physical NVIDIA GPUs.
 	GPUs []GPU `json:"gpus,omitempty"`
 	// Profiles are the vGPU profiles the host offers.
@@ -49,6 +61,8 @@ type GPU struct {
 	MemoryGiB int64 `json:"memoryGiB,omitempty"`
 	// PCIID is the GPU's PCI address, such as 0000:3b:00.0.
 	PCIID string `json:"pciId"`
+	// VGPUMode is sameSize or mixedSize; the host's vgpuMode when empty.
+	VGPUMode string `json:"vgpuMode,omitempty"`
 }
 
 // Profile is a vGPU profile a host offers.
@@ -59,6 +73,10 @@ type Profile struct {
 	FrameBufferGiB int64 `json:"frameBufferGiB,omitempty"`
 	// SuspendSupported tells whether VMs with this profile may be suspended.
 	SuspendSupported bool `json:"suspendSupported,omitempty"`
+	// MixedSizeMax caps how many vGPUs of this profile one GPU runs in mixed-size mode,
+	// where NVIDIA's maximum is lower than in same-size mode for some types (NVIDIA vGPU
+	// user guide, "vGPUs in mixed-size mode"); 0 means only the placement slots limit it.
+	MixedSizeMax int `json:"mixedSizeMax,omitempty"`
 }
 
 // VM is one virtual machine.
@@ -67,8 +85,10 @@ type VM struct {
 	Name string `json:"name"`
 	// Host is the name of the host the VM is registered on.
 	Host string `json:"host"`
-	// Profile is the vGPU profile of the VM's vGPU device; empty for no vGPU.
+	// Profile is the vGPU profile of the VM's vGPU devices; empty for no vGPU.
 	Profile string `json:"profile,omitempty"`
+	// VGPUs is how many vGPU devices of Profile the VM has; 1 when Profile is set.
+	VGPUs int `json:"vgpus,omitempty"`
 	// PowerState is poweredOn, poweredOff (default) or suspended.
 	PowerState string `json:"powerState,omitempty"`
 	// BIOSUUID is config.uuid; derived from the name when empty, so it is stable.
@@ -138,6 +158,7 @@ func (inv *Inventory) normalize() error {
 			errs = append(errs, fmt.Errorf("host %s: policy %q is neither %s nor %s",
 				h.Name, h.Policy, inventory.PolicyPerformance, inventory.PolicyConsolidation))
 		}
+		errs = append(errs, h.normalizeState()...)
 		pci := map[string]bool{}
 		for j := range h.GPUs {
 			g := &h.GPUs[j]
@@ -158,6 +179,12 @@ func (inv *Inventory) normalize() error {
 			}
 			if g.Model == "" {
 				g.Model = "NVIDIA GPU"
+			}
+			if g.VGPUMode == "" {
+				g.VGPUMode = h.VGPUMode
+			}
+			if g.VGPUMode != modeSameSize && g.VGPUMode != modeMixedSize {
+				errs = append(errs, fmt.Errorf("host %s: GPU %s: vgpuMode %q is neither %s nor %s", h.Name, g.PCIID, g.VGPUMode, modeSameSize, modeMixedSize))
 			}
 		}
 		profiles := map[string]bool{}
@@ -198,6 +225,17 @@ func (inv *Inventory) normalize() error {
 		} else if vm.Profile != "" && !h.offers(vm.Profile) {
 			errs = append(errs, fmt.Errorf("VM %s: host %s does not offer profile %s", vm.Name, vm.Host, vm.Profile))
 		}
+		switch {
+		case vm.VGPUs < 0:
+			errs = append(errs, fmt.Errorf("VM %s: vgpus %d is negative", vm.Name, vm.VGPUs))
+		case vm.VGPUs > 0 && vm.Profile == "":
+			errs = append(errs, fmt.Errorf("VM %s: vgpus %d needs a profile", vm.Name, vm.VGPUs))
+		case vm.VGPUs == 0 && vm.Profile != "":
+			vm.VGPUs = 1
+		}
+		if h != nil && h.InMaintenanceMode && vm.PowerState == string(inventory.PoweredOn) {
+			errs = append(errs, fmt.Errorf("VM %s: host %s is in maintenance mode, where no VM runs", vm.Name, vm.Host))
+		}
 		switch inventory.PowerState(vm.PowerState) {
 		case "":
 			vm.PowerState = string(inventory.PoweredOff)
@@ -230,18 +268,40 @@ func (h *Host) offers(profile string) bool {
 	return false
 }
 
-// model converts the host to the shared placement model.
-func (h *Host) model() *inventory.Host {
-	m := &inventory.Host{Name: h.Name, Policy: h.Policy}
-	for _, g := range h.GPUs {
-		m.GPUs = append(m.GPUs, inventory.GPU{PCIID: g.PCIID, Device: g.Model, MemoryMiB: g.MemoryMiB})
+// normalizeState fills the host's vGPU mode and availability defaults and checks them.
+func (h *Host) normalizeState() []error {
+	var errs []error
+	if h.VGPUMode == "" {
+		h.VGPUMode = modeSameSize
 	}
+	if h.VGPUMode != modeSameSize && h.VGPUMode != modeMixedSize {
+		errs = append(errs, fmt.Errorf("host %s: vgpuMode %q is neither %s nor %s", h.Name, h.VGPUMode, modeSameSize, modeMixedSize))
+	}
+	switch h.ConnectionState {
+	case "":
+		h.ConnectionState = string(types.HostSystemConnectionStateConnected)
+	case string(types.HostSystemConnectionStateConnected), string(types.HostSystemConnectionStateDisconnected),
+		string(types.HostSystemConnectionStateNotResponding):
+	default:
+		errs = append(errs, fmt.Errorf("host %s: connectionState %q is not connected, disconnected or notResponding", h.Name, h.ConnectionState))
+	}
+	return errs
+}
+
+// profile returns the host's offer of the named profile.
+func (h *Host) profile(name string) (Profile, bool) {
 	for _, p := range h.Profiles {
-		m.Profiles = append(m.Profiles, inventory.Profile{
-			Name:             p.Name,
-			FrameBufferMiB:   p.FrameBufferGiB * 1024,
-			SuspendSupported: p.SuspendSupported,
-		})
+		if p.Name == name {
+			return p, true
+		}
 	}
-	return m
+	return Profile{}, false
+}
+
+// frameBufferMiB is one vGPU's frame buffer; the 0Q/0B types (0 GiB) have 512 MiB.
+func (p Profile) frameBufferMiB() int64 {
+	if p.FrameBufferGiB <= 0 {
+		return 512
+	}
+	return p.FrameBufferGiB * 1024
 }

@@ -22,19 +22,14 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"path"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25"
-	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
-
-	"github.com/gpupool/gpupool/internal/inventory"
 )
 
 // Options tune a simulator. The zero value is usable.
@@ -77,22 +72,28 @@ type Sim struct {
 	gate   *gate
 	dsDir  string
 
-	// mu guards the vGPU model: which vGPU runs on which physical GPU.
+	// mu guards the vGPU model (which vGPU runs on which physical GPU), the hosts'
+	// availability and which VMs run where. The hosts map is fixed once Start returns.
 	mu     sync.Mutex
 	hosts  map[types.ManagedObjectReference]*hostState
 	vmRefs map[string]types.ManagedObjectReference
+	// poweredOn maps each powered-on VM to its host.
+	poweredOn map[types.ManagedObjectReference]types.ManagedObjectReference
 
 	ctl control
 }
 
-// hostState is the simulator's truth about one host's GPUs; config.graphicsInfo mirrors it.
+// hostState is the simulator's truth about one host: its GPUs and what runs on them
+// (config.graphicsInfo mirrors it) and its availability (runtime mirrors it).
 type hostState struct {
-	obj   *simulator.HostSystem
-	model *inventory.Host
-	// running lists, per GPU (indexed like model.GPUs), the VMs whose vGPU runs there.
-	running [][]types.ManagedObjectReference
-	// profile is the profile of each running vGPU.
-	profile map[types.ManagedObjectReference]string
+	obj  *simulator.HostSystem
+	cfg  *Host
+	gpus []*gpuState
+	// inMaintenance and connection are runtime.inMaintenanceMode and connectionState.
+	inMaintenance bool
+	connection    string
+	// entering is the EnterMaintenanceMode task waiting for VMs to stop, if any.
+	entering *simulator.Task
 }
 
 // Start builds the inventory in a fresh simulator and serves it on loopback.
@@ -121,13 +122,14 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 	}
 
 	s := &Sim{
-		Username: opts.Username,
-		Password: opts.Password,
-		inv:      inv,
-		log:      logger,
-		hosts:    map[types.ManagedObjectReference]*hostState{},
-		vmRefs:   map[string]types.ManagedObjectReference{},
-		ctl:      newControl(),
+		Username:  opts.Username,
+		Password:  opts.Password,
+		inv:       inv,
+		log:       logger,
+		hosts:     map[types.ManagedObjectReference]*hostState{},
+		vmRefs:    map[string]types.ManagedObjectReference{},
+		poweredOn: map[types.ManagedObjectReference]types.ManagedObjectReference{},
+		ctl:       newControl(),
 	}
 	defer func() {
 		if err != nil {
@@ -274,9 +276,14 @@ type VMState struct {
 	Ref        string
 	Host       string
 	PowerState string
-	Profile    string
-	// GPU is the PCI id of the GPU the VM's vGPU runs on; empty unless it runs.
+	// Profile is the profile of the VM's first vGPU device.
+	Profile string
+	// VGPUs is how many vGPU devices the VM has.
+	VGPUs int
+	// GPU is the PCI id of the GPU the VM's first vGPU runs on; empty unless it runs.
 	GPU string
+	// GPUs are the PCI ids of the GPUs each of its vGPUs runs on, in device order.
+	GPUs []string
 }
 
 // VM reports the named VM's state, read under the VM's lock like a SOAP call would.
@@ -289,34 +296,44 @@ func (s *Sim) VM(name string) (VMState, bool) {
 	}
 	ctx := s.newContext()
 	var st VMState
+	var keys []int32
 	ctx.WithLock(ref, func() {
 		vm := s.vm(ref)
+		devs := vgpuDevices(vm.Config.Hardware.Device)
 		st = VMState{
 			Ref:        ref.Value,
 			PowerState: string(vm.Runtime.PowerState),
 			Profile:    vgpuProfile(vm.Config.Hardware.Device),
+			VGPUs:      len(devs),
+		}
+		for _, d := range devs {
+			keys = append(keys, d.key)
+		}
+		if h := s.hosts[*vm.Runtime.Host]; h != nil {
+			st.Host = h.cfg.Name
 		}
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, h := range s.hosts {
-		for i, refs := range h.running {
-			for _, r := range refs {
-				if r == ref {
-					st.GPU = h.model.GPUs[i].PCIID
+	for _, key := range keys {
+		for _, h := range s.hosts {
+			for _, g := range h.gpus {
+				for _, v := range g.vgpus {
+					if v.vm == ref && v.key == key {
+						st.GPUs = append(st.GPUs, g.pciID)
+					}
 				}
 			}
 		}
 	}
-	for _, v := range s.inv.VMs {
-		if v.Name == name {
-			st.Host = v.Host
-		}
+	if len(st.GPUs) > 0 {
+		st.GPU = st.GPUs[0]
 	}
 	return st, true
 }
 
-// GPUs reports, per physical GPU of the named host, the names of the VMs running there.
+// GPUs reports, per physical GPU of the named host, the VMs of the vGPUs running there,
+// one entry per vGPU, in the order they started.
 func (s *Sim) GPUs(host string) map[string][]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -326,15 +343,15 @@ func (s *Sim) GPUs(host string) map[string][]string {
 	}
 	out := map[string][]string{}
 	for _, h := range s.hosts {
-		if h.model.Name != host {
+		if h.cfg.Name != host {
 			continue
 		}
-		for i, g := range h.model.GPUs {
+		for _, g := range h.gpus {
 			vms := []string{}
-			for _, ref := range h.running[i] {
-				vms = append(vms, names[ref])
+			for _, v := range g.vgpus {
+				vms = append(vms, names[v.vm])
 			}
-			out[g.PCIID] = vms
+			out[g.pciID] = vms
 		}
 	}
 	return out
@@ -356,255 +373,4 @@ func (s *Sim) vm(ref types.ManagedObjectReference) *simulator.VirtualMachine {
 		return obj
 	}
 	return nil
-}
-
-// build creates the datacenter, hosts, datastore and VMs through the vSphere API of the
-// in-process service, then layers the vGPU model over the resulting objects.
-func (s *Sim) build() error {
-	ctx := context.Background()
-	c, err := vim25.NewClient(ctx, s.model.Service)
-	if err != nil {
-		return err
-	}
-	dc, err := object.NewRootFolder(c).CreateDatacenter(ctx, s.inv.Datacenter)
-	if err != nil {
-		return fmt.Errorf("create datacenter: %w", err)
-	}
-	folders, err := dc.Folders(ctx)
-	if err != nil {
-		return err
-	}
-	if s.dsDir, err = os.MkdirTemp("", "vgpusim-"); err != nil {
-		return err
-	}
-
-	hostObjs := map[string]*object.HostSystem{}
-	for i := range s.inv.Hosts {
-		h := &s.inv.Hosts[i]
-		task, err := folders.HostFolder.AddStandaloneHost(ctx, types.HostConnectSpec{HostName: h.Name}, true, nil, nil)
-		if err != nil {
-			return fmt.Errorf("add host %s: %w", h.Name, err)
-		}
-		info, err := task.WaitForResult(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("add host %s: %w", h.Name, err)
-		}
-		host := object.NewHostSystem(c, info.Result.(types.ManagedObjectReference))
-		hostObjs[h.Name] = host
-		dss, err := host.ConfigManager().DatastoreSystem(ctx)
-		if err != nil {
-			return err
-		}
-		if _, err := dss.CreateLocalDatastore(ctx, "datastore1", s.dsDir); err != nil {
-			return fmt.Errorf("host %s: create datastore: %w", h.Name, err)
-		}
-		s.addGPUs(host.Reference(), h)
-	}
-
-	vmFolders := map[string]*object.Folder{"": folders.VmFolder}
-	var folderFor func(p string) (*object.Folder, error)
-	folderFor = func(p string) (*object.Folder, error) {
-		if f, ok := vmFolders[p]; ok {
-			return f, nil
-		}
-		parent, err := folderFor(strings.Trim(path.Dir("/"+p), "/"))
-		if err != nil {
-			return nil, err
-		}
-		f, err := parent.CreateFolder(ctx, path.Base(p))
-		if err != nil {
-			return nil, fmt.Errorf("create folder %s: %w", p, err)
-		}
-		vmFolders[p] = f
-		return f, nil
-	}
-
-	for _, v := range s.inv.VMs {
-		folder, err := folderFor(v.Folder)
-		if err != nil {
-			return err
-		}
-		host := hostObjs[v.Host]
-		pool, err := host.ResourcePool(ctx)
-		if err != nil {
-			return err
-		}
-		spec := types.VirtualMachineConfigSpec{
-			Name:     v.Name,
-			GuestId:  string(types.VirtualMachineGuestOsIdentifierOtherGuest64),
-			Files:    &types.VirtualMachineFileInfo{VmPathName: "[datastore1]"},
-			Uuid:     v.BIOSUUID,
-			MemoryMB: int64(v.MemoryMiB),
-			NumCPUs:  v.CPUs,
-		}
-		if v.Profile != "" {
-			spec.MemoryReservationLockedToMax = types.NewBool(true)
-			spec.DeviceChange = []types.BaseVirtualDeviceConfigSpec{&types.VirtualDeviceConfigSpec{
-				Operation: types.VirtualDeviceConfigSpecOperationAdd,
-				Device:    NewVGPUDevice(v.Profile, 0),
-			}}
-		}
-		task, err := folder.CreateVM(ctx, spec, pool, host)
-		if err != nil {
-			return fmt.Errorf("create VM %s: %w", v.Name, err)
-		}
-		info, err := task.WaitForResult(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("create VM %s: %w", v.Name, err)
-		}
-		ref := info.Result.(types.ManagedObjectReference)
-		s.vmRefs[v.Name] = ref
-		// Replace vcsim's VM by one whose power and reconfigure methods know about vGPUs.
-		s.model.Map().Put(&vgpuVM{VirtualMachine: s.vm(ref), sim: s})
-	}
-
-	// Bring VMs to their power state in inventory order, placing vGPUs as vCenter would.
-	for _, v := range s.inv.VMs {
-		ref := s.vmRefs[v.Name]
-		sctx := s.newContext()
-		var fault types.BaseMethodFault
-		sctx.WithLock(ref, func() {
-			vm := s.vm(ref)
-			switch inventory.PowerState(v.PowerState) {
-			case inventory.PoweredOn:
-				fault = s.powerOn(sctx, vm)
-			case inventory.Suspended:
-				// A suspended VM holds no vGPU, so it needs no slot.
-				setPowerState(sctx, vm, types.VirtualMachinePowerStateSuspended)
-			}
-		})
-		if fault != nil {
-			return fmt.Errorf("power on VM %s: %s", v.Name, faultMessage(fault))
-		}
-	}
-	return nil
-}
-
-// addGPUs publishes a host's GPUs and vGPU offer in the properties vCenter reports them in,
-// and wraps the host's environment browser so that QueryConfigTarget lists the profiles.
-func (s *Sim) addGPUs(ref types.ManagedObjectReference, h *Host) {
-	obj := s.model.Map().Get(ref).(*simulator.HostSystem)
-	hs := &hostState{
-		obj:     obj,
-		model:   h.model(),
-		running: make([][]types.ManagedObjectReference, len(h.GPUs)),
-		profile: map[types.ManagedObjectReference]string{},
-	}
-	s.hosts[ref] = hs
-
-	cfg := obj.Config
-	cfg.SharedPassthruGpuTypes = nil
-	cfg.SharedGpuCapabilities = nil
-	for _, p := range h.Profiles {
-		cfg.SharedPassthruGpuTypes = append(cfg.SharedPassthruGpuTypes, p.Name)
-		cfg.SharedGpuCapabilities = append(cfg.SharedGpuCapabilities, types.HostSharedGpuCapabilities{
-			Vgpu:                    p.Name,
-			DiskSnapshotSupported:   true,
-			MemorySnapshotSupported: p.SuspendSupported,
-			SuspendSupported:        p.SuspendSupported,
-			MigrateSupported:        false,
-		})
-	}
-	graphics := &types.HostGraphicsConfig{
-		HostDefaultGraphicsType:        string(types.HostGraphicsConfigGraphicsTypeSharedDirect),
-		SharedPassthruAssignmentPolicy: h.Policy,
-	}
-	for _, g := range h.GPUs {
-		graphics.DeviceType = append(graphics.DeviceType, types.HostGraphicsConfigDeviceType{
-			DeviceId:     g.PCIID,
-			GraphicsType: string(types.HostGraphicsConfigGraphicsTypeSharedDirect),
-		})
-	}
-	cfg.GraphicsConfig = graphics
-	cfg.GraphicsInfo = hs.graphicsInfo()
-
-	// Hardware is shared with vcsim's host template: replace the slice, never append in place.
-	pci := append([]types.HostPciDevice(nil), obj.Hardware.PciDevice...)
-	for _, g := range h.GPUs {
-		pci = append(pci, pciDevice(g))
-	}
-	hw := *obj.Hardware
-	hw.PciDevice = pci
-	obj.Hardware = &hw
-
-	if cr, ok := s.model.Map().Get(*obj.Parent).(*mo.ComputeResource); ok && cr.EnvironmentBrowser != nil {
-		if eb, ok := s.model.Map().Get(*cr.EnvironmentBrowser).(*simulator.EnvironmentBrowser); ok {
-			s.model.Map().Put(&envBrowser{EnvironmentBrowser: eb, sim: s, hosts: cr.Host})
-		}
-	}
-}
-
-// graphicsInfo renders the host's GPUs as config.graphicsInfo. It returns fresh slices so
-// readers holding an older value never see it change.
-func (h *hostState) graphicsInfo() []types.HostGraphicsInfo {
-	out := make([]types.HostGraphicsInfo, 0, len(h.model.GPUs))
-	for i, g := range h.model.GPUs {
-		out = append(out, types.HostGraphicsInfo{
-			DeviceName:     g.Device,
-			VendorName:     "NVIDIA Corporation",
-			PciId:          g.PCIID,
-			GraphicsType:   string(types.HostGraphicsInfoGraphicsTypeSharedDirect),
-			VgpuMode:       string(types.HostGraphicsInfoVgpuModeSameSize),
-			MemorySizeInKB: g.MemoryMiB * 1024,
-			Vm:             append([]types.ManagedObjectReference(nil), h.running[i]...),
-		})
-	}
-	return out
-}
-
-// occupancy is what runs on each GPU, in the shared placement model's terms.
-func (h *hostState) occupancy() []inventory.Occupancy {
-	occ := make([]inventory.Occupancy, len(h.model.GPUs))
-	for i, refs := range h.running {
-		for _, ref := range refs {
-			p, _ := h.model.Profile(h.profile[ref])
-			occ[i].Profile = p.Name
-			occ[i].UsedMiB += p.FrameBufferMiB
-			occ[i].Count++
-		}
-	}
-	return occ
-}
-
-// pciDevice describes a GPU as hardware.pciDevice does; govc gpu.host.info lists devices
-// with NVIDIA's vendor id and a non-zero subdevice id.
-func pciDevice(g GPU) types.HostPciDevice {
-	var domain, bus, slot, fn int
-	_, _ = fmt.Sscanf(g.PCIID, "%x:%x:%x.%x", &domain, &bus, &slot, &fn)
-	return types.HostPciDevice{
-		Id:              g.PCIID,
-		ClassId:         0x0302, // 3D controller
-		Bus:             byte(bus),
-		Slot:            byte(slot),
-		Function:        byte(fn),
-		VendorId:        0x10de,
-		SubVendorId:     0x10de,
-		VendorName:      "NVIDIA Corporation",
-		DeviceId:        deviceID(g.Model),
-		SubDeviceId:     0x118f,
-		DeviceName:      g.Model,
-		DeviceClassName: "3D controller",
-	}
-}
-
-// deviceID is a plausible PCI device id for common data-center GPUs.
-func deviceID(model string) int16 {
-	m := strings.ToUpper(model)
-	switch {
-	case strings.Contains(m, "P100"):
-		return 0x15f8
-	case strings.Contains(m, "P40"):
-		return 0x1b38
-	case strings.Contains(m, "V100"):
-		return 0x1db4
-	case strings.Contains(m, "T4"):
-		return 0x1eb8
-	case strings.Contains(m, "A100"):
-		return 0x20b0
-	case strings.Contains(m, "A40"):
-		return 0x2235
-	case strings.Contains(m, "L4"):
-		return 0x27b8
-	}
-	return 0x1db4
 }

@@ -186,17 +186,33 @@ vms:
 
 func TestLoadRejectsBadInventory(t *testing.T) {
 	for name, doc := range map[string]string{
-		"unknown field":   "hosts: [{name: h, gpu: []}]",
-		"no hosts":        "vms: []",
-		"unknown host":    "hosts: [{name: h}]\nvms: [{name: v, host: x}]",
-		"profile offered": "hosts: [{name: h}]\nvms: [{name: v, host: h, profile: grid_p100-4q}]",
-		"gpu memory":      `hosts: [{name: h, gpus: [{model: P100, pciId: "0000:3b:00.0"}]}]`,
-		"policy":          "hosts: [{name: h, policy: fastest}]",
-		"power state":     "hosts: [{name: h}]\nvms: [{name: v, host: h, powerState: on}]",
+		"unknown field":       "hosts: [{name: h, gpu: []}]",
+		"no hosts":            "vms: []",
+		"unknown host":        "hosts: [{name: h}]\nvms: [{name: v, host: x}]",
+		"profile offered":     "hosts: [{name: h}]\nvms: [{name: v, host: h, profile: grid_p100-4q}]",
+		"gpu memory":          `hosts: [{name: h, gpus: [{model: P100, pciId: "0000:3b:00.0"}]}]`,
+		"policy":              "hosts: [{name: h, policy: fastest}]",
+		"power state":         "hosts: [{name: h}]\nvms: [{name: v, host: h, powerState: on}]",
+		"host vgpuMode":       "hosts: [{name: h, vgpuMode: mixed}]",
+		"gpu vgpuMode":        `hosts: [{name: h, gpus: [{memoryGiB: 16, pciId: "0000:3b:00.0", vgpuMode: mig}]}]`,
+		"connection":          "hosts: [{name: h, connectionState: down}]",
+		"vgpus, no vGPU":      "hosts: [{name: h}]\nvms: [{name: v, host: h, vgpus: 2}]",
+		"negative vgpus":      "hosts: [{name: h, profiles: [{name: grid_p100-4q}]}]\nvms: [{name: v, host: h, profile: grid_p100-4q, vgpus: -1}]",
+		"runs in maintenance": "hosts: [{name: h, inMaintenanceMode: true}]\nvms: [{name: v, host: h, powerState: poweredOn}]",
 	} {
 		if _, err := vgpusim.Load([]byte(doc)); err == nil {
 			t.Errorf("%s: accepted %q", name, doc)
 		}
+	}
+	// The defaults of the new fields.
+	inv, err := vgpusim.Load([]byte(`hosts: [{name: h, gpus: [{memoryGiB: 16, pciId: "0000:3b:00.0"}], profiles: [{name: grid_p100-4q}]}]
+vms: [{name: v, host: h, profile: grid_p100-4q}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := inv.Hosts[0]
+	if h.VGPUMode != "sameSize" || h.GPUs[0].VGPUMode != "sameSize" || h.ConnectionState != "connected" || inv.VMs[0].VGPUs != 1 {
+		t.Fatalf("defaults: host %+v, VM %+v", h, inv.VMs[0])
 	}
 }
 

@@ -11,8 +11,6 @@ import (
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
-
-	"github.com/gpupool/gpupool/internal/inventory"
 )
 
 // vgpuVM replaces vcsim's VirtualMachine in the object registry. vcsim dispatches SOAP
@@ -27,12 +25,12 @@ type vgpuVM struct {
 }
 
 // PowerOnVMTask powers a VM on or resumes it, placing its vGPU first.
-func (vm *vgpuVM) PowerOnVMTask(ctx *simulator.Context, _ *types.PowerOnVM_Task) soap.HasFault {
+func (vm *vgpuVM) PowerOnVMTask(ctx *simulator.Context, req *types.PowerOnVM_Task) soap.HasFault {
 	if vm.Config.Template {
 		return &methods.PowerOnVM_TaskBody{Fault_: simulator.Fault("cannot powerOn a template", &types.InvalidState{})}
 	}
 	ref := vm.sim.startTask(ctx, vm.Self, "PowerOnVM_Task", "powerOn", func(ctx *simulator.Context) types.BaseMethodFault {
-		return vm.sim.powerOn(ctx, vm.VirtualMachine)
+		return vm.sim.powerOn(ctx, vm.VirtualMachine, req.Host)
 	})
 	return &methods.PowerOnVM_TaskBody{Res: &types.PowerOnVM_TaskResponse{Returnval: ref}}
 }
@@ -153,17 +151,32 @@ func (s *Sim) checkReconfig(vm *simulator.VirtualMachine, spec *types.VirtualMac
 		}
 		profile := vgpuProfile([]types.BaseVirtualDevice{dev})
 		if c.Operation == types.VirtualDeviceConfigSpecOperationAdd && profile != "" {
-			s.mu.Lock()
 			h := s.hosts[*vm.Runtime.Host]
-			_, offered := h.model.Profile(profile)
-			s.mu.Unlock()
-			if !offered {
+			if _, offered := h.cfg.profile(profile); !offered {
 				return withMessage(&types.InvalidDeviceSpec{DeviceIndex: int32(i)},
-					fmt.Sprintf("vGPU profile %s is not supported by host %s", profile, h.model.Name))
+					fmt.Sprintf("vGPU profile %s is not supported by host %s", profile, h.cfg.Name))
+			}
+			// NVIDIA: several vGPUs in one VM must share board and series.
+			for _, d := range vgpuDevices(vm.Config.Hardware.Device) {
+				if !removed(spec, d.key) && !sameSeries(d.profile, profile) {
+					return withMessage(&types.InvalidDeviceSpec{DeviceIndex: int32(i)},
+						fmt.Sprintf("vGPU profile %s cannot join %s in one VM: all vGPUs of a VM must be of the same board and series", profile, d.profile))
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// removed tells whether the spec removes the device with that key.
+func removed(spec *types.VirtualMachineConfigSpec, key int32) bool {
+	for _, change := range spec.DeviceChange {
+		c := change.GetVirtualDeviceConfigSpec()
+		if c.Operation == types.VirtualDeviceConfigSpecOperationRemove && c.Device != nil && c.Device.GetVirtualDevice().Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 // labelVGPUs gives added vGPU devices the label and summary vCenter shows for them.
@@ -218,69 +231,116 @@ func NewVGPUDevice(profile string, index int) *types.VirtualPCIPassthrough {
 
 // vgpuProfile is the profile of the first vGPU device; empty when there is none.
 func vgpuProfile(devices []types.BaseVirtualDevice) string {
-	for _, d := range devices {
-		if p, ok := d.(*types.VirtualPCIPassthrough); ok {
-			if b, ok := p.Backing.(*types.VirtualPCIPassthroughVmiopBackingInfo); ok && b.Vgpu != "" {
-				return b.Vgpu
-			}
-		}
+	if ds := vgpuDevices(devices); len(ds) > 0 {
+		return ds[0].profile
 	}
 	return ""
 }
 
-// powerOn powers a VM on or resumes it. A VM with a vGPU first gets a slot on one of its
-// host's GPUs, chosen by inventory.Place; without one the power-on fails as in vCenter.
-// The caller holds the VM's lock.
-func (s *Sim) powerOn(ctx *simulator.Context, vm *simulator.VirtualMachine) types.BaseMethodFault {
+// vgpuDevice is one vGPU device of a VM: its device key and profile.
+type vgpuDevice struct {
+	key     int32
+	profile string
+}
+
+// vgpuDevices lists the VM's vGPU devices (VirtualPCIPassthrough with a vmiop backing),
+// in device order.
+func vgpuDevices(devices []types.BaseVirtualDevice) []vgpuDevice {
+	var out []vgpuDevice
+	for _, d := range devices {
+		if p, ok := d.(*types.VirtualPCIPassthrough); ok {
+			if b, ok := p.Backing.(*types.VirtualPCIPassthroughVmiopBackingInfo); ok && b.Vgpu != "" {
+				out = append(out, vgpuDevice{key: p.Key, profile: b.Vgpu})
+			}
+		}
+	}
+	return out
+}
+
+// powerOn powers a VM on or resumes it. The host must be available, and each of the
+// VM's vGPUs gets a place on one of the host's GPUs (placement.go), all or none; else the
+// power-on fails with the fault vCenter reports. host is PowerOnVM_Task's host argument,
+// honoured for a powered-off VM. The caller holds the VM's lock.
+func (s *Sim) powerOn(ctx *simulator.Context, vm *simulator.VirtualMachine, host *types.ManagedObjectReference) types.BaseMethodFault {
 	from := vm.Runtime.PowerState
 	if from == types.VirtualMachinePowerStatePoweredOn {
 		return invalidPowerState(types.VirtualMachinePowerStatePoweredOn, from)
 	}
-	if profile := vgpuProfile(vm.Config.Hardware.Device); profile != "" {
-		gpu, fault := s.attach(ctx, *vm.Runtime.Host, vm.Self, profile)
-		if fault != nil {
-			s.log.Info("Refused power-on", "vm", vm.Name, "profile", profile, "reason", faultMessage(fault))
-			return fault
-		}
-		s.log.Info("Placed vGPU", "vm", vm.Name, "profile", profile, "gpu", gpu)
+	devices := vgpuDevices(vm.Config.Hardware.Device)
+	s.mu.Lock()
+	target, fault := s.targetHost(vm, host)
+	h := s.hosts[target]
+	if fault == nil {
+		fault = h.hostFault()
+	}
+	var gpus []string
+	if fault == nil {
+		gpus, fault = s.attach(h, vm.Self, devices)
+	}
+	if fault == nil {
+		s.poweredOn[vm.Self] = target
+	}
+	s.mu.Unlock()
+	if fault != nil {
+		s.log.Info("Refused power-on", "vm", vm.Name, "host", h.cfg.Name, "reason", faultMessage(fault))
+		return fault
+	}
+	if target != *vm.Runtime.Host {
+		s.moveVM(ctx, vm, target)
+	}
+	if len(devices) > 0 {
+		s.publish(ctx, h)
+		s.log.Info("Placed vGPUs", "vm", vm.Name, "host", h.cfg.Name, "gpus", gpus)
 	}
 	setPowerState(ctx, vm, types.VirtualMachinePowerStatePoweredOn)
 	s.log.Info("Powered on VM", "vm", vm.Name, "from", from)
 	return nil
 }
 
-// suspend suspends a powered-on VM, releasing its vGPU. Profiles whose vGPU plugin cannot
-// suspend refuse, as vCenter does for such vGPUs.
+// suspend suspends a powered-on VM, releasing its vGPUs. Profiles whose vGPU plugin
+// cannot suspend refuse, as vCenter does for such vGPUs.
 func (s *Sim) suspend(ctx *simulator.Context, vm *simulator.VirtualMachine) types.BaseMethodFault {
 	from := vm.Runtime.PowerState
 	if from != types.VirtualMachinePowerStatePoweredOn {
 		return invalidPowerState(types.VirtualMachinePowerStatePoweredOn, from)
 	}
-	if profile := vgpuProfile(vm.Config.Hardware.Device); profile != "" {
-		s.mu.Lock()
-		p, _ := s.hosts[*vm.Runtime.Host].model.Profile(profile)
-		s.mu.Unlock()
-		if !p.SuspendSupported {
+	h := s.hosts[*vm.Runtime.Host]
+	for _, d := range vgpuDevices(vm.Config.Hardware.Device) {
+		if p, _ := h.cfg.profile(d.profile); !p.SuspendSupported {
 			return withMessage(&types.NotSupported{},
-				fmt.Sprintf("Suspend is not supported for %s: its vGPU profile %s does not support suspend", vm.Name, profile))
+				fmt.Sprintf("Suspend is not supported for %s: its vGPU profile %s does not support suspend", vm.Name, d.profile))
 		}
 	}
-	s.detach(ctx, *vm.Runtime.Host, vm.Self)
+	s.stopped(ctx, vm)
 	setPowerState(ctx, vm, types.VirtualMachinePowerStateSuspended)
 	s.log.Info("Suspended VM", "vm", vm.Name)
+	s.settleMaintenance(ctx, *vm.Runtime.Host)
 	return nil
 }
 
-// powerOff powers a VM off or discards its suspended state, releasing its vGPU.
+// powerOff powers a VM off or discards its suspended state, releasing its vGPUs.
 func (s *Sim) powerOff(ctx *simulator.Context, vm *simulator.VirtualMachine) types.BaseMethodFault {
 	from := vm.Runtime.PowerState
 	if from == types.VirtualMachinePowerStatePoweredOff {
 		return invalidPowerState(types.VirtualMachinePowerStatePoweredOff, from)
 	}
-	s.detach(ctx, *vm.Runtime.Host, vm.Self)
+	s.stopped(ctx, vm)
 	setPowerState(ctx, vm, types.VirtualMachinePowerStatePoweredOff)
 	s.log.Info("Powered off VM", "vm", vm.Name, "from", from)
+	s.settleMaintenance(ctx, *vm.Runtime.Host)
 	return nil
+}
+
+// stopped releases a VM's vGPUs and forgets that it runs.
+func (s *Sim) stopped(ctx *simulator.Context, vm *simulator.VirtualMachine) {
+	h := s.hosts[*vm.Runtime.Host]
+	s.mu.Lock()
+	delete(s.poweredOn, vm.Self)
+	held := h != nil && release(h.gpus, vm.Self)
+	s.mu.Unlock()
+	if held {
+		s.publish(ctx, h)
+	}
 }
 
 func setPowerState(ctx *simulator.Context, vm *simulator.VirtualMachine, st types.VirtualMachinePowerState) {
@@ -297,84 +357,57 @@ func setPowerState(ctx *simulator.Context, vm *simulator.VirtualMachine, st type
 	ctx.Update(vm, changes)
 }
 
-// attach places a vGPU of the profile on a GPU of the host and publishes the new
-// config.graphicsInfo. It returns the GPU's PCI id, or the fault vCenter would report.
-func (s *Sim) attach(ctx *simulator.Context, host, vm types.ManagedObjectReference, profile string) (string, types.BaseMethodFault) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h := s.hosts[host]
-	if _, ok := h.profile[vm]; ok {
-		return "", nil // already holds a vGPU
+// attach places all the VM's vGPUs on the host's GPUs, or none. It returns the PCI id of
+// each vGPU's GPU, or the fault vCenter would report. Callers hold s.mu.
+func (s *Sim) attach(h *hostState, vm types.ManagedObjectReference, devices []vgpuDevice) ([]string, types.BaseMethodFault) {
+	if len(devices) == 0 {
+		return nil, nil
 	}
-	p, ok := h.model.Profile(profile)
-	if !ok {
-		return "", withMessage(&types.GenericVmConfigFault{Reason: "vGPU profile not supported"},
-			fmt.Sprintf("Could not initialize plugin for vGPU %q: host %s does not offer this profile", profile, h.model.Name))
-	}
-	occ := h.occupancy()
-	i := inventory.Place(h.model, occ, p)
-	if i < 0 {
-		return "", insufficientGraphics(h, occ, p)
-	}
-	h.running[i] = append(h.running[i], vm)
-	h.profile[vm] = profile
-	s.publish(ctx, h)
-	return h.model.GPUs[i].PCIID, nil
-}
-
-// detach releases the VM's vGPU, if it holds one.
-func (s *Sim) detach(ctx *simulator.Context, host, vm types.ManagedObjectReference) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h := s.hosts[host]
-	if h == nil {
-		return
-	}
-	if _, ok := h.profile[vm]; !ok {
-		return
-	}
-	delete(h.profile, vm)
-	for i, refs := range h.running {
-		kept := make([]types.ManagedObjectReference, 0, len(refs))
-		for _, r := range refs {
-			if r != vm {
-				kept = append(kept, r)
-			}
+	reqs := make([]request, 0, len(devices))
+	for _, d := range devices {
+		p, ok := h.cfg.profile(d.profile)
+		if !ok {
+			return nil, withMessage(&types.GenericVmConfigFault{Reason: "vGPU profile not supported"},
+				fmt.Sprintf("Could not initialize plugin for vGPU %q: host %s does not offer this profile", d.profile, h.cfg.Name))
 		}
-		h.running[i] = kept
+		reqs = append(reqs, request{key: d.key, profile: p})
 	}
-	s.publish(ctx, h)
+	release(h.gpus, vm) // a VM resuming holds nothing; never count a vGPU twice
+	got, reasons := placeAll(h.cfg.Policy, h.gpus, vm, reqs)
+	if got == nil {
+		return nil, insufficientGraphics(h, reqs, reasons)
+	}
+	out := make([]string, len(got))
+	for i, a := range got {
+		out[i] = h.gpus[a.gpu].pciID
+	}
+	return out, nil
 }
 
 // publish mirrors the host's GPU occupancy into config.graphicsInfo, under the host's
-// lock so property collectors see a consistent value. Callers hold s.mu.
+// lock so property collectors see a consistent value. Callers do not hold s.mu.
 func (s *Sim) publish(ctx *simulator.Context, h *hostState) {
-	info := h.graphicsInfo()
 	ctx.WithLock(h.obj, func() {
+		s.mu.Lock()
+		info := h.graphicsInfo()
+		s.mu.Unlock()
 		ctx.Update(h.obj, []types.PropertyChange{{Name: "config.graphicsInfo", Val: info}})
 	})
 }
 
-// insufficientGraphics is the fault of a power-on that no GPU can take, with a message
-// naming, for each GPU, the rule that refuses it.
-func insufficientGraphics(h *hostState, occ []inventory.Occupancy, p inventory.Profile) types.BaseMethodFault {
-	var reasons []string
-	for i, g := range h.model.GPUs {
-		o := occ[i]
-		switch {
-		case o.Count > 0 && o.Profile != p.Name:
-			reasons = append(reasons, fmt.Sprintf("GPU %s runs %d %s vGPU(s) and the same-size rule allows only one profile per GPU",
-				g.PCIID, o.Count, o.Profile))
-		default:
-			reasons = append(reasons, fmt.Sprintf("GPU %s has %d MiB of %d MiB frame buffer free, %s needs %d MiB (frame-buffer rule)",
-				g.PCIID, g.MemoryMiB-o.UsedMiB, g.MemoryMiB, p.Name, p.FrameBufferMiB))
-		}
+// insufficientGraphics is the fault of a power-on whose vGPUs no GPU can take, with a
+// message naming, for each GPU, the rule that refuses it. Callers hold s.mu.
+func insufficientGraphics(h *hostState, reqs []request, reasons []string) types.BaseMethodFault {
+	names := make([]string, len(reqs))
+	for i, r := range reqs {
+		names[i] = r.profile.Name
 	}
-	if len(reasons) == 0 {
-		reasons = append(reasons, "the host has no physical GPU")
+	what := "a " + names[0] + " vGPU"
+	if len(reqs) > 1 {
+		what = fmt.Sprintf("%d vGPUs (%s)", len(reqs), strings.Join(names, ", "))
 	}
-	msg := fmt.Sprintf("The amount of graphics resource available on host %s is insufficient for a %s vGPU: %s",
-		h.model.Name, p.Name, strings.Join(reasons, "; "))
+	msg := fmt.Sprintf("The amount of graphics resource available on host %s is insufficient for %s: %s",
+		h.cfg.Name, what, strings.Join(reasons, "; "))
 	return withMessage(&types.InsufficientResourcesFault{}, msg)
 }
 

@@ -19,6 +19,7 @@ import (
 	_ "github.com/vmware/govmomi/cli/gpu/host/profile"
 	_ "github.com/vmware/govmomi/cli/gpu/vm"
 	_ "github.com/vmware/govmomi/cli/host"
+	_ "github.com/vmware/govmomi/cli/host/maintenance"
 	_ "github.com/vmware/govmomi/cli/object"
 	_ "github.com/vmware/govmomi/cli/session"
 	_ "github.com/vmware/govmomi/cli/task"

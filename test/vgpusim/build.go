@@ -1,0 +1,341 @@
+package vgpusim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/types"
+
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// build creates the datacenter, hosts, datastore and VMs through the vSphere API of the
+// in-process service, then layers the vGPU model over the resulting objects.
+func (s *Sim) build() error {
+	ctx := context.Background()
+	c, err := vim25.NewClient(ctx, s.model.Service)
+	if err != nil {
+		return err
+	}
+	dc, err := object.NewRootFolder(c).CreateDatacenter(ctx, s.inv.Datacenter)
+	if err != nil {
+		return fmt.Errorf("create datacenter: %w", err)
+	}
+	folders, err := dc.Folders(ctx)
+	if err != nil {
+		return err
+	}
+	if s.dsDir, err = os.MkdirTemp("", "vgpusim-"); err != nil {
+		return err
+	}
+
+	hostObjs := map[string]*object.HostSystem{}
+	clusters := map[string]*object.ClusterComputeResource{}
+	for i := range s.inv.Hosts {
+		h := &s.inv.Hosts[i]
+		host, err := s.addHost(ctx, folders.HostFolder, clusters, h)
+		if err != nil {
+			return err
+		}
+		hostObjs[h.Name] = host
+		dss, err := host.ConfigManager().DatastoreSystem(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := dss.CreateLocalDatastore(ctx, "datastore1", s.dsDir); err != nil {
+			return fmt.Errorf("host %s: create datastore: %w", h.Name, err)
+		}
+		s.addGPUs(host.Reference(), h)
+	}
+	s.wrapEnvBrowsers()
+
+	vmFolders := map[string]*object.Folder{"": folders.VmFolder}
+	var folderFor func(p string) (*object.Folder, error)
+	folderFor = func(p string) (*object.Folder, error) {
+		if f, ok := vmFolders[p]; ok {
+			return f, nil
+		}
+		parent, err := folderFor(strings.Trim(path.Dir("/"+p), "/"))
+		if err != nil {
+			return nil, err
+		}
+		f, err := parent.CreateFolder(ctx, path.Base(p))
+		if err != nil {
+			return nil, fmt.Errorf("create folder %s: %w", p, err)
+		}
+		vmFolders[p] = f
+		return f, nil
+	}
+
+	for _, v := range s.inv.VMs {
+		folder, err := folderFor(v.Folder)
+		if err != nil {
+			return err
+		}
+		host := hostObjs[v.Host]
+		pool, err := host.ResourcePool(ctx)
+		if err != nil {
+			return err
+		}
+		spec := types.VirtualMachineConfigSpec{
+			Name:     v.Name,
+			GuestId:  string(types.VirtualMachineGuestOsIdentifierOtherGuest64),
+			Files:    &types.VirtualMachineFileInfo{VmPathName: "[datastore1]"},
+			Uuid:     v.BIOSUUID,
+			MemoryMB: int64(v.MemoryMiB),
+			NumCPUs:  v.CPUs,
+		}
+		if v.Profile != "" {
+			spec.MemoryReservationLockedToMax = types.NewBool(true)
+			for i := range v.VGPUs {
+				spec.DeviceChange = append(spec.DeviceChange, &types.VirtualDeviceConfigSpec{
+					Operation: types.VirtualDeviceConfigSpecOperationAdd,
+					Device:    NewVGPUDevice(v.Profile, i),
+				})
+			}
+		}
+		task, err := folder.CreateVM(ctx, spec, pool, host)
+		if err != nil {
+			return fmt.Errorf("create VM %s: %w", v.Name, err)
+		}
+		info, err := s.waitTask(task)
+		if err != nil {
+			return fmt.Errorf("create VM %s: %w", v.Name, err)
+		}
+		ref := info.Result.(types.ManagedObjectReference)
+		s.vmRefs[v.Name] = ref
+		// Replace vcsim's VM by one whose power and reconfigure methods know about vGPUs.
+		s.model.Map().Put(&vgpuVM{VirtualMachine: s.vm(ref), sim: s})
+	}
+
+	// Bring VMs to their power state in inventory order, placing vGPUs as vCenter would.
+	for _, v := range s.inv.VMs {
+		ref := s.vmRefs[v.Name]
+		sctx := s.newContext()
+		var fault types.BaseMethodFault
+		sctx.WithLock(ref, func() {
+			vm := s.vm(ref)
+			switch inventory.PowerState(v.PowerState) {
+			case inventory.PoweredOn:
+				fault = s.powerOn(sctx, vm, nil)
+			case inventory.Suspended:
+				// A suspended VM holds no vGPU, so it needs no slot.
+				setPowerState(sctx, vm, types.VirtualMachinePowerStateSuspended)
+			}
+		})
+		if fault != nil {
+			return fmt.Errorf("power on VM %s: %s", v.Name, faultMessage(fault))
+		}
+	}
+	// Only now the hosts' availability: VMs keep running on a host that is no longer
+	// connected, and a host in maintenance mode runs none (normalize checks that).
+	for ref, h := range s.hosts {
+		h.inMaintenance, h.connection = h.cfg.InMaintenanceMode, h.cfg.ConnectionState
+		s.publishRuntime(s.newContext(), s.hosts[ref])
+	}
+	return nil
+}
+
+// waitTask waits for a task of the in-process service. It reads the task's state from
+// the registry rather than through the property collector, whose updates (like vcsim's
+// Task.Wait) come in 10 ms steps: building an inventory waits for one task per host and
+// VM, and tests start many simulators.
+func (s *Sim) waitTask(t *object.Task) (types.TaskInfo, error) {
+	inner, ok := s.model.Map().Get(t.Reference()).(*simulator.Task)
+	if !ok {
+		info, err := t.WaitForResult(context.Background(), nil)
+		if info == nil {
+			return types.TaskInfo{}, err
+		}
+		return *info, err
+	}
+	ctx := s.newContext()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var info types.TaskInfo
+		ctx.WithLock(inner, func() { info = inner.Info })
+		switch info.State {
+		case types.TaskInfoStateSuccess:
+			return info, nil
+		case types.TaskInfoStateError:
+			return info, errors.New(info.Error.LocalizedMessage)
+		}
+		if time.Now().After(deadline) {
+			return info, fmt.Errorf("task %s still %s after a minute", info.Key, info.State)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// addHost adds a standalone host, or a host of a cluster (created with its first host).
+func (s *Sim) addHost(ctx context.Context, folder *object.Folder, clusters map[string]*object.ClusterComputeResource, h *Host) (*object.HostSystem, error) {
+	spec := types.HostConnectSpec{HostName: h.Name}
+	var task *object.Task
+	var err error
+	if h.Cluster == "" {
+		task, err = folder.AddStandaloneHost(ctx, spec, true, nil, nil)
+	} else {
+		cl := clusters[h.Cluster]
+		if cl == nil {
+			if cl, err = folder.CreateCluster(ctx, h.Cluster, types.ClusterConfigSpecEx{}); err != nil {
+				return nil, fmt.Errorf("create cluster %s: %w", h.Cluster, err)
+			}
+			clusters[h.Cluster] = cl
+		}
+		task, err = cl.AddHost(ctx, spec, true, nil, nil)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("add host %s: %w", h.Name, err)
+	}
+	info, err := s.waitTask(task)
+	if err != nil {
+		return nil, fmt.Errorf("add host %s: %w", h.Name, err)
+	}
+	return object.NewHostSystem(folder.Client(), info.Result.(types.ManagedObjectReference)), nil
+}
+
+// addGPUs publishes a host's GPUs and vGPU offer in the properties vCenter reports them in,
+// and wraps the host's environment browser so that QueryConfigTarget lists the profiles.
+func (s *Sim) addGPUs(ref types.ManagedObjectReference, h *Host) {
+	obj := s.model.Map().Get(ref).(*simulator.HostSystem)
+	hs := &hostState{obj: obj, cfg: h, connection: string(types.HostSystemConnectionStateConnected)}
+	for _, g := range h.GPUs {
+		hs.gpus = append(hs.gpus, &gpuState{pciID: g.PCIID, device: g.Model, memMiB: g.MemoryMiB, mode: g.VGPUMode})
+	}
+	s.hosts[ref] = hs
+
+	cfg := obj.Config
+	cfg.SharedPassthruGpuTypes = nil
+	cfg.SharedGpuCapabilities = nil
+	for _, p := range h.Profiles {
+		cfg.SharedPassthruGpuTypes = append(cfg.SharedPassthruGpuTypes, p.Name)
+		cfg.SharedGpuCapabilities = append(cfg.SharedGpuCapabilities, types.HostSharedGpuCapabilities{
+			Vgpu:                    p.Name,
+			DiskSnapshotSupported:   true,
+			MemorySnapshotSupported: p.SuspendSupported,
+			SuspendSupported:        p.SuspendSupported,
+			MigrateSupported:        false,
+		})
+	}
+	graphics := &types.HostGraphicsConfig{
+		HostDefaultGraphicsType:        string(types.HostGraphicsConfigGraphicsTypeSharedDirect),
+		SharedPassthruAssignmentPolicy: h.Policy,
+	}
+	for _, g := range h.GPUs {
+		graphics.DeviceType = append(graphics.DeviceType, types.HostGraphicsConfigDeviceType{
+			DeviceId:     g.PCIID,
+			GraphicsType: string(types.HostGraphicsConfigGraphicsTypeSharedDirect),
+			VgpuMode:     g.VGPUMode,
+		})
+	}
+	cfg.GraphicsConfig = graphics
+	cfg.GraphicsInfo = hs.graphicsInfo()
+
+	// Hardware is shared with vcsim's host template: replace the slice, never append in place.
+	pci := append([]types.HostPciDevice(nil), obj.Hardware.PciDevice...)
+	for _, g := range h.GPUs {
+		pci = append(pci, pciDevice(g))
+	}
+	hw := *obj.Hardware
+	hw.PciDevice = pci
+	obj.Hardware = &hw
+
+}
+
+// wrapEnvBrowsers wraps each compute resource's environment browser so that
+// QueryConfigTarget lists its hosts' vGPU profiles.
+func (s *Sim) wrapEnvBrowsers() {
+	done := map[types.ManagedObjectReference]bool{}
+	for _, h := range s.hosts {
+		parent := *h.obj.Parent
+		if done[parent] {
+			continue
+		}
+		done[parent] = true
+		var cr *mo.ComputeResource
+		switch obj := s.model.Map().Get(parent).(type) {
+		case *mo.ComputeResource:
+			cr = obj
+		case *simulator.ClusterComputeResource:
+			cr = &obj.ComputeResource
+		}
+		if cr == nil || cr.EnvironmentBrowser == nil {
+			continue
+		}
+		if eb, ok := s.model.Map().Get(*cr.EnvironmentBrowser).(*simulator.EnvironmentBrowser); ok {
+			s.model.Map().Put(&envBrowser{EnvironmentBrowser: eb, sim: s, hosts: cr.Host})
+		}
+	}
+}
+
+// graphicsInfo renders the host's GPUs as config.graphicsInfo: each GPU's vGPU mode and
+// the VMs with a vGPU on it (a VM with vGPUs on several GPUs is listed on each). It
+// returns fresh slices so readers holding an older value never see it change. Callers
+// hold s.mu.
+func (h *hostState) graphicsInfo() []types.HostGraphicsInfo {
+	out := make([]types.HostGraphicsInfo, 0, len(h.gpus))
+	for _, g := range h.gpus {
+		out = append(out, types.HostGraphicsInfo{
+			DeviceName:     g.device,
+			VendorName:     "NVIDIA Corporation",
+			PciId:          g.pciID,
+			GraphicsType:   string(types.HostGraphicsInfoGraphicsTypeSharedDirect),
+			VgpuMode:       g.mode,
+			MemorySizeInKB: g.memMiB * 1024,
+			Vm:             g.vmsOn(),
+		})
+	}
+	return out
+}
+
+// pciDevice describes a GPU as hardware.pciDevice does; govc gpu.host.info lists devices
+// with NVIDIA's vendor id and a non-zero subdevice id.
+func pciDevice(g GPU) types.HostPciDevice {
+	var domain, bus, slot, fn int
+	_, _ = fmt.Sscanf(g.PCIID, "%x:%x:%x.%x", &domain, &bus, &slot, &fn)
+	return types.HostPciDevice{
+		Id:              g.PCIID,
+		ClassId:         0x0302, // 3D controller
+		Bus:             byte(bus),
+		Slot:            byte(slot),
+		Function:        byte(fn),
+		VendorId:        0x10de,
+		SubVendorId:     0x10de,
+		VendorName:      "NVIDIA Corporation",
+		DeviceId:        deviceID(g.Model),
+		SubDeviceId:     0x118f,
+		DeviceName:      g.Model,
+		DeviceClassName: "3D controller",
+	}
+}
+
+// deviceID is a plausible PCI device id for common data-center GPUs.
+func deviceID(model string) int16 {
+	m := strings.ToUpper(model)
+	switch {
+	case strings.Contains(m, "P100"):
+		return 0x15f8
+	case strings.Contains(m, "P40"):
+		return 0x1b38
+	case strings.Contains(m, "V100"):
+		return 0x1db4
+	case strings.Contains(m, "T4"):
+		return 0x1eb8
+	case strings.Contains(m, "A100"):
+		return 0x20b0
+	case strings.Contains(m, "A40"):
+		return 0x2235
+	case strings.Contains(m, "L4"):
+		return 0x27b8
+	}
+	return 0x1db4
+}

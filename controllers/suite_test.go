@@ -219,9 +219,16 @@ vms:
 
 func newHarness(t *testing.T, prefix string) *harness {
 	t.Helper()
+	return newHarnessWith(t, prefix, dayNightInventory)
+}
+
+// newHarnessWith is a harness on another vgpusim inventory, a template in which %[1]s
+// stands for the test's prefix.
+func newHarnessWith(t *testing.T, prefix, inventory string) *harness {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	inv, err := vgpusim.Load([]byte(fmt.Sprintf(dayNightInventory, prefix)))
+	inv, err := vgpusim.Load([]byte(fmt.Sprintf(inventory, prefix)))
 	if err != nil {
 		t.Fatal(err)
 	}

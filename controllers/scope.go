@@ -34,6 +34,11 @@ type scope struct {
 	// nodeStates are what the planner reads of them, observed once per pass (decide);
 	// labelled re-derives Labelled for another layout.
 	nodeStates map[string]plan.NodeState
+	// gaps are what each node (by VM name) lacks to be ready for work (readinessGaps).
+	gaps map[string][]string
+	// nextPlan is the plan of the next scheduled switch, built when the pool has nothing
+	// else to do (publishPlan); nil otherwise.
+	nextPlan *plan.Plan
 
 	facts facts
 }

@@ -147,7 +147,7 @@ func degraded(s *scope) (string, string) {
 	}
 	for _, w := range st.Workers {
 		if waitExpired(s, &w) {
-			add(ReasonNodeNotReady, fmt.Sprintf("VM %s is powered on but node %s is not Ready after %s", w.VM, orNoNode(w.Node), nodeReadyTimeout(s.pool)))
+			add(ReasonNodeNotReady, fmt.Sprintf("VM %s is powered on but node %s is not ready for work after %s%s", w.VM, orNoNode(w.Node), nodeReadyTimeout(s.pool), s.gapsOf(w.VM)))
 		}
 	}
 	for _, e := range f.stepErrors {
@@ -361,4 +361,12 @@ func problemsMessage(ps []plan.Problem) string {
 	}
 	sort.Strings(msgs)
 	return strings.Join(msgs, "; ")
+}
+
+// gapsOf says what the node of a worker (by spec id) lacks, for messages.
+func (s *scope) gapsOf(id string) string {
+	if v, ok := s.vms[id]; ok && len(s.gaps[v.Name]) > 0 {
+		return ": " + waitingFor(s.gaps[v.Name])
+	}
+	return ""
 }

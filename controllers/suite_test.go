@@ -247,7 +247,9 @@ func newHarness(t *testing.T, prefix string) *harness {
 	vc := h.vsphereClient()
 	got, err := vc.Inventory(ctx)
 	h.must(err)
-	h.must(cluster.CreateNodes(ctx, k8s, got))
+	// The simulated device plugin advertises the GPUs shortly after a node is Ready;
+	// settle waits for it, so that only the tests that look at that wait see it.
+	h.must(cluster.CreateNodes(ctx, k8s, got, cluster.WithGPUDelay(harnessGPUDelay)))
 	t.Cleanup(func() {
 		for _, vm := range got.VMs {
 			_ = k8s.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: vm.Name}})
@@ -416,8 +418,12 @@ func (h *harness) settle() {
 	h.waitNodesMatchPower()
 }
 
+// harnessGPUDelay is how long after a node is Ready kwok advertises its GPUs in tests.
+const harnessGPUDelay = 100 * time.Millisecond
+
 // waitNodesMatchPower waits, with a watch and a deadline, until every node of this test
-// is Ready exactly when its VM is powered on.
+// is Ready exactly when its VM is powered on, and advertises its VM's GPUs exactly when
+// it is Ready.
 func (h *harness) waitNodesMatchPower() {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(h.ctx, 60*time.Second)
@@ -432,7 +438,8 @@ func (h *harness) waitNodesMatchPower() {
 				continue
 			}
 			if !cluster.FollowsPower(&n) {
-				return false, fmt.Sprintf("node %s: Ready=%v, VM %s", n.Name, nodeReady(&n), n.Annotations[cluster.AnnotationSimPower])
+				return false, fmt.Sprintf("node %s: Ready=%v, GPUs %s, VM %s with %s vGPUs", n.Name, nodeReady(&n), cluster.AdvertisedGPUs(&n),
+					n.Annotations[cluster.AnnotationSimPower], n.Annotations[cluster.AnnotationSimGPUs])
 			}
 		}
 		return true, ""

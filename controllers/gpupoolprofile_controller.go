@@ -154,6 +154,8 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	if t := st.Transition; t != nil && t.AbortedTime != nil {
 		if t.To == d.Layout && t.Generation == pool.Generation {
 			r.uncordonRunning(ctx, s)
+			r.warnSchedulers(ctx, s, nil) // the aborted switch drains nothing more
+			r.publishStates(ctx, s)
 			return ctrl.Result{RequeueAfter: boundary}, nil
 		}
 		st.Transition = nil
@@ -170,6 +172,10 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	r.recordWorkers(s, p)
 	r.publishPlan(ctx, s, p)
 	res := ctrl.Result{RequeueAfter: boundary}
+	if warnIn := r.warnSchedulers(ctx, s, p); warnIn > 0 {
+		res.RequeueAfter = min(res.RequeueAfter, warnIn)
+	}
+	r.publishStates(ctx, s)
 	if taskWait > 0 {
 		res.RequeueAfter = min(res.RequeueAfter, taskWait)
 	}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"slices"
+	"time"
 	"sort"
 	"strconv"
 	"strings"
@@ -177,6 +178,8 @@ func setManagedLabel(n *corev1.Node, k, v string) {
 // cordoned it. It is what deleting a pool does.
 func removeMeta(n *corev1.Node) {
 	applyMeta(n, nodeMeta{})
+	delete(n.Labels, LabelState)
+	setWarning(n, time.Time{}, false)
 	if _, ours := n.Annotations[AnnotationCordoned]; ours {
 		n.Spec.Unschedulable = false
 	}

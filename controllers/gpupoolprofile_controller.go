@@ -467,7 +467,9 @@ func nodeChanged() predicate.Predicate {
 func conditionStatuses(n *corev1.Node) map[corev1.NodeConditionType]corev1.ConditionStatus {
 	out := make(map[corev1.NodeConditionType]corev1.ConditionStatus, len(n.Status.Conditions))
 	for _, c := range n.Status.Conditions {
-		out[c.Type] = c.Status
+		if c.Status != "" {
+			out[c.Type] = c.Status
+		}
 	}
 	return out
 }

@@ -2,10 +2,10 @@ package controllers
 
 import (
 	"slices"
-	"time"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 

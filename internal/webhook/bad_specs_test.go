@@ -158,9 +158,13 @@ func labelCases() []badCase {
 		{name: "label key kubernetes.io/hostname", mutate: labels(map[string]string{"kubernetes.io/hostname": "gpu"}), path: "spec.layouts[0].nodeLabels[kubernetes.io/hostname]", value: `"kubernetes.io/hostname"`, fix: "belongs to Kubernetes"},
 		{name: "label key node-role.kubernetes.io", mutate: labels(map[string]string{"node-role.kubernetes.io/gpu": ""}), path: "spec.layouts[0].nodeLabels[node-role.kubernetes.io/gpu]", value: `"node-role.kubernetes.io/gpu"`, fix: "such as example.com/role"},
 		{name: "label key node.kubernetes.io", mutate: labels(map[string]string{"node.kubernetes.io/instance-type": "big"}), path: "spec.layouts[0].nodeLabels[node.kubernetes.io/instance-type]", value: `"node.kubernetes.io/instance-type"`, fix: "belongs to Kubernetes"},
-		{name: "readiness label key with a space", mutate: func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Readiness.NodeLabels = map[string]string{"vgpu present": "true"} },
+		{name: "readiness label key with a space", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Readiness.NodeLabels = map[string]string{"vgpu present": "true"}
+		},
 			path: "spec.readiness.nodeLabels[vgpu present]", value: `"vgpu present"`, fix: "such as nvidia.com/vgpu.present"},
-		{name: "readiness label value with a space", mutate: func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Readiness.NodeLabels = map[string]string{"nvidia.com/vgpu.present": "yes it is"} },
+		{name: "readiness label value with a space", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Readiness.NodeLabels = map[string]string{"nvidia.com/vgpu.present": "yes it is"}
+		},
 			path: "spec.readiness.nodeLabels[nvidia.com/vgpu.present]", value: `"yes it is"`, fix: `such as "true"`},
 		{name: "readiness gpuResource with a space", mutate: func(p *gpupoolv1.GPUPoolProfile) { r := "nvidia gpu"; p.Spec.Readiness.GPUResource = &r },
 			path: "spec.readiness.gpuResource", value: `"nvidia gpu"`, fix: "such as nvidia.com/gpu"},

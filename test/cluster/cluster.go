@@ -210,8 +210,8 @@ func Ready(n *corev1.Node) bool {
 func FollowsPower(n *corev1.Node) bool {
 	on := n.Annotations[AnnotationSimPower] == "poweredOn"
 	want := "0"
-	if on {
-		want = n.Annotations[AnnotationSimGPUs]
+	if g := n.Annotations[AnnotationSimGPUs]; on && g != "" {
+		want = g
 	}
 	return Ready(n) == on && AdvertisedGPUs(n) == want
 }

@@ -384,7 +384,8 @@ func (r *GPUPoolProfileReconciler) updateWorkerMetrics(p *gpupoolv1.GPUPoolProfi
 }
 
 // SetupWithManager registers the controller. Pools are reconciled on spec changes, on
-// node changes that matter (readiness, advertised GPUs, cordon, labels) and on pod deletions (drains).
+// node changes that matter (readiness, advertised GPUs, cordon, labels) and on pod
+// deletions (drains).
 func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podNodeNameField, func(o client.Object) []string {
 		return []string{o.(*corev1.Pod).Spec.NodeName}
@@ -443,9 +444,10 @@ func (r *GPUPoolProfileReconciler) poolsOfPodNode(ctx context.Context, o client.
 }
 
 // nodeChanged lets through only the node updates that change what a pool reads of a
-// node: readiness (its conditions and allocatable resources), cordon, providerID, labels, the taints gpupool manages or a layout may
-// set (not the node.kubernetes.io/ taints the node lifecycle controller keeps moving on a
-// parked, NotReady node), gpupool's own annotations and the Cluster API machine ones.
+// node: readiness (condition statuses, allocatable resources), cordon, providerID,
+// labels, the taints gpupool manages or a layout may set (not the node.kubernetes.io/
+// taints the node lifecycle controller keeps moving on a parked, NotReady node),
+// gpupool's own annotations and the Cluster API machine ones.
 // Heartbeats and everything else would only wake every pool for nothing.
 func nodeChanged() predicate.Predicate {
 	return predicate.Funcs{

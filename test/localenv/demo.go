@@ -286,22 +286,20 @@ func RunDemo(ctx context.Context, e *Env, out io.Writer, nightFor, timeout time.
 			if s == "" {
 				s = "-"
 			}
+			key := s
 			if wk.Step == gpupoolv1.StepWaitNodeReady {
-				// What the node is waited for, without the running time.
+				// A line each time what the node is waited for changes (not its time).
 				what, _, _ := strings.Cut(wk.Message, " (")
-				if strings.Contains(wk.Message, "nvidia.com/gpu") {
-					what += " nvidia.com/gpu"
-					if !slices.Contains(res.WaitedForGPUs, wk.VM) {
-						res.WaitedForGPUs = append(res.WaitedForGPUs, wk.VM)
-					}
+				key += " " + what
+				if strings.Contains(wk.Message, "nvidia.com/gpu") && !slices.Contains(res.WaitedForGPUs, wk.VM) {
+					res.WaitedForGPUs = append(res.WaitedForGPUs, wk.VM)
 				}
-				s += " " + what
 			}
-			if last.steps[wk.VM] != s {
+			if last.steps[wk.VM] != key {
 				if s != "-" {
 					say("  %-12s %-20s %s", wk.VM, s, wk.Message)
 				}
-				last.steps[wk.VM] = s
+				last.steps[wk.VM] = key
 			}
 		}
 		nodes, pods, err := e.snapshot(ctx, res)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -149,6 +150,9 @@ func (r *GPUPoolProfileReconciler) waitNodeReady(s *scope, step plan.Step, ws *g
 	what := "to become Ready"
 	if node != nil {
 		what = "to be ready for work: " + waitingFor(s.gaps[step.VM])
+		if gaps := s.gaps[step.VM]; len(gaps) > 0 {
+			s.facts.nodeWaits = append(s.facts.nodeWaits, fmt.Sprintf("node %s waits for %s", name, strings.Join(gaps, ", ")))
+		}
 	}
 	ws.Message = fmt.Sprintf("waiting for node %s %s (%s of %s)", name, what, waited.Round(time.Second), timeout)
 	return max(min(requeueNodeReady, timeout-waited), requeueStep)

@@ -74,6 +74,8 @@ type facts struct {
 	// drainBlocked and stepErrors name what kept steps from going on this pass.
 	drainBlocked []string
 	stepErrors   []string
+	// nodeWaits say what the nodes waited for this pass lack to be ready for work.
+	nodeWaits []string
 }
 
 // worker returns the status entry of the VM a plan step names.

@@ -160,9 +160,14 @@ func degraded(s *scope) (string, string) {
 func progressing(s *scope, stalledReason string, aborted bool) {
 	p, f := s.pool, &s.facts
 	st := &p.Status
-	errs := ""
+	// What the nodes waited for lack, then what failed.
+	extra := ""
+	if len(f.nodeWaits) > 0 {
+		sort.Strings(f.nodeWaits)
+		extra = "; " + firstFew(f.nodeWaits, "; ")
+	}
 	if len(f.stepErrors) > 0 {
-		errs = "; errors: " + strings.Join(f.stepErrors, "; ")
+		extra += "; errors: " + strings.Join(f.stepErrors, "; ")
 	}
 	switch {
 	case f.paused:
@@ -174,7 +179,7 @@ func progressing(s *scope, stalledReason string, aborted bool) {
 	case f.settling:
 		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonTransitioning, "waiting for the vSphere tasks in flight before deciding the next steps")
 	case f.fallback != "" && !f.done:
-		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonReverting, fmt.Sprintf("layout %s cannot be completed; bringing back layout %s%s", s.decision.Layout, f.fallback, errs))
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonReverting, fmt.Sprintf("layout %s cannot be completed; bringing back layout %s%s", s.decision.Layout, f.fallback, extra))
 	case f.done || (stalledReason != "" && f.fallback == ""):
 		reason, msg := ReasonIdle, fmt.Sprintf("layout %s: nothing to do", orNone(st.ActiveLayout))
 		if stalledReason != "" {
@@ -182,12 +187,12 @@ func progressing(s *scope, stalledReason string, aborted bool) {
 		}
 		setCond(p, gpupoolv1.ConditionProgressing, false, reason, msg)
 	case len(f.drainBlocked) > 0:
-		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonDrainBlocked, strings.Join(f.drainBlocked, "; ")+errs)
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonDrainBlocked, strings.Join(f.drainBlocked, "; ")+extra)
 	case st.Transition != nil:
 		t := st.Transition
-		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonTransitioning, fmt.Sprintf("transition %s from %q to %s in progress: %s%s", t.ID, t.From, t.To, stepCounts(st.Workers), errs))
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonTransitioning, fmt.Sprintf("transition %s from %q to %s in progress: %s%s", t.ID, t.From, t.To, stepCounts(st.Workers), extra))
 	default:
-		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonRepairing, fmt.Sprintf("repairing layout %s: %s%s", st.ActiveLayout, stepCounts(st.Workers), errs))
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonRepairing, fmt.Sprintf("repairing layout %s: %s%s", st.ActiveLayout, stepCounts(st.Workers), extra))
 	}
 }
 

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -74,8 +75,9 @@ func TestNodeWaitsForItsGPUs(t *testing.T) {
 	if got := h.node("day-1").Labels[LabelState]; got != StateParked {
 		t.Errorf("day-1 state %q, want parked", got)
 	}
-	if c := findCondition(p, gpupoolv1.ConditionProgressing); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "WaitNodeReady") {
-		t.Errorf("Progressing %+v, want the transition waiting for the node", c)
+	if c := findCondition(p, gpupoolv1.ConditionProgressing); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "WaitNodeReady") ||
+		!strings.Contains(c.Message, "node "+h.prefix+"night-1 waits for nvidia.com/gpu (allocatable 0 of 1)") {
+		t.Errorf("Progressing %+v, want the transition waiting for the node's nvidia.com/gpu", c)
 	}
 
 	// Past nodeReadyTimeout (10m): Degraded names what is missing, the node is failed.
@@ -252,4 +254,52 @@ func TestDrainingSoonWarnsTheScheduler(t *testing.T) {
 	h.settle()
 	h.checkNight(h.converge(pool.Name, "night", 60))
 	check("night", false)
+}
+
+// TestJobPodsWaitCompleted drains a node (no kubelet: its pods stay as created) through
+// the real eviction API: with drain.jobPods WaitCompleted a Job's pod is not evicted and
+// holds the drain until it has completed; with Evict it is evicted like any pod.
+func TestJobPodsWaitCompleted(t *testing.T) {
+	h := newHarness(t, "job-")
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.prefix + "plain"}}
+	h.must(k8s.Create(h.ctx, node))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), node) })
+	yes := true
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "train-0", Namespace: h.prefix + "apps",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: "5f0f2b1e-6a3c-4c1e-9d59-5d4c1c7e0002", Controller: &yes}}},
+		Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "c", Image: "train"}}},
+	}
+	h.must(k8s.Create(h.ctx, pod))
+	r := h.reconciler()
+	wait := gpupoolv1.DrainSpec{JobPods: gpupoolv1.JobPodsWaitCompleted}
+
+	res, err := r.drainPods(h.ctx, node, wait, h.clock.Now())
+	h.must(err)
+	if res.Done || res.Evicted != 0 || len(res.Holding) != 1 || !strings.Contains(res.message(), "waiting for 1 pod(s) to finish: "+h.prefix+"apps/train-0 (Job pod, drain.jobPods: WaitCompleted)") {
+		t.Fatalf("WaitCompleted on a running Job pod: %+v (%s)", res, res.message())
+	}
+	var got corev1.Pod
+	h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(pod), &got))
+	if got.DeletionTimestamp != nil {
+		t.Fatal("the Job pod was evicted under WaitCompleted")
+	}
+
+	// The Job's pod completes: the drain is done, without an eviction.
+	got.Status.Phase = corev1.PodSucceeded
+	h.must(k8s.Status().Update(h.ctx, &got))
+	// (The reconciler's client reads from the API server: the update is seen at once.)
+	if res, err = r.drainPods(h.ctx, node, wait, h.clock.Now()); err != nil || !res.Done {
+		t.Fatalf("after the pod completed: %+v (%s), %v", res, res.message(), err)
+	}
+
+	// Under Evict, a running Job pod is evicted.
+	pod2 := pod.DeepCopy()
+	pod2.Name, pod2.ResourceVersion, pod2.UID = "train-1", "", ""
+	h.must(k8s.Create(h.ctx, pod2))
+	res, err = r.drainPods(h.ctx, node, gpupoolv1.DrainSpec{JobPods: gpupoolv1.JobPodsEvict}, h.clock.Now())
+	h.must(err)
+	if res.Evicted != 1 || len(res.Holding) != 0 {
+		t.Fatalf("Evict on a running Job pod: %+v (%s)", res, res.message())
+	}
 }

@@ -42,12 +42,18 @@ type drainResult struct {
 	Waiting []string
 	// Blocked are pods that cannot be evicted now, with the reason.
 	Blocked []string
+	// Holding are pods the drain waits for to finish rather than evict
+	// (gpupool.dev/do-not-disrupt, drain.jobPods: WaitCompleted), with the reason.
+	Holding []string
 }
 
 func (r drainResult) message() string {
 	var parts []string
 	if len(r.Blocked) > 0 {
 		parts = append(parts, "blocked: "+firstFew(r.Blocked, "; "))
+	}
+	if len(r.Holding) > 0 {
+		parts = append(parts, fmt.Sprintf("waiting for %d pod(s) to finish: %s", len(r.Holding), firstFew(r.Holding, ", ")))
 	}
 	if len(r.Waiting) > 0 {
 		parts = append(parts, fmt.Sprintf("waiting for %d terminating pod(s): %s", len(r.Waiting), firstFew(r.Waiting, ", ")))
@@ -124,6 +130,10 @@ func (r *GPUPoolProfileReconciler) drainPods(ctx context.Context, node *corev1.N
 			}
 			continue
 		}
+		if why := holdsUntilDone(p, d.JobPods); why != "" {
+			res.Holding = append(res.Holding, id+" ("+why+")")
+			continue
+		}
 		if !d.DeleteEmptyDirData && usesEmptyDir(p) {
 			res.Blocked = append(res.Blocked, id+" uses emptyDir (set spec.drain.deleteEmptyDirData: true to evict it)")
 			continue
@@ -156,8 +166,27 @@ func (r *GPUPoolProfileReconciler) drainPods(ctx context.Context, node *corev1.N
 			res.Blocked = append(res.Blocked, id+" (eviction failed: "+pdbReason(err)+")")
 		}
 	}
-	res.Done = len(res.Waiting) == 0 && len(res.Blocked) == 0
+	res.Done = len(res.Waiting) == 0 && len(res.Blocked) == 0 && len(res.Holding) == 0
 	return res, nil
+}
+
+// AnnotationDoNotDisrupt on a pod, with the value "true", holds the drain of its node
+// until the pod finishes (as Karpenter's karpenter.sh/do-not-disrupt), within
+// drain.timeout; then drain.onTimeout applies.
+const AnnotationDoNotDisrupt = "gpupool.dev/do-not-disrupt"
+
+// holdsUntilDone says why a drain waits for a running pod to finish instead of
+// evicting it, "" when it evicts it: the pod asks not to be disrupted, or it belongs to
+// a Job and drain.jobPods is WaitCompleted (Cluster API's MachineDrainRule behavior
+// WaitCompleted: the pod is not evicted, the drain waits for it to complete).
+func holdsUntilDone(p *corev1.Pod, jobPods gpupoolv1.DrainJobPods) string {
+	if p.Annotations[AnnotationDoNotDisrupt] == "true" {
+		return AnnotationDoNotDisrupt
+	}
+	if c := metav1.GetControllerOf(p); jobPods == gpupoolv1.JobPodsWaitCompleted && c != nil && c.Kind == "Job" {
+		return "Job pod, drain.jobPods: WaitCompleted"
+	}
+	return ""
 }
 
 // holdsDrain tells whether a terminating pod is still waited for: only within its grace
@@ -330,7 +359,7 @@ func (r *GPUPoolProfileReconciler) settleDrain(ctx context.Context, s *scope, ws
 	}
 	elapsed := s.now.Sub(ws.StepStartTime.Time)
 	if elapsed < timeout {
-		if len(res.Blocked) > 0 {
+		if len(res.Blocked)+len(res.Holding) > 0 {
 			s.facts.drainBlocked = append(s.facts.drainBlocked, fmt.Sprintf("node %s: %s (timeout in %s)", node.Name, res.message(), (timeout-elapsed).Round(time.Second)))
 		}
 		return min(requeueDrain, timeout-elapsed), nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -58,7 +59,7 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 	case plan.PowerOn:
 		return r.startTask(ctx, s, ws, vm, "PowerOn", func() (string, error) { return s.vc.PowerOn(ctx, vm.Ref, powerOnHost(s.inv, vm, step)) })
 	case plan.WaitNodeReady:
-		return r.waitNodeReady(s, ws, node), nil
+		return r.waitNodeReady(s, step, ws, node), nil
 	case plan.Relabel:
 		return r.relabel(ctx, s, step.VM, node)
 	case plan.Uncordon:
@@ -139,14 +140,21 @@ func (r *GPUPoolProfileReconciler) markParked(ctx context.Context, s *scope, vm 
 	return true
 }
 
-func (r *GPUPoolProfileReconciler) waitNodeReady(s *scope, ws *gpupoolv1.WorkerStatus, node *corev1.Node) time.Duration {
+func (r *GPUPoolProfileReconciler) waitNodeReady(s *scope, step plan.Step, ws *gpupoolv1.WorkerStatus, node *corev1.Node) time.Duration {
 	timeout := nodeReadyTimeout(s.pool)
 	name := "(no node yet)"
 	if node != nil {
 		name = node.Name
 	}
 	waited := s.now.Sub(ws.StepStartTime.Time)
-	ws.Message = fmt.Sprintf("waiting for node %s to become Ready (%s of %s)", name, waited.Round(time.Second), timeout)
+	what := "to become Ready"
+	if node != nil {
+		what = "to be ready for work: " + waitingFor(s.gaps[step.VM])
+		if gaps := s.gaps[step.VM]; len(gaps) > 0 {
+			s.facts.nodeWaits = append(s.facts.nodeWaits, fmt.Sprintf("node %s waits for %s", name, strings.Join(gaps, ", ")))
+		}
+	}
+	ws.Message = fmt.Sprintf("waiting for node %s %s (%s of %s)", name, what, waited.Round(time.Second), timeout)
 	return max(min(requeueNodeReady, timeout-waited), requeueStep)
 }
 

@@ -154,6 +154,8 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	if t := st.Transition; t != nil && t.AbortedTime != nil {
 		if t.To == d.Layout && t.Generation == pool.Generation {
 			r.uncordonRunning(ctx, s)
+			r.warnSchedulers(ctx, s, nil) // the aborted switch drains nothing more
+			r.publishStates(ctx, s)
 			return ctrl.Result{RequeueAfter: boundary}, nil
 		}
 		st.Transition = nil
@@ -170,6 +172,10 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	r.recordWorkers(s, p)
 	r.publishPlan(ctx, s, p)
 	res := ctrl.Result{RequeueAfter: boundary}
+	if warnIn := r.warnSchedulers(ctx, s, p); warnIn > 0 {
+		res.RequeueAfter = min(res.RequeueAfter, warnIn)
+	}
+	r.publishStates(ctx, s)
 	if taskWait > 0 {
 		res.RequeueAfter = min(res.RequeueAfter, taskWait)
 	}
@@ -378,7 +384,8 @@ func (r *GPUPoolProfileReconciler) updateWorkerMetrics(p *gpupoolv1.GPUPoolProfi
 }
 
 // SetupWithManager registers the controller. Pools are reconciled on spec changes, on
-// node changes that matter (readiness, cordon, labels) and on pod deletions (drains).
+// node changes that matter (readiness, advertised GPUs, cordon, labels) and on pod
+// deletions (drains).
 func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podNodeNameField, func(o client.Object) []string {
 		return []string{o.(*corev1.Pod).Spec.NodeName}
@@ -437,21 +444,36 @@ func (r *GPUPoolProfileReconciler) poolsOfPodNode(ctx context.Context, o client.
 }
 
 // nodeChanged lets through only the node updates that change what a pool reads of a
-// node: readiness, cordon, providerID, labels, the taints gpupool manages or a layout may
-// set (not the node.kubernetes.io/ taints the node lifecycle controller keeps moving on a
-// parked, NotReady node), gpupool's own annotations and the Cluster API machine ones.
+// node: readiness (condition statuses, allocatable resources), cordon, providerID,
+// labels, the taints gpupool manages or a layout may set (not the node.kubernetes.io/
+// taints the node lifecycle controller keeps moving on a parked, NotReady node),
+// gpupool's own annotations and the Cluster API machine ones.
 // Heartbeats and everything else would only wake every pool for nothing.
 func nodeChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
 			return nodeReady(o) != nodeReady(n) || o.Spec.Unschedulable != n.Spec.Unschedulable ||
+				!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) ||
+				!equality.Semantic.DeepEqual(conditionStatuses(o), conditionStatuses(n)) ||
 				o.Spec.ProviderID != n.Spec.ProviderID ||
 				!equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
 				!equality.Semantic.DeepEqual(plannedTaints(o), plannedTaints(n)) ||
 				!equality.Semantic.DeepEqual(relevantAnnotations(o), relevantAnnotations(n))
 		},
 	}
+}
+
+// conditionStatuses are the node's condition statuses by type, without the heartbeats:
+// readiness may name any condition (spec.readiness.nodeConditions).
+func conditionStatuses(n *corev1.Node) map[corev1.NodeConditionType]corev1.ConditionStatus {
+	out := make(map[corev1.NodeConditionType]corev1.ConditionStatus, len(n.Status.Conditions))
+	for _, c := range n.Status.Conditions {
+		if c.Status != "" {
+			out[c.Type] = c.Status
+		}
+	}
+	return out
 }
 
 func plannedTaints(n *corev1.Node) []corev1.Taint {

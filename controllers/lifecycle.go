@@ -50,7 +50,7 @@ func (r *GPUPoolProfileReconciler) releaseNode(ctx context.Context, n *corev1.No
 	if err := r.releaseMachine(ctx, n); err != nil {
 		return err
 	}
-	if n.Labels[LabelPool] == "" && n.Annotations[AnnotationCordoned] == "" && n.Annotations[AnnotationManagedLabels] == "" && n.Annotations[AnnotationManagedTaints] == "" {
+	if n.Labels[LabelPool] == "" && n.Labels[LabelState] == "" && !hasAnyWarning(n) && n.Annotations[AnnotationCordoned] == "" && n.Annotations[AnnotationManagedLabels] == "" && n.Annotations[AnnotationManagedTaints] == "" {
 		return nil
 	}
 	return r.patchNode(ctx, n, removeMeta)

@@ -139,8 +139,18 @@ func matchNodes(workers []gpupoolv1.Worker, vms map[string]*inventory.VM, nodes 
 // nodeStates tells the planner what it needs of each node: re-observed on every pass.
 func (r *GPUPoolProfileReconciler) nodeStates(ctx context.Context, s *scope) map[string]plan.NodeState {
 	out := map[string]plan.NodeState{}
+	s.gaps = map[string][]string{}
 	for vm, n := range s.nodes {
-		ns := plan.NodeState{Name: n.Name, Exists: true, Ready: nodeReady(n), Cordoned: cordonedByUs(n)}
+		// Note: the plan's Ready is readiness for work (Ready and advertising the GPUs,
+		// labels and conditions the spec names), so that the plan keeps the worker in
+		// WaitNodeReady, within nodeReadyTimeout, until the node can take GPU pods.
+		var gpus int64 = 1
+		if w, ok := s.workerSpec(vm); ok {
+			gpus = expectedGPUs(w)
+		}
+		gaps := readinessGaps(n, s.pool.Spec.Readiness, gpus)
+		s.gaps[vm] = gaps
+		ns := plan.NodeState{Name: n.Name, Exists: true, Ready: len(gaps) == 0, Cordoned: cordonedByUs(n)}
 		if n.Spec.Unschedulable {
 			pods, err := r.podsOnNode(ctx, n.Name)
 			ns.Drained = err == nil && !anyToEvict(pods, nodeReady(n), s.now)

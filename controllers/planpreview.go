@@ -45,6 +45,7 @@ func (r *GPUPoolProfileReconciler) publishPlan(ctx context.Context, s *scope, p 
 		st.Plan = nil
 		return
 	}
+	s.nextPlan = next
 	at := metav1.NewTime(n.At)
 	st.Plan = previewOf(next, gpupoolv1.PlanForNext, &at, s.pool.Generation)
 }

@@ -34,6 +34,11 @@ type scope struct {
 	// nodeStates are what the planner reads of them, observed once per pass (decide);
 	// labelled re-derives Labelled for another layout.
 	nodeStates map[string]plan.NodeState
+	// gaps are what each node (by VM name) lacks to be ready for work (readinessGaps).
+	gaps map[string][]string
+	// nextPlan is the plan of the next scheduled switch, built when the pool has nothing
+	// else to do (publishPlan); nil otherwise.
+	nextPlan *plan.Plan
 
 	facts facts
 }
@@ -69,6 +74,8 @@ type facts struct {
 	// drainBlocked and stepErrors name what kept steps from going on this pass.
 	drainBlocked []string
 	stepErrors   []string
+	// nodeWaits say what the nodes waited for this pass lack to be ready for work.
+	nodeWaits []string
 }
 
 // worker returns the status entry of the VM a plan step names.

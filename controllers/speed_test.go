@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -91,6 +92,12 @@ func TestNodeUpdatesThatDoNotMatterDoNotWake(t *testing.T) {
 		"other annotation": {func(n *corev1.Node) { n.Annotations["node.alpha.kubernetes.io/ttl"] = "15" }, false},
 		"ready": {func(n *corev1.Node) {
 			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		}, true},
+		"readiness condition": {func(n *corev1.Node) {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: "VGPULicensed", Status: corev1.ConditionTrue}}
+		}, true},
+		"GPUs advertised": {func(n *corev1.Node) {
+			n.Status.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
 		}, true},
 		"cordon": {func(n *corev1.Node) { n.Spec.Unschedulable = true }, true},
 		"label":  {func(n *corev1.Node) { n.Labels["lab.example/workload"] = "x" }, true},

@@ -147,7 +147,7 @@ func degraded(s *scope) (string, string) {
 	}
 	for _, w := range st.Workers {
 		if waitExpired(s, &w) {
-			add(ReasonNodeNotReady, fmt.Sprintf("VM %s is powered on but node %s is not Ready after %s", w.VM, orNoNode(w.Node), nodeReadyTimeout(s.pool)))
+			add(ReasonNodeNotReady, fmt.Sprintf("VM %s is powered on but node %s is not ready for work after %s%s", w.VM, orNoNode(w.Node), nodeReadyTimeout(s.pool), s.gapsOf(w.VM)))
 		}
 	}
 	for _, e := range f.stepErrors {
@@ -160,9 +160,14 @@ func degraded(s *scope) (string, string) {
 func progressing(s *scope, stalledReason string, aborted bool) {
 	p, f := s.pool, &s.facts
 	st := &p.Status
-	errs := ""
+	// What the nodes waited for lack, then what failed.
+	extra := ""
+	if len(f.nodeWaits) > 0 {
+		sort.Strings(f.nodeWaits)
+		extra = "; " + firstFew(f.nodeWaits, "; ")
+	}
 	if len(f.stepErrors) > 0 {
-		errs = "; errors: " + strings.Join(f.stepErrors, "; ")
+		extra += "; errors: " + strings.Join(f.stepErrors, "; ")
 	}
 	switch {
 	case f.paused:
@@ -174,7 +179,7 @@ func progressing(s *scope, stalledReason string, aborted bool) {
 	case f.settling:
 		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonTransitioning, "waiting for the vSphere tasks in flight before deciding the next steps")
 	case f.fallback != "" && !f.done:
-		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonReverting, fmt.Sprintf("layout %s cannot be completed; bringing back layout %s%s", s.decision.Layout, f.fallback, errs))
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonReverting, fmt.Sprintf("layout %s cannot be completed; bringing back layout %s%s", s.decision.Layout, f.fallback, extra))
 	case f.done || (stalledReason != "" && f.fallback == ""):
 		reason, msg := ReasonIdle, fmt.Sprintf("layout %s: nothing to do", orNone(st.ActiveLayout))
 		if stalledReason != "" {
@@ -182,12 +187,12 @@ func progressing(s *scope, stalledReason string, aborted bool) {
 		}
 		setCond(p, gpupoolv1.ConditionProgressing, false, reason, msg)
 	case len(f.drainBlocked) > 0:
-		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonDrainBlocked, strings.Join(f.drainBlocked, "; ")+errs)
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonDrainBlocked, strings.Join(f.drainBlocked, "; ")+extra)
 	case st.Transition != nil:
 		t := st.Transition
-		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonTransitioning, fmt.Sprintf("transition %s from %q to %s in progress: %s%s", t.ID, t.From, t.To, stepCounts(st.Workers), errs))
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonTransitioning, fmt.Sprintf("transition %s from %q to %s in progress: %s%s", t.ID, t.From, t.To, stepCounts(st.Workers), extra))
 	default:
-		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonRepairing, fmt.Sprintf("repairing layout %s: %s%s", st.ActiveLayout, stepCounts(st.Workers), errs))
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonRepairing, fmt.Sprintf("repairing layout %s: %s%s", st.ActiveLayout, stepCounts(st.Workers), extra))
 	}
 }
 
@@ -364,4 +369,12 @@ func problemsMessage(ps []plan.Problem) string {
 	}
 	sort.Strings(msgs)
 	return strings.Join(msgs, "; ")
+}
+
+// gapsOf says what the node of a worker (by spec id) lacks, for messages.
+func (s *scope) gapsOf(id string) string {
+	if v, ok := s.vms[id]; ok && len(s.gaps[v.Name]) > 0 {
+		return ": " + waitingFor(s.gaps[v.Name])
+	}
+	return ""
 }

@@ -14,6 +14,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/test/cluster"
 )
 
 // The tests in this file run the planner's model of vSphere (mixed-size vGPU mode, VMs
@@ -150,6 +151,10 @@ func TestWorkerWithTwoVGPUs(t *testing.T) {
 	}
 	if gpus := slices.Compact(slices.Sorted(slices.Values(st.GPUs))); len(gpus) != 2 {
 		t.Errorf("train-1 runs on %v, want both GPUs", st.GPUs)
+	}
+	// Its node is ready for work only once it advertises both GPUs.
+	if n := h.node("train-1"); cluster.AdvertisedGPUs(n) != "2" || n.Spec.Unschedulable {
+		t.Errorf("train-1's node: allocatable %v, unschedulable %v; want 2 GPUs and uncordoned", n.Status.Allocatable, n.Spec.Unschedulable)
 	}
 	if w := worker(p, h.prefix+"train-1"); w == nil || !strings.Contains(w.GPU, ",") {
 		t.Errorf("worker status %+v should name both GPUs", w)

@@ -81,6 +81,14 @@ type GPUPoolProfileSpec struct {
 	// +optional
 	NodeReadyTimeout *metav1.Duration `json:"nodeReadyTimeout,omitempty"`
 
+	// Readiness says when the node of a powered-on VM is ready for work: Ready, and
+	// advertising its GPUs (and, optionally, carrying labels or conditions such as GPU
+	// feature discovery's). Only then is it relabelled and uncordoned; until then the
+	// worker waits in WaitNodeReady, within nodeReadyTimeout.
+	// +kubebuilder:default={}
+	// +optional
+	Readiness ReadinessSpec `json:"readiness,omitempty"`
+
 	// MaxParallel is how many ESXi hosts are changed at the same time.
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
@@ -239,6 +247,17 @@ type Schedule struct {
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) >= duration('0s')`,messageExpression=`'leadTime must be zero or positive, such as 10m, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
 	// +optional
 	LeadTime *metav1.Duration `json:"leadTime,omitempty"`
+
+	// WarnAhead is how long before a scheduled switch starts draining nodes gpupool
+	// warns the schedulers: the nodes the switch will drain get the taint
+	// gpupool.dev/draining-soon:PreferNoSchedule and the annotation gpupool.dev/drain-at
+	// (RFC 3339). Unset: leadTime when it is positive, else 15m. 0s: no warning.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,messageExpression=`'warnAhead must be a duration such as 15m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) >= duration('0s')`,messageExpression=`'warnAhead must be zero (no warning) or positive, such as 15m, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +optional
+	WarnAhead *metav1.Duration `json:"warnAhead,omitempty"`
 }
 
 // Window is a recurring time window in which a layout applies.
@@ -281,6 +300,45 @@ type Override struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// ReadinessSpec says what a node must show before gpupool relabels and uncordons it.
+type ReadinessSpec struct {
+	// GPUResource is the extended resource the GPU device plugin advertises. The node is
+	// ready only when its allocatable amount is at least the VM's vGPU count. Write ""
+	// to not wait for it (nodes without a device plugin).
+	// +kubebuilder:default="nvidia.com/gpu"
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule=`self == '' || self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')`,messageExpression=`'readiness.gpuResource must be a resource name such as nvidia.com/gpu, or "" to not wait for GPUs, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +optional
+	GPUResource *string `json:"gpuResource,omitempty"`
+
+	// NodeLabels must all be on the node with these values, such as GPU feature
+	// discovery's nvidia.com/vgpu.present: "true" or a licence label.
+	// +kubebuilder:validation:MaxProperties=16
+	// +optional
+	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
+
+	// NodeConditions are node condition types that must be True, such as a condition
+	// a node problem detector sets when the vGPU licence is acquired.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=316
+	// +listType=set
+	// +optional
+	NodeConditions []string `json:"nodeConditions,omitempty"`
+}
+
+// DrainJobPods says how a drain treats the pods of Jobs.
+// +kubebuilder:validation:Enum=Evict;WaitCompleted
+type DrainJobPods string
+
+const (
+	// JobPodsEvict evicts Job pods like any other pod.
+	JobPodsEvict DrainJobPods = "Evict"
+	// JobPodsWaitCompleted never evicts a Job's pod: the drain waits until it completes
+	// (as Cluster API's MachineDrainRule behavior WaitCompleted), within drain.timeout.
+	JobPodsWaitCompleted DrainJobPods = "WaitCompleted"
+)
+
 // DrainSpec controls how nodes are drained.
 type DrainSpec struct {
 	// Timeout is how long a drain may take.
@@ -301,6 +359,14 @@ type DrainSpec struct {
 	// lost), as kubectl drain --delete-emptydir-data does.
 	// +optional
 	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
+
+	// JobPods says how the pods of Jobs are drained: Evict (the default) or
+	// WaitCompleted, which waits for them to finish instead, within timeout. A pod
+	// annotated gpupool.dev/do-not-disrupt: "true" is always waited for, whatever its
+	// owner, within timeout.
+	// +kubebuilder:default=Evict
+	// +optional
+	JobPods DrainJobPods `json:"jobPods,omitempty"`
 
 	// GracePeriodSeconds overrides the pods' termination grace period when evicting.
 	// +kubebuilder:validation:Minimum=0

@@ -85,7 +85,9 @@ type NodeState struct {
 	Name string
 	// Exists: the node object exists.
 	Exists bool
-	// Ready: the node's Ready condition is True.
+	// Ready: the node is ready for work. The controller reports it only when the node's
+	// Ready condition is True and it advertises its GPUs (and the labels and conditions
+	// spec.readiness names), so a node waits at WaitNodeReady until it can take GPU pods.
 	Ready bool
 	// Cordoned: the node is unschedulable and gpupool may uncordon it. The controller
 	// reports a node an admin cordoned before gpupool touched it as not Cordoned, so the

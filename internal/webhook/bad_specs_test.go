@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -157,6 +158,21 @@ func labelCases() []badCase {
 		{name: "label key kubernetes.io/hostname", mutate: labels(map[string]string{"kubernetes.io/hostname": "gpu"}), path: "spec.layouts[0].nodeLabels[kubernetes.io/hostname]", value: `"kubernetes.io/hostname"`, fix: "belongs to Kubernetes"},
 		{name: "label key node-role.kubernetes.io", mutate: labels(map[string]string{"node-role.kubernetes.io/gpu": ""}), path: "spec.layouts[0].nodeLabels[node-role.kubernetes.io/gpu]", value: `"node-role.kubernetes.io/gpu"`, fix: "such as example.com/role"},
 		{name: "label key node.kubernetes.io", mutate: labels(map[string]string{"node.kubernetes.io/instance-type": "big"}), path: "spec.layouts[0].nodeLabels[node.kubernetes.io/instance-type]", value: `"node.kubernetes.io/instance-type"`, fix: "belongs to Kubernetes"},
+		{name: "readiness label key with a space", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Readiness.NodeLabels = map[string]string{"vgpu present": "true"}
+		},
+			path: "spec.readiness.nodeLabels[vgpu present]", value: `"vgpu present"`, fix: "such as nvidia.com/vgpu.present"},
+		{name: "readiness label value with a space", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Readiness.NodeLabels = map[string]string{"nvidia.com/vgpu.present": "yes it is"}
+		},
+			path: "spec.readiness.nodeLabels[nvidia.com/vgpu.present]", value: `"yes it is"`, fix: `such as "true"`},
+		{name: "readiness gpuResource with a space", mutate: func(p *gpupoolv1.GPUPoolProfile) { r := "nvidia gpu"; p.Spec.Readiness.GPUResource = &r },
+			path: "spec.readiness.gpuResource", value: `"nvidia gpu"`, fix: "such as nvidia.com/gpu"},
+		{name: "drain.jobPods unknown", mutate: func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Drain.JobPods = "Wait" },
+			path: "spec.drain.jobPods", value: `"Wait"`, fix: `"Evict", "WaitCompleted"`},
+		{name: "schedule.warnAhead negative", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Schedule.WarnAhead = &metav1.Duration{Duration: -time.Minute}
+		}, path: "spec.schedule.warnAhead", value: `"-1m0s"`, fix: "zero (no warning) or positive"},
 		{name: "taint effect that does not exist", mutate: taints(corev1.Taint{Key: "example.com/t", Effect: "NoScheduel"}), path: tp + "[0].effect", value: `"NoScheduel"`, fix: `"NoSchedule", "PreferNoSchedule", "NoExecute"`},
 		{name: "taint without effect", mutate: taints(corev1.Taint{Key: "example.com/t"}), path: tp + "[0].effect", fix: "NoSchedule, PreferNoSchedule or NoExecute"},
 		{name: "taint without key", mutate: taints(corev1.Taint{Effect: ns}), path: tp + "[0].key", fix: "such as example.com/training"},

@@ -62,6 +62,18 @@ func goodCases() []goodCase {
 			p.Spec.Layouts[0].Workers[1].Profile = "grid_a100d-7-80c"
 			p.Spec.Layouts[1].Workers[0].Profile = "grid_m60-0q"
 		}), nil},
+		{"readiness, job drains and warnings as a GPU operator user writes them", both(secure, func(p *gpupoolv1.GPUPoolProfile) {
+			res := "nvidia.com/GRID-P100-4Q"
+			p.Spec.Readiness = gpupoolv1.ReadinessSpec{GPUResource: &res,
+				NodeLabels:     map[string]string{"nvidia.com/vgpu.present": "true", "feature.node.kubernetes.io/pci-10de.present": "true"},
+				NodeConditions: []string{"VGPULicensed"}}
+			p.Spec.Drain.JobPods = gpupoolv1.JobPodsWaitCompleted
+			p.Spec.Schedule.WarnAhead = &metav1.Duration{}
+		}), nil},
+		{"readiness without a GPU wait", both(secure, func(p *gpupoolv1.GPUPoolProfile) {
+			none := ""
+			p.Spec.Readiness.GPUResource = &none
+		}), nil},
 		{"labels and taints at the edge of the rules", both(secure, func(p *gpupoolv1.GPUPoolProfile) {
 			p.Spec.Layouts[0].NodeLabels = map[string]string{
 				"example.com/" + strings.Repeat("k", 63): strings.Repeat("v", 63),

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
 
 // Node labels and taints are checked with apimachinery's own functions, the ones the API
@@ -112,6 +114,31 @@ func validateNodeTaints(p *field.Path, taints []corev1.Taint) field.ErrorList {
 			continue
 		}
 		seen[k] = i
+	}
+	return errs
+}
+
+// validateReadiness checks the labels a node must carry before it counts as ready for
+// work. Unlike a layout's nodeLabels they are read, not set, so keys that other
+// components set (feature.node.kubernetes.io/..., nvidia.com/...) are fine; only the
+// syntax of a Node's labels applies, so that a label that can never be on a node cannot
+// be waited for.
+func validateReadiness(p *field.Path, r *gpupoolv1.ReadinessSpec) field.ErrorList {
+	keys := make([]string, 0, len(r.NodeLabels))
+	for k := range r.NodeLabels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var errs field.ErrorList
+	lp := p.Child("nodeLabels")
+	for _, k := range keys {
+		kp := lp.Key(shown(k))
+		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(kp, shown(k), "is not a valid label key: "+strings.Join(msgs, "; ")+
+				"; write the key the labelling component sets, such as nvidia.com/vgpu.present"))
+		} else if msgs := validation.IsValidLabelValue(r.NodeLabels[k]); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(kp, shown(r.NodeLabels[k]), "is not a valid label value: "+strings.Join(msgs, "; ")+"; write a value such as \"true\""))
+		}
 	}
 	return errs
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -31,7 +32,28 @@ const (
 	AnnotationKwokNode = "kwok.x-k8s.io/node"
 	// AnnotationSimPower carries the VM's power state to kwok's stages.
 	AnnotationSimPower = "gpupool.dev/sim-power"
+	// AnnotationSimGPUs carries the VM's vGPU count to kwok's device-plugin stages.
+	AnnotationSimGPUs = "gpupool.dev/sim-gpus"
+	// AnnotationSimGPUDelay is how long after the node is Ready the simulated device
+	// plugin advertises the GPUs (a Go duration; 3s without it).
+	AnnotationSimGPUDelay = "gpupool.dev/sim-gpu-delay"
+	// GPUResource is the resource the simulated device plugin advertises.
+	GPUResource corev1.ResourceName = "nvidia.com/gpu"
 )
+
+// NodeOption changes a node CreateNodes makes.
+type NodeOption func(*corev1.Node)
+
+// WithGPUDelay makes the simulated device plugin advertise a node's GPUs d after the
+// node is Ready.
+func WithGPUDelay(d time.Duration) NodeOption {
+	return func(n *corev1.Node) { n.Annotations[AnnotationSimGPUDelay] = d.String() }
+}
+
+// vGPUs is how many vGPUs the VM carries, what its node's device plugin advertises.
+func vGPUs(vm inventory.VM) string {
+	return strconv.Itoa(vm.VGPUCount())
+}
 
 // Kwok is a running kwok process.
 type Kwok struct {
@@ -112,6 +134,7 @@ func NodeFor(vm inventory.VM) *corev1.Node {
 			Annotations: map[string]string{
 				AnnotationKwokNode: "fake",
 				AnnotationSimPower: string(vm.PowerState),
+				AnnotationSimGPUs:  vGPUs(vm),
 			},
 			Labels: map[string]string{
 				"kubernetes.io/hostname": vm.Name,
@@ -124,9 +147,13 @@ func NodeFor(vm inventory.VM) *corev1.Node {
 }
 
 // CreateNodes creates a Node for every VM that does not have one yet.
-func CreateNodes(ctx context.Context, c client.Client, inv *inventory.Inventory) error {
+func CreateNodes(ctx context.Context, c client.Client, inv *inventory.Inventory, opts ...NodeOption) error {
 	for _, vm := range inv.VMs {
-		if err := c.Create(ctx, NodeFor(vm)); client.IgnoreAlreadyExists(err) != nil {
+		n := NodeFor(vm)
+		for _, o := range opts {
+			o(n)
+		}
+		if err := c.Create(ctx, n); client.IgnoreAlreadyExists(err) != nil {
 			return fmt.Errorf("creating node %s: %w", vm.Name, err)
 		}
 	}
@@ -145,7 +172,7 @@ func SyncPower(ctx context.Context, c client.Client, inv *inventory.Inventory) (
 			errs = append(errs, client.IgnoreNotFound(err))
 			continue
 		}
-		if n.Annotations[AnnotationSimPower] == string(vm.PowerState) {
+		if n.Annotations[AnnotationSimPower] == string(vm.PowerState) && n.Annotations[AnnotationSimGPUs] == vGPUs(vm) {
 			continue
 		}
 		before := n.DeepCopy()
@@ -153,6 +180,7 @@ func SyncPower(ctx context.Context, c client.Client, inv *inventory.Inventory) (
 			n.Annotations = map[string]string{}
 		}
 		n.Annotations[AnnotationSimPower] = string(vm.PowerState)
+		n.Annotations[AnnotationSimGPUs] = vGPUs(vm)
 		if err := c.Patch(ctx, &n, client.MergeFrom(before)); err != nil {
 			errs = append(errs, err)
 			continue
@@ -173,7 +201,21 @@ func Ready(n *corev1.Node) bool {
 }
 
 // FollowsPower tells whether a node is Ready exactly when the power wire last saw its VM
-// powered on: kwok has caught up with the VM.
+// powered on, and advertises the VM's GPUs exactly when it is Ready: kwok has caught up
+// with the VM.
 func FollowsPower(n *corev1.Node) bool {
-	return Ready(n) == (n.Annotations[AnnotationSimPower] == "poweredOn")
+	on := n.Annotations[AnnotationSimPower] == "poweredOn"
+	want := "0"
+	if g := n.Annotations[AnnotationSimGPUs]; on && g != "" {
+		want = g
+	}
+	return Ready(n) == on && AdvertisedGPUs(n) == want
+}
+
+// AdvertisedGPUs is the node's allocatable nvidia.com/gpu, "0" when it has none.
+func AdvertisedGPUs(n *corev1.Node) string {
+	if q, ok := n.Status.Allocatable[GPUResource]; ok {
+		return q.String()
+	}
+	return "0"
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,6 +70,18 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 	for _, n := range res.InferenceNodesAtNight {
 		if n != "cpu-1" {
 			t.Errorf("at night an inference pod ran on %s, want cpu-1 (the day nodes are parked)", n)
+		}
+	}
+	// Readiness means GPUs: night-1's node was Ready a few seconds before kwok's device
+	// plugin advertised nvidia.com/gpu, and the worker was seen waiting for it.
+	if len(res.WaitedForGPUs) == 0 {
+		t.Errorf("no worker was seen waiting for nvidia.com/gpu")
+	}
+	// The schedulers were warned before each drain: the day nodes before the night, the
+	// night node before the day.
+	for _, n := range []string{"gpu-day-1", "gpu-day-4", "gpu-night-1"} {
+		if !slices.Contains(res.Warned, n) {
+			t.Errorf("node %s was not seen with gpupool.dev/draining-soon before its drain; warned: %v", n, res.Warned)
 		}
 	}
 	if res.TrainingNode != "gpu-night-1" || !res.TrainingSucceeded {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -80,6 +81,12 @@ type DemoResult struct {
 	TrainingNode string
 	// TrainingSucceeded says whether the training Job completed.
 	TrainingSucceeded bool
+	// WaitedForGPUs are the workers seen waiting for their node's nvidia.com/gpu (the
+	// simulated device plugin advertises it a few seconds after the node is Ready).
+	WaitedForGPUs []string
+	// Warned are the nodes seen carrying gpupool.dev/draining-soon while still
+	// schedulable: warned before their drain.
+	Warned []string
 }
 
 // DemoPoolSpec is the day/night sample with a compressed schedule: day is the default,
@@ -108,7 +115,10 @@ func (e *Env) DemoPoolSpec(now time.Time, nightFor time.Duration) *gpupoolv1.GPU
 			},
 			Schedule: &gpupoolv1.Schedule{TimeZone: "UTC", Windows: []gpupoolv1.Window{{
 				Layout: "night", Start: fmt.Sprintf("%d %d * * *", start.Minute(), start.Hour()),
-				Duration: metav1.Duration{Duration: nightFor}}}},
+				Duration: metav1.Duration{Duration: nightFor}}},
+				// The schedulers are warned 20s before the switch: after the workloads
+				// are placed, so that they land on the day nodes first.
+				WarnAhead: &metav1.Duration{Duration: 20 * time.Second}},
 			DefaultLayout: "day",
 			Drain:         gpupoolv1.DrainSpec{Timeout: &metav1.Duration{Duration: 3 * time.Minute}, OnTimeout: gpupoolv1.DrainAbort},
 		},
@@ -276,14 +286,23 @@ func RunDemo(ctx context.Context, e *Env, out io.Writer, nightFor, timeout time.
 			if s == "" {
 				s = "-"
 			}
-			if last.steps[wk.VM] != s {
+			key := s
+			if wk.Step == gpupoolv1.StepWaitNodeReady {
+				// A line each time what the node is waited for changes (not its time).
+				what, _, _ := strings.Cut(wk.Message, " (")
+				key += " " + what
+				if strings.Contains(wk.Message, "nvidia.com/gpu") && !slices.Contains(res.WaitedForGPUs, wk.VM) {
+					res.WaitedForGPUs = append(res.WaitedForGPUs, wk.VM)
+				}
+			}
+			if last.steps[wk.VM] != key {
 				if s != "-" {
 					say("  %-12s %-20s %s", wk.VM, s, wk.Message)
 				}
-				last.steps[wk.VM] = s
+				last.steps[wk.VM] = key
 			}
 		}
-		nodes, pods, err := e.snapshot(ctx)
+		nodes, pods, err := e.snapshot(ctx, res)
 		if err != nil {
 			return res, err
 		}
@@ -358,7 +377,7 @@ func (e *Env) waitPool(ctx context.Context, name string, every time.Duration, wh
 }
 
 // snapshot renders the nodes and where the demo pods run, one line each.
-func (e *Env) snapshot(ctx context.Context) (string, string, error) {
+func (e *Env) snapshot(ctx context.Context, res *DemoResult) (string, string, error) {
 	var nodes corev1.NodeList
 	if err := e.Client.List(ctx, &nodes); err != nil {
 		return "", "", err
@@ -379,6 +398,18 @@ func (e *Env) snapshot(ctx context.Context) (string, string, error) {
 		}
 		if n.Labels["gpupool.dev/parked"] == "true" {
 			s += ",parked"
+		}
+		if g := cluster.AdvertisedGPUs(&n); g != "0" {
+			s += ",gpus=" + g
+		}
+		if st := n.Labels["gpupool.dev/state"]; st != "" {
+			s += ",state=" + st
+		}
+		if at := n.Annotations["gpupool.dev/drain-at"]; at != "" {
+			s += ",draining-soon@" + at
+			if !n.Spec.Unschedulable && !slices.Contains(res.Warned, n.Name) {
+				res.Warned = append(res.Warned, n.Name)
+			}
 		}
 		ns = append(ns, s)
 	}

@@ -1,0 +1,250 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/plan"
+)
+
+// LabelState publishes where each node of a pool is in a switch, as NVIDIA's
+// mig-manager publishes nvidia.com/mig.config.state, so that other tools (schedulers,
+// dashboards, a GPU operator) can react. Its values are the State* constants.
+const LabelState = "gpupool.dev/state"
+
+// Values of LabelState.
+const (
+	// StatePending: the VM runs its profile for the layout being made, but its node is
+	// not serving it yet: it waits to be ready for work (Ready, GPUs advertised,
+	// spec.readiness), to be relabelled or to be uncordoned.
+	StatePending = "pending"
+	// StateDraining: the node is being drained (step DrainRequired).
+	StateDraining = "draining"
+	// StateParked: the VM is not in the layout being made and is parked or being parked
+	// (no step, or ParkRequired/PowerOffRequired, and not powered on or on its way off).
+	StateParked = "parked"
+	// StateReconfiguring: the VM is in the layout being made and is being powered off,
+	// given its new vGPU profile or powered on (PowerOffRequired, ReconfigureRequired,
+	// PowerOnRequired).
+	StateReconfiguring = "reconfiguring"
+	// StateReady: the VM runs in the layout being made and its node serves it: no step.
+	StateReady = "ready"
+	// StateFailed: the worker's last attempt failed and waits for a retry, its node was
+	// not ready for work within nodeReadyTimeout, or gpupool may not act on the VM (held).
+	StateFailed = "failed"
+)
+
+// stateFacts are what a node's state label is decided from.
+type stateFacts struct {
+	// InLayout: the VM is a worker of the layout being made.
+	InLayout bool
+	// PoweredOn: the VM is powered on.
+	PoweredOn bool
+	// Step is the worker's step.
+	Step gpupoolv1.Step
+	// Failed: a retry is pending, the readiness wait is overdue, or the VM is held.
+	Failed bool
+}
+
+// nodeStateValue is the single mapping from a worker's facts to its node's state label.
+func nodeStateValue(f stateFacts) string {
+	switch {
+	case f.Failed:
+		return StateFailed
+	case f.Step == gpupoolv1.StepDrainRequired:
+		return StateDraining
+	case f.Step == gpupoolv1.StepParkRequired || (f.Step == gpupoolv1.StepPowerOffRequired && !f.InLayout):
+		return StateParked
+	case f.Step == gpupoolv1.StepPowerOffRequired || f.Step == gpupoolv1.StepReconfigureRequired || f.Step == gpupoolv1.StepPowerOnRequired:
+		return StateReconfiguring
+	case f.Step == gpupoolv1.StepWaitNodeReady || f.Step == gpupoolv1.StepRelabelRequired || f.Step == gpupoolv1.StepUncordonRequired:
+		return StatePending
+	case f.PoweredOn:
+		return StateReady
+	default:
+		return StateParked
+	}
+}
+
+// inLayout tells whether a VM (by inventory name) is a worker of the layout being made.
+func (s *scope) inLayout(name string) bool {
+	if s.layout == nil {
+		return false
+	}
+	id := s.specID[name]
+	for _, w := range s.layout.Workers {
+		if w.VM == id {
+			return true
+		}
+	}
+	return false
+}
+
+// publishStates sets each pool node's state label from its worker's recorded step. A
+// node is patched only when its value changes.
+func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) {
+	held := map[string]bool{}
+	for _, h := range s.facts.held {
+		held[h.VM] = true
+	}
+	for name, n := range s.nodes {
+		ws := findWorker(s.pool, s.specID[name])
+		vm, ok := s.vm(name)
+		if ws == nil || !ok {
+			continue
+		}
+		want := nodeStateValue(stateFacts{
+			InLayout:  s.inLayout(name),
+			PoweredOn: vm.PowerState == inventory.PoweredOn,
+			Step:      ws.Step,
+			Failed:    held[name] || held[ws.VM] || (ws.Attempts > 0 && ws.NextRetryTime != nil) || waitExpired(s, ws),
+		})
+		if n.Labels[LabelState] == want {
+			continue
+		}
+		if err := r.patchNode(ctx, n, func(n *corev1.Node) {
+			if n.Labels == nil {
+				n.Labels = map[string]string{}
+			}
+			n.Labels[LabelState] = want
+		}); err != nil {
+			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
+		}
+	}
+}
+
+// Scheduler warnings before a switch.
+const (
+	// TaintDrainingSoon asks the scheduler (PreferNoSchedule) to place new pods
+	// elsewhere: the node will be drained at gpupool.dev/drain-at.
+	TaintDrainingSoon = "gpupool.dev/draining-soon"
+	// AnnotationDrainAt is when the node's drain starts (RFC 3339, UTC): the start of
+	// the switch that drains it. A job on the node can read how long it has.
+	AnnotationDrainAt = "gpupool.dev/drain-at"
+	// defaultWarnAhead is the warning horizon when neither schedule.warnAhead nor a
+	// positive schedule.leadTime is set.
+	defaultWarnAhead = 15 * time.Minute
+)
+
+// warnAhead is how long before a scheduled switch starts its nodes are warned.
+func warnAhead(spec *gpupoolv1.GPUPoolProfileSpec) time.Duration {
+	sc := spec.Schedule
+	switch {
+	case sc != nil && sc.WarnAhead != nil:
+		return sc.WarnAhead.Duration
+	case sc != nil && sc.LeadTime != nil && sc.LeadTime.Duration > 0:
+		return sc.LeadTime.Duration
+	}
+	return defaultWarnAhead
+}
+
+// drainWarnings decides which nodes (by VM name) carry the draining-soon warning, and
+// the drain start each announces:
+//
+//   - the nodes the next switch drains, from next.At-horizon until next.At (the switch
+//     starts at next.At, the boundary minus leadTime, and cordons and drains at once);
+//   - the nodes the current plan still drains, until they are drained: their drain
+//     started (or starts) now, or at the time they already announce.
+//
+// A switch cancelled (an override, a spec change) no longer names them, and a drained
+// node has no Drain step: the warning goes.
+func drainWarnings(now time.Time, next *plan.Boundary, horizon time.Duration, nextDrains, currentDrains []string, announced map[string]time.Time) map[string]time.Time {
+	out := map[string]time.Time{}
+	if next != nil && horizon > 0 && !now.Before(next.At.Add(-horizon)) && now.Before(next.At) {
+		for _, vm := range nextDrains {
+			out[vm] = next.At
+		}
+	}
+	for _, vm := range currentDrains {
+		at, ok := announced[vm]
+		if !ok || at.After(now) {
+			at = now
+		}
+		out[vm] = at
+	}
+	return out
+}
+
+// drainsOf lists the VMs a plan drains.
+func drainsOf(p *plan.Plan) []string {
+	if p == nil {
+		return nil
+	}
+	var out []string
+	for _, hp := range p.Hosts {
+		for _, st := range hp.Steps {
+			if st.Action == plan.Drain {
+				out = append(out, st.VM)
+			}
+		}
+	}
+	return out
+}
+
+// warnSchedulers taints and annotates the nodes drainWarnings names, and takes the
+// warning off the others. It returns when the next warning starts (0: none pending).
+func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope, current *plan.Plan) time.Duration {
+	announced := map[string]time.Time{}
+	for name, n := range s.nodes {
+		if at, err := time.Parse(time.RFC3339, n.Annotations[AnnotationDrainAt]); err == nil {
+			announced[name] = at
+		}
+	}
+	horizon := warnAhead(&s.pool.Spec)
+	want := drainWarnings(s.now, s.decision.Next, horizon, drainsOf(s.nextPlan), drainsOf(current), announced)
+	for name, n := range s.nodes {
+		at, warn := want[name]
+		if warn == hasWarning(n, at) && (warn || !hasAnyWarning(n)) {
+			continue
+		}
+		if err := r.patchNode(ctx, n, func(n *corev1.Node) { setWarning(n, at, warn) }); err != nil {
+			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
+		}
+	}
+	if nb := s.decision.Next; nb != nil && horizon > 0 && s.now.Before(nb.At.Add(-horizon)) {
+		return nb.At.Add(-horizon).Sub(s.now)
+	}
+	return 0
+}
+
+func hasWarning(n *corev1.Node, at time.Time) bool {
+	return n.Annotations[AnnotationDrainAt] == at.UTC().Format(time.RFC3339) && hasDrainingSoonTaint(n)
+}
+
+func hasAnyWarning(n *corev1.Node) bool {
+	_, ok := n.Annotations[AnnotationDrainAt]
+	return ok || hasDrainingSoonTaint(n)
+}
+
+func hasDrainingSoonTaint(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == TaintDrainingSoon {
+			return true
+		}
+	}
+	return false
+}
+
+// setWarning puts the draining-soon taint and the drain-at annotation on the node, or
+// takes them off.
+func setWarning(n *corev1.Node, at time.Time, warn bool) {
+	taints := n.Spec.Taints[:0:0]
+	for _, t := range n.Spec.Taints {
+		if t.Key != TaintDrainingSoon {
+			taints = append(taints, t)
+		}
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	delete(n.Annotations, AnnotationDrainAt)
+	if warn {
+		taints = append(taints, corev1.Taint{Key: TaintDrainingSoon, Value: "true", Effect: corev1.TaintEffectPreferNoSchedule})
+		n.Annotations[AnnotationDrainAt] = at.UTC().Format(time.RFC3339)
+	}
+	n.Spec.Taints = taints
+}

@@ -293,11 +293,7 @@ func TestRunningVMWithoutNodeIsNeverParked(t *testing.T) {
 // name the VM had when the simulator started.
 func (h *harness) rename(vm, to string) {
 	h.t.Helper()
-	u := *h.sim.URL
-	u.User = url.UserPassword(h.sim.Username, h.sim.Password)
-	c, err := govmomi.NewClient(h.ctx, &u, true)
-	h.must(err)
-	defer func() { _ = c.Logout(context.Background()) }()
+	c := h.admin()
 	ref, ok := h.sim.VMRef(h.prefix + vm)
 	if !ok {
 		h.t.Fatalf("no VM %s", vm)
@@ -305,6 +301,18 @@ func (h *harness) rename(vm, to string) {
 	task, err := object.NewVirtualMachine(c.Client, vimtypes.ManagedObjectReference{Type: "VirtualMachine", Value: ref}).Rename(h.ctx, h.prefix+to)
 	h.must(err)
 	h.must(task.Wait(h.ctx))
+}
+
+// admin is a govmomi client of the simulator, as an admin's govc would be; it logs out
+// when the test ends.
+func (h *harness) admin() *govmomi.Client {
+	h.t.Helper()
+	u := *h.sim.URL
+	u.User = url.UserPassword(h.sim.Username, h.sim.Password)
+	c, err := govmomi.NewClient(h.ctx, &u, true)
+	h.must(err)
+	h.t.Cleanup(func() { _ = c.Logout(context.Background()) })
+	return c
 }
 
 // TestInfeasibleMidTransitionBringsBackThePreviousLayout (6): a day VM is renamed after

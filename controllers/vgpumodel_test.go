@@ -1,14 +1,11 @@
 package controllers
 
 import (
-	"context"
-	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vmware/govmomi"
 	"github.com/vmware/govmomi/find"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -262,12 +259,7 @@ func TestUnavailableHosts(t *testing.T) {
 // waiting for it: vCenter finishes it once no VM runs there.
 func (h *harness) enterMaintenance(host string) {
 	h.t.Helper()
-	u := *h.sim.URL
-	u.User = url.UserPassword(h.sim.Username, h.sim.Password)
-	c, err := govmomi.NewClient(h.ctx, &u, true)
-	h.must(err)
-	defer func() { _ = c.Logout(context.Background()) }()
-	f := find.NewFinder(c.Client)
+	f := find.NewFinder(h.admin().Client)
 	dc, err := f.Datacenter(h.ctx, h.sim.Datacenter())
 	h.must(err)
 	f.SetDatacenter(dc)

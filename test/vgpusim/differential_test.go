@@ -7,11 +7,11 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/test/vgpusim"
@@ -33,170 +33,14 @@ import (
 //     not list them.
 //   - agreedInfeasible: both refuse.
 
-// genOptions choose the features a generated world uses. Today the planner models
-// same-size GPUs, one vGPU per VM and hosts that are all available; the other options
-// are for when it models more (see the comments where they apply).
-type genOptions struct {
-	// MixedSize puts some GPUs in mixed-size mode (the planner has no vgpuMode yet).
-	MixedSize bool
-	// MaxVGPUs gives VMs up to this many vGPUs (the planner has no Worker.VGPUs yet).
-	MaxVGPUs int
-	// Unavailable puts some hosts in maintenance mode or disconnects them.
-	Unavailable bool
-}
-
-// todayOptions is what the planner models now.
-var todayOptions = genOptions{MaxVGPUs: 1}
-
-// world is a generated scenario: the simulator's inventory, the VMs to power on after
-// it starts (in that order; vgpusim refuses the ones that do not fit, as vSphere would),
-// and the pool's spec.
-type world struct {
-	inv     *vgpusim.Inventory
-	startOn []string
-	spec    *gpupoolv1.GPUPoolProfileSpec
-}
-
-var diffProfileSizes = []int64{1, 2, 4, 8, 12, 16, 24, 48}
-
-func profileName(gib int64) string { return fmt.Sprintf("grid_a40-%dq", gib) }
-
-// genWorld makes 1-3 hosts with 1-3 GPUs of 8-48 GiB, random policies and profile
-// offers, 1-5 pool VMs and 0-2 foreign VMs per host, and two layouts of the pool.
-func genWorld(r *rand.Rand, o genOptions) *world {
-	w := &world{inv: &vgpusim.Inventory{Datacenter: "dc1"}}
-	var pool []*vgpusim.VM
-	for h := range 1 + r.IntN(3) {
-		host := genHost(r, o, h)
-		w.inv.Hosts = append(w.inv.Hosts, host)
-		for i := range 1 + r.IntN(5) {
-			w.inv.VMs = append(w.inv.VMs, genVM(r, o, &host, fmt.Sprintf("vm-%d-%d", h, i)))
-		}
-		for i := range r.IntN(3) {
-			w.inv.VMs = append(w.inv.VMs, genVM(r, o, &host, fmt.Sprintf("other-%d-%d", h, i)))
-		}
-	}
-	for i := range w.inv.VMs {
-		vm := &w.inv.VMs[i]
-		if strings.HasPrefix(vm.Name, "vm-") {
-			pool = append(pool, vm)
-		}
-		on := 6
-		if !strings.HasPrefix(vm.Name, "vm-") {
-			on = 3
-		}
-		switch n := r.IntN(10); {
-		case n < on && vm.Profile != "":
-			w.startOn = append(w.startOn, vm.Name)
-		case n < 8:
-			vm.PowerState = string(inventory.Suspended)
-		}
-	}
-	r.Shuffle(len(w.startOn), func(i, j int) { w.startOn[i], w.startOn[j] = w.startOn[j], w.startOn[i] })
-
-	w.spec = &gpupoolv1.GPUPoolProfileSpec{Parking: gpupoolv1.ParkingSuspend, DiscardSuspendedState: true}
-	if r.IntN(3) == 0 {
-		w.spec.Parking = gpupoolv1.ParkingPowerOff
-	}
-	for l := range 2 {
-		w.spec.Layouts = append(w.spec.Layouts, genLayout(r, w.inv, pool, fmt.Sprintf("l%d", l)))
-	}
-	w.spec.DefaultLayout = "l0"
-	return w
-}
-
-func genHost(r *rand.Rand, o genOptions, n int) vgpusim.Host {
-	host := vgpusim.Host{Name: fmt.Sprintf("esx-%02d", n), Policy: inventory.PolicyPerformance}
-	if r.IntN(2) == 0 {
-		host.Policy = inventory.PolicyConsolidation
-	}
-	if o.MixedSize && r.IntN(2) == 0 {
-		host.VGPUMode = "mixedSize"
-	}
-	if o.Unavailable && r.IntN(5) == 0 {
-		host.InMaintenanceMode = true
-	}
-	var largest int64
-	for g := range 1 + r.IntN(3) {
-		gib := []int64{8, 16, 24, 48}[r.IntN(4)]
-		largest = max(largest, gib)
-		host.GPUs = append(host.GPUs, vgpusim.GPU{Model: "NVIDIA A40", MemoryGiB: gib, PCIID: fmt.Sprintf("0000:%02x:00.0", 0x3b+g*0x20)})
-	}
-	for _, gib := range diffProfileSizes {
-		if gib <= largest && r.IntN(10) < 6 {
-			host.Profiles = append(host.Profiles, vgpusim.Profile{Name: profileName(gib), SuspendSupported: r.IntN(20) > 0})
-		}
-	}
-	if len(host.Profiles) == 0 {
-		host.Profiles = append(host.Profiles, vgpusim.Profile{Name: profileName(4), SuspendSupported: true})
-	}
-	return host
-}
-
-func genVM(r *rand.Rand, o genOptions, h *vgpusim.Host, name string) vgpusim.VM {
-	vm := vgpusim.VM{Name: name, Host: h.Name, Folder: "pool"}
-	if r.IntN(10) > 0 {
-		vm.Profile = h.Profiles[r.IntN(len(h.Profiles))].Name
-		vm.VGPUs = 1 + r.IntN(max(o.MaxVGPUs, 1))
-	}
-	return vm
-}
-
-// genLayout picks some pool VMs with one or two profiles per host, mostly only what
-// packs into the host's empty GPUs one profile per GPU (first fit), so that many layouts
-// are feasible; foreign VMs and the odd unchecked worker make some infeasible.
-func genLayout(r *rand.Rand, inv *vgpusim.Inventory, pool []*vgpusim.VM, name string) gpupoolv1.Layout {
-	lay := gpupoolv1.Layout{Name: name}
-	type gpu struct {
-		free    int64
-		profile string
-	}
-	free := map[string][]*gpu{}
-	hosts := map[string]*vgpusim.Host{}
-	choice := map[string][]string{}
-	for i := range inv.Hosts {
-		h := &inv.Hosts[i]
-		hosts[h.Name] = h
-		for _, g := range h.GPUs {
-			free[h.Name] = append(free[h.Name], &gpu{free: g.MemoryGiB})
-		}
-		for range 1 + r.IntN(2) {
-			choice[h.Name] = append(choice[h.Name], h.Profiles[r.IntN(len(h.Profiles))].Name)
-		}
-	}
-	fits := func(host, p string) bool {
-		mib, _ := inventory.ProfileFrameBufferMiB(p)
-		for _, g := range free[host] {
-			if (g.profile == "" || g.profile == p) && g.free*1024 >= mib {
-				g.profile, g.free = p, g.free-mib/1024
-				return true
-			}
-		}
-		return false
-	}
-	for _, vm := range pool {
-		if r.IntN(4) == 0 {
-			continue
-		}
-		ps := choice[vm.Host]
-		p := ps[r.IntN(len(ps))]
-		if !fits(vm.Host, p) && r.IntN(8) > 0 {
-			continue
-		}
-		// Every worker is noNode: the differential test is about vSphere, not nodes.
-		lay.Workers = append(lay.Workers, gpupoolv1.Worker{VM: vm.Name, Profile: p, NoNode: true})
-	}
-	if len(lay.Workers) == 0 {
-		vm := pool[0]
-		lay.Workers = append(lay.Workers, gpupoolv1.Worker{VM: vm.Name, Profile: hosts[vm.Host].Profiles[0].Name, NoNode: true})
-	}
-	return lay
-}
-
 // knownTooStrict lists seeds where the planner is knowingly more conservative than the
 // simulator (plannerTooStrict), each with why; empty today.
 var knownTooStrict = map[uint64]string{}
 
+// TestDifferentialPlannerAgainstSimulator runs every feature both models have (mixed-
+// size GPUs, A/B/Q/C profiles, two-vGPU workers, clusters and unavailable hosts) and
+// fails on any disagreement. The features reached are counted and asserted, so the
+// generator cannot silently stop exercising one.
 func TestDifferentialPlannerAgainstSimulator(t *testing.T) {
 	seeds := uint64(100)
 	if testing.Short() {
@@ -205,30 +49,55 @@ func TestDifferentialPlannerAgainstSimulator(t *testing.T) {
 	stats := map[string]int{}
 	start := time.Now()
 	for seed := uint64(1); seed <= seeds; seed++ {
-		runSeed(t, seed, todayOptions, stats, false)
+		runSeed(t, seed, fullOptions, stats, false)
 	}
 	t.Logf("%d seeds in %s: %v", seeds, time.Since(start).Round(time.Millisecond), stats)
-	if stats["converged"] < int(seeds) {
-		t.Errorf("only %d transitions converged: the generator makes too few feasible layouts to test much", stats["converged"])
-	}
-	if stats["powerOns"] < 2*int(seeds) {
-		t.Errorf("only %d power-ons executed", stats["powerOns"])
+	n := int(seeds)
+	for _, c := range []struct {
+		stat string
+		min  int
+	}{
+		{"converged", n}, {"powerOns", 2 * n}, {"mixedSizePowerOns", n / 2}, {"multiVGPUPowerOns", n / 4},
+		{"gpuMixedSize", n / 2}, {"gpuModeOverride", n / 10}, {"hostInMaintenance", n / 10},
+		{"hostdisconnected", n / 20}, {"hostnotResponding", n / 20}, {"hostEntering", n / 20},
+		{"powerOnElsewhere", 1 + n/50}, {"held", 1 + n/50}, {"hostUnavailableProblem", 1 + n/50},
+		{"agreedInfeasible", 1 + n/50},
+	} {
+		if stats[c.stat] < c.min {
+			t.Errorf("%s reached %d times in %d seeds, want at least %d: the generator stopped exercising it", c.stat, stats[c.stat], n, c.min)
+		}
 	}
 }
 
-// TestDifferentialFuture runs the generator with every feature vgpusim models and the
-// planner does not yet (mixed-size GPUs, several vGPUs per VM, unavailable hosts) and
-// reports the disagreement classes and a first example of each, without failing: a map
-// for the planner's work. Set VGPUSIM_DIFF_FUTURE=1 to run it.
-func TestDifferentialFuture(t *testing.T) {
-	if os.Getenv("VGPUSIM_DIFF_FUTURE") == "" {
-		t.Skip("set VGPUSIM_DIFF_FUTURE=1 to map what the planner does not model yet")
+// TestDifferentialSameSize is the same-size subset (one vGPU per VM, hosts available),
+// where the planner's and the simulator's rules must agree exactly.
+func TestDifferentialSameSize(t *testing.T) {
+	seeds := uint64(40)
+	if testing.Short() {
+		seeds = 10
 	}
 	stats := map[string]int{}
-	for seed := uint64(1); seed <= 60; seed++ {
-		runSeed(t, seed, genOptions{MixedSize: true, MaxVGPUs: 2, Unavailable: true}, stats, true)
+	for seed := uint64(1); seed <= seeds; seed++ {
+		runSeed(t, seed, sameSizeOptions, stats, false)
 	}
-	t.Logf("60 seeds: %v", stats)
+	t.Logf("%d seeds: %v", seeds, stats)
+	if stats["converged"] < int(seeds) || stats["plannerTooStrict"] > 0 {
+		t.Errorf("converged %d, plannerTooStrict %d", stats["converged"], stats["plannerTooStrict"])
+	}
+}
+
+// TestDifferentialSweep is the larger sweep (VGPUSIM_DIFF_SWEEP=N seeds from 1000),
+// tolerant: it counts the disagreement classes and logs a first example of each.
+func TestDifferentialSweep(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("VGPUSIM_DIFF_SWEEP"))
+	if n <= 0 {
+		t.Skip("set VGPUSIM_DIFF_SWEEP=N to run N more seeds, counting disagreements")
+	}
+	stats := map[string]int{}
+	for seed := uint64(1000); seed < 1000+uint64(n); seed++ {
+		runSeed(t, seed, fullOptions, stats, true)
+	}
+	t.Logf("%d seeds: %v", n, stats)
 }
 
 // diff is one seed's run: a simulator, a client to it and the world.
@@ -265,6 +134,7 @@ func runSeed(t *testing.T, seed uint64, o genOptions, stats map[string]int, tole
 		t.Fatalf("seed %d: connect: %v", seed, err)
 	}
 	d := &diff{t: t, seed: seed, r: r, w: w, sim: sim, c: c, ctx: ctx, stats: stats, tolerant: tolerant}
+	d.countWorld()
 	if tolerant {
 		defer func() {
 			if v := recover(); v != nil {
@@ -280,8 +150,9 @@ func runSeed(t *testing.T, seed uint64, o genOptions, stats map[string]int, tole
 		}()
 	}
 	for _, name := range w.startOn {
-		d.op(vsphere.Client.PowerOn, name) // refused when it does not fit: vSphere's call
+		d.op(powerOnOn(""), name) // refused when it does not fit: vSphere's call
 	}
+	d.enterMaintenance()
 	// Transitions in a row, each from where the last ended.
 	for range 3 {
 		d.transition(w.spec.Layouts[r.IntN(len(w.spec.Layouts))].Name)
@@ -362,6 +233,10 @@ func (d *diff) transition(target string) {
 			return
 		}
 		due := p.Due(maxParallel)
+		if len(due) == 0 && len(p.Held) > 0 {
+			d.checkHeld(p)
+			return
+		}
 		if len(due) == 0 {
 			d.fatalf("notConverged: nothing due and not done:\n%s", p)
 		}
@@ -384,11 +259,11 @@ func (d *diff) step(st plan.Step, p *plan.Plan) {
 		fault = d.op(vsphere.Client.PowerOff, st.VM)
 	case plan.Reconfigure:
 		fault = d.op(func(c vsphere.Client, ctx context.Context, ref string) (string, error) {
-			return c.SetProfile(ctx, ref, st.Profile)
+			return c.SetProfile(ctx, ref, st.Profile, max(st.VGPUs, 1))
 		}, st.VM)
 	case plan.PowerOn:
-		d.stats["powerOns"]++
-		if fault = d.op(vsphere.Client.PowerOn, st.VM); fault != "" {
+		d.countPowerOn(st)
+		if fault = d.op(powerOnOn(d.hostRef(st)), st.VM); fault != "" {
 			d.fatalf("refusedPowerOn: the planner powers on %s (%s) on %s, the simulator refuses: %s\nGPUs: %v\nplan:\n%s",
 				st.VM, st.Profile, st.Host, fault, d.sim.GPUs(st.Host), p)
 		}
@@ -400,16 +275,85 @@ func (d *diff) step(st plan.Step, p *plan.Plan) {
 	}
 }
 
-func (d *diff) layout(name string) map[string]string {
-	want := map[string]string{}
+// wanted is what a layout gives a VM: n vGPUs of a profile.
+type wanted struct {
+	profile string
+	vgpus   int
+}
+
+func (d *diff) layout(name string) map[string]wanted {
+	want := map[string]wanted{}
 	for _, l := range d.w.spec.Layouts {
 		if l.Name == name {
 			for _, wk := range l.Workers {
-				want[wk.VM] = wk.Profile
+				want[wk.VM] = wanted{profile: wk.Profile, vgpus: max(int(wk.VGPUs), 1)}
 			}
 		}
 	}
 	return want
+}
+
+// powerOnOn is Client.PowerOn on the given host ref ("" for the VM's own), for d.op.
+func powerOnOn(hostRef string) func(vsphere.Client, context.Context, string) (string, error) {
+	return func(c vsphere.Client, ctx context.Context, ref string) (string, error) {
+		return c.PowerOn(ctx, ref, hostRef)
+	}
+}
+
+// hostRef is the host argument the controller passes for a power-on step
+// (controllers.powerOnHost): the step's host when the VM is registered elsewhere.
+func (d *diff) hostRef(st plan.Step) string {
+	inv := d.inventory()
+	vm, ok := inv.FindVM(st.VM)
+	if !ok || st.Host == "" || st.Host == vm.Host {
+		return ""
+	}
+	d.stats["powerOnElsewhere"]++
+	h, ok := inv.FindHost(st.Host)
+	if !ok {
+		d.fatalf("power-on step of %s names unknown host %s", st.VM, st.Host)
+	}
+	return h.Ref
+}
+
+// enterMaintenance starts EnterMaintenanceMode_Task on the world's entering hosts, once
+// the initial VMs run: on a host with a powered-on VM the task stays running (the host
+// reads as entering maintenance mode), on an idle host it completes at once.
+func (d *diff) enterMaintenance() {
+	d.t.Helper()
+	if len(d.w.entering) == 0 {
+		return
+	}
+	c := connect(d.t, d.sim)
+	defer func() { _ = c.Logout(d.ctx) }()
+	for _, name := range d.w.entering {
+		if _, err := hostObj(d.t, c, name).EnterMaintenanceMode(d.ctx, 0, false, nil); err != nil {
+			d.fatalf("enter maintenance mode on %s: %v", name, err)
+		}
+		if st, _ := d.sim.Host(name); st.EnteringMaintenanceMode {
+			d.stats["hostEntering"]++
+		}
+	}
+}
+
+// countWorld counts the features a seed's world reached, for the coverage assertions.
+func (d *diff) countWorld() {
+	for _, h := range d.w.inv.Hosts {
+		switch {
+		case h.InMaintenanceMode:
+			d.stats["hostInMaintenance"]++
+		case h.ConnectionState != "":
+			d.stats["host"+h.ConnectionState]++
+		}
+		for _, g := range h.GPUs {
+			if g.VGPUMode == "mixedSize" || (g.VGPUMode == "" && h.VGPUMode == "mixedSize") {
+				d.stats["gpuMixedSize"]++
+			}
+			if g.VGPUMode != "" && g.VGPUMode != h.VGPUMode {
+				d.stats["gpuModeOverride"]++
+			}
+		}
+	}
 }
 
 // inPool tells whether a layout names the VM: only those the planner acts on.
@@ -434,10 +378,10 @@ func (d *diff) checkConverged(target string) {
 			continue
 		}
 		st, _ := d.sim.VM(vm.Name)
-		profile, in := want[vm.Name]
+		wk, in := want[vm.Name]
 		switch {
-		case in && (st.PowerState != string(inventory.PoweredOn) || st.Profile != profile || st.GPU == ""):
-			d.fatalf("done, but %s is %s with %s on GPU %q, want running %s", vm.Name, st.PowerState, st.Profile, st.GPU, profile)
+		case in && (st.PowerState != string(inventory.PoweredOn) || st.Profile != wk.profile || st.VGPUs != wk.vgpus || len(st.GPUs) != wk.vgpus):
+			d.fatalf("done, but %s is %s with %d x %s on GPUs %v, want running %d x %s", vm.Name, st.PowerState, st.VGPUs, st.Profile, st.GPUs, wk.vgpus, wk.profile)
 		case !in && st.PowerState == string(inventory.PoweredOn):
 			d.fatalf("done, but %s runs outside layout %s", vm.Name, target)
 		}
@@ -457,7 +401,7 @@ func (d *diff) reachable(vms []string) bool {
 		for progress := true; progress && len(order) > 0; {
 			progress = false
 			for _, name := range slices.Clone(order) {
-				if d.op(vsphere.Client.PowerOn, name) == "" {
+				if d.op(powerOnOn(""), name) == "" {
 					order = slices.DeleteFunc(order, func(n string) bool { return n == name })
 					started = append(started, name)
 					progress = true
@@ -483,6 +427,9 @@ func (d *diff) infeasible(target string, problems []plan.Problem) {
 	for _, p := range problems {
 		reasons[p.Reason] = true
 	}
+	if reasons[plan.ReasonHostUnavailable] {
+		d.stats["hostUnavailableProblem"]++
+	}
 	if len(reasons) != 1 || !reasons[plan.ReasonInsufficientGPU] {
 		d.stats["infeasible:other"]++
 		return
@@ -496,11 +443,11 @@ func (d *diff) infeasible(target string, problems []plan.Problem) {
 		case !d.inPool(vm.Name):
 		case !in && running:
 			d.op(vsphere.Client.PowerOff, vm.Name)
-		case in && (vm.Profile != profile || !running):
-			if vm.Profile != profile {
+		case in && (vm.Profile != profile.profile || vm.VGPUs != profile.vgpus || !running):
+			if vm.Profile != profile.profile || vm.VGPUs != profile.vgpus {
 				d.op(vsphere.Client.PowerOff, vm.Name)
 				d.op(func(c vsphere.Client, ctx context.Context, ref string) (string, error) {
-					return c.SetProfile(ctx, ref, profile)
+					return c.SetProfile(ctx, ref, profile.profile, profile.vgpus)
 				}, vm.Name)
 			}
 			arriving = append(arriving, vm.Name)
@@ -521,4 +468,39 @@ func (d *diff) infeasible(target string, problems []plan.Problem) {
 		msgs = append(msgs, p.Message)
 	}
 	d.fatalf("plannerTooStrict: Check calls layout %s infeasible (%s), the simulator reached it", target, strings.Join(msgs, "; "))
+}
+
+// checkHeld ends a transition whose only remaining work is held (HostUnavailable): the
+// simulator must agree that each held VM's host is unavailable, and a VM held on a host
+// entering maintenance mode is what keeps the host from entering it.
+func (d *diff) checkHeld(p *plan.Plan) {
+	d.t.Helper()
+	d.stats["held"]++
+	for _, h := range p.Held {
+		if h.Reason != plan.ReasonHostUnavailable {
+			d.fatalf("notConverged: %s held for %s: %s", h.VM, h.Reason, h.Message)
+		}
+		st, _ := d.sim.VM(h.VM)
+		hs, _ := d.sim.Host(st.Host)
+		if !hs.InMaintenanceMode && !hs.EnteringMaintenanceMode && hs.ConnectionState == "connected" {
+			d.fatalf("notConverged: %s held, but the simulator has its host %s available: %s", h.VM, st.Host, h.Message)
+		}
+	}
+}
+
+// countPowerOn counts a planned power-on and the features it exercises.
+func (d *diff) countPowerOn(st plan.Step) {
+	d.stats["powerOns"]++
+	inv := d.inventory()
+	if vm, ok := inv.FindVM(st.VM); ok && vm.VGPUs > 1 {
+		d.stats["multiVGPUPowerOns"]++
+	}
+	if h, ok := inv.FindHost(st.Host); ok {
+		for _, g := range h.GPUs {
+			if g.Mixed() {
+				d.stats["mixedSizePowerOns"]++
+				return
+			}
+		}
+	}
 }

@@ -144,6 +144,8 @@ func runSeed(t *testing.T, seed uint64, o genOptions, stats map[string]int, tole
 				}
 				if stats[dis.class] == 0 {
 					t.Log(dis.msg)
+				} else {
+					t.Log(strings.SplitN(dis.msg, "\n", 2)[0])
 				}
 				stats[dis.class]++
 			}
@@ -342,7 +344,7 @@ func (d *diff) countWorld() {
 		switch {
 		case h.InMaintenanceMode:
 			d.stats["hostInMaintenance"]++
-		case h.ConnectionState != "":
+		case h.ConnectionState != "" && h.ConnectionState != inventory.Connected:
 			d.stats["host"+h.ConnectionState]++
 		}
 		for _, g := range h.GPUs {

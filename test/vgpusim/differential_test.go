@@ -432,6 +432,14 @@ func (d *diff) infeasible(target string, problems []plan.Problem) {
 	if reasons[plan.ReasonHostUnavailable] {
 		d.stats["hostUnavailableProblem"]++
 	}
+	for r := range reasons {
+		d.stats["problem:"+r]++
+	}
+	if os.Getenv("VGPUSIM_DIFF_DEBUG") != "" {
+		for _, p := range problems {
+			d.t.Logf("seed %d: %s", d.seed, p.Message)
+		}
+	}
 	if len(reasons) != 1 || !reasons[plan.ReasonInsufficientGPU] {
 		d.stats["infeasible:other"]++
 		return

@@ -3,6 +3,7 @@ package vgpusim_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -67,8 +68,14 @@ func genWorld(r *rand.Rand, o genOptions) *world {
 		host := genHost(r, o, h)
 		if cluster != "" && r.IntN(6) > 0 {
 			host.Cluster = cluster
+			// Clusters are mostly built of like hosts: offering what the first one
+			// offers lets a VM whose host is in maintenance start on another.
+			if first := clusterHost(w.inv, cluster); first != nil && r.IntN(4) > 0 {
+				host.GPUs = slices.Clone(first.GPUs)
+				host.Profiles = slices.Clone(first.Profiles)
+			}
 		}
-		if o.Unavailable && host.ConnectionState == "" && !host.InMaintenanceMode && r.IntN(6) == 0 {
+		if o.Unavailable && host.ConnectionState == "" && !host.InMaintenanceMode && r.IntN(8) == 0 {
 			w.entering = append(w.entering, host.Name)
 		}
 		w.inv.Hosts = append(w.inv.Hosts, host)
@@ -88,7 +95,14 @@ func genWorld(r *rand.Rand, o genOptions) *world {
 		if !strings.HasPrefix(vm.Name, "vm-") {
 			on = 3
 		}
+		// A host in maintenance mode runs no VM and rarely keeps suspended ones (they
+		// can resume only there): mostly powered off, the VMs gpupool may start elsewhere.
+		maintenance := hostByName(w.inv, vm.Host).InMaintenanceMode
 		switch n := r.IntN(10); {
+		case maintenance:
+			if n == 0 {
+				vm.PowerState = string(inventory.Suspended)
+			}
 		case n < on && vm.Profile != "":
 			w.startOn = append(w.startOn, vm.Name)
 		case n < 8:
@@ -117,12 +131,12 @@ func genHost(r *rand.Rand, o genOptions, n int) vgpusim.Host {
 		host.VGPUMode = "mixedSize"
 	}
 	if o.Unavailable {
-		switch r.IntN(12) {
-		case 0, 1:
+		switch r.IntN(30) {
+		case 0, 1, 2, 3:
 			host.InMaintenanceMode = true
-		case 2:
+		case 4:
 			host.ConnectionState = inventory.Disconnected
-		case 3:
+		case 5:
 			host.ConnectionState = inventory.NotResponding
 		}
 	}
@@ -238,4 +252,22 @@ func genLayout(r *rand.Rand, o genOptions, inv *vgpusim.Inventory, pool []*vgpus
 		lay.Workers = append(lay.Workers, gpupoolv1.Worker{VM: vm.Name, Profile: hosts[vm.Host].Profiles[0].Name, NoNode: true})
 	}
 	return lay
+}
+
+func hostByName(inv *vgpusim.Inventory, name string) *vgpusim.Host {
+	for i := range inv.Hosts {
+		if inv.Hosts[i].Name == name {
+			return &inv.Hosts[i]
+		}
+	}
+	return &vgpusim.Host{}
+}
+
+func clusterHost(inv *vgpusim.Inventory, cluster string) *vgpusim.Host {
+	for i := range inv.Hosts {
+		if inv.Hosts[i].Cluster == cluster {
+			return &inv.Hosts[i]
+		}
+	}
+	return nil
 }

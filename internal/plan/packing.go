@@ -280,7 +280,9 @@ func packSlots(h *inventory.Host, occ []inventory.Occupancy, ds []demand) bool {
 // interchangeable.
 func gpuKey(g inventory.GPU, o inventory.Occupancy) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s/%d/%s/%d/%s/", g.Mode, g.MemoryMiB, o.Profile, o.UsedMiB, o.Family)
+	// Sizes count too: the worst-case fit (inventory.Occupancy.fitsWherever) depends on
+	// the sizes that run, not only on the slots the packed model marks.
+	fmt.Fprintf(&b, "%s/%d/%s/%d/%s/%v/", g.Mode, g.MemoryMiB, o.Profile, o.UsedMiB, o.Family, slices.Sorted(slices.Values(o.Sizes)))
 	for _, t := range o.Slots {
 		if t {
 			b.WriteByte('1')

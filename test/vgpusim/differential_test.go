@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/test/vgpusim"
@@ -118,7 +119,14 @@ type diff struct {
 func runSeed(t *testing.T, seed uint64, o genOptions, stats map[string]int, tolerant bool) {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, 2026))
-	w := genWorld(r, o)
+	runWorld(t, seed, r, genWorld(r, o), stats, tolerant, "")
+}
+
+// runWorld starts the simulator on w, powers on w.startOn, puts w.entering hosts into
+// maintenance mode and runs three transitions to random layouts of w.
+// The transitions go to layout only, when it is not "".
+func runWorld(t *testing.T, seed uint64, r *rand.Rand, w *world, stats map[string]int, tolerant bool, only string) {
+	t.Helper()
 	sim, err := vgpusim.Start(w.inv, vgpusim.Options{})
 	if err != nil {
 		t.Fatalf("seed %d: start: %v", seed, err)
@@ -157,7 +165,11 @@ func runSeed(t *testing.T, seed uint64, o genOptions, stats map[string]int, tole
 	d.enterMaintenance()
 	// Transitions in a row, each from where the last ended.
 	for range 3 {
-		d.transition(w.spec.Layouts[r.IntN(len(w.spec.Layouts))].Name)
+		target := w.spec.Layouts[r.IntN(len(w.spec.Layouts))].Name
+		if only != "" {
+			target = only
+		}
+		d.transition(target)
 	}
 }
 
@@ -512,5 +524,38 @@ func (d *diff) countPowerOn(st plan.Step) {
 				return
 			}
 		}
+	}
+}
+
+// TestDifferentialFragmentedGPU is the case that made the planner assume the worst of
+// running vGPUs' placement: four 4Q vGPUs start on a 16 GiB mixed-size GPU at placement
+// IDs 0, 4, 8 and 12 (NVIDIA: lowest free place, in power-on order); the layout parks
+// the first and third and wants an 8Q next to the other two. vSphere does not report
+// placement IDs; the running 4Qs sit at 4 and 12, so no 8-aligned place is free. The
+// planner must not order that power-on (it did when it assumed the running vGPUs packed
+// from 0): both sides refuse the layout.
+func TestDifferentialFragmentedGPU(t *testing.T) {
+	inv := &vgpusim.Inventory{Datacenter: "dc1", Hosts: []vgpusim.Host{{
+		Name: "esx-00", Policy: inventory.PolicyPerformance, VGPUMode: "mixedSize",
+		GPUs:     []vgpusim.GPU{{Model: "NVIDIA A40", MemoryGiB: 16, PCIID: "0000:3b:00.0"}},
+		Profiles: []vgpusim.Profile{{Name: "grid_a40-4q", SuspendSupported: true}, {Name: "grid_a40-8q", SuspendSupported: true}},
+	}}}
+	for _, n := range []string{"vm-a", "vm-x", "vm-b", "vm-y"} {
+		inv.VMs = append(inv.VMs, vgpusim.VM{Name: n, Host: "esx-00", Folder: "pool", Profile: "grid_a40-4q"})
+	}
+	inv.VMs = append(inv.VMs, vgpusim.VM{Name: "vm-z", Host: "esx-00", Folder: "pool", Profile: "grid_a40-8q"})
+	w := &world{inv: inv, startOn: []string{"vm-a", "vm-x", "vm-b", "vm-y"}, spec: &gpupoolv1.GPUPoolProfileSpec{
+		Parking: gpupoolv1.ParkingPowerOff, DefaultLayout: "all",
+		Layouts: []gpupoolv1.Layout{{Name: "all", Workers: []gpupoolv1.Worker{
+			{VM: "vm-x", Profile: "grid_a40-4q", NoNode: true}, {VM: "vm-y", Profile: "grid_a40-4q", NoNode: true},
+			{VM: "vm-z", Profile: "grid_a40-8q", NoNode: true},
+		}}, {Name: "fours", Workers: []gpupoolv1.Worker{
+			{VM: "vm-a", Profile: "grid_a40-4q", NoNode: true}, {VM: "vm-b", Profile: "grid_a40-4q", NoNode: true},
+		}}},
+	}}
+	stats := map[string]int{}
+	runWorld(t, 1, rand.New(rand.NewPCG(1, 2026)), w, stats, false, "all")
+	if stats["agreedInfeasible"] != 3 || stats["powerOns"] != 0 {
+		t.Fatalf("want the layout refused by both sides on each of 3 transitions, no power-on ordered: %v", stats)
 	}
 }

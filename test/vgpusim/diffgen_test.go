@@ -48,7 +48,10 @@ type world struct {
 	inv      *vgpusim.Inventory
 	startOn  []string
 	entering []string
-	spec     *gpupoolv1.GPUPoolProfileSpec
+	// down are the hosts that lose their connection (disconnected, notResponding)
+	// once the VMs of startOn run, as a host failure would: their VMs keep running.
+	down map[string]string
+	spec *gpupoolv1.GPUPoolProfileSpec
 }
 
 var diffProfileSizes = []int64{0, 1, 2, 4, 8, 12, 16, 24, 48}
@@ -75,7 +78,12 @@ func genWorld(r *rand.Rand, o genOptions) *world {
 				host.Profiles = slices.Clone(first.Profiles)
 			}
 		}
-		if o.Unavailable && host.ConnectionState == "" && !host.InMaintenanceMode && r.IntN(8) == 0 {
+		if host.ConnectionState != "" {
+			if w.down == nil {
+				w.down = map[string]string{}
+			}
+			w.down[host.Name], host.ConnectionState = host.ConnectionState, ""
+		} else if o.Unavailable && !host.InMaintenanceMode && r.IntN(8) == 0 {
 			w.entering = append(w.entering, host.Name)
 		}
 		w.inv.Hosts = append(w.inv.Hosts, host)

@@ -36,6 +36,10 @@ type Occupancy struct {
 	// Family is the series family of the vGPUs on a mixed-size GPU ("graphics" or
 	// "compute").
 	Family string
+	// VMs is how many VMs have a vGPU on the GPU: what vSphere's placement policies
+	// compare (a VM with two vGPUs there counts once). Callers that add a VM's vGPUs
+	// count it; Add and Full keep it.
+	VMs int
 	// Sizes are the placement sizes (in slots) of the vGPUs on a mixed-size GPU, for
 	// the worst-case fit (see placement).
 	Sizes []int
@@ -65,7 +69,7 @@ func (o Occupancy) FitsOn(p Profile, g GPU) bool {
 // placement ID that fits it (the caller checked FitsOn). Occupancy is a value: the
 // result shares no slots with o.
 func (o Occupancy) Add(p Profile, g GPU) Occupancy {
-	n := Occupancy{Profile: o.Profile, UsedMiB: o.UsedMiB + p.FrameBufferMiB, Count: o.Count + 1, Family: o.Family}
+	n := Occupancy{Profile: o.Profile, UsedMiB: o.UsedMiB + p.FrameBufferMiB, Count: o.Count + 1, Family: o.Family, VMs: o.VMs}
 	if n.Profile == "" {
 		n.Profile = p.Name
 	}
@@ -96,7 +100,7 @@ func (o Occupancy) Add(p Profile, g GPU) Occupancy {
 
 // Full returns o with g taken whole, for a vGPU whose profile is unknown.
 func (o Occupancy) Full(g GPU) Occupancy {
-	n := Occupancy{Profile: o.Profile, UsedMiB: g.MemoryMiB, Count: o.Count + 1, Family: "unknown"}
+	n := Occupancy{Profile: o.Profile, UsedMiB: g.MemoryMiB, Count: o.Count + 1, Family: "unknown", VMs: o.VMs}
 	if g.Mixed() {
 		n.Slots = make([]bool, slotCount(g))
 		for i := range n.Slots {
@@ -219,9 +223,12 @@ func kindOf(profile string) profileKind {
 }
 
 // Place chooses the GPU of h on which vSphere would start a vGPU of profile p, given the
-// occupancy of each GPU (indexed like h.GPUs), following h.Policy: performance picks the
-// compatible GPU with the fewest vGPUs, consolidation the compatible GPU with the most;
-// ties go to the lowest PCI id. Compatible is FitsOn: each GPU's own mode. It returns -1
+// occupancy of each GPU (indexed like h.GPUs), following h.Policy. The vSphere API
+// (HostGraphicsConfigSharedPassthruAssignmentPolicy): "performance: assign VM to GPU with
+// fewest VMs", "consolidation: group like VMs on GPU until fully loaded"; so performance
+// picks the compatible GPU running the fewest VMs, consolidation the one running the
+// most (Occupancy.VMs; a VM with two vGPUs there counts once). Ties go to the lowest PCI
+// id. Compatible is FitsOn: each GPU's own mode. It returns -1
 // when no GPU can take it, which is when vCenter fails the power-on for insufficient
 // resources.
 func Place(h *Host, occ []Occupancy, p Profile) int {
@@ -240,12 +247,20 @@ func Place(h *Host, occ []Occupancy, p Profile) int {
 			continue
 		}
 		if h.Policy == PolicyConsolidation {
-			if occ[i].Count > occ[best].Count {
+			if occ[i].vms() > occ[best].vms() {
 				best = i
 			}
-		} else if occ[i].Count < occ[best].Count {
+		} else if occ[i].vms() < occ[best].vms() {
 			best = i
 		}
 	}
 	return best
+}
+
+// vms is VMs, or Count for an occupancy built without counting VMs (one VM per vGPU).
+func (o Occupancy) vms() int {
+	if o.VMs == 0 {
+		return o.Count
+	}
+	return o.VMs
 }

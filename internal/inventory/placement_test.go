@@ -204,3 +204,24 @@ func TestMixedSizeFitHoldsWhereverVGPUsSit(t *testing.T) {
 		}
 	}
 }
+
+// TestPlaceCountsVMs: vSphere's policies compare VMs per GPU ("assign VM to GPU with
+// fewest VMs"), so a VM with two vGPUs on a GPU counts once there.
+func TestPlaceCountsVMs(t *testing.T) {
+	gpus := []GPU{{PCIID: "a", MemoryMiB: 16 * 1024, Mode: ModeMixedSize}, {PCIID: "b", MemoryMiB: 16 * 1024, Mode: ModeMixedSize}}
+	var occ [2]Occupancy
+	occ[0] = occ[0].Add(gib(2), gpus[0]).Add(gib(2), gpus[0]) // one VM, two vGPUs
+	occ[0].VMs = 1
+	occ[1] = occ[1].Add(gib(2), gpus[1])
+	occ[1].VMs = 1
+	occ[1] = occ[1].Add(gib(2), gpus[1])
+	occ[1].VMs = 2 // two VMs
+	for _, tc := range []struct {
+		policy string
+		want   int
+	}{{PolicyPerformance, 0}, {PolicyConsolidation, 1}} {
+		if got := Place(&Host{Policy: tc.policy, GPUs: gpus}, occ[:], gib(2)); got != tc.want {
+			t.Errorf("%s: GPU %d, want %d", tc.policy, got, tc.want)
+		}
+	}
+}

@@ -38,6 +38,7 @@ func mixedHint(h *inventory.Host, freed []inventory.Occupancy, ds []demand) stri
 			for range o.Count {
 				occ[i] = occ[i].Add(p, mixed.GPUs[i])
 			}
+			occ[i].VMs = o.VMs
 		}
 	}
 	if !packSlots(&mixed, occ, ds) {

@@ -212,12 +212,17 @@ func powerOnOrder(h *inventory.Host, occ []inventory.Occupancy, ms []*member) (o
 // occupancy after, or false when one finds no GPU.
 func placeAll(h *inventory.Host, occ []inventory.Occupancy, p inventory.Profile, n int) ([]inventory.Occupancy, bool) {
 	next := slices.Clone(occ)
+	on := map[int]bool{} // the GPUs the VM has a vGPU on: it counts once there
 	for range max(n, 1) {
 		gpu := inventory.Place(h, next, p)
 		if gpu < 0 {
 			return occ, false
 		}
 		next[gpu] = next[gpu].Add(p, h.GPUs[gpu])
+		if !on[gpu] {
+			on[gpu] = true
+			next[gpu].VMs++
+		}
 	}
 	return next, true
 }

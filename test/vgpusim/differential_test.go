@@ -82,15 +82,20 @@ func TestDifferentialPlannerAgainstSimulator(t *testing.T) {
 	}
 	t.Logf("%d seeds in %s: %v", seeds, time.Since(start).Round(time.Millisecond), stats)
 	n := int(seeds)
+	// Rare corners (a power-on elsewhere, a held VM, ...) come a few times per hundred
+	// seeds: asserted in the full run only.
+	rare := 1 + n/50
+	if testing.Short() {
+		rare = 0
+	}
 	for _, c := range []struct {
 		stat string
 		min  int
 	}{
 		{"converged", n}, {"powerOns", 2 * n}, {"mixedSizePowerOns", n / 2}, {"multiVGPUPowerOns", n / 4},
 		{"gpuMixedSize", n / 2}, {"gpuModeOverride", n / 10}, {"hostInMaintenance", n / 10},
-		{"hostdisconnected", n / 20}, {"hostnotResponding", n / 20}, {"hostEntering", n / 20},
-		{"powerOnElsewhere", 1 + n/50}, {"held", 1 + n/50}, {"hostUnavailableProblem", 1 + n/50},
-		{"agreedInfeasible", 1 + n/50},
+		{"hostdisconnected", rare}, {"hostnotResponding", rare}, {"hostEntering", n / 20},
+		{"powerOnElsewhere", rare}, {"held", rare}, {"hostUnavailableProblem", rare}, {"agreedInfeasible", rare},
 	} {
 		if stats[c.stat] < c.min {
 			t.Errorf("%s reached %d times in %d seeds, want at least %d: the generator stopped exercising it", c.stat, stats[c.stat], n, c.min)

@@ -97,14 +97,26 @@ func TestDifferentialSameSize(t *testing.T) {
 // tolerant: it counts the disagreement classes and logs a first example of each.
 func TestDifferentialSweep(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("VGPUSIM_DIFF_SWEEP"))
-	if n <= 0 {
-		t.Skip("set VGPUSIM_DIFF_SWEEP=N to run N more seeds, counting disagreements")
+	var seeds []uint64
+	for seed := uint64(1000); seed < 1000+uint64(max(n, 0)); seed++ {
+		seeds = append(seeds, seed)
+	}
+	// VGPUSIM_DIFF_SEEDS=1468,1632 runs those seeds only, to replay what a sweep found.
+	for _, f := range strings.FieldsFunc(os.Getenv("VGPUSIM_DIFF_SEEDS"), func(r rune) bool { return r == ',' }) {
+		seed, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			t.Fatalf("VGPUSIM_DIFF_SEEDS: %v", err)
+		}
+		seeds = append(seeds, seed)
+	}
+	if len(seeds) == 0 {
+		t.Skip("set VGPUSIM_DIFF_SWEEP=N to run N more seeds (or VGPUSIM_DIFF_SEEDS=a,b), counting disagreements")
 	}
 	stats := map[string]int{}
-	for seed := uint64(1000); seed < 1000+uint64(n); seed++ {
+	for _, seed := range seeds {
 		runSeed(t, seed, fullOptions, stats, true)
 	}
-	t.Logf("%d seeds: %v", n, stats)
+	t.Logf("%d seeds: %v", len(seeds), stats)
 }
 
 // diff is one seed's run: a simulator, a client to it and the world.
@@ -454,6 +466,11 @@ func (d *diff) infeasible(target string, problems []plan.Problem) {
 		return
 	}
 	d.stats["plannerTooStrict"]++
+	if os.Getenv("VGPUSIM_DIFF_DEBUG") != "" {
+		for _, h := range d.w.inv.Hosts {
+			d.t.Logf("seed %d: reached; %s GPUs %v", d.seed, h.Name, d.sim.GPUs(h.Name))
+		}
+	}
 	if class := knownTooStrict(problems); class != "" {
 		d.stats["tooStrict:"+class]++
 		return

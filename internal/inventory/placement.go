@@ -36,6 +36,13 @@ type Occupancy struct {
 	// Family is the series family of the vGPUs on a mixed-size GPU ("graphics" or
 	// "compute").
 	Family string
+	// VMs is how many VMs have a vGPU on the GPU: what vSphere's placement policies
+	// compare (a VM with two vGPUs there counts once). Callers that add a VM's vGPUs
+	// count it; Add and Full keep it.
+	VMs int
+	// Sizes are the placement sizes (in slots) of the vGPUs on a mixed-size GPU, for
+	// the worst-case fit (see placement).
+	Sizes []int
 }
 
 // slotMiB is the placement slot of the mixed-size model.
@@ -62,7 +69,7 @@ func (o Occupancy) FitsOn(p Profile, g GPU) bool {
 // placement ID that fits it (the caller checked FitsOn). Occupancy is a value: the
 // result shares no slots with o.
 func (o Occupancy) Add(p Profile, g GPU) Occupancy {
-	n := Occupancy{Profile: o.Profile, UsedMiB: o.UsedMiB + p.FrameBufferMiB, Count: o.Count + 1, Family: o.Family}
+	n := Occupancy{Profile: o.Profile, UsedMiB: o.UsedMiB + p.FrameBufferMiB, Count: o.Count + 1, Family: o.Family, VMs: o.VMs}
 	if n.Profile == "" {
 		n.Profile = p.Name
 	}
@@ -76,6 +83,7 @@ func (o Occupancy) Add(p Profile, g GPU) Occupancy {
 	n.Slots = o.slots(g)
 	n.Family = Family(p.Name)
 	at, size := o.placement(p, g), SlotsOf(p)
+	n.Sizes = append(slices.Clip(o.Sizes), size)
 	if at < 0 {
 		// Note: a vGPU that does not fit (an observed over-commit, an unknown profile)
 		// takes every slot left, so nothing more is placed next to it.
@@ -92,7 +100,7 @@ func (o Occupancy) Add(p Profile, g GPU) Occupancy {
 
 // Full returns o with g taken whole, for a vGPU whose profile is unknown.
 func (o Occupancy) Full(g GPU) Occupancy {
-	n := Occupancy{Profile: o.Profile, UsedMiB: g.MemoryMiB, Count: o.Count + 1, Family: "unknown"}
+	n := Occupancy{Profile: o.Profile, UsedMiB: g.MemoryMiB, Count: o.Count + 1, Family: "unknown", VMs: o.VMs}
 	if g.Mixed() {
 		n.Slots = make([]bool, slotCount(g))
 		for i := range n.Slots {
@@ -130,12 +138,45 @@ func (o Occupancy) placement(p Profile, g GPU) int {
 		return -1
 	}
 	slots, size := o.slots(g), SlotsOf(p)
+	if !o.fitsWherever(size, len(slots)) {
+		return -1
+	}
 	for at := 0; at+size <= len(slots); at += size {
 		if !slices.Contains(slots[at:at+size], true) {
 			return at
 		}
 	}
 	return -1
+}
+
+// fitsWherever tells whether a vGPU of size slots fits a mixed-size GPU of n slots
+// wherever the vGPUs already there sit. vSphere reports which VMs run on a GPU
+// (graphicsInfo[].vm) but not their placement IDs, and NVIDIA's vGPU manager starts a
+// vGPU at the lowest free placement ID *when* it starts, so after VMs come and go the
+// running vGPUs may sit anywhere on their grid: 4Q vGPUs at 4 and 12 of a 16 GiB GPU
+// leave no place for an 8Q, although packed from 0 they would. So a vGPU of size s is
+// counted to fit only if the s-aligned places (n/s of them) outnumber those the running
+// vGPUs can cover in the worst case (each of size r covers at most hits(r, s, n)). This
+// can refuse a layout vSphere would take (the differential test counts that as the
+// known "placementUnknown" strictness); it never orders a power-on NVIDIA's placement can
+// refuse for lack of an aligned place.
+func (o Occupancy) fitsWherever(size, n int) bool {
+	free := n / size
+	for _, r := range o.Sizes {
+		free -= hits(r, size, n)
+	}
+	return free >= 1
+}
+
+// hits is how many of the s-aligned places of a GPU of n slots one vGPU of r slots can
+// overlap at worst, over the r-aligned placement IDs it may start at.
+func hits(r, s, n int) int {
+	worst := 0
+	for at := 0; at+r <= n; at += r {
+		first, last := at/s, min((at+r-1)/s, n/s-1)
+		worst = max(worst, last-first+1)
+	}
+	return worst
 }
 
 func slotCount(g GPU) int { return int(g.MemoryMiB / slotMiB) }
@@ -182,9 +223,12 @@ func kindOf(profile string) profileKind {
 }
 
 // Place chooses the GPU of h on which vSphere would start a vGPU of profile p, given the
-// occupancy of each GPU (indexed like h.GPUs), following h.Policy: performance picks the
-// compatible GPU with the fewest vGPUs, consolidation the compatible GPU with the most;
-// ties go to the lowest PCI id. Compatible is FitsOn: each GPU's own mode. It returns -1
+// occupancy of each GPU (indexed like h.GPUs), following h.Policy. The vSphere API
+// (HostGraphicsConfigSharedPassthruAssignmentPolicy): "performance: assign VM to GPU with
+// fewest VMs", "consolidation: group like VMs on GPU until fully loaded"; so performance
+// picks the compatible GPU running the fewest VMs, consolidation the one running the
+// most (Occupancy.VMs; a VM with two vGPUs there counts once). Ties go to the lowest PCI
+// id. Compatible is FitsOn: each GPU's own mode. It returns -1
 // when no GPU can take it, which is when vCenter fails the power-on for insufficient
 // resources.
 func Place(h *Host, occ []Occupancy, p Profile) int {
@@ -203,12 +247,20 @@ func Place(h *Host, occ []Occupancy, p Profile) int {
 			continue
 		}
 		if h.Policy == PolicyConsolidation {
-			if occ[i].Count > occ[best].Count {
+			if occ[i].vms() > occ[best].vms() {
 				best = i
 			}
-		} else if occ[i].Count < occ[best].Count {
+		} else if occ[i].vms() < occ[best].vms() {
 			best = i
 		}
 	}
 	return best
+}
+
+// vms is VMs, or Count for an occupancy built without counting VMs (one VM per vGPU).
+func (o Occupancy) vms() int {
+	if o.VMs == 0 {
+		return o.Count
+	}
+	return o.VMs
 }

@@ -39,6 +39,11 @@ func TestMixedSizePlacement(t *testing.T) {
 		{"Q next to C-series, mixed", mixed, []Profile{gib(8), {Name: "grid_l40-4c", FrameBufferMiB: 4096}}, false},
 		{"MIG-backed, mixed", mixed, []Profile{{Name: "nvidia_a100-3-20c", FrameBufferMiB: 4096}}, false},
 		{"1 GiB more than the GPU, mixed", mixed, []Profile{gib(16), gib(1)}, false},
+		// vSphere does not report placement IDs: two 4Q may sit at 4 and 12.
+		{"4Q, 4Q, then 8Q: the 4Qs may sit in both halves", mixed, []Profile{gib(4), gib(4), gib(8)}, false},
+		{"1Q, 1Q, then 8Q: the same", mixed, []Profile{gib(1), gib(1), gib(8)}, false},
+		{"1Q then 8Q: one half stays free wherever it sits", mixed, []Profile{gib(1), gib(8)}, true},
+		{"8Q, 2Q, 2Q, 2Q, 2Q: the 8Q covers one half at most", mixed, []Profile{gib(8), gib(2), gib(2), gib(2), gib(2)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var o Occupancy
@@ -152,6 +157,71 @@ func TestVGPUCount(t *testing.T) {
 	}{{VM{}, 0}, {VM{VGPUs: 2}, 0}, {VM{Profile: "grid_p100-4q"}, 1}, {VM{Profile: "grid_p100-4q", VGPUs: 3}, 3}} {
 		if got := tc.vm.VGPUCount(); got != tc.want {
 			t.Errorf("%+v: VGPUCount() = %d, want %d", tc.vm, got, tc.want)
+		}
+	}
+}
+
+// TestMixedSizeFitHoldsWhereverVGPUsSit: the planner's fit must hold whatever placement
+// IDs the running vGPUs got (vSphere does not report them; NVIDIA's lowest-free rule
+// applied in an unknown power-on and power-off history can leave them anywhere on their
+// grid). Random arrangements place each vGPU at a random free aligned place; whenever
+// FitsOn says a vGPU fits, the arrangement must have a free aligned place for it.
+func TestMixedSizeFitHoldsWhereverVGPUsSit(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	sizes := []int64{1, 2, 3, 4, 6, 8, 12, 16, 24}
+	for iter := range 3000 {
+		g := GPU{PCIID: "0000:3b:00.0", MemoryMiB: []int64{8, 16, 24, 48}[r.IntN(4)] * 1024, Mode: ModeMixedSize}
+		n := int(g.MemoryMiB / 1024)
+		taken := make([]bool, n)
+		freeAt := func(size int) []int {
+			var out []int
+			for at := 0; at+size <= n; at += size {
+				ok := true
+				for i := at; i < at+size; i++ {
+					ok = ok && !taken[i]
+				}
+				if ok {
+					out = append(out, at)
+				}
+			}
+			return out
+		}
+		var o Occupancy
+		for range 1 + r.IntN(8) {
+			p := gib(sizes[r.IntN(len(sizes))])
+			if !o.FitsOn(p, g) {
+				continue
+			}
+			places := freeAt(int(p.FrameBufferMiB / 1024))
+			if len(places) == 0 {
+				t.Fatalf("iteration %d: FitsOn says %s fits %v, but the GPU has no free aligned place (taken %v)", iter, p.Name, o.Sizes, taken)
+			}
+			at := places[r.IntN(len(places))]
+			for i := at; i < at+int(p.FrameBufferMiB/1024); i++ {
+				taken[i] = true
+			}
+			o = o.Add(p, g)
+		}
+	}
+}
+
+// TestPlaceCountsVMs: vSphere's policies compare VMs per GPU ("assign VM to GPU with
+// fewest VMs"), so a VM with two vGPUs on a GPU counts once there.
+func TestPlaceCountsVMs(t *testing.T) {
+	gpus := []GPU{{PCIID: "a", MemoryMiB: 16 * 1024, Mode: ModeMixedSize}, {PCIID: "b", MemoryMiB: 16 * 1024, Mode: ModeMixedSize}}
+	var occ [2]Occupancy
+	occ[0] = occ[0].Add(gib(2), gpus[0]).Add(gib(2), gpus[0]) // one VM, two vGPUs
+	occ[0].VMs = 1
+	occ[1] = occ[1].Add(gib(2), gpus[1])
+	occ[1].VMs = 1
+	occ[1] = occ[1].Add(gib(2), gpus[1])
+	occ[1].VMs = 2 // two VMs
+	for _, tc := range []struct {
+		policy string
+		want   int
+	}{{PolicyPerformance, 0}, {PolicyConsolidation, 1}} {
+		if got := Place(&Host{Policy: tc.policy, GPUs: gpus}, occ[:], gib(2)); got != tc.want {
+			t.Errorf("%s: GPU %d, want %d", tc.policy, got, tc.want)
 		}
 	}
 }

@@ -366,7 +366,9 @@ func (a *analysis) capacity(ha *hostAnalysis) string {
 					ha.freed[i] = a.add(ha.freed[i], h, g, name)
 				}
 			}
+			ha.current[i].VMs++ // vSphere's policies count VMs, not vGPUs (inventory.Place)
 			if !freeing[name] {
+				ha.freed[i].VMs++
 				ha.keepers[i] = append(ha.keepers[i], name)
 			}
 		}

@@ -359,3 +359,34 @@ func TestAmbiguousVMNameStopsThePlan(t *testing.T) {
 		t.Errorf("by path: Check = %v, want none", got)
 	}
 }
+
+// TestPowerOnOrderBacktracks is what the differential test found (seed 1468): on a
+// 24 GiB mixed-size GPU and a 16 GiB same-size one, under performance, 2 x 4q and
+// 2 x 1c + 1 x 1c fit only if the single 1c starts first (on the mixed GPU), the 4q VM
+// next (both on the same-size GPU, the mixed one being C-series now), then the 2 x 1c.
+// Largest first, or the 2 x 1c VM first, strands a family; VMs of one profile with
+// different vGPU counts are not interchangeable.
+func TestPowerOnOrderBacktracks(t *testing.T) {
+	q4 := inventory.Profile{Name: "grid_a40-4q", FrameBufferMiB: 4096}
+	c1 := inventory.Profile{Name: "grid_a40-1c", FrameBufferMiB: 1024}
+	h := &inventory.Host{Name: "esx-00", Policy: inventory.PolicyPerformance, Profiles: []inventory.Profile{q4, c1}, GPUs: []inventory.GPU{
+		{PCIID: "0000:3b:00.0", MemoryMiB: 24 * 1024, Mode: inventory.ModeMixedSize},
+		{PCIID: "0000:5b:00.0", MemoryMiB: 16 * 1024, Mode: inventory.ModeSameSize},
+	}}
+	ms := []*member{
+		{vm: &inventory.VM{Name: "vm-0-1"}, offer: c1, count: 2},
+		{vm: &inventory.VM{Name: "vm-0-2"}, offer: c1, count: 1},
+		{vm: &inventory.VM{Name: "vm-0-4"}, offer: q4, count: 2},
+	}
+	order, stuck := powerOnOrder(h, make([]inventory.Occupancy, 2), ms)
+	if len(stuck) > 0 {
+		t.Fatalf("stuck: %v", stuck)
+	}
+	var got []string
+	for _, m := range order {
+		got = append(got, m.vm.Name)
+	}
+	if want := []string{"vm-0-2", "vm-0-4", "vm-0-1"}; !slices.Equal(got, want) {
+		t.Errorf("order = %v, want %v", got, want)
+	}
+}

@@ -38,6 +38,7 @@ func mixedHint(h *inventory.Host, freed []inventory.Occupancy, ds []demand) stri
 			for range o.Count {
 				occ[i] = occ[i].Add(p, mixed.GPUs[i])
 			}
+			occ[i].VMs = o.VMs
 		}
 	}
 	if !packSlots(&mixed, occ, ds) {
@@ -67,7 +68,7 @@ func (a *analysis) slotShortage(ha *hostAnalysis, ds []demand) string {
 		}
 		gpus = append(gpus, fmt.Sprintf("GPU %s (%s, %s mode) %s", g.PCIID, gib(g.MemoryMiB), mode, what))
 	}
-	msg := fmt.Sprintf("host %s: layout %s needs %s, which do not fit its GPUs: in mixed-size mode a vGPU of N GiB starts only at a placement ID that is a multiple of N, and only A-, B- and Q-series (or only C-series) vGPUs share a GPU (%s)",
+	msg := fmt.Sprintf("host %s: layout %s needs %s, which do not fit its GPUs: in mixed-size mode a vGPU of N GiB starts only at a placement ID that is a multiple of N, vSphere does not report where running vGPUs sit (so gpupool counts only the places free wherever they sit), and only A-, B- and Q-series (or only C-series) vGPUs share a GPU (%s)",
 		h.Name, a.layout.Name, demandList(ds), strings.Join(gpus, "; "))
 	return msg + mixedHint(h, ha.freed, ds)
 }

@@ -136,29 +136,28 @@ func memoKey(n int, counts []int) string {
 // policy a vGPU goes to the emptiest compatible GPU, so starting four small vGPUs first
 // may spread them over every GPU and leave none free for a large one. At each step this
 // powers on a VM of the largest profile whose placement leaves the rest packable, so no
-// placement blocks the VMs after it.
+// placement blocks the VMs after it, and it backtracks when vSphere's choice of GPU
+// strands a later VM anyway (the differential test found layouts of C- and Q-series
+// vGPUs on mixed-size GPUs that only a later choice could reach).
 //
 // Note: on a host whose GPUs are all in same-size mode this never gets stuck on a
 // packable host: of a packing, the profile given the free GPU with the lowest PCI id can
 // always go next (Place puts it on that GPU, on one the packing leaves free, or next to
 // vGPUs of its own profile, all of which keep the rest packable). With GPUs in mixed-size
 // mode vSphere's choice of GPU can strand placement slots, and a VM with several vGPUs
-// is placed vGPU by vGPU; then no order may exist, which the stuck result reports.
+// is placed vGPU by vGPU; then no order may exist (or none within orderBudget), which the
+// stuck result reports.
 func powerOnOrder(h *inventory.Host, occ []inventory.Occupancy, ms []*member) (order, stuck []*member) {
-	type group struct {
-		profile inventory.Profile
-		queue   []*member
-	}
-	var groups []*group
+	var groups []*orderGroup
 	for _, m := range ms {
-		i := slices.IndexFunc(groups, func(g *group) bool { return g.profile.Name == m.offer.Name })
+		i := slices.IndexFunc(groups, func(g *orderGroup) bool { return g.profile.Name == m.offer.Name })
 		if i < 0 {
-			groups = append(groups, &group{profile: m.offer})
+			groups = append(groups, &orderGroup{profile: m.offer})
 			i = len(groups) - 1
 		}
 		groups[i].queue = append(groups[i].queue, m)
 	}
-	slices.SortFunc(groups, func(a, b *group) int {
+	slices.SortFunc(groups, func(a, b *orderGroup) int {
 		return cmp.Or(cmp.Compare(b.profile.FrameBufferMiB, a.profile.FrameBufferMiB), cmp.Compare(a.profile.Name, b.profile.Name))
 	})
 	for _, g := range groups {
@@ -178,33 +177,91 @@ func powerOnOrder(h *inventory.Host, occ []inventory.Occupancy, ms []*member) (o
 		return ds
 	}
 
-	occ = slices.Clone(occ)
-	for len(order) < len(ms) {
-		placed := false
-		for _, g := range groups {
-			if len(g.queue) == 0 {
-				continue
-			}
-			next, ok := placeAll(h, occ, g.profile, g.queue[0].count)
-			if !ok {
-				continue
-			}
-			m := g.queue[0]
-			g.queue = g.queue[1:]
-			if packable(h, next, remaining()) {
-				order, occ, placed = append(order, m), next, true
-				break
-			}
-			g.queue = append([]*member{m}, g.queue...)
+	// Depth first over which profile goes next, the largest first at each step, so the
+	// first order tried is the greedy one; a dead end (vSphere's choice of GPU stranded a
+	// later VM) backtracks. States already found to fail are skipped, and the search is
+	// bounded: past orderBudget it reports the longest prefix found as stuck.
+	budget := orderBudget
+	failed := map[string]bool{}
+	var longest []*member
+	var rec func(occ []inventory.Occupancy) bool
+	rec = func(occ []inventory.Occupancy) bool {
+		if len(order) == len(ms) {
+			return true
 		}
-		if !placed {
-			for _, g := range groups {
-				stuck = append(stuck, g.queue...)
+		if budget--; budget < 0 {
+			return false
+		}
+		key := orderKey(occ, groups)
+		if failed[key] {
+			return false
+		}
+		for _, g := range groups {
+			// VMs of one profile are interchangeable only when they have as many vGPUs:
+			// the first of each count is tried.
+			tried := map[int]bool{}
+			for k, m := range g.queue {
+				if tried[m.count] {
+					continue
+				}
+				tried[m.count] = true
+				next, ok := placeAll(h, occ, g.profile, m.count)
+				if !ok {
+					continue
+				}
+				g.queue = slices.Delete(g.queue, k, k+1)
+				if packable(h, next, remaining()) {
+					order = append(order, m)
+					if rec(next) {
+						return true
+					}
+					order = order[:len(order)-1]
+				}
+				g.queue = slices.Insert(g.queue, k, m)
 			}
-			return order, stuck
+		}
+		if len(order) > len(longest) || longest == nil {
+			longest = slices.Clone(order)
+		}
+		failed[key] = true
+		return false
+	}
+	if rec(slices.Clone(occ)) {
+		return order, nil
+	}
+	for _, m := range ms {
+		if !slices.Contains(longest, m) {
+			stuck = append(stuck, m)
 		}
 	}
-	return order, nil
+	return longest, stuck
+}
+
+// orderBudget bounds powerOnOrder's search. On hosts in same-size mode the first order
+// tried works (see powerOnOrder's note); mixed-size hosts with a handful of profiles stay
+// far below it. Past it the layout is refused rather than started.
+const orderBudget = 20_000
+
+// orderKey identifies powerOnOrder's search state: the GPUs' occupancy and the vGPU
+// counts of the VMs of each profile left (in queue order, which is by name).
+func orderKey(occ []inventory.Occupancy, groups []*orderGroup) string {
+	var b strings.Builder
+	for _, o := range occ {
+		fmt.Fprintf(&b, "%s/%d/%d/%d/%v/%v|", o.Profile, o.UsedMiB, o.Count, o.VMs, o.Slots, o.Sizes)
+	}
+	for _, g := range groups {
+		for _, m := range g.queue {
+			fmt.Fprintf(&b, "%d,", m.count)
+		}
+		b.WriteByte(';')
+	}
+	return b.String()
+}
+
+// orderGroup is powerOnOrder's queue of the VMs of one profile, by name.
+type orderGroup struct {
+	profile inventory.Profile
+	queue   []*member
 }
 
 // placeAll places n vGPUs of p one after the other as vSphere's placement would (the
@@ -212,12 +269,17 @@ func powerOnOrder(h *inventory.Host, occ []inventory.Occupancy, ms []*member) (o
 // occupancy after, or false when one finds no GPU.
 func placeAll(h *inventory.Host, occ []inventory.Occupancy, p inventory.Profile, n int) ([]inventory.Occupancy, bool) {
 	next := slices.Clone(occ)
+	on := map[int]bool{} // the GPUs the VM has a vGPU on: it counts once there
 	for range max(n, 1) {
 		gpu := inventory.Place(h, next, p)
 		if gpu < 0 {
 			return occ, false
 		}
 		next[gpu] = next[gpu].Add(p, h.GPUs[gpu])
+		if !on[gpu] {
+			on[gpu] = true
+			next[gpu].VMs++
+		}
 	}
 	return next, true
 }
@@ -280,7 +342,9 @@ func packSlots(h *inventory.Host, occ []inventory.Occupancy, ds []demand) bool {
 // interchangeable.
 func gpuKey(g inventory.GPU, o inventory.Occupancy) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s/%d/%s/%d/%s/", g.Mode, g.MemoryMiB, o.Profile, o.UsedMiB, o.Family)
+	// Sizes count too: the worst-case fit (inventory.Occupancy.fitsWherever) depends on
+	// the sizes that run, not only on the slots the packed model marks.
+	fmt.Fprintf(&b, "%s/%d/%s/%d/%s/%v/", g.Mode, g.MemoryMiB, o.Profile, o.UsedMiB, o.Family, slices.Sorted(slices.Values(o.Sizes)))
 	for _, t := range o.Slots {
 		if t {
 			b.WriteByte('1')

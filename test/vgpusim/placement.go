@@ -101,13 +101,13 @@ func (g *gpuState) fit(p Profile) (int, string) {
 	return len(g.vgpus) * size, ""
 }
 
-// fitMixed places in mixed-size mode: same board and series as what runs, under the
+// fitMixed places in mixed-size mode: same board and series family as what runs, under the
 // type's mixed-size maximum, at the lowest free placement ID aligned to the type's size.
 func (g *gpuState) fitMixed(p Profile, size int) (int, string) {
 	count := 0
 	for _, v := range g.vgpus {
-		if !sameSeries(v.profile.Name, p.Name) {
-			return -1, fmt.Sprintf("GPU %s runs %s and the mixed-size rule lets only vGPUs of the same board and series share a GPU", g.pciID, v.profile.Name)
+		if !mixable(v.profile.Name, p.Name) {
+			return -1, fmt.Sprintf("GPU %s runs %s and the mixed-size rule lets only vGPUs of the same board and series family (A/B/Q, or C) share a GPU", g.pciID, v.profile.Name)
 		}
 		if v.profile.Name == p.Name {
 			count++
@@ -144,8 +144,8 @@ func free(slots []bool) bool {
 // grid_p100-4q is board p100, series q.
 var seriesRE = regexp.MustCompile(`^(?:grid|nvidia)_([a-z0-9]+)-[0-9-]*([a-z]+)$`)
 
-// sameSeries tells whether two types share board and series; unparsable names only
-// match themselves.
+// sameSeries tells whether two types share board and series, as the vGPUs of one VM
+// must (NVIDIA, Multi-vGPU); unparsable names only match themselves.
 func sameSeries(a, b string) bool {
 	ma, mb := seriesRE.FindStringSubmatch(a), seriesRE.FindStringSubmatch(b)
 	if ma == nil || mb == nil {
@@ -154,11 +154,43 @@ func sameSeries(a, b string) bool {
 	return ma[1] == mb[1] && ma[2] == mb[2]
 }
 
-// choose picks the GPU for a vGPU of p following the host's policy: performance takes
-// the GPU with the least frame buffer in use, consolidation the one with the most, among
-// the GPUs that can take it. vSphere documents no tie-break: ESXi lists GPUs by PCI
-// address, and the first one wins. It returns the GPU's index and start slot, or -1
-// with each GPU's reason.
+// mixable tells whether two types may share a GPU in mixed-size mode: the same board,
+// and series that mix. NVIDIA's vGPU deployment guide ("Selecting the Correct vGPU
+// Profiles", vGPU 17 and later): "a mixture of A-series, B-series, and Q-series vGPUs
+// with varying amounts of frame buffer can coexist on the same GPU"; C-series (NVIDIA AI
+// Enterprise compute) types are not in that mixture, so they share a GPU only with
+// C-series. Unparsable names only match themselves.
+//
+// Note: this was first sameSeries (4B never next to 4Q); the differential test found
+// the planner's A/B/Q mix, and the guide sides with the planner.
+func mixable(a, b string) bool {
+	ma, mb := seriesRE.FindStringSubmatch(a), seriesRE.FindStringSubmatch(b)
+	if ma == nil || mb == nil {
+		return a == b
+	}
+	return ma[1] == mb[1] && seriesFamily(ma[2]) == seriesFamily(mb[2])
+}
+
+// seriesFamily groups the series that mix on one GPU: A, B and Q; C alone.
+func seriesFamily(series string) string {
+	switch series {
+	case "a", "b", "q":
+		return "graphics"
+	}
+	return series
+}
+
+// choose picks the GPU for a vGPU of p following the host's policy, among the GPUs that
+// can take it. The vSphere API (HostGraphicsConfigSharedPassthruAssignmentPolicy) says
+// "performance: assign VM to GPU with fewest VMs" and "consolidation: group like VMs on
+// GPU until fully loaded": so performance takes the GPU running the fewest VMs,
+// consolidation the one running the most (a VM with two vGPUs there counts once).
+// vSphere documents no tie-break: ESXi lists GPUs by PCI address, and the first one
+// wins. It returns the GPU's index and start slot, or -1 with each GPU's reason.
+//
+// Note: this compared the frame buffer in use first; the differential test found the
+// planner's count of VMs disagreeing on mixed-size GPUs, and the API text sides with
+// counting VMs.
 func choose(policy string, gpus []*gpuState, p Profile) (assignment, []string) {
 	order := make([]int, len(gpus))
 	for i := range order {
@@ -173,18 +205,18 @@ func choose(policy string, gpus []*gpuState, p Profile) (assignment, []string) {
 			reasons = append(reasons, why)
 			continue
 		}
-		if best.gpu < 0 || better(policy, gpus[i].usedMiB(), gpus[best.gpu].usedMiB()) {
+		if best.gpu < 0 || better(policy, len(gpus[i].vmsOn()), len(gpus[best.gpu].vmsOn())) {
 			best = assignment{gpu: i, start: start}
 		}
 	}
 	return best, reasons
 }
 
-func better(policy string, used, bestUsed int64) bool {
+func better(policy string, vms, bestVMs int) bool {
 	if policy == "consolidation" {
-		return used > bestUsed
+		return vms > bestVMs
 	}
-	return used < bestUsed
+	return vms < bestVMs
 }
 
 // placeAll places every vGPU of a VM, in device order, each seeing the ones before it.

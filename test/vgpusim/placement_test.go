@@ -51,7 +51,7 @@ func run(policy string, gs []*gpuState, vms ...[]Profile) ([][]int, []string) {
 
 func TestPlacementRules(t *testing.T) {
 	q4, q8, q2, q16 := prof("grid_p100-4q", 4), prof("grid_p100-8q", 8), prof("grid_p100-2q", 2), prof("grid_p100-16q", 16)
-	c4 := prof("grid_p100-4c", 4)
+	c4, b4, a4 := prof("grid_p100-4c", 4), prof("grid_p100-4b", 4), prof("grid_p100-4a", 4)
 	capped := q2
 	capped.MixedSizeMax = 2
 	one := func(p Profile) []Profile { return []Profile{p} }
@@ -68,10 +68,12 @@ func TestPlacementRules(t *testing.T) {
 		{"same-size: one profile per GPU", "consolidation", gpus(modeSameSize, 16), [][]Profile{one(q4), one(q8)}, "0 -", "same-size rule"},
 		{"same-size: other GPU takes the other profile", "consolidation", gpus(modeSameSize, 16, 16), [][]Profile{one(q4), one(q8)}, "0 1", ""},
 		{"frame buffer", "performance", gpus(modeSameSize, 8), [][]Profile{one(q4), one(q4), one(q4)}, "0 0 -", "frame-buffer rule"},
-		{"performance: least used frame buffer, ties to the lowest PCI id", "performance", gpus(modeSameSize, 8, 16), [][]Profile{one(q8), one(q4), one(q4)}, "0 1 1", ""},
+		{"performance: fewest VMs, ties to the lowest PCI id", "performance", gpus(modeSameSize, 8, 16), [][]Profile{one(q8), one(q4), one(q4)}, "0 1 1", ""},
+		{"performance: fewest VMs, not least frame buffer", "performance", gpus(modeMixedSize, 16, 16), [][]Profile{one(q8), one(q2), one(q2), one(q2)}, "0 1 0 1", ""},
+		{"mixed-size: A, B and Q mix", "performance", gpus(modeMixedSize, 16), [][]Profile{one(q4), one(b4), one(a4)}, "0 0 0", ""},
 		{"mixed-size: sizes share a GPU", "performance", gpus(modeMixedSize, 16), [][]Profile{one(q4), one(q8), one(q2), one(q2)}, "0 0 0 0", ""},
 		{"mixed-size: alignment leaves a hole", "performance", gpus(modeMixedSize, 16), [][]Profile{one(q2), one(q8), one(q4), one(q4)}, "0 0 0 -", "placement rule"},
-		{"mixed-size: series must match", "performance", gpus(modeMixedSize, 16), [][]Profile{one(q4), one(c4)}, "0 -", "same board and series"},
+		{"mixed-size: C does not mix with Q", "performance", gpus(modeMixedSize, 16), [][]Profile{one(q4), one(c4)}, "0 -", "same board and series family"},
 		{"mixed-size: per-profile maximum", "performance", gpus(modeMixedSize, 16), [][]Profile{one(capped), one(capped), one(capped)}, "0 0 -", "mixed-size maximum"},
 		{"mixed-size: full-size needs an empty GPU", "consolidation", gpus(modeMixedSize, 16, 16), [][]Profile{one(q2), one(q16)}, "0 1", ""},
 		{"multi-vGPU: all placed", "performance", gpus(modeSameSize, 16, 16), [][]Profile{{q8, q8}}, "0+1", ""},

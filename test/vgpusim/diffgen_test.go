@@ -1,0 +1,281 @@
+package vgpusim_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/test/vgpusim"
+)
+
+// The differential test's world generator. It draws every feature both models have:
+// same-size and mixed-size GPUs (per host, and per GPU overriding the host), A-, B-, Q-
+// and C-series profiles offered side by side (including NVIDIA's 512 MiB "0" sizes),
+// VMs and layout workers with several vGPUs (Worker.VGPUs), hosts in a cluster (so a
+// powered-off VM on a host in maintenance can be started on another host of it), and
+// hosts in maintenance mode, entering it (an EnterMaintenanceMode_Task held running by a
+// powered-on VM), disconnected or not responding.
+
+// genOptions choose the features a generated world uses.
+type genOptions struct {
+	// MixedSize puts some hosts, and some single GPUs, in mixed-size mode.
+	MixedSize bool
+	// MaxVGPUs gives VMs and layout workers 1..MaxVGPUs vGPUs.
+	MaxVGPUs int
+	// Unavailable puts some hosts in maintenance mode, entering it, disconnected or not
+	// responding, and most worlds' hosts in one cluster.
+	Unavailable bool
+	// Series offers A-, B-, Q- and C-series profiles (and 512 MiB ones) side by side;
+	// without it every profile is Q-series of 1 GiB or more.
+	Series bool
+}
+
+// sameSizeOptions is the subset the planner modelled first: same-size GPUs, one vGPU
+// per VM, hosts all available.
+var sameSizeOptions = genOptions{MaxVGPUs: 1}
+
+// fullOptions is every feature.
+var fullOptions = genOptions{MixedSize: true, MaxVGPUs: 2, Unavailable: true, Series: true}
+
+// world is a generated scenario: the simulator's inventory, the VMs to power on after
+// it starts (in that order; vgpusim refuses the ones that do not fit, as vSphere would),
+// the hosts to put into maintenance mode after that (through EnterMaintenanceMode_Task:
+// it stays running while a VM runs there), and the pool's spec.
+type world struct {
+	inv      *vgpusim.Inventory
+	startOn  []string
+	entering []string
+	// down are the hosts that lose their connection (disconnected, notResponding)
+	// once the VMs of startOn run, as a host failure would: their VMs keep running.
+	down map[string]string
+	spec *gpupoolv1.GPUPoolProfileSpec
+}
+
+var diffProfileSizes = []int64{0, 1, 2, 4, 8, 12, 16, 24, 48}
+
+func profileName(gib int64, series string) string { return fmt.Sprintf("grid_a40-%d%s", gib, series) }
+
+// genWorld makes 1-3 hosts with 1-3 GPUs of 8-48 GiB, random policies and profile
+// offers, 1-5 pool VMs and 0-2 foreign VMs per host, and two layouts of the pool.
+func genWorld(r *rand.Rand, o genOptions) *world {
+	w := &world{inv: &vgpusim.Inventory{Datacenter: "dc1"}}
+	cluster := ""
+	if o.Unavailable && r.IntN(4) > 0 {
+		cluster = "gpu"
+	}
+	var pool []*vgpusim.VM
+	for h := range 1 + r.IntN(3) {
+		host := genHost(r, o, h)
+		if cluster != "" && r.IntN(6) > 0 {
+			host.Cluster = cluster
+			// Clusters are mostly built of like hosts: offering what the first one
+			// offers lets a VM whose host is in maintenance start on another.
+			if first := clusterHost(w.inv, cluster); first != nil && r.IntN(4) > 0 {
+				host.GPUs = slices.Clone(first.GPUs)
+				host.Profiles = slices.Clone(first.Profiles)
+			}
+		}
+		if host.ConnectionState != "" {
+			if w.down == nil {
+				w.down = map[string]string{}
+			}
+			w.down[host.Name], host.ConnectionState = host.ConnectionState, ""
+		} else if o.Unavailable && !host.InMaintenanceMode && r.IntN(8) == 0 {
+			w.entering = append(w.entering, host.Name)
+		}
+		w.inv.Hosts = append(w.inv.Hosts, host)
+		for i := range 1 + r.IntN(5) {
+			w.inv.VMs = append(w.inv.VMs, genVM(r, o, &host, fmt.Sprintf("vm-%d-%d", h, i)))
+		}
+		for i := range r.IntN(3) {
+			w.inv.VMs = append(w.inv.VMs, genVM(r, o, &host, fmt.Sprintf("other-%d-%d", h, i)))
+		}
+	}
+	for i := range w.inv.VMs {
+		vm := &w.inv.VMs[i]
+		if strings.HasPrefix(vm.Name, "vm-") {
+			pool = append(pool, vm)
+		}
+		on := 6
+		if !strings.HasPrefix(vm.Name, "vm-") {
+			on = 3
+		}
+		// A host in maintenance mode runs no VM and rarely keeps suspended ones (they
+		// can resume only there): mostly powered off, the VMs gpupool may start elsewhere.
+		maintenance := hostByName(w.inv, vm.Host).InMaintenanceMode
+		switch n := r.IntN(10); {
+		case maintenance:
+			if n == 0 {
+				vm.PowerState = string(inventory.Suspended)
+			}
+		case n < on && vm.Profile != "":
+			w.startOn = append(w.startOn, vm.Name)
+		case n < 8:
+			vm.PowerState = string(inventory.Suspended)
+		}
+	}
+	r.Shuffle(len(w.startOn), func(i, j int) { w.startOn[i], w.startOn[j] = w.startOn[j], w.startOn[i] })
+
+	w.spec = &gpupoolv1.GPUPoolProfileSpec{Parking: gpupoolv1.ParkingSuspend, DiscardSuspendedState: true}
+	if r.IntN(3) == 0 {
+		w.spec.Parking = gpupoolv1.ParkingPowerOff
+	}
+	for l := range 2 {
+		w.spec.Layouts = append(w.spec.Layouts, genLayout(r, o, w.inv, pool, fmt.Sprintf("l%d", l)))
+	}
+	w.spec.DefaultLayout = "l0"
+	return w
+}
+
+func genHost(r *rand.Rand, o genOptions, n int) vgpusim.Host {
+	host := vgpusim.Host{Name: fmt.Sprintf("esx-%02d", n), Policy: inventory.PolicyPerformance}
+	if r.IntN(2) == 0 {
+		host.Policy = inventory.PolicyConsolidation
+	}
+	if o.MixedSize && r.IntN(2) == 0 {
+		host.VGPUMode = "mixedSize"
+	}
+	if o.Unavailable {
+		switch r.IntN(30) {
+		case 0, 1, 2, 3:
+			host.InMaintenanceMode = true
+		case 4:
+			host.ConnectionState = inventory.Disconnected
+		case 5:
+			host.ConnectionState = inventory.NotResponding
+		}
+	}
+	var largest int64
+	for g := range 1 + r.IntN(3) {
+		gib := []int64{8, 16, 24, 48}[r.IntN(4)]
+		largest = max(largest, gib)
+		gpu := vgpusim.GPU{Model: "NVIDIA A40", MemoryGiB: gib, PCIID: fmt.Sprintf("0000:%02x:00.0", 0x3b+g*0x20)}
+		if o.MixedSize && r.IntN(4) == 0 {
+			gpu.VGPUMode = []string{"sameSize", "mixedSize"}[r.IntN(2)]
+		}
+		host.GPUs = append(host.GPUs, gpu)
+	}
+	for _, gib := range diffProfileSizes {
+		if gib > largest || (gib == 0 && !o.Series) {
+			continue
+		}
+		for _, series := range seriesOffered(r, o) {
+			host.Profiles = append(host.Profiles, vgpusim.Profile{Name: profileName(gib, series), SuspendSupported: r.IntN(20) > 0})
+		}
+	}
+	if len(host.Profiles) == 0 {
+		host.Profiles = append(host.Profiles, vgpusim.Profile{Name: profileName(4, "q"), SuspendSupported: true})
+	}
+	return host
+}
+
+// seriesOffered picks the series a host offers of one size: mostly Q, with A, B and C
+// side by side when o.Series.
+func seriesOffered(r *rand.Rand, o genOptions) []string {
+	if !o.Series {
+		if r.IntN(10) < 6 {
+			return []string{"q"}
+		}
+		return nil
+	}
+	var out []string
+	for _, s := range []string{"q", "a", "b", "c"} {
+		if r.IntN(10) < map[string]int{"q": 5, "a": 2, "b": 2, "c": 3}[s] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func genVM(r *rand.Rand, o genOptions, h *vgpusim.Host, name string) vgpusim.VM {
+	vm := vgpusim.VM{Name: name, Host: h.Name, Folder: "pool"}
+	if r.IntN(10) > 0 {
+		vm.Profile = h.Profiles[r.IntN(len(h.Profiles))].Name
+		vm.VGPUs = 1 + r.IntN(max(o.MaxVGPUs, 1))
+	}
+	return vm
+}
+
+// genLayout picks some pool VMs with one or two profiles per host and 1..MaxVGPUs vGPUs
+// each, mostly only what packs into the host's empty GPUs one profile per GPU (first
+// fit), so that many layouts are feasible; foreign VMs and the odd unchecked worker make
+// some infeasible.
+func genLayout(r *rand.Rand, o genOptions, inv *vgpusim.Inventory, pool []*vgpusim.VM, name string) gpupoolv1.Layout {
+	lay := gpupoolv1.Layout{Name: name}
+	type gpu struct {
+		free    int64
+		profile string
+	}
+	free := map[string][]*gpu{}
+	hosts := map[string]*vgpusim.Host{}
+	choice := map[string][]string{}
+	for i := range inv.Hosts {
+		h := &inv.Hosts[i]
+		hosts[h.Name] = h
+		for _, g := range h.GPUs {
+			free[h.Name] = append(free[h.Name], &gpu{free: g.MemoryGiB * 1024})
+		}
+		for range 1 + r.IntN(2) {
+			choice[h.Name] = append(choice[h.Name], h.Profiles[r.IntN(len(h.Profiles))].Name)
+		}
+	}
+	fits := func(host, p string, n int) bool {
+		mib, _ := inventory.ProfileFrameBufferMiB(p)
+		for range n {
+			placed := false
+			for _, g := range free[host] {
+				if (g.profile == "" || g.profile == p) && g.free >= mib {
+					g.profile, g.free, placed = p, g.free-mib, true
+					break
+				}
+			}
+			if !placed {
+				return false
+			}
+		}
+		return true
+	}
+	for _, vm := range pool {
+		if r.IntN(4) == 0 {
+			continue
+		}
+		ps := choice[vm.Host]
+		p := ps[r.IntN(len(ps))]
+		n := 1 + r.IntN(max(o.MaxVGPUs, 1))
+		if !fits(vm.Host, p, n) && r.IntN(8) > 0 {
+			continue
+		}
+		// Every worker is noNode: the differential test is about vSphere, not nodes.
+		wk := gpupoolv1.Worker{VM: vm.Name, Profile: p, NoNode: true}
+		if n > 1 || r.IntN(3) == 0 {
+			wk.VGPUs = int32(n) // 1 written out, or left to its default, means the same
+		}
+		lay.Workers = append(lay.Workers, wk)
+	}
+	if len(lay.Workers) == 0 {
+		vm := pool[0]
+		lay.Workers = append(lay.Workers, gpupoolv1.Worker{VM: vm.Name, Profile: hosts[vm.Host].Profiles[0].Name, NoNode: true})
+	}
+	return lay
+}
+
+func hostByName(inv *vgpusim.Inventory, name string) *vgpusim.Host {
+	for i := range inv.Hosts {
+		if inv.Hosts[i].Name == name {
+			return &inv.Hosts[i]
+		}
+	}
+	return &vgpusim.Host{}
+}
+
+func clusterHost(inv *vgpusim.Inventory, cluster string) *vgpusim.Host {
+	for i := range inv.Hosts {
+		if inv.Hosts[i].Cluster == cluster {
+			return &inv.Hosts[i]
+		}
+	}
+	return nil
+}

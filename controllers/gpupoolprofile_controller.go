@@ -385,7 +385,7 @@ func (r *GPUPoolProfileReconciler) updateWorkerMetrics(p *gpupoolv1.GPUPoolProfi
 
 // SetupWithManager registers the controller. Pools are reconciled on spec changes, on
 // node changes that matter (readiness, advertised GPUs, cordon, labels) and on pod
-// deletions (drains).
+// changes a drain waits for (podChanged).
 func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podNodeNameField, func(o client.Object) []string {
 		return []string{o.(*corev1.Pod).Spec.NodeName}
@@ -409,18 +409,13 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&gpupoolv1.GPUPoolProfile{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Node{}, allPools, builder.WithPredicates(nodeChanged())).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfPodNode), builder.WithPredicates(predicate.Funcs{
-			CreateFunc:  func(event.CreateEvent) bool { return false },
-			UpdateFunc:  func(event.UpdateEvent) bool { return false },
-			DeleteFunc:  func(event.DeleteEvent) bool { return true },
-			GenericFunc: func(event.GenericEvent) bool { return false },
-		})).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfPodNode), builder.WithPredicates(podChanged())).
 		Named("gpupoolprofile").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
 		Complete(r)
 }
 
-// poolsOfPodNode maps a deleted pod to the pools with a worker on its node: a drain
+// poolsOfPodNode maps a deleted or finished pod to the pools with a worker on its node: a drain
 // there may go on.
 func (r *GPUPoolProfileReconciler) poolsOfPodNode(ctx context.Context, o client.Object) []reconcile.Request {
 	node := o.(*corev1.Pod).Spec.NodeName
@@ -441,6 +436,30 @@ func (r *GPUPoolProfileReconciler) poolsOfPodNode(ctx context.Context, o client.
 		}
 	}
 	return reqs
+}
+
+// podChanged lets through the pod events a drain waits for: a deletion, and an update
+// that ends a pod a drain holds for (its phase becomes Succeeded or Failed) or changes
+// its gpupool.dev/do-not-disrupt annotation. Without the updates a drain waiting for a
+// held pod would notice only on its requeueDrain timer.
+func podChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*corev1.Pod)
+			n, ok2 := e.ObjectNew.(*corev1.Pod)
+			if !ok1 || !ok2 {
+				return false
+			}
+			return (podFinished(n) && !podFinished(o)) || o.Annotations[AnnotationDoNotDisrupt] != n.Annotations[AnnotationDoNotDisrupt]
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+func podFinished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
 // nodeChanged lets through only the node updates that change what a pool reads of a

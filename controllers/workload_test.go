@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
@@ -195,10 +196,13 @@ func TestHoldsUntilDone(t *testing.T) {
 	for _, owner := range []string{"", "Job", "ReplicaSet", "StatefulSet"} {
 		for _, mode := range []gpupoolv1.DrainJobPods{"", gpupoolv1.JobPodsEvict, gpupoolv1.JobPodsWaitCompleted} {
 			for _, ann := range []map[string]string{nil, dnd, {AnnotationDoNotDisrupt: "false"}} {
-				got := holdsUntilDone(pod(owner, ann), mode)
-				wantHold := ann[AnnotationDoNotDisrupt] == "true" || (owner == "Job" && mode == gpupoolv1.JobPodsWaitCompleted)
-				if (got != "") != wantHold {
-					t.Errorf("owner %q, jobPods %q, annotations %v: holdsUntilDone = %q, want hold %v", owner, mode, ann, got, wantHold)
+				for _, ready := range []bool{true, false} {
+					got := holdsUntilDone(pod(owner, ann), mode, ready)
+					// A NotReady node holds nothing: the pod is evicted, as before.
+					wantHold := ready && (ann[AnnotationDoNotDisrupt] == "true" || (owner == "Job" && mode == gpupoolv1.JobPodsWaitCompleted))
+					if (got != "") != wantHold {
+						t.Errorf("owner %q, jobPods %q, annotations %v, node ready %v: holdsUntilDone = %q, want hold %v", owner, mode, ann, ready, got, wantHold)
+					}
 				}
 			}
 		}
@@ -213,5 +217,34 @@ func TestDrainMessageNamesHeldPodsBounded(t *testing.T) {
 	msg := drainResult{Holding: held}.message()
 	if !strings.Contains(msg, "waiting for 8 pod(s) to finish: ns/job-0") || !strings.Contains(msg, "and 3 more") || strings.Contains(msg, "job-7") {
 		t.Errorf("message = %q", msg)
+	}
+}
+
+func TestPodChanged(t *testing.T) {
+	pod := func(phase corev1.PodPhase, ann map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: ann}, Status: corev1.PodStatus{Phase: phase}}
+	}
+	dnd := map[string]string{AnnotationDoNotDisrupt: "true"}
+	off := map[string]string{AnnotationDoNotDisrupt: "false"}
+	other := map[string]string{"x": "y"}
+	phases := []corev1.PodPhase{"", corev1.PodPending, corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed, corev1.PodUnknown}
+	anns := []map[string]string{nil, dnd, off, other}
+	done := func(ph corev1.PodPhase) bool { return ph == corev1.PodSucceeded || ph == corev1.PodFailed }
+	pred := podChanged()
+	for _, po := range phases {
+		for _, pn := range phases {
+			for _, ao := range anns {
+				for _, an := range anns {
+					want := (done(pn) && !done(po)) || ao[AnnotationDoNotDisrupt] != an[AnnotationDoNotDisrupt]
+					got := pred.Update(event.UpdateEvent{ObjectOld: pod(po, ao), ObjectNew: pod(pn, an)})
+					if got != want {
+						t.Errorf("phase %q->%q, annotations %v->%v: update passes %v, want %v", po, pn, ao, an, got, want)
+					}
+				}
+			}
+		}
+	}
+	if !pred.Delete(event.DeleteEvent{Object: pod(corev1.PodRunning, nil)}) || pred.Create(event.CreateEvent{Object: pod("", nil)}) {
+		t.Error("deletions must pass, creations not")
 	}
 }

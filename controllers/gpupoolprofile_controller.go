@@ -126,6 +126,8 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	d, err := plan.Desired(&pool.Spec, s.now)
 	if err != nil {
 		s.facts.invalidSpec = err.Error()
+		// No switch is planned while the schedule cannot be read: no warning stands.
+		r.withdrawWarnings(ctx, s, func(time.Time) bool { return false })
 		return ctrl.Result{}, nil // only a spec change helps
 	}
 	s.decision = d
@@ -137,14 +139,19 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	s.layout = layoutNamed(&pool.Spec, d.Layout)
 	boundary := r.untilBoundary(s)
 
-	// Paused: observe nothing, touch nothing.
+	// Paused: observe nothing, touch nothing but the draining-soon warnings, which
+	// announce drains that will not happen while paused.
 	if pool.Spec.Paused {
 		s.facts.paused = true
+		r.withdrawWarnings(ctx, s, func(time.Time) bool { return false })
 		return ctrl.Result{}, nil
 	}
 
-	// Observe vSphere and the nodes; record the tasks that finished.
+	// Observe vSphere and the nodes; record the tasks that finished. Without vSphere the
+	// warnings stay only while their switch is still due.
 	if retry, ok := r.observe(ctx, s); !ok {
+		due, horizon := switchDue(s), warnAhead(&pool.Spec)
+		r.withdrawWarnings(ctx, s, func(at time.Time) bool { return warningDue(s.now, d.Next, horizon, due, at) })
 		return ctrl.Result{RequeueAfter: retry}, nil
 	}
 	taskWait := r.checkTasks(ctx, s)
@@ -153,10 +160,7 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	// An aborted transition waits for a new spec or another wanted layout.
 	if t := st.Transition; t != nil && t.AbortedTime != nil {
 		if t.To == d.Layout && t.Generation == pool.Generation {
-			r.uncordonRunning(ctx, s)
-			r.warnSchedulers(ctx, s, nil) // the aborted switch drains nothing more
-			r.publishStates(ctx, s)
-			return ctrl.Result{RequeueAfter: boundary}, nil
+			return r.keepAborted(ctx, s, boundary), nil
 		}
 		st.Transition = nil
 	}
@@ -204,6 +208,22 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 		res.RequeueAfter = min(res.RequeueAfter, requeueBlocked)
 	}
 	return res, nil
+}
+
+// keepAborted is a pass while an aborted switch waits for a new spec or another wanted
+// layout: running nodes are uncordoned, the aborted switch drains nothing more, and the
+// next scheduled switch still warns its nodes ahead.
+func (r *GPUPoolProfileReconciler) keepAborted(ctx context.Context, s *scope, boundary time.Duration) ctrl.Result {
+	r.uncordonRunning(ctx, s)
+	s.nodeStates = r.nodeStates(ctx, s)
+	r.planNext(s)
+	res := ctrl.Result{RequeueAfter: boundary}
+	if warnIn := r.warnSchedulers(ctx, s, nil); warnIn > 0 {
+		res.RequeueAfter = min(res.RequeueAfter, warnIn)
+	}
+	s.aborted = true
+	r.publishStates(ctx, s)
+	return res
 }
 
 // act runs the due steps. Drains run their evictions concurrently, after every node the

@@ -78,6 +78,12 @@ func TestNodeStateValue(t *testing.T) {
 		switch {
 		case f.Failed:
 			return StateFailed
+		case f.Aborted && f.PoweredOn && f.NodeReady:
+			return StateReady
+		case f.Aborted && f.PoweredOn:
+			return StateFailed
+		case f.Aborted:
+			return StateParked // whatever the stale step says: nothing moves
 		case f.Step == gpupoolv1.StepDrainRequired:
 			return StateDraining
 		case f.Step == gpupoolv1.StepParkRequired:
@@ -101,10 +107,14 @@ func TestNodeStateValue(t *testing.T) {
 		for _, in := range []bool{false, true} {
 			for _, on := range []bool{false, true} {
 				for _, failed := range []bool{false, true} {
-					f := stateFacts{InLayout: in, PoweredOn: on, Step: step, Failed: failed}
-					got := nodeStateValue(f)
-					if got != want(f) || !valid[got] {
-						t.Errorf("nodeStateValue(%+v) = %q, want %q", f, got, want(f))
+					for _, aborted := range []bool{false, true} {
+						for _, ready := range []bool{false, true} {
+							f := stateFacts{InLayout: in, PoweredOn: on, Step: step, Failed: failed, Aborted: aborted, NodeReady: ready}
+							got := nodeStateValue(f)
+							if got != want(f) || !valid[got] {
+								t.Errorf("nodeStateValue(%+v) = %q, want %q", f, got, want(f))
+							}
+						}
 					}
 				}
 			}
@@ -246,5 +256,81 @@ func TestPodChanged(t *testing.T) {
 	}
 	if !pred.Delete(event.DeleteEvent{Object: pod(corev1.PodRunning, nil)}) || pred.Create(event.CreateEvent{Object: pod("", nil)}) {
 		t.Error("deletions must pass, creations not")
+	}
+}
+
+func TestWarningDue(t *testing.T) {
+	at := time.Date(2026, 11, 30, 7, 50, 0, 0, time.UTC)
+	next := &plan.Boundary{Layout: "day", At: at}
+	h := 10 * time.Minute
+	cases := []struct {
+		name string
+		now  time.Time
+		next *plan.Boundary
+		due  bool
+		at   time.Time
+		want bool
+	}{
+		{"switch under way: kept", at.Add(time.Hour), nil, true, at, true},
+		{"next switch, window open: kept", at.Add(-time.Minute), next, false, at, true},
+		{"next switch, at the horizon: kept", at.Add(-h), next, false, at, true},
+		{"next switch, before the horizon: withdrawn", at.Add(-h - time.Second), next, false, at, false},
+		{"switch time passed, none under way: withdrawn", at, next, false, at, false},
+		{"announces another time: withdrawn", at.Add(-time.Minute), next, false, at.Add(time.Hour), false},
+		{"no next switch: withdrawn", at.Add(-time.Minute), nil, false, at, false},
+	}
+	for _, c := range cases {
+		if got := warningDue(c.now, c.next, h, c.due, c.at); got != c.want {
+			t.Errorf("%s: warningDue = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if warningDue(at.Add(-time.Minute), next, 0, false, at) {
+		t.Error("warnAhead 0: no warning stands")
+	}
+}
+
+func TestMarksOf(t *testing.T) {
+	node := func(name, owner, pool string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}}}
+		if owner != "" {
+			n.Annotations[AnnotationMarkedBy] = owner
+		}
+		if pool != "" {
+			n.Labels[LabelPool] = pool
+		}
+		return n
+	}
+	workers := map[string]bool{"w": true}
+	cases := []struct {
+		n    *corev1.Node
+		want bool
+	}{
+		{node("x", "a", ""), true},
+		{node("x", "b", ""), false},
+		{node("x", "b", "a"), false}, // the owner record wins
+		{node("w", "b", ""), false},  // another pool's node, even if a stale status names it
+		{node("x", "", "a"), true},
+		{node("x", "", "b"), false},
+		{node("w", "", "b"), false},
+		{node("w", "", ""), true}, // a worker's node never relabelled, marked before owners were recorded
+		{node("x", "", ""), false},
+	}
+	for i, c := range cases {
+		if got := marksOf(c.n, "a", workers); got != c.want {
+			t.Errorf("%d: marksOf(%s owner %q pool %q) = %v, want %v", i, c.n.Name, c.n.Annotations[AnnotationMarkedBy], c.n.Labels[LabelPool], got, c.want)
+		}
+	}
+}
+
+func TestStripMarksKeepsParkedMarks(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n",
+		Labels:      map[string]string{LabelState: StateParked, LabelParked: "true", LabelPool: "a"},
+		Annotations: map[string]string{AnnotationMarkedBy: "a", AnnotationCordoned: "true"}}}
+	n.Spec.Unschedulable = true
+	setWarning(n, time.Now(), true)
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintParked, Effect: corev1.TaintEffectNoSchedule})
+	stripMarks(n)
+	if hasMarks(n) || n.Labels[LabelParked] != "true" || n.Labels[LabelPool] != "a" || !n.Spec.Unschedulable || !hasTaint(n, TaintParked) || n.Annotations[AnnotationCordoned] != "true" {
+		t.Errorf("after stripMarks: labels %v annotations %v taints %v unschedulable %v", n.Labels, n.Annotations, n.Spec.Taints, n.Spec.Unschedulable)
 	}
 }

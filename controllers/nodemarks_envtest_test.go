@@ -23,7 +23,9 @@ func (h *harness) noMarks(when, vm string) {
 
 // TestMarksLeaveWithThePool: the state label and the draining-soon warning go on every
 // node the pool matches, relabelled or not, and come off again when the node is no
-// longer a worker's node, when the pool is paused (warnings), and when the pool is
+// longer a worker's node, when the pool is paused or its schedule unreadable
+// (warnings), when vCenter cannot be read and the switch is cancelled (while it is
+// still due they stay), and when the pool is
 // deleted: from a node that was never relabelled (its readiness label is missing), from
 // a node parked before any relabel, and from running ones. A VM held (its
 // node is gone) does not stop the warnings of the others.
@@ -87,6 +89,43 @@ func TestMarksLeaveWithThePool(t *testing.T) {
 	if n := h.node("day-2"); !hasWarning(n, monday1950) {
 		t.Errorf("unpaused: day-2 not warned again: drain-at %q", n.Annotations[AnnotationDrainAt])
 	}
+
+	warned := func(when string, want bool) {
+		t.Helper()
+		for _, vm := range []string{"day-2", "day-3"} {
+			if n := h.node(vm); hasWarning(n, monday1950) != want || (!want && hasAnyWarning(n)) {
+				t.Errorf("%s: node %s drain-at %q taints %v, want warned=%v", when, n.Name, n.Annotations[AnnotationDrainAt], n.Spec.Taints, want)
+			}
+		}
+	}
+	update := func(change func(*gpupoolv1.GPUPoolProfile)) {
+		t.Helper()
+		p := h.get(pool.Name)
+		change(p)
+		h.must(k8s.Update(h.ctx, p))
+		h.reconcile(pool.Name)
+	}
+	// The schedule cannot be read: no switch is planned, the warnings go.
+	update(func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Schedule.TimeZone = "Mars/Olympus_Mons" })
+	warned("invalid time zone", false)
+	update(func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Schedule.TimeZone = "Europe/Berlin" })
+	warned("time zone fixed", true)
+	// vCenter cannot be read (its Secret is gone): the warning of the switch still due
+	// stays; once an override cancels that switch, it goes, without vCenter.
+	update(func(p *gpupoolv1.GPUPoolProfile) { p.Spec.VCenter.CredentialsSecretRef.Name = "missing" })
+	if c := findCondition(h.get(pool.Name), gpupoolv1.ConditionStalled); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("want the pool Stalled without its credentials, got %+v", c)
+	}
+	warned("credentials missing, switch due", true)
+	update(func(p *gpupoolv1.GPUPoolProfile) {
+		p.Spec.Override = &gpupoolv1.Override{Layout: "day", Until: &metav1.Time{Time: monday1950.Add(3 * time.Hour)}}
+	})
+	warned("credentials missing, switch cancelled", false)
+	update(func(p *gpupoolv1.GPUPoolProfile) {
+		p.Spec.Override = nil
+		p.Spec.VCenter.CredentialsSecretRef.Name = "vcenter"
+	})
+	warned("credentials back, override gone", true)
 
 	// The pool is deleted: every node loses the marks, also day-1 (never relabelled) and
 	// night-1 (parked before any relabel). Parked nodes with their parked marks:

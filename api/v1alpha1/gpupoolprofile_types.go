@@ -316,7 +316,9 @@ type ReadinessSpec struct {
 	GPUResource *string `json:"gpuResource,omitempty"`
 
 	// NodeLabels must all be on the node with these values, such as GPU feature
-	// discovery's nvidia.com/vgpu.present: "true" or a licence label.
+	// discovery's nvidia.com/vgpu.present: "true" or a licence label. Labels another
+	// component sets: gpupool.dev/ keys and keys a layout's nodeLabels set are refused,
+	// as gpupool sets them only after the node is ready for work.
 	// +kubebuilder:validation:MaxProperties=16
 	// +optional
 	NodeLabels map[string]string `json:"nodeLabels,omitempty"`

@@ -67,15 +67,18 @@ func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1
 	if !controllerutil.ContainsFinalizer(pool, FinalizerName) {
 		return ctrl.Result{}, nil
 	}
-	nodes, err := r.markedNodes(ctx, pool, statusNodes(pool))
-	if err != nil {
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the pool's nodes: %w", err)
 	}
-	for _, n := range nodes {
+	workerNodes := statusNodes(pool)
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		var err error
 		switch {
 		case n.Labels[LabelPool] == pool.Name && n.Labels[LabelParked] != "true":
 			err = r.releaseNode(ctx, n)
-		case hasMarks(n):
+		case marksOf(n, pool.Name, workerNodes) && hasMarks(n):
 			err = r.patchNode(ctx, n, stripMarks)
 		}
 		if client.IgnoreNotFound(err) != nil {

@@ -130,7 +130,7 @@ func (r *GPUPoolProfileReconciler) drainPods(ctx context.Context, node *corev1.N
 			}
 			continue
 		}
-		if why := holdsUntilDone(p, d.JobPods); why != "" {
+		if why := holdsUntilDone(p, d.JobPods, ready); why != "" {
 			res.Holding = append(res.Holding, id+" ("+why+")")
 			continue
 		}
@@ -179,7 +179,15 @@ const AnnotationDoNotDisrupt = "gpupool.dev/do-not-disrupt"
 // evicting it, "" when it evicts it: the pod asks not to be disrupted, or it belongs to
 // a Job and drain.jobPods is WaitCompleted (Cluster API's MachineDrainRule behavior
 // WaitCompleted: the pod is not evicted, the drain waits for it to complete).
-func holdsUntilDone(p *corev1.Pod, jobPods gpupoolv1.DrainJobPods) string {
+//
+// On a node that is not Ready nothing is held: the pod cannot be running its work
+// there (the kubelet is not reporting), so waiting would only run into drain.timeout
+// and abort the switch. The pod is evicted as any other, as holdsDrain stops waiting
+// for terminating pods on such a node.
+func holdsUntilDone(p *corev1.Pod, jobPods gpupoolv1.DrainJobPods, nodeReady bool) string {
+	if !nodeReady {
+		return ""
+	}
 	if p.Annotations[AnnotationDoNotDisrupt] == "true" {
 		return AnnotationDoNotDisrupt
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -126,6 +124,8 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	d, err := plan.Desired(&pool.Spec, s.now)
 	if err != nil {
 		s.facts.invalidSpec = err.Error()
+		// No switch is planned while the schedule cannot be read: no warning stands.
+		r.withdrawWarnings(ctx, s, func(time.Time) bool { return false })
 		return ctrl.Result{}, nil // only a spec change helps
 	}
 	s.decision = d
@@ -137,14 +137,19 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	s.layout = layoutNamed(&pool.Spec, d.Layout)
 	boundary := r.untilBoundary(s)
 
-	// Paused: observe nothing, touch nothing.
+	// Paused: observe nothing, touch nothing but the draining-soon warnings, which
+	// announce drains that will not happen while paused.
 	if pool.Spec.Paused {
 		s.facts.paused = true
+		r.withdrawWarnings(ctx, s, func(time.Time) bool { return false })
 		return ctrl.Result{}, nil
 	}
 
-	// Observe vSphere and the nodes; record the tasks that finished.
+	// Observe vSphere and the nodes; record the tasks that finished. Without vSphere the
+	// warnings stay only while their switch is still due.
 	if retry, ok := r.observe(ctx, s); !ok {
+		due, horizon := switchDue(s), warnAhead(&pool.Spec)
+		r.withdrawWarnings(ctx, s, func(at time.Time) bool { return warningDue(s.now, d.Next, horizon, due, at) })
 		return ctrl.Result{RequeueAfter: retry}, nil
 	}
 	taskWait := r.checkTasks(ctx, s)
@@ -153,10 +158,7 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	// An aborted transition waits for a new spec or another wanted layout.
 	if t := st.Transition; t != nil && t.AbortedTime != nil {
 		if t.To == d.Layout && t.Generation == pool.Generation {
-			r.uncordonRunning(ctx, s)
-			r.warnSchedulers(ctx, s, nil) // the aborted switch drains nothing more
-			r.publishStates(ctx, s)
-			return ctrl.Result{RequeueAfter: boundary}, nil
+			return r.keepAborted(ctx, s, boundary), nil
 		}
 		st.Transition = nil
 	}
@@ -204,6 +206,22 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 		res.RequeueAfter = min(res.RequeueAfter, requeueBlocked)
 	}
 	return res, nil
+}
+
+// keepAborted is a pass while an aborted switch waits for a new spec or another wanted
+// layout: running nodes are uncordoned, the aborted switch drains nothing more, and the
+// next scheduled switch still warns its nodes ahead.
+func (r *GPUPoolProfileReconciler) keepAborted(ctx context.Context, s *scope, boundary time.Duration) ctrl.Result {
+	r.uncordonRunning(ctx, s)
+	s.nodeStates = r.nodeStates(ctx, s)
+	r.planNext(s)
+	res := ctrl.Result{RequeueAfter: boundary}
+	if warnIn := r.warnSchedulers(ctx, s, nil); warnIn > 0 {
+		res.RequeueAfter = min(res.RequeueAfter, warnIn)
+	}
+	s.aborted = true
+	r.publishStates(ctx, s)
+	return res
 }
 
 // act runs the due steps. Drains run their evictions concurrently, after every node the
@@ -385,7 +403,7 @@ func (r *GPUPoolProfileReconciler) updateWorkerMetrics(p *gpupoolv1.GPUPoolProfi
 
 // SetupWithManager registers the controller. Pools are reconciled on spec changes, on
 // node changes that matter (readiness, advertised GPUs, cordon, labels) and on pod
-// deletions (drains).
+// changes a drain waits for (podChanged).
 func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podNodeNameField, func(o client.Object) []string {
 		return []string{o.(*corev1.Pod).Spec.NodeName}
@@ -409,18 +427,13 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&gpupoolv1.GPUPoolProfile{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Node{}, allPools, builder.WithPredicates(nodeChanged())).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfPodNode), builder.WithPredicates(predicate.Funcs{
-			CreateFunc:  func(event.CreateEvent) bool { return false },
-			UpdateFunc:  func(event.UpdateEvent) bool { return false },
-			DeleteFunc:  func(event.DeleteEvent) bool { return true },
-			GenericFunc: func(event.GenericEvent) bool { return false },
-		})).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfPodNode), builder.WithPredicates(podChanged())).
 		Named("gpupoolprofile").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
 		Complete(r)
 }
 
-// poolsOfPodNode maps a deleted pod to the pools with a worker on its node: a drain
+// poolsOfPodNode maps a deleted or finished pod to the pools with a worker on its node: a drain
 // there may go on.
 func (r *GPUPoolProfileReconciler) poolsOfPodNode(ctx context.Context, o client.Object) []reconcile.Request {
 	node := o.(*corev1.Pod).Spec.NodeName
@@ -441,57 +454,4 @@ func (r *GPUPoolProfileReconciler) poolsOfPodNode(ctx context.Context, o client.
 		}
 	}
 	return reqs
-}
-
-// nodeChanged lets through only the node updates that change what a pool reads of a
-// node: readiness (condition statuses, allocatable resources), cordon, providerID,
-// labels, the taints gpupool manages or a layout may set (not the node.kubernetes.io/
-// taints the node lifecycle controller keeps moving on a parked, NotReady node),
-// gpupool's own annotations and the Cluster API machine ones.
-// Heartbeats and everything else would only wake every pool for nothing.
-func nodeChanged() predicate.Predicate {
-	return predicate.Funcs{
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
-			return nodeReady(o) != nodeReady(n) || o.Spec.Unschedulable != n.Spec.Unschedulable ||
-				!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) ||
-				!equality.Semantic.DeepEqual(conditionStatuses(o), conditionStatuses(n)) ||
-				o.Spec.ProviderID != n.Spec.ProviderID ||
-				!equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
-				!equality.Semantic.DeepEqual(plannedTaints(o), plannedTaints(n)) ||
-				!equality.Semantic.DeepEqual(relevantAnnotations(o), relevantAnnotations(n))
-		},
-	}
-}
-
-// conditionStatuses are the node's condition statuses by type, without the heartbeats:
-// readiness may name any condition (spec.readiness.nodeConditions).
-func conditionStatuses(n *corev1.Node) map[corev1.NodeConditionType]corev1.ConditionStatus {
-	out := make(map[corev1.NodeConditionType]corev1.ConditionStatus, len(n.Status.Conditions))
-	for _, c := range n.Status.Conditions {
-		if c.Status != "" {
-			out[c.Type] = c.Status
-		}
-	}
-	return out
-}
-
-func plannedTaints(n *corev1.Node) []corev1.Taint {
-	var out []corev1.Taint
-	for _, t := range n.Spec.Taints {
-		if !strings.HasPrefix(t.Key, "node.kubernetes.io/") && !strings.HasPrefix(t.Key, "node.cloudprovider.kubernetes.io/") {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-func relevantAnnotations(n *corev1.Node) map[string]string {
-	out := map[string]string{}
-	for k, v := range n.Annotations {
-		if strings.HasPrefix(k, "gpupool.dev/") || k == capiMachineAnnotation || k == capiNamespaceAnnotation {
-			out[k] = v
-		}
-	}
-	return out
 }

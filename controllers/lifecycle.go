@@ -50,7 +50,7 @@ func (r *GPUPoolProfileReconciler) releaseNode(ctx context.Context, n *corev1.No
 	if err := r.releaseMachine(ctx, n); err != nil {
 		return err
 	}
-	if n.Labels[LabelPool] == "" && n.Labels[LabelState] == "" && !hasAnyWarning(n) && n.Annotations[AnnotationCordoned] == "" && n.Annotations[AnnotationManagedLabels] == "" && n.Annotations[AnnotationManagedTaints] == "" {
+	if n.Labels[LabelPool] == "" && !hasMarks(n) && n.Annotations[AnnotationCordoned] == "" && n.Annotations[AnnotationManagedLabels] == "" && n.Annotations[AnnotationManagedTaints] == "" {
 		return nil
 	}
 	return r.patchNode(ctx, n, removeMeta)
@@ -59,21 +59,29 @@ func (r *GPUPoolProfileReconciler) releaseNode(ctx context.Context, n *corev1.No
 // finalize removes what gpupool added to the nodes of running VMs, then the finalizer.
 // VMs are left as they are. Nodes of parked VMs keep the parked label and taint, their
 // cordon and their Cluster API protection: lifting skip-remediation from a NotReady node
-// would let a MachineHealthCheck delete the parked VM.
+// would let a MachineHealthCheck delete the parked VM. Every node whose marks are the
+// pool's (marksOf: the nodes it marked, labelled, or that its status names as workers'
+// nodes, parked or not, relabelled or not) loses the state label and the
+// draining-soon warning.
 func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1.GPUPoolProfile) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(pool, FinalizerName) {
 		return ctrl.Result{}, nil
 	}
 	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes, client.MatchingLabels{LabelPool: pool.Name}); err != nil {
+	if err := r.Client.List(ctx, &nodes); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the pool's nodes: %w", err)
 	}
+	workerNodes := statusNodes(pool)
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if n.Labels[LabelParked] == "true" {
-			continue
+		var err error
+		switch {
+		case n.Labels[LabelPool] == pool.Name && n.Labels[LabelParked] != "true":
+			err = r.releaseNode(ctx, n)
+		case marksOf(n, pool.Name, workerNodes) && hasMarks(n):
+			err = r.patchNode(ctx, n, stripMarks)
 		}
-		if err := r.releaseNode(ctx, n); client.IgnoreNotFound(err) != nil {
+		if client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("cleaning node %s: %w", n.Name, err)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -178,8 +177,7 @@ func setManagedLabel(n *corev1.Node, k, v string) {
 // cordoned it. It is what deleting a pool does.
 func removeMeta(n *corev1.Node) {
 	applyMeta(n, nodeMeta{})
-	delete(n.Labels, LabelState)
-	setWarning(n, time.Time{}, false)
+	stripMarks(n)
 	if _, ours := n.Annotations[AnnotationCordoned]; ours {
 		n.Spec.Unschedulable = false
 	}

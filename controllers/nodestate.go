@@ -48,6 +48,12 @@ type stateFacts struct {
 	Step gpupoolv1.Step
 	// Failed: a retry is pending, the readiness wait is overdue, or the VM is held.
 	Failed bool
+	// Aborted: the switch was aborted and waits for a new spec or another layout; the
+	// recorded step is stale, nothing moves, the state is what was observed.
+	Aborted bool
+	// NodeReady: the node is ready for work (readinessGaps found nothing); read only
+	// when Aborted.
+	NodeReady bool
 }
 
 // nodeStateValue is the single mapping from a worker's facts to its node's state label.
@@ -55,6 +61,16 @@ func nodeStateValue(f stateFacts) string {
 	switch {
 	case f.Failed:
 		return StateFailed
+	case f.Aborted:
+		// Nothing is being drained, reconfigured or waited for: a running VM whose node
+		// serves is ready, one whose node does not is failed, the rest are parked.
+		switch {
+		case f.PoweredOn && f.NodeReady:
+			return StateReady
+		case f.PoweredOn:
+			return StateFailed
+		}
+		return StateParked
 	case f.Step == gpupoolv1.StepDrainRequired:
 		return StateDraining
 	case f.Step == gpupoolv1.StepParkRequired || (f.Step == gpupoolv1.StepPowerOffRequired && !f.InLayout):
@@ -84,8 +100,17 @@ func (s *scope) inLayout(name string) bool {
 	return false
 }
 
-// publishStates sets each pool node's state label from its worker's recorded step. A
-// node is patched only when its value changes.
+// readyForWork tells whether the node of a VM (by inventory name) was found ready for
+// work this pass (nodeStates observed it and readinessGaps found nothing missing).
+func (s *scope) readyForWork(name string) bool {
+	gaps, seen := s.gaps[name]
+	return seen && len(gaps) == 0
+}
+
+// publishStates sets each pool node's state label from its worker's recorded step, and
+// records the pool as the owner of its marks (AnnotationMarkedBy). A node is patched
+// only when its value changes. Nodes the pool marked and no longer matches to a worker
+// lose the marks (unmarkStale).
 func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) {
 	held := map[string]bool{}
 	for _, h := range s.facts.held {
@@ -102,8 +127,10 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 			PoweredOn: vm.PowerState == inventory.PoweredOn,
 			Step:      ws.Step,
 			Failed:    held[name] || held[ws.VM] || (ws.Attempts > 0 && ws.NextRetryTime != nil) || waitExpired(s, ws),
+			Aborted:   s.aborted,
+			NodeReady: s.readyForWork(name),
 		})
-		if n.Labels[LabelState] == want {
+		if n.Labels[LabelState] == want && n.Annotations[AnnotationMarkedBy] == s.pool.Name {
 			continue
 		}
 		if err := r.patchNode(ctx, n, func(n *corev1.Node) {
@@ -111,10 +138,12 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 				n.Labels = map[string]string{}
 			}
 			n.Labels[LabelState] = want
+			markedBy(n, s.pool.Name)
 		}); err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}
 	}
+	r.unmarkStale(ctx, s)
 }
 
 // Scheduler warnings before a switch.
@@ -201,7 +230,12 @@ func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope,
 		if warn == hasWarning(n, at) && (warn || !hasAnyWarning(n)) {
 			continue
 		}
-		if err := r.patchNode(ctx, n, func(n *corev1.Node) { setWarning(n, at, warn) }); err != nil {
+		if err := r.patchNode(ctx, n, func(n *corev1.Node) {
+			setWarning(n, at, warn)
+			if warn {
+				markedBy(n, s.pool.Name)
+			}
+		}); err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}
 	}

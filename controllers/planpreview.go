@@ -22,18 +22,34 @@ const (
 )
 
 // publishPlan puts a preview of the plan the pass built into status.plan. When there is
-// nothing to do for the layout wanted now, it previews the next scheduled switch instead,
-// planned on the inventory observed now (plan.Build is pure and cheap); it is planned
-// again when the switch starts, so the preview says what would happen if it started now.
+// nothing to do for the layout wanted now, it previews the next scheduled switch instead
+// (planNext); it is planned again when the switch starts, so the preview says what would
+// happen if it started now.
 func (r *GPUPoolProfileReconciler) publishPlan(ctx context.Context, s *scope, p *plan.Plan) {
 	st := &s.pool.Status
+	r.planNext(s)
 	if !p.Done() || len(p.Problems) > 0 {
 		st.Plan = previewOf(p, gpupoolv1.PlanForCurrent, nil, s.pool.Generation)
 		return
 	}
-	n := s.decision.Next
-	if n == nil || n.Layout == p.Layout || layoutNamed(&s.pool.Spec, n.Layout) == nil {
+	if s.nextPlan == nil || s.nextPlan.Layout == p.Layout {
 		st.Plan = nil
+		return
+	}
+	at := metav1.NewTime(s.decision.Next.At)
+	st.Plan = previewOf(s.nextPlan, gpupoolv1.PlanForNext, &at, s.pool.Generation)
+}
+
+// planNext plans the next scheduled switch into s.nextPlan, whatever the state of the
+// current one (in progress, VMs held, aborted): the draining-soon warnings name its
+// drains. It is planned on the inventory and nodes observed now (plan.Build is pure and
+// cheap), so while the current switch is still under way it names the nodes the next
+// switch would drain from where the pool stands now. nil when no switch to another
+// layout is scheduled. s.nodeStates must be observed.
+func (r *GPUPoolProfileReconciler) planNext(s *scope) {
+	s.nextPlan = nil
+	n := s.decision.Next
+	if n == nil || n.Layout == s.decision.Layout || layoutNamed(&s.pool.Spec, n.Layout) == nil || s.inv == nil {
 		return
 	}
 	// The nodes' wanted labels are the next layout's while planning it.
@@ -41,13 +57,9 @@ func (r *GPUPoolProfileReconciler) publishPlan(ctx context.Context, s *scope, p 
 	s.layout = layoutNamed(&s.pool.Spec, n.Layout)
 	next, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: n.Layout, Inventory: s.inv, Nodes: labelled(s, s.nodeStates)})
 	s.layout = wanted
-	if err != nil {
-		st.Plan = nil
-		return
+	if err == nil {
+		s.nextPlan = next
 	}
-	s.nextPlan = next
-	at := metav1.NewTime(n.At)
-	st.Plan = previewOf(next, gpupoolv1.PlanForNext, &at, s.pool.Generation)
 }
 
 // previewOf summarises a plan within the preview's bounds.

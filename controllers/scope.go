@@ -36,9 +36,12 @@ type scope struct {
 	nodeStates map[string]plan.NodeState
 	// gaps are what each node (by VM name) lacks to be ready for work (readinessGaps).
 	gaps map[string][]string
-	// nextPlan is the plan of the next scheduled switch, built when the pool has nothing
-	// else to do (publishPlan); nil otherwise.
+	// nextPlan is the plan of the next scheduled switch to another layout (planNext);
+	// nil when none is scheduled.
 	nextPlan *plan.Plan
+	// aborted: the pass keeps an aborted switch; workers' recorded steps are stale
+	// (recordWorkers did not run), so node states come from what was observed.
+	aborted bool
 
 	facts facts
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -264,6 +265,12 @@ func TestJobPodsWaitCompleted(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.prefix + "plain"}}
 	h.must(k8s.Create(h.ctx, node))
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), node) })
+	// Only a Ready node holds pods until they complete.
+	setReady := func(st corev1.ConditionStatus) {
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}}
+		h.must(k8s.Status().Update(h.ctx, node))
+	}
+	setReady(corev1.ConditionTrue)
 	yes := true
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "train-0", Namespace: h.prefix + "apps",
@@ -301,5 +308,19 @@ func TestJobPodsWaitCompleted(t *testing.T) {
 	h.must(err)
 	if res.Evicted != 1 || len(res.Holding) != 0 {
 		t.Fatalf("Evict on a running Job pod: %+v (%s)", res, res.message())
+	}
+
+	// On a node that is not Ready, WaitCompleted and do-not-disrupt hold nothing: the
+	// pods are evicted (waiting would only run into drain.timeout and abort).
+	setReady(corev1.ConditionUnknown)
+	for i, ann := range []map[string]string{nil, {AnnotationDoNotDisrupt: "true"}} {
+		p := pod.DeepCopy()
+		p.Name, p.ResourceVersion, p.UID, p.Annotations = fmt.Sprintf("train-nr-%d", i), "", "", ann
+		h.must(k8s.Create(h.ctx, p))
+	}
+	res, err = r.drainPods(h.ctx, node, wait, h.clock.Now())
+	h.must(err)
+	if res.Evicted != 2 || len(res.Holding) != 0 {
+		t.Fatalf("WaitCompleted and do-not-disrupt on a NotReady node: %+v (%s), want both evicted", res, res.message())
 	}
 }

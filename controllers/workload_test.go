@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
@@ -77,6 +78,12 @@ func TestNodeStateValue(t *testing.T) {
 		switch {
 		case f.Failed:
 			return StateFailed
+		case f.Aborted && f.PoweredOn && f.NodeReady:
+			return StateReady
+		case f.Aborted && f.PoweredOn:
+			return StateFailed
+		case f.Aborted:
+			return StateParked // whatever the stale step says: nothing moves
 		case f.Step == gpupoolv1.StepDrainRequired:
 			return StateDraining
 		case f.Step == gpupoolv1.StepParkRequired:
@@ -100,10 +107,14 @@ func TestNodeStateValue(t *testing.T) {
 		for _, in := range []bool{false, true} {
 			for _, on := range []bool{false, true} {
 				for _, failed := range []bool{false, true} {
-					f := stateFacts{InLayout: in, PoweredOn: on, Step: step, Failed: failed}
-					got := nodeStateValue(f)
-					if got != want(f) || !valid[got] {
-						t.Errorf("nodeStateValue(%+v) = %q, want %q", f, got, want(f))
+					for _, aborted := range []bool{false, true} {
+						for _, ready := range []bool{false, true} {
+							f := stateFacts{InLayout: in, PoweredOn: on, Step: step, Failed: failed, Aborted: aborted, NodeReady: ready}
+							got := nodeStateValue(f)
+							if got != want(f) || !valid[got] {
+								t.Errorf("nodeStateValue(%+v) = %q, want %q", f, got, want(f))
+							}
+						}
 					}
 				}
 			}
@@ -195,10 +206,13 @@ func TestHoldsUntilDone(t *testing.T) {
 	for _, owner := range []string{"", "Job", "ReplicaSet", "StatefulSet"} {
 		for _, mode := range []gpupoolv1.DrainJobPods{"", gpupoolv1.JobPodsEvict, gpupoolv1.JobPodsWaitCompleted} {
 			for _, ann := range []map[string]string{nil, dnd, {AnnotationDoNotDisrupt: "false"}} {
-				got := holdsUntilDone(pod(owner, ann), mode)
-				wantHold := ann[AnnotationDoNotDisrupt] == "true" || (owner == "Job" && mode == gpupoolv1.JobPodsWaitCompleted)
-				if (got != "") != wantHold {
-					t.Errorf("owner %q, jobPods %q, annotations %v: holdsUntilDone = %q, want hold %v", owner, mode, ann, got, wantHold)
+				for _, ready := range []bool{true, false} {
+					got := holdsUntilDone(pod(owner, ann), mode, ready)
+					// A NotReady node holds nothing: the pod is evicted, as before.
+					wantHold := ready && (ann[AnnotationDoNotDisrupt] == "true" || (owner == "Job" && mode == gpupoolv1.JobPodsWaitCompleted))
+					if (got != "") != wantHold {
+						t.Errorf("owner %q, jobPods %q, annotations %v, node ready %v: holdsUntilDone = %q, want hold %v", owner, mode, ann, ready, got, wantHold)
+					}
 				}
 			}
 		}
@@ -213,5 +227,110 @@ func TestDrainMessageNamesHeldPodsBounded(t *testing.T) {
 	msg := drainResult{Holding: held}.message()
 	if !strings.Contains(msg, "waiting for 8 pod(s) to finish: ns/job-0") || !strings.Contains(msg, "and 3 more") || strings.Contains(msg, "job-7") {
 		t.Errorf("message = %q", msg)
+	}
+}
+
+func TestPodChanged(t *testing.T) {
+	pod := func(phase corev1.PodPhase, ann map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: ann}, Status: corev1.PodStatus{Phase: phase}}
+	}
+	dnd := map[string]string{AnnotationDoNotDisrupt: "true"}
+	off := map[string]string{AnnotationDoNotDisrupt: "false"}
+	other := map[string]string{"x": "y"}
+	phases := []corev1.PodPhase{"", corev1.PodPending, corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed, corev1.PodUnknown}
+	anns := []map[string]string{nil, dnd, off, other}
+	done := func(ph corev1.PodPhase) bool { return ph == corev1.PodSucceeded || ph == corev1.PodFailed }
+	pred := podChanged()
+	for _, po := range phases {
+		for _, pn := range phases {
+			for _, ao := range anns {
+				for _, an := range anns {
+					want := (done(pn) && !done(po)) || ao[AnnotationDoNotDisrupt] != an[AnnotationDoNotDisrupt]
+					got := pred.Update(event.UpdateEvent{ObjectOld: pod(po, ao), ObjectNew: pod(pn, an)})
+					if got != want {
+						t.Errorf("phase %q->%q, annotations %v->%v: update passes %v, want %v", po, pn, ao, an, got, want)
+					}
+				}
+			}
+		}
+	}
+	if !pred.Delete(event.DeleteEvent{Object: pod(corev1.PodRunning, nil)}) || pred.Create(event.CreateEvent{Object: pod("", nil)}) {
+		t.Error("deletions must pass, creations not")
+	}
+}
+
+func TestWarningDue(t *testing.T) {
+	at := time.Date(2026, 11, 30, 7, 50, 0, 0, time.UTC)
+	next := &plan.Boundary{Layout: "day", At: at}
+	h := 10 * time.Minute
+	cases := []struct {
+		name string
+		now  time.Time
+		next *plan.Boundary
+		due  bool
+		at   time.Time
+		want bool
+	}{
+		{"switch under way: kept", at.Add(time.Hour), nil, true, at, true},
+		{"next switch, window open: kept", at.Add(-time.Minute), next, false, at, true},
+		{"next switch, at the horizon: kept", at.Add(-h), next, false, at, true},
+		{"next switch, before the horizon: withdrawn", at.Add(-h - time.Second), next, false, at, false},
+		{"switch time passed, none under way: withdrawn", at, next, false, at, false},
+		{"announces another time: withdrawn", at.Add(-time.Minute), next, false, at.Add(time.Hour), false},
+		{"no next switch: withdrawn", at.Add(-time.Minute), nil, false, at, false},
+	}
+	for _, c := range cases {
+		if got := warningDue(c.now, c.next, h, c.due, c.at); got != c.want {
+			t.Errorf("%s: warningDue = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if warningDue(at.Add(-time.Minute), next, 0, false, at) {
+		t.Error("warnAhead 0: no warning stands")
+	}
+}
+
+func TestMarksOf(t *testing.T) {
+	node := func(name, owner, pool string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}}}
+		if owner != "" {
+			n.Annotations[AnnotationMarkedBy] = owner
+		}
+		if pool != "" {
+			n.Labels[LabelPool] = pool
+		}
+		return n
+	}
+	workers := map[string]bool{"w": true}
+	cases := []struct {
+		n    *corev1.Node
+		want bool
+	}{
+		{node("x", "a", ""), true},
+		{node("x", "b", ""), false},
+		{node("x", "b", "a"), false}, // the owner record wins
+		{node("w", "b", ""), false},  // another pool's node, even if a stale status names it
+		{node("x", "", "a"), true},
+		{node("x", "", "b"), false},
+		{node("w", "", "b"), false},
+		{node("w", "", ""), true}, // a worker's node never relabelled, marked before owners were recorded
+		{node("x", "", ""), false},
+	}
+	for i, c := range cases {
+		if got := marksOf(c.n, "a", workers); got != c.want {
+			t.Errorf("%d: marksOf(%s owner %q pool %q) = %v, want %v", i, c.n.Name, c.n.Annotations[AnnotationMarkedBy], c.n.Labels[LabelPool], got, c.want)
+		}
+	}
+}
+
+func TestStripMarksKeepsParkedMarks(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n",
+		Labels:      map[string]string{LabelState: StateParked, LabelParked: "true", LabelPool: "a"},
+		Annotations: map[string]string{AnnotationMarkedBy: "a", AnnotationCordoned: "true"}}}
+	n.Spec.Unschedulable = true
+	setWarning(n, time.Now(), true)
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintParked, Effect: corev1.TaintEffectNoSchedule})
+	stripMarks(n)
+	if hasMarks(n) || n.Labels[LabelParked] != "true" || n.Labels[LabelPool] != "a" || !n.Spec.Unschedulable || !hasTaint(n, TaintParked) || n.Annotations[AnnotationCordoned] != "true" {
+		t.Errorf("after stripMarks: labels %v annotations %v taints %v unschedulable %v", n.Labels, n.Annotations, n.Spec.Taints, n.Spec.Unschedulable)
 	}
 }

@@ -304,15 +304,21 @@ type Override struct {
 type ReadinessSpec struct {
 	// GPUResource is the extended resource the GPU device plugin advertises. The node is
 	// ready only when its allocatable amount is at least the VM's vGPU count. Write ""
-	// to not wait for it (nodes without a device plugin).
+	// to not wait for it (nodes without a device plugin). It must be an extended
+	// resource name, as a device plugin can only register one: a domain prefix that is
+	// not kubernetes.io or one of its subdomains, and not starting with "requests.".
+	// Time-slicing with renamed resources advertises nvidia.com/gpu.shared, the MIG
+	// mixed strategy nvidia.com/mig-<slice>: set it to what the nodes advertise.
 	// +kubebuilder:default="nvidia.com/gpu"
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:XValidation:rule=`self == '' || self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')`,messageExpression=`'readiness.gpuResource must be a resource name such as nvidia.com/gpu, or "" to not wait for GPUs, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +kubebuilder:validation:XValidation:rule=`self == '' || (self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$') && !self.matches('^([^/]*[.])?kubernetes[.]io/') && !self.startsWith('requests.'))`,messageExpression=`'readiness.gpuResource must be an extended resource name with a domain prefix that is not kubernetes.io and does not start with requests. (such as nvidia.com/gpu or nvidia.com/gpu.shared), or "" to not wait for GPUs, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
 	// +optional
 	GPUResource *string `json:"gpuResource,omitempty"`
 
 	// NodeLabels must all be on the node with these values, such as GPU feature
-	// discovery's nvidia.com/vgpu.present: "true" or a licence label.
+	// discovery's nvidia.com/vgpu.present: "true" or a licence label. Labels another
+	// component sets: gpupool.dev/ keys and keys a layout's nodeLabels set are refused,
+	// as gpupool sets them only after the node is ready for work.
 	// +kubebuilder:validation:MaxProperties=16
 	// +optional
 	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
@@ -494,7 +500,9 @@ type WorkerStatus struct {
 	// Host is the ESXi host the VM is on.
 	// +optional
 	Host string `json:"host,omitempty"`
-	// GPU is the PCI id of the physical GPU the VM's vGPU runs on.
+	// GPU is the PCI id of the physical GPU the VM's vGPU runs on; for a VM with
+	// several vGPUs (workers[].vgpus), the PCI ids of their GPUs, comma-separated in
+	// the order of the VM's devices (such as 0000:3b:00.0,0000:af:00.0).
 	// +optional
 	GPU string `json:"gpu,omitempty"`
 	// Profile is the vGPU profile configured on the VM.

@@ -168,6 +168,26 @@ func labelCases() []badCase {
 			path: "spec.readiness.nodeLabels[nvidia.com/vgpu.present]", value: `"yes it is"`, fix: `such as "true"`},
 		{name: "readiness gpuResource with a space", mutate: func(p *gpupoolv1.GPUPoolProfile) { r := "nvidia gpu"; p.Spec.Readiness.GPUResource = &r },
 			path: "spec.readiness.gpuResource", value: `"nvidia gpu"`, fix: "such as nvidia.com/gpu"},
+		{name: "readiness label key gpupool.dev/layout", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Readiness.NodeLabels = map[string]string{"gpupool.dev/layout": "day"}
+		}, path: "spec.readiness.nodeLabels[gpupool.dev/layout]", value: `"gpupool.dev/layout"`, fix: "such as nvidia.com/vgpu.present"},
+		{name: "readiness label key gpupool.dev/state", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Readiness.NodeLabels = map[string]string{"gpupool.dev/state": "ready"}
+		}, path: "spec.readiness.nodeLabels[gpupool.dev/state]", value: `"gpupool.dev/state"`, fix: "gpupool sets itself"},
+		{name: "readiness label key a layout sets", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Layouts[1].NodeLabels = map[string]string{"example.com/workload": "training"}
+			p.Spec.Readiness.NodeLabels = map[string]string{"example.com/workload": "training"}
+		}, path: "spec.readiness.nodeLabels[example.com/workload]", value: `"example.com/workload"`, fix: "spec.layouts[1].nodeLabels"},
+		{name: "readiness gpuResource without a prefix", mutate: func(p *gpupoolv1.GPUPoolProfile) { r := "gpu"; p.Spec.Readiness.GPUResource = &r },
+			path: "spec.readiness.gpuResource", value: `"gpu"`, fix: "such as nvidia.com/gpu"},
+		{name: "readiness gpuResource cpu", mutate: func(p *gpupoolv1.GPUPoolProfile) { r := "cpu"; p.Spec.Readiness.GPUResource = &r },
+			path: "spec.readiness.gpuResource", value: `"cpu"`, fix: "extended resource"},
+		{name: "readiness gpuResource kubernetes.io/gpu", mutate: func(p *gpupoolv1.GPUPoolProfile) { r := "kubernetes.io/gpu"; p.Spec.Readiness.GPUResource = &r },
+			path: "spec.readiness.gpuResource", value: `"kubernetes.io/gpu"`, fix: "not kubernetes.io"},
+		{name: "readiness gpuResource in a kubernetes.io subdomain", mutate: func(p *gpupoolv1.GPUPoolProfile) { r := "gpu.kubernetes.io/x"; p.Spec.Readiness.GPUResource = &r },
+			path: "spec.readiness.gpuResource", value: `"gpu.kubernetes.io/x"`, fix: "such as nvidia.com/gpu"},
+		{name: "readiness gpuResource quota form", mutate: func(p *gpupoolv1.GPUPoolProfile) { r := "requests.nvidia.com/gpu"; p.Spec.Readiness.GPUResource = &r },
+			path: "spec.readiness.gpuResource", value: `"requests.nvidia.com/gpu"`, fix: "requests."},
 		{name: "drain.jobPods unknown", mutate: func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Drain.JobPods = "Wait" },
 			path: "spec.drain.jobPods", value: `"Wait"`, fix: `"Evict", "WaitCompleted"`},
 		{name: "schedule.warnAhead negative", mutate: func(p *gpupoolv1.GPUPoolProfile) {

@@ -70,6 +70,16 @@ func goodCases() []goodCase {
 			p.Spec.Drain.JobPods = gpupoolv1.JobPodsWaitCompleted
 			p.Spec.Schedule.WarnAhead = &metav1.Duration{}
 		}), nil},
+		{"readiness on time-slicing and MIG mixed resources, with labels a layout does not set", both(secure, func(p *gpupoolv1.GPUPoolProfile) {
+			res := "nvidia.com/mig-1g.10gb"
+			p.Spec.Layouts[0].NodeLabels = map[string]string{"example.com/workload": "inference"}
+			p.Spec.Readiness = gpupoolv1.ReadinessSpec{GPUResource: &res,
+				NodeLabels: map[string]string{"example.com/licensed": "true", "nvidia.com/gpu.shared.present": "true", "not-gpupool.dev/x": "y"}}
+		}), nil},
+		{"readiness gpuResource nvidia.com/gpu.shared", both(secure, func(p *gpupoolv1.GPUPoolProfile) {
+			res := "nvidia.com/gpu.shared"
+			p.Spec.Readiness.GPUResource = &res
+		}), nil},
 		{"readiness without a GPU wait", both(secure, func(p *gpupoolv1.GPUPoolProfile) {
 			none := ""
 			p.Spec.Readiness.GPUResource = &none

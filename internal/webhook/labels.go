@@ -118,27 +118,74 @@ func validateNodeTaints(p *field.Path, taints []corev1.Taint) field.ErrorList {
 	return errs
 }
 
-// validateReadiness checks the labels a node must carry before it counts as ready for
-// work. Unlike a layout's nodeLabels they are read, not set, so keys that other
-// components set (feature.node.kubernetes.io/..., nvidia.com/...) are fine; only the
-// syntax of a Node's labels applies, so that a label that can never be on a node cannot
-// be waited for.
-func validateReadiness(p *field.Path, r *gpupoolv1.ReadinessSpec) field.ErrorList {
+// validateReadiness checks what a node must show before it counts as ready for work.
+// Unlike a layout's nodeLabels, readiness labels are read, not set, so keys that other
+// components set (feature.node.kubernetes.io/..., nvidia.com/...) are fine; the syntax
+// of a Node's labels applies, so that a label that can never be on a node cannot be
+// waited for. Keys gpupool itself sets are refused: gpupool relabels a node only after
+// it is ready for work, so waiting for one of them (a gpupool.dev/ key, or a key some
+// layout's nodeLabels set) would hold every power-on until nodeReadyTimeout.
+func validateReadiness(p *field.Path, spec *gpupoolv1.GPUPoolProfileSpec) field.ErrorList {
+	r := &spec.Readiness
+	setBy := map[string]int{}
+	for i := len(spec.Layouts) - 1; i >= 0; i-- {
+		for k := range spec.Layouts[i].NodeLabels {
+			setBy[k] = i
+		}
+	}
 	keys := make([]string, 0, len(r.NodeLabels))
 	for k := range r.NodeLabels {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	var errs field.ErrorList
+	if r.GPUResource != nil {
+		if why := extendedResourceProblem(*r.GPUResource); why != "" {
+			errs = append(errs, field.Invalid(p.Child("gpuResource"), shown(*r.GPUResource), why))
+		}
+	}
 	lp := p.Child("nodeLabels")
 	for _, k := range keys {
 		kp := lp.Key(shown(k))
-		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
-			errs = append(errs, field.Invalid(kp, shown(k), "is not a valid label key: "+strings.Join(msgs, "; ")+
+		prefix, _, _ := strings.Cut(k, "/")
+		li, byLayout := setBy[k]
+		switch {
+		case len(validation.IsQualifiedName(k)) > 0:
+			errs = append(errs, field.Invalid(kp, shown(k), "is not a valid label key: "+strings.Join(validation.IsQualifiedName(k), "; ")+
 				"; write the key the labelling component sets, such as nvidia.com/vgpu.present"))
-		} else if msgs := validation.IsValidLabelValue(r.NodeLabels[k]); len(msgs) > 0 {
-			errs = append(errs, field.Invalid(kp, shown(r.NodeLabels[k]), "is not a valid label value: "+strings.Join(msgs, "; ")+"; write a value such as \"true\""))
+		case strings.Contains(k, "/") && strings.EqualFold(prefix, GPUPoolPrefix):
+			errs = append(errs, field.Invalid(kp, shown(k), "is a label gpupool sets itself, after the node is ready for work: waiting for it would hold every power-on until nodeReadyTimeout; "+
+				"name a label another component sets when the GPUs are usable, such as nvidia.com/vgpu.present"))
+		case byLayout:
+			errs = append(errs, field.Invalid(kp, shown(k), fmt.Sprintf("is set by gpupool from spec.layouts[%d].nodeLabels (layout %q), after the node is ready for work: waiting for it would hold every power-on until nodeReadyTimeout; "+
+				"remove it here, or name a label another component sets, such as nvidia.com/vgpu.present", li, shown(spec.Layouts[li].Name))))
+		case len(validation.IsValidLabelValue(r.NodeLabels[k])) > 0:
+			errs = append(errs, field.Invalid(kp, shown(r.NodeLabels[k]), "is not a valid label value: "+strings.Join(validation.IsValidLabelValue(r.NodeLabels[k]), "; ")+"; write a value such as \"true\""))
 		}
 	}
 	return errs
+}
+
+// extendedResourceProblem says why name cannot be the GPU resource a node advertises,
+// "" when it can. It is Kubernetes' extended resource rule (IsExtendedResourceName in
+// k8s.io/kubernetes, which cannot be imported): a qualified name with a domain prefix,
+// the prefix not kubernetes.io or a subdomain of it (native resources: cpu, memory,
+// pods, kubernetes.io/...), and not starting with "requests." (the quota form). A
+// device plugin can register only such a name, so any other is never advertised.
+func extendedResourceProblem(name string) string {
+	const hint = `; write the extended resource the device plugin advertises, such as nvidia.com/gpu (or nvidia.com/gpu.shared, nvidia.com/mig-1g.10gb), or "" to not wait for GPUs`
+	prefix, _, found := strings.Cut(name, "/")
+	switch {
+	case name == "":
+		return ""
+	case len(validation.IsQualifiedName(name)) > 0:
+		return "is not a resource name: " + strings.Join(validation.IsQualifiedName(name), "; ") + hint
+	case !found:
+		return "is not an extended resource: a name without a domain prefix is a native resource (cpu, memory, pods) or none, never a device plugin's" + hint
+	case isInDomain(strings.ToLower(prefix), "kubernetes.io"):
+		return "is not an extended resource: kubernetes.io and its subdomains name Kubernetes' native resources, never a device plugin's" + hint
+	case strings.HasPrefix(name, "requests."):
+		return `is not an extended resource: the "requests." prefix is the quota form of a resource name` + hint
+	}
+	return ""
 }

@@ -23,6 +23,9 @@ func validateSchedule(sp *field.Path, s *gpupoolv1.Schedule, known func(*field.P
 	if s.LeadTime != nil && s.LeadTime.Duration < 0 {
 		errs = append(errs, field.Invalid(sp.Child("leadTime"), s.LeadTime.Duration.String(), "must not be negative; write 0s or a duration such as 10m"))
 	}
+	if s.WarnAhead != nil && s.WarnAhead.Duration < 0 {
+		errs = append(errs, field.Invalid(sp.Child("warnAhead"), s.WarnAhead.Duration.String(), "must be zero (no warning) or positive; write 0s or a duration such as 15m"))
+	}
 	for i, w := range s.Windows {
 		wp := sp.Child("windows").Index(i)
 		if e := known(wp.Child("layout"), w.Layout); e != nil {

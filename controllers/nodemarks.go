@@ -1,0 +1,147 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/plan"
+)
+
+// AnnotationMarkedBy names the pool that put its marks on a node: the state label
+// (gpupool.dev/state) and the draining-soon warning. Those marks go on every node a
+// pool matches to a worker, also on nodes that never get gpupool.dev/pool (a VM parked
+// before its first relabel, a first power-on that never becomes ready for work), so
+// the pool needs its own record of where it put them to take them off again: when the
+// node stops being a worker's node (workers[].node edited, the VM removed) and when
+// the pool is deleted.
+const AnnotationMarkedBy = "gpupool.dev/marked-by"
+
+// markedBy records on the node that the pool put its marks there.
+func markedBy(n *corev1.Node, pool string) {
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations[AnnotationMarkedBy] = pool
+}
+
+// stripMarks takes the state label, the draining-soon warning and their owner off a
+// node, and nothing else (a parked node keeps its parked label, taint and cordon).
+func stripMarks(n *corev1.Node) {
+	delete(n.Labels, LabelState)
+	setWarning(n, time.Time{}, false)
+	delete(n.Annotations, AnnotationMarkedBy)
+}
+
+func hasMarks(n *corev1.Node) bool {
+	_, state := n.Labels[LabelState]
+	_, owner := n.Annotations[AnnotationMarkedBy]
+	return state || owner || hasAnyWarning(n)
+}
+
+// marksOf tells whether a node's marks are the pool's: the pool it names as their owner;
+// a node marked before owners were recorded is the pool's when it carries the pool's
+// label, or when the pool's status names it as a worker's node and no other pool
+// labels it.
+func marksOf(n *corev1.Node, pool string, workerNodes map[string]bool) bool {
+	if owner := n.Annotations[AnnotationMarkedBy]; owner != "" {
+		return owner == pool
+	}
+	if p := n.Labels[LabelPool]; p != "" {
+		return p == pool
+	}
+	return workerNodes[n.Name]
+}
+
+// statusNodes are the nodes the pool's status names as its workers' nodes.
+func statusNodes(pool *gpupoolv1.GPUPoolProfile) map[string]bool {
+	out := map[string]bool{}
+	for _, w := range pool.Status.Workers {
+		if w.Node != "" {
+			out[w.Node] = true
+		}
+	}
+	return out
+}
+
+// markedNodes lists the nodes whose marks are the pool's (marksOf), from the cache.
+func (r *GPUPoolProfileReconciler) markedNodes(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, workerNodes map[string]bool) ([]*corev1.Node, error) {
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	var out []*corev1.Node
+	for i := range nodes.Items {
+		if n := &nodes.Items[i]; marksOf(n, pool.Name, workerNodes) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// unmarkStale takes the pool's marks off the nodes it no longer matches to a worker: a
+// node whose VM left the spec, or that is no longer the VM's node.
+func (r *GPUPoolProfileReconciler) unmarkStale(ctx context.Context, s *scope) {
+	current := map[string]bool{}
+	for _, n := range s.nodes {
+		current[n.Name] = true
+	}
+	nodes, err := r.markedNodes(ctx, s.pool, statusNodes(s.pool))
+	if err != nil {
+		s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
+		return
+	}
+	for _, n := range nodes {
+		if current[n.Name] || !hasMarks(n) {
+			continue
+		}
+		if err := r.patchNode(ctx, n, stripMarks); err != nil {
+			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
+		}
+	}
+}
+
+// warningDue tells whether a draining-soon warning announcing a drain at `at` still
+// stands when gpupool cannot see vSphere: a switch is under way or due now (its drains
+// go on once vCenter answers), or it announces the next scheduled switch and that
+// switch's warning window is open. Otherwise no drain will happen at that time.
+func warningDue(now time.Time, next *plan.Boundary, horizon time.Duration, switchDue bool, at time.Time) bool {
+	if switchDue {
+		return true
+	}
+	return next != nil && horizon > 0 && at.Equal(next.At) && !now.Before(next.At.Add(-horizon)) && now.Before(next.At)
+}
+
+// withdrawWarnings takes the draining-soon warning off the pool's nodes whose drain
+// will not happen (keep says which stand), with node patches only: it runs on passes
+// that do not reach vSphere (paused, invalid spec, vCenter unreachable).
+func (r *GPUPoolProfileReconciler) withdrawWarnings(ctx context.Context, s *scope, keep func(at time.Time) bool) {
+	nodes, err := r.markedNodes(ctx, s.pool, statusNodes(s.pool))
+	if err != nil {
+		s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
+		return
+	}
+	for _, n := range nodes {
+		if !hasAnyWarning(n) {
+			continue
+		}
+		if at, err := time.Parse(time.RFC3339, n.Annotations[AnnotationDrainAt]); err == nil && keep(at) {
+			continue
+		}
+		if err := r.patchNode(ctx, n, func(n *corev1.Node) { setWarning(n, time.Time{}, false) }); err != nil {
+			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
+		}
+	}
+}
+
+// switchDue tells whether a switch is under way or due now.
+func switchDue(s *scope) bool {
+	st := &s.pool.Status
+	if t := st.Transition; t != nil {
+		return t.AbortedTime == nil || t.To != s.decision.Layout || t.Generation != s.pool.Generation
+	}
+	return s.decision.Layout != "" && s.decision.Layout != st.ActiveLayout
+}

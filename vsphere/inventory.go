@@ -180,10 +180,7 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 		}
 		if vm.Config != nil {
 			v.UUID = vm.Config.Uuid
-			v.Profile = vgpuProfile(vm.Config.Hardware.Device)
-			if v.Profile != "" {
-				v.VGPUs = len(vgpuDevices(vm.Config.Hardware.Device))
-			}
+			v.Profile, v.VGPUs, v.Profiles = vgpuProfiles(vm.Config.Hardware.Device)
 		}
 		if vm.Runtime.Host != nil {
 			v.Host = hostNames[*vm.Runtime.Host]
@@ -381,6 +378,27 @@ func vgpuProfile(devices []types.BaseVirtualDevice) string {
 		}
 	}
 	return ""
+}
+
+// vgpuProfiles reads the VM's vGPU devices: the first one's profile, how many there
+// are, and the profile of each when they differ (nil when all are the first's), so the
+// planner reconfigures a VM whose vGPUs are not all of the worker's profile.
+func vgpuProfiles(devices []types.BaseVirtualDevice) (first string, n int, each []string) {
+	var all []string
+	mixed := false
+	for _, d := range vgpuDevices(devices) {
+		b := d.GetVirtualDevice().Backing.(*types.VirtualPCIPassthroughVmiopBackingInfo)
+		all = append(all, b.Vgpu)
+		mixed = mixed || b.Vgpu != all[0]
+	}
+	first = vgpuProfile(devices)
+	if first == "" {
+		return "", 0, nil
+	}
+	if mixed {
+		each = all
+	}
+	return first, len(all), each
 }
 
 // vgpuDevices are the VM's PCI passthrough devices backed by a vGPU (VMIOP) profile.

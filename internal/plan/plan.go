@@ -260,7 +260,7 @@ func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPl
 			}
 			continue
 		case reprofiles:
-			change := fmt.Sprintf("profile %s -> %s", vgpus(vm.VGPUCount(), orNone(vm.Profile)), vgpus(m.count, m.want))
+			change := fmt.Sprintf("profile %s -> %s", vm.Describe(), vgpus(m.count, m.want))
 			drain(change)
 			switch vm.PowerState {
 			case inventory.PoweredOn:

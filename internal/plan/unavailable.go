@@ -23,7 +23,10 @@ import (
 //     configuration only, still runs where the VM is registered. When no host has
 //     room, or the host is disconnected, the layout cannot be made: a Problem that
 //     names the host and why, and the pool stalls.
-//   - A suspended VM can resume only on its own host: a Problem too.
+//   - A suspended VM is held (HostUnavailable), whatever the layout wants of it: its
+//     suspended state resumes only on its own host, and discarding it is the user's
+//     call to make where the host is unavailable (see holdSuspended). Only that VM
+//     waits; the other hosts go on.
 func (a *analysis) avoidUnavailable() {
 	var moving []*member
 	for _, m := range a.members {
@@ -39,8 +42,8 @@ func (a *analysis) avoidUnavailable() {
 			continue
 		}
 		switch {
-		case m.vm.PowerState == inventory.PoweredOn && m.held:
-			m.away = true // held already (its node is missing): one reason is enough
+		case m.held:
+			m.away = true // held already (no node, suspended state at risk): one reason is enough
 		case m.vm.PowerState == inventory.PoweredOn:
 			m.away, m.held = true, true
 			verb := map[fate]string{leaves: "parked", reprofiles: "reconfigured to " + vgpus(m.count, m.want)}[m.fate]
@@ -50,9 +53,7 @@ func (a *analysis) avoidUnavailable() {
 		case m.fate == leaves:
 			// Note: a VM that leaves and does not run has nothing to do.
 		case m.vm.PowerState == inventory.Suspended:
-			m.away, m.blocked = true, true
-			a.problem(ReasonHostUnavailable, "VM %s is suspended on host %s, which %s, and can resume only there; bring the host back, or power the VM off so that gpupool may start it on another host of its cluster",
-				m.vm.Name, h.Name, why)
+			a.holdSuspended(m, h, why)
 		case !h.Reachable():
 			m.away, m.blocked = true, true
 			a.problem(ReasonHostUnavailable, "VM %s is registered on host %s, which %s: vCenter can neither reconfigure nor power it on; reconnect the host or remove VM %s from layout %s",
@@ -64,6 +65,30 @@ func (a *analysis) avoidUnavailable() {
 	for _, m := range moving {
 		a.relocate(m)
 	}
+}
+
+// holdSuspended holds a suspended VM of an unavailable host. A VM to resume (or to
+// reconfigure while its state must be kept) waits for its host. With
+// spec.discardSuspendedState a VM to reconfigure would be powered off, and a powered-off
+// VM of a host in maintenance mode is started on another host (relocate); but gpupool
+// does not power a VM off on a host that is unavailable: a host entering maintenance
+// mode is being evacuated, and vCenter reaches no VM of a disconnected host. The message
+// says what the user can do instead.
+func (a *analysis) holdSuspended(m *member, h *inventory.Host, why string) {
+	m.away, m.held, m.blocked = true, true, true
+	var msg string
+	switch {
+	case m.fate == reprofiles && a.spec.DiscardSuspendedState && h.Reachable():
+		msg = fmt.Sprintf("VM %s is suspended on host %s, which %s, and must be reconfigured to %s: gpupool does not power it off there; bring the host back, or power the VM off (discarding its suspended state) so that gpupool starts it on another host of its cluster; the other hosts go on",
+			m.vm.Name, h.Name, why, vgpus(m.count, m.want))
+	case !h.Reachable():
+		msg = fmt.Sprintf("VM %s is suspended on host %s, which %s: vCenter can neither resume, power off nor reconfigure it until the host is reconnected; the other hosts go on",
+			m.vm.Name, h.Name, why)
+	default:
+		msg = fmt.Sprintf("VM %s is suspended on host %s, which %s, and can resume only there: gpupool issues no operation on it until the host is available again (or power the VM off, discarding its suspended state, so that gpupool may start it on another host of its cluster); the other hosts go on",
+			m.vm.Name, h.Name, why)
+	}
+	a.held = append(a.held, Problem{Reason: ReasonHostUnavailable, VM: m.vm.Name, Message: msg})
 }
 
 // relocate finds another host of m's compute resource for m's power-on: available,

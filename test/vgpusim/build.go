@@ -97,9 +97,13 @@ func (s *Sim) build() error {
 		if v.Profile != "" {
 			spec.MemoryReservationLockedToMax = types.NewBool(true)
 			for i := range v.VGPUs {
+				profile := v.Profile
+				if i < len(v.Profiles) {
+					profile = v.Profiles[i]
+				}
 				spec.DeviceChange = append(spec.DeviceChange, &types.VirtualDeviceConfigSpec{
 					Operation: types.VirtualDeviceConfigSpecOperationAdd,
-					Device:    NewVGPUDevice(v.Profile, i),
+					Device:    NewVGPUDevice(profile, i),
 				})
 			}
 		}

@@ -89,6 +89,10 @@ type VM struct {
 	Profile string `json:"profile,omitempty"`
 	// VGPUs is how many vGPU devices of Profile the VM has; 1 when Profile is set.
 	VGPUs int `json:"vgpus,omitempty"`
+	// Profiles, instead of Profile and VGPUs, gives each vGPU device its own profile
+	// (NVIDIA Multi-vGPU allows different sizes of one board and series in a VM), such
+	// as [grid_a100-40c, grid_a100-20c].
+	Profiles []string `json:"profiles,omitempty"`
 	// PowerState is poweredOn, poweredOff (default) or suspended.
 	PowerState string `json:"powerState,omitempty"`
 	// BIOSUUID is config.uuid; derived from the name when empty, so it is stable.
@@ -219,6 +223,20 @@ func (inv *Inventory) normalize() error {
 			errs = append(errs, fmt.Errorf("VM %s: listed twice", vm.Name))
 		}
 		vms[vm.Name] = true
+		if len(vm.Profiles) > 0 {
+			if vm.Profile != "" || vm.VGPUs != 0 {
+				errs = append(errs, fmt.Errorf("VM %s: profiles replaces profile and vgpus: set only profiles", vm.Name))
+			}
+			vm.Profile, vm.VGPUs = vm.Profiles[0], len(vm.Profiles)
+			for _, p := range vm.Profiles[1:] {
+				if !sameSeries(p, vm.Profile) {
+					errs = append(errs, fmt.Errorf("VM %s: profiles %s and %s are not of the same board and series", vm.Name, vm.Profile, p))
+				}
+				if h := hosts[vm.Host]; h != nil && !h.offers(p) {
+					errs = append(errs, fmt.Errorf("VM %s: host %s does not offer profile %s", vm.Name, vm.Host, p))
+				}
+			}
+		}
 		h := hosts[vm.Host]
 		if h == nil {
 			errs = append(errs, fmt.Errorf("VM %s: host %q is not in the inventory", vm.Name, vm.Host))

@@ -635,3 +635,44 @@ func BenchmarkInventory(b *testing.B) {
 func (e *env) powerOn(ctx context.Context, vm string) (string, error) {
 	return e.c.PowerOn(ctx, vm, "")
 }
+
+// TestMixedDeviceVM: a VM whose vGPU devices differ (NVIDIA Multi-vGPU allows sizes of
+// one series) is read with every device's profile, so the planner sees it is not
+// {grid_p100-16q, vgpus: 2}; SetProfile makes it uniform.
+func TestMixedDeviceVM(t *testing.T) {
+	e := newEnv(t, `
+hosts:
+- name: h1
+  gpus: [{model: Tesla P100, memoryGiB: 16, pciId: "0000:3b:00.0"}, {model: Tesla P100, memoryGiB: 16, pciId: "0000:af:00.0"}]
+  profiles: [{name: grid_p100-8q}, {name: grid_p100-16q}]
+vms:
+- {name: a, host: h1, profiles: [grid_p100-16q, grid_p100-8q], powerState: poweredOff}
+- {name: b, host: h1, profiles: [grid_p100-16q, grid_p100-16q], powerState: poweredOff}
+`)
+	inv, err := e.c.Inventory(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := inv.FindVM("a")
+	if a.Profile != "grid_p100-16q" || a.VGPUCount() != 2 || strings.Join(a.Profiles, ",") != "grid_p100-16q,grid_p100-8q" || a.Is("grid_p100-16q", 2) {
+		t.Fatalf("VM a read as %+v (%s), want both device profiles", a, a.Describe())
+	}
+	if b, _ := inv.FindVM("b"); b.Profiles != nil || !b.Is("grid_p100-16q", 2) {
+		t.Fatalf("VM b read as %+v, want 2 x grid_p100-16q without Profiles", b)
+	}
+	if info := e.do(func(ctx context.Context, ref string) (string, error) { return e.c.SetProfile(ctx, ref, "grid_p100-16q", 2) }, "a"); info.State != vsphere.TaskSuccess {
+		t.Fatalf("set profile: %+v", info)
+	}
+	if inv, err = e.c.Inventory(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := inv.FindVM("a"); !a.Is("grid_p100-16q", 2) || a.Profiles != nil {
+		t.Fatalf("after SetProfile VM a is %s", a.Describe())
+	}
+	if _, err := vgpusim.Load([]byte(`
+hosts: [{name: h1, gpus: [{model: Tesla P100, memoryGiB: 16, pciId: "0000:3b:00.0"}], profiles: [{name: grid_p100-8q}, {name: grid_p100-8c}]}]
+vms: [{name: a, host: h1, profiles: [grid_p100-8q, grid_p100-8c]}]
+`)); err == nil || !strings.Contains(err.Error(), "not of the same board and series") {
+		t.Fatalf("profiles of two series: %v", err)
+	}
+}

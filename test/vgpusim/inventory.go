@@ -224,7 +224,7 @@ func (inv *Inventory) normalize() error {
 		}
 		vms[vm.Name] = true
 		if len(vm.Profiles) > 0 {
-			if vm.Profile != "" || vm.VGPUs != 0 {
+			if (vm.Profile != "" && vm.Profile != vm.Profiles[0]) || (vm.VGPUs != 0 && vm.VGPUs != len(vm.Profiles)) {
 				errs = append(errs, fmt.Errorf("VM %s: profiles replaces profile and vgpus: set only profiles", vm.Name))
 			}
 			vm.Profile, vm.VGPUs = vm.Profiles[0], len(vm.Profiles)

@@ -660,7 +660,9 @@ vms:
 	if b, _ := inv.FindVM("b"); b.Profiles != nil || !b.Is("grid_p100-16q", 2) {
 		t.Fatalf("VM b read as %+v, want 2 x grid_p100-16q without Profiles", b)
 	}
-	if info := e.do(func(ctx context.Context, ref string) (string, error) { return e.c.SetProfile(ctx, ref, "grid_p100-16q", 2) }, "a"); info.State != vsphere.TaskSuccess {
+	if info := e.do(func(ctx context.Context, ref string) (string, error) {
+		return e.c.SetProfile(ctx, ref, "grid_p100-16q", 2)
+	}, "a"); info.State != vsphere.TaskSuccess {
 		t.Fatalf("set profile: %+v", info)
 	}
 	if inv, err = e.c.Inventory(e.ctx); err != nil {

@@ -347,8 +347,10 @@ func (a *analysis) capacity(ha *hostAnalysis) string {
 		}
 		// Note: held VMs count as if they were acted on, so that feasibility does not
 		// depend on them; power-ons that need a held VM's GPU stay Later. A VM of an
-		// unavailable host is blocked instead: it keeps its vGPUs there.
-		if (m.fate == arrives || m.fate == reprofiles) && !m.blocked && a.startsOn(m) == h {
+		// unavailable host is away: it keeps its vGPUs there and starts nothing until
+		// the host is back (then the plan is made again), so it is neither freed nor
+		// started; counting its start too would count it twice.
+		if (m.fate == arrives || m.fate == reprofiles) && !m.blocked && !m.away && a.startsOn(m) == h {
 			starting = append(starting, m)
 		}
 	}
@@ -356,12 +358,19 @@ func (a *analysis) capacity(ha *hostAnalysis) string {
 	ha.freed = make([]inventory.Occupancy, len(h.GPUs))
 	ha.keepers = make([][]string, len(h.GPUs))
 	seen, devices := map[string]int{}, map[string]int{}
+	mixed := a.mixedDevices(h)
 	for i, g := range h.GPUs {
 		for _, name := range a.largestFirst(h, g.VMs) {
 			n := a.vgpusOn(h, name, seen[name])
 			seen[name]++
-			for range n {
+			if m, ok := mixed[name]; ok {
+				n = len(m[i])
+			}
+			for k := range n {
 				p := a.nextDevice(name, devices)
+				if m, ok := mixed[name]; ok {
+					p = m[i][k]
+				}
 				ha.current[i] = a.add(ha.current[i], h, g, name, p)
 				if !freeing[name] {
 					ha.freed[i] = a.add(ha.freed[i], h, g, name, p)
@@ -462,6 +471,77 @@ func (a *analysis) nextDevice(name string, devices map[string]int) string {
 		return devs[k]
 	}
 	return vm.Profile
+}
+
+// mixedDevices guesses, for each VM running on h whose vGPU devices differ, which
+// devices run on which of the GPUs that list it (indexed like h.GPUs): vSphere reports
+// only the GPUs. The guess replays vSphere's placement (inventory.Place, in device
+// order, as a power-on places them) next to the other VMs of those GPUs. A replay that
+// does not land on exactly the listed GPUs is dropped: nextDevice's device order is
+// used for that VM instead.
+func (a *analysis) mixedDevices(h *inventory.Host) map[string][][]string {
+	out := map[string][][]string{}
+	for _, vm := range a.inv.VMs {
+		if len(vm.Profiles) == 0 || vm.Host != h.Name {
+			continue
+		}
+		if at, ok := a.replay(h, vm.Name, vm.Profiles); ok {
+			out[vm.Name] = at
+		}
+	}
+	return out
+}
+
+// replay places the devices of the VM called name on the GPUs of h that list it.
+func (a *analysis) replay(h *inventory.Host, name string, devs []string) ([][]string, bool) {
+	sub := *h
+	sub.GPUs = nil
+	var listed []int
+	for i, g := range h.GPUs {
+		if slices.Contains(g.VMs, name) {
+			listed = append(listed, i)
+			sub.GPUs = append(sub.GPUs, g)
+		}
+	}
+	if len(listed) == 0 || len(listed) > len(devs) {
+		return nil, false
+	}
+	occ := make([]inventory.Occupancy, len(sub.GPUs))
+	for j, g := range sub.GPUs {
+		for _, other := range a.largestFirst(h, g.VMs) {
+			if other == name {
+				continue
+			}
+			vm := a.vms[other]
+			for range a.vgpusOn(h, other, 0) {
+				occ[j] = a.add(occ[j], h, g, other, vm.Profile)
+			}
+			occ[j].VMs++
+		}
+	}
+	at := make([][]string, len(h.GPUs))
+	for _, d := range devs {
+		p, ok := offerOf(h, d)
+		if !ok {
+			return nil, false
+		}
+		j := inventory.Place(&sub, occ, p)
+		if j < 0 {
+			return nil, false
+		}
+		vms := occ[j].VMs
+		occ[j] = occ[j].Add(p, sub.GPUs[j])
+		if len(at[listed[j]]) == 0 {
+			occ[j].VMs = vms + 1
+		}
+		at[listed[j]] = append(at[listed[j]], d)
+	}
+	for _, i := range listed {
+		if len(at[i]) == 0 {
+			return nil, false
+		}
+	}
+	return at, true
 }
 
 // add returns o with one vGPU of profile (of the VM called name) added, as running on

@@ -447,3 +447,47 @@ func TestMixedDeviceVMOccupancy(t *testing.T) {
 		t.Fatalf("two 8Q next to a 4Q and an 8Q on two 16 GiB GPUs: Check:\n%s", problemLines(ps))
 	}
 }
+
+// TestHeldVMIsNotCountedTwice: a running VM held on an unavailable host keeps its vGPUs
+// there and starts nothing until the host is back; its future vGPUs are no demand on
+// that host now (counting both made a pool-wide InsufficientGPU of one held VM).
+func TestHeldVMIsNotCountedTwice(t *testing.T) {
+	for _, down := range []func(h *inventory.Host){
+		func(h *inventory.Host) { h.ConnectionState = inventory.Disconnected },
+		func(h *inventory.Host) { h.ConnectionState = inventory.NotResponding },
+		func(h *inventory.Host) { h.EnteringMaintenance = true },
+	} {
+		spec, w := twoGPUHost(t, "")
+		if err := powerOnAs(w, "gpu-night-1", "grid_p100-16q"); err != nil {
+			t.Fatal(err)
+		}
+		spec.Layouts[1] = gpupoolv1.Layout{Name: "night", Workers: []gpupoolv1.Worker{{VM: "gpu-night-1", Profile: "grid_p100-16q", VGPUs: 2}}}
+		down(&w.inv.Hosts[0])
+		p := build(t, spec, w, "night")
+		if len(p.Problems) > 0 || len(p.Held) != 1 || p.Held[0].Reason != ReasonHostUnavailable {
+			t.Errorf("host %s: problems:\n%s\nheld %+v, want gpu-night-1 held alone", w.inv.Hosts[0].Unavailable(), problemLines(p.Problems), p.Held)
+		}
+	}
+}
+
+// TestMixedDeviceVMGuess: vSphere lists the GPUs of a VM whose devices differ, not which
+// device runs where; the planner's guess must be one in which every GPU's vGPUs fit its
+// mode. other-vm (8Q, 4Q) shares the second GPU with 8Q vm-y, so its 8Q runs there and
+// its 4Q on the first GPU, which then has room for three more 4Q and no 8Q.
+func TestMixedDeviceVMGuess(t *testing.T) {
+	spec, w := twoGPUHost(t, "")
+	w.inv.VMs = append(w.inv.VMs,
+		inventory.VM{Name: "other-vm", Host: "esx-01", Profile: "grid_p100-8q", Profiles: []string{"grid_p100-8q", "grid_p100-4q"}, VGPUs: 2,
+			PowerState: inventory.PoweredOn, GPU: "0000:3b:00.0", GPUs: []string{"0000:3b:00.0", "0000:af:00.0"}},
+		inventory.VM{Name: "vm-y", Host: "esx-01", Profile: "grid_p100-8q", PowerState: inventory.PoweredOn, GPU: "0000:af:00.0", GPUs: []string{"0000:af:00.0"}})
+	h := &w.inv.Hosts[0]
+	h.GPUs[0].VMs, h.GPUs[1].VMs = []string{"other-vm"}, []string{"other-vm", "vm-y"}
+	spec.Layouts[1] = layout("night", "grid_p100-4q", "gpu-night-1", "gpu-day-1", "gpu-day-2")
+	if ps := Check(spec, "night", w.inv); len(ps) > 0 {
+		t.Fatalf("three 4Q next to a 4Q: Check:\n%s", problemLines(ps))
+	}
+	spec.Layouts[1] = layout("night", "grid_p100-8q", "gpu-night-1")
+	if ps := Check(spec, "night", w.inv); len(ps) != 1 || ps[0].Reason != ReasonInsufficientGPU {
+		t.Fatalf("an 8Q where no GPU has 8 GiB of 8Q room: Check:\n%s", problemLines(ps))
+	}
+}

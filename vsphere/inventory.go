@@ -20,12 +20,13 @@ import (
 var (
 	vmProps = []string{
 		"name", "parent", "config.uuid", "runtime.host", "runtime.powerState", "config.hardware.device",
-		"recentTask",
+		"recentTask", "datastore",
 	}
 	hostProps = []string{
 		"name", "config.graphicsInfo", "config.sharedPassthruGpuTypes",
 		"config.sharedGpuCapabilities", "config.graphicsConfig",
 		"parent", "runtime.connectionState", "runtime.inMaintenanceMode", "recentTask",
+		"datastore",
 	}
 	// taskProps tell a host's EnterMaintenanceMode_Task that is queued or running.
 	hostTaskProps = []string{"info.descriptionId", "info.state"}
@@ -154,6 +155,7 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 	for _, h := range hosts {
 		host := c.host(ctx, h, envBrowsers[h.Self], vmNames)
 		availability(&host, h, entering)
+		host.Datastores = refValues(h.Datastore)
 		for _, g := range host.GPUs {
 			for _, ref := range gpuRefs(h, g.PCIID) {
 				gpusOf[ref] = append(gpusOf[ref], g.PCIID)
@@ -188,6 +190,7 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 		for _, t := range vm.RecentTask {
 			v.RecentTasks = append(v.RecentTasks, t.Value)
 		}
+		v.Datastores = refValues(vm.Datastore)
 		inv.VMs = append(inv.VMs, v)
 	}
 	sort.Slice(inv.VMs, func(i, j int) bool { return inv.VMs[i].Name < inv.VMs[j].Name })
@@ -411,5 +414,15 @@ func vgpuDevices(devices []types.BaseVirtualDevice) []types.BaseVirtualDevice {
 			}
 		}
 	}
+	return out
+}
+
+// refValues are the ids of refs, sorted.
+func refValues(refs []types.ManagedObjectReference) []string {
+	var out []string
+	for _, r := range refs {
+		out = append(out, r.Value)
+	}
+	sort.Strings(out)
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,6 +62,9 @@ type VM struct {
 	// RecentTasks are the ids of the VM's recent tasks (recentTask), which tell a task
 	// that was started before a crash from one started after.
 	RecentTasks []string
+	// Datastores are the managed object ids of the datastores the VM's files are on
+	// (VirtualMachine.datastore): a host it is powered on on must mount them all.
+	Datastores []string
 }
 
 // VGPUCount is how many vGPUs of Profile the VM has: 0 without a profile, else VGPUs,
@@ -181,6 +185,20 @@ type Host struct {
 	InMaintenance bool
 	// EnteringMaintenance: an EnterMaintenanceMode_Task of the host is queued or running.
 	EnteringMaintenance bool
+	// Datastores are the managed object ids of the datastores the host mounts
+	// (HostSystem.datastore).
+	Datastores []string
+}
+
+// Mounts tells whether the host mounts every one of the datastores. A VM that reports
+// none (an inventory that predates Datastores) is taken to need none.
+func (h *Host) Mounts(datastores []string) bool {
+	for _, ds := range datastores {
+		if !slices.Contains(h.Datastores, ds) {
+			return false
+		}
+	}
+	return true
 }
 
 // Connection states (HostSystemConnectionState).

@@ -196,6 +196,9 @@ func TestUnavailableHosts(t *testing.T) {
 		// moved: gpu-night-1 is powered on on esx-02; else want names a Problem.
 		moved bool
 		want  string
+		// datastores, when set: esx-02 mounts these; gpu-night-1 is on datastore-11
+		// and datastore-12.
+		datastores []string
 	}{
 		{name: "maintenance: powered on on the other host", host1: maintenance, cr2: "domain-c7", layout: "night", moved: true},
 		{name: "entering maintenance: powered on on the other host", host1: func(h *inventory.Host) { h.EnteringMaintenance = true }, cr2: "domain-c7", layout: "night", moved: true},
@@ -205,10 +208,19 @@ func TestUnavailableHosts(t *testing.T) {
 			want: "VM gpu-night-1 is registered on host esx-01, which is disconnected: vCenter can neither reconfigure nor power it on"},
 		{name: "not responding", host1: func(h *inventory.Host) { h.ConnectionState = inventory.NotResponding }, cr2: "domain-c7", layout: "night",
 			want: "which is not responding"},
+		{name: "maintenance, other host mounts the VM's datastore", host1: maintenance, cr2: "domain-c7", layout: "night", moved: true,
+			datastores: []string{"datastore-11", "datastore-12"}},
+		{name: "maintenance, other host lacks one of the VM's datastores", host1: maintenance, cr2: "domain-c7", layout: "night",
+			datastores: []string{"datastore-11"},
+			want:       "in maintenance mode, and host esx-02 of its compute resource offers grid_p100-16q but does not mount all of its datastores (datastore-11, datastore-12)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec, w := unavailableWorld(t, tc.cr2)
 			tc.host1(&w.inv.Hosts[0])
+			if tc.datastores != nil {
+				w.inv.Hosts[1].Datastores = tc.datastores
+				w.mustVM("gpu-night-1").Datastores = []string{"datastore-11", "datastore-12"}
+			}
 			ps := Check(spec, tc.layout, w.inv)
 			if !tc.moved {
 				if len(ps) != 1 || ps[0].Reason != ReasonHostUnavailable || !strings.Contains(ps[0].Message, tc.want) {

@@ -19,7 +19,7 @@ import (
 //   - A powered-off VM to start (or to reconfigure and start) on a host that vCenter
 //     still reaches (maintenance mode, entering it) is powered on on another available
 //     host of its compute resource that offers its profile and has room
-//     (PowerOnVM_Task's host argument); the reconfigure, a change of the VM's
+//     and mounts all its datastores (PowerOnVM_Task's host argument); the reconfigure, a change of the VM's
 //     configuration only, still runs where the VM is registered. When no host has
 //     room, or the host is disconnected, the layout cannot be made: a Problem that
 //     names the host and why, and the pool stalls.
@@ -96,7 +96,7 @@ func (a *analysis) holdSuspended(m *member, h *inventory.Host, why string) {
 // Hosts are tried by name, so the choice is the same on every reconcile.
 func (a *analysis) relocate(m *member) {
 	home, _ := a.findHost(m.vm.Host)
-	var tried []string
+	var tried, unmounted []string
 	for i := range a.inv.Hosts {
 		h := &a.inv.Hosts[i]
 		if h == home || h.ComputeResource == "" || h.ComputeResource != home.ComputeResource || h.Unavailable() != "" {
@@ -104,6 +104,14 @@ func (a *analysis) relocate(m *member) {
 		}
 		offer, ok := offerOf(h, m.want)
 		if !ok {
+			continue
+		}
+		// PowerOnVM_Task's host "must specify a host that is part of the same compute
+		// resource ... If this host is not compatible, the current host association is
+		// used" (vSphere API, PowerOnVMRequestType): on a host that does not mount the
+		// VM's datastores, vCenter would power it on on its unavailable host instead.
+		if !h.Mounts(m.vm.Datastores) {
+			unmounted = append(unmounted, h.Name)
 			continue
 		}
 		tried = append(tried, h.Name)
@@ -120,6 +128,16 @@ func (a *analysis) relocate(m *member) {
 	others := "no other host of its compute resource offers " + m.want
 	if len(tried) > 0 {
 		others = "no other available host of its compute resource has room for " + vgpus(m.count, m.want) + " (tried " + strings.Join(tried, ", ") + ")"
+	}
+	if len(unmounted) > 0 {
+		verb := map[bool]string{true: " offers " + m.want + " but does not", false: " offer " + m.want + " but do not"}[len(unmounted) == 1]
+		lack := plural(len(unmounted), "host") + " " + strings.Join(unmounted, ", ") + " of its compute resource" + verb +
+			" mount all of its datastores (" + strings.Join(m.vm.Datastores, ", ") + ")"
+		if len(tried) == 0 {
+			others = lack
+		} else {
+			others += ", and " + lack
+		}
 	}
 	a.problem(ReasonHostUnavailable, "VM %s is registered on host %s, which %s, and %s; bring host %s back or free GPUs on another host of its cluster",
 		m.vm.Name, home.Name, home.Unavailable(), others, home.Name)

@@ -81,6 +81,9 @@ func (d *diff) countWorld() {
 		}
 	}
 	for _, vm := range d.w.inv.VMs {
+		if vm.Datastore != "" && vm.Datastore != "datastore1" {
+			d.stats["vmOnLocalDatastore"]++
+		}
 		if len(vm.Profiles) > 0 {
 			d.stats["mixedDevicesVM"]++
 			if slices.Contains(d.w.startOn, vm.Name) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -49,6 +50,9 @@ type Host struct {
 	GPUs []GPU `json:"gpus,omitempty"`
 	// Profiles are the vGPU profiles the host offers.
 	Profiles []Profile `json:"profiles,omitempty"`
+	// Datastores are the names of the datastores the host mounts; hosts listing the
+	// same name share it. Default: [datastore1], which every such host shares.
+	Datastores []string `json:"datastores,omitempty"`
 }
 
 // GPU is one physical GPU. Give its memory in MiB or GiB, not both.
@@ -97,6 +101,9 @@ type VM struct {
 	PowerState string `json:"powerState,omitempty"`
 	// BIOSUUID is config.uuid; derived from the name when empty, so it is stable.
 	BIOSUUID string `json:"biosUUID,omitempty"`
+	// Datastore is the datastore the VM's files are on; one of its host's, the host's
+	// first by default. A host that does not mount it cannot power the VM on.
+	Datastore string `json:"datastore,omitempty"`
 	// Folder is a path below the datacenter's vm folder, such as gpu/workers.
 	Folder string `json:"folder,omitempty"`
 	// MemoryMiB is the VM's memory; 4096 when zero.
@@ -154,6 +161,9 @@ func (inv *Inventory) normalize() error {
 			errs = append(errs, fmt.Errorf("host %s: listed twice", h.Name))
 		}
 		hosts[h.Name] = h
+		if len(h.Datastores) == 0 {
+			h.Datastores = []string{"datastore1"}
+		}
 		switch h.Policy {
 		case "":
 			h.Policy = inventory.PolicyPerformance
@@ -238,6 +248,13 @@ func (inv *Inventory) normalize() error {
 			}
 		}
 		h := hosts[vm.Host]
+		switch {
+		case h == nil:
+		case vm.Datastore == "":
+			vm.Datastore = h.Datastores[0]
+		case !slices.Contains(h.Datastores, vm.Datastore):
+			errs = append(errs, fmt.Errorf("VM %s: datastore %s is not one of host %s's (%s)", vm.Name, vm.Datastore, h.Name, strings.Join(h.Datastores, ", ")))
+		}
 		if h == nil {
 			errs = append(errs, fmt.Errorf("VM %s: host %q is not in the inventory", vm.Name, vm.Host))
 		} else if vm.Profile != "" && !h.offers(vm.Profile) {

@@ -325,3 +325,27 @@ func TestPowerOnHost(t *testing.T) {
 		}
 	}
 }
+
+// TestMixedDeviceVMIsReconfigured: a VM whose two vGPU devices differ (16Q and 4Q) is
+// not what a worker of two 16Q vGPUs asks for, although its first device's profile and
+// its device count match: it is reconfigured to two 16Q before it is powered on.
+func TestMixedDeviceVMIsReconfigured(t *testing.T) {
+	inv := strings.Replace(multiInventory, "%[1]strain-1, host: %[1]sesx-01, profile: grid_p100-4q",
+		"%[1]strain-1, host: %[1]sesx-01, profiles: [grid_p100-16q, grid_p100-4q]", 1)
+	h := newHarnessWith(t, "md-", inv)
+	pool := h.pool("mixed", h.layout("day", "day-1=grid_p100-4q", "day-2=grid_p100-4q"),
+		h.layout("night", "train-1=grid_p100-16q*2"))
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	h.converge(pool.Name, "day", 30)
+	if st := h.vm("train-1"); strings.Join(st.Profiles, ",") != "grid_p100-16q,grid_p100-4q" {
+		t.Fatalf("train-1 starts as %+v, want a 16Q and a 4Q device", st)
+	}
+
+	h.switchTo(pool.Name, "night")
+	h.converge(pool.Name, "night", 60)
+	st := h.vm("train-1")
+	if st.PowerState != "poweredOn" || strings.Join(st.Profiles, ",") != "grid_p100-16q,grid_p100-16q" {
+		t.Fatalf("train-1 = %+v, want it powered on with two grid_p100-16q vGPUs", st)
+	}
+}

@@ -335,13 +335,6 @@ func nodeWait(n NodeState) string {
 	return "node not Ready yet"
 }
 
-func orNone(profile string) string {
-	if profile == "" {
-		return "none"
-	}
-	return profile
-}
-
 // Due returns the steps that may run now, on the first maxParallel hosts (by name) that
 // have steps other than overdue waits:
 //

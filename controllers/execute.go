@@ -24,6 +24,7 @@ import (
 func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step plan.Step) (time.Duration, error) {
 	ws := s.worker(step.VM)
 	if ws.NextRetryTime != nil && s.now.Before(ws.NextRetryTime.Time) {
+		sayMoved(s, ws, step)
 		return ws.NextRetryTime.Sub(s.now), nil
 	}
 	if ws.StepStartTime == nil {
@@ -57,7 +58,11 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 	case plan.Reconfigure:
 		return r.startTask(ctx, s, ws, vm, "Reconfigure", func() (string, error) { return s.vc.SetProfile(ctx, vm.Ref, step.Profile, step.VGPUs) })
 	case plan.PowerOn:
-		return r.startTask(ctx, s, ws, vm, "PowerOn", func() (string, error) { return s.vc.PowerOn(ctx, vm.Ref, powerOnHost(s.inv, vm, step)) })
+		host, err := powerOnHost(s.inv, vm, step)
+		if err != nil {
+			return r.failed(s, ws, "PowerOn not started", err.Error()), nil
+		}
+		return r.startTask(ctx, s, ws, vm, "PowerOn", func() (string, error) { return s.vc.PowerOn(ctx, vm.Ref, host) })
 	case plan.WaitNodeReady:
 		return r.waitNodeReady(s, step, ws, node), nil
 	case plan.Relabel:
@@ -217,12 +222,34 @@ func (r *GPUPoolProfileReconciler) emit(pool *gpupoolv1.GPUPoolProfile, typ, rea
 
 // powerOnHost is the ref of the host a power-on step names when it is not the VM's own
 // (the plan moves the power-on of a powered-off VM off an unavailable host), else "".
-func powerOnHost(inv *inventory.Inventory, vm *inventory.VM, step plan.Step) string {
+// A host the step names that the inventory does not hold is an error, never "": that
+// would power the VM on on the unavailable host the plan moved it away from.
+func powerOnHost(inv *inventory.Inventory, vm *inventory.VM, step plan.Step) (string, error) {
 	if step.Host == "" || step.Host == vm.Host {
-		return ""
+		return "", nil
 	}
-	if h, ok := inv.FindHost(step.Host); ok {
-		return h.Ref
+	h, ok := inv.FindHost(step.Host)
+	if !ok || h.Ref == "" {
+		return "", fmt.Errorf("the plan moves the power-on of VM %s from host %s to host %s, which is not in the inventory", vm.Name, vm.Host, step.Host)
 	}
-	return ""
+	return h.Ref, nil
+}
+
+// sayMoved makes the message of a worker whose moved power-on failed say so: the
+// power-on was moved off the VM's unavailable host to the step's host, and vCenter
+// refused it there (a host argument of PowerOnVM_Task must be compatible with the VM:
+// its datastores and networks reachable). The failure itself (ws.Message, written by
+// failed) keeps the fault; the step is retried with the backoff.
+func sayMoved(s *scope, ws *gpupoolv1.WorkerStatus, step plan.Step) {
+	vm, ok := s.vm(step.VM)
+	refused := strings.HasPrefix(ws.Message, "PowerOn failed") || strings.HasPrefix(ws.Message, "PowerOn could not start")
+	if step.Action != plan.PowerOn || !ok || step.Host == "" || step.Host == vm.Host || !refused {
+		return
+	}
+	why := "is unavailable"
+	if h, ok := s.inv.FindHost(vm.Host); ok && h.Unavailable() != "" {
+		why = h.Unavailable()
+	}
+	ws.Message = fmt.Sprintf("the power-on was moved to host %s (VM %s's host %s %s) and vCenter refused it there: %s",
+		step.Host, vm.Name, vm.Host, why, ws.Message)
 }

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/test/cluster"
 )
@@ -273,4 +274,78 @@ func (h *harness) enterMaintenance(host string) {
 		}
 	}
 	h.t.Fatalf("no host %s", host)
+}
+
+// TestUnavailableHostMovedPowerOnRefused: vCenter refuses the power-on that the plan
+// moved off a host in maintenance mode (PowerOnVM_Task's host must be compatible with
+// the VM); the worker says where the power-on went and why it was refused, and the
+// retry after the backoff starts it there. Never on the home host.
+func TestUnavailableHostMovedPowerOnRefused(t *testing.T) {
+	h := newHarnessWith(t, "hm-", hostsInventory)
+	pool := h.pool("moved", h.layout("day", "keep-1=grid_p100-4q", "park-1=grid_p100-4q"),
+		h.layout("night", "keep-1=grid_p100-4q", "night-1=grid_p100-16q"))
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	h.converge(pool.Name, "day", 30)
+
+	h.sim.FailTasks("PowerOnVM_Task", 1, nil)
+	h.switchTo(pool.Name, "night")
+	var said string
+	for i := 0; i < 40 && h.vm("night-1").PowerState != "poweredOn"; i++ {
+		res := h.reconcile(pool.Name)
+		h.settle()
+		if w := worker(h.get(pool.Name), h.prefix+"night-1"); w != nil && strings.Contains(w.Message, "moved to host") {
+			said = w.Message
+		}
+		h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+	}
+	for _, want := range []string{"the power-on was moved to host " + h.prefix + "esx-02", h.prefix + "esx-01 is in maintenance mode", "vCenter refused it there", "injected failure of PowerOnVM_Task"} {
+		if !strings.Contains(said, want) {
+			t.Errorf("night-1's message while the refused power-on waits for its retry: %q, want it to say %q", said, want)
+		}
+	}
+	if st := h.vm("night-1"); st.PowerState != "poweredOn" || st.Host != h.prefix+"esx-02" {
+		t.Fatalf("night-1 = %+v, want it powered on on esx-02 after the retry", st)
+	}
+}
+
+// TestPowerOnHost: a power-on the plan moved to a host the inventory does not hold is an
+// error, never "" (which powers the VM on on its own, unavailable, host).
+func TestPowerOnHost(t *testing.T) {
+	inv := &inventory.Inventory{Hosts: []inventory.Host{{Name: "esx-01", Ref: "host-1"}, {Name: "esx-02", Ref: "host-2"}}}
+	vm := &inventory.VM{Name: "vm-1", Host: "esx-01"}
+	for _, tc := range []struct {
+		step    string
+		want    string
+		wantErr bool
+	}{{"", "", false}, {"esx-01", "", false}, {"esx-02", "host-2", false}, {"esx-09", "", true}} {
+		got, err := powerOnHost(inv, vm, plan.Step{Action: plan.PowerOn, VM: "vm-1", Host: tc.step})
+		if got != tc.want || (err != nil) != tc.wantErr {
+			t.Errorf("step host %q: %q, %v; want %q, error %v", tc.step, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+// TestMixedDeviceVMIsReconfigured: a VM whose two vGPU devices differ (16Q and 4Q) is
+// not what a worker of two 16Q vGPUs asks for, although its first device's profile and
+// its device count match: it is reconfigured to two 16Q before it is powered on.
+func TestMixedDeviceVMIsReconfigured(t *testing.T) {
+	inv := strings.Replace(multiInventory, "%[1]strain-1, host: %[1]sesx-01, profile: grid_p100-4q",
+		"%[1]strain-1, host: %[1]sesx-01, profiles: [grid_p100-16q, grid_p100-4q]", 1)
+	h := newHarnessWith(t, "md-", inv)
+	pool := h.pool("mixed", h.layout("day", "day-1=grid_p100-4q", "day-2=grid_p100-4q"),
+		h.layout("night", "train-1=grid_p100-16q*2"))
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	h.converge(pool.Name, "day", 30)
+	if st := h.vm("train-1"); strings.Join(st.Profiles, ",") != "grid_p100-16q,grid_p100-4q" {
+		t.Fatalf("train-1 starts as %+v, want a 16Q and a 4Q device", st)
+	}
+
+	h.switchTo(pool.Name, "night")
+	h.converge(pool.Name, "night", 60)
+	st := h.vm("train-1")
+	if st.PowerState != "poweredOn" || strings.Join(st.Profiles, ",") != "grid_p100-16q,grid_p100-16q" {
+		t.Fatalf("train-1 = %+v, want it powered on with two grid_p100-16q vGPUs", st)
+	}
 }

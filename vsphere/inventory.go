@@ -20,12 +20,13 @@ import (
 var (
 	vmProps = []string{
 		"name", "parent", "config.uuid", "runtime.host", "runtime.powerState", "config.hardware.device",
-		"recentTask",
+		"recentTask", "datastore",
 	}
 	hostProps = []string{
 		"name", "config.graphicsInfo", "config.sharedPassthruGpuTypes",
 		"config.sharedGpuCapabilities", "config.graphicsConfig",
 		"parent", "runtime.connectionState", "runtime.inMaintenanceMode", "recentTask",
+		"datastore",
 	}
 	// taskProps tell a host's EnterMaintenanceMode_Task that is queued or running.
 	hostTaskProps = []string{"info.descriptionId", "info.state"}
@@ -154,6 +155,7 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 	for _, h := range hosts {
 		host := c.host(ctx, h, envBrowsers[h.Self], vmNames)
 		availability(&host, h, entering)
+		host.Datastores = refValues(h.Datastore)
 		for _, g := range host.GPUs {
 			for _, ref := range gpuRefs(h, g.PCIID) {
 				gpusOf[ref] = append(gpusOf[ref], g.PCIID)
@@ -180,10 +182,7 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 		}
 		if vm.Config != nil {
 			v.UUID = vm.Config.Uuid
-			v.Profile = vgpuProfile(vm.Config.Hardware.Device)
-			if v.Profile != "" {
-				v.VGPUs = len(vgpuDevices(vm.Config.Hardware.Device))
-			}
+			v.Profile, v.VGPUs, v.Profiles = vgpuProfiles(vm.Config.Hardware.Device)
 		}
 		if vm.Runtime.Host != nil {
 			v.Host = hostNames[*vm.Runtime.Host]
@@ -191,6 +190,7 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 		for _, t := range vm.RecentTask {
 			v.RecentTasks = append(v.RecentTasks, t.Value)
 		}
+		v.Datastores = refValues(vm.Datastore)
 		inv.VMs = append(inv.VMs, v)
 	}
 	sort.Slice(inv.VMs, func(i, j int) bool { return inv.VMs[i].Name < inv.VMs[j].Name })
@@ -383,6 +383,27 @@ func vgpuProfile(devices []types.BaseVirtualDevice) string {
 	return ""
 }
 
+// vgpuProfiles reads the VM's vGPU devices: the first one's profile, how many there
+// are, and the profile of each when they differ (nil when all are the first's), so the
+// planner reconfigures a VM whose vGPUs are not all of the worker's profile.
+func vgpuProfiles(devices []types.BaseVirtualDevice) (first string, n int, each []string) {
+	var all []string
+	mixed := false
+	for _, d := range vgpuDevices(devices) {
+		b := d.GetVirtualDevice().Backing.(*types.VirtualPCIPassthroughVmiopBackingInfo)
+		all = append(all, b.Vgpu)
+		mixed = mixed || b.Vgpu != all[0]
+	}
+	first = vgpuProfile(devices)
+	if first == "" {
+		return "", 0, nil
+	}
+	if mixed {
+		each = all
+	}
+	return first, len(all), each
+}
+
 // vgpuDevices are the VM's PCI passthrough devices backed by a vGPU (VMIOP) profile.
 func vgpuDevices(devices []types.BaseVirtualDevice) []types.BaseVirtualDevice {
 	var out []types.BaseVirtualDevice
@@ -393,5 +414,15 @@ func vgpuDevices(devices []types.BaseVirtualDevice) []types.BaseVirtualDevice {
 			}
 		}
 	}
+	return out
+}
+
+// refValues are the ids of refs, sorted.
+func refValues(refs []types.ManagedObjectReference) []string {
+	var out []string
+	for _, r := range refs {
+		out = append(out, r.Value)
+	}
+	sort.Strings(out)
 	return out
 }

@@ -635,3 +635,98 @@ func BenchmarkInventory(b *testing.B) {
 func (e *env) powerOn(ctx context.Context, vm string) (string, error) {
 	return e.c.PowerOn(ctx, vm, "")
 }
+
+// TestMixedDeviceVM: a VM whose vGPU devices differ (NVIDIA Multi-vGPU allows sizes of
+// one series) is read with every device's profile, so the planner sees it is not
+// {grid_p100-16q, vgpus: 2}; SetProfile makes it uniform.
+func TestMixedDeviceVM(t *testing.T) {
+	e := newEnv(t, `
+hosts:
+- name: h1
+  gpus: [{model: Tesla P100, memoryGiB: 16, pciId: "0000:3b:00.0"}, {model: Tesla P100, memoryGiB: 16, pciId: "0000:af:00.0"}]
+  profiles: [{name: grid_p100-8q}, {name: grid_p100-16q}]
+vms:
+- {name: a, host: h1, profiles: [grid_p100-16q, grid_p100-8q], powerState: poweredOff}
+- {name: b, host: h1, profiles: [grid_p100-16q, grid_p100-16q], powerState: poweredOff}
+`)
+	inv, err := e.c.Inventory(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := inv.FindVM("a")
+	if a.Profile != "grid_p100-16q" || a.VGPUCount() != 2 || strings.Join(a.Profiles, ",") != "grid_p100-16q,grid_p100-8q" || a.Is("grid_p100-16q", 2) {
+		t.Fatalf("VM a read as %+v (%s), want both device profiles", a, a.Describe())
+	}
+	if b, _ := inv.FindVM("b"); b.Profiles != nil || !b.Is("grid_p100-16q", 2) {
+		t.Fatalf("VM b read as %+v, want 2 x grid_p100-16q without Profiles", b)
+	}
+	if info := e.do(func(ctx context.Context, ref string) (string, error) {
+		return e.c.SetProfile(ctx, ref, "grid_p100-16q", 2)
+	}, "a"); info.State != vsphere.TaskSuccess {
+		t.Fatalf("set profile: %+v", info)
+	}
+	if inv, err = e.c.Inventory(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := inv.FindVM("a"); !a.Is("grid_p100-16q", 2) || a.Profiles != nil {
+		t.Fatalf("after SetProfile VM a is %s", a.Describe())
+	}
+	if _, err := vgpusim.Load([]byte(`
+hosts: [{name: h1, gpus: [{model: Tesla P100, memoryGiB: 16, pciId: "0000:3b:00.0"}], profiles: [{name: grid_p100-8q}, {name: grid_p100-8c}]}]
+vms: [{name: a, host: h1, profiles: [grid_p100-8q, grid_p100-8c]}]
+`)); err == nil || !strings.Contains(err.Error(), "not of the same board and series") {
+		t.Fatalf("profiles of two series: %v", err)
+	}
+}
+
+// TestDatastoresAndMovedPowerOn: hosts and VMs are read with their datastores, and the
+// planner moves the power-on of a VM off a host in maintenance mode only to a host that
+// mounts them. vCenter uses a VM's own host when the power-on's host is not compatible
+// (PowerOnVMRequestType.host), so a power-on moved to h3, which lacks local-1, fails on
+// h1, in maintenance mode.
+func TestDatastoresAndMovedPowerOn(t *testing.T) {
+	e := newEnv(t, `
+hosts:
+- {name: h1, cluster: c, inMaintenanceMode: true, datastores: [local-1, shared], gpus: [{model: Tesla P100, memoryGiB: 16, pciId: "0000:3b:00.0"}], profiles: [{name: grid_p100-16q}]}
+- {name: h2, cluster: c, datastores: [shared], gpus: [{model: Tesla P100, memoryGiB: 16, pciId: "0000:3b:00.0"}], profiles: [{name: grid_p100-16q}]}
+- {name: h3, cluster: c, datastores: [local-3], gpus: [{model: Tesla P100, memoryGiB: 16, pciId: "0000:3b:00.0"}], profiles: [{name: grid_p100-16q}]}
+vms:
+- {name: a, host: h1, datastore: local-1, profile: grid_p100-16q, powerState: poweredOff}
+- {name: b, host: h1, datastore: shared, profile: grid_p100-16q, powerState: poweredOff}
+`)
+	inv, err := e.c.Inventory(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1, _ := inv.FindHost("h1")
+	h2, _ := inv.FindHost("h2")
+	h3, _ := inv.FindHost("h3")
+	a, _ := inv.FindVM("a")
+	b, _ := inv.FindVM("b")
+	if len(h1.Datastores) != 2 || len(a.Datastores) != 1 || len(b.Datastores) != 1 {
+		t.Fatalf("datastores: h1 %v, a %v, b %v", h1.Datastores, a.Datastores, b.Datastores)
+	}
+	for _, tc := range []struct {
+		host   *inventory.Host
+		vm     *inventory.VM
+		mounts bool
+	}{{h1, a, true}, {h1, b, true}, {h2, a, false}, {h2, b, true}, {h3, a, false}, {h3, b, false}} {
+		if got := tc.host.Mounts(tc.vm.Datastores); got != tc.mounts {
+			t.Errorf("host %s mounts VM %s's datastores %v: %v, want %v", tc.host.Name, tc.vm.Name, tc.vm.Datastores, got, tc.mounts)
+		}
+	}
+	info := e.do(func(ctx context.Context, ref string) (string, error) { return e.c.PowerOn(ctx, ref, h3.Ref) }, "a")
+	if info.State != vsphere.TaskError || !strings.Contains(info.Error, "maintenance") {
+		t.Fatalf("power-on of a on h3, which lacks its datastore: %+v, want a failure on h1 (maintenance mode)", info)
+	}
+	info = e.do(func(ctx context.Context, ref string) (string, error) { return e.c.PowerOn(ctx, ref, h2.Ref) }, "b")
+	if info.State != vsphere.TaskSuccess {
+		t.Fatalf("power-on of b on h2, which mounts its datastore: %+v", info)
+	}
+	if inv, err = e.c.Inventory(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := inv.FindVM("b"); b.Host != "h2" || b.PowerState != inventory.PoweredOn {
+		t.Fatalf("b is %s on %s", b.PowerState, b.Host)
+	}
+}

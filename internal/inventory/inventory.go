@@ -7,8 +7,10 @@ import (
 	"cmp"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // PowerState is a VM's runtime.powerState.
@@ -43,10 +45,12 @@ type VM struct {
 	Host string
 	// PowerState is the VM's power state.
 	PowerState PowerState
-	// Profile is the vGPU profile of the VM's vGPU devices; empty when it has none. A VM
-	// whose devices carry different profiles reports the first; the planner then sees
-	// the VM as not having the layout's profile and reconfigures it.
+	// Profile is the vGPU profile of the VM's (first) vGPU device; empty when it has none.
 	Profile string
+	// Profiles are the profiles of all the VM's vGPU devices, in device order, when they
+	// are not all Profile (NVIDIA lets one VM carry vGPUs of different sizes of one
+	// series); nil when every device carries Profile. See DeviceProfiles and Is.
+	Profiles []string
 	// VGPUs is the number of the VM's vGPU devices (VirtualPCIPassthrough with a VMIOP
 	// backing). 0 with a Profile means 1: see VGPUCount.
 	VGPUs int
@@ -58,15 +62,63 @@ type VM struct {
 	// RecentTasks are the ids of the VM's recent tasks (recentTask), which tell a task
 	// that was started before a crash from one started after.
 	RecentTasks []string
+	// Datastores are the managed object ids of the datastores the VM's files are on
+	// (VirtualMachine.datastore): a host it is powered on on must mount them all.
+	Datastores []string
 }
 
 // VGPUCount is how many vGPUs of Profile the VM has: 0 without a profile, else VGPUs,
 // at least 1 (inventories that predate VGPUs set only Profile).
 func (vm *VM) VGPUCount() int {
-	if vm.Profile == "" {
+	switch {
+	case vm.Profile == "":
 		return 0
+	case len(vm.Profiles) > 0:
+		return len(vm.Profiles)
 	}
 	return max(vm.VGPUs, 1)
+}
+
+// DeviceProfiles is the profile of each of the VM's vGPU devices: Profiles, else
+// VGPUCount times Profile.
+func (vm *VM) DeviceProfiles() []string {
+	if len(vm.Profiles) > 0 {
+		return vm.Profiles
+	}
+	out := make([]string, vm.VGPUCount())
+	for i := range out {
+		out[i] = vm.Profile
+	}
+	return out
+}
+
+// Is tells whether the VM has exactly n vGPUs, all of the profile: a VM whose devices
+// differ is never what a worker asks for, and must be reconfigured.
+func (vm *VM) Is(profile string, n int) bool {
+	devs := vm.DeviceProfiles()
+	if len(devs) != n {
+		return false
+	}
+	for _, p := range devs {
+		if p != profile {
+			return false
+		}
+	}
+	return true
+}
+
+// Describe writes the VM's vGPUs: "none", "grid_a100-40c", "2 x grid_a100-40c", or
+// "grid_a100-40c, grid_a100-20c" when the devices differ.
+func (vm *VM) Describe() string {
+	switch {
+	case vm.Profile == "":
+		return "none"
+	case len(vm.Profiles) > 0:
+		return strings.Join(vm.Profiles, ", ")
+	case vm.VGPUCount() == 1:
+		return vm.Profile
+	}
+	return fmt.Sprintf("%d x %s", vm.VGPUCount(), vm.Profile)
 }
 
 // Profile is a vGPU profile as a host offers it.
@@ -133,6 +185,20 @@ type Host struct {
 	InMaintenance bool
 	// EnteringMaintenance: an EnterMaintenanceMode_Task of the host is queued or running.
 	EnteringMaintenance bool
+	// Datastores are the managed object ids of the datastores the host mounts
+	// (HostSystem.datastore).
+	Datastores []string
+}
+
+// Mounts tells whether the host mounts every one of the datastores. A VM that reports
+// none (an inventory that predates Datastores) is taken to need none.
+func (h *Host) Mounts(datastores []string) bool {
+	for _, ds := range datastores {
+		if !slices.Contains(h.Datastores, ds) {
+			return false
+		}
+	}
+	return true
 }
 
 // Connection states (HostSystemConnectionState).

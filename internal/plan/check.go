@@ -236,7 +236,7 @@ func (a *analysis) resolveLayout() map[*inventory.VM]*member {
 		m := &member{vm: vm, want: w.Profile, count: max(int(w.VGPUs), 1)}
 		want[vm] = m
 		switch {
-		case vm.Profile != w.Profile || vm.VGPUCount() != m.count:
+		case !vm.Is(w.Profile, m.count): // a VM whose devices differ is reconfigured too
 			m.fate = reprofiles
 		case vm.PowerState == inventory.PoweredOn:
 			m.fate = stays
@@ -347,23 +347,33 @@ func (a *analysis) capacity(ha *hostAnalysis) string {
 		}
 		// Note: held VMs count as if they were acted on, so that feasibility does not
 		// depend on them; power-ons that need a held VM's GPU stay Later. A VM of an
-		// unavailable host is blocked instead: it keeps its vGPUs there.
-		if (m.fate == arrives || m.fate == reprofiles) && !m.blocked && a.startsOn(m) == h {
+		// unavailable host is away: it keeps its vGPUs there and starts nothing until
+		// the host is back (then the plan is made again), so it is neither freed nor
+		// started; counting its start too would count it twice.
+		if (m.fate == arrives || m.fate == reprofiles) && !m.blocked && !m.away && a.startsOn(m) == h {
 			starting = append(starting, m)
 		}
 	}
 	ha.current = make([]inventory.Occupancy, len(h.GPUs))
 	ha.freed = make([]inventory.Occupancy, len(h.GPUs))
 	ha.keepers = make([][]string, len(h.GPUs))
-	seen := map[string]int{}
+	seen, devices := map[string]int{}, map[string]int{}
+	mixed := a.mixedDevices(h)
 	for i, g := range h.GPUs {
 		for _, name := range a.largestFirst(h, g.VMs) {
 			n := a.vgpusOn(h, name, seen[name])
 			seen[name]++
-			for range n {
-				ha.current[i] = a.add(ha.current[i], h, g, name)
+			if m, ok := mixed[name]; ok {
+				n = len(m[i])
+			}
+			for k := range n {
+				p := a.nextDevice(name, devices)
+				if m, ok := mixed[name]; ok {
+					p = m[i][k]
+				}
+				ha.current[i] = a.add(ha.current[i], h, g, name, p)
 				if !freeing[name] {
-					ha.freed[i] = a.add(ha.freed[i], h, g, name)
+					ha.freed[i] = a.add(ha.freed[i], h, g, name, p)
 				}
 			}
 			ha.current[i].VMs++ // vSphere's policies count VMs, not vGPUs (inventory.Place)
@@ -445,17 +455,17 @@ func (a *analysis) startsOn(m *member) *inventory.Host {
 	return h
 }
 
-// add returns o with one vGPU of the VM called name added, as running on GPU g of h.
-func (a *analysis) add(o inventory.Occupancy, h *inventory.Host, g inventory.GPU, name string) inventory.Occupancy {
-	vm, ok := a.vms[name]
-	if !ok || vm.Profile == "" {
+// add returns o with one vGPU of profile (of the VM called name) added, as running on
+// GPU g of h.
+func (a *analysis) add(o inventory.Occupancy, h *inventory.Host, g inventory.GPU, name, profile string) inventory.Occupancy {
+	if _, ok := a.vms[name]; !ok || profile == "" {
 		// Note: an unknown vGPU takes the GPU whole: nothing is known to fit next to it.
 		return o.Full(g)
 	}
-	p, ok := offerOf(h, vm.Profile)
+	p, ok := offerOf(h, profile)
 	if !ok {
-		p = inventory.Profile{Name: vm.Profile, FrameBufferMiB: g.MemoryMiB}
-		if fb, err := inventory.ProfileFrameBufferMiB(vm.Profile); err == nil {
+		p = inventory.Profile{Name: profile, FrameBufferMiB: g.MemoryMiB}
+		if fb, err := inventory.ProfileFrameBufferMiB(profile); err == nil {
 			p.FrameBufferMiB = fb
 		}
 	}
@@ -643,7 +653,7 @@ func (a *analysis) hold(m *member, node NodeState) bool {
 	case m.fate == reprofiles && vm.PowerState == inventory.Suspended && !a.spec.DiscardSuspendedState:
 		a.held = append(a.held, Problem{Reason: ReasonSuspendedStateAtRisk, VM: vm.Name, Message: fmt.Sprintf(
 			"VM %s is suspended with profile %s and must change to %s: that powers it off and discards its suspended memory state; resume it and let gpupool drain it, or set spec.discardSuspendedState: true",
-			vm.Name, orNone(vm.Profile), m.want)})
+			vm.Name, vm.Describe(), vgpus(m.count, m.want))})
 		return true
 	}
 	return false

@@ -255,7 +255,7 @@ func (w *world) apply(s Step, layout string) error {
 		if h, _ := w.inv.FindHost(vm.Host); !h.Reachable() {
 			return fmt.Errorf("reconfigure %s: its host %s %s", s.VM, vm.Host, h.Unavailable())
 		}
-		vm.Profile, vm.VGPUs = s.Profile, max(s.VGPUs, 1)
+		vm.Profile, vm.VGPUs, vm.Profiles = s.Profile, max(s.VGPUs, 1), nil
 	case PowerOn:
 		if running || vm.Profile != s.Profile {
 			return fmt.Errorf("power on %s with %s: VM is %s with %q", s.VM, s.Profile, vm.PowerState, vm.Profile)

@@ -196,6 +196,9 @@ func TestUnavailableHosts(t *testing.T) {
 		// moved: gpu-night-1 is powered on on esx-02; else want names a Problem.
 		moved bool
 		want  string
+		// datastores, when set: esx-02 mounts these; gpu-night-1 is on datastore-11
+		// and datastore-12.
+		datastores []string
 	}{
 		{name: "maintenance: powered on on the other host", host1: maintenance, cr2: "domain-c7", layout: "night", moved: true},
 		{name: "entering maintenance: powered on on the other host", host1: func(h *inventory.Host) { h.EnteringMaintenance = true }, cr2: "domain-c7", layout: "night", moved: true},
@@ -205,10 +208,19 @@ func TestUnavailableHosts(t *testing.T) {
 			want: "VM gpu-night-1 is registered on host esx-01, which is disconnected: vCenter can neither reconfigure nor power it on"},
 		{name: "not responding", host1: func(h *inventory.Host) { h.ConnectionState = inventory.NotResponding }, cr2: "domain-c7", layout: "night",
 			want: "which is not responding"},
+		{name: "maintenance, other host mounts the VM's datastore", host1: maintenance, cr2: "domain-c7", layout: "night", moved: true,
+			datastores: []string{"datastore-11", "datastore-12"}},
+		{name: "maintenance, other host lacks one of the VM's datastores", host1: maintenance, cr2: "domain-c7", layout: "night",
+			datastores: []string{"datastore-11"},
+			want:       "in maintenance mode, and host esx-02 of its compute resource offers grid_p100-16q but does not mount all of its datastores (datastore-11, datastore-12)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec, w := unavailableWorld(t, tc.cr2)
 			tc.host1(&w.inv.Hosts[0])
+			if tc.datastores != nil {
+				w.inv.Hosts[1].Datastores = tc.datastores
+				w.mustVM("gpu-night-1").Datastores = []string{"datastore-11", "datastore-12"}
+			}
 			ps := Check(spec, tc.layout, w.inv)
 			if !tc.moved {
 				if len(ps) != 1 || ps[0].Reason != ReasonHostUnavailable || !strings.Contains(ps[0].Message, tc.want) {
@@ -291,14 +303,60 @@ func TestUnavailableHostHoldsItsVMs(t *testing.T) {
 	}
 }
 
-// TestSuspendedVMOnUnavailableHost: a suspended VM resumes only on its own host.
+// TestSuspendedVMOnUnavailableHost: a suspended VM of an unavailable host is held alone
+// (HostUnavailable, or SuspendedStateAtRisk when that holds it already), whatever its
+// fate and spec.discardSuspendedState: never a Problem, which would stop every host.
+// gpu-day-1 on esx-02 leaves the layout, and its steps go on.
 func TestSuspendedVMOnUnavailableHost(t *testing.T) {
-	spec, w := unavailableWorld(t, "domain-c7")
-	w.mustVM("gpu-night-1").PowerState = inventory.Suspended
-	w.inv.Hosts[0].InMaintenance = true
-	ps := Check(spec, "night", w.inv)
-	if len(ps) != 1 || ps[0].Reason != ReasonHostUnavailable || !strings.Contains(ps[0].Message, "can resume only there") {
-		t.Errorf("Check:\n%s", problemLines(ps))
+	maintenance := func(h *inventory.Host) { h.InMaintenance = true }
+	for _, tc := range []struct {
+		name    string
+		host1   func(h *inventory.Host)
+		profile string // the night layout's profile for gpu-night-1 (16Q: resume)
+		discard bool
+		reason  string
+		want    string
+	}{
+		{name: "resume, maintenance", host1: maintenance, profile: "grid_p100-16q",
+			reason: ReasonHostUnavailable, want: "is suspended on host esx-01, which is in maintenance mode, and can resume only there"},
+		{name: "resume, entering maintenance", host1: func(h *inventory.Host) { h.EnteringMaintenance = true }, profile: "grid_p100-16q",
+			reason: ReasonHostUnavailable, want: "which is entering maintenance mode, and can resume only there"},
+		{name: "reprofile, state kept", host1: maintenance, profile: "grid_p100-8q",
+			reason: ReasonSuspendedStateAtRisk, want: "discards its suspended memory state"},
+		{name: "reprofile, state discarded", host1: maintenance, profile: "grid_p100-8q", discard: true,
+			reason: ReasonHostUnavailable, want: "must be reconfigured to grid_p100-8q: gpupool does not power it off there"},
+		{name: "disconnected", host1: func(h *inventory.Host) { h.ConnectionState = inventory.Disconnected }, profile: "grid_p100-8q", discard: true,
+			reason: ReasonHostUnavailable, want: "vCenter can neither resume, power off nor reconfigure it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, w := unavailableWorld(t, "domain-c7")
+			spec.DiscardSuspendedState = tc.discard
+			spec.Layouts[1] = layout("night", tc.profile, "gpu-night-1")
+			w.mustVM("gpu-night-1").PowerState = inventory.Suspended
+			tc.host1(&w.inv.Hosts[0])
+			if ps := Check(spec, "night", w.inv); len(ps) > 0 {
+				t.Fatalf("Check:\n%s", problemLines(ps))
+			}
+			p := build(t, spec, w, "night")
+			if len(p.Problems) > 0 {
+				t.Fatalf("problems:\n%s", problemLines(p.Problems))
+			}
+			if len(p.Held) != 1 || p.Held[0].VM != "gpu-night-1" || p.Held[0].Reason != tc.reason || !strings.Contains(p.Held[0].Message, tc.want) {
+				t.Fatalf("held = %+v, want gpu-night-1 %s: %s", p.Held, tc.reason, tc.want)
+			}
+			other := false
+			for _, hp := range p.Hosts {
+				for _, s := range append(hp.Steps, hp.Later...) {
+					if s.VM == "gpu-night-1" {
+						t.Errorf("step for the held VM: %+v", s)
+					}
+					other = other || s.VM == "gpu-day-1"
+				}
+			}
+			if !other {
+				t.Errorf("no step parks gpu-day-1 on esx-02: the held VM stops the other host\n%s", p)
+			}
+		})
 	}
 }
 
@@ -334,4 +392,114 @@ func powerOnAs(w *world, name, profile string) error {
 	}
 	w.nodes[name] = &node{exists: true, ready: true, labels: "day"}
 	return nil
+}
+
+// TestMixedDeviceVM: a VM whose vGPU devices differ is what no worker asks for: for
+// every device list and worker, the plan reconfigures the VM exactly when its devices
+// are not all the worker's profile and count, and the reconfigure leaves it uniform.
+func TestMixedDeviceVM(t *testing.T) {
+	profiles := []string{"grid_p100-4q", "grid_p100-8q", "grid_p100-16q"}
+	var lists [][]string
+	for _, a := range profiles {
+		lists = append(lists, []string{a})
+		for _, b := range profiles {
+			lists = append(lists, []string{a, b})
+		}
+	}
+	for _, devs := range lists {
+		for _, want := range profiles {
+			for count := 1; count <= 2; count++ {
+				spec, w := twoGPUHost(t, "")
+				vm := w.mustVM("gpu-night-1")
+				vm.Profile, vm.VGPUs = devs[0], len(devs)
+				if devs[0] != devs[len(devs)-1] {
+					vm.Profiles = devs
+				}
+				spec.Layouts[1] = gpupoolv1.Layout{Name: "night", Workers: []gpupoolv1.Worker{{VM: "gpu-night-1", Profile: want, VGPUs: int32(count)}}}
+				p := build(t, spec, w, "night")
+				uniform := len(devs) == count && !slices.ContainsFunc(devs, func(d string) bool { return d != want })
+				var reconf *Step
+				for i, s := range p.Hosts[0].Steps {
+					if s.Action == Reconfigure {
+						reconf = &p.Hosts[0].Steps[i]
+					}
+				}
+				if (reconf != nil) == uniform {
+					t.Fatalf("VM %v, worker %d x %s: reconfigure %+v, want one: %v\n%s", devs, count, want, reconf, !uniform, p)
+				}
+				if reconf != nil && !strings.Contains(reconf.Reason, vm.Describe()+" -> "+vgpus(count, want)) {
+					t.Errorf("reconfigure reason %q does not say %s -> %s", reconf.Reason, vm.Describe(), vgpus(count, want))
+				}
+				converge(t, spec, w, "night", 1)
+				if !vm.Is(want, count) || vm.PowerState != inventory.PoweredOn {
+					t.Errorf("VM %v, worker %d x %s: after converging it is %s, %s", devs, count, want, vm.Describe(), vm.PowerState)
+				}
+			}
+		}
+	}
+}
+
+// TestMixedDeviceVMOccupancy: a running VM with a 4Q and an 8Q vGPU is counted per
+// device (4Q on the first GPU, 8Q on the second, in device order), so an 8Q vGPU fits
+// next to its 8Q; counting both as 4Q would leave no same-size GPU for it.
+func TestMixedDeviceVMOccupancy(t *testing.T) {
+	spec, w := twoGPUHost(t, "")
+	w.inv.VMs = append(w.inv.VMs, inventory.VM{Name: "other-vm", Host: "esx-01", Profile: "grid_p100-4q", VGPUs: 2,
+		Profiles: []string{"grid_p100-4q", "grid_p100-8q"}, PowerState: inventory.PoweredOn,
+		GPU: "0000:3b:00.0", GPUs: []string{"0000:3b:00.0", "0000:af:00.0"}})
+	h := &w.inv.Hosts[0]
+	h.GPUs[0].VMs, h.GPUs[1].VMs = []string{"other-vm"}, []string{"other-vm"}
+	spec.Layouts[1] = layout("night", "grid_p100-8q", "gpu-night-1")
+	if ps := Check(spec, "night", w.inv); len(ps) > 0 {
+		t.Fatalf("Check:\n%s", problemLines(ps))
+	}
+	spec.Layouts[1] = layout("night", "grid_p100-8q", "gpu-night-1", "gpu-night-2")
+	ps := Check(spec, "night", w.inv)
+	if len(ps) != 1 || ps[0].Reason != ReasonInsufficientGPU {
+		t.Fatalf("two 8Q next to a 4Q and an 8Q on two 16 GiB GPUs: Check:\n%s", problemLines(ps))
+	}
+}
+
+// TestHeldVMIsNotCountedTwice: a running VM held on an unavailable host keeps its vGPUs
+// there and starts nothing until the host is back; its future vGPUs are no demand on
+// that host now (counting both made a pool-wide InsufficientGPU of one held VM).
+func TestHeldVMIsNotCountedTwice(t *testing.T) {
+	for _, down := range []func(h *inventory.Host){
+		func(h *inventory.Host) { h.ConnectionState = inventory.Disconnected },
+		func(h *inventory.Host) { h.ConnectionState = inventory.NotResponding },
+		func(h *inventory.Host) { h.EnteringMaintenance = true },
+	} {
+		spec, w := twoGPUHost(t, "")
+		if err := powerOnAs(w, "gpu-night-1", "grid_p100-16q"); err != nil {
+			t.Fatal(err)
+		}
+		spec.Layouts[1] = gpupoolv1.Layout{Name: "night", Workers: []gpupoolv1.Worker{{VM: "gpu-night-1", Profile: "grid_p100-16q", VGPUs: 2}}}
+		down(&w.inv.Hosts[0])
+		p := build(t, spec, w, "night")
+		if len(p.Problems) > 0 || len(p.Held) != 1 || p.Held[0].Reason != ReasonHostUnavailable {
+			t.Errorf("host %s: problems:\n%s\nheld %+v, want gpu-night-1 held alone", w.inv.Hosts[0].Unavailable(), problemLines(p.Problems), p.Held)
+		}
+	}
+}
+
+// TestMixedDeviceVMGuess: vSphere lists the GPUs of a VM whose devices differ, not which
+// device runs where; the planner's guess must be one in which every GPU's vGPUs fit its
+// mode. other-vm (8Q, 4Q) shares the second GPU with 8Q vm-y, so its 8Q runs there and
+// its 4Q on the first GPU, which then has room for three more 4Q and no 8Q.
+func TestMixedDeviceVMGuess(t *testing.T) {
+	spec, w := twoGPUHost(t, "")
+	w.inv.VMs = append(w.inv.VMs,
+		inventory.VM{Name: "other-vm", Host: "esx-01", Profile: "grid_p100-8q", Profiles: []string{"grid_p100-8q", "grid_p100-4q"}, VGPUs: 2,
+			PowerState: inventory.PoweredOn, GPU: "0000:3b:00.0", GPUs: []string{"0000:3b:00.0", "0000:af:00.0"}},
+		inventory.VM{Name: "vm-y", Host: "esx-01", Profile: "grid_p100-8q", PowerState: inventory.PoweredOn, GPU: "0000:af:00.0", GPUs: []string{"0000:af:00.0"}})
+	h := &w.inv.Hosts[0]
+	h.GPUs[0].VMs, h.GPUs[1].VMs = []string{"other-vm"}, []string{"other-vm", "vm-y"}
+	spec.Layouts[1] = layout("night", "grid_p100-4q", "gpu-night-1", "gpu-day-1", "gpu-day-2")
+	if ps := Check(spec, "night", w.inv); len(ps) > 0 {
+		t.Fatalf("three 4Q next to a 4Q: Check:\n%s", problemLines(ps))
+	}
+	spec.Layouts[1] = layout("night", "grid_p100-8q", "gpu-night-1")
+	if ps := Check(spec, "night", w.inv); len(ps) != 1 || ps[0].Reason != ReasonInsufficientGPU {
+		t.Fatalf("an 8Q where no GPU has 8 GiB of 8Q room: Check:\n%s", problemLines(ps))
+	}
 }

@@ -260,7 +260,7 @@ func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPl
 			}
 			continue
 		case reprofiles:
-			change := fmt.Sprintf("profile %s -> %s", vgpus(vm.VGPUCount(), orNone(vm.Profile)), vgpus(m.count, m.want))
+			change := fmt.Sprintf("profile %s -> %s", vm.Describe(), vgpus(m.count, m.want))
 			drain(change)
 			switch vm.PowerState {
 			case inventory.PoweredOn:
@@ -333,13 +333,6 @@ func nodeWait(n NodeState) string {
 		return "node not registered yet"
 	}
 	return "node not Ready yet"
-}
-
-func orNone(profile string) string {
-	if profile == "" {
-		return "none"
-	}
-	return profile
 }
 
 // Due returns the steps that may run now, on the first maxParallel hosts (by name) that

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -51,8 +52,19 @@ func (s *Sim) build() error {
 		if err != nil {
 			return err
 		}
-		if _, err := dss.CreateLocalDatastore(ctx, "datastore1", s.dsDir); err != nil {
-			return fmt.Errorf("host %s: create datastore: %w", h.Name, err)
+		for _, ds := range h.Datastores {
+			dir := s.dsDir
+			if ds != "datastore1" {
+				// Note: the simulator shares a datastore of one name and path among
+				// the hosts that create it; other names get their own directory.
+				dir = filepath.Join(s.dsDir, ds)
+				if err := os.MkdirAll(dir, 0o700); err != nil {
+					return err
+				}
+			}
+			if _, err := dss.CreateLocalDatastore(ctx, ds, dir); err != nil {
+				return fmt.Errorf("host %s: create datastore %s: %w", h.Name, ds, err)
+			}
 		}
 		s.addGPUs(host.Reference(), h)
 	}
@@ -89,7 +101,7 @@ func (s *Sim) build() error {
 		spec := types.VirtualMachineConfigSpec{
 			Name:     v.Name,
 			GuestId:  string(types.VirtualMachineGuestOsIdentifierOtherGuest64),
-			Files:    &types.VirtualMachineFileInfo{VmPathName: "[datastore1]"},
+			Files:    &types.VirtualMachineFileInfo{VmPathName: "[" + v.Datastore + "]"},
 			Uuid:     v.BIOSUUID,
 			MemoryMB: int64(v.MemoryMiB),
 			NumCPUs:  v.CPUs,
@@ -97,9 +109,13 @@ func (s *Sim) build() error {
 		if v.Profile != "" {
 			spec.MemoryReservationLockedToMax = types.NewBool(true)
 			for i := range v.VGPUs {
+				profile := v.Profile
+				if i < len(v.Profiles) {
+					profile = v.Profiles[i]
+				}
 				spec.DeviceChange = append(spec.DeviceChange, &types.VirtualDeviceConfigSpec{
 					Operation: types.VirtualDeviceConfigSpecOperationAdd,
-					Device:    NewVGPUDevice(v.Profile, i),
+					Device:    NewVGPUDevice(profile, i),
 				})
 			}
 		}

@@ -3,6 +3,7 @@ package vgpusim_test
 import (
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -76,6 +77,17 @@ func (d *diff) countWorld() {
 			}
 			if g.VGPUMode != "" && g.VGPUMode != h.VGPUMode {
 				d.stats["gpuModeOverride"]++
+			}
+		}
+	}
+	for _, vm := range d.w.inv.VMs {
+		if vm.Datastore != "" && vm.Datastore != "datastore1" {
+			d.stats["vmOnLocalDatastore"]++
+		}
+		if len(vm.Profiles) > 0 {
+			d.stats["mixedDevicesVM"]++
+			if slices.Contains(d.w.startOn, vm.Name) {
+				d.stats["mixedDevicesStarted"]++
 			}
 		}
 	}

@@ -64,6 +64,7 @@ func TestDifferentialPlannerAgainstSimulator(t *testing.T) {
 		{"gpuMixedSize", n / 2}, {"gpuModeOverride", n / 10}, {"hostInMaintenance", n / 10},
 		{"hostdisconnected", rare}, {"hostnotResponding", rare}, {"hostEntering", n / 20},
 		{"powerOnElsewhere", rare}, {"held", rare}, {"hostUnavailableProblem", rare}, {"agreedInfeasible", rare},
+		{"mixedDevicesVM", n / 10}, {"mixedDevicesStarted", rare}, {"vmOnLocalDatastore", n / 10},
 	} {
 		if stats[c.stat] < c.min {
 			t.Errorf("%s reached %d times in %d seeds, want at least %d: the generator stopped exercising it", c.stat, stats[c.stat], n, c.min)

@@ -31,6 +31,13 @@ type genOptions struct {
 	// Series offers A-, B-, Q- and C-series profiles (and 512 MiB ones) side by side;
 	// without it every profile is Q-series of 1 GiB or more.
 	Series bool
+	// MixedDevices gives some VMs with several vGPUs devices of different sizes of one
+	// series (NVIDIA Multi-vGPU), which no layout worker asks for.
+	MixedDevices bool
+	// Datastores gives some hosts a local datastore besides (or instead of) the shared
+	// one, and some VMs their files there: a host that does not mount a VM's datastore
+	// cannot power it on (vCenter uses the VM's own host instead).
+	Datastores bool
 }
 
 // sameSizeOptions is the subset the planner modelled first: same-size GPUs, one vGPU
@@ -38,7 +45,7 @@ type genOptions struct {
 var sameSizeOptions = genOptions{MaxVGPUs: 1}
 
 // fullOptions is every feature.
-var fullOptions = genOptions{MixedSize: true, MaxVGPUs: 2, Unavailable: true, Series: true}
+var fullOptions = genOptions{MixedSize: true, MaxVGPUs: 2, Unavailable: true, Series: true, MixedDevices: true, Datastores: true}
 
 // world is a generated scenario: the simulator's inventory, the VMs to power on after
 // it starts (in that order; vgpusim refuses the ones that do not fit, as vSphere would),
@@ -85,6 +92,9 @@ func genWorld(r *rand.Rand, o genOptions) *world {
 			w.down[host.Name], host.ConnectionState = host.ConnectionState, ""
 		} else if o.Unavailable && !host.InMaintenanceMode && r.IntN(8) == 0 {
 			w.entering = append(w.entering, host.Name)
+		}
+		if o.Datastores && r.IntN(3) == 0 {
+			host.Datastores = [][]string{{"datastore1", "local-" + host.Name}, {"local-" + host.Name}}[r.IntN(2)]
 		}
 		w.inv.Hosts = append(w.inv.Hosts, host)
 		for i := range 1 + r.IntN(5) {
@@ -192,9 +202,15 @@ func seriesOffered(r *rand.Rand, o genOptions) []string {
 
 func genVM(r *rand.Rand, o genOptions, h *vgpusim.Host, name string) vgpusim.VM {
 	vm := vgpusim.VM{Name: name, Host: h.Name, Folder: "pool"}
+	if len(h.Datastores) > 0 {
+		vm.Datastore = h.Datastores[r.IntN(len(h.Datastores))]
+	}
 	if r.IntN(10) > 0 {
 		vm.Profile = h.Profiles[r.IntN(len(h.Profiles))].Name
 		vm.VGPUs = 1 + r.IntN(max(o.MaxVGPUs, 1))
+		if o.MixedDevices && vm.VGPUs > 1 && r.IntN(4) == 0 {
+			vm.Profiles = mixedDevices(r, h, vm.Profile, vm.VGPUs)
+		}
 	}
 	return vm
 }
@@ -278,4 +294,23 @@ func clusterHost(inv *vgpusim.Inventory, cluster string) *vgpusim.Host {
 		}
 	}
 	return nil
+}
+
+// mixedDevices gives n devices: first, then others of first's series and other sizes
+// that h offers (nil when it offers none: the VM keeps n x first).
+func mixedDevices(r *rand.Rand, h *vgpusim.Host, first string, n int) []string {
+	var same []string
+	for _, p := range h.Profiles {
+		if p.Name != first && p.Name[len(p.Name)-1] == first[len(first)-1] {
+			same = append(same, p.Name)
+		}
+	}
+	if len(same) == 0 {
+		return nil
+	}
+	out := []string{first}
+	for len(out) < n {
+		out = append(out, same[r.IntN(len(same))])
+	}
+	return out
 }

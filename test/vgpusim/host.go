@@ -251,6 +251,14 @@ func (s *Sim) targetHost(vm *simulator.VirtualMachine, arg *types.ManagedObjectR
 		return cur, withMessage(&types.InvalidArgument{InvalidProperty: "host"},
 			fmt.Sprintf("A specified parameter was not correct: host %s is not in the compute resource of %s", arg.Value, vm.Name))
 	}
+	// "If this host is not compatible, the current host association is used" (vSphere
+	// API, PowerOnVMRequestType.host): one that does not mount the VM's datastores.
+	for _, ds := range vm.Datastore {
+		if !slices.Contains(to.obj.Datastore, ds) {
+			s.log.Info("Power-on host does not mount the VM's datastore; using the VM's own host", "vm", vm.Name, "host", to.cfg.Name, "datastore", ds.Value)
+			return cur, nil
+		}
+	}
 	return *arg, nil
 }
 

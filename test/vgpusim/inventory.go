@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -49,6 +50,9 @@ type Host struct {
 	GPUs []GPU `json:"gpus,omitempty"`
 	// Profiles are the vGPU profiles the host offers.
 	Profiles []Profile `json:"profiles,omitempty"`
+	// Datastores are the names of the datastores the host mounts; hosts listing the
+	// same name share it. Default: [datastore1], which every such host shares.
+	Datastores []string `json:"datastores,omitempty"`
 }
 
 // GPU is one physical GPU. Give its memory in MiB or GiB, not both.
@@ -89,10 +93,17 @@ type VM struct {
 	Profile string `json:"profile,omitempty"`
 	// VGPUs is how many vGPU devices of Profile the VM has; 1 when Profile is set.
 	VGPUs int `json:"vgpus,omitempty"`
+	// Profiles, instead of Profile and VGPUs, gives each vGPU device its own profile
+	// (NVIDIA Multi-vGPU allows different sizes of one board and series in a VM), such
+	// as [grid_a100-40c, grid_a100-20c].
+	Profiles []string `json:"profiles,omitempty"`
 	// PowerState is poweredOn, poweredOff (default) or suspended.
 	PowerState string `json:"powerState,omitempty"`
 	// BIOSUUID is config.uuid; derived from the name when empty, so it is stable.
 	BIOSUUID string `json:"biosUUID,omitempty"`
+	// Datastore is the datastore the VM's files are on; one of its host's, the host's
+	// first by default. A host that does not mount it cannot power the VM on.
+	Datastore string `json:"datastore,omitempty"`
 	// Folder is a path below the datacenter's vm folder, such as gpu/workers.
 	Folder string `json:"folder,omitempty"`
 	// MemoryMiB is the VM's memory; 4096 when zero.
@@ -150,6 +161,9 @@ func (inv *Inventory) normalize() error {
 			errs = append(errs, fmt.Errorf("host %s: listed twice", h.Name))
 		}
 		hosts[h.Name] = h
+		if len(h.Datastores) == 0 {
+			h.Datastores = []string{"datastore1"}
+		}
 		switch h.Policy {
 		case "":
 			h.Policy = inventory.PolicyPerformance
@@ -219,7 +233,28 @@ func (inv *Inventory) normalize() error {
 			errs = append(errs, fmt.Errorf("VM %s: listed twice", vm.Name))
 		}
 		vms[vm.Name] = true
+		if len(vm.Profiles) > 0 {
+			if (vm.Profile != "" && vm.Profile != vm.Profiles[0]) || (vm.VGPUs != 0 && vm.VGPUs != len(vm.Profiles)) {
+				errs = append(errs, fmt.Errorf("VM %s: profiles replaces profile and vgpus: set only profiles", vm.Name))
+			}
+			vm.Profile, vm.VGPUs = vm.Profiles[0], len(vm.Profiles)
+			for _, p := range vm.Profiles[1:] {
+				if !sameSeries(p, vm.Profile) {
+					errs = append(errs, fmt.Errorf("VM %s: profiles %s and %s are not of the same board and series", vm.Name, vm.Profile, p))
+				}
+				if h := hosts[vm.Host]; h != nil && !h.offers(p) {
+					errs = append(errs, fmt.Errorf("VM %s: host %s does not offer profile %s", vm.Name, vm.Host, p))
+				}
+			}
+		}
 		h := hosts[vm.Host]
+		switch {
+		case h == nil:
+		case vm.Datastore == "":
+			vm.Datastore = h.Datastores[0]
+		case !slices.Contains(h.Datastores, vm.Datastore):
+			errs = append(errs, fmt.Errorf("VM %s: datastore %s is not one of host %s's (%s)", vm.Name, vm.Datastore, h.Name, strings.Join(h.Datastores, ", ")))
+		}
 		if h == nil {
 			errs = append(errs, fmt.Errorf("VM %s: host %q is not in the inventory", vm.Name, vm.Host))
 		} else if vm.Profile != "" && !h.offers(vm.Profile) {

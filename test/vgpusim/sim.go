@@ -280,6 +280,8 @@ type VMState struct {
 	Profile string
 	// VGPUs is how many vGPU devices the VM has.
 	VGPUs int
+	// Profiles are the profiles of all its vGPU devices, in device order.
+	Profiles []string
 	// GPU is the PCI id of the GPU the VM's first vGPU runs on; empty unless it runs.
 	GPU string
 	// GPUs are the PCI ids of the GPUs each of its vGPUs runs on, in device order.
@@ -308,6 +310,7 @@ func (s *Sim) VM(name string) (VMState, bool) {
 		}
 		for _, d := range devs {
 			keys = append(keys, d.key)
+			st.Profiles = append(st.Profiles, d.profile)
 		}
 		if h := s.hosts[*vm.Runtime.Host]; h != nil {
 			st.Host = h.cfg.Name

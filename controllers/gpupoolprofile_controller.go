@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
@@ -71,6 +72,10 @@ type GPUPoolProfileReconciler struct {
 	// that one pool's long pass never holds another back. One pool is never reconciled
 	// twice at the same time.
 	MaxConcurrentReconciles int
+
+	// tasks wakes a pool when one of its vSphere tasks ends; nil (the tests that call
+	// Reconcile directly) leaves the waits to the requeue.
+	tasks *taskWatch
 }
 
 // Reconcile implements reconcile.Reconciler: observe, decide, act; then one function
@@ -79,9 +84,13 @@ type GPUPoolProfileReconciler struct {
 func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	pool := &gpupoolv1.GPUPoolProfile{}
 	if err := r.APIReader.Get(ctx, req.NamespacedName, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.tasks.watch(req.Name, nil, nil)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !pool.DeletionTimestamp.IsZero() {
+		r.tasks.watch(pool.Name, nil, nil)
 		return r.finalize(ctx, pool)
 	}
 	if controllerutil.AddFinalizer(pool, FinalizerName) {
@@ -113,7 +122,9 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	// gets a deadline, the status patch above does not.
 	bodyCtx, cancel := context.WithTimeout(ctx, reconcileTimeout)
 	defer cancel()
-	return r.reconcile(bodyCtx, s)
+	res, err := r.reconcile(bodyCtx, s)
+	r.tasks.watch(pool.Name, s.vc, inFlight(pool))
+	return res, err
 }
 
 func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -402,8 +413,9 @@ func (r *GPUPoolProfileReconciler) updateWorkerMetrics(p *gpupoolv1.GPUPoolProfi
 }
 
 // SetupWithManager registers the controller. Pools are reconciled on spec changes, on
-// node changes that matter (readiness, advertised GPUs, cordon, labels) and on pod
-// changes a drain waits for (podChanged).
+// node changes that matter (readiness, advertised GPUs, cordon, labels), on pod
+// changes a drain waits for (podChanged) and when one of their vSphere tasks ends
+// (taskWatch).
 func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podNodeNameField, func(o client.Object) []string {
 		return []string{o.(*corev1.Pod).Spec.NodeName}
@@ -424,10 +436,12 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		}
 		return reqs
 	})
+	r.tasks = newTaskWatch(ctx)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&gpupoolv1.GPUPoolProfile{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Node{}, allPools, builder.WithPredicates(nodeChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfPodNode), builder.WithPredicates(podChanged())).
+		WatchesRawSource(source.Channel(r.tasks.events, &handler.EnqueueRequestForObject{})).
 		Named("gpupoolprofile").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
 		Complete(r)

@@ -77,6 +77,9 @@ type Client interface {
 	// Tasks checks several tasks in one call, without waiting. Tasks vCenter no longer
 	// knows are missing from the answer.
 	Tasks(ctx context.Context, taskIDs []string) (map[string]TaskInfo, error)
+	// WaitTasks blocks until one of the tasks is over, vCenter forgets one, or ctx ends
+	// (then it returns ctx's error).
+	WaitTasks(ctx context.Context, taskIDs []string) error
 	// FindTask returns the newest of the VM's recent tasks of the operation (PowerOn,
 	// PowerOff, Suspend, Reconfigure) whose id is not in known, or "" when there is none.
 	FindTask(ctx context.Context, vmRef, op string, known []string) (string, error)

@@ -73,28 +73,29 @@ func (r *GPUPoolProfileReconciler) markedNodes(ctx context.Context, pool *gpupoo
 	if err := r.Client.List(ctx, &nodes); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
+	return marked(nodes.Items, pool.Name, workerNodes), nil
+}
+
+// marked are the nodes among nodes whose marks are the pool's (marksOf).
+func marked(nodes []corev1.Node, pool string, workerNodes map[string]bool) []*corev1.Node {
 	var out []*corev1.Node
-	for i := range nodes.Items {
-		if n := &nodes.Items[i]; marksOf(n, pool.Name, workerNodes) {
+	for i := range nodes {
+		if n := &nodes[i]; marksOf(n, pool, workerNodes) {
 			out = append(out, n)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // unmarkStale takes the pool's marks off the nodes it no longer matches to a worker: a
-// node whose VM left the spec, or that is no longer the VM's node.
+// node whose VM left the spec, or that is no longer the VM's node. It reads the nodes
+// observe listed this pass.
 func (r *GPUPoolProfileReconciler) unmarkStale(ctx context.Context, s *scope) {
 	current := map[string]bool{}
 	for _, n := range s.nodes {
 		current[n.Name] = true
 	}
-	nodes, err := r.markedNodes(ctx, s.pool, statusNodes(s.pool))
-	if err != nil {
-		s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
-		return
-	}
-	for _, n := range nodes {
+	for _, n := range marked(s.allNodes, s.pool.Name, statusNodes(s.pool)) {
 		if current[n.Name] || !hasMarks(n) {
 			continue
 		}

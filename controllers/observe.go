@@ -38,7 +38,8 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.
 			s.specID[vm.Name] = w.VM
 		}
 	}
-	s.nodes = matchNodes(poolWorkers(&pool.Spec), s.vms, nodes.Items)
+	s.allNodes = nodes.Items
+	s.nodes = matchNodes(poolWorkers(&pool.Spec), s.vms, s.allNodes)
 	s.facts.observed = true
 	return 0, true
 }

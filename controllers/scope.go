@@ -29,8 +29,10 @@ type scope struct {
 	// pass; specID maps a VM's inventory name back to that spec id (status key).
 	vms    map[string]*inventory.VM
 	specID map[string]string
-	// nodes are the pool VMs' nodes, by the VM's inventory name, as plan steps name VMs.
-	nodes map[string]*corev1.Node
+	// allNodes are the cluster's nodes as observe listed them; nodes are the pool VMs'
+	// nodes among them, by the VM's inventory name, as plan steps name VMs.
+	allNodes []corev1.Node
+	nodes    map[string]*corev1.Node
 	// nodeStates are what the planner reads of them, observed once per pass (decide);
 	// labelled re-derives Labelled for another layout.
 	nodeStates map[string]plan.NodeState

@@ -199,27 +199,9 @@ type harness struct {
 	crashes        int
 }
 
-const dayNightInventory = `
-datacenter: dc1
-hosts:
-  - name: %[1]sesx-01
-    policy: performance
-    gpus:
-      - {model: Tesla P100, memoryGiB: 16, pciId: "0000:3b:00.0"}
-    profiles:
-      - {name: grid_p100-4q, frameBufferGiB: 4, suspendSupported: true}
-      - {name: grid_p100-16q, frameBufferGiB: 16, suspendSupported: true}
-vms:
-  - {name: %[1]sday-1, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]sday-2, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]sday-3, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]sday-4, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]snight-1, host: %[1]sesx-01, profile: grid_p100-16q, powerState: poweredOff}
-`
-
 func newHarness(t *testing.T, prefix string) *harness {
 	t.Helper()
-	return newHarnessWith(t, prefix, dayNightInventory)
+	return newHarnessWith(t, prefix, vgpusim.OneHostDayNight)
 }
 
 // newHarnessWith is a harness on another vgpusim inventory, a template in which %[1]s

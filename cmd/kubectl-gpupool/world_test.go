@@ -150,24 +150,6 @@ var berlin = func() *time.Location {
 	return l
 }()
 
-const labInventory = `
-datacenter: dc1
-hosts:
-  - name: %[1]sesx-01
-    policy: performance
-    gpus:
-      - {model: Tesla P100, memoryGiB: 16, pciId: "0000:3b:00.0"}
-    profiles:
-      - {name: grid_p100-4q, frameBufferGiB: 4, suspendSupported: true}
-      - {name: grid_p100-16q, frameBufferGiB: 16, suspendSupported: true}
-vms:
-  - {name: %[1]sday-1, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]sday-2, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]sday-3, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]sday-4, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]snight-1, host: %[1]sesx-01, profile: grid_p100-16q, powerState: poweredOff}
-`
-
 // world is one test's pool on its own simulator, and the operator that runs it.
 type world struct {
 	t     *testing.T
@@ -180,7 +162,7 @@ type world struct {
 
 func newWorld(t *testing.T, prefix string) *world {
 	t.Helper()
-	inv, err := vgpusim.Load(fmt.Appendf(nil, labInventory, prefix))
+	inv, err := vgpusim.Load(fmt.Appendf(nil, vgpusim.OneHostDayNight, prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func benchFlags(fs *flag.FlagSet) benchConfig {
 
 // runBench runs the transition benchmark once per size, each on a fresh local
 // environment, and prints the table.
-func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout time.Duration) error {
+func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout time.Duration, keep bool) error {
 	delays := map[string]time.Duration{}
 	var vgArgs []string
 	for _, kv := range strings.Split(*c.delays, ",") {
@@ -59,7 +59,7 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 			return fmt.Errorf("--hosts: %q is not a number of hosts", h)
 		}
 		r, err := benchOne(ctx, opts, vgArgs, localenv.BenchOptions{Hosts: hosts, GPUs: *c.gpus, Pods: *c.pods, TaskDelays: delays,
-			SequentialHosts: *c.sequential, Idle: *c.idle}, timeout)
+			SequentialHosts: *c.sequential, Idle: *c.idle}, timeout, keep)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%d hosts: %w", hosts, err))
 			fmt.Fprintln(os.Stderr, "==>", errs[len(errs)-1])
@@ -73,7 +73,7 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 	return errors.Join(errs...)
 }
 
-func benchOne(ctx context.Context, opts localenv.Options, vgArgs []string, b localenv.BenchOptions, timeout time.Duration) (*localenv.BenchResult, error) {
+func benchOne(ctx context.Context, opts localenv.Options, vgArgs []string, b localenv.BenchOptions, timeout time.Duration, keep bool) (*localenv.BenchResult, error) {
 	dir, err := os.MkdirTemp("", fmt.Sprintf("gpupool-bench-%d-", b.Hosts))
 	if err != nil {
 		return nil, err
@@ -93,8 +93,10 @@ func benchOne(ctx context.Context, opts localenv.Options, vgArgs []string, b loc
 	}
 	r, runErr := localenv.RunBench(ctx, e, b)
 	downErr := localenv.Down(opts)
-	if runErr == nil && downErr == nil {
+	if runErr == nil && downErr == nil && !keep {
 		_ = os.RemoveAll(dir)
+	} else {
+		fmt.Printf("==> %d hosts: logs and state kept in %s\n", b.Hosts, dir)
 	}
 	return r, errors.Join(runErr, downErr)
 }

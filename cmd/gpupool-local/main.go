@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string) error {
 	binDir := fs.String("bin-dir", "bin", "folder with the built binaries")
 	image := fs.String("image", "dist/image", "OCI layout of the manager image ('make image') to run the manager from; empty: bin-dir/manager")
 	inventory := fs.String("inventory", "test/vgpusim/testdata/daynight.yaml", "vgpusim inventory")
-	keep := fs.Bool("keep", false, "demo: keep the environment up afterwards (stop it with 'down --dir DIR')")
+	keep := fs.Bool("keep", false, "demo: keep the environment up afterwards (stop it with 'down --dir DIR'); bench: keep each size's state folder (logs, inventory, call counts)")
 	night := fs.Duration("night", 2*time.Minute, "demo: how long the night window lasts")
 	timeout := fs.Duration("timeout", 10*time.Minute, "demo, bench: give up after this long (bench: per size)")
 	bench := benchFlags(fs)
@@ -116,7 +116,7 @@ func run(ctx context.Context, args []string) error {
 		fmt.Println("==> stopped everything")
 		return errors.Join(demoErr, downErr)
 	case "bench":
-		return runBench(ctx, opts, bench, *timeout)
+		return runBench(ctx, opts, bench, *timeout, *keep)
 	}
 	return usage()
 }

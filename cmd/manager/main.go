@@ -42,6 +42,8 @@ func main() {
 		metricsSecure                   bool
 		metricsCertDir                  string
 		credsNamespace, credsAllowed    string
+		kubeQPS                         float64
+		kubeBurst                       int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to authenticated and authorized callers only; false serves plain HTTP to anyone (local runs only).")
@@ -55,6 +57,12 @@ func main() {
 	flag.StringVar(&certDir, "webhook-cert-dir", "", "Folder with tls.crt and tls.key for the webhook server (default: the controller-runtime default).")
 	flag.StringVar(&webhookHost, "webhook-host", "", "Address the webhook server binds to (default: all).")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	// A transition cordons, labels and evicts on every node it touches; at
+	// controller-runtime's default of 20 requests a second a 256-node drain spends most of
+	// its time waiting on its own client (the apiserver's priority and fairness still
+	// protects the cluster).
+	flag.Float64Var(&kubeQPS, "kube-api-qps", 100, "Requests a second to the Kubernetes API the operator allows itself (client-side).")
+	flag.IntVar(&kubeBurst, "kube-api-burst", 200, "Burst of requests to the Kubernetes API above --kube-api-qps.")
 	certOpts := bindWebhookCertFlags(flag.CommandLine)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -63,7 +71,9 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	restCfg := ctrl.GetConfigOrDie()
+	restCfg.QPS, restCfg.Burst = float32(kubeQPS), kubeBurst
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme: scheme,
 		// The informers hold every Node and Pod (drains read pods by node); their
 		// managedFields are never read and are a large part of each object.

@@ -161,15 +161,23 @@ func CreateNodes(ctx context.Context, c client.Client, inv *inventory.Inventory,
 }
 
 // SyncPower copies each VM's power state onto its node (the power wire): kwok's stages
-// then make the node Ready or not, as a kubelet in the VM would. It reports whether any
-// node changed.
+// then make the node Ready or not, as a kubelet in the VM would. It reads the nodes in
+// one List (from a cache when c reads from one) and patches only those that differ, so a
+// pass costs one read whatever the pool's size. It reports whether any node changed.
 func SyncPower(ctx context.Context, c client.Client, inv *inventory.Inventory) (bool, error) {
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		return false, err
+	}
+	byName := make(map[string]*corev1.Node, len(nodes.Items))
+	for i := range nodes.Items {
+		byName[nodes.Items[i].Name] = &nodes.Items[i]
+	}
 	changed := false
 	var errs []error
 	for _, vm := range inv.VMs {
-		var n corev1.Node
-		if err := c.Get(ctx, client.ObjectKey{Name: vm.Name}, &n); err != nil {
-			errs = append(errs, client.IgnoreNotFound(err))
+		n, ok := byName[vm.Name]
+		if !ok {
 			continue
 		}
 		if n.Annotations[AnnotationSimPower] == string(vm.PowerState) && n.Annotations[AnnotationSimGPUs] == vGPUs(vm) {
@@ -181,7 +189,7 @@ func SyncPower(ctx context.Context, c client.Client, inv *inventory.Inventory) (
 		}
 		n.Annotations[AnnotationSimPower] = string(vm.PowerState)
 		n.Annotations[AnnotationSimGPUs] = vGPUs(vm)
-		if err := c.Patch(ctx, &n, client.MergeFrom(before)); err != nil {
+		if err := c.Patch(ctx, n, client.MergeFrom(before)); err != nil {
 			errs = append(errs, err)
 			continue
 		}

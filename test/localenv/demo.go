@@ -21,34 +21,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/test/cluster"
-	"github.com/gpupool/gpupool/vsphere"
 )
-
-// RunWire is the power wire: until ctx ends it copies every VM's power state from
-// vgpusim onto its node, where kwok's stages turn it into node readiness.
-func RunWire(ctx context.Context, e *Env) error {
-	conn := vsphere.NewConnector()
-	defer func() { _ = conn.Close() }()
-	for {
-		vc, err := conn.Connect(ctx, e.VCenter)
-		if err == nil {
-			inv, ierr := vc.Inventory(ctx)
-			if ierr == nil {
-				_, err = cluster.SyncPower(ctx, e.Client, inv)
-			} else {
-				err = ierr
-			}
-		}
-		if err != nil && ctx.Err() == nil {
-			fmt.Fprintln(e.logOut(), "power wire:", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
 
 func (o *Options) logOut() io.Writer {
 	if o.Log == nil {

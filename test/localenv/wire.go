@@ -1,0 +1,60 @@
+package localenv
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpupool/gpupool/test/cluster"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// wirePeriod is how often the power wire reads vgpusim: a real kubelet starts within
+// seconds of its VM, and the benchmark's critical-path bound includes this lag.
+const wirePeriod = 200 * time.Millisecond
+
+// RunWire is the power wire: until ctx ends it copies every VM's power state from
+// vgpusim onto its node, where kwok's stages turn it into node readiness. Nodes are read
+// from a watch-fed cache, so a pass costs one inventory read and a patch per changed
+// node, whatever the number of nodes.
+func RunWire(ctx context.Context, e *Env) error {
+	nodes, err := cache.New(e.rest, cache.Options{Scheme: Scheme(), ByObject: map[client.Object]cache.ByObject{
+		&corev1.Node{}: {Transform: cache.TransformStripManagedFields()},
+	}})
+	if err != nil {
+		return err
+	}
+	go func() { _ = nodes.Start(ctx) }()
+	if !nodes.WaitForCacheSync(ctx) {
+		return ctx.Err()
+	}
+	c, err := client.New(e.rest, client.Options{Scheme: Scheme(), Cache: &client.CacheOptions{Reader: nodes}})
+	if err != nil {
+		return err
+	}
+	conn := vsphere.NewConnector()
+	defer func() { _ = conn.Close() }()
+	for {
+		vc, err := conn.Connect(ctx, e.VCenter)
+		if err == nil {
+			inv, ierr := vc.Inventory(ctx)
+			if ierr == nil {
+				_, err = cluster.SyncPower(ctx, c, inv)
+			} else {
+				err = ierr
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			fmt.Fprintln(e.logOut(), "power wire:", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wirePeriod):
+		}
+	}
+}

@@ -127,22 +127,61 @@ func (r *GPUPoolProfileReconciler) markParked(ctx context.Context, s *scope, vm 
 	if node == nil {
 		return true
 	}
+	err, ahead := s.parkedAhead[vm]
+	if !ahead {
+		err = r.parkNode(ctx, s.pool.Name, node)
+	}
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, errMachineUnreadable):
+		s.hold(vm, ReasonMachineUnreadable, fmt.Sprintf("VM %s is not parked: %v", vm, err))
+	default:
+		s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
+	}
+	return false
+}
+
+// parkNode protects the node's Machine and marks the node parked by the pool. It
+// changes nothing in the scope, so that parkAhead may run it for many nodes at once.
+func (r *GPUPoolProfileReconciler) parkNode(ctx context.Context, pool string, node *corev1.Node) error {
 	if err := r.protectMachine(ctx, node); err != nil {
 		if errors.Is(err, errMachineUnreadable) {
-			s.hold(vm, ReasonMachineUnreadable, fmt.Sprintf("VM %s is not parked: %v", vm, err))
-		} else {
-			s.facts.stepErrors = append(s.facts.stepErrors, fmt.Sprintf("protecting the Machine of node %s: %v", node.Name, err))
+			return err
 		}
-		return false
+		return fmt.Errorf("protecting the Machine of node %s: %w", node.Name, err)
 	}
-	if hasMeta(node, parkedMeta(s.pool.Name)) {
-		return true
+	if hasMeta(node, parkedMeta(pool)) {
+		return nil
 	}
-	if err := r.patchNode(ctx, node, func(n *corev1.Node) { applyMeta(n, parkedMeta(s.pool.Name)) }); err != nil {
-		s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
-		return false
+	return r.patchNode(ctx, node, func(n *corev1.Node) { applyMeta(n, parkedMeta(pool)) })
+}
+
+// parkAhead runs parkNode for the nodes of the due steps that will park their VM
+// (bounded, concurrently), so that a pass parking hundreds of VMs does not patch their
+// nodes one after the other; markParked then reads the outcome.
+func (r *GPUPoolProfileReconciler) parkAhead(ctx context.Context, s *scope, steps []plan.Step) {
+	var vms []string
+	for _, st := range steps {
+		ws := s.worker(st.VM)
+		if _, ok := s.vm(st.VM); !ok {
+			continue
+		}
+		if (st.Action != plan.Suspend && st.Action != plan.PowerOff) || s.nodes[st.VM] == nil || ws.Task != nil ||
+			(ws.NextRetryTime != nil && s.now.Before(ws.NextRetryTime.Time)) {
+			continue
+		}
+		vms = append(vms, st.VM)
 	}
-	return true
+	if len(vms) < 2 {
+		return
+	}
+	errs := make([]error, len(vms))
+	forEach(len(vms), maxConcurrentDrains, func(i int) { errs[i] = r.parkNode(ctx, s.pool.Name, s.nodes[vms[i]]) })
+	s.parkedAhead = make(map[string]error, len(vms))
+	for i, vm := range vms {
+		s.parkedAhead[vm] = errs[i]
+	}
 }
 
 func (r *GPUPoolProfileReconciler) waitNodeReady(s *scope, step plan.Step, ws *gpupoolv1.WorkerStatus, node *corev1.Node) time.Duration {

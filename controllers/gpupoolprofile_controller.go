@@ -236,7 +236,8 @@ func (r *GPUPoolProfileReconciler) keepAborted(ctx context.Context, s *scope, bo
 }
 
 // act runs the due steps. Drains run their evictions concurrently, after every node the
-// plan will drain has been cordoned; the other steps run one by one.
+// plan will drain has been cordoned; the other steps run one by one, but the vSphere
+// tasks they start are started together at the end (startQueued).
 func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Plan, res *ctrl.Result) {
 	note := func(step plan.Step, after time.Duration, err error) {
 		if err != nil {
@@ -276,13 +277,24 @@ func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Pl
 			}
 		}
 	}
+	r.parkAhead(ctx, s, others)
 	for _, step := range others {
+		queued := len(s.queued)
 		after, err := r.execute(ctx, s, step)
+		for i := queued; i < len(s.queued); i++ {
+			s.queued[i].step = step
+		}
 		note(step, after, err)
 		if aborted() {
+			// Nothing queued was stored or started: the steps are planned again.
+			for _, q := range s.queued {
+				q.ws.Task = nil
+			}
+			s.queued = nil
 			return
 		}
 	}
+	r.startQueued(ctx, s, note)
 }
 
 // decide plans the way to the wanted layout. When that layout cannot be reached in the

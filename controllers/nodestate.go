@@ -116,6 +116,8 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 	for _, h := range s.facts.held {
 		held[h.VM] = true
 	}
+	var nodes []*corev1.Node
+	var wants []string
 	for name, n := range s.nodes {
 		ws := findWorker(s.pool, s.specID[name])
 		vm, ok := s.vm(name)
@@ -133,13 +135,22 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 		if n.Labels[LabelState] == want && n.Annotations[AnnotationMarkedBy] == s.pool.Name {
 			continue
 		}
-		if err := r.patchNode(ctx, n, func(n *corev1.Node) {
+		nodes, wants = append(nodes, n), append(wants, want)
+	}
+	// A transition changes the state of every node it touches at once: patch them
+	// concurrently (bounded), not one after the other.
+	errs := make([]error, len(nodes))
+	forEach(len(nodes), maxConcurrentDrains, func(i int) {
+		errs[i] = r.patchNode(ctx, nodes[i], func(n *corev1.Node) {
 			if n.Labels == nil {
 				n.Labels = map[string]string{}
 			}
-			n.Labels[LabelState] = want
+			n.Labels[LabelState] = wants[i]
 			markedBy(n, s.pool.Name)
-		}); err != nil {
+		})
+	})
+	for _, err := range errs {
+		if err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}
 	}

@@ -44,6 +44,11 @@ type scope struct {
 	// aborted: the pass keeps an aborted switch; workers' recorded steps are stale
 	// (recordWorkers did not run), so node states come from what was observed.
 	aborted bool
+	// queued are the tasks whose intents this pass recorded, for act to start together.
+	queued []queuedStart
+	// parkedAhead is what parkAhead found parking the nodes of the pass's due steps,
+	// by VM (nil: parked).
+	parkedAhead map[string]error
 
 	facts facts
 }

@@ -1,12 +1,15 @@
 package controllers
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -110,4 +113,52 @@ func TestNodeUpdatesThatDoNotMatterDoNotWake(t *testing.T) {
 			t.Errorf("%s: wakes the pools = %v, want %v", name, got, tc.want)
 		}
 	}
+}
+
+// TestAPassStoresItsIntentsInOneWrite: a pass that starts tasks for several VMs stores
+// all their intents in one status write, and asks vCenter for none of them before that
+// write succeeded; it then starts every one of them in the same pass.
+func TestAPassStoresItsIntentsInOneWrite(t *testing.T) {
+	h := newHarness(t, "bsw-")
+	writes, suspendsAtFirstWrite := 0, -1
+	h.client = func(c client.WithWatch) client.Client {
+		return interceptor.NewClient(c, interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if _, isPool := obj.(*gpupoolv1.GPUPoolProfile); isPool && sub == "status" {
+					if writes++; writes == 1 {
+						suspendsAtFirstWrite = h.sim.Calls("SuspendVM_Task")
+					}
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		})
+	}
+	pool := h.dayNight()
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	h.converge(pool.Name, "day", 30)
+	h.clock.SetTime(monday1950)
+	for i := 0; i < 20; i++ {
+		before := h.sim.Calls("SuspendVM_Task")
+		writes, suspendsAtFirstWrite = 0, -1
+		res := h.reconcile(pool.Name)
+		if started := h.sim.Calls("SuspendVM_Task") - before; started > 0 {
+			if started < 2 {
+				t.Fatalf("the pass started %d suspend, want all the due ones (the day layout's VMs) together", started)
+			}
+			if writes != 2 || suspendsAtFirstWrite != before {
+				t.Errorf("the pass that started %d suspends wrote the status %d times (want 2: the intents, then the task ids), and had asked vCenter for %d of them at its first write (want 0)",
+					started, writes, suspendsAtFirstWrite-before)
+			}
+			for _, w := range h.get(pool.Name).Status.Workers {
+				if w.Task != nil && w.Task.Operation == "Suspend" && w.Task.ID == "" {
+					t.Errorf("worker %s: a suspend intent without its task id after the pass", w.VM)
+				}
+			}
+			return
+		}
+		h.settle()
+		h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+	}
+	t.Fatal("no pass started a suspend")
 }

@@ -12,14 +12,15 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
 // A vSphere operation happens once per step whatever fails in between, because a task
 // is started in three moves:
 //
-//  1. the intent (operation, no task id, the VM's recent tasks) is written to status,
-//     and only if that write succeeds
+//  1. the intent (operation, no task id, the VM's recent tasks) is written to status
+//     (one write for all the tasks a pass starts), and only if that write succeeds
 //  2. vCenter is asked to start the task, and
 //  3. the task id is recorded (by the status patch at the end of the pass).
 //
@@ -146,36 +147,91 @@ func (r *GPUPoolProfileReconciler) failed(s *scope, ws *gpupoolv1.WorkerStatus, 
 	return wait
 }
 
-// startTask starts a vSphere operation on a VM, exactly once: see the comment at the top
-// of this file. An empty task id from start means the VM was already in the target state.
-func (r *GPUPoolProfileReconciler) startTask(ctx context.Context, s *scope, ws *gpupoolv1.WorkerStatus, vm *inventory.VM, op string, start func() (string, error)) (time.Duration, error) {
+// startTask records the intent to start a vSphere operation on a VM and queues the
+// start; act starts the queued tasks of the pass together (startQueued), once all their
+// intents are stored in one status write: see the comment at the top of this file.
+func (r *GPUPoolProfileReconciler) startTask(_ context.Context, s *scope, ws *gpupoolv1.WorkerStatus, vm *inventory.VM, op string, start func() (string, error)) (time.Duration, error) {
 	if ws.Task != nil {
 		return requeueTask, nil
 	}
 	ws.Task = &gpupoolv1.TaskReference{Operation: op, StartTime: metav1.NewTime(s.now), KnownTasks: vm.RecentTasks}
-	if err := r.persist(ctx, s); err != nil {
-		ws.Task = nil
-		return 0, fmt.Errorf("recording the intent to %s: %w", op, err)
+	s.queued = append(s.queued, queuedStart{ws: ws, host: vm.Host, op: op, start: start})
+	return requeueTask, nil
+}
+
+// queuedStart is a vSphere task whose intent the pass recorded and that startQueued
+// starts.
+type queuedStart struct {
+	step  plan.Step // the step that started it (act sets it)
+	ws    *gpupoolv1.WorkerStatus
+	host  string
+	op    string
+	start func() (string, error)
+	id    string
+	err   error
+}
+
+// maxConcurrentStarts bounds the hosts whose tasks are started at once.
+const maxConcurrentStarts = 16
+
+// startQueued stores the intents of the tasks the pass queued in one status write and,
+// only if that succeeds, asks vCenter to start them: hosts concurrently, a host's tasks
+// one after the other in the plan's order (the order placement may need). A pass that
+// starts a task for every VM of a large pool thus costs one status write, not one per
+// VM. It reports, per queued start, its step and when to look again or the error.
+func (r *GPUPoolProfileReconciler) startQueued(ctx context.Context, s *scope, note func(step plan.Step, after time.Duration, err error)) {
+	queued := s.queued
+	s.queued = nil
+	if len(queued) == 0 {
+		return
 	}
-	id, err := start()
-	if err != nil {
+	if err := r.persist(ctx, s); err != nil {
+		for _, q := range queued {
+			q.ws.Task = nil
+			note(q.step, 0, fmt.Errorf("recording the intent to %s: %w", q.op, err))
+		}
+		return
+	}
+	var hosts []string
+	byHost := map[string][]int{}
+	for i, q := range queued {
+		if _, ok := byHost[q.host]; !ok {
+			hosts = append(hosts, q.host)
+		}
+		byHost[q.host] = append(byHost[q.host], i)
+	}
+	forEach(len(hosts), maxConcurrentStarts, func(h int) {
+		for _, i := range byHost[hosts[h]] {
+			queued[i].id, queued[i].err = queued[i].start()
+		}
+	})
+	for _, q := range queued {
+		note(q.step, r.started(ctx, s, q), nil)
+	}
+}
+
+// started records what vCenter answered to one start. An empty task id means the VM was
+// already in the target state.
+func (r *GPUPoolProfileReconciler) started(ctx context.Context, s *scope, q queuedStart) time.Duration {
+	ws, op := q.ws, q.op
+	if q.err != nil {
 		// Note: the intent stays. The call may have failed after vCenter queued the task
 		// (a deadline, a reset connection); the next pass asks vCenter (resolveIntent)
 		// before the step is planned again.
 		vsphereTaskErrors.WithLabelValues(s.pool.Name, op).Inc()
-		wait := r.failed(s, ws, op+" could not start", err.Error())
-		r.event(s, corev1.EventTypeWarning, op+"Failed", "%s of VM %s could not start: %v", op, ws.VM, err)
-		return wait, nil
+		wait := r.failed(s, ws, op+" could not start", q.err.Error())
+		r.event(s, corev1.EventTypeWarning, op+"Failed", "%s of VM %s could not start: %v", op, ws.VM, q.err)
+		return wait
 	}
-	if id == "" {
+	if q.id == "" {
 		ws.Task = nil
-		return requeueStep, nil
+		return requeueStep
 	}
-	ws.Task.ID = id
-	ws.Message = fmt.Sprintf("%s started (task %s)", op, id)
-	log.FromContext(ctx).Info("Started vSphere task", "vm", ws.VM, "operation", op, "task", id)
-	r.event(s, corev1.EventTypeNormal, op+"Started", "%s of VM %s started (task %s)", op, ws.VM, id)
-	return requeueTask, nil
+	ws.Task.ID = q.id
+	ws.Message = fmt.Sprintf("%s started (task %s)", op, q.id)
+	log.FromContext(ctx).Info("Started vSphere task", "vm", ws.VM, "operation", op, "task", q.id)
+	r.event(s, corev1.EventTypeNormal, op+"Started", "%s of VM %s started (task %s)", op, ws.VM, q.id)
+	return requeueTask
 }
 
 // persist writes the status now, with optimistic locking: an intent is only acted on

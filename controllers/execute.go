@@ -68,14 +68,7 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 	case plan.Relabel:
 		return r.relabel(ctx, s, step.VM, node)
 	case plan.Uncordon:
-		if node == nil {
-			return requeueNodeReady, nil
-		}
-		if err := r.patchNode(ctx, node, uncordon); err != nil {
-			return 0, err
-		}
-		r.event(s, corev1.EventTypeNormal, "Uncordoned", "uncordoned node %s", node.Name)
-		return requeueStep, nil
+		return r.uncordonStep(ctx, s, node)
 	}
 	return 0, fmt.Errorf("unknown action %q", step.Action)
 }
@@ -200,6 +193,17 @@ func (r *GPUPoolProfileReconciler) waitNodeReady(s *scope, step plan.Step, ws *g
 	}
 	ws.Message = fmt.Sprintf("waiting for node %s %s (%s of %s)", name, what, waited.Round(time.Second), timeout)
 	return max(min(requeueNodeReady, timeout-waited), requeueStep)
+}
+
+func (r *GPUPoolProfileReconciler) uncordonStep(ctx context.Context, s *scope, node *corev1.Node) (time.Duration, error) {
+	if node == nil {
+		return requeueNodeReady, nil
+	}
+	if err := r.patchNode(ctx, node, uncordon); err != nil {
+		return 0, err
+	}
+	r.event(s, corev1.EventTypeNormal, "Uncordoned", "uncordoned node %s", node.Name)
+	return requeueStep, nil
 }
 
 func (r *GPUPoolProfileReconciler) relabel(ctx context.Context, s *scope, vm string, node *corev1.Node) (time.Duration, error) {

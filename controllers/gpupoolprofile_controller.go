@@ -277,6 +277,7 @@ func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Pl
 			}
 		}
 	}
+	others = r.patchNodesTogether(ctx, s, others, note)
 	r.parkAhead(ctx, s, others)
 	for _, step := range others {
 		queued := len(s.queued)
@@ -288,13 +289,55 @@ func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Pl
 		if aborted() {
 			// Nothing queued was stored or started: the steps are planned again.
 			for _, q := range s.queued {
-				q.ws.Task = nil
+				if ws := findWorker(s.pool, q.worker); ws != nil {
+					ws.Task = nil
+				}
 			}
 			s.queued = nil
 			return
 		}
 	}
 	r.startQueued(ctx, s, note)
+}
+
+// patchNodesTogether runs the due steps that only patch their node (Relabel, Uncordon)
+// concurrently (bounded): at the end of a transition every node of the new layout is
+// relabelled and uncordoned at about the same time. They read the scope and change
+// nothing in it, so their outcomes are noted one by one afterwards. It returns the other
+// steps.
+func (r *GPUPoolProfileReconciler) patchNodesTogether(ctx context.Context, s *scope, steps []plan.Step, note func(plan.Step, time.Duration, error)) []plan.Step {
+	var nodeSteps, rest []plan.Step
+	for _, step := range steps {
+		ws := s.worker(step.VM)
+		if ws.StepStartTime == nil {
+			ws.StepStartTime = ptrTime(s.now)
+		}
+		_, found := s.vm(step.VM)
+		plain := found && ws.Task == nil && (ws.NextRetryTime == nil || !s.now.Before(ws.NextRetryTime.Time))
+		if (step.Action == plan.Relabel || step.Action == plan.Uncordon) && plain {
+			nodeSteps = append(nodeSteps, step)
+		} else {
+			rest = append(rest, step)
+		}
+	}
+	type outcome struct {
+		after time.Duration
+		err   error
+	}
+	out := make([]outcome, len(nodeSteps))
+	forEach(len(nodeSteps), maxConcurrentDrains, func(i int) {
+		step := nodeSteps[i]
+		node := s.nodes[step.VM]
+		if step.Action == plan.Relabel {
+			out[i].after, out[i].err = r.relabel(ctx, s, step.VM, node)
+			return
+		}
+		out[i].after, out[i].err = r.uncordonStep(ctx, s, node)
+	})
+	for i, step := range nodeSteps {
+		note(step, out[i].after, out[i].err)
+	}
+	return rest
 }
 
 // decide plans the way to the wanted layout. When that layout cannot be reached in the

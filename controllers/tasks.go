@@ -155,20 +155,22 @@ func (r *GPUPoolProfileReconciler) startTask(_ context.Context, s *scope, ws *gp
 		return requeueTask, nil
 	}
 	ws.Task = &gpupoolv1.TaskReference{Operation: op, StartTime: metav1.NewTime(s.now), KnownTasks: vm.RecentTasks}
-	s.queued = append(s.queued, queuedStart{ws: ws, host: vm.Host, op: op, start: start})
+	s.queued = append(s.queued, queuedStart{worker: ws.VM, host: vm.Host, op: op, start: start})
 	return requeueTask, nil
 }
 
 // queuedStart is a vSphere task whose intent the pass recorded and that startQueued
 // starts.
 type queuedStart struct {
-	step  plan.Step // the step that started it (act sets it)
-	ws    *gpupoolv1.WorkerStatus
-	host  string
-	op    string
-	start func() (string, error)
-	id    string
-	err   error
+	step plan.Step // the step that started it (act sets it)
+	// worker is the worker's status key: a later step of the pass may add a worker
+	// status, which would leave a pointer into the list stale.
+	worker string
+	host   string
+	op     string
+	start  func() (string, error)
+	id     string
+	err    error
 }
 
 // maxConcurrentStarts bounds the hosts whose tasks are started at once.
@@ -187,7 +189,9 @@ func (r *GPUPoolProfileReconciler) startQueued(ctx context.Context, s *scope, no
 	}
 	if err := r.persist(ctx, s); err != nil {
 		for _, q := range queued {
-			q.ws.Task = nil
+			if ws := findWorker(s.pool, q.worker); ws != nil {
+				ws.Task = nil
+			}
 			note(q.step, 0, fmt.Errorf("recording the intent to %s: %w", q.op, err))
 		}
 		return
@@ -213,7 +217,10 @@ func (r *GPUPoolProfileReconciler) startQueued(ctx context.Context, s *scope, no
 // started records what vCenter answered to one start. An empty task id means the VM was
 // already in the target state.
 func (r *GPUPoolProfileReconciler) started(ctx context.Context, s *scope, q queuedStart) time.Duration {
-	ws, op := q.ws, q.op
+	ws, op := findWorker(s.pool, q.worker), q.op
+	if ws == nil || ws.Task == nil {
+		return requeueStep // cannot happen: nothing removes a worker or its intent within a pass
+	}
 	if q.err != nil {
 		// Note: the intent stays. The call may have failed after vCenter queued the task
 		// (a deadline, a reset connection); the next pass asks vCenter (resolveIntent)

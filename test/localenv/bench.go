@@ -17,6 +17,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -48,6 +50,7 @@ type BenchResult struct {
 	DayToNight, NightToDay           time.Duration
 	BoundDayToNight, BoundNightToDay time.Duration
 	NodeReadyLatency                 time.Duration
+	EvictionLatency                  time.Duration
 	EvictionsPerPod                  float64
 	CallsPerChangedVM                float64
 	Reconciles                       int
@@ -128,9 +131,13 @@ func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error)
 	if r.NodeReadyLatency, err = e.spareNodeLatency(ctx, b); err != nil {
 		return nil, err
 	}
-	// The critical path of one GPU: drain, suspend, power on, node Ready, relabel.
-	// Power-ons of one profile start together, so one of each is on the path.
-	path := b.TaskDelays["SuspendVM_Task"] + r.NodeReadyLatency + 200*time.Millisecond
+	if r.EvictionLatency, err = e.evictionLatency(ctx); err != nil {
+		return nil, err
+	}
+	// The critical path of one GPU: drain (one eviction, as measured here), suspend,
+	// power on and node ready for work (as measured on the spare), relabel. Power-ons of
+	// one profile start together, so one of each is on the path.
+	path := r.EvictionLatency + b.TaskDelays["SuspendVM_Task"] + r.NodeReadyLatency + 100*time.Millisecond
 	r.BoundDayToNight, r.BoundNightToDay = path, path
 
 	pool := e.benchPool(b)
@@ -259,6 +266,57 @@ func (e *Env) spareNodeLatency(ctx context.Context, b BenchOptions) (time.Durati
 	// The spare's GPU is its own host's: powering it off again is best effort.
 	_, _ = vc.PowerOff(ctx, vm.Ref)
 	return latency + b.TaskDelays["PowerOnVM_Task"], nil
+}
+
+// evictionLatency evicts one pod through the eviction API, as a drain does, and
+// measures how long it takes to be gone: the drain's share of the critical path in this
+// environment (kwok plays the kubelet that stops it).
+func (e *Env) evictionLatency(ctx context.Context) (time.Duration, error) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-eviction-probe", Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: "cpu-1", Containers: []corev1.Container{{Name: "c", Image: "probe"}},
+			Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists}}},
+	}
+	if err := e.Client.Create(ctx, pod); err != nil {
+		return 0, err
+	}
+	key := client.ObjectKeyFromObject(pod)
+	running := func() (bool, error) {
+		err := e.Client.Get(ctx, key, pod)
+		return err == nil && pod.Status.Phase == corev1.PodRunning, client.IgnoreNotFound(err)
+	}
+	if err := e.pollFor(ctx, time.Minute, "the eviction probe to run", running); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := e.Client.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{}); err != nil {
+		return 0, fmt.Errorf("evicting the probe pod: %w", err)
+	}
+	gone := func() (bool, error) {
+		err := e.Client.Get(ctx, key, &corev1.Pod{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}
+	if err := e.pollFor(ctx, time.Minute, "the evicted probe to be gone", gone); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// pollFor checks done every 20 ms until it is true, fails, or timeout passes.
+func (e *Env) pollFor(ctx context.Context, timeout time.Duration, what string, done func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		ok, err := done()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
 }
 
 // waitReadyForWork waits until the node is ready for work as gpupool counts it: Ready and

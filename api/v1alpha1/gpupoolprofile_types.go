@@ -41,7 +41,7 @@ type GPUPoolProfileSpec struct {
 	// Layouts are the shapes the pool can take: which VMs run, each with which vGPU
 	// profile. A VM of the pool that the active layout does not list is parked.
 	// +kubebuilder:validation:MinItems=1
-	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:MaxItems=16
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.name == a.name))",message="layout names must be unique; rename or remove the duplicate layout"
@@ -167,7 +167,7 @@ type Layout struct {
 
 	// Workers are the VMs that run in this layout, each with its vGPU profile.
 	// +kubebuilder:validation:MinItems=1
-	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:MaxItems=1024
 	// +listType=atomic
 	Workers []Worker `json:"workers"`
 

@@ -43,6 +43,7 @@ func main() {
 		metricsCertDir                  string
 		credsNamespace, credsAllowed    string
 		kubeQPS                         float64
+		pprofAddr                       string
 		kubeBurst                       int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
@@ -63,6 +64,7 @@ func main() {
 	// protects the cluster).
 	flag.Float64Var(&kubeQPS, "kube-api-qps", 100, "Requests a second to the Kubernetes API the operator allows itself (client-side).")
 	flag.IntVar(&kubeBurst, "kube-api-burst", 200, "Burst of requests to the Kubernetes API above --kube-api-qps.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address Go's pprof profiles are served on (such as 127.0.0.1:8082); empty: off. Serve it on loopback only: profiles are unauthenticated.")
 	certOpts := bindWebhookCertFlags(flag.CommandLine)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -80,6 +82,7 @@ func main() {
 		Cache:                   cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 		Metrics:                 metricsOptions(metricsAddr, metricsSecure, metricsCertDir),
 		HealthProbeBindAddress:  probeAddr,
+		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "gpupool.dev",
 		LeaderElectionNamespace: leaderNamespace,

@@ -61,7 +61,7 @@ func (r *GPUPoolProfileReconciler) connectVCenter(ctx context.Context, s *scope)
 	})
 	var inv *inventory.Inventory
 	if err == nil {
-		inv, err = vcc.Inventory(ctx)
+		inv, err = vcc.Inventory(ctx, poolVMs(&s.pool.Spec)...)
 	}
 	if errors.Is(err, vsphere.ErrInvalidLogin) {
 		// Whatever triggers the next reconcile, the connector does not log in with these

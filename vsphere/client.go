@@ -56,8 +56,12 @@ type Config struct {
 // is already in the operation's target state, it returns an empty task id and no error:
 // nothing needs to be done.
 type Client interface {
-	// Inventory reads the datacenter's VMs and hosts in one batched round trip.
-	Inventory(ctx context.Context) (*inventory.Inventory, error)
+	// Inventory reads the datacenter's VMs and hosts in one batched round trip. With
+	// vms (names or inventory paths, as a pool's spec gives them) it is scoped to them:
+	// the hosts of their compute resources and every VM on those hosts are read in full,
+	// the rest of the datacenter's VMs only by name, path, host and power state (enough
+	// to find a VM and to tell an ambiguous name), its other hosts not at all.
+	Inventory(ctx context.Context, vms ...string) (*inventory.Inventory, error)
 	// PowerOn powers a VM on, or resumes it when suspended; on hostRef when it is not ""
 	// (a host of the VM's compute resource).
 	PowerOn(ctx context.Context, vmRef, hostRef string) (string, error)

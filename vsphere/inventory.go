@@ -80,59 +80,90 @@ func inventorySpec(dc types.ManagedObjectReference) types.PropertyFilterSpec {
 }
 
 // Inventory reads the datacenter's VMs and hosts in one RetrievePropertiesEx round trip
-// (plus continuations for very large inventories). The frame buffer of each host's
-// profiles comes from the host's config target, queried once per host and session.
-func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
+// (plus continuations for very large inventories); with vms, only what those VMs' pool
+// needs is read in full (readScoped). The frame buffer of each host's profiles comes
+// from the host's config target, queried once per host and session.
+func (c *client) Inventory(ctx context.Context, vms ...string) (*inventory.Inventory, error) {
+	if len(vms) > 0 {
+		return c.readScoped(ctx, vms)
+	}
+	content, err := c.retrieve(ctx, inventorySpec(c.dc.ref))
+	if err != nil {
+		return nil, err
+	}
+	return c.convert(ctx, content, nil)
+}
+
+// retrieve runs one RetrievePropertiesEx of the filter specs and merges what it returns
+// per object (an object that two specs select comes back once per spec).
+func (c *client) retrieve(ctx context.Context, specs ...types.PropertyFilterSpec) (map[types.ManagedObjectReference]*types.ObjectContent, error) {
 	pc := property.DefaultCollector(c.s.vc)
-	res, err := pc.RetrieveProperties(ctx, types.RetrieveProperties{
-		This:    pc.Reference(),
-		SpecSet: []types.PropertyFilterSpec{inventorySpec(c.dc.ref)},
-	})
+	res, err := pc.RetrieveProperties(ctx, types.RetrieveProperties{This: pc.Reference(), SpecSet: specs})
 	if err != nil {
 		return nil, c.errorf(err, "read inventory")
 	}
-
-	var vmContent, hostContent, folderContent, crContent, taskContent []types.ObjectContent
-	seen := map[types.ManagedObjectReference]bool{}
-	for _, oc := range res.Returnval {
-		if seen[oc.Obj] {
+	out := map[types.ManagedObjectReference]*types.ObjectContent{}
+	for i := range res.Returnval {
+		oc := &res.Returnval[i]
+		if prev, ok := out[oc.Obj]; ok {
+			prev.PropSet = append(prev.PropSet, oc.PropSet...)
 			continue
 		}
-		seen[oc.Obj] = true
+		out[oc.Obj] = oc
+	}
+	return out, nil
+}
+
+// inventoryObjects are the decoded objects of one inventory read.
+type inventoryObjects struct {
+	vms     []mo.VirtualMachine
+	hosts   []mo.HostSystem
+	folders []mo.Folder
+	crs     []mo.ComputeResource
+	tasks   []mo.Task
+}
+
+func decodeInventory(content map[types.ManagedObjectReference]*types.ObjectContent) (inventoryObjects, error) {
+	var vmContent, hostContent, folderContent, crContent, taskContent []types.ObjectContent
+	for _, oc := range content {
 		switch oc.Obj.Type {
 		case "VirtualMachine":
-			vmContent = append(vmContent, oc)
+			vmContent = append(vmContent, *oc)
 		case "HostSystem":
-			hostContent = append(hostContent, oc)
+			hostContent = append(hostContent, *oc)
 		case "Folder":
-			folderContent = append(folderContent, oc)
+			folderContent = append(folderContent, *oc)
 		case "ComputeResource", "ClusterComputeResource":
-			crContent = append(crContent, oc)
+			crContent = append(crContent, *oc)
 		case "Task":
-			taskContent = append(taskContent, oc)
+			taskContent = append(taskContent, *oc)
 		}
 	}
-	var (
-		vms     []mo.VirtualMachine
-		hosts   []mo.HostSystem
-		folders []mo.Folder
-		crs     []mo.ComputeResource
-		tasks   []mo.Task
-	)
+	var o inventoryObjects
 	for _, load := range []struct {
 		content []types.ObjectContent
 		dst     any
-	}{{vmContent, &vms}, {hostContent, &hosts}, {folderContent, &folders}, {crContent, &crs}, {taskContent, &tasks}} {
+	}{{vmContent, &o.vms}, {hostContent, &o.hosts}, {folderContent, &o.folders}, {crContent, &o.crs}, {taskContent, &o.tasks}} {
 		if len(load.content) == 0 {
 			continue
 		}
 		if err := mo.LoadObjectContent(load.content, load.dst); err != nil {
-			return nil, fmt.Errorf("vsphere: decode inventory: %w", err)
+			return o, fmt.Errorf("vsphere: decode inventory: %w", err)
 		}
 	}
+	return o, nil
+}
 
+// convert turns a read into the planner's inventory. With detailed set, only those hosts
+// are converted (the others were listed by name only); every VM is, those outside the
+// detailed hosts with only their name, path, host and power state.
+func (c *client) convert(ctx context.Context, content map[types.ManagedObjectReference]*types.ObjectContent, detailed map[types.ManagedObjectReference]bool) (*inventory.Inventory, error) {
+	o, err := decodeInventory(content)
+	if err != nil {
+		return nil, err
+	}
 	envBrowsers := map[types.ManagedObjectReference]types.ManagedObjectReference{}
-	for _, cr := range crs {
+	for _, cr := range o.crs {
 		if cr.EnvironmentBrowser == nil {
 			continue
 		}
@@ -143,16 +174,19 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 
 	inv := &inventory.Inventory{}
 	hostNames := map[types.ManagedObjectReference]string{}
-	for _, h := range hosts {
+	for _, h := range o.hosts {
 		hostNames[h.Self] = h.Name
 	}
 	vmNames := map[types.ManagedObjectReference]string{}
-	for _, vm := range vms {
+	for _, vm := range o.vms {
 		vmNames[vm.Self] = vm.Name
 	}
 	gpusOf := map[types.ManagedObjectReference][]string{}
-	entering := enteringMaintenance(tasks)
-	for _, h := range hosts {
+	entering := enteringMaintenance(o.tasks)
+	for _, h := range o.hosts {
+		if detailed != nil && !detailed[h.Self] {
+			continue
+		}
 		host := c.host(ctx, h, envBrowsers[h.Self], vmNames)
 		availability(&host, h, entering)
 		host.Datastores = refValues(h.Datastore)
@@ -164,8 +198,8 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 		inv.Hosts = append(inv.Hosts, host)
 	}
 
-	paths := folderPaths(c.dc, folders)
-	for _, vm := range vms {
+	paths := folderPaths(c.dc, o.folders)
+	for _, vm := range o.vms {
 		v := inventory.VM{
 			Name:       vm.Name,
 			Ref:        vm.Self.Value,
@@ -193,8 +227,15 @@ func (c *client) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 		v.Datastores = refValues(vm.Datastore)
 		inv.VMs = append(inv.VMs, v)
 	}
-	sort.Slice(inv.VMs, func(i, j int) bool { return inv.VMs[i].Name < inv.VMs[j].Name })
-	sort.Slice(inv.Hosts, func(i, j int) bool { return inv.Hosts[i].Name < inv.Hosts[j].Name })
+	// Name, then id: VMs of the same name in different folders come in a stable order.
+	sort.Slice(inv.VMs, func(i, j int) bool {
+		a, b := inv.VMs[i], inv.VMs[j]
+		return a.Name < b.Name || (a.Name == b.Name && a.Ref < b.Ref)
+	})
+	sort.Slice(inv.Hosts, func(i, j int) bool {
+		a, b := inv.Hosts[i], inv.Hosts[j]
+		return a.Name < b.Name || (a.Name == b.Name && a.Ref < b.Ref)
+	})
 	return inv, nil
 }
 

@@ -281,10 +281,12 @@ type vcSession struct {
 	reauth      *reauth
 	log         logr.Logger
 
-	mu   sync.Mutex
-	dcs  map[string]datacenter
-	fbs  map[types.ManagedObjectReference]map[string]int64 // host -> profile -> frame buffer MiB
-	gone bool
+	mu  sync.Mutex
+	dcs map[string]datacenter
+	fbs map[types.ManagedObjectReference]map[string]int64 // host -> profile -> frame buffer MiB
+	// scopes are the last scope of each scoped inventory read (scope.go), by pool VMs.
+	scopes map[string]inventoryScope
+	gone   bool
 }
 
 type datacenter struct {

@@ -216,14 +216,26 @@ func (e *Env) switchTo(ctx context.Context, layout string) (time.Duration, error
 	} else {
 		p.Spec.Override = &gpupoolv1.Override{Layout: layout, Reason: "benchmark"}
 	}
+	label := "inference"
+	if want == "night" {
+		label = "training"
+	}
+	tctx, stop := context.WithCancel(ctx)
+	defer stop()
+	tl, err := e.watchTimeline(tctx, label)
+	if err != nil {
+		return 0, err
+	}
 	start := time.Now()
 	if err := e.Client.Update(ctx, &p); err != nil {
 		return 0, err
 	}
-	err := e.waitPool(ctx, BenchPool, 100*time.Millisecond, want+" active", func(p *gpupoolv1.GPUPoolProfile) bool {
+	err = e.waitPool(ctx, BenchPool, 100*time.Millisecond, want+" active", func(p *gpupoolv1.GPUPoolProfile) bool {
 		return p.Status.ActiveLayout == want && p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ObservedGeneration == p.Generation
 	})
-	return time.Since(start), err
+	took := time.Since(start)
+	e.logf("==> switch to %s: Steady after %s; last node %s", want, took.Round(100*time.Millisecond), tl)
+	return took, err
 }
 
 // spareNodeLatency powers the spare VM on and off through vCenter and measures how long

@@ -229,6 +229,9 @@ func (s *Sim) handle(ctx *simulator.Context, m *simulator.Method) (mo.Reference,
 	}
 	if !expired {
 		s.routeHostMethod(ctx, m)
+		if pc, ok := routeCollector(ctx, m); ok {
+			return pc, nil
+		}
 		return nil, nil
 	}
 	switch m.Name {

@@ -1,0 +1,131 @@
+package localenv
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpupool/gpupool/test/cluster"
+)
+
+// timeline records, while a switch runs, when the last node of the pool reached each
+// milestone of a transition, from watches of the nodes and the benchmark's pods: where
+// a switch's time goes, for the reader of the benchmark.
+type timeline struct {
+	start  time.Time
+	target string // the workload label value of the layout switched to
+
+	mu   sync.Mutex
+	last map[string]time.Duration
+	seen map[string]int
+}
+
+// Milestones, in the order a switch reaches them.
+var milestones = []struct{ key, what string }{
+	{"cordoned", "cordoned"},
+	{"podsGone", "evicted pods gone"},
+	{"off", "old nodes off"},
+	{"ready", "new nodes Ready"},
+	{"gpus", "GPUs advertised"},
+	{"labelled", "relabelled"},
+	{"uncordoned", "uncordoned"},
+}
+
+// watchTimeline starts recording; cancel ctx to stop.
+func (e *Env) watchTimeline(ctx context.Context, target string) (*timeline, error) {
+	t := &timeline{start: time.Now(), target: target, last: map[string]time.Duration{}, seen: map[string]int{}}
+	nodes, err := e.Client.Watch(ctx, &corev1.NodeList{})
+	if err != nil {
+		return nil, err
+	}
+	pods, err := e.Client.Watch(ctx, &corev1.PodList{}, client.InNamespace("bench"))
+	if err != nil {
+		nodes.Stop()
+		return nil, err
+	}
+	wasCordoned := map[string]bool{}
+	go func() {
+		defer nodes.Stop()
+		for ev := range nodes.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok || !(strings.HasPrefix(n.Name, "day-") || strings.HasPrefix(n.Name, "night-")) {
+				continue
+			}
+			inTarget := n.Labels["lab.example/workload"] == target
+			if n.Spec.Unschedulable {
+				wasCordoned[n.Name] = true
+				if !inTarget {
+					t.mark("cordoned", n.Name)
+				}
+			}
+			if !cluster.Ready(n) && !inTarget {
+				t.mark("off", n.Name)
+			}
+			if n.Annotations[cluster.AnnotationSimPower] == "poweredOn" && cluster.Ready(n) && strings.HasPrefix(n.Name, want(target)) {
+				t.mark("ready", n.Name)
+				if cluster.AdvertisedGPUs(n) != "0" {
+					t.mark("gpus", n.Name)
+				}
+				if inTarget {
+					t.mark("labelled", n.Name)
+					if !n.Spec.Unschedulable && wasCordoned[n.Name] {
+						t.mark("uncordoned", n.Name)
+					}
+				}
+			}
+		}
+	}()
+	go func() {
+		defer pods.Stop()
+		for ev := range pods.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Deleted {
+				t.mark("podsGone", p.Name)
+			}
+		}
+	}()
+	go func() { <-ctx.Done(); nodes.Stop(); pods.Stop() }()
+	return t, nil
+}
+
+// want is the name prefix of the nodes of the layout whose workload label is target.
+func want(target string) string {
+	if target == "training" {
+		return "night-"
+	}
+	return "day-"
+}
+
+// mark records that one more object reached the milestone (first time only per object).
+func (t *timeline) mark(key, name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := key + "/" + name
+	if _, done := t.last[k]; done {
+		return
+	}
+	d := time.Since(t.start)
+	t.last[k] = d
+	t.seen[key]++
+	if d > t.last[key] {
+		t.last[key] = d
+	}
+}
+
+// String says when the last object reached each milestone, and how many did.
+func (t *timeline) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var parts []string
+	for _, m := range milestones {
+		if n := t.seen[m.key]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s (%d)", m.what, t.last[m.key].Round(100*time.Millisecond), n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}

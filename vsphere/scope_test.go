@@ -1,0 +1,103 @@
+package vsphere_test
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/gpupool/gpupool/test/vgpusim"
+)
+
+// TestScopedInventoryAgreesWithTheWholeRead: for every VM, and every pair of VMs, of
+// each test inventory (clusters, folders, standalone hosts, hosts in maintenance or not
+// responding, suspended VMs, several vGPUs), the inventory scoped to them holds exactly
+// the hosts of their compute resources, as the whole read has them, every VM on those
+// hosts as the whole read has it, and every other VM of the datacenter by name, path,
+// host and power state; and a second read of the same scope is one round trip.
+func TestScopedInventoryAgreesWithTheWholeRead(t *testing.T) {
+	for _, file := range []string{"daynight.yaml", "twohost.yaml", "features.yaml"} {
+		t.Run(file, func(t *testing.T) {
+			e := newEnv(t, file)
+			whole, err := e.c.Inventory(e.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec, err := vgpusim.LoadFile("../test/vgpusim/testdata/" + file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A host without a cluster is a compute resource of its own.
+			clusterOf := func(host string) string {
+				for _, h := range spec.Hosts {
+					if h.Name == host && h.Cluster != "" {
+						return h.Cluster
+					}
+				}
+				return "standalone " + host
+			}
+			var scopes [][]string
+			for i, a := range whole.VMs {
+				scopes = append(scopes, []string{a.Name})
+				for _, b := range whole.VMs[i+1:] {
+					scopes = append(scopes, []string{a.Name, b.Path})
+				}
+			}
+			for _, ids := range scopes {
+				hosts := map[string]bool{}
+				for _, id := range ids {
+					vm, _ := whole.FindVM(id)
+					for _, h := range whole.Hosts {
+						if clusterOf(h.Name) == clusterOf(vm.Host) {
+							hosts[h.Name] = true
+						}
+					}
+				}
+				scoped, err := e.c.Inventory(e.ctx, ids...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var gotHosts []string
+				for _, h := range scoped.Hosts {
+					gotHosts = append(gotHosts, h.Name)
+					w, _ := whole.FindHost(h.Name)
+					if !reflect.DeepEqual(h, *w) {
+						t.Errorf("scope %v: host %s\n got %+v\nwant %+v", ids, h.Name, h, *w)
+					}
+				}
+				for h := range hosts {
+					if !slices.Contains(gotHosts, h) {
+						t.Errorf("scope %v: host %s of the VMs' compute resources missing (got %v)", ids, h, gotHosts)
+					}
+				}
+				if len(gotHosts) != len(hosts) {
+					t.Errorf("scope %v: hosts %v, want those of the VMs' compute resources only (%d)", ids, gotHosts, len(hosts))
+				}
+				if len(scoped.VMs) != len(whole.VMs) {
+					t.Fatalf("scope %v: %d VMs listed, want all %d", ids, len(scoped.VMs), len(whole.VMs))
+				}
+				for i, v := range scoped.VMs {
+					w := whole.VMs[i]
+					if hosts[w.Host] {
+						if !reflect.DeepEqual(v, w) {
+							t.Errorf("scope %v: VM %s\n got %+v\nwant %+v", ids, w.Name, v, w)
+						}
+						continue
+					}
+					if v.Name != w.Name || v.Path != w.Path || v.Host != w.Host || v.PowerState != w.PowerState || v.Ref != w.Ref {
+						t.Errorf("scope %v: VM %s outside the scope listed as %+v, want name, path, host and power state of %+v", ids, w.Name, v, w)
+					}
+					if v.Profile != "" || len(v.GPUs) > 0 {
+						t.Errorf("scope %v: VM %s outside the scope was read in full: %+v", ids, w.Name, v)
+					}
+				}
+				e.sim.ResetCalls()
+				if _, err := e.c.Inventory(e.ctx, ids...); err != nil {
+					t.Fatal(err)
+				}
+				if n := e.sim.Calls("RetrievePropertiesEx") + e.sim.Calls("RetrieveProperties"); n != 1 {
+					t.Errorf("scope %v: the second read took %d property reads, want 1", ids, n)
+				}
+			}
+		})
+	}
+}

@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -162,8 +164,10 @@ func CreateNodes(ctx context.Context, c client.Client, inv *inventory.Inventory,
 
 // SyncPower copies each VM's power state onto its node (the power wire): kwok's stages
 // then make the node Ready or not, as a kubelet in the VM would. It reads the nodes in
-// one List (from a cache when c reads from one) and patches only those that differ, so a
-// pass costs one read whatever the pool's size. It reports whether any node changed.
+// one List (from a cache when c reads from one) and patches only those that differ,
+// concurrently, the nodes of VMs that came on first: as kubelets do not queue behind each
+// other, a node coming up should not wait for hundreds going down. It reports whether
+// any node changed.
 func SyncPower(ctx context.Context, c client.Client, inv *inventory.Inventory) (bool, error) {
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes); err != nil {
@@ -173,8 +177,11 @@ func SyncPower(ctx context.Context, c client.Client, inv *inventory.Inventory) (
 	for i := range nodes.Items {
 		byName[nodes.Items[i].Name] = &nodes.Items[i]
 	}
-	changed := false
-	var errs []error
+	type change struct {
+		node        *corev1.Node
+		power, gpus string
+	}
+	var changes []change
 	for _, vm := range inv.VMs {
 		n, ok := byName[vm.Name]
 		if !ok {
@@ -183,19 +190,30 @@ func SyncPower(ctx context.Context, c client.Client, inv *inventory.Inventory) (
 		if n.Annotations[AnnotationSimPower] == string(vm.PowerState) && n.Annotations[AnnotationSimGPUs] == vGPUs(vm) {
 			continue
 		}
-		before := n.DeepCopy()
-		if n.Annotations == nil {
-			n.Annotations = map[string]string{}
-		}
-		n.Annotations[AnnotationSimPower] = string(vm.PowerState)
-		n.Annotations[AnnotationSimGPUs] = vGPUs(vm)
-		if err := c.Patch(ctx, n, client.MergeFrom(before)); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		changed = true
+		changes = append(changes, change{n, string(vm.PowerState), vGPUs(vm)})
 	}
-	return changed, errors.Join(errs...)
+	sort.SliceStable(changes, func(i, j int) bool {
+		return changes[i].power == string(inventory.PoweredOn) && changes[j].power != string(inventory.PoweredOn)
+	})
+	errs := make([]error, len(changes))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i, ch := range changes {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			before := ch.node.DeepCopy()
+			if ch.node.Annotations == nil {
+				ch.node.Annotations = map[string]string{}
+			}
+			ch.node.Annotations[AnnotationSimPower] = ch.power
+			ch.node.Annotations[AnnotationSimGPUs] = ch.gpus
+			errs[i] = c.Patch(ctx, ch.node, client.MergeFrom(before))
+		}()
+	}
+	wg.Wait()
+	return len(changes) > 0, errors.Join(errs...)
 }
 
 // Ready tells whether the node's Ready condition is True.

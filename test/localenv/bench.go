@@ -156,12 +156,20 @@ func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error)
 		}
 	}
 	callsBefore, _ := e.vgpusimCalls()
+	// Evictions per pod: pods deleted from the pool's nodes during the switch, per pod
+	// that ran on the nodes it drains when it started (a pod evicted, rescheduled onto a
+	// node drained later and evicted again counts twice).
+	onDay, err := e.podsOnNodes(ctx, "day-")
+	if err != nil {
+		return nil, err
+	}
+	e.logf("==> %d of the %d pods run on the day nodes", onDay, pods)
 	deleted := e.countPodDeletions(ctx)
 	if r.DayToNight, err = e.switchTo(ctx, "night"); err != nil {
 		return nil, err
 	}
 	if pods > 0 {
-		r.EvictionsPerPod = float64(deleted()) / float64(pods)
+		r.EvictionsPerPod = float64(deleted()) / float64(max(onDay, 1))
 	}
 	if r.NightToDay, err = e.switchTo(ctx, ""); err != nil {
 		return nil, err
@@ -401,7 +409,23 @@ func (e *Env) benchWorkload(ctx context.Context, b BenchOptions) (int, error) {
 	return 0, fmt.Errorf("the benchmark's pods did not all run")
 }
 
-// countPodDeletions counts the benchmark's pods deleted from now on; the func reads it.
+// podsOnNodes counts the benchmark's pods on the nodes whose name starts with prefix.
+func (e *Env) podsOnNodes(ctx context.Context, prefix string) (int, error) {
+	var pods corev1.PodList
+	if err := e.Client.List(ctx, &pods, client.InNamespace("bench")); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if strings.HasPrefix(p.Spec.NodeName, prefix) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// countPodDeletions counts the benchmark's pods deleted from the pool's nodes from now
+// on; the func reads it.
 func (e *Env) countPodDeletions(ctx context.Context) func() int {
 	ch := make(chan int, 1)
 	ch <- 0
@@ -411,7 +435,7 @@ func (e *Env) countPodDeletions(ctx context.Context) func() int {
 	}
 	go func() {
 		for ev := range w.ResultChan() {
-			if ev.Type == watch.Deleted {
+			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Deleted && (strings.HasPrefix(p.Spec.NodeName, "day-") || strings.HasPrefix(p.Spec.NodeName, "night-")) {
 				ch <- <-ch + 1
 			}
 		}

@@ -62,8 +62,8 @@ func main() {
 	// controller-runtime's default of 20 requests a second a 256-node drain spends most of
 	// its time waiting on its own client (the apiserver's priority and fairness still
 	// protects the cluster).
-	flag.Float64Var(&kubeQPS, "kube-api-qps", 100, "Requests a second to the Kubernetes API the operator allows itself (client-side).")
-	flag.IntVar(&kubeBurst, "kube-api-burst", 200, "Burst of requests to the Kubernetes API above --kube-api-qps.")
+	flag.Float64Var(&kubeQPS, "kube-api-qps", 200, "Requests a second to the Kubernetes API the operator allows itself (client-side).")
+	flag.IntVar(&kubeBurst, "kube-api-burst", 300, "Burst of requests to the Kubernetes API above --kube-api-qps.")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address Go's pprof profiles are served on (such as 127.0.0.1:8082); empty: off. Serve it on loopback only: profiles are unauthenticated.")
 	certOpts := bindWebhookCertFlags(flag.CommandLine)
 	opts := zap.Options{}

@@ -196,7 +196,7 @@ func SyncPower(ctx context.Context, c client.Client, inv *inventory.Inventory) (
 		return changes[i].power == string(inventory.PoweredOn) && changes[j].power != string(inventory.PoweredOn)
 	})
 	errs := make([]error, len(changes))
-	sem := make(chan struct{}, 16)
+	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
 	for i, ch := range changes {
 		wg.Add(1)

@@ -77,17 +77,6 @@ type Env struct {
 
 const clusterName = "gpupool"
 
-// kwokConfig lets kwok play the stages of many nodes at once: with its default of four,
-// a thousand nodes coming up queue behind each other for tens of seconds, where real
-// kubelets would each start with their own VM.
-const kwokConfig = `apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokConfiguration
-options:
-  nodePlayStageParallelism: 32
-  podPlayStageParallelism: 16
-  nodeLeaseParallelism: 8
----
-`
 
 // Scheme is the scheme the environment's client uses.
 func Scheme() *runtime.Scheme {
@@ -131,7 +120,7 @@ func Up(ctx context.Context, o Options) (_ *Env, err error) {
 	o.logf("==> starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (kwokctl, binary runtime)")
 	bin := func(n string) string { return filepath.Join(o.BinDir, n) }
 	stages := filepath.Join(o.Dir, "kwok-stages.yaml")
-	if err := os.WriteFile(stages, append([]byte(kwokConfig), cluster.Stages...), 0o644); err != nil {
+	if err := os.WriteFile(stages, cluster.Stages, 0o644); err != nil {
 		return nil, err
 	}
 	if err := e.kwokctl(ctx, "create", "cluster", "--name", clusterName, "--runtime", "binary",

@@ -105,6 +105,9 @@ func (c *client) retrieve(ctx context.Context, specs ...types.PropertyFilterSpec
 	out := map[types.ManagedObjectReference]*types.ObjectContent{}
 	for i := range res.Returnval {
 		oc := &res.Returnval[i]
+		if len(oc.PropSet) == 0 && len(oc.MissingSet) > 0 {
+			continue // an object that no longer exists (ReportMissingObjectsInResults)
+		}
 		if prev, ok := out[oc.Obj]; ok {
 			prev.PropSet = append(prev.PropSet, oc.PropSet...)
 			continue

@@ -36,13 +36,15 @@ type inventoryScope struct {
 }
 
 func (a inventoryScope) covers(b inventoryScope) bool {
-	for _, r := range b.hosts {
-		if !slices.Contains(a.hosts, r) {
-			return false
-		}
+	have := make(map[types.ManagedObjectReference]bool, len(a.hosts)+len(a.vms))
+	for _, r := range a.hosts {
+		have[r] = true
 	}
-	for _, r := range b.vms {
-		if !slices.Contains(a.vms, r) {
+	for _, r := range a.vms {
+		have[r] = true
+	}
+	for _, r := range append(slices.Clone(b.hosts), b.vms...) {
+		if !have[r] {
 			return false
 		}
 	}
@@ -80,7 +82,10 @@ func detailSpec(sc inventoryScope) types.PropertyFilterSpec {
 		objs = append(objs, types.ObjectSpec{Obj: vm})
 	}
 	return types.PropertyFilterSpec{
-		ObjectSet: objs,
+		// A VM or host deleted since the scope was kept comes back as missing rather
+		// than failing the whole read (retrieve drops it; the listing no longer has it).
+		ReportMissingObjectsInResults: types.NewBool(true),
+		ObjectSet:                     objs,
 		PropSet: []types.PropertySpec{
 			{Type: "VirtualMachine", PathSet: vmProps},
 			{Type: "HostSystem", PathSet: hostProps},
@@ -100,6 +105,13 @@ func (c *client) readScoped(ctx context.Context, ids []string) (*inventory.Inven
 			specs = append(specs, detailSpec(last))
 		}
 		content, err := c.retrieve(ctx, specs...)
+		if err != nil && len(specs) > 1 && attempt == 0 {
+			// Whatever in the kept scope made the read fail, read the listing alone
+			// and compute the scope afresh rather than fail every pass.
+			c.s.keepScope(key, inventoryScope{})
+			last = inventoryScope{}
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -114,7 +126,9 @@ func (c *client) readScoped(ctx context.Context, ids []string) (*inventory.Inven
 				continue
 			}
 			// The scope moved again between two reads: read the whole datacenter
-			// rather than plan on VMs read by name only.
+			// rather than plan on VMs read by name only; the next pass starts from the
+			// scope seen last.
+			c.s.keepScope(key, want)
 			return c.Inventory(ctx)
 		}
 		c.s.keepScope(key, want)
@@ -169,8 +183,12 @@ func (c *client) scopeOf(ids []string, o inventoryObjects) inventoryScope {
 	for h := range hosts {
 		sc.hosts = append(sc.hosts, h)
 	}
+	inScope := make(map[types.ManagedObjectReference]bool, len(sc.vms))
+	for _, vm := range sc.vms {
+		inScope[vm] = true
+	}
 	for _, vm := range o.vms {
-		if vm.Runtime.Host != nil && hosts[*vm.Runtime.Host] && !slices.Contains(sc.vms, vm.Self) {
+		if vm.Runtime.Host != nil && hosts[*vm.Runtime.Host] && !inScope[vm.Self] {
 			sc.vms = append(sc.vms, vm.Self)
 		}
 	}

@@ -1,9 +1,14 @@
 package vsphere_test
 
 import (
+	"net/url"
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/vmware/govmomi"
+	"github.com/vmware/govmomi/object"
+	vimtypes "github.com/vmware/govmomi/vim25/types"
 
 	"github.com/gpupool/gpupool/test/vgpusim"
 )
@@ -99,5 +104,47 @@ func TestScopedInventoryAgreesWithTheWholeRead(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestScopedInventorySurvivesADeletedVM: a VM of the kept scope deleted between two
+// reads (Cluster API replacing a VM, an admin cleaning up) does not fail the read, nor
+// every read after it.
+func TestScopedInventorySurvivesADeletedVM(t *testing.T) {
+	e := newEnv(t, "features.yaml")
+	for range 2 {
+		if _, err := e.c.Inventory(e.ctx, "small-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u := *e.sim.URL
+	u.User = url.UserPassword(e.sim.Username, e.sim.Password)
+	c, err := govmomi.NewClient(e.ctx, &u, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := object.NewVirtualMachine(c.Client, vimtypes.ManagedObjectReference{Type: "VirtualMachine", Value: e.ref("mover")}).Destroy(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Wait(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		inv, err := e.c.Inventory(e.ctx, "small-1")
+		if err != nil {
+			t.Fatalf("read %d after the deletion: %v", i+1, err)
+		}
+		if _, ok := inv.FindVM("mover"); ok {
+			t.Fatalf("read %d: the deleted VM is still listed", i+1)
+		}
+		for _, vm := range inv.VMs {
+			if vm.Name == "" {
+				t.Fatalf("read %d: a VM without a name: %+v", i+1, vm)
+			}
+		}
+		if vm, ok := inv.FindVM("small-1"); !ok || vm.Profile == "" {
+			t.Fatalf("read %d: small-1 %+v", i+1, vm)
+		}
 	}
 }

@@ -182,11 +182,13 @@ func SyncPower(ctx context.Context, c client.Client, inv *inventory.Inventory) (
 		power, gpus string
 	}
 	var changes []change
+	seen := map[string]bool{}
 	for _, vm := range inv.VMs {
 		n, ok := byName[vm.Name]
-		if !ok {
-			continue
+		if !ok || seen[vm.Name] {
+			continue // VMs of one name in two folders: one node, patched once
 		}
+		seen[vm.Name] = true
 		if n.Annotations[AnnotationSimPower] == string(vm.PowerState) && n.Annotations[AnnotationSimGPUs] == vGPUs(vm) {
 			continue
 		}

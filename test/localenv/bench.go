@@ -293,7 +293,7 @@ func (e *Env) spareNodeLatency(ctx context.Context, b BenchOptions) (time.Durati
 // environment (kwok plays the kubelet that stops it).
 func (e *Env) evictionLatency(ctx context.Context) (time.Duration, error) {
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench-eviction-probe", Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-eviction-probe-", Namespace: "default"},
 		Spec: corev1.PodSpec{NodeName: "cpu-1", Containers: []corev1.Container{{Name: "c", Image: "probe"}},
 			Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists}}},
 	}

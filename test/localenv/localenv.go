@@ -77,7 +77,6 @@ type Env struct {
 
 const clusterName = "gpupool"
 
-
 // Scheme is the scheme the environment's client uses.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()

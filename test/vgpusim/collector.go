@@ -46,7 +46,8 @@ func routeCollector(ctx *simulator.Context, m *simulator.Method) (*specwiseColle
 		return nil, false
 	}
 	if ctx.Session != nil {
-		if pc, ok := ctx.Session.Registry.Get(m.This).(*simulator.PropertyCollector); ok {
+		// Session.Get makes the session's own collector on first use.
+		if pc, ok := ctx.Session.Get(m.This).(*simulator.PropertyCollector); ok {
 			ctx.Session.Registry.Put(&specwiseCollector{PropertyCollector: pc})
 			return nil, false
 		}

@@ -327,6 +327,7 @@ func (r *GPUPoolProfileReconciler) evictAll(ctx context.Context, s *scope, steps
 			return
 		}
 		out[i].res, out[i].err = r.drainPods(ctx, node, s.pool.Spec.Drain, s.now)
+		podEvictions.WithLabelValues(s.pool.Name).Add(float64(out[i].res.Evicted))
 	})
 	return out
 }

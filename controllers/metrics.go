@@ -27,8 +27,12 @@ var (
 		Name: "gpupool_task_intents_resolved_total",
 		Help: "Recorded intents to start a vSphere task whose task id was lost (a crash or a failed status write), by what vCenter showed: adopted (the task had been started) or not-started.",
 	}, []string{"pool", "result"})
+	podEvictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpupool_pod_evictions_total",
+		Help: "Pods the pool's drains evicted (eviction API calls granted). Divided by the pods the drained nodes ran, it says how often a pod was evicted again from a node drained later.",
+	}, []string{"pool"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(transitionsTotal, transitionDuration, workersByStep, vsphereTaskErrors, intentsResolved)
+	metrics.Registry.MustRegister(transitionsTotal, transitionDuration, workersByStep, vsphereTaskErrors, intentsResolved, podEvictions)
 }

@@ -20,7 +20,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -156,20 +155,29 @@ func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error)
 		}
 	}
 	callsBefore, _ := e.vgpusimCalls()
-	// Evictions per pod: pods deleted from the pool's nodes during the switch, per pod
-	// that ran on the nodes it drains when it started (a pod evicted, rescheduled onto a
-	// node drained later and evicted again counts twice).
+	// Evictions per pod: the manager's evictions during the switch
+	// (gpupool_pod_evictions_total), per pod that ran on the nodes it drains when it
+	// started (a pod evicted, rescheduled onto a node drained later and evicted again
+	// counts twice). A watch of pod deletions would do, but the API server drops a watch
+	// whose reader falls behind, as the benchmark's does on a saturated machine.
 	onDay, err := e.podsOnNodes(ctx, "day-")
 	if err != nil {
 		return nil, err
 	}
 	e.logf("==> %d of the %d pods run on the day nodes", onDay, pods)
-	deleted := e.countPodDeletions(ctx)
+	evictedBefore, err := e.managerCounter("gpupool_pod_evictions_total")
+	if err != nil {
+		return nil, err
+	}
 	if r.DayToNight, err = e.switchTo(ctx, "night"); err != nil {
 		return nil, err
 	}
 	if pods > 0 {
-		r.EvictionsPerPod = float64(deleted()) / float64(max(onDay, 1))
+		evictedAfter, err := e.managerCounter("gpupool_pod_evictions_total")
+		if err != nil {
+			return nil, err
+		}
+		r.EvictionsPerPod = (evictedAfter - evictedBefore) / float64(max(onDay, 1))
 	}
 	if r.NightToDay, err = e.switchTo(ctx, ""); err != nil {
 		return nil, err
@@ -424,27 +432,31 @@ func (e *Env) podsOnNodes(ctx context.Context, prefix string) (int, error) {
 	return n, nil
 }
 
-// countPodDeletions counts the benchmark's pods deleted from the pool's nodes from now
-// on; the func reads it.
-func (e *Env) countPodDeletions(ctx context.Context) func() int {
-	ch := make(chan int, 1)
-	ch <- 0
-	w, err := e.Client.Watch(ctx, &corev1.PodList{}, client.InNamespace("bench"))
+// managerCounter sums a counter of the manager's metrics over its labels (0 before the
+// first increment).
+func (e *Env) managerCounter(name string) (float64, error) {
+	u, err := os.ReadFile(filepath.Join(e.Dir, "metrics-url"))
 	if err != nil {
-		return func() int { return 0 }
+		return 0, err
 	}
-	go func() {
-		for ev := range w.ResultChan() {
-			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Deleted && (strings.HasPrefix(p.Spec.NodeName, "day-") || strings.HasPrefix(p.Spec.NodeName, "night-")) {
-				ch <- <-ch + 1
-			}
+	resp, err := http.Get(strings.TrimSpace(string(u)))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
 		}
-	}()
-	return func() int {
-		n := <-ch
-		ch <- n
-		return n
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		sum += v
 	}
+	return sum, sc.Err()
 }
 
 func (e *Env) vgpusimCalls() (map[string]int, error) {

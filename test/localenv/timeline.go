@@ -37,60 +37,66 @@ var milestones = []struct{ key, what string }{
 	{"uncordoned", "uncordoned"},
 }
 
-// watchTimeline starts recording; cancel ctx to stop.
+// watchTimeline starts recording; cancel ctx to stop. A watch the API server drops (it
+// drops a watch whose reader falls behind) is opened again.
 func (e *Env) watchTimeline(ctx context.Context, target string) (*timeline, error) {
 	t := &timeline{start: time.Now(), target: target, last: map[string]time.Duration{}, seen: map[string]int{}}
-	nodes, err := e.Client.Watch(ctx, &corev1.NodeList{})
-	if err != nil {
-		return nil, err
-	}
-	pods, err := e.Client.Watch(ctx, &corev1.PodList{}, client.InNamespace("bench"))
-	if err != nil {
-		nodes.Stop()
-		return nil, err
-	}
 	wasCordoned := map[string]bool{}
-	go func() {
-		defer nodes.Stop()
-		for ev := range nodes.ResultChan() {
-			n, ok := ev.Object.(*corev1.Node)
-			if !ok || !(strings.HasPrefix(n.Name, "day-") || strings.HasPrefix(n.Name, "night-")) {
-				continue
+	onNode := func(ev watch.Event) {
+		n, ok := ev.Object.(*corev1.Node)
+		if !ok || !(strings.HasPrefix(n.Name, "day-") || strings.HasPrefix(n.Name, "night-")) {
+			return
+		}
+		inTarget := n.Labels["lab.example/workload"] == target
+		if n.Spec.Unschedulable {
+			wasCordoned[n.Name] = true
+			if !inTarget {
+				t.mark("cordoned", n.Name)
 			}
-			inTarget := n.Labels["lab.example/workload"] == target
-			if n.Spec.Unschedulable {
-				wasCordoned[n.Name] = true
-				if !inTarget {
-					t.mark("cordoned", n.Name)
-				}
+		}
+		if !cluster.Ready(n) && !inTarget {
+			t.mark("off", n.Name)
+		}
+		if n.Annotations[cluster.AnnotationSimPower] == "poweredOn" && cluster.Ready(n) && strings.HasPrefix(n.Name, want(target)) {
+			t.mark("ready", n.Name)
+			if cluster.AdvertisedGPUs(n) != "0" {
+				t.mark("gpus", n.Name)
 			}
-			if !cluster.Ready(n) && !inTarget {
-				t.mark("off", n.Name)
-			}
-			if n.Annotations[cluster.AnnotationSimPower] == "poweredOn" && cluster.Ready(n) && strings.HasPrefix(n.Name, want(target)) {
-				t.mark("ready", n.Name)
-				if cluster.AdvertisedGPUs(n) != "0" {
-					t.mark("gpus", n.Name)
-				}
-				if inTarget {
-					t.mark("labelled", n.Name)
-					if !n.Spec.Unschedulable && wasCordoned[n.Name] {
-						t.mark("uncordoned", n.Name)
-					}
+			if inTarget {
+				t.mark("labelled", n.Name)
+				if !n.Spec.Unschedulable && wasCordoned[n.Name] {
+					t.mark("uncordoned", n.Name)
 				}
 			}
 		}
-	}()
-	go func() {
-		defer pods.Stop()
-		for ev := range pods.ResultChan() {
-			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Deleted {
-				t.mark("podsGone", p.Name)
-			}
+	}
+	onPod := func(ev watch.Event) {
+		if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Deleted {
+			t.mark("podsGone", p.Name)
 		}
-	}()
-	go func() { <-ctx.Done(); nodes.Stop(); pods.Stop() }()
+	}
+	go e.follow(ctx, &corev1.NodeList{}, nil, onNode)
+	go e.follow(ctx, &corev1.PodList{}, []client.ListOption{client.InNamespace("bench")}, onPod)
 	return t, nil
+}
+
+// follow watches list's kind and hands each event to on, opening the watch again when
+// the API server closes it, until ctx ends.
+func (e *Env) follow(ctx context.Context, list client.ObjectList, opts []client.ListOption, on func(watch.Event)) {
+	for ctx.Err() == nil {
+		w, err := e.Client.Watch(ctx, list, opts...)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		for ev := range w.ResultChan() {
+			on(ev)
+		}
+		w.Stop()
+	}
 }
 
 // want is the name prefix of the nodes of the layout whose workload label is target.

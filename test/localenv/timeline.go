@@ -44,7 +44,7 @@ func (e *Env) watchTimeline(ctx context.Context, target string) (*timeline, erro
 	wasCordoned := map[string]bool{}
 	onNode := func(ev watch.Event) {
 		n, ok := ev.Object.(*corev1.Node)
-		if !ok || !(strings.HasPrefix(n.Name, "day-") || strings.HasPrefix(n.Name, "night-")) {
+		if !ok || (!strings.HasPrefix(n.Name, "day-") && !strings.HasPrefix(n.Name, "night-")) {
 			return
 		}
 		inTarget := n.Labels["lab.example/workload"] == target

@@ -49,6 +49,10 @@ func Start(opts Options) (*envtest.Environment, *rest.Config, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// envtest leaves etcd and kube-apiserver running when a later step fails (a
+		// CRD the API server refuses): stop them, or every failed run leaks two
+		// processes.
+		_ = env.Stop()
 		return nil, nil, fmt.Errorf("starting envtest: %w", err)
 	}
 	return env, cfg, nil

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vmware/govmomi/fault"
 	"github.com/vmware/govmomi/vim25/types"
 
 	"github.com/gpupool/gpupool/internal/inventory"
@@ -105,9 +106,11 @@ func (c *client) readScoped(ctx context.Context, ids []string) (*inventory.Inven
 			specs = append(specs, detailSpec(last))
 		}
 		content, err := c.retrieve(ctx, specs...)
-		if err != nil && len(specs) > 1 && attempt == 0 {
-			// Whatever in the kept scope made the read fail, read the listing alone
-			// and compute the scope afresh rather than fail every pass.
+		if err != nil && len(specs) > 1 && attempt == 0 && fault.Is(err, &types.ManagedObjectNotFound{}) {
+			// An object of the kept scope is gone and vCenter refused the whole read
+			// anyway: read the listing alone and compute the scope afresh rather than
+			// fail every pass. (Other errors, such as a refused login, are not retried
+			// here.)
 			c.s.keepScope(key, inventoryScope{})
 			last = inventoryScope{}
 			continue

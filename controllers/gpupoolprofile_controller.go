@@ -309,12 +309,13 @@ func (r *GPUPoolProfileReconciler) patchNodesTogether(ctx context.Context, s *sc
 	var nodeSteps, rest []plan.Step
 	for _, step := range steps {
 		ws := s.worker(step.VM)
-		if ws.StepStartTime == nil {
-			ws.StepStartTime = ptrTime(s.now)
-		}
 		_, found := s.vm(step.VM)
 		plain := found && ws.Task == nil && (ws.NextRetryTime == nil || !s.now.Before(ws.NextRetryTime.Time))
 		if (step.Action == plan.Relabel || step.Action == plan.Uncordon) && plain {
+			// As execute does for the steps it runs.
+			if ws.StepStartTime == nil {
+				ws.StepStartTime = ptrTime(s.now)
+			}
 			nodeSteps = append(nodeSteps, step)
 		} else {
 			rest = append(rest, step)

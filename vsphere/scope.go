@@ -98,7 +98,7 @@ func detailSpec(sc inventoryScope) types.PropertyFilterSpec {
 // readScoped reads the inventory scoped to the pool of the VMs ids: see the top of the
 // file.
 func (c *client) readScoped(ctx context.Context, ids []string) (*inventory.Inventory, error) {
-	key := c.dc.ref.Value + "\x00" + strings.Join(sortedCopy(ids), "\x00")
+	key := c.dc.ref.Value + "\x00" + strings.Join(slices.Sorted(slices.Values(ids)), "\x00")
 	last := c.s.lastScope(key)
 	for attempt := 0; ; attempt++ {
 		specs := []types.PropertyFilterSpec{listSpec(c.dc.ref)}
@@ -196,12 +196,6 @@ func (c *client) scopeOf(ids []string, o inventoryObjects) inventoryScope {
 		}
 	}
 	return sc
-}
-
-func sortedCopy(s []string) []string {
-	out := slices.Clone(s)
-	slices.Sort(out)
-	return out
 }
 
 // maxScopes bounds the scopes a session remembers (one per pool and spec).

@@ -313,7 +313,7 @@ func (e *Env) evictionLatency(ctx context.Context) (time.Duration, error) {
 		err := e.Client.Get(ctx, key, pod)
 		return err == nil && pod.Status.Phase == corev1.PodRunning, client.IgnoreNotFound(err)
 	}
-	if err := e.pollFor(ctx, time.Minute, "the eviction probe to run", running); err != nil {
+	if err := e.pollFor(ctx, 20*time.Millisecond, time.Minute, "the eviction probe to run", running); err != nil {
 		return 0, err
 	}
 	start := time.Now()
@@ -324,14 +324,14 @@ func (e *Env) evictionLatency(ctx context.Context) (time.Duration, error) {
 		err := e.Client.Get(ctx, key, &corev1.Pod{})
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	}
-	if err := e.pollFor(ctx, time.Minute, "the evicted probe to be gone", gone); err != nil {
+	if err := e.pollFor(ctx, 20*time.Millisecond, time.Minute, "the evicted probe to be gone", gone); err != nil {
 		return 0, err
 	}
 	return time.Since(start), nil
 }
 
-// pollFor checks done every 20 ms until it is true, fails, or timeout passes.
-func (e *Env) pollFor(ctx context.Context, timeout time.Duration, what string, done func() (bool, error)) error {
+// pollFor checks done every period until it is true, fails, or timeout passes.
+func (e *Env) pollFor(ctx context.Context, period, timeout time.Duration, what string, done func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		ok, err := done()
@@ -341,7 +341,7 @@ func (e *Env) pollFor(ctx context.Context, timeout time.Duration, what string, d
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(period):
 		}
 	}
 	return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
@@ -351,19 +351,11 @@ func (e *Env) pollFor(ctx context.Context, timeout time.Duration, what string, d
 // advertising its GPUs (the simulated device plugin adds them a few seconds after Ready),
 // so that the critical-path bound includes that wait too.
 func (e *Env) waitReadyForWork(ctx context.Context, name string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	return e.pollFor(ctx, 50*time.Millisecond, timeout, "node "+name+" to be Ready with its GPUs", func() (bool, error) {
 		var n corev1.Node
-		if err := e.Client.Get(ctx, client.ObjectKey{Name: name}, &n); err == nil && cluster.Ready(&n) && cluster.AdvertisedGPUs(&n) != "0" {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("node %s not Ready with its GPUs after %s", name, timeout)
+		err := e.Client.Get(ctx, client.ObjectKey{Name: name}, &n)
+		return err == nil && cluster.Ready(&n) && cluster.AdvertisedGPUs(&n) != "0", nil
+	})
 }
 
 // benchWorkload runs one light pod per day node, spread one per node, that may fall back
@@ -435,28 +427,35 @@ func (e *Env) podsOnNodes(ctx context.Context, prefix string) (int, error) {
 // managerCounter sums a counter of the manager's metrics over its labels (0 before the
 // first increment).
 func (e *Env) managerCounter(name string) (float64, error) {
-	u, err := os.ReadFile(filepath.Join(e.Dir, "metrics-url"))
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.Get(strings.TrimSpace(string(u)))
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
 	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	err := e.scrapeManager(func(line string) {
 		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
+			return
 		}
 		f := strings.Fields(line)
 		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
 		sum += v
+	})
+	return sum, err
+}
+
+// scrapeManager reads the manager's metrics endpoint once and hands each line to line.
+func (e *Env) scrapeManager(line func(string)) error {
+	u, err := os.ReadFile(filepath.Join(e.Dir, "metrics-url"))
+	if err != nil {
+		return err
 	}
-	return sum, sc.Err()
+	resp, err := http.Get(strings.TrimSpace(string(u)))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line(sc.Text())
+	}
+	return sc.Err()
 }
 
 func (e *Env) vgpusimCalls() (map[string]int, error) {
@@ -508,26 +507,14 @@ func rssPeakMiB(pid int) (float64, error) {
 // reconcileStats reads the controller's reconcile count and duration quantiles from the
 // manager's metrics (controller-runtime's histogram; quantiles at bucket resolution).
 func (e *Env) reconcileStats() (int, time.Duration, time.Duration, error) {
-	u, err := os.ReadFile(filepath.Join(e.Dir, "metrics-url"))
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	resp, err := http.Get(strings.TrimSpace(string(u)))
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	defer resp.Body.Close()
 	type bucket struct {
 		le    float64
 		count float64
 	}
 	var buckets []bucket
-	s := bufio.NewScanner(resp.Body)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		line := s.Text()
+	err := e.scrapeManager(func(line string) {
 		if !strings.HasPrefix(line, "controller_runtime_reconcile_time_seconds_bucket{") || !strings.Contains(line, `controller="gpupoolprofile"`) {
-			continue
+			return
 		}
 		i := strings.Index(line, `le="`)
 		j := strings.Index(line[i+4:], `"`)
@@ -538,6 +525,9 @@ func (e *Env) reconcileStats() (int, time.Duration, time.Duration, error) {
 		f := strings.Fields(line)
 		n, _ := strconv.ParseFloat(f[len(f)-1], 64)
 		buckets = append(buckets, bucket{le, n})
+	})
+	if err != nil {
+		return 0, 0, 0, err
 	}
 	if len(buckets) == 0 {
 		return 0, 0, 0, fmt.Errorf("no reconcile histogram")

@@ -57,7 +57,7 @@ func (e *Env) watchTimeline(ctx context.Context, target string) (*timeline, erro
 		if !cluster.Ready(n) && !inTarget {
 			t.mark("off", n.Name)
 		}
-		if n.Annotations[cluster.AnnotationSimPower] == "poweredOn" && cluster.Ready(n) && strings.HasPrefix(n.Name, want(target)) {
+		if n.Annotations[cluster.AnnotationSimPower] == "poweredOn" && cluster.Ready(n) && strings.HasPrefix(n.Name, layoutPrefix(target)) {
 			t.mark("ready", n.Name)
 			if cluster.AdvertisedGPUs(n) != "0" {
 				t.mark("gpus", n.Name)
@@ -99,8 +99,9 @@ func (e *Env) follow(ctx context.Context, list client.ObjectList, opts []client.
 	}
 }
 
-// want is the name prefix of the nodes of the layout whose workload label is target.
-func want(target string) string {
+// layoutPrefix is the name prefix of the nodes of the layout whose workload label is
+// target.
+func layoutPrefix(target string) string {
 	if target == "training" {
 		return "night-"
 	}

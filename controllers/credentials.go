@@ -69,7 +69,7 @@ func (r *GPUPoolProfileReconciler) connectVCenter(ctx context.Context, s *scope)
 		retry := loginRetryDefault
 		var lre *vsphere.LoginRefusedError
 		if errors.As(err, &lre) {
-			retry = max(lre.RetryAt.Sub(r.Clock.Now()), time.Second)
+			retry = max(lre.RetryIn, time.Second) // the connector's clock, not r.Clock
 		}
 		s.facts.credentials = fmt.Sprintf("vCenter %s refused the credentials in Secret %s; they are not tried again for %s unless the Secret changes",
 			server, key, retry.Round(time.Second))

@@ -125,7 +125,7 @@ func (r *GPUPoolProfileReconciler) drainPods(ctx context.Context, node *corev1.N
 		}
 		id := p.Namespace + "/" + p.Name
 		if p.DeletionTimestamp != nil {
-			if holdsDrain(p, ready, now) {
+			if r.terminating.holds(p, ready, now) {
 				res.Waiting = append(res.Waiting, id)
 			}
 			continue
@@ -182,7 +182,7 @@ const AnnotationDoNotDisrupt = "gpupool.dev/do-not-disrupt"
 //
 // On a node that is not Ready nothing is held: the pod cannot be running its work
 // there (the kubelet is not reporting), so waiting would only run into drain.timeout
-// and abort the switch. The pod is evicted as any other, as holdsDrain stops waiting
+// and abort the switch. The pod is evicted as any other, as terminatingClock.holds stops waiting
 // for terminating pods on such a node.
 func holdsUntilDone(p *corev1.Pod, jobPods gpupoolv1.DrainJobPods, nodeReady bool) string {
 	if !nodeReady {
@@ -197,17 +197,11 @@ func holdsUntilDone(p *corev1.Pod, jobPods gpupoolv1.DrainJobPods, nodeReady boo
 	return ""
 }
 
-// holdsDrain tells whether a terminating pod is still waited for: only within its grace
-// period plus terminatingMargin, and only on a Ready node.
-func holdsDrain(p *corev1.Pod, nodeReady bool, now time.Time) bool {
-	return nodeReady && now.Before(p.DeletionTimestamp.Add(terminatingMargin))
-}
-
 // anyToEvict tells whether a drain would still evict or wait for a pod.
-func anyToEvict(pods []corev1.Pod, nodeReady bool, now time.Time) bool {
+func (r *GPUPoolProfileReconciler) anyToEvict(pods []corev1.Pod, nodeReady bool, now time.Time) bool {
 	for i := range pods {
 		p := &pods[i]
-		if skipForDrain(p) || (p.DeletionTimestamp != nil && !holdsDrain(p, nodeReady, now)) {
+		if skipForDrain(p) || (p.DeletionTimestamp != nil && !r.terminating.holds(p, nodeReady, now)) {
 			continue
 		}
 		return true

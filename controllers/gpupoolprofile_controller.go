@@ -73,6 +73,10 @@ type GPUPoolProfileReconciler struct {
 	// twice at the same time.
 	MaxConcurrentReconciles int
 
+	// terminating measures how long pods have been terminating, on Clock (see
+	// terminatingClock): a drain waits for them a bounded time.
+	terminating terminatingClock
+
 	// tasks wakes a pool when one of its vSphere tasks ends; nil (the tests that call
 	// Reconcile directly) leaves the waits to the requeue.
 	tasks *taskWatch

@@ -154,7 +154,7 @@ func (r *GPUPoolProfileReconciler) nodeStates(ctx context.Context, s *scope) map
 		ns := plan.NodeState{Name: n.Name, Exists: true, Ready: len(gaps) == 0, Cordoned: cordonedByUs(n)}
 		if n.Spec.Unschedulable {
 			pods, err := r.podsOnNode(ctx, n.Name)
-			ns.Drained = err == nil && !anyToEvict(pods, nodeReady(n), s.now)
+			ns.Drained = err == nil && !r.anyToEvict(pods, nodeReady(n), s.now)
 		}
 		out[vm] = ns
 	}

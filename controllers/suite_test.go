@@ -27,6 +27,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
+	"github.com/gpupool/gpupool/internal/testclock"
 	"github.com/gpupool/gpupool/internal/testenv"
 	"github.com/gpupool/gpupool/test/cluster"
 	"github.com/gpupool/gpupool/test/vgpusim"
@@ -162,8 +163,9 @@ func tail(s string, n int) string {
 	return s
 }
 
-// monday0700 is a Monday, 07:00 in Berlin: night by the day/night schedule.
-var monday0700 = time.Date(2026, 11, 30, 7, 0, 0, 0, mustZone("Europe/Berlin"))
+// monday0700 is a Monday, 07:00 in Berlin: night by the day/night schedule. It is the
+// first such Monday at or after TEST_CLOCK_BASE (internal/testclock).
+var monday0700 = testclock.Weekly(time.Monday, 7, 0, mustZone("Europe/Berlin"))
 
 func mustZone(name string) *time.Location {
 	l, err := time.LoadLocation(name)

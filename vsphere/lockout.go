@@ -41,8 +41,12 @@ func WithLoginBackoff(d time.Duration) Option {
 type LoginRefusedError struct {
 	Server   string
 	Username string
-	// RetryAt is when a login with the same credentials may be tried again.
+	// RetryAt is when a login with the same credentials may be tried again, on the
+	// connector's clock (WithClock).
 	RetryAt time.Time
+	// RetryIn is how long from the moment of the error that is: callers that keep
+	// another clock wait RetryIn rather than compare RetryAt with their own clock.
+	RetryIn time.Duration
 	// Attempted is true when this call did try to log in (and was refused), false when it
 	// was answered from the memory of an earlier refusal.
 	Attempted bool
@@ -85,11 +89,11 @@ func (c *SessionCache) heldBack(k refusalKey) *LoginRefusedError {
 	if !ok {
 		return nil
 	}
-	retry := at.Add(c.backoff)
-	if !c.clock.Now().Before(retry) {
+	retry, now := at.Add(c.backoff), c.clock.Now()
+	if !now.Before(retry) {
 		return nil
 	}
-	return &LoginRefusedError{Server: k.server, Username: k.username, RetryAt: retry}
+	return &LoginRefusedError{Server: k.server, Username: k.username, RetryAt: retry, RetryIn: retry.Sub(now)}
 }
 
 // recordRefusal remembers that vCenter refused these credentials now, forgetting other
@@ -104,7 +108,7 @@ func (c *SessionCache) recordRefusal(k refusalKey) *LoginRefusedError {
 	}
 	now := c.clock.Now()
 	c.refused[k] = now
-	return &LoginRefusedError{Server: k.server, Username: k.username, RetryAt: now.Add(c.backoff), Attempted: true}
+	return &LoginRefusedError{Server: k.server, Username: k.username, RetryAt: now.Add(c.backoff), RetryIn: c.backoff, Attempted: true}
 }
 
 // forgetRefusals is called after a successful login of the account.

@@ -66,7 +66,7 @@ func TestRefusedLoginHeldBack(t *testing.T) {
 		t.Fatalf("10,000 connects with refused credentials made %d login attempts, want 1", n)
 	}
 	var lre *vsphere.LoginRefusedError
-	if !errors.As(last, &lre) || !lre.RetryAt.Equal(clk.Now().Add(vsphere.LoginBackoff)) {
+	if !errors.As(last, &lre) || !lre.RetryAt.Equal(clk.Now().Add(vsphere.LoginBackoff)) || lre.RetryIn != vsphere.LoginBackoff {
 		t.Fatalf("want a LoginRefusedError with RetryAt after the back-off, got %v", last)
 	}
 

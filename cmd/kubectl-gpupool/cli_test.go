@@ -24,11 +24,11 @@ func TestReadVerbsAsViewer(t *testing.T) {
 	w.ok("viewer", "", []string{"status"}, w.name, "True", "LayoutActive", "day", "Steady", "night in 9h50m")
 	w.ok("viewer", "", []string{"status", w.name},
 		"Layout now:  day", "Wanted:      day (window 0 (0 8 * * 1-5 for 12h, Europe/Berlin)",
-		"Next:        night at Mon 2026-11-30 19:50 CET (in 9h50m)", "Ready:       True (LayoutActive)",
+		"Next:        night at "+shown(mondayMorning.Add(9*time.Hour+50*time.Minute))+" (in 9h50m)", "Ready:       True (LayoutActive)",
 		"Reconciling  False", "rd-day-1", "poweredOn")
 	w.ok("viewer", "", []string{"status", w.name, "-o", "wide"}, "rd-esx-01", "0000:3b:00.0")
 	w.ok("viewer", "", []string{"plan", w.name},
-		"next transition to night at Mon 2026-11-30 19:50 CET", "ParkRequired", "rd-day-4", "PowerOnRequired", "rd-night-1", "freed GPUs")
+		"next transition to night at "+shown(mondayMorning.Add(9*time.Hour+50*time.Minute)), "ParkRequired", "rd-day-4", "PowerOnRequired", "rd-night-1", "freed GPUs")
 
 	// -o json and yaml are the API's objects, as kubectl prints them.
 	out := w.ok("viewer", "", []string{"status", w.name, "-o", "json"})
@@ -78,7 +78,7 @@ func TestSteerVerbsAsEditor(t *testing.T) {
 		t.Fatal("override set without confirmation")
 	}
 	w.ok("editor", "y\n", []string{"switch", w.name, "night", "--for", "2h", "--reason", "driver update"},
-		"will want night (override to layout night until 2026-11-30T12:00:00+01:00: driver update)", "then day from Mon 2026-11-30 12:00 CET", "gpupool planned these steps for layout night", "override set")
+		"will want night (override to layout night until "+mondayMorning.Add(2*time.Hour).Format(time.RFC3339)+": driver update)", "then day from "+shown(mondayMorning.Add(2*time.Hour)), "gpupool planned these steps for layout night", "override set")
 	o := w.get().Spec.Override
 	if o == nil || o.Layout != "night" || o.Until == nil || !o.Until.Time.Equal(mondayMorning.Add(2*time.Hour)) || o.Reason != "driver update" {
 		t.Fatalf("override %+v", o)
@@ -89,7 +89,7 @@ func TestSteerVerbsAsEditor(t *testing.T) {
 	w.ok("viewer", "", []string{"plan", w.name}, "to layout night now", "PowerOnRequired")
 	w.operate("night")
 	w.ok("viewer", "", []string{"history", w.name}, "day", "night", "Override", "Completed", "st-")
-	w.ok("viewer", "", []string{"status", w.name}, "Override:    night until Mon 2026-11-30 12:00 CET", "Last transitions")
+	w.ok("viewer", "", []string{"status", w.name}, "Override:    night until "+shown(mondayMorning.Add(2*time.Hour)), "Last transitions")
 
 	w.ok("editor", "", []string{"resume", w.name}, "override to night removed; day is wanted")
 	if w.get().Spec.Override != nil {

@@ -28,6 +28,7 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
+	"github.com/gpupool/gpupool/internal/testclock"
 	"github.com/gpupool/gpupool/internal/testenv"
 	"github.com/gpupool/gpupool/test/vgpusim"
 	"github.com/gpupool/gpupool/vsphere"
@@ -139,8 +140,12 @@ func setUpUsers(env *envtest.Environment, dir string) error {
 	return admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: credentialsNamespace}})
 }
 
-// mondayMorning is Monday 30 November 2026, 10:00 in Berlin: the day window is open.
-var mondayMorning = time.Date(2026, 11, 30, 10, 0, 0, 0, berlin)
+// mondayMorning is a Monday, 10:00 in Berlin: the day window is open. It is the first
+// such Monday at or after TEST_CLOCK_BASE (internal/testclock).
+var mondayMorning = testclock.Weekly(time.Monday, 10, 0, berlin)
+
+// shown is t as the plugin prints it in the pool's zone (Berlin).
+func shown(t time.Time) string { return t.In(berlin).Format("Mon 2006-01-02 15:04 MST") }
 
 var berlin = func() *time.Location {
 	l, err := time.LoadLocation("Europe/Berlin")

@@ -26,6 +26,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
+	"github.com/gpupool/gpupool/internal/testclock"
 	"github.com/gpupool/gpupool/internal/testenv"
 	gpwebhook "github.com/gpupool/gpupool/internal/webhook"
 )
@@ -38,7 +39,8 @@ var (
 )
 
 // fixedNow is the webhook's clock: warnings about times already past are deterministic.
-var fixedNow = time.Date(2026, time.November, 30, 12, 0, 0, 0, time.UTC)
+// It is a Monday noon UTC at or after TEST_CLOCK_BASE (internal/testclock).
+var fixedNow = testclock.Weekly(time.Monday, 12, 0, time.UTC)
 
 // warningRecorder keeps the warnings the API server sends back.
 type warningRecorder struct {

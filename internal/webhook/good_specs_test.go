@@ -111,7 +111,7 @@ func goodCases() []goodCase {
 			p.Spec.NodeReadyTimeout = &metav1.Duration{Duration: 1500 * time.Millisecond}
 		}), nil},
 		{"override until with an offset", both(secure, func(p *gpupoolv1.GPUPoolProfile) {
-			p.Spec.Override = &gpupoolv1.Override{Layout: "day", Until: &metav1.Time{Time: time.Date(2026, 12, 1, 7, 0, 0, 0, time.FixedZone("CET", 3600))}}
+			p.Spec.Override = &gpupoolv1.Override{Layout: "day", Until: &metav1.Time{Time: fixedNow.Add(18 * time.Hour).In(time.FixedZone("CET", 3600))}}
 		}), nil},
 	}
 }
@@ -134,7 +134,7 @@ func warnedCases() []goodCase {
 		}), []string{"spec.schedule.windows[0].duration (30s) is shorter than a minute"}},
 		{"override until already past", both(secure, func(p *gpupoolv1.GPUPoolProfile) {
 			p.Spec.Override = &gpupoolv1.Override{Layout: "day", Until: &metav1.Time{Time: fixedNow.Add(-time.Hour)}}
-		}), []string{"spec.override.until (2026-11-30T11:00:00Z) is already past"}},
+		}), []string{"spec.override.until (" + fixedNow.Add(-time.Hour).UTC().Format(time.RFC3339) + ") is already past"}},
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -163,16 +164,18 @@ var (
 	edgeDurations = []string{"1d", "P1D", "9999999999h", "0s", "-1h", "1.5µs", "ten minutes", "99999h99999h99999h99999h", "30s"}
 	goodLeads     = []string{"0s", "10m", "1h"}
 	edgeLeads     = []string{"-5m", "25h", "1d", "99999h"}
-	goodUntils    = []string{"", "2026-12-01T06:00:00Z", "2026-12-01T07:00:00+01:00", "2020-01-01T00:00:00Z"}
-	edgeUntils    = []string{"2026-12-01t06:00:00z", "2026-12-01 06:00:00Z", "2026-12-01T06:00:00", "tomorrow"}
-	goodKeys      = []string{"example.com/workload", "dedicated", "a.b-c.d/e_f.g", "lab.example/" + strings.Repeat("k", 63)}
-	edgeKeys      = []string{"gpupool.dev/pool", "kubernetes.io/hostname", "node-role.kubernetes.io/gpu", "x.k8s.io/y", "my key", "", "/x", "example.com/", "Example.com/x"}
-	goodValues    = []string{"", "inference", "A_b.c-1", strings.Repeat("v", 63)}
-	edgeValues    = []string{"two words", strings.Repeat("v", 64), "-x", "x-", "é"}
-	effects       = []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute}
-	edgeEffects   = []corev1.TaintEffect{"", "NoScheduel", "noschedule"}
-	goodNames     = []string{"prop-%d", "p.%d.x", "%d-" + strings.Repeat("n", 55)}
-	edgeNames     = []string{"%d-" + strings.Repeat("n", 61)}
+	// Untils in the future of the webhook's clock (fixedNow), and one long past.
+	goodUntils = []string{"", fixedNow.Add(18 * time.Hour).UTC().Format(time.RFC3339),
+		fixedNow.Add(18 * time.Hour).In(time.FixedZone("", 3600)).Format(time.RFC3339), "2020-01-01T00:00:00Z"}
+	edgeUntils  = []string{"2026-12-01t06:00:00z", "2026-12-01 06:00:00Z", "2026-12-01T06:00:00", "tomorrow"}
+	goodKeys    = []string{"example.com/workload", "dedicated", "a.b-c.d/e_f.g", "lab.example/" + strings.Repeat("k", 63)}
+	edgeKeys    = []string{"gpupool.dev/pool", "kubernetes.io/hostname", "node-role.kubernetes.io/gpu", "x.k8s.io/y", "my key", "", "/x", "example.com/", "Example.com/x"}
+	goodValues  = []string{"", "inference", "A_b.c-1", strings.Repeat("v", 63)}
+	edgeValues  = []string{"two words", strings.Repeat("v", 64), "-x", "x-", "é"}
+	effects     = []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute}
+	edgeEffects = []corev1.TaintEffect{"", "NoScheduel", "noschedule"}
+	goodNames   = []string{"prop-%d", "p.%d.x", "%d-" + strings.Repeat("n", 55)}
+	edgeNames   = []string{"%d-" + strings.Repeat("n", 61)}
 )
 
 // genSpec builds spec i: the accepted base with every field drawn from its lists, or

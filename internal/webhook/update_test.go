@@ -12,6 +12,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
+	"github.com/gpupool/gpupool/internal/testclock"
 )
 
 func pool(name, server string, vms ...string) *gpupoolv1.GPUPoolProfile {
@@ -40,7 +41,7 @@ func conflicted(t *testing.T) (*Validator, *gpupoolv1.GPUPoolProfile) {
 	}
 	b := pool("b", "vc.example.", "vm-1", "vm-9")
 	r := fake.NewClientBuilder().WithScheme(scheme).WithObjects(b).Build()
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	now := testclock.Weekly(time.Monday, 12, 0, time.UTC)
 	a := pool("a", "https://VC.example:443/sdk", "vm-1", "vm-2")
 	a.Finalizers = []string{"gpupool.dev/finalizer"}
 	return &Validator{Reader: r, Now: func() time.Time { return now }, Credentials: secretpolicy.Policy{Namespace: "default"}}, a

@@ -358,7 +358,7 @@ func (r *GPUPoolProfileReconciler) patchNodesTogether(ctx context.Context, s *sc
 func (r *GPUPoolProfileReconciler) decide(ctx context.Context, s *scope, tasksInFlight bool) (*plan.Plan, error) {
 	d := s.decision
 	s.nodeStates = r.nodeStates(ctx, s)
-	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.inv, Nodes: s.nodeStates})
+	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.inv, Nodes: s.nodeStates, InFlight: plannedInFlight(s.pool)})
 	if err != nil {
 		return nil, fmt.Errorf("planning: %w", err)
 	}
@@ -374,7 +374,7 @@ func (r *GPUPoolProfileReconciler) decide(ctx context.Context, s *scope, tasksIn
 	}
 	wanted := s.layout
 	s.layout = layoutNamed(&s.pool.Spec, t.From)
-	back, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: t.From, Inventory: s.inv, Nodes: labelled(s, s.nodeStates)})
+	back, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: t.From, Inventory: s.inv, Nodes: labelled(s, s.nodeStates), InFlight: plannedInFlight(s.pool)})
 	if err != nil || len(back.Problems) > 0 {
 		s.layout = wanted
 		return p, nil //nolint:nilerr // the way back is not possible either: report the problems

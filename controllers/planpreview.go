@@ -55,7 +55,7 @@ func (r *GPUPoolProfileReconciler) planNext(s *scope) {
 	// The nodes' wanted labels are the next layout's while planning it.
 	wanted := s.layout
 	s.layout = layoutNamed(&s.pool.Spec, n.Layout)
-	next, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: n.Layout, Inventory: s.inv, Nodes: labelled(s, s.nodeStates)})
+	next, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: n.Layout, Inventory: s.inv, Nodes: labelled(s, s.nodeStates), InFlight: plannedInFlight(s.pool)})
 	s.layout = wanted
 	if err == nil {
 		s.nextPlan = next

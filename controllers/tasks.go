@@ -269,3 +269,25 @@ func ptrTime(t time.Time) *metav1.Time {
 	mt := metav1.NewTime(t)
 	return &mt
 }
+
+// taskActions maps the operations recorded in TaskReference.Operation to the plan's
+// actions.
+var taskActions = map[string]plan.Action{"Suspend": plan.Suspend, "PowerOff": plan.PowerOff, "Reconfigure": plan.Reconfigure, "PowerOn": plan.PowerOn}
+
+// plannedInFlight is the action of every worker's vSphere task in flight (an intent
+// without a task id too: the task may have started), by VM, for plan.Input.InFlight.
+func plannedInFlight(pool *gpupoolv1.GPUPoolProfile) map[string]plan.Action {
+	var out map[string]plan.Action
+	for _, w := range pool.Status.Workers {
+		if w.Task == nil {
+			continue
+		}
+		if a, ok := taskActions[w.Task.Operation]; ok {
+			if out == nil {
+				out = map[string]plan.Action{}
+			}
+			out[w.VM] = a
+		}
+	}
+	return out
+}

@@ -129,6 +129,9 @@ type analysis struct {
 	vms    vmIndex
 	// hostIndex finds hosts by name like inventory.FindHost, in constant time.
 	hostIndex map[string]*inventory.Host
+	// starting are the hosts with a power-on in flight (Input.InFlight): no other
+	// power-on is due on them.
+	starting map[string]bool
 	// pool is every VM that any layout names.
 	pool map[*inventory.VM]bool
 	// members are the pool's VMs, by name.

@@ -77,6 +77,10 @@ type Input struct {
 	// serves when there is none under its name, as layouts may name VMs either way. A VM
 	// without an entry has no node.
 	Nodes map[string]NodeState
+	// InFlight is the action of each VM's vSphere task in flight (Suspend, PowerOff,
+	// Reconfigure, PowerOn), by the VM's name or inventory path: the plan counts what
+	// those tasks are about to change (see settled).
+	InFlight map[string]Action
 }
 
 // NodeState is the observed state of a VM's Kubernetes node, as the controller sees it.
@@ -183,7 +187,9 @@ func Build(in Input) (*Plan, error) {
 	if nodes == nil {
 		nodes = map[string]NodeState{}
 	}
-	a := analyse(in.Spec, in.Layout, in.Inventory, nodes)
+	inv, starting := settled(in.Inventory, in.InFlight)
+	a := analyse(in.Spec, in.Layout, inv, nodes)
+	a.starting = starting
 	p := &Plan{Layout: in.Layout, Held: a.held}
 	if len(a.problems) > 0 {
 		p.Problems = a.problems
@@ -208,7 +214,9 @@ func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPl
 	rank := map[string]int{}
 	now := map[*inventory.VM]bool{}
 	occ := slices.Clone(ha.current)
-	fits := true
+	// Where a power-on in flight lands is not known until it ends: nothing else is
+	// powered on on its host before then (see settled).
+	fits := !a.starting[ha.host.Name]
 	for i, m := range ha.order {
 		rank[m.vm.Name] = i
 		if fits {

@@ -34,11 +34,22 @@ func TestRandomFlipsWithTasksInFlight(t *testing.T) {
 		}
 		inFlight := map[string]running{}
 		held := false
+		// startingOn names a VM whose power-on was in flight on host when the plan was
+		// made (power-ons started together in one pass are planned together).
+		startingOn := func(w *world, inFlight map[string]Action, host string) string {
+			for _, vm := range slices.Sorted(mapKeys(inFlight)) {
+				if inFlight[vm] == PowerOn && w.mustVM(vm).Host == host {
+					return vm
+				}
+			}
+			return ""
+		}
 		end := func(vm string) {
 			t.Helper()
 			task := inFlight[vm]
 			delete(inFlight, vm)
 			if err := w.apply(task.step, task.layout); err != nil {
+				stats["failed"]++
 				sim.fatalf("a task that was in flight failed when it ended: %v", err)
 			}
 			sim.log = append(sim.log, "ended "+task.step.VM+" "+string(task.step.Action))
@@ -81,6 +92,9 @@ func TestRandomFlipsWithTasksInFlight(t *testing.T) {
 					continue // the controller starts nothing for a worker with a task in flight
 				}
 				started = append(started, st.VM+" "+string(st.Action))
+				if st.Action == PowerOn && startingOn(w, actions, st.Host) != "" {
+					sim.fatalf("power-on of %s started on host %s while the power-on of %s is in flight there", st.VM, st.Host, startingOn(w, actions, st.Host))
+				}
 				if vSphereTask(st.Action) && r.IntN(2) == 0 {
 					inFlight[st.VM] = running{st, sim.target}
 					stats["tasks left in flight"]++

@@ -94,8 +94,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !pool.DeletionTimestamp.IsZero() {
-		r.tasks.watch(pool.Name, nil, nil)
-		return r.finalize(ctx, pool)
+		return r.reconcileDelete(ctx, pool)
 	}
 	if controllerutil.AddFinalizer(pool, FinalizerName) {
 		if err := r.Client.Update(ctx, pool); err != nil {
@@ -157,7 +156,7 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	if pool.Spec.Paused {
 		s.facts.paused = true
 		r.withdrawWarnings(ctx, s, func(time.Time) bool { return false })
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: r.followPausedTasks(ctx, s)}, nil
 	}
 
 	// Observe vSphere and the nodes; record the tasks that finished. Without vSphere the

@@ -1,8 +1,11 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
 )
 
 // releaseRemoved gives back the nodes of VMs that were removed from the spec: once their
@@ -56,17 +60,111 @@ func (r *GPUPoolProfileReconciler) releaseNode(ctx context.Context, n *corev1.No
 	return r.patchNode(ctx, n, removeMeta)
 }
 
-// finalize removes what gpupool added to the nodes of running VMs, then the finalizer.
+// deletionTaskWait bounds how long a pool being deleted waits for each of its vSphere
+// tasks in flight, from when gpupool started it (on its own clock): long enough for any
+// power operation or reconfigure vCenter finishes, short enough that a task vCenter lost
+// track of, or a vCenter that cannot be reached, does not keep the pool forever.
+const deletionTaskWait = 10 * time.Minute
+
+// reconcileDelete is a pass over a pool being deleted. A node can only be given back
+// according to what its VM is, and a task in flight changes that: a VM being powered on
+// will run, its node must be uncordoned and unmarked; a VM being parked will not. So the
+// pass first settles the pool's tasks in flight (records those that ended), and waits,
+// requeued and woken by the task watch, while any has not ended, each at most
+// deletionTaskWait; the wait shows in status (Ready=False, reason Deleting) and in an
+// event. Then finalize releases the nodes by their VMs' observed power states and
+// removes the finalizer.
+func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gpupoolv1.GPUPoolProfile) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(pool, FinalizerName) {
+		r.tasks.watch(pool.Name, nil, nil)
+		return ctrl.Result{}, nil
+	}
+	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now()}
+	vcc, inv, _, connected := r.connectVCenter(ctx, s)
+	after := time.Duration(0)
+	if connected {
+		s.vc, s.inv = vcc, inv
+		s.vms = map[string]*inventory.VM{}
+		for _, w := range pool.Status.Workers {
+			if vm, ok := inv.FindVM(w.VM); ok {
+				s.vms[w.VM] = vm
+			}
+		}
+		after = r.checkTasks(ctx, s)
+	}
+	waiting, late := tasksToWaitFor(pool, s.now)
+	if len(waiting) > 0 {
+		why := "vCenter is being asked"
+		if !connected {
+			why = "vCenter cannot be reached: " + cmp.Or(s.facts.vcenter, s.facts.credentials, "see the events")
+		}
+		msg := cut(fmt.Sprintf("the pool is being deleted; waiting for %d vSphere task(s) it started to end before its nodes are released (%s; %s), at most %s each",
+			len(waiting), firstFew(waiting, ", "), why, deletionTaskWait))
+		if c := findCondition(pool, gpupoolv1.ConditionReady); c == nil || c.Reason != ReasonDeleting || c.Message != msg {
+			r.emit(pool, corev1.EventTypeNormal, "DeletionWaitsForTasks", "%s", msg)
+		}
+		s.facts.deleting = msg
+		summarize(s)
+		if err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(s.persisted)); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, fmt.Errorf("patching status: %w", err)
+		}
+		r.tasks.watch(pool.Name, s.vc, inFlight(pool))
+		return ctrl.Result{RequeueAfter: min(cmp.Or(after, requeueTask), deletionTaskWait)}, nil
+	}
+	if len(late) > 0 {
+		r.emit(pool, corev1.EventTypeWarning, "DeletionTasksUnsettled", "the pool is being deleted; %d vSphere task(s) did not end within %s and are no longer waited for: %s; their nodes are released by the VMs' power states as last observed",
+			len(late), deletionTaskWait, firstFew(late, ", "))
+	}
+	if !connected {
+		s.inv = nil // power states unknown: nodes are released by their parked label
+	}
+	r.tasks.watch(pool.Name, nil, nil)
+	return r.finalize(ctx, pool, s.inv)
+}
+
+// tasksToWaitFor names the workers' tasks in flight that a deletion still waits for
+// (started less than deletionTaskWait ago on gpupool's clock) and those it no longer
+// does.
+func tasksToWaitFor(pool *gpupoolv1.GPUPoolProfile, now time.Time) (waiting, late []string) {
+	for _, w := range pool.Status.Workers {
+		if w.Task == nil {
+			continue
+		}
+		what := fmt.Sprintf("%s of VM %s", w.Task.Operation, w.VM)
+		if now.Sub(w.Task.StartTime.Time) < deletionTaskWait {
+			waiting = append(waiting, what)
+		} else {
+			late = append(late, what)
+		}
+	}
+	return waiting, late
+}
+
+// parkedForGood tells whether a deleted pool leaves node n parked: when its VM's power
+// state is known (inv), whether the VM is not running; otherwise by the parked label.
+func parkedForGood(n *corev1.Node, pool *gpupoolv1.GPUPoolProfile, inv *inventory.Inventory) bool {
+	if inv != nil {
+		for _, w := range pool.Status.Workers {
+			if w.Node != n.Name {
+				continue
+			}
+			if vm, ok := inv.FindVM(w.VM); ok {
+				return vm.PowerState != inventory.PoweredOn
+			}
+		}
+	}
+	return n.Labels[LabelParked] == "true"
+}
+
+// finalize removes what gpupool added to the nodes of running VMs (by the power states
+// in inv when vCenter could be read, else by the parked label), then the finalizer.
 // VMs are left as they are. Nodes of parked VMs keep the parked label and taint, their
 // cordon and their Cluster API protection: lifting skip-remediation from a NotReady node
 // would let a MachineHealthCheck delete the parked VM. Every node whose marks are the
 // pool's (marksOf: the nodes it marked, labelled, or that its status names as workers'
 // nodes, parked or not, relabelled or not) loses the state label and the
 // draining-soon warning.
-func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1.GPUPoolProfile) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(pool, FinalizerName) {
-		return ctrl.Result{}, nil
-	}
+func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, inv *inventory.Inventory) (ctrl.Result, error) {
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the pool's nodes: %w", err)
@@ -76,7 +174,7 @@ func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1
 		n := &nodes.Items[i]
 		var err error
 		switch {
-		case n.Labels[LabelPool] == pool.Name && n.Labels[LabelParked] != "true":
+		case n.Labels[LabelPool] == pool.Name && !parkedForGood(n, pool, inv):
 			err = r.releaseNode(ctx, n)
 		case marksOf(n, pool.Name, workerNodes) && hasMarks(n):
 			err = r.patchNode(ctx, n, stripMarks)
@@ -92,4 +190,24 @@ func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}
 	return ctrl.Result{}, nil
+}
+
+// followPausedTasks records the end of the vSphere tasks a paused pool started before the
+// pause: a pause starts nothing and touches no node, but its status must not claim a task
+// runs that has ended (or hide one that failed). It returns when to look again (0:
+// nothing is in flight).
+func (r *GPUPoolProfileReconciler) followPausedTasks(ctx context.Context, s *scope) time.Duration {
+	if !slices.ContainsFunc(s.pool.Status.Workers, func(w gpupoolv1.WorkerStatus) bool { return w.Task != nil }) {
+		return 0
+	}
+	after := requeueTask
+	if _, ok := r.observe(ctx, s); ok {
+		after = r.checkTasks(ctx, s)
+	}
+	for _, w := range s.pool.Status.Workers {
+		if w.Task != nil {
+			s.facts.pausedTasks = append(s.facts.pausedTasks, fmt.Sprintf("%s of VM %s", w.Task.Operation, w.VM))
+		}
+	}
+	return after
 }

@@ -86,6 +86,10 @@ type facts struct {
 	stepErrors   []string
 	// nodeWaits say what the nodes waited for this pass lack to be ready for work.
 	nodeWaits []string
+	// deleting: the pool is being deleted and waits for its tasks in flight (the message).
+	deleting string
+	// pausedTasks names the tasks in flight a paused pool still follows until they end.
+	pausedTasks []string
 }
 
 // worker returns the status entry of the VM a plan step names.

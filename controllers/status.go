@@ -36,6 +36,7 @@ const (
 	ReasonPaused             = "Paused"
 	ReasonNotPaused          = "NotPaused"
 	ReasonAsExpected         = "AsExpected"
+	ReasonDeleting           = "Deleting"
 )
 
 // maxConditionMessage keeps condition messages readable and well under the API's limit.
@@ -51,7 +52,11 @@ func summarize(s *scope) {
 	aborted := t != nil && t.AbortedTime != nil
 
 	if f.paused {
-		setCond(p, gpupoolv1.ConditionPaused, true, ReasonPaused, "spec.paused is true: no node is drained and no VM is changed")
+		msg := "spec.paused is true: no node is drained and no VM is changed"
+		if len(f.pausedTasks) > 0 {
+			msg += fmt.Sprintf("; %d vSphere task(s) started before the pause are followed until they end: %s", len(f.pausedTasks), firstFew(f.pausedTasks, ", "))
+		}
+		setCond(p, gpupoolv1.ConditionPaused, true, ReasonPaused, msg)
 	} else {
 		setCond(p, gpupoolv1.ConditionPaused, false, ReasonNotPaused, "not paused")
 	}
@@ -73,6 +78,8 @@ func summarize(s *scope) {
 	reconciling(s, stalledReason)
 
 	switch {
+	case f.deleting != "":
+		setCond(p, gpupoolv1.ConditionReady, false, ReasonDeleting, f.deleting)
 	case f.paused:
 		setCond(p, gpupoolv1.ConditionReady, false, ReasonPaused, "paused")
 	case f.observed && f.done && f.fallback == "" && stalledReason == "" && st.ActiveLayout == st.DesiredLayout:
@@ -170,6 +177,8 @@ func progressing(s *scope, stalledReason string, aborted bool) {
 		extra += "; errors: " + strings.Join(f.stepErrors, "; ")
 	}
 	switch {
+	case f.deleting != "":
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonDeleting, f.deleting)
 	case f.paused:
 		setCond(p, gpupoolv1.ConditionProgressing, false, ReasonPaused, "paused")
 	case aborted:

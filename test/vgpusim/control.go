@@ -16,6 +16,8 @@ type control struct {
 	delays     map[string]time.Duration
 	taskDelays map[string]time.Duration
 	hold       bool
+	// holdOnly, when not empty, holds only the tasks of these methods (HoldTasksOf).
+	holdOnly map[string]bool
 	held       []*deferredOp
 	failures   map[string]*failure
 	// guestFailures are injected failures of guest operations, by VM name.
@@ -107,7 +109,23 @@ func (s *Sim) SetTaskDelay(method string, d time.Duration) {
 func (s *Sim) HoldTasks() {
 	s.ctl.mu.Lock()
 	defer s.ctl.mu.Unlock()
-	s.ctl.hold = true
+	s.ctl.hold, s.ctl.holdOnly = true, nil
+}
+
+// HoldTasksOf is HoldTasks for the tasks of the given methods only (such as
+// "PowerOnVM_Task"); the others complete as usual. ReleaseTasks ends it.
+func (s *Sim) HoldTasksOf(methods ...string) {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	s.ctl.hold, s.ctl.holdOnly = true, map[string]bool{}
+	for _, m := range methods {
+		s.ctl.holdOnly[m] = true
+	}
+}
+
+// holds tells whether a task of method is held now. Called with s.ctl.mu held.
+func (c *control) holds(method string) bool {
+	return c.hold && (len(c.holdOnly) == 0 || c.holdOnly[method])
 }
 
 // ReleaseTasks stops holding tasks and completes the held ones in the order they were
@@ -116,7 +134,7 @@ func (s *Sim) ReleaseTasks() int {
 	s.ctl.mu.Lock()
 	held := s.ctl.held
 	s.ctl.held = nil
-	s.ctl.hold = false
+	s.ctl.hold, s.ctl.holdOnly = false, nil
 	s.ctl.mu.Unlock()
 	for _, d := range held {
 		s.complete(d)
@@ -270,7 +288,7 @@ func (s *Sim) startTask(ctx *simulator.Context, vm types.ManagedObjectReference,
 			delete(s.ctl.failures, method)
 		}
 	}
-	delay, hold := s.ctl.taskDelays[method], s.ctl.hold
+	delay, hold := s.ctl.taskDelays[method], s.ctl.holds(method)
 	s.ctl.mu.Unlock()
 
 	task := s.newTask(ctx, vm, name)
@@ -290,7 +308,7 @@ func (s *Sim) startTask(ctx *simulator.Context, vm types.ManagedObjectReference,
 func (s *Sim) runGuestOp(ctx *simulator.Context, vm types.ManagedObjectReference, method string,
 	op func(*simulator.Context) types.BaseMethodFault) {
 	s.ctl.mu.Lock()
-	delay, hold := s.ctl.taskDelays[method], s.ctl.hold
+	delay, hold := s.ctl.taskDelays[method], s.ctl.holds(method)
 	s.ctl.mu.Unlock()
 	if hold || delay > 0 {
 		s.schedule(&deferredOp{method: method, vm: vm, op: op}, delay, hold)

@@ -18,8 +18,8 @@ type control struct {
 	hold       bool
 	// holdOnly, when not empty, holds only the tasks of these methods (HoldTasksOf).
 	holdOnly map[string]bool
-	held       []*deferredOp
-	failures   map[string]*failure
+	held     []*deferredOp
+	failures map[string]*failure
 	// guestFailures are injected failures of guest operations, by VM name.
 	guestFailures map[string]*failure
 	calls         map[string]int

@@ -83,6 +83,8 @@ verify: ## Fail when generated files or go.mod/go.sum are stale.
 controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl from source into bin/ (cached).
 	BIN_DIR=$(BIN_DIR) hack/build-controlplane.sh
 
+# TEST_CLOCK_BASE (RFC 3339) moves the date of the suites' fake clocks, such as
+# 'make test TEST_CLOCK_BASE=2031-03-15T07:00:00+01:00' (internal/testclock).
 .PHONY: test
 test: controlplane $(HELM) ## Run all tests (unit, envtest, the chart and install manifests), building the control plane and helm first if needed.
 	HELM=$(HELM) go test $(GO_TEST_FLAGS) -skip '^TestFaultMatrix$$' ./...

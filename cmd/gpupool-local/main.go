@@ -92,6 +92,9 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
+		// The power wire's process also restarts the control-plane components that
+		// exit when the API server freezes (see localenv.Supervise).
+		go localenv.Supervise(ctx, e)
 		return localenv.RunWire(ctx, e)
 	case "demo":
 		temp := opts.Dir == ""

@@ -14,7 +14,8 @@ import (
 )
 
 // wirePeriod is how often the power wire reads vgpusim (or, when a read takes longer,
-// as long again as the read took, so that a large inventory does not keep vgpusim busy):
+// as long again as the read took, at most maxWireBackoff, so that a large inventory does
+// not keep vgpusim busy):
 // a real kubelet starts within seconds of its VM, and the benchmark's critical-path
 // bound includes this lag.
 //
@@ -22,6 +23,11 @@ import (
 // every VM) instead was tried and measured slower under load: 17.9 s against 14.1 s for
 // a 4-host day -> night switch.
 const wirePeriod = 200 * time.Millisecond
+
+// maxWireBackoff caps that back-off: a read that took long because vgpusim or the API
+// server was frozen (a fault test stops them for tens of seconds) must not make the next
+// read wait as long, or the nodes follow their VMs that much late.
+const maxWireBackoff = time.Second
 
 // RunWire is the power wire: until ctx ends it copies every VM's power state from
 // vgpusim onto its node, where kwok's stages turn it into node readiness. Nodes are read
@@ -61,7 +67,7 @@ func RunWire(ctx context.Context, e *Env) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(max(wirePeriod, time.Since(start))):
+		case <-time.After(max(wirePeriod, min(time.Since(start), maxWireBackoff))):
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package vgpusim
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -23,9 +24,11 @@ type control struct {
 	// guestFailures are injected failures of guest operations, by VM name.
 	guestFailures map[string]*failure
 	calls         map[string]int
-	timers        map[*time.Timer]struct{}
-	wg            sync.WaitGroup
-	stopped       bool
+	// vmCalls counts the calls made on each VM (by managed object id), by method.
+	vmCalls map[string]map[string]int
+	timers  map[*time.Timer]struct{}
+	wg      sync.WaitGroup
+	stopped bool
 
 	// Session expiry: a session is expired when it was first seen, or logged in, before
 	// the latest ExpireSessions.
@@ -58,6 +61,7 @@ func newControl() control {
 		failures:      map[string]*failure{},
 		guestFailures: map[string]*failure{},
 		calls:         map[string]int{},
+		vmCalls:       map[string]map[string]int{},
 		timers:        map[*time.Timer]struct{}{},
 		sessionGen:    map[string]int{},
 	}
@@ -226,11 +230,25 @@ func (s *Sim) CallCounts() map[string]int {
 	return out
 }
 
+// VMCallCounts is how many times each SOAP method was called on each VM, by the VM's
+// managed object id (such as vm-42), since the start or ResetCalls: what a test needs
+// to tell that each VM's power operation happened once.
+func (s *Sim) VMCallCounts() map[string]map[string]int {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	out := make(map[string]map[string]int, len(s.ctl.vmCalls))
+	for vm, calls := range s.ctl.vmCalls {
+		out[vm] = maps.Clone(calls)
+	}
+	return out
+}
+
 // ResetCalls zeroes the call counts.
 func (s *Sim) ResetCalls() {
 	s.ctl.mu.Lock()
 	defer s.ctl.mu.Unlock()
 	s.ctl.calls = map[string]int{}
+	s.ctl.vmCalls = map[string]map[string]int{}
 }
 
 // handle runs before vcsim dispatches each SOAP call (Registry.Handler): it counts the
@@ -238,6 +256,12 @@ func (s *Sim) ResetCalls() {
 func (s *Sim) handle(ctx *simulator.Context, m *simulator.Method) (mo.Reference, types.BaseMethodFault) {
 	s.ctl.mu.Lock()
 	s.ctl.calls[m.Name]++
+	if m.This.Type == "VirtualMachine" {
+		if s.ctl.vmCalls[m.This.Value] == nil {
+			s.ctl.vmCalls[m.This.Value] = map[string]int{}
+		}
+		s.ctl.vmCalls[m.This.Value][m.Name]++
+	}
 	d := s.ctl.delays[m.Name]
 	expired := ctx.Session != nil && s.ctl.sessionExpired(ctx.Session)
 	s.ctl.mu.Unlock()

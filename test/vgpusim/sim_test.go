@@ -129,6 +129,16 @@ func TestPowerOnRefusedBySameSizeRule(t *testing.T) {
 		t.Fatalf("message %q does not name the rule", info.Error.LocalizedMessage)
 	}
 	wantState(t, sim, "gpu-night-1", "poweredOff", "")
+	// Calls are counted per VM as well: one power-on of night-1, none of the others.
+	ref := vmObj(t, sim, c, "gpu-night-1").Reference().Value
+	for vm, calls := range sim.VMCallCounts() {
+		if want := map[bool]int{true: 1}[vm == ref]; calls["PowerOnVM_Task"] != want {
+			t.Errorf("VM %s: %d PowerOnVM_Task calls counted, want %d", vm, calls["PowerOnVM_Task"], want)
+		}
+	}
+	if sim.VMCallCounts()[ref]["PowerOnVM_Task"] != 1 {
+		t.Errorf("per-VM counts %v lack night-1's power-on", sim.VMCallCounts())
+	}
 }
 
 func TestPowerOnRefusedByFrameBuffer(t *testing.T) {

@@ -1,0 +1,77 @@
+package localenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// supervised are the control-plane components that exit by themselves when the API
+// server does not answer for longer than their leader-election lease (kube-controller-
+// manager and kube-scheduler do, by design, to let another replica lead). In a cluster
+// the kubelet restarts them; here nothing would, and a fault test that freezes the API
+// server for 20 s would leave the environment without garbage collection, ReplicaSets
+// and scheduling.
+var supervised = []string{"kube-controller-manager", "kube-scheduler"}
+
+// superviseEvery is how often the supervisor looks at them.
+const superviseEvery = time.Second
+
+// Supervise restarts the supervised components when they have exited, until ctx ends:
+// kwokctl start cluster starts exactly the components that do not run (it keeps their
+// pid files, so that kwokctl delete cluster, and Down, stop the new processes too). It
+// runs in the power wire's process, which Down stops before it deletes the cluster.
+func Supervise(ctx context.Context, e *Env) {
+	pids := filepath.Join(e.Dir, "kwok", "clusters", clusterName, "pids")
+	t := time.NewTicker(superviseEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var gone []string
+		for _, name := range supervised {
+			if f := filepath.Join(pids, name+".pid"); !running(f) {
+				// Note: kwokctl takes a zombie (a process nobody reaped) for running; the
+				// pid file goes, so that it starts the component again.
+				_ = os.Remove(f)
+				gone = append(gone, name)
+			}
+		}
+		if len(gone) == 0 {
+			continue
+		}
+		fmt.Fprintf(e.logOut(), "supervisor: %s not running; starting again\n", strings.Join(gone, ", "))
+		startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := e.kwokctl(startCtx, "start", "cluster", "--name", clusterName)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			fmt.Fprintln(e.logOut(), "supervisor:", err)
+		}
+	}
+}
+
+// running tells whether the process a pid file names runs (a zombie does not).
+func running(pidFile string) bool {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(stat))
+	return len(f) < 3 || f[2] != "Z"
+}

@@ -185,4 +185,4 @@ bench-transition: controlplane build image-host ## Benchmark day -> night -> day
 	$(BIN_DIR)/gpupool-local bench --hosts $(BENCH_HOSTS) --timeout 30m $(BENCH_FLAGS)
 
 test-e2e: controlplane build image-host ## Run the end-to-end test: the demo scenario on the local environment (the manager from the image), with assertions.
-	go test -tags e2e -count=1 -v -timeout 20m ./test/e2e/
+	go test -tags e2e -count=1 -v -timeout 40m ./test/e2e/

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -73,6 +72,15 @@ type Env struct {
 	Thumbprint string
 	// rest is the connection Client uses, for the power wire's own cache.
 	rest *rest.Config
+	// manager is how the operator was started, so that a fault test can start it again.
+	manager managerRun
+}
+
+// managerRun is the operator's command line and where it says it is ready.
+type managerRun struct {
+	certDir  string
+	args     []string
+	readyURL string
 }
 
 const clusterName = "gpupool"
@@ -550,15 +558,17 @@ func (e *Env) startOperator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := e.spawnManager(e.Kubeconfig, certDir, "--webhook-host", "127.0.0.1", "--webhook-port", strconv.Itoa(port),
-		"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(probe),
+	e.manager = managerRun{certDir: certDir, readyURL: fmt.Sprintf("http://127.0.0.1:%d/readyz", probe), args: []string{
+		"--webhook-host", "127.0.0.1", "--webhook-port", strconv.Itoa(port),
+		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe),
 		// Plain-HTTP metrics on loopback, for the demo's curl; in a cluster they are HTTPS
 		// with authentication and authorization.
-		"--metrics-bind-address", "127.0.0.1:"+strconv.Itoa(metrics), "--metrics-secure=false", "--leader-elect",
+		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metrics), "--metrics-secure=false", "--leader-elect",
 		"--leader-election-namespace", "gpupool-system", "--credentials-namespace", "gpupool-system",
 		// Profiles on loopback and log times to the nanosecond: what the benchmark's
 		// reader needs to tell where a transition's time goes.
-		"--pprof-bind-address", "127.0.0.1:"+strconv.Itoa(pprof), "--zap-time-encoding", "rfc3339nano"); err != nil {
+		"--pprof-bind-address", "127.0.0.1:" + strconv.Itoa(pprof), "--zap-time-encoding", "rfc3339nano"}}
+	if err := e.spawnManager(e.Kubeconfig, certDir, e.manager.args...); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(e.Dir, "metrics-url"), []byte(fmt.Sprintf("http://127.0.0.1:%d/metrics\n", metrics)), 0o644); err != nil {
@@ -567,23 +577,8 @@ func (e *Env) startOperator(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(e.Dir, "pprof-url"), []byte(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/\n", pprof)), 0o644); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the operator did not become ready; see %s", filepath.Join(e.Dir, "logs", "manager.log"))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	if err := e.waitManagerReady(ctx); err != nil {
+		return err
 	}
 	// The webhook, pointed at the operator on loopback.
 	webhookURL := fmt.Sprintf("https://127.0.0.1:%d/validate-gpupool-dev-v1alpha1-gpupoolprofile", port)

@@ -85,7 +85,8 @@ func TestDeletionWaitsForTasksInFlight(t *testing.T) {
 	if c := findCondition(p, gpupoolv1.ConditionReady); c == nil || c.Reason != ReasonDeleting || !strings.Contains(c.Message, "waiting for 4 vSphere task(s)") {
 		t.Errorf("Ready %+v, want Deleting and the tasks waited for", c)
 	}
-	containsAll(t, "events", h.events(), "DeletionWaitsForTasks")
+	// The first transition, before any layout was active, says where it started from.
+	containsAll(t, "events", h.events(), "DeletionWaitsForTasks", "switching from the VMs as found (no layout active yet) to \"night\"")
 	if n := h.sim.ReleaseTasks(); n != 4 {
 		t.Fatalf("released %d tasks, want the 4 power-ons", n)
 	}

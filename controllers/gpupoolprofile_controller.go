@@ -432,8 +432,17 @@ func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 		StartTime:  metav1.NewTime(s.now),
 		Generation: s.pool.Generation,
 	}
-	r.emit(s.pool, corev1.EventTypeNormal, "TransitionStarted", "transition %s: switching from %q to %q (%s): %s; plan:\n%s",
-		st.Transition.ID, st.ActiveLayout, s.decision.Layout, s.decision.Reason, s.decision.Message, p.String())
+	r.emit(s.pool, corev1.EventTypeNormal, "TransitionStarted", "transition %s: switching from %s to %q (%s): %s; plan:\n%s",
+		st.Transition.ID, fromWhat(st.ActiveLayout), s.decision.Layout, s.decision.Reason, s.decision.Message, p.String())
+}
+
+// fromWhat names where a transition starts: the active layout, or, before any layout was
+// active, the VMs as gpupool found them.
+func fromWhat(active string) string {
+	if active == "" {
+		return "the VMs as found (no layout active yet)"
+	}
+	return fmt.Sprintf("%q", active)
 }
 
 func (r *GPUPoolProfileReconciler) completeTransition(s *scope) {

@@ -199,7 +199,7 @@ func progressing(s *scope, stalledReason string, aborted bool) {
 		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonDrainBlocked, strings.Join(f.drainBlocked, "; ")+extra)
 	case st.Transition != nil:
 		t := st.Transition
-		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonTransitioning, fmt.Sprintf("transition %s from %q to %s in progress: %s%s", t.ID, t.From, t.To, stepCounts(st.Workers), extra))
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonTransitioning, fmt.Sprintf("transition %s from %s to %s in progress: %s%s", t.ID, fromWhat(t.From), t.To, stepCounts(st.Workers), extra))
 	default:
 		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonRepairing, fmt.Sprintf("repairing layout %s: %s%s", st.ActiveLayout, stepCounts(st.Workers), extra))
 	}

@@ -71,7 +71,7 @@ func TestSteerVerbsAsEditor(t *testing.T) {
 
 	// No answer, no change.
 	out, err := w.run("editor", "n\n", "switch", w.name, "night", "--for", "2h", "--reason", "driver update")
-	if err == nil || !strings.Contains(out, "parked: st-day-1, st-day-2, st-day-3, st-day-4") || !strings.Contains(out, "Set the override? [y/N]") {
+	if err == nil || !strings.Contains(err.Error(), "--yes") || !strings.Contains(out, "parked: st-day-1, st-day-2, st-day-3, st-day-4") || !strings.Contains(out, "Set the override? [y/N]") {
 		t.Fatalf("switch answered no: %v\n%s", err, out)
 	}
 	if w.get().Spec.Override != nil {

@@ -100,7 +100,7 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 		fmt.Fprintf(out, "note: the pool is paused: nothing changes until kubectl gpupool unpause %s\n", name)
 	}
 	if !o.yes && !confirm(a.streams.In, out, "Set the override?") {
-		return errors.New("not confirmed: nothing changed")
+		return errors.New("not confirmed: nothing changed (answer y at the prompt, or pass --yes to skip it)")
 	}
 	if err := patchSpec(ctx, c, p, map[string]any{"override": override}); err != nil {
 		return err

@@ -94,7 +94,7 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 	}
 	waiting, late := tasksToWaitFor(pool, s.now)
 	if len(waiting) > 0 {
-		why := "vCenter is being asked"
+		why := "vCenter reports them running"
 		if !connected {
 			why = "vCenter cannot be reached: " + cmp.Or(s.facts.vcenter, s.facts.credentials, "see the events")
 		}

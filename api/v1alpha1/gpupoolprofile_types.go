@@ -97,9 +97,13 @@ type GPUPoolProfileSpec struct {
 
 	// GuestShutdownTimeout is how long a guest may take to shut down when a VM is powered
 	// off (parking PowerOff, or a profile change). After it, or at once when the guest
-	// cannot be asked (VMware Tools not running), the VM is powered off hard.
+	// cannot be asked (VMware Tools not running), the VM is powered off hard. A duration
+	// in Go's form, as every duration of the spec: 2m, 90s, 1h30m.
 	// +kubebuilder:default="2m"
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="guestShutdownTimeout must be a positive duration such as 2m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,message=`guestShutdownTimeout must be a duration such as 2m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit)`,messageExpression=`'guestShutdownTimeout must be a duration such as 2m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self == '' ? ': leave it out for the default of 2m' : self.trim() != self && self.trim().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': remove the whitespace around it (such as a pasted newline), write ' + strings.quote(self.trim()) : self.replace(' ', '').trim().lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.replace(' ', '').trim().lowerAscii()) : self.trim().matches('^[Pp]?[0-9]+[Dd]$') ? ': a day is 24h, a week 168h' : self.trim().matches('^[Pp][Tt]') && self.trim().substring(2).lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.trim().substring(2).lowerAscii()) : '')`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) > duration('0s')`,message=`guestShutdownTimeout must be positive, such as 2m`,messageExpression=`'guestShutdownTimeout must be positive, such as 2m, not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.startsWith('-') ? ': remove the minus sign' : '')`
 	// +optional
 	GuestShutdownTimeout *metav1.Duration `json:"guestShutdownTimeout,omitempty"`
 

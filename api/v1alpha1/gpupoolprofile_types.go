@@ -44,7 +44,7 @@ type GPUPoolProfileSpec struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +listType=map
 	// +listMapKey=name
-	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.name == a.name))",message="layout names must be unique; rename or remove the duplicate layout"
+	// +kubebuilder:validation:XValidation:rule=`self.all(a, self.exists_one(b, b.name == a.name))`,message=`layout names must be unique; rename or remove the duplicate layout (the Duplicate value error names its index and name)`
 	Layouts []Layout `json:"layouts"`
 
 	// Schedule says in which time windows which layout applies.
@@ -75,9 +75,9 @@ type GPUPoolProfileSpec struct {
 	// before the transition is reported as Degraded.
 	// +kubebuilder:default="10m"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,messageExpression=`'nodeReadyTimeout must be a duration such as 10m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) > duration('0s')`,messageExpression=`'nodeReadyTimeout must be positive, such as 10m, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,message=`nodeReadyTimeout must be a duration such as 10m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit)`,messageExpression=`'nodeReadyTimeout must be a duration such as 10m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self == '' ? ': leave it out for the default of 10m' : self.trim() != self && self.trim().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': remove the whitespace around it (such as a pasted newline), write ' + strings.quote(self.trim()) : self.replace(' ', '').trim().lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.replace(' ', '').trim().lowerAscii()) : self.trim().matches('^[Pp]?[0-9]+[Dd]$') ? ': a day is 24h, a week 168h' : self.trim().matches('^[Pp][Tt]') && self.trim().substring(2).lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.trim().substring(2).lowerAscii()) : '')`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) > duration('0s')`,message=`nodeReadyTimeout must be positive, such as 10m`,messageExpression=`'nodeReadyTimeout must be positive, such as 10m, not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.startsWith('-') ? ': remove the minus sign' : '')`
 	// +optional
 	NodeReadyTimeout *metav1.Duration `json:"nodeReadyTimeout,omitempty"`
 
@@ -97,9 +97,13 @@ type GPUPoolProfileSpec struct {
 
 	// GuestShutdownTimeout is how long a guest may take to shut down when a VM is powered
 	// off (parking PowerOff, or a profile change). After it, or at once when the guest
-	// cannot be asked (VMware Tools not running), the VM is powered off hard.
+	// cannot be asked (VMware Tools not running), the VM is powered off hard. A duration
+	// in Go's form, as every duration of the spec: 2m, 90s, 1h30m.
 	// +kubebuilder:default="2m"
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="guestShutdownTimeout must be a positive duration such as 2m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,message=`guestShutdownTimeout must be a duration such as 2m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit)`,messageExpression=`'guestShutdownTimeout must be a duration such as 2m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self == '' ? ': leave it out for the default of 2m' : self.trim() != self && self.trim().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': remove the whitespace around it (such as a pasted newline), write ' + strings.quote(self.trim()) : self.replace(' ', '').trim().lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.replace(' ', '').trim().lowerAscii()) : self.trim().matches('^[Pp]?[0-9]+[Dd]$') ? ': a day is 24h, a week 168h' : self.trim().matches('^[Pp][Tt]') && self.trim().substring(2).lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.trim().substring(2).lowerAscii()) : '')`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) > duration('0s')`,message=`guestShutdownTimeout must be positive, such as 2m`,messageExpression=`'guestShutdownTimeout must be positive, such as 2m, not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.startsWith('-') ? ': remove the minus sign' : '')`
 	// +optional
 	GuestShutdownTimeout *metav1.Duration `json:"guestShutdownTimeout,omitempty"`
 
@@ -132,9 +136,12 @@ type VCenterSpec struct {
 	CredentialsSecretRef SecretReference `json:"credentialsSecretRef"`
 
 	// Thumbprint is the SHA-1 or SHA-256 fingerprint of the server certificate, as
-	// colon-separated hex pairs (the form `govc about.cert -thumbprint` prints).
-	// +kubebuilder:validation:MaxLength=95
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9A-Fa-f]{2}:){19}[0-9A-Fa-f]{2}$|^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$')",messageExpression=`'must be a SHA-1 or SHA-256 fingerprint as colon-separated hex pairs, as printed by govc about.cert -thumbprint (such as 3B:9F:...:0F), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// colon-separated hex pairs (the form `govc about.cert -thumbprint` prints after the
+	// host name). The schema allows more than the 95 characters of a SHA-256 fingerprint
+	// so that a value pasted with a newline, or a whole line of govc or openssl output,
+	// reaches the CEL rule, which says what to write.
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9A-Fa-f]{2}:){19}[0-9A-Fa-f]{2}$|^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$')`,message=`thumbprint must be a SHA-1 or SHA-256 fingerprint as colon-separated hex pairs, as govc about.cert -thumbprint prints it after the host name (such as 3B:9F:...:0F)`,messageExpression=`'thumbprint must be a SHA-1 or SHA-256 fingerprint as colon-separated hex pairs, as govc about.cert -thumbprint prints it after the host name (such as 3B:9F:...:0F), not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.trim() != self && self.trim().matches('^([0-9A-Fa-f]{2}:){19}[0-9A-Fa-f]{2}$|^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$') ? ': remove the whitespace around it (such as a pasted newline), write ' + strings.quote(self.trim()) : self.matches('[ =](([0-9A-Fa-f]{2}:){19}|([0-9A-Fa-f]{2}:){31})[0-9A-Fa-f]{2}[[:space:]]*$') ? ': write only the fingerprint, ' + strings.quote(self.find('[ =](([0-9A-Fa-f]{2}:){19}|([0-9A-Fa-f]{2}:){31})[0-9A-Fa-f]{2}[[:space:]]*$').substring(1).trim()) : self.trim().matches('^[0-9A-Fa-f]{40}$|^[0-9A-Fa-f]{64}$') ? ': put a colon between every two hex digits, such as 3B:9F:...' : '')`
 	// +optional
 	Thumbprint string `json:"thumbprint,omitempty"`
 
@@ -160,9 +167,12 @@ type SecretReference struct {
 
 // Layout is one shape of the pool.
 type Layout struct {
-	// Name identifies the layout in windows, defaultLayout and override.
-	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",messageExpression=`'must be lower-case letters, digits and \'-\', starting and ending with a letter or digit, such as night or day-small, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// Name identifies the layout in windows, defaultLayout and override: a DNS label of at
+	// most 63 characters. The CEL rule checks the length, so that a name a little too long
+	// is refused with its value and what to write; the schema's maxLength only bounds the
+	// rule's cost.
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule=`self.size() <= 63 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')`,message=`layout name must be a DNS label: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit, such as night or day-small`,messageExpression=`'layout name must be a DNS label: at most 63 lower-case letters, digits and \'-\', starting and ending with a letter or digit, such as night or day-small, not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.size() > 63 ? ': it is longer than 63 characters, shorten it' : self.trim().lowerAscii().replace(' ', '-').replace('_', '-').matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') ? ': write ' + strings.quote(self.trim().lowerAscii().replace(' ', '-').replace('_', '-')) + ' (and use that name in defaultLayout, windows and override)' : '')`
 	Name string `json:"name"`
 
 	// Workers are the VMs that run in this layout, each with its vGPU profile.
@@ -183,7 +193,7 @@ type Layout struct {
 
 // Worker is one VM of a layout.
 //
-// +kubebuilder:validation:XValidation:rule="!(has(self.noNode) && self.noNode && has(self.node))",message="set either node (the VM's Kubernetes node) or noNode: true (the VM is no Kubernetes worker), not both"
+// +kubebuilder:validation:XValidation:rule=`!(has(self.noNode) && self.noNode && has(self.node))`,message=`set either node (the VM's Kubernetes node) or noNode: true (the VM is no Kubernetes worker), not both`,messageExpression=`'set either node (the VM\'s Kubernetes node) or noNode: true (the VM is no Kubernetes worker), not both: remove node ' + strings.quote(self.node.size() > 64 ? self.node.substring(0, 64) + '...' : self.node) + ' or noNode'`
 type Worker struct {
 	// VM is the VM's name, or its inventory path such as /dc1/vm/gpu/worker-1.
 	// +kubebuilder:validation:MinLength=1
@@ -196,7 +206,7 @@ type Worker struct {
 	// It is written into the node label gpupool.dev/vgpu-profile, hence at most 63
 	// characters. The pattern is inventory.ProfileNamePattern (a test keeps them equal).
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:XValidation:rule="self.matches('^(grid|nvidia)_[a-z][a-z0-9]*-([1-7]-[1-9][0-9]{0,2}(c|cme)|[0-9]{1,3}(a|b|c|q))$')",messageExpression=`'must be an NVIDIA vGPU type name as govc gpu.host.profile.ls lists it, such as grid_p100-4q, nvidia_a100-3-20c (MIG-backed) or nvidia_h100xm-1-10cme (MIG with media extensions), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(grid|nvidia)_[a-z][a-z0-9]*-([1-7]-[1-9][0-9]{0,2}(c|cme)|[0-9]{1,3}(a|b|c|q))$')",message=`profile must be an NVIDIA vGPU type name as govc gpu.host.profile.ls lists it, such as grid_p100-4q, nvidia_a100-3-20c (MIG-backed) or nvidia_h100xm-1-10cme (MIG with media extensions)`,messageExpression=`'profile must be an NVIDIA vGPU type name as govc gpu.host.profile.ls lists it, such as grid_p100-4q, nvidia_a100-3-20c (MIG-backed) or nvidia_h100xm-1-10cme (MIG with media extensions), not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.trim() != self && self.trim().lowerAscii().matches('^(grid|nvidia)_[a-z][a-z0-9]*-([1-7]-[1-9][0-9]{0,2}(c|cme)|[0-9]{1,3}(a|b|c|q))$') ? ': remove the whitespace around it (such as a pasted newline), write ' + strings.quote(self.trim().lowerAscii()) : self.trim().lowerAscii().matches('^(grid|nvidia)_[a-z][a-z0-9]*-([1-7]-[1-9][0-9]{0,2}(c|cme)|[0-9]{1,3}(a|b|c|q))$') ? ': write it in lower case, ' + strings.quote(self.trim().lowerAscii()) : ('grid_' + self.trim().lowerAscii()).matches('^(grid|nvidia)_[a-z][a-z0-9]*-([1-7]-[1-9][0-9]{0,2}(c|cme)|[0-9]{1,3}(a|b|c|q))$') ? ': start it with grid_ or nvidia_ as vSphere lists it, such as ' + strings.quote('grid_' + self.trim().lowerAscii()) : self.matches('^(grid|nvidia)_[a-z][a-z0-9]*-([0-9]+-)?[0-9]{4,}') ? ': the frame buffer has at most 3 digits (GiB), such as grid_a100-40c' : '')`
 	Profile string `json:"profile"`
 
 	// VGPUs is how many vGPUs of Profile the VM carries in this layout, such as 2 for a
@@ -205,7 +215,7 @@ type Worker struct {
 	// one profile guarantees. Default 1.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=16
-	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 16",message="must be between 1 and 16 vGPUs of the profile per VM; leave it out for one vGPU"
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 16",message="vgpus must be between 1 and 16 vGPUs of the profile per VM; leave it out for one vGPU",messageExpression=`'vgpus must be between 1 and 16 vGPUs of the profile per VM, not ' + (self < 0 ? 'negative' : self == 0 ? '0' : 'more than 16') + '; leave it out for one vGPU'`
 	// +optional
 	VGPUs int32 `json:"vgpus,omitempty"`
 
@@ -242,9 +252,9 @@ type Schedule struct {
 	// LeadTime starts a switch this long before its boundary, so that the new layout is
 	// ready on time.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,messageExpression=`'leadTime must be a duration such as 10m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) >= duration('0s')`,messageExpression=`'leadTime must be zero or positive, such as 10m, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,message=`leadTime must be a duration such as 10m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit)`,messageExpression=`'leadTime must be a duration such as 10m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self == '' ? ': leave it out for no lead time' : self.trim() != self && self.trim().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': remove the whitespace around it (such as a pasted newline), write ' + strings.quote(self.trim()) : self.replace(' ', '').trim().lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.replace(' ', '').trim().lowerAscii()) : self.trim().matches('^[Pp]?[0-9]+[Dd]$') ? ': a day is 24h, a week 168h' : self.trim().matches('^[Pp][Tt]') && self.trim().substring(2).lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.trim().substring(2).lowerAscii()) : '')`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) >= duration('0s')`,message=`leadTime must be zero or positive, such as 10m`,messageExpression=`'leadTime must be zero or positive, such as 10m, not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.startsWith('-') ? ': remove the minus sign' : '')`
 	// +optional
 	LeadTime *metav1.Duration `json:"leadTime,omitempty"`
 
@@ -253,9 +263,9 @@ type Schedule struct {
 	// gpupool.dev/draining-soon:PreferNoSchedule and the annotation gpupool.dev/drain-at
 	// (RFC 3339). Unset: leadTime when it is positive, else 15m. 0s: no warning.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,messageExpression=`'warnAhead must be a duration such as 15m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) >= duration('0s')`,messageExpression=`'warnAhead must be zero (no warning) or positive, such as 15m, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,message=`warnAhead must be a duration such as 15m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit)`,messageExpression=`'warnAhead must be a duration such as 15m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self == '' ? ': leave it out for the default (leadTime when it is positive, else 15m), or write 0s for no warning' : self.trim() != self && self.trim().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': remove the whitespace around it (such as a pasted newline), write ' + strings.quote(self.trim()) : self.replace(' ', '').trim().lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.replace(' ', '').trim().lowerAscii()) : self.trim().matches('^[Pp]?[0-9]+[Dd]$') ? ': a day is 24h, a week 168h' : self.trim().matches('^[Pp][Tt]') && self.trim().substring(2).lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.trim().substring(2).lowerAscii()) : '')`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) >= duration('0s')`,message=`warnAhead must be zero (no warning) or positive, such as 15m`,messageExpression=`'warnAhead must be zero (no warning) or positive, such as 15m, not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.startsWith('-') ? ': remove the minus sign' : '')`
 	// +optional
 	WarnAhead *metav1.Duration `json:"warnAhead,omitempty"`
 }
@@ -273,9 +283,9 @@ type Window struct {
 
 	// Duration is how long the window stays open after each start, such as 12h.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,messageExpression=`'duration must be a duration such as 12h, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) > duration('0s')`,messageExpression=`'duration must be positive, such as 12h, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,message=`duration must be a duration such as 12h, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit)`,messageExpression=`'duration must be a duration such as 12h, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self == '' ? ': write how long the window stays open, such as 12h' : self.trim() != self && self.trim().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': remove the whitespace around it (such as a pasted newline), write ' + strings.quote(self.trim()) : self.replace(' ', '').trim().lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.replace(' ', '').trim().lowerAscii()) : self.trim().matches('^[Pp]?[0-9]+[Dd]$') ? ': a day is 24h, a week 168h' : self.trim().matches('^[Pp][Tt]') && self.trim().substring(2).lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.trim().substring(2).lowerAscii()) : '')`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) > duration('0s')`,message=`duration must be positive, such as 12h`,messageExpression=`'duration must be positive, such as 12h, not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.startsWith('-') ? ': remove the minus sign' : '')`
 	Duration metav1.Duration `json:"duration"`
 
 	// Priority orders overlapping windows: the higher wins.
@@ -311,7 +321,7 @@ type ReadinessSpec struct {
 	// mixed strategy nvidia.com/mig-<slice>: set it to what the nodes advertise.
 	// +kubebuilder:default="nvidia.com/gpu"
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:XValidation:rule=`self == '' || (self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$') && !self.matches('^([^/]*[.])?kubernetes[.]io/') && !self.startsWith('requests.'))`,messageExpression=`'readiness.gpuResource must be an extended resource name with a domain prefix that is not kubernetes.io and does not start with requests. (such as nvidia.com/gpu or nvidia.com/gpu.shared), or "" to not wait for GPUs, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +kubebuilder:validation:XValidation:rule=`self == '' || (self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$') && !self.matches('^([^/]*[.])?kubernetes[.]io/') && !self.startsWith('requests.'))`,message=`readiness.gpuResource must be an extended resource name with a domain prefix that is not kubernetes.io and does not start with requests. (such as nvidia.com/gpu or nvidia.com/gpu.shared), or "" to not wait for GPUs`,messageExpression=`'readiness.gpuResource must be an extended resource name with a domain prefix that is not kubernetes.io and does not start with requests. (such as nvidia.com/gpu or nvidia.com/gpu.shared), or "" to not wait for GPUs, not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.trim() != self && (self.trim() == '' || (self.trim().matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$') && !self.trim().matches('^([^/]*[.])?kubernetes[.]io/') && !self.trim().startsWith('requests.'))) ? ': remove the whitespace around it (such as a pasted newline), write ' + strings.quote(self.trim()) : self.startsWith('requests.') ? ': that is the ResourceQuota form, write ' + strings.quote(self.substring(9)) : !self.contains('/') ? ': add the device plugin\'s domain, such as nvidia.com/gpu' : '')`
 	// +optional
 	GPUResource *string `json:"gpuResource,omitempty"`
 
@@ -350,9 +360,9 @@ type DrainSpec struct {
 	// Timeout is how long a drain may take.
 	// +kubebuilder:default="10m"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,messageExpression=`'drain.timeout must be a duration such as 10m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) > duration('0s')`,messageExpression=`'drain.timeout must be positive, such as 10m, not "' + (self.size() > 64 ? self.substring(0, 64) + '...' : self) + '"'`
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,message=`drain.timeout must be a duration such as 10m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit)`,messageExpression=`'drain.timeout must be a duration such as 10m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self == '' ? ': leave it out for the default of 10m' : self.trim() != self && self.trim().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': remove the whitespace around it (such as a pasted newline), write ' + strings.quote(self.trim()) : self.replace(' ', '').trim().lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.replace(' ', '').trim().lowerAscii()) : self.trim().matches('^[Pp]?[0-9]+[Dd]$') ? ': a day is 24h, a week 168h' : self.trim().matches('^[Pp][Tt]') && self.trim().substring(2).lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.trim().substring(2).lowerAscii()) : '')`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) > duration('0s')`,message=`drain.timeout must be positive, such as 10m`,messageExpression=`'drain.timeout must be positive, such as 10m, not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.startsWith('-') ? ': remove the minus sign' : '')`
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
@@ -702,7 +712,7 @@ type TransitionRecord struct {
 //
 // The name is the value of the gpupool.dev/pool label on the pool's nodes, so it must be
 // a valid label value: at most 63 characters (the object-name rules do the rest).
-// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name is longer than 63 characters; gpupool writes the pool name into the node label gpupool.dev/pool, whose values are at most 63 characters: choose a shorter name"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name is longer than 63 characters; gpupool writes the pool name into the node label gpupool.dev/pool, whose values are at most 63 characters: choose a shorter name",messageExpression=`'metadata.name is longer than 63 characters: ' + strings.quote(self.metadata.name.size() > 64 ? self.metadata.name.substring(0, 64) + '...' : self.metadata.name) + '; gpupool writes the pool name into the node label gpupool.dev/pool, whose values are at most 63 characters: choose a shorter name'`
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=gpp,categories=gpupool

@@ -87,7 +87,11 @@ controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kube-sched
 # 'make test TEST_CLOCK_BASE=2031-03-15T07:00:00+01:00' (internal/testclock).
 .PHONY: test
 test: controlplane $(HELM) ## Run all tests (unit, envtest, the chart and install manifests), building the control plane and helm first if needed.
-	HELM=$(HELM) go test $(GO_TEST_FLAGS) -skip '^TestFaultMatrix$$' ./...
+	HELM=$(HELM) go test $(GO_TEST_FLAGS) -skip '^(TestFaultMatrix|TestDifferential.*)$$' ./...
+	@# The differential tests compare the planner with vgpusim over many random worlds: the
+	@# models, not concurrency, are under test (vgpusim's concurrency is tested with -race
+	@# above), and the race detector made them the slowest part of the suite.
+	go test -count=1 -run '^TestDifferential' ./test/vgpusim/
 	@# The fault matrix on its own, verbose, so that its table of counts is printed.
 	go test $(GO_TEST_FLAGS) -run '^TestFaultMatrix$$' -v ./controllers/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|fault matrix'
 

@@ -17,8 +17,8 @@ import (
 // the kubelet restarts them; here nothing would, and a fault test that freezes the API
 // server for 20 s would leave the environment without garbage collection, ReplicaSets
 // and scheduling.
-// kwok (the kubelets' stand-in) is restarted too, should it exit.
-var supervised = []string{"kube-controller-manager", "kube-scheduler", "kwok"}
+// kwok (the kubelets' stand-in, pid file kwok-controller.pid) is restarted too, should it exit.
+var supervised = []string{"kube-controller-manager", "kube-scheduler", "kwok-controller"}
 
 // superviseEvery is how often the supervisor looks at them.
 const superviseEvery = time.Second

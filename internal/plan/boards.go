@@ -86,9 +86,11 @@ func (a *analysis) boardShortage(ha *hostAnalysis, ds []demand) string {
 		}
 		var own, other []string
 		var limits []string
+		ownMixed := false
 		for i, g := range h.GPUs {
 			switch h.RunsOn(i, d.profile.Name) {
 			case inventory.Runs:
+				ownMixed = ownMixed || g.Mixed()
 				own = append(own, fmt.Sprintf("GPU %s (%s, %s mode, %s)", g.PCIID, gib(g.MemoryMiB), modeName(g), a.runsWhat(ha, i)))
 				if l := mixedLimit(g, d.profile); l != "" && !slices.Contains(limits, l) {
 					limits = append(limits, l)
@@ -99,6 +101,9 @@ func (a *analysis) boardShortage(ha *hostAnalysis, ds []demand) string {
 		}
 		if len(other) == 0 {
 			continue
+		}
+		if ownMixed {
+			limits = append(limits, "in mixed-size mode a vGPU starts only at the placement IDs NVIDIA lists for its size, and vSphere does not report where running vGPUs sit, so gpupool counts only the places free wherever they sit")
 		}
 		board := inventory.DescribeProfileBoard(d.profile.Name)
 		msg := fmt.Sprintf("host %s: layout %s needs %d x %s (%s), but a vGPU type runs only on GPUs of its own board, and ", h.Name, a.layout.Name, d.count, d.profile.Name, board)

@@ -46,7 +46,9 @@ type Board struct {
 // (pci-ids.ucw.cz: 27b8 "AD104GL [L4]", 26b5 "AD102GL [L40]", 26b9 "AD102GL [L40S]",
 // 2235 "GA102GL [A40]", 2236 "GA102GL [A10]", 25b6 "GA107GL [A2 / A16]", 1eb8 "TU104GL
 // [Tesla T4]", 15f7/15f8/15f9 "GP100GL [Tesla P100 PCIe 12GB / PCIe 16GB / SXM2 16GB]",
-// 1b38 Tesla P40, 13bd "GM107GL [Tesla M10]", 13f2 "GM204GL [Tesla M60]").
+// 1b38 Tesla P40, 13bd "GM107GL [Tesla M10]", 13f2 "GM204GL [Tesla M60]"). A.1 says
+// "This GPU does not support mixed-size mode" for the Tesla T4 (A.1.17) and M10 (A.1.16);
+// Tesla P100, P40 and M60 are not in vGPU 17's list and count as without it too.
 var boards = []Board{
 	{Name: "NVIDIA L4", Token: "l4", MemGiB: 24, Ada: true, Mixed: true, ids: []uint16{0x27b8}, words: []string{"L4"}},
 	{Name: "NVIDIA L40", Token: "l40", MemGiB: 48, Ada: true, Mixed: true, ids: []uint16{0x26b5}, words: []string{"L40"}},

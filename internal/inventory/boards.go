@@ -201,15 +201,15 @@ const (
 // a host with GPUs of several kinds the answer is Unsure, which gpupool treats as does
 // not run and reports (the planner starts no vGPU of that type on the host).
 func (h *Host) RunsOn(i int, profile string) Verdict {
-	gb, gok, _ := BoardOf(h.GPUs[i])
-	pb, pok := kindOf(profile).board, kindOf(profile).known
-	switch {
-	case gok && pok:
-		if gb.Token == pb {
-			return Runs
+	if k := kindOf(profile); k.known {
+		if gb, ok, _ := BoardOf(h.GPUs[i]); ok {
+			if gb.Token == k.board {
+				return Runs
+			}
+			return OtherBoard
 		}
-		return OtherBoard
-	case h.OneKind():
+	}
+	if h.OneKind() {
 		return Runs
 	}
 	return Unsure
@@ -218,6 +218,13 @@ func (h *Host) RunsOn(i int, profile string) Verdict {
 // OneKind tells whether the host's GPUs are all of one kind: the same identified board,
 // or, when not identified, the same device name and PCI device id.
 func (h *Host) OneKind() bool {
+	same := true
+	for i := 1; i < len(h.GPUs) && same; i++ {
+		same = h.GPUs[i].Device == h.GPUs[0].Device && h.GPUs[i].DeviceID == h.GPUs[0].DeviceID
+	}
+	if same {
+		return true
+	}
 	for i := 1; i < len(h.GPUs); i++ {
 		if kindKey(h.GPUs[i]) != kindKey(h.GPUs[0]) {
 			return false

@@ -38,7 +38,7 @@ func (a *analysis) unsureBoards(ha *hostAnalysis, starting []*member) string {
 		if len(gpus) == 0 {
 			continue
 		}
-		msgs = append(msgs, fmt.Sprintf("it cannot tell whether %s (%s) runs on %s",
+		msgs = append(msgs, fmt.Sprintf("cannot tell whether %s (%s) runs on %s",
 			p, inventory.DescribeProfileBoard(p), strings.Join(gpus, ", nor on ")))
 	}
 	if len(msgs) == 0 {
@@ -50,16 +50,37 @@ func (a *analysis) unsureBoards(ha *hostAnalysis, starting []*member) string {
 			vms = append(vms, m.vm.Name)
 		}
 	}
-	return fmt.Sprintf("host %s: a vGPU type runs only on GPUs of its own board, and the host's GPUs are of several kinds (%s), but %s; gpupool starts no such vGPU on the host (%s of layout %s). Start these VMs on a host whose GPUs gpupool identifies, or report the device name and PCI device id of the GPU so that gpupool learns its board",
+	return fmt.Sprintf("host %s: a vGPU type runs only on GPUs of its own board, and the host's GPUs are of several kinds (%s), but gpupool %s; it starts no such vGPU on the host (%s of layout %s). Start these VMs on a host whose GPUs gpupool identifies, or report the device name and PCI device id of the GPU so that gpupool learns its board",
 		h.Name, hostBoards(h), strings.Join(msgs, "; "), vmList(vms), a.layout.Name)
 }
 
 // unsureGPU describes a GPU whose board gpupool cannot match with p's.
 func unsureGPU(g inventory.GPU, p string) string {
 	if _, ok, why := inventory.BoardOf(g); !ok {
-		return fmt.Sprintf("GPU %s (%s: gpupool cannot identify its board: %s)", g.PCIID, g.Describe(), why)
+		return fmt.Sprintf("GPU %s, whose board gpupool cannot identify from %s (%s)", g.PCIID, reported(g), why)
 	}
-	return fmt.Sprintf("GPU %s (%s: gpupool does not know the board of %s)", g.PCIID, g.Describe(), p)
+	return fmt.Sprintf("GPU %s, %s, as gpupool does not know the board of %s", g.PCIID, withArticle(g.Describe()), p)
+}
+
+// reported writes what a GPU reports of its device: `device name "NVIDIA X9" and PCI
+// device id 0x2999`.
+func reported(g inventory.GPU) string {
+	name, id := "no device name", "no PCI device id"
+	if g.Device != "" {
+		name = fmt.Sprintf("device name %q", g.Device)
+	}
+	if g.DeviceID != 0 {
+		id = fmt.Sprintf("PCI device id 0x%04x", g.DeviceID)
+	}
+	return name + " and " + id
+}
+
+// withArticle writes a board with its article: "an NVIDIA L4", "a Tesla T4".
+func withArticle(board string) string {
+	if strings.HasPrefix(board, "NVIDIA") || strings.ContainsAny(board[:1], "AEIOU") {
+		return "an " + board
+	}
+	return "a " + board
 }
 
 // hostBoards lists a host's GPUs with their boards: "GPU 0000:3b:00.0 is an NVIDIA L4,
@@ -67,7 +88,11 @@ func unsureGPU(g inventory.GPU, p string) string {
 func hostBoards(h *inventory.Host) string {
 	parts := make([]string, len(h.GPUs))
 	for i, g := range h.GPUs {
-		parts[i] = fmt.Sprintf("GPU %s is %s", g.PCIID, g.Describe())
+		if _, ok, _ := inventory.BoardOf(g); ok {
+			parts[i] = fmt.Sprintf("GPU %s is %s", g.PCIID, withArticle(g.Describe()))
+		} else {
+			parts[i] = fmt.Sprintf("GPU %s reports %s", g.PCIID, reported(g))
+		}
 	}
 	return strings.Join(parts, ", ")
 }
@@ -96,7 +121,7 @@ func (a *analysis) boardShortage(ha *hostAnalysis, ds []demand) string {
 					limits = append(limits, l)
 				}
 			case inventory.OtherBoard:
-				other = append(other, fmt.Sprintf("GPU %s is %s and runs only its own types", g.PCIID, g.Describe()))
+				other = append(other, fmt.Sprintf("GPU %s is %s and runs only its own types", g.PCIID, withArticle(g.Describe())))
 			}
 		}
 		if len(other) == 0 {

@@ -58,14 +58,14 @@ func TestBoardsMixedInOneHost(t *testing.T) {
 	}{
 		{"the issue: 2 x grid_l4-16c on an L4 and an A16, mixed-size", mixed, mixed, []gpupoolv1.Worker{wk("grid_l4-16c", 2)}, false,
 			[]string{"host esx-01", "2 x grid_l4-16c (NVIDIA L4)", "runs only on GPUs of its own board", "GPU 0000:3b:00.0 (24 GiB, mixed-size mode, free)",
-				"lists no vGPU of 16 GiB in mixed-size mode", "GPU 0000:af:00.0 is NVIDIA A16", "register the VMs on a host with more NVIDIA L4 GPUs"}},
+				"lists no vGPU of 16 GiB in mixed-size mode", "GPU 0000:af:00.0 is an NVIDIA A16", "register the VMs on a host with more NVIDIA L4 GPUs"}},
 		{"2 x grid_l4-16c, same-size: one fits the L4, the A16 takes none", same, same, []gpupoolv1.Worker{wk("grid_l4-16c", 2)}, false,
-			[]string{"2 x grid_l4-16c (NVIDIA L4)", "is the only NVIDIA L4 GPU", "GPU 0000:af:00.0 is NVIDIA A16 and runs only its own types"}},
+			[]string{"2 x grid_l4-16c (NVIDIA L4)", "is the only NVIDIA L4 GPU", "GPU 0000:af:00.0 is an NVIDIA A16 and runs only its own types"}},
 		{"3 x grid_l4-8c, mixed-size: NVIDIA allows 2 on the L4", mixed, mixed, []gpupoolv1.Worker{wk("grid_l4-8c", 1), wk("grid_l4-8c", 1), wk("grid_l4-8c", 1)}, false,
 			[]string{"3 x grid_l4-8c (NVIDIA L4)", "allows at most 2 x grid_l4-8c per GPU in mixed-size mode", "24 GB"}},
 		{"3 x grid_l4-8c, same-size: the L4's frame buffer holds 3", same, mixed, []gpupoolv1.Worker{wk("grid_l4-8c", 1), wk("grid_l4-8c", 1), wk("grid_l4-8c", 1)}, true, nil},
 		{"4 x grid_l4-8c, same-size: not on the A16", same, same, []gpupoolv1.Worker{wk("grid_l4-8c", 2), wk("grid_l4-8c", 2)}, false,
-			[]string{"4 x grid_l4-8c (NVIDIA L4)", "GPU 0000:af:00.0 is NVIDIA A16"}},
+			[]string{"4 x grid_l4-8c (NVIDIA L4)", "GPU 0000:af:00.0 is an NVIDIA A16"}},
 		{"each board its own types, mixed-size", mixed, mixed, []gpupoolv1.Worker{wk("grid_l4-8c", 2), wk("grid_a16-8q", 1), wk("grid_a16-4q", 1), wk("grid_l4-4c", 1)}, true, nil},
 		{"each board its own types, same-size", same, same, []gpupoolv1.Worker{wk("grid_l4-12c", 2), wk("grid_a16-4q", 1), wk("grid_a16-4q", 1)}, true, nil},
 		{"C next to Q on the A16, mixed-size: series family", same, mixed, []gpupoolv1.Worker{wk("grid_a16-8q", 1), wk("grid_a16-8c", 1)}, false,
@@ -121,8 +121,8 @@ func TestUnknownBoardIsConservative(t *testing.T) {
 	if len(ps) != 1 || ps[0].Reason != ReasonInsufficientGPU {
 		t.Fatalf("Check:\n%s", problemLines(ps))
 	}
-	for _, c := range []string{"host esx-01", "GPU 0000:af:00.0", `"NVIDIA X9" (PCI device id 0x2999)`, "cannot identify its board",
-		"grid_l4-8c (NVIDIA L4)", "GPU 0000:3b:00.0 is NVIDIA L4", "VM vm-0", "report the device name and PCI device id"} {
+	for _, c := range []string{"host esx-01", "GPU 0000:af:00.0", `device name "NVIDIA X9" and PCI device id 0x2999`, "cannot identify",
+		"grid_l4-8c (NVIDIA L4)", "GPU 0000:3b:00.0 is an NVIDIA L4", "VM vm-0", "report the device name and PCI device id"} {
 		if !strings.Contains(ps[0].Message, c) {
 			t.Errorf("message %q does not contain %q", ps[0].Message, c)
 		}

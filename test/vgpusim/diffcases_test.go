@@ -36,7 +36,7 @@ func knownTooStrict(problems []plan.Problem) string {
 		switch {
 		case p.Reason != plan.ReasonInsufficientGPU:
 			return ""
-		case strings.Contains(p.Message, "cannot identify its board") || strings.Contains(p.Message, "does not know the board of"):
+		case strings.Contains(p.Message, "whose board gpupool cannot identify") || strings.Contains(p.Message, "does not know the board of"):
 			class = "unknownBoard"
 		case !strings.Contains(p.Message, "does not report where running vGPUs sit"):
 			return ""

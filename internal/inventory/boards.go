@@ -29,10 +29,11 @@ type Board struct {
 	MemGiB int64
 	// Ada tells the GPU architecture Ada Lovelace, whose 48 GB placement table differs.
 	Ada bool
-	// Mixed tells whether NVIDIA supports mixed-size mode on it: the vGPU user guide's
-	// tables give "Maximum vGPUs per GPU in Mixed-Size Mode", or say "This GPU does not
-	// support mixed-size mode" (Tesla T4, M10, ...).
-	Mixed bool
+	// NoMixedSize: NVIDIA's vGPU user guide says of it "This GPU does not support
+	// mixed-size mode" (Tesla T4, A.1.17; Tesla M10, A.1.16). Boards whose tables give
+	// "Maximum vGPUs per GPU in Mixed-Size Mode" support it; of the others (Tesla P100,
+	// P40, M60, which vGPU 17 does not list) the guide says nothing.
+	NoMixedSize bool
 	// ids are the PCI device ids (vendor 10de) of the board. 0x25b6 is both the A2 and
 	// the A16 (GA107GL, "[A2 / A16]" in the PCI id database): the name decides.
 	ids []uint16
@@ -46,23 +47,21 @@ type Board struct {
 // (pci-ids.ucw.cz: 27b8 "AD104GL [L4]", 26b5 "AD102GL [L40]", 26b9 "AD102GL [L40S]",
 // 2235 "GA102GL [A40]", 2236 "GA102GL [A10]", 25b6 "GA107GL [A2 / A16]", 1eb8 "TU104GL
 // [Tesla T4]", 15f7/15f8/15f9 "GP100GL [Tesla P100 PCIe 12GB / PCIe 16GB / SXM2 16GB]",
-// 1b38 Tesla P40, 13bd "GM107GL [Tesla M10]", 13f2 "GM204GL [Tesla M60]"). A.1 says
-// "This GPU does not support mixed-size mode" for the Tesla T4 (A.1.17) and M10 (A.1.16);
-// Tesla P100, P40 and M60 are not in vGPU 17's list and count as without it too.
+// 1b38 Tesla P40, 13bd "GM107GL [Tesla M10]", 13f2 "GM204GL [Tesla M60]").
 var boards = []Board{
-	{Name: "NVIDIA L4", Token: "l4", MemGiB: 24, Ada: true, Mixed: true, ids: []uint16{0x27b8}, words: []string{"L4"}},
-	{Name: "NVIDIA L40", Token: "l40", MemGiB: 48, Ada: true, Mixed: true, ids: []uint16{0x26b5}, words: []string{"L40"}},
-	{Name: "NVIDIA L40S", Token: "l40s", MemGiB: 48, Ada: true, Mixed: true, ids: []uint16{0x26b9}, words: []string{"L40S"}},
-	{Name: "NVIDIA A40", Token: "a40", MemGiB: 48, Mixed: true, ids: []uint16{0x2235}, words: []string{"A40"}},
-	{Name: "NVIDIA A10", Token: "a10", MemGiB: 24, Mixed: true, ids: []uint16{0x2236}, words: []string{"A10"}},
-	{Name: "NVIDIA A16", Token: "a16", MemGiB: 16, Mixed: true, ids: []uint16{0x25b6}, words: []string{"A16"}},
-	{Name: "NVIDIA A2", Token: "a2", MemGiB: 16, Mixed: true, ids: []uint16{0x25b6}, words: []string{"A2"}},
-	{Name: "Tesla T4", Token: "t4", MemGiB: 16, ids: []uint16{0x1eb8}, words: []string{"T4"}},
+	{Name: "NVIDIA L4", Token: "l4", MemGiB: 24, Ada: true, ids: []uint16{0x27b8}, words: []string{"L4"}},
+	{Name: "NVIDIA L40", Token: "l40", MemGiB: 48, Ada: true, ids: []uint16{0x26b5}, words: []string{"L40"}},
+	{Name: "NVIDIA L40S", Token: "l40s", MemGiB: 48, Ada: true, ids: []uint16{0x26b9}, words: []string{"L40S"}},
+	{Name: "NVIDIA A40", Token: "a40", MemGiB: 48, ids: []uint16{0x2235}, words: []string{"A40"}},
+	{Name: "NVIDIA A10", Token: "a10", MemGiB: 24, ids: []uint16{0x2236}, words: []string{"A10"}},
+	{Name: "NVIDIA A16", Token: "a16", MemGiB: 16, ids: []uint16{0x25b6}, words: []string{"A16"}},
+	{Name: "NVIDIA A2", Token: "a2", MemGiB: 16, ids: []uint16{0x25b6}, words: []string{"A2"}},
+	{Name: "Tesla T4", Token: "t4", MemGiB: 16, NoMixedSize: true, ids: []uint16{0x1eb8}, words: []string{"T4"}},
 	{Name: "Tesla P100 PCIe 16GB", Token: "p100", MemGiB: 16, ids: []uint16{0x15f8}, words: []string{"P100"}, unless: []string{"12GB", "SXM2"}},
 	{Name: "Tesla P100 PCIe 12GB", Token: "p100c", MemGiB: 12, ids: []uint16{0x15f7}, words: []string{"P100", "12GB"}},
 	{Name: "Tesla P100 SXM2 16GB", Token: "p100x", MemGiB: 16, ids: []uint16{0x15f9}, words: []string{"P100", "SXM2"}},
 	{Name: "Tesla P40", Token: "p40", MemGiB: 24, ids: []uint16{0x1b38}, words: []string{"P40"}},
-	{Name: "Tesla M10", Token: "m10", MemGiB: 8, ids: []uint16{0x13bd}, words: []string{"M10"}},
+	{Name: "Tesla M10", Token: "m10", MemGiB: 8, NoMixedSize: true, ids: []uint16{0x13bd}, words: []string{"M10"}},
 	{Name: "Tesla M60", Token: "m60", MemGiB: 8, ids: []uint16{0x13f2}, words: []string{"M60"}},
 }
 

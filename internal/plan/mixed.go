@@ -14,13 +14,13 @@ import (
 // NVIDIA supports mixed-size mode from vGPU 17 on, on some GPUs only. Only GPUs that
 // report sameSize explicitly are proposed: a host before 8.0.3 reports no mode and has
 // no mixed-size mode to switch to; nor are GPUs of a board for which NVIDIA's vGPU user
-// guide says "This GPU does not support mixed-size mode" (inventory.Board.Mixed).
+// guide says "This GPU does not support mixed-size mode" (inventory.Board.NoMixedSize).
 func mixedHint(h *inventory.Host, freed []inventory.Occupancy, ds []demand) string {
 	mixed := *h
 	mixed.GPUs = slices.Clone(h.GPUs)
 	var switched []string
 	for i, g := range mixed.GPUs {
-		if b, known, _ := inventory.BoardOf(g); g.Mode == inventory.ModeSameSize && (!known || b.Mixed) {
+		if b, _, _ := inventory.BoardOf(g); g.Mode == inventory.ModeSameSize && !b.NoMixedSize {
 			mixed.GPUs[i].Mode = inventory.ModeMixedSize
 			switched = append(switched, g.PCIID)
 		}

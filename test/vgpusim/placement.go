@@ -30,6 +30,8 @@ import (
 //   - NVIDIA AI Enterprise, Multi-vGPU: one VM may have several vGPUs "with differing
 //     amounts of frame buffer ... provided the board type and the series of all the vGPUs
 //     are the same"; they may sit on one physical GPU or on several.
+//   - The board rule, NVIDIA's mixed-size placement-ID tables and the 32-vGPU cap:
+//     boards.go.
 
 // vGPU modes, as vSphere names them.
 const (

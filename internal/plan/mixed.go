@@ -70,6 +70,9 @@ func (a *analysis) slotShortage(ha *hostAnalysis, ds []demand) string {
 		gpus = append(gpus, fmt.Sprintf("GPU %s (%s, %s mode) %s", g.PCIID, gib(g.MemoryMiB), mode, what))
 		if g.Mixed() {
 			for _, d := range ds {
+				if h.RunsOn(i, d.profile.Name) != inventory.Runs {
+					continue
+				}
 				if l := mixedLimit(g, d.profile); l != "" && !slices.Contains(limits, l) {
 					limits = append(limits, l)
 				}

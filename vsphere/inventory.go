@@ -26,7 +26,7 @@ var (
 		"name", "config.graphicsInfo", "config.sharedPassthruGpuTypes",
 		"config.sharedGpuCapabilities", "config.graphicsConfig",
 		"parent", "runtime.connectionState", "runtime.inMaintenanceMode", "recentTask",
-		"datastore",
+		"datastore", "hardware.pciDevice",
 	}
 	// taskProps tell a host's EnterMaintenanceMode_Task that is queued or running.
 	hostTaskProps = []string{"info.descriptionId", "info.state"}
@@ -254,11 +254,12 @@ func (c *client) host(ctx context.Context, h mo.HostSystem, envBrowser types.Man
 	if gc := cfg.GraphicsConfig; gc != nil && gc.SharedPassthruAssignmentPolicy == inventory.PolicyConsolidation {
 		out.Policy = inventory.PolicyConsolidation
 	}
+	ids := pciDeviceIDs(h)
 	for _, g := range cfg.GraphicsInfo {
 		if !isVGPUCapable(g) {
 			continue
 		}
-		gpu := inventory.GPU{PCIID: g.PciId, Device: g.DeviceName, MemoryMiB: g.MemorySizeInKB / 1024, Mode: vgpuMode(g, cfg.GraphicsConfig)}
+		gpu := inventory.GPU{PCIID: g.PciId, Device: g.DeviceName, DeviceID: ids[g.PciId], MemoryMiB: g.MemorySizeInKB / 1024, Mode: vgpuMode(g, cfg.GraphicsConfig)}
 		for _, ref := range g.Vm {
 			if name, ok := vmNames[ref]; ok {
 				gpu.VMs = append(gpu.VMs, name)
@@ -291,6 +292,25 @@ func (c *client) host(ctx context.Context, h mo.HostSystem, envBrowser types.Man
 	}
 	return out
 }
+
+// pciDeviceIDs are the PCI device ids of the host's NVIDIA devices by PCI address
+// (hardware.pciDevice[].id, such as 0000:3b:00.0, the address graphicsInfo[].pciId
+// names): with the device name they tell a GPU's board (inventory.BoardOf).
+func pciDeviceIDs(h mo.HostSystem) map[string]uint16 {
+	out := map[string]uint16{}
+	if h.Hardware == nil {
+		return out
+	}
+	for _, d := range h.Hardware.PciDevice {
+		if uint16(d.VendorId) == nvidiaVendorID {
+			out[d.Id] = uint16(d.DeviceId)
+		}
+	}
+	return out
+}
+
+// nvidiaVendorID is NVIDIA's PCI vendor id.
+const nvidiaVendorID = 0x10de
 
 // vgpuMode is the GPU's vGPU mode: graphicsInfo[].vgpuMode, else the mode the host's
 // graphicsConfig sets for the device (deviceType[].deviceId is the PCI id), else ""

@@ -115,7 +115,8 @@ func TestInventoryDayNight(t *testing.T) {
 	if h.Name != "esx-01" || h.Policy != inventory.PolicyPerformance || !strings.HasPrefix(h.Ref, "host-") {
 		t.Fatalf("host %+v", h)
 	}
-	if len(h.GPUs) != 1 || h.GPUs[0].PCIID != "0000:3b:00.0" || h.GPUs[0].MemoryMiB != 16384 || h.GPUs[0].Device != "Tesla P100" {
+	if len(h.GPUs) != 1 || h.GPUs[0].PCIID != "0000:3b:00.0" || h.GPUs[0].MemoryMiB != 16384 || h.GPUs[0].Device != "Tesla P100" ||
+		h.GPUs[0].DeviceID != 0x15f8 { // hardware.pciDevice: GP100GL [Tesla P100 PCIe 16GB]
 		t.Fatalf("GPUs %+v", h.GPUs)
 	}
 	if got := strings.Join(h.GPUs[0].VMs, ","); got != "gpu-day-1,gpu-day-2,gpu-day-3,gpu-day-4" {

@@ -135,8 +135,12 @@ type Profile struct {
 type GPU struct {
 	// PCIID is the GPU's PCI address, such as 0000:3b:00.0.
 	PCIID string
-	// Device is the model name, such as "Tesla P100".
+	// Device is the model name (graphicsInfo[].deviceName), such as "Tesla P100".
 	Device string
+	// DeviceID is the PCI device id (hardware.pciDevice[].deviceId of the device with
+	// the GPU's PCI address), such as 0x27b8 for an NVIDIA L4; 0 when not read. With
+	// Device it tells the GPU's board (BoardOf).
+	DeviceID uint16
 	// MemoryMiB is the GPU's frame buffer.
 	MemoryMiB int64
 	// VMs are the names of the VMs whose vGPU runs on this GPU now.

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -17,7 +18,8 @@ func itoa(n int64) string {
 }
 
 // TestMixedSizePlacement: vGPUs of several sizes share a GPU in mixed-size mode, each at
-// a placement ID that is a multiple of its size; same-size mode keeps one profile.
+// a placement ID of NVIDIA's table (on 16 GB, every multiple of its size); same-size mode
+// keeps one profile.
 func TestMixedSizePlacement(t *testing.T) {
 	mixed := GPU{PCIID: "0000:3b:00.0", MemoryMiB: 16 * 1024, Mode: ModeMixedSize}
 	same := GPU{PCIID: "0000:3b:00.0", MemoryMiB: 16 * 1024, Mode: ModeSameSize}
@@ -63,8 +65,8 @@ func TestMixedSizePlacement(t *testing.T) {
 }
 
 // TestMixedSizePlacementProperties: whatever is added, vGPUs never overlap, start at a
-// multiple of their size, and never exceed the frame buffer; Add does not change the
-// occupancy it is called on.
+// placement ID NVIDIA's table lists for their size, and never exceed the frame buffer;
+// Add does not change the occupancy it is called on.
 func TestMixedSizePlacementProperties(t *testing.T) {
 	sizes := []int64{1, 2, 3, 4, 6, 8, 12, 16, 24, 48}
 	for seed := uint64(1); seed <= 500; seed++ {
@@ -85,7 +87,7 @@ func TestMixedSizePlacementProperties(t *testing.T) {
 					t.Fatalf("seed %d: Add changed its receiver", seed)
 				}
 			}
-			at, size := -1, SlotsOf(p)
+			at, size := -1, placementSize(p, g)
 			for i := range n.Slots {
 				if n.Slots[i] && (i >= len(o.Slots) || !o.Slots[i]) {
 					if owner[i] != 0 {
@@ -97,8 +99,8 @@ func TestMixedSizePlacementProperties(t *testing.T) {
 					}
 				}
 			}
-			if at%size != 0 {
-				t.Fatalf("seed %d: %s placed at %d, not a multiple of %d", seed, p.Name, at, size)
+			if r := placementTableOf(g).row(p.FrameBufferMiB); r == nil || !slices.Contains(r.ids, at) || r.size != size {
+				t.Fatalf("seed %d: %s placed at %d, size %d, not a placement of NVIDIA's %d GB table", seed, p.Name, at, size, slotCount(g))
 			}
 			used += p.FrameBufferMiB
 			if n.UsedMiB != used || used > g.MemoryMiB {
@@ -162,42 +164,50 @@ func TestVGPUCount(t *testing.T) {
 }
 
 // TestMixedSizeFitHoldsWhereverVGPUsSit: the planner's fit must hold whatever placement
-// IDs the running vGPUs got (vSphere does not report them; NVIDIA's lowest-free rule
-// applied in an unknown power-on and power-off history can leave them anywhere on their
-// grid). Random arrangements place each vGPU at a random free aligned place; whenever
-// FitsOn says a vGPU fits, the arrangement must have a free aligned place for it.
+// IDs the running vGPUs got (vSphere does not report them; NVIDIA's vGPU manager placing
+// vGPUs in an unknown power-on and power-off history can leave them at any of their
+// IDs). Random arrangements place each vGPU at a random free placement ID of NVIDIA's
+// table; whenever FitsOn says a vGPU fits, the arrangement must have a free ID for it.
+// GPUs of 8 GiB have no table: one vGPU, alone.
 func TestMixedSizeFitHoldsWhereverVGPUsSit(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 7))
-	sizes := []int64{1, 2, 3, 4, 6, 8, 12, 16, 24}
+	sizes := []int64{1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24}
 	for iter := range 3000 {
-		g := GPU{PCIID: "0000:3b:00.0", MemoryMiB: []int64{8, 16, 24, 48}[r.IntN(4)] * 1024, Mode: ModeMixedSize}
-		n := int(g.MemoryMiB / 1024)
+		g := GPU{PCIID: "0000:3b:00.0", MemoryMiB: []int64{8, 16, 20, 24, 32, 40, 48, 80}[r.IntN(8)] * 1024, Mode: ModeMixedSize}
+		if r.IntN(2) == 0 && g.MemoryMiB == 48*1024 {
+			g.Device = "NVIDIA A40" // 48 GB, not Ada: the 30 IDs of 1 GiB vGPUs
+		}
+		n := slotCount(g)
 		taken := make([]bool, n)
-		freeAt := func(size int) []int {
-			var out []int
-			for at := 0; at+size <= n; at += size {
-				ok := true
-				for i := at; i < at+size; i++ {
-					ok = ok && !taken[i]
+		freeAt := func(p Profile) []int {
+			tbl := placementTableOf(g)
+			if tbl == nil {
+				if !slices.Contains(taken, true) {
+					return []int{0}
 				}
-				if ok {
+				return nil
+			}
+			row := tbl.row(p.FrameBufferMiB)
+			var out []int
+			for _, at := range row.ids {
+				if !slices.Contains(taken[at:at+row.size], true) {
 					out = append(out, at)
 				}
 			}
 			return out
 		}
 		var o Occupancy
-		for range 1 + r.IntN(8) {
+		for range 1 + r.IntN(10) {
 			p := gib(sizes[r.IntN(len(sizes))])
 			if !o.FitsOn(p, g) {
 				continue
 			}
-			places := freeAt(int(p.FrameBufferMiB / 1024))
+			places := freeAt(p)
 			if len(places) == 0 {
-				t.Fatalf("iteration %d: FitsOn says %s fits %v, but the GPU has no free aligned place (taken %v)", iter, p.Name, o.Sizes, taken)
+				t.Fatalf("iteration %d: FitsOn says %s fits %v on %d GiB, but the GPU has no free placement for it (taken %v)", iter, p.Name, o.Sizes, n, taken)
 			}
 			at := places[r.IntN(len(places))]
-			for i := at; i < at+int(p.FrameBufferMiB/1024); i++ {
+			for i := at; i < at+placementSize(p, g); i++ {
 				taken[i] = true
 			}
 			o = o.Add(p, g)

@@ -73,6 +73,9 @@ func (a *analysis) capacity(ha *hostAnalysis) string {
 		return ""
 	}
 
+	if msg := a.unsureBoards(ha, starting); msg != "" {
+		return msg
+	}
 	ds := demands(starting)
 	if !packable(h, ha.freed, ds) {
 		return a.shortage(ha, ds)
@@ -188,6 +191,9 @@ func demands(ms []*member) []demand {
 // shortage says why the vGPUs of ds do not fit ha's GPUs, naming the GPUs and what
 // runs on them.
 func (a *analysis) shortage(ha *hostAnalysis, ds []demand) string {
+	if msg := a.boardShortage(ha, ds); msg != "" {
+		return msg
+	}
 	if slices.ContainsFunc(ha.host.GPUs, inventory.GPU.Mixed) {
 		return a.slotShortage(ha, ds)
 	}
@@ -233,13 +239,13 @@ func (a *analysis) sizeShortage(ha *hostAnalysis, ds []demand) string {
 		}
 		n := 0
 		for _, mem := range sizes {
-			if per := int(mem / d.profile.FrameBufferMiB); per > 0 && left > 0 {
+			if per := inventory.PerGPU(mem, d.profile.FrameBufferMiB); per > 0 && left > 0 {
 				left -= per
 				n++
 			}
 		}
 		if left > 0 {
-			per := int(largest / d.profile.FrameBufferMiB)
+			per := max(inventory.PerGPU(largest, d.profile.FrameBufferMiB), 1)
 			n += (left + per - 1) / per
 		}
 		needs = append(needs, fmt.Sprintf("%d %s for %s", n, plural(n, "GPU"), d.profile.Name))
@@ -296,7 +302,7 @@ func (a *analysis) describeGPU(ha *hostAnalysis, i int, ds []demand) string {
 	msg := fmt.Sprintf("GPU %s runs %s for %s", h.GPUs[i].PCIID, what, strings.Join(whose, " and "))
 	for _, d := range ds {
 		if d.profile.Name == o.Profile {
-			if room := int((h.GPUs[i].MemoryMiB - o.UsedMiB) / d.profile.FrameBufferMiB); room > 0 {
+			if room := min(int((h.GPUs[i].MemoryMiB-o.UsedMiB)/d.profile.FrameBufferMiB), inventory.MaxVGPUsPerGPU-o.Count); room > 0 {
 				msg += fmt.Sprintf(", room for %d more", room)
 			}
 		}

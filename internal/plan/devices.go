@@ -154,7 +154,7 @@ func (a *analysis) fits(h *inventory.Host, name string, devs []string, listed, c
 		}
 		for _, d := range at[i] {
 			p, ok := offerOf(h, d)
-			if !ok || !o.FitsOn(p, g) {
+			if !ok || h.RunsOn(i, d) == inventory.OtherBoard || !o.FitsOn(p, g) {
 				return nil, false
 			}
 			o = o.Add(p, g)

@@ -13,13 +13,14 @@ import (
 // mode per GPU (HostGraphicsConfig.deviceType[].vgpuMode, the host's Graphics settings);
 // NVIDIA supports mixed-size mode from vGPU 17 on, on some GPUs only. Only GPUs that
 // report sameSize explicitly are proposed: a host before 8.0.3 reports no mode and has
-// no mixed-size mode to switch to.
+// no mixed-size mode to switch to; nor are GPUs of a board for which NVIDIA's vGPU user
+// guide says "This GPU does not support mixed-size mode" (inventory.Board.NoMixedSize).
 func mixedHint(h *inventory.Host, freed []inventory.Occupancy, ds []demand) string {
 	mixed := *h
 	mixed.GPUs = slices.Clone(h.GPUs)
 	var switched []string
 	for i, g := range mixed.GPUs {
-		if g.Mode == inventory.ModeSameSize {
+		if b, _, _ := inventory.BoardOf(g); g.Mode == inventory.ModeSameSize && !b.NoMixedSize {
 			mixed.GPUs[i].Mode = inventory.ModeMixedSize
 			switched = append(switched, g.PCIID)
 		}
@@ -52,7 +53,7 @@ func mixedHint(h *inventory.Host, freed []inventory.Occupancy, ds []demand) stri
 // mode: what each GPU runs and which of its placement slots are free.
 func (a *analysis) slotShortage(ha *hostAnalysis, ds []demand) string {
 	h := ha.host
-	var gpus []string
+	var gpus, limits []string
 	for i, g := range h.GPUs {
 		o := ha.freed[i]
 		mode := "same-size"
@@ -63,13 +64,26 @@ func (a *analysis) slotShortage(ha *hostAnalysis, ds []demand) string {
 		if o.Count > 0 {
 			what = fmt.Sprintf("runs %d %s (%s used)", o.Count, plural(o.Count, "vGPU"), gib(o.UsedMiB))
 			if g.Mixed() {
-				what += fmt.Sprintf(", %d of %d placement slots free", o.FreeSlots(g), int(g.MemoryMiB/1024))
+				what += fmt.Sprintf(", %d of %d placement slots free", o.FreeSlots(g), inventory.SlotCount(g))
 			}
 		}
 		gpus = append(gpus, fmt.Sprintf("GPU %s (%s, %s mode) %s", g.PCIID, gib(g.MemoryMiB), mode, what))
+		if g.Mixed() {
+			for _, d := range ds {
+				if h.RunsOn(i, d.profile.Name) != inventory.Runs {
+					continue
+				}
+				if l := mixedLimit(g, d.profile); l != "" && !slices.Contains(limits, l) {
+					limits = append(limits, l)
+				}
+			}
+		}
 	}
-	msg := fmt.Sprintf("host %s: layout %s needs %s, which do not fit its GPUs: in mixed-size mode a vGPU of N GiB starts only at a placement ID that is a multiple of N, vSphere does not report where running vGPUs sit (so gpupool counts only the places free wherever they sit), and only A-, B- and Q-series (or only C-series) vGPUs share a GPU (%s)",
+	msg := fmt.Sprintf("host %s: layout %s needs %s, which do not fit its GPUs: in mixed-size mode a vGPU starts only at the placement IDs NVIDIA lists for its size and the GPU's frame buffer, vSphere does not report where running vGPUs sit (so gpupool counts only the places free wherever they sit), and only A-, B- and Q-series (or only C-series) vGPUs share a GPU (%s)",
 		h.Name, a.layout.Name, demandList(ds), strings.Join(gpus, "; "))
+	if len(limits) > 0 {
+		msg += "; " + strings.Join(limits, "; ")
+	}
 	return msg + mixedHint(h, ha.freed, ds)
 }
 

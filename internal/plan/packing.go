@@ -17,12 +17,14 @@ type demand struct {
 }
 
 // packable tells whether the vGPUs of ds can all run on h's GPUs, given what runs on
-// them (occ, indexed like h.GPUs), under the same-size rule and the frame-buffer limit.
+// them (occ, indexed like h.GPUs), under the board rule (a type runs only on GPUs of
+// its board: inventory.Host.RunsOn), the same-size rule and the frame-buffer limit.
 //
 // It is exact rather than greedy: a GPU that runs a profile takes only more of that
-// profile, up to its memory; every free GPU goes to one profile, and the search over
-// which profile gets which free GPU treats free GPUs of equal memory as interchangeable,
-// which keeps it small (hosts carry one or two GPU models).
+// profile, up to its memory; every free GPU goes to one profile of its board, and the
+// search over which profile gets which free GPU treats free GPUs of equal memory and
+// kind (board) as interchangeable, which keeps it small (hosts carry one or two GPU
+// models).
 func packable(h *inventory.Host, occ []inventory.Occupancy, ds []demand) bool {
 	if slices.ContainsFunc(h.GPUs, inventory.GPU.Mixed) {
 		return packSlots(h, occ, ds)
@@ -36,9 +38,9 @@ func packable(h *inventory.Host, occ []inventory.Occupancy, ds []demand) bool {
 	if len(left) == 0 {
 		return true
 	}
-	sizes, counts := freeGPUsBySize(h, occ)
+	classes := freeGPUClasses(h, occ)
 	memo := map[string]bool{}
-	return assign(left, sizes, counts, memo)
+	return assign(h, left, classes, memo)
 }
 
 // lockedRoom is how many more vGPUs of p fit the GPUs that already run p.
@@ -46,67 +48,78 @@ func lockedRoom(h *inventory.Host, occ []inventory.Occupancy, p inventory.Profil
 	n := 0
 	for i, o := range occ {
 		if o.Count > 0 && o.Profile == p.Name && p.FrameBufferMiB > 0 {
-			n += int((h.GPUs[i].MemoryMiB - o.UsedMiB) / p.FrameBufferMiB)
+			n += max(min(int((h.GPUs[i].MemoryMiB-o.UsedMiB)/p.FrameBufferMiB), inventory.MaxVGPUsPerGPU-o.Count), 0)
 		}
 	}
 	return n
 }
 
-// freeGPUsBySize returns the memory sizes of h's free GPUs, largest first, and how many
-// free GPUs have each.
-func freeGPUsBySize(h *inventory.Host, occ []inventory.Occupancy) (sizes []int64, counts []int) {
+// gpuClass is a set of interchangeable free GPUs: equal memory, one kind (board).
+type gpuClass struct {
+	mem   int64
+	first int // a GPU of the class, for asking which profiles it runs
+	count int
+}
+
+// freeGPUClasses returns h's free GPUs by memory and kind, largest first.
+func freeGPUClasses(h *inventory.Host, occ []inventory.Occupancy) []gpuClass {
+	var cs []gpuClass
 	for i, o := range occ {
 		if o.Count > 0 {
 			continue
 		}
-		mem := h.GPUs[i].MemoryMiB
-		if j := slices.Index(sizes, mem); j >= 0 {
-			counts[j]++
+		j := slices.IndexFunc(cs, func(c gpuClass) bool {
+			return c.mem == h.GPUs[i].MemoryMiB && sameKind(h, c.first, i)
+		})
+		if j >= 0 {
+			cs[j].count++
 			continue
 		}
-		sizes = append(sizes, mem)
-		counts = append(counts, 1)
+		cs = append(cs, gpuClass{mem: h.GPUs[i].MemoryMiB, first: i, count: 1})
 	}
-	idx := make([]int, len(sizes))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(sizes[b], sizes[a]) })
-	s, c := make([]int64, len(idx)), make([]int, len(idx))
-	for k, i := range idx {
-		s[k], c[k] = sizes[i], counts[i]
-	}
-	return s, c
+	slices.SortStableFunc(cs, func(a, b gpuClass) int { return cmp.Compare(b.mem, a.mem) })
+	return cs
 }
 
-// assign tells whether the free GPUs (counts of each size) can take the demands left,
-// giving each free GPU to one profile.
-func assign(left []demand, sizes []int64, counts []int, memo map[string]bool) bool {
+// sameKind tells whether two GPUs of h run the same profiles.
+func sameKind(h *inventory.Host, i, j int) bool {
+	gi, gj := h.GPUs[i], h.GPUs[j]
+	bi, oki, _ := inventory.BoardOf(gi)
+	bj, okj, _ := inventory.BoardOf(gj)
+	if oki || okj {
+		return oki && okj && bi.Token == bj.Token
+	}
+	return gi.Device == gj.Device && gi.DeviceID == gj.DeviceID
+}
+
+// assign tells whether the free GPU classes can take the demands left, giving each
+// free GPU to one profile that runs on it.
+func assign(h *inventory.Host, left []demand, cs []gpuClass, memo map[string]bool) bool {
 	if len(left) == 0 {
 		return true
 	}
-	key := memoKey(len(left), counts)
+	key := memoKey(len(left), cs)
 	if ok, seen := memo[key]; seen {
 		return ok
 	}
 	d := left[0]
-	// take chooses how many free GPUs of size class c onwards profile d gets.
+	// take chooses how many free GPUs of class c onwards profile d gets.
 	var take func(c, need int) bool
 	take = func(c, need int) bool {
 		if need <= 0 {
-			return assign(left[1:], sizes, counts, memo)
+			return assign(h, left[1:], cs, memo)
 		}
-		if c == len(sizes) {
+		if c == len(cs) {
 			return false
 		}
-		per := int(sizes[c] / d.profile.FrameBufferMiB)
-		if per == 0 {
+		per := inventory.PerGPU(cs[c].mem, d.profile.FrameBufferMiB)
+		if per == 0 || h.RunsOn(cs[c].first, d.profile.Name) != inventory.Runs {
 			return take(c+1, need)
 		}
-		for k := min(counts[c], (need+per-1)/per); k >= 0; k-- {
-			counts[c] -= k
+		for k := min(cs[c].count, (need+per-1)/per); k >= 0; k-- {
+			cs[c].count -= k
 			ok := take(c+1, need-k*per)
-			counts[c] += k
+			cs[c].count += k
 			if ok {
 				return true
 			}
@@ -118,12 +131,12 @@ func assign(left []demand, sizes []int64, counts []int, memo map[string]bool) bo
 	return ok
 }
 
-func memoKey(n int, counts []int) string {
+func memoKey(n int, cs []gpuClass) string {
 	var b strings.Builder
 	b.WriteString(strconv.Itoa(n))
-	for _, c := range counts {
+	for _, c := range cs {
 		b.WriteByte(',')
-		b.WriteString(strconv.Itoa(c))
+		b.WriteString(strconv.Itoa(c.count))
 	}
 	return b.String()
 }
@@ -291,9 +304,9 @@ func placeAll(h *inventory.Host, occ []inventory.Occupancy, p inventory.Profile,
 const packBudget = 200_000
 
 // packSlots is packable for hosts with GPUs in mixed-size mode: an exact search that
-// puts each vGPU to start, largest first, on each GPU that can take it (at the lowest
-// free placement ID, as inventory.Occupancy.Add does), skipping GPUs in the same state
-// and host states already found not to work.
+// puts each vGPU to start, largest first, on each GPU that can take it (inventory.Fits:
+// its board, at the lowest free placement ID, as inventory.Occupancy.Add does), skipping
+// GPUs in the same state and host states already found not to work.
 func packSlots(h *inventory.Host, occ []inventory.Occupancy, ds []demand) bool {
 	var items []inventory.Profile
 	for _, d := range ds {
@@ -321,13 +334,13 @@ func packSlots(h *inventory.Host, occ []inventory.Occupancy, ds []demand) bool {
 			return false
 		}
 		tried := map[string]bool{}
-		for i, g := range h.GPUs {
-			if tried[keys[i]] || !occ[i].FitsOn(items[k], g) {
+		for i := range h.GPUs {
+			if tried[keys[i]] || !inventory.Fits(h, occ, i, items[k]) {
 				continue
 			}
 			tried[keys[i]] = true
 			next := slices.Clone(occ)
-			next[i] = occ[i].Add(items[k], g)
+			next[i] = occ[i].Add(items[k], h.GPUs[i])
 			if rec(k+1, next) {
 				return true
 			}
@@ -344,7 +357,7 @@ func gpuKey(g inventory.GPU, o inventory.Occupancy) string {
 	var b strings.Builder
 	// Sizes count too: the worst-case fit (inventory.Occupancy.fitsWherever) depends on
 	// the sizes that run, not only on the slots the packed model marks.
-	fmt.Fprintf(&b, "%s/%d/%s/%d/%s/%v/", g.Mode, g.MemoryMiB, o.Profile, o.UsedMiB, o.Family, slices.Sorted(slices.Values(o.Sizes)))
+	fmt.Fprintf(&b, "%s/%d/%s/%d/%s/%v/%s/%d/", g.Mode, g.MemoryMiB, o.Profile, o.UsedMiB, o.Family, slices.Sorted(slices.Values(o.Sizes)), g.Device, g.DeviceID)
 	for _, t := range o.Slots {
 		if t {
 			b.WriteByte('1')

@@ -48,10 +48,16 @@ func TestRandomTransitions(t *testing.T) {
 	}
 }
 
-// randomWorld makes 1-4 hosts with 1-4 GPUs of 8, 16 or 24 GiB, a pool with 2-3 layouts
-// over 1-6 VMs per host, 0-2 VMs outside the pool per host, and a current state that
-// vSphere could have produced: every running vGPU was placed by inventory.Place.
+// randomWorld makes 1-4 hosts with 1-4 GPUs of 8, 16 or 24 GiB (with boards, of one or
+// two boards: randomBoardGPUs), a pool with 2-3 layouts over 1-6 VMs per host, 0-2 VMs
+// outside the pool per host, and a current state that vSphere could have produced:
+// every running vGPU was placed by inventory.Place.
 func randomWorld(r *rand.Rand) (*gpupoolv1.GPUPoolProfileSpec, *world) {
+	return randomWorldOf(r, false)
+}
+
+// randomWorldOf is randomWorld, with GPUs of NVIDIA boards when boards is set.
+func randomWorldOf(r *rand.Rand, boards bool) (*gpupoolv1.GPUPoolProfileSpec, *world) {
 	w := &world{inv: &inventory.Inventory{}, nodes: map[string]*node{}}
 	profile := func(gib int64) string { return fmt.Sprintf("grid_t4-%dq", gib) }
 	sizes := []int64{2, 4, 8, 12, 16, 24}
@@ -62,7 +68,10 @@ func randomWorld(r *rand.Rand) (*gpupoolv1.GPUPoolProfileSpec, *world) {
 		if r.IntN(2) == 0 {
 			host.Policy = inventory.PolicyConsolidation
 		}
-		for g := range 1 + r.IntN(4) {
+		if boards {
+			randomBoardGPUs(r, &host)
+		}
+		for g := range (1 + r.IntN(4)) * map[bool]int{true: 0, false: 1}[boards] {
 			host.GPUs = append(host.GPUs, inventory.GPU{PCIID: fmt.Sprintf("0000:%02x:00.0", 0x3b+g*0x20), MemoryMiB: []int64{8, 16, 24}[r.IntN(3)] * 1024,
 				Mode: []string{"", inventory.ModeSameSize, inventory.ModeMixedSize}[r.IntN(3)]})
 		}
@@ -71,7 +80,7 @@ func randomWorld(r *rand.Rand) (*gpupoolv1.GPUPoolProfileSpec, *world) {
 			largest = max(largest, g.MemoryMiB)
 		}
 		for _, gib := range sizes {
-			if r.IntN(10) < 6 && (gib*1024 <= largest || r.IntN(10) == 0) {
+			if !boards && r.IntN(10) < 6 && (gib*1024 <= largest || r.IntN(10) == 0) {
 				p := inventory.Profile{Name: profile(gib), FrameBufferMiB: gib * 1024, SuspendSupported: r.IntN(10) < 9}
 				if r.IntN(5) == 0 {
 					p.FrameBufferMiB = 0 // not reported: read off the name
@@ -484,6 +493,7 @@ func (s *simulation) checkGPUs() {
 		occ := occupancyOf(inv, &h)
 		for i, g := range h.GPUs {
 			var used int64
+			sizes := map[int64]int{}
 			for _, name := range g.VMs {
 				vm, _ := inv.FindVM(name)
 				first, _ := inv.FindVM(g.VMs[0])
@@ -495,7 +505,17 @@ func (s *simulation) checkGPUs() {
 				}
 				fb, _ := inventory.ProfileFrameBufferMiB(vm.Profile)
 				used += fb * int64(max(vm.VGPUCount()/len(vm.GPUs), 1))
+				sizes[fb] += max(vm.VGPUCount()/len(vm.GPUs), 1)
 				seen[name]++
+				gb, gok, _ := inventory.BoardOf(g)
+				if pb, pok := inventory.ProfileBoard(vm.Profile); gok && pok && gb.Token != pb.Token {
+					s.fatalf("GPU %s of %s, an %s, runs %s of %s", g.PCIID, h.Name, gb.Name, vm.Profile, pb.Name)
+				}
+			}
+			for fb, n := range sizes {
+				if most, ok := inventory.MixedSizeMax(g, fb); g.Mixed() && ok && n > most {
+					s.fatalf("GPU %s of %s runs %d vGPUs of %d MiB in mixed-size mode, NVIDIA allows %d", g.PCIID, h.Name, n, fb, most)
+				}
 			}
 			if used > g.MemoryMiB || occ[i].UsedMiB > g.MemoryMiB {
 				s.fatalf("GPU %s of %s holds %d MiB of vGPUs, has %d MiB", g.PCIID, h.Name, used, g.MemoryMiB)

@@ -334,24 +334,33 @@ func pciDevice(g GPU) types.HostPciDevice {
 	}
 }
 
-// deviceID is a plausible PCI device id for common data-center GPUs.
+// deviceID is the PCI device id of common data-center GPUs (the PCI id database,
+// pci-ids.ucw.cz), by the board the model names (boardOfModel); 0 for another model.
 func deviceID(model string) int16 {
-	m := strings.ToUpper(model)
-	switch {
-	case strings.Contains(m, "P100"):
-		return 0x15f8
-	case strings.Contains(m, "P40"):
+	board, _ := boardOfModel(model)
+	switch board {
+	case "p100":
+		return 0x15f8 // GP100GL [Tesla P100 PCIe 16GB]
+	case "p40":
 		return 0x1b38
-	case strings.Contains(m, "V100"):
-		return 0x1db4
-	case strings.Contains(m, "T4"):
-		return 0x1eb8
-	case strings.Contains(m, "A100"):
-		return 0x20b0
-	case strings.Contains(m, "A40"):
-		return 0x2235
-	case strings.Contains(m, "L4"):
-		return 0x27b8
+	case "t4":
+		return 0x1eb8 // TU104GL [Tesla T4]
+	case "a40":
+		return 0x2235 // GA102GL [A40]
+	case "a10":
+		return 0x2236 // GA102GL [A10]
+	case "a16", "a2":
+		return 0x25b6 // GA107GL [A2 / A16]
+	case "l4":
+		return 0x27b8 // AD104GL [L4]
+	case "l40":
+		return 0x26b5 // AD102GL [L40]
+	case "l40s":
+		return 0x26b9 // AD102GL [L40S]
+	case "m10":
+		return 0x13bd // GM107GL [Tesla M10]
+	case "m60":
+		return 0x13f2 // GM204GL [Tesla M60]
 	}
-	return 0x1db4
+	return 0
 }

@@ -20,24 +20,31 @@ import (
 // messages; "" for a refusal no class explains, which fails the test.
 //
 //   - placementUnknown: on a mixed-size GPU the planner counts a vGPU as fitting only
-//     where a place is free wherever the running vGPUs sit, since vSphere does not report
-//     placement IDs (inventory.Occupancy.fitsWherever); the simulator knows where its
-//     vGPUs sit and may find the place the worst case ruled out.
+//     where a placement ID is free wherever the running vGPUs sit, since vSphere does not
+//     report placement IDs (inventory.Occupancy.fitsWherever); the simulator knows where
+//     its vGPUs sit and may find the place the worst case ruled out.
 //   - subGiBSlots: the planner's placement slot is 1 GiB, so a 512 MiB type (grid_m60-0q)
 //     takes a whole slot; the simulator's slot is 512 MiB. NVIDIA's 512 MiB types are
 //     Maxwell-era boards', which have no mixed-size mode, so this is strict only in
 //     worlds the generator makes up.
+//   - unknownBoard: on a host whose GPUs are of several kinds, the planner starts no
+//     type on a host with a GPU whose board it cannot identify; the simulator lets such a
+//     GPU run whatever its host offers.
 func knownTooStrict(problems []plan.Problem) string {
 	class := ""
 	for _, p := range problems {
-		if p.Reason != plan.ReasonInsufficientGPU || !strings.Contains(p.Message, "does not report where running vGPUs sit") {
+		switch {
+		case p.Reason != plan.ReasonInsufficientGPU:
 			return ""
-		}
-		if class != "subGiBSlots" {
+		case strings.Contains(p.Message, "whose board gpupool cannot identify") || strings.Contains(p.Message, "does not know the board of"):
+			class = "unknownBoard"
+		case !strings.Contains(p.Message, "does not report where running vGPUs sit"):
+			return ""
+		case class == "unknownBoard" || class == "subGiBSlots":
+		case subGiBRE.MatchString(p.Message):
+			class = "subGiBSlots"
+		default:
 			class = "placementUnknown"
-			if subGiBRE.MatchString(p.Message) {
-				class = "subGiBSlots"
-			}
 		}
 	}
 	return class
@@ -70,6 +77,12 @@ func (d *diff) countWorld() {
 	for _, h := range d.w.inv.Hosts {
 		if h.InMaintenanceMode {
 			d.stats["hostInMaintenance"]++
+		}
+		if slices.ContainsFunc(h.GPUs, func(g vgpusim.GPU) bool { return g.Model != h.GPUs[0].Model }) {
+			d.stats["mixedBoardHost"]++
+		}
+		if slices.ContainsFunc(h.GPUs, func(g vgpusim.GPU) bool { return g.Model == unknownBoard.model }) {
+			d.stats["gpuUnknownBoard"]++
 		}
 		for _, g := range h.GPUs {
 			if g.VGPUMode == "mixedSize" || (g.VGPUMode == "" && h.VGPUMode == "mixedSize") {
@@ -119,6 +132,9 @@ func (d *diff) countPowerOn(st plan.Step) {
 		d.stats["multiVGPUPowerOns"]++
 	}
 	if h, ok := inv.FindHost(st.Host); ok {
+		if !h.OneKind() {
+			d.stats["powerOnMixedBoardHost"]++
+		}
 		for _, g := range h.GPUs {
 			if g.Mixed() {
 				d.stats["mixedSizePowerOns"]++
@@ -129,7 +145,7 @@ func (d *diff) countPowerOn(st plan.Step) {
 }
 
 // TestDifferentialFragmentedGPU is the case that made the planner assume the worst of
-// running vGPUs' placement: four 4Q vGPUs start on a 16 GiB mixed-size GPU at placement
+// running vGPUs' placement: four 4Q vGPUs start on a 16 GB mixed-size A16 at placement
 // IDs 0, 4, 8 and 12 (NVIDIA: lowest free place, in power-on order); the layout parks
 // the first and third and wants an 8Q next to the other two. vSphere does not report
 // placement IDs; the running 4Qs sit at 4 and 12, so no 8-aligned place is free. The
@@ -138,20 +154,20 @@ func (d *diff) countPowerOn(st plan.Step) {
 func TestDifferentialFragmentedGPU(t *testing.T) {
 	inv := &vgpusim.Inventory{Datacenter: "dc1", Hosts: []vgpusim.Host{{
 		Name: "esx-00", Policy: inventory.PolicyPerformance, VGPUMode: "mixedSize",
-		GPUs:     []vgpusim.GPU{{Model: "NVIDIA A40", MemoryGiB: 16, PCIID: "0000:3b:00.0"}},
-		Profiles: []vgpusim.Profile{{Name: "grid_a40-4q", SuspendSupported: true}, {Name: "grid_a40-8q", SuspendSupported: true}},
+		GPUs:     []vgpusim.GPU{{Model: "NVIDIA A16", MemoryGiB: 16, PCIID: "0000:3b:00.0"}},
+		Profiles: []vgpusim.Profile{{Name: "grid_a16-4q", SuspendSupported: true}, {Name: "grid_a16-8q", SuspendSupported: true}},
 	}}}
 	for _, n := range []string{"vm-a", "vm-x", "vm-b", "vm-y"} {
-		inv.VMs = append(inv.VMs, vgpusim.VM{Name: n, Host: "esx-00", Folder: "pool", Profile: "grid_a40-4q"})
+		inv.VMs = append(inv.VMs, vgpusim.VM{Name: n, Host: "esx-00", Folder: "pool", Profile: "grid_a16-4q"})
 	}
-	inv.VMs = append(inv.VMs, vgpusim.VM{Name: "vm-z", Host: "esx-00", Folder: "pool", Profile: "grid_a40-8q"})
+	inv.VMs = append(inv.VMs, vgpusim.VM{Name: "vm-z", Host: "esx-00", Folder: "pool", Profile: "grid_a16-8q"})
 	w := &world{inv: inv, startOn: []string{"vm-a", "vm-x", "vm-b", "vm-y"}, spec: &gpupoolv1.GPUPoolProfileSpec{
 		Parking: gpupoolv1.ParkingPowerOff, DefaultLayout: "all",
 		Layouts: []gpupoolv1.Layout{{Name: "all", Workers: []gpupoolv1.Worker{
-			{VM: "vm-x", Profile: "grid_a40-4q", NoNode: true}, {VM: "vm-y", Profile: "grid_a40-4q", NoNode: true},
-			{VM: "vm-z", Profile: "grid_a40-8q", NoNode: true},
+			{VM: "vm-x", Profile: "grid_a16-4q", NoNode: true}, {VM: "vm-y", Profile: "grid_a16-4q", NoNode: true},
+			{VM: "vm-z", Profile: "grid_a16-8q", NoNode: true},
 		}}, {Name: "fours", Workers: []gpupoolv1.Worker{
-			{VM: "vm-a", Profile: "grid_a40-4q", NoNode: true}, {VM: "vm-b", Profile: "grid_a40-4q", NoNode: true},
+			{VM: "vm-a", Profile: "grid_a16-4q", NoNode: true}, {VM: "vm-b", Profile: "grid_a16-4q", NoNode: true},
 		}}},
 	}}
 	stats := map[string]int{}

@@ -34,8 +34,9 @@ import (
 //     class explains fails the test.
 //   - agreedInfeasible: both refuse.
 
-// TestDifferentialPlannerAgainstSimulator runs every feature both models have (mixed-
-// size GPUs, A/B/Q/C profiles, two-vGPU workers, clusters and unavailable hosts) and
+// TestDifferentialPlannerAgainstSimulator runs every feature both models have (boards
+// mixed in one host, mixed-size GPUs, A/B/Q/C profiles, two-vGPU workers, clusters and
+// unavailable hosts) and
 // fails on any disagreement. The features reached are counted and asserted, so the
 // generator cannot silently stop exercising one.
 func TestDifferentialPlannerAgainstSimulator(t *testing.T) {
@@ -65,6 +66,7 @@ func TestDifferentialPlannerAgainstSimulator(t *testing.T) {
 		{"hostdisconnected", rare}, {"hostnotResponding", rare}, {"hostEntering", n / 20},
 		{"powerOnElsewhere", rare}, {"held", rare}, {"hostUnavailableProblem", rare}, {"agreedInfeasible", rare},
 		{"mixedDevicesVM", n / 10}, {"mixedDevicesStarted", rare}, {"vmOnLocalDatastore", n / 10},
+		{"mixedBoardHost", n / 5}, {"powerOnMixedBoardHost", n / 10}, {"gpuUnknownBoard", rare},
 	} {
 		if stats[c.stat] < c.min {
 			t.Errorf("%s reached %d times in %d seeds, want at least %d: the generator stopped exercising it", c.stat, stats[c.stat], n, c.min)

@@ -12,8 +12,10 @@ import (
 )
 
 // The differential test's world generator. It draws every feature both models have:
-// same-size and mixed-size GPUs (per host, and per GPU overriding the host), A-, B-, Q-
-// and C-series profiles offered side by side (including NVIDIA's 512 MiB "0" sizes),
+// GPUs of several NVIDIA boards, mixed in one host (a type runs only on its board's GPUs;
+// NVIDIA's mixed-size placement tables differ by frame buffer), same-size and
+// mixed-size GPUs (per host, and per GPU overriding the host), A-, B-, Q- and C-series
+// profiles offered side by side (including NVIDIA's 512 MiB "0" sizes on Tesla M10),
 // VMs and layout workers with several vGPUs (Worker.VGPUs), hosts in a cluster (so a
 // powered-off VM on a host in maintenance can be started on another host of it), and
 // hosts in maintenance mode, entering it (an EnterMaintenanceMode_Task held running by a
@@ -38,14 +40,19 @@ type genOptions struct {
 	// one, and some VMs their files there: a host that does not mount a VM's datastore
 	// cannot power it on (vCenter uses the VM's own host instead).
 	Datastores bool
+	// Boards draws each host's GPUs from several NVIDIA boards (genBoards), a third of
+	// them mixing two boards in one host; without it every GPU is an NVIDIA A40.
+	Boards bool
+	// UnknownBoards rarely gives a GPU a model neither side identifies (unknownBoard).
+	UnknownBoards bool
 }
 
 // sameSizeOptions is the subset the planner modelled first: same-size GPUs, one vGPU
 // per VM, hosts all available.
-var sameSizeOptions = genOptions{MaxVGPUs: 1}
+var sameSizeOptions = genOptions{MaxVGPUs: 1, Boards: true}
 
 // fullOptions is every feature.
-var fullOptions = genOptions{MixedSize: true, MaxVGPUs: 2, Unavailable: true, Series: true, MixedDevices: true, Datastores: true}
+var fullOptions = genOptions{MixedSize: true, MaxVGPUs: 2, Unavailable: true, Series: true, MixedDevices: true, Datastores: true, Boards: true, UnknownBoards: true}
 
 // world is a generated scenario: the simulator's inventory, the VMs to power on after
 // it starts (in that order; vgpusim refuses the ones that do not fit, as vSphere would),
@@ -61,9 +68,50 @@ type world struct {
 	spec *gpupoolv1.GPUPoolProfileSpec
 }
 
-var diffProfileSizes = []int64{0, 1, 2, 4, 8, 12, 16, 24, 48}
+// genBoard is a board the generator puts in hosts, with the sizes (GiB) of its Q- and
+// A-series types and of its C-series types (NVIDIA vGPU user guide 17.0, appendix A.1,
+// and NVIDIA AI Enterprise, "NVIDIA vGPU (C-Series)"), and whether NVIDIA supports
+// mixed-size mode on it. B-series types are the Q sizes up to 2 GiB. The generator's
+// statement of the boards is its own: it shares data with neither model.
+type genBoard struct {
+	model, token string
+	gib          int64
+	mixed        bool
+	q, c         []int64
+}
 
-func profileName(gib int64, series string) string { return fmt.Sprintf("grid_a40-%d%s", gib, series) }
+var (
+	q48, c48 = []int64{1, 2, 3, 4, 6, 8, 12, 16, 24, 48}, []int64{4, 6, 8, 12, 16, 24, 48}
+	q24, c24 = []int64{1, 2, 3, 4, 6, 8, 12, 24}, []int64{4, 6, 8, 12, 24}
+	q16, c16 = []int64{1, 2, 4, 8, 16}, []int64{4, 8, 16}
+)
+
+var genBoards = []genBoard{
+	{"NVIDIA A40", "a40", 48, true, q48, c48},
+	{"NVIDIA L40S", "l40s", 48, true, q48, c48},
+	{"NVIDIA L4", "l4", 24, true, q24, c24},
+	{"NVIDIA A10", "a10", 24, true, q24, c24},
+	{"NVIDIA A16", "a16", 16, true, q16, c16},
+	{"Tesla T4", "t4", 16, false, q16, c16},
+	// Maxwell: 512 MiB types ("0" sizes), no mixed-size mode.
+	{"Tesla M10", "m10", 8, false, []int64{0, 1, 2, 4, 8}, nil},
+}
+
+// unknownBoard is a GPU model neither model identifies: the simulator lets it run
+// whatever its host offers, the planner does not start types it cannot judge on a host
+// whose GPUs are of several kinds (known strictness "unknownBoard"). It offers A40 types.
+var unknownBoard = genBoard{"NVIDIA GPU", "a40", 48, true, q48, c48}
+
+func profileName(token string, gib int64, series string) string {
+	return fmt.Sprintf("grid_%s-%d%s", token, gib, series)
+}
+
+// boardOf is the generator's board of a type name: grid_l4-8c is l4.
+func boardOf(profile string) string {
+	rest, _ := strings.CutPrefix(profile, "grid_")
+	token, _, _ := strings.Cut(rest, "-")
+	return token
+}
 
 // genWorld makes 1-3 hosts with 1-3 GPUs of 8-48 GiB, random policies and profile
 // offers, 1-5 pool VMs and 0-2 foreign VMs per host, and two layouts of the pool.
@@ -158,28 +206,79 @@ func genHost(r *rand.Rand, o genOptions, n int) vgpusim.Host {
 			host.ConnectionState = inventory.NotResponding
 		}
 	}
-	var largest int64
-	for g := range 1 + r.IntN(3) {
-		gib := []int64{8, 16, 24, 48}[r.IntN(4)]
-		largest = max(largest, gib)
-		gpu := vgpusim.GPU{Model: "NVIDIA A40", MemoryGiB: gib, PCIID: fmt.Sprintf("0000:%02x:00.0", 0x3b+g*0x20)}
+	for g, b := range genHostBoards(r, o, 1+r.IntN(3)) {
+		gpu := vgpusim.GPU{Model: b.model, MemoryGiB: b.gib, PCIID: fmt.Sprintf("0000:%02x:00.0", 0x3b+g*0x20)}
 		if o.MixedSize && r.IntN(4) == 0 {
 			gpu.VGPUMode = []string{"sameSize", "mixedSize"}[r.IntN(2)]
 		}
-		host.GPUs = append(host.GPUs, gpu)
-	}
-	for _, gib := range diffProfileSizes {
-		if gib > largest || (gib == 0 && !o.Series) {
-			continue
+		if !b.mixed && (gpu.VGPUMode == "mixedSize" || (gpu.VGPUMode == "" && host.VGPUMode == "mixedSize")) {
+			gpu.VGPUMode = "sameSize" // vSphere offers mixed-size mode only where NVIDIA does
 		}
-		for _, series := range seriesOffered(r, o) {
-			host.Profiles = append(host.Profiles, vgpusim.Profile{Name: profileName(gib, series), SuspendSupported: r.IntN(20) > 0})
+		host.GPUs = append(host.GPUs, gpu)
+		if g == 0 || host.GPUs[g-1].Model != b.model {
+			host.Profiles = append(host.Profiles, genProfiles(r, o, b, host.Profiles)...)
 		}
 	}
 	if len(host.Profiles) == 0 {
-		host.Profiles = append(host.Profiles, vgpusim.Profile{Name: profileName(4, "q"), SuspendSupported: true})
+		b := genBoardOf(host.GPUs[0].Model)
+		host.Profiles = append(host.Profiles, vgpusim.Profile{Name: profileName(b.token, b.q[len(b.q)-1], "q"), SuspendSupported: true})
 	}
 	return host
+}
+
+// genHostBoards picks the boards of a host's n GPUs: one board, or with o.Boards two
+// (a third of the hosts with two GPUs or more), and with o.UnknownBoards rarely a model
+// no one identifies.
+func genHostBoards(r *rand.Rand, o genOptions, n int) []genBoard {
+	pick := func() genBoard {
+		if o.UnknownBoards && r.IntN(40) == 0 {
+			return unknownBoard
+		}
+		if !o.Boards {
+			return genBoards[0]
+		}
+		return genBoards[r.IntN(len(genBoards))]
+	}
+	first, second := pick(), pick()
+	out := make([]genBoard, n)
+	for i := range out {
+		out[i] = first
+		if i > 0 && o.Boards && r.IntN(3) == 0 {
+			out[i] = second
+		}
+	}
+	return out
+}
+
+func genBoardOf(model string) genBoard {
+	for _, b := range genBoards {
+		if b.model == model {
+			return b
+		}
+	}
+	return unknownBoard
+}
+
+// genProfiles offers some types of board b, of the series seriesOffered picks per size,
+// that have not been offered yet.
+func genProfiles(r *rand.Rand, o genOptions, b genBoard, have []vgpusim.Profile) []vgpusim.Profile {
+	var out []vgpusim.Profile
+	for _, gib := range b.q {
+		if gib == 0 && !o.Series {
+			continue
+		}
+		for _, series := range seriesOffered(r, o) {
+			if (series == "b" && gib > 2) || (series == "c" && !slices.Contains(b.c, gib)) {
+				continue
+			}
+			name := profileName(b.token, gib, series)
+			if !slices.ContainsFunc(have, func(p vgpusim.Profile) bool { return p.Name == name }) &&
+				!slices.ContainsFunc(out, func(p vgpusim.Profile) bool { return p.Name == name }) {
+				out = append(out, vgpusim.Profile{Name: name, SuspendSupported: r.IntN(20) > 0})
+			}
+		}
+	}
+	return out
 }
 
 // seriesOffered picks the series a host offers of one size: mostly Q, with A, B and C
@@ -224,6 +323,7 @@ func genLayout(r *rand.Rand, o genOptions, inv *vgpusim.Inventory, pool []*vgpus
 	type gpu struct {
 		free    int64
 		profile string
+		board   string
 	}
 	free := map[string][]*gpu{}
 	hosts := map[string]*vgpusim.Host{}
@@ -232,7 +332,11 @@ func genLayout(r *rand.Rand, o genOptions, inv *vgpusim.Inventory, pool []*vgpus
 		h := &inv.Hosts[i]
 		hosts[h.Name] = h
 		for _, g := range h.GPUs {
-			free[h.Name] = append(free[h.Name], &gpu{free: g.MemoryGiB * 1024})
+			board := genBoardOf(g.Model).token
+			if g.Model == unknownBoard.model {
+				board = "" // runs what the host offers
+			}
+			free[h.Name] = append(free[h.Name], &gpu{free: g.MemoryGiB * 1024, board: board})
 		}
 		for range 1 + r.IntN(2) {
 			choice[h.Name] = append(choice[h.Name], h.Profiles[r.IntN(len(h.Profiles))].Name)
@@ -243,7 +347,7 @@ func genLayout(r *rand.Rand, o genOptions, inv *vgpusim.Inventory, pool []*vgpus
 		for range n {
 			placed := false
 			for _, g := range free[host] {
-				if (g.profile == "" || g.profile == p) && g.free >= mib {
+				if (g.profile == "" || g.profile == p) && (g.board == "" || g.board == boardOf(p)) && g.free >= mib {
 					g.profile, g.free, placed = p, g.free-mib, true
 					break
 				}
@@ -296,12 +400,12 @@ func clusterHost(inv *vgpusim.Inventory, cluster string) *vgpusim.Host {
 	return nil
 }
 
-// mixedDevices gives n devices: first, then others of first's series and other sizes
-// that h offers (nil when it offers none: the VM keeps n x first).
+// mixedDevices gives n devices: first, then others of first's board and series and
+// other sizes that h offers (nil when it offers none: the VM keeps n x first).
 func mixedDevices(r *rand.Rand, h *vgpusim.Host, first string, n int) []string {
 	var same []string
 	for _, p := range h.Profiles {
-		if p.Name != first && p.Name[len(p.Name)-1] == first[len(first)-1] {
+		if p.Name != first && p.Name[len(p.Name)-1] == first[len(first)-1] && boardOf(p.Name) == boardOf(first) {
 			same = append(same, p.Name)
 		}
 	}

@@ -30,6 +30,8 @@ import (
 //   - NVIDIA AI Enterprise, Multi-vGPU: one VM may have several vGPUs "with differing
 //     amounts of frame buffer ... provided the board type and the series of all the vGPUs
 //     are the same"; they may sit on one physical GPU or on several.
+//   - The board rule, NVIDIA's mixed-size placement-ID tables and the 32-vGPU cap:
+//     boards.go.
 
 // vGPU modes, as vSphere names them.
 const (
@@ -85,6 +87,12 @@ func (g *gpuState) usedMiB() int64 {
 // that refuses it.
 func (g *gpuState) fit(p Profile) (int, string) {
 	size := int(p.frameBufferMiB() / slotMiB)
+	if why := g.boardRefuses(p); why != "" {
+		return -1, why
+	}
+	if len(g.vgpus) >= maxVGPUsPerGPU {
+		return -1, fmt.Sprintf("GPU %s runs %d vGPUs, NVIDIA's maximum per GPU (vGPU limit)", g.pciID, len(g.vgpus))
+	}
 	if g.mode == modeMixedSize {
 		return g.fitMixed(p, size)
 	}
@@ -102,7 +110,9 @@ func (g *gpuState) fit(p Profile) (int, string) {
 }
 
 // fitMixed places in mixed-size mode: same board and series family as what runs, under the
-// type's mixed-size maximum, at the lowest free placement ID aligned to the type's size.
+// type's mixed-size maximum, at the lowest free placement ID NVIDIA's table for the GPU's
+// frame buffer lists for the type's size (boards.go), or, on a GPU without a table, at
+// the lowest free placement aligned to the type's size.
 func (g *gpuState) fitMixed(p Profile, size int) (int, string) {
 	count := 0
 	for _, v := range g.vgpus {
@@ -121,6 +131,21 @@ func (g *gpuState) fitMixed(p Profile, size int) (int, string) {
 		for s := v.start; s < v.start+v.slots && s < len(taken); s++ {
 			taken[s] = true
 		}
+	}
+	ids, table := g.placementIDs(p.frameBufferMiB())
+	if table && ids == nil {
+		return -1, fmt.Sprintf("NVIDIA's placements for GPUs with %d GB of frame buffer list no vGPU of %d MiB, such as %s, in mixed-size mode (placement table)",
+			g.memMiB/1024, p.frameBufferMiB(), p.Name)
+	}
+	if table {
+		perGB := 1024 / slotMiB
+		for _, id := range ids {
+			if start := id * perGB; start+size <= len(taken) && free(taken[start:start+size]) {
+				return start, ""
+			}
+		}
+		return -1, fmt.Sprintf("GPU %s has no free placement ID of NVIDIA's table for %d GB GPUs for %s (placement rule)",
+			g.pciID, g.memMiB/1024, p.Name)
 	}
 	for start := 0; start+size <= len(taken); start += size {
 		if free(taken[start : start+size]) {

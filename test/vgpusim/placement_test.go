@@ -3,6 +3,7 @@ package vgpusim
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +14,16 @@ func prof(name string, gib int64) Profile { return Profile{Name: name, FrameBuff
 
 func vmRef(n int) types.ManagedObjectReference {
 	return types.ManagedObjectReference{Type: "VirtualMachine", Value: fmt.Sprintf("vm-%d", n)}
+}
+
+// boardGPUs builds GPUs of the given models and GiB sizes, alternating, in mode.
+func boardGPUs(mode string, modelsAndSizes ...any) []*gpuState {
+	var out []*gpuState
+	for i := 0; i+1 < len(modelsAndSizes); i += 2 {
+		out = append(out, &gpuState{pciID: fmt.Sprintf("0000:%02x:00.0", 0x10+i/2), device: modelsAndSizes[i].(string),
+			memMiB: int64(modelsAndSizes[i+1].(int)) * 1024, mode: mode})
+	}
+	return out
 }
 
 // gpus builds GPUs of the given GiB sizes and mode, with PCI ids in index order.
@@ -173,6 +184,9 @@ func checkInvariants(gs []*gpuState) error {
 			if v.start%v.slots != 0 || v.start+v.slots > len(taken) {
 				return fmt.Errorf("%s: %s at slot %d of %d is misaligned or outside", g.pciID, v.profile.Name, v.start, len(taken))
 			}
+			if ids, table := g.placementIDs(v.profile.frameBufferMiB()); table && !slices.Contains(ids, v.start*slotMiB/1024) {
+				return fmt.Errorf("%s: %s at slot %d, not one of NVIDIA's placement IDs %v", g.pciID, v.profile.Name, v.start, ids)
+			}
 			for s := v.start; s < v.start+v.slots; s++ {
 				if taken[s] {
 					return fmt.Errorf("%s: slot %d taken twice", g.describe(), s)
@@ -199,5 +213,56 @@ func TestSameSeries(t *testing.T) {
 		if got := sameSeries(tc.a, tc.b); got != tc.want {
 			t.Errorf("sameSeries(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.want)
 		}
+	}
+}
+
+// TestBoardsAndNVIDIAPlacements: the simulator's board rule and NVIDIA's mixed-size
+// placement tables (vGPU user guide 17.0, A.1 and A.3).
+func TestBoardsAndNVIDIAPlacements(t *testing.T) {
+	n := func(p Profile, k int) [][]Profile {
+		out := make([][]Profile, k)
+		for i := range out {
+			out[i] = []Profile{p}
+		}
+		return out
+	}
+	l4c8, l4c16, a16q4 := prof("grid_l4-8c", 8), prof("grid_l4-16c", 16), prof("grid_a16-4q", 4)
+	l40s16, l40s1, a40q1 := prof("grid_l40s-16c", 16), prof("grid_l40s-1q", 1), prof("grid_a40-1q", 1)
+	for _, tc := range []struct {
+		name   string
+		gpus   []*gpuState
+		vms    [][]Profile
+		placed int
+		reason string
+	}{
+		{"an L4 type never on the A16", boardGPUs(modeMixedSize, "NVIDIA L4", 24, "NVIDIA A16", 16), n(l4c8, 3), 2, "board rule"},
+		{"an A16 type on the A16 only", boardGPUs(modeSameSize, "NVIDIA L4", 24, "NVIDIA A16", 16), n(a16q4, 5), 4, "board rule"},
+		{"no 16 GiB vGPU on a 24 GB GPU in mixed-size mode", boardGPUs(modeMixedSize, "NVIDIA L4", 24), n(l4c16, 1), 0, "placement table"},
+		{"16 GiB on an L4 in same-size mode", boardGPUs(modeSameSize, "NVIDIA L4", 24), n(l4c16, 2), 1, "frame-buffer rule"},
+		{"2 x 16 GiB on a 48 GB L40S in mixed-size mode", boardGPUs(modeMixedSize, "NVIDIA L40S", 48), n(l40s16, 3), 2, "placement rule"},
+		{"3 x 16 GiB in same-size mode", boardGPUs(modeSameSize, "NVIDIA L40S", 48), n(l40s16, 3), 3, ""},
+		{"16 x 1 GiB on an Ada 48 GB GPU", boardGPUs(modeMixedSize, "NVIDIA L40S", 48), n(l40s1, 17), 16, "placement rule"},
+		{"30 x 1 GiB on an Ampere 48 GB GPU", boardGPUs(modeMixedSize, "NVIDIA A40", 48), n(a40q1, 31), 30, "placement rule"},
+		{"at most 32 vGPUs per GPU", boardGPUs(modeSameSize, "NVIDIA A40", 48), n(a40q1, 33), 32, "vGPU limit"},
+		{"a model of no known board runs what is offered", boardGPUs(modeSameSize, "NVIDIA GPU", 24, "NVIDIA L4", 24), n(a16q4, 7), 6, "frame-buffer rule"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := run("performance", tc.gpus, tc.vms...)
+			placed := 0
+			for _, g := range got {
+				if g != nil {
+					placed++
+				}
+			}
+			if placed != tc.placed {
+				t.Fatalf("placed %d, want %d (refusals: %v)", placed, tc.placed, why)
+			}
+			if tc.reason != "" && !strings.Contains(strings.Join(why, "|"), tc.reason) {
+				t.Fatalf("refusals %q do not name %q", why, tc.reason)
+			}
+			if err := checkInvariants(tc.gpus); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -26,7 +26,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/gpupool/gpupool/internal/testenv"
 	gpwebhook "github.com/gpupool/gpupool/internal/webhook"
 )
 
@@ -45,11 +44,7 @@ const (
 // caBundle completes a TLS handshake for the Service's DNS name, as the API server does.
 func TestSelfManagedWebhookCertificates(t *testing.T) {
 	logs.start(t)
-	env, cfg, err := testenv.Start(testenv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg := apiServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	k8s, err := client.New(cfg, client.Options{Scheme: scheme})

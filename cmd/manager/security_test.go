@@ -25,11 +25,7 @@ import (
 // TestMetricsNeedAuthentication: the metrics endpoint answers only over HTTPS, and only
 // to a caller whose token the API server accepts and who is bound to metrics-reader.
 func TestMetricsNeedAuthentication(t *testing.T) {
-	env, cfg, err := testenv.Start(testenv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg := apiServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	cs := kubernetes.NewForConfigOrDie(cfg)

@@ -182,7 +182,17 @@ func Up(ctx context.Context, o Options) (_ *Env, err error) {
 	}
 
 	// 4. The power wire.
-	if _, err := e.spawn("powerwire", bin("gpupool-local"), "wire", "--dir", o.Dir); err != nil {
+	// Note: absolute folders, as the wire runs from wherever Up's caller does and
+	// restarts control-plane components with kwokctl from BinDir (Supervise).
+	absBin, err := filepath.Abs(o.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	absDir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := e.spawn("powerwire", bin("gpupool-local"), "wire", "--dir", absDir, "--bin-dir", absBin); err != nil {
 		return nil, err
 	}
 

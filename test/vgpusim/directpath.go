@@ -109,7 +109,11 @@ func (m *directPathManager) DirectPathProfileManagerQueryCapacity(ctx *simulator
 	defer s.mu.Unlock()
 	if s.dp.fail > 0 {
 		s.dp.fail--
-		body.Fault_ = simulator.Fault("", s.dp.fault)
+		msg := ""
+		if se, ok := s.dp.fault.(*types.SystemError); ok {
+			msg = se.Reason
+		}
+		body.Fault_ = simulator.Fault(msg, s.dp.fault)
 		return body
 	}
 	hosts, fault := s.capacityTarget(ctx, req.Target)

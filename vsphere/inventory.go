@@ -192,6 +192,7 @@ func (c *client) convert(ctx context.Context, content map[types.ManagedObjectRef
 		}
 		host := c.host(ctx, h, envBrowsers[h.Self], vmNames)
 		availability(&host, h, entering)
+		host.VCenterCapacity = c.vcenterCapacity(ctx, h, host.Profiles)
 		host.Datastores = refValues(h.Datastore)
 		for _, g := range host.GPUs {
 			for _, ref := range gpuRefs(h, g.PCIID) {

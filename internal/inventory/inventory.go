@@ -192,6 +192,9 @@ type Host struct {
 	// Datastores are the managed object ids of the datastores the host mounts
 	// (HostSystem.datastore).
 	Datastores []string
+	// VCenterCapacity is vCenter's own count of the host's vGPU room (vSphere 9.0's
+	// DirectPathProfileManager.QueryCapacity); its zero value: vCenter does not offer it.
+	VCenterCapacity VCenterCapacity
 }
 
 // Mounts tells whether the host mounts every one of the datastores. A VM that reports

@@ -214,7 +214,7 @@ func analyse(spec *gpupoolv1.GPUPoolProfileSpec, layoutName string, inv *invento
 	}
 	slices.SortFunc(a.hosts, func(x, y *hostAnalysis) int { return cmp.Compare(x.host.Name, y.host.Name) })
 	for _, ha := range a.hosts {
-		a.checkCapacity(ha)
+		a.checkCapacityWithVCenter(ha)
 	}
 	return a
 }

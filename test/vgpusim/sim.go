@@ -49,6 +49,10 @@ type Options struct {
 	FailTasks map[string]int
 	// Logger receives the simulator's structured logs; discarded when nil.
 	Logger *slog.Logger
+	// NoDirectPathProfileManager serves a vCenter before 9.0: the ServiceContent has no
+	// directPathProfileManager, so DirectPathProfileManagerQueryCapacity is not offered
+	// (see directpath.go).
+	NoDirectPathProfileManager bool
 }
 
 // Default credentials, for tests and local runs only.
@@ -81,6 +85,8 @@ type Sim struct {
 	poweredOn map[types.ManagedObjectReference]types.ManagedObjectReference
 
 	ctl control
+	// dp is what tests set on the DirectPathProfileManager; guarded by mu.
+	dp directPathState
 }
 
 // hostState is the simulator's truth about one host: its GPUs and what runs on them
@@ -148,6 +154,11 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 	// same vCenter. Each gets its own, as real vCenters do.
 	about.InstanceUuid = uuid.NewString()
 	about.FullName = "VMware vCenter Server 8.0.3 build-24022515 (vgpusim)"
+	if !opts.NoDirectPathProfileManager {
+		// DirectPathProfileManager came with vSphere API 9.0.0.0.
+		about.Version, about.ApiVersion = "9.0.0", "9.0.0.0"
+		about.FullName = "VMware vCenter Server 9.0.0 build-24022515 (vgpusim)"
+	}
 	if err := m.Create(); err != nil {
 		return nil, fmt.Errorf("vgpusim: create model: %w", err)
 	}
@@ -157,6 +168,9 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 		return nil, fmt.Errorf("vgpusim: build inventory: %w", err)
 	}
 
+	if !opts.NoDirectPathProfileManager {
+		s.installDirectPathManager()
+	}
 	for method, d := range opts.Delays {
 		s.SetDelay(method, d)
 	}

@@ -186,13 +186,14 @@ func (c *client) convert(ctx context.Context, content map[types.ManagedObjectRef
 	}
 	gpusOf := map[types.ManagedObjectReference][]string{}
 	entering := enteringMaintenance(o.tasks)
+	var asked []mo.HostSystem // the hosts whose capacity vCenter is asked for, as inv.Hosts
 	for _, h := range o.hosts {
 		if detailed != nil && !detailed[h.Self] {
 			continue
 		}
 		host := c.host(ctx, h, envBrowsers[h.Self], vmNames)
 		availability(&host, h, entering)
-		host.VCenterCapacity = c.vcenterCapacity(ctx, h, host.Profiles)
+		asked = append(asked, h)
 		host.Datastores = refValues(h.Datastore)
 		for _, g := range host.GPUs {
 			for _, ref := range gpuRefs(h, g.PCIID) {
@@ -201,6 +202,7 @@ func (c *client) convert(ctx context.Context, content map[types.ManagedObjectRef
 		}
 		inv.Hosts = append(inv.Hosts, host)
 	}
+	c.vcenterCapacities(ctx, inv.Hosts, asked)
 
 	paths := folderPaths(c.dc, o.folders)
 	for _, vm := range o.vms {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/mo"
@@ -26,6 +27,26 @@ import (
 // never fails because of it: a vCenter without the manager is recorded as not offering
 // it, a failed query as failed with its error, and the planner goes on with its own
 // packing.
+
+// maxCapacityQueries bounds the capacity queries in flight at once: one round trip per
+// host, so that a read of 64 hosts costs about as long as a few of them.
+const maxCapacityQueries = 8
+
+// vcenterCapacities fills hosts[i].VCenterCapacity from vCenter's answer for asked[i],
+// asking for up to maxCapacityQueries hosts at once.
+func (c *client) vcenterCapacities(ctx context.Context, hosts []inventory.Host, asked []mo.HostSystem) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxCapacityQueries)
+	for i := range hosts {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			hosts[i].VCenterCapacity = c.vcenterCapacity(ctx, asked[i], hosts[i].Profiles)
+		}()
+	}
+	wg.Wait()
+}
 
 // vcenterCapacity asks vCenter for the host's room per offered vGPU profile.
 func (c *client) vcenterCapacity(ctx context.Context, h mo.HostSystem, profiles []inventory.Profile) inventory.VCenterCapacity {

@@ -7,7 +7,7 @@ BIN_DIR ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT ?= $(BIN_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)
-GO_TEST_FLAGS ?= -race -count=1
+GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 HELM_VERSION ?= v3.22.0
 HELM ?= $(BIN_DIR)/helm-$(HELM_VERSION)
 # The version binaries print (--version) and the image carries: 'git describe'.
@@ -91,7 +91,7 @@ test: controlplane $(HELM) ## Run all tests (unit, envtest, the chart and instal
 	@# The differential tests compare the planner with vgpusim over many random worlds: the
 	@# models, not concurrency, are under test (vgpusim's concurrency is tested with -race
 	@# above), and the race detector made them the slowest part of the suite.
-	go test -count=1 -run '^TestDifferential' ./test/vgpusim/
+	go test -count=1 -timeout 30m -run '^TestDifferential' ./test/vgpusim/
 	@# The fault matrix on its own, verbose, so that its table of counts is printed.
 	go test $(GO_TEST_FLAGS) -run '^TestFaultMatrix$$' -v ./controllers/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|fault matrix'
 

@@ -36,7 +36,10 @@ func (a *analysis) everySplit(ha *hostAnalysis, hs hostSplits, states []hostStat
 			}
 			msg := fmt.Sprintf("host %s: the GPUs could hold layout %s's vGPUs, but gpupool found no power-on order in which vSphere's %s placement places them all (%s would find no GPU)",
 				h.Name, a.layout.Name, policy(h), strings.Join(names, ", "))
-			if len(states) > 1 {
+			if len(states) > 1 && slices.ContainsFunc(states, func(st hostState) bool {
+				_, stuck := powerOnOrder(h, st.freed, starting)
+				return len(stuck) == 0 && packable(h, st.freed, ds)
+			}) {
 				msg = a.splitRefusal(ha, hs, k, msg)
 			}
 			return msg

@@ -39,35 +39,13 @@ func (a *analysis) capacity(ha *hostAnalysis) string {
 			starting = append(starting, m)
 		}
 	}
-	ha.current = make([]inventory.Occupancy, len(h.GPUs))
-	ha.freed = make([]inventory.Occupancy, len(h.GPUs))
-	ha.keepers = make([][]string, len(h.GPUs))
-	seen, devices := map[string]int{}, map[string]int{}
-	mixed := a.mixedDevices(h)
-	for i, g := range h.GPUs {
-		for _, name := range a.largestFirst(h, g.VMs) {
-			n := a.vgpusOn(h, name, seen[name])
-			seen[name]++
-			if m, ok := mixed[name]; ok {
-				n = len(m[i])
-			}
-			for k := range n {
-				p := a.nextDevice(name, devices)
-				if m, ok := mixed[name]; ok {
-					p = m[i][k]
-				}
-				ha.current[i] = a.add(ha.current[i], h, g, name, p)
-				if !freeing[name] {
-					ha.freed[i] = a.add(ha.freed[i], h, g, name, p)
-				}
-			}
-			ha.current[i].VMs++ // vSphere's policies count VMs, not vGPUs (inventory.Place)
-			if !freeing[name] {
-				ha.freed[i].VMs++
-				ha.keepers[i] = append(ha.keepers[i], name)
-			}
-		}
+	hs := a.splitsOf(h)
+	states := make([]hostState, len(hs.splits))
+	for k, sp := range hs.splits {
+		states[k] = a.occupy(h, freeing, sp, hs.none)
 	}
+	ha.splits = states
+	ha.set(states[0])
 	ha.order = nil
 	if len(starting) == 0 {
 		return ""
@@ -76,21 +54,53 @@ func (a *analysis) capacity(ha *hostAnalysis) string {
 	if msg := a.unsureBoards(ha, starting); msg != "" {
 		return msg
 	}
-	ds := demands(starting)
-	if !packable(h, ha.freed, ds) {
-		return a.shortage(ha, ds)
-	}
-	order, stuck := powerOnOrder(h, ha.freed, starting)
-	if len(stuck) > 0 {
-		names := make([]string, len(stuck))
-		for i, m := range stuck {
-			names[i] = m.vm.Name + " (" + vgpus(m.count, m.want) + ")"
+	return a.everySplit(ha, hs, states, starting)
+}
+
+// hostState is what runs on a host's GPUs under one split (see splits.go): now
+// (current), once the pool's departing vGPUs are down (freed), and who keeps running.
+type hostState struct {
+	current, freed []inventory.Occupancy
+	keepers        [][]string
+}
+
+func (ha *hostAnalysis) set(st hostState) {
+	ha.current, ha.freed, ha.keepers = st.current, st.freed, st.keepers
+}
+
+// occupy counts what runs on h's GPUs under split sp; the VMs of none take every GPU
+// that lists them whole.
+func (a *analysis) occupy(h *inventory.Host, freeing map[string]bool, sp split, none map[string]bool) hostState {
+	st := hostState{current: make([]inventory.Occupancy, len(h.GPUs)), freed: make([]inventory.Occupancy, len(h.GPUs)), keepers: make([][]string, len(h.GPUs))}
+	seen, devices := map[string]int{}, map[string]int{}
+	for i, g := range h.GPUs {
+		for _, name := range a.largestFirst(h, g.VMs) {
+			var devs []string
+			switch at, ok := sp[name]; {
+			case none[name]:
+				devs = []string{""} // add: the GPU whole
+			case ok:
+				devs = at[i]
+			default:
+				for range a.vgpusOn(h, name, seen[name]) {
+					devs = append(devs, a.nextDevice(name, devices))
+				}
+			}
+			seen[name]++
+			for _, p := range devs {
+				st.current[i] = a.add(st.current[i], h, g, name, p)
+				if !freeing[name] {
+					st.freed[i] = a.add(st.freed[i], h, g, name, p)
+				}
+			}
+			st.current[i].VMs++ // vSphere's policies count VMs, not vGPUs (inventory.Place)
+			if !freeing[name] {
+				st.freed[i].VMs++
+				st.keepers[i] = append(st.keepers[i], name)
+			}
 		}
-		return fmt.Sprintf("host %s: the GPUs could hold layout %s's vGPUs, but gpupool found no power-on order in which vSphere's %s placement places them all (%s would find no GPU)",
-			h.Name, a.layout.Name, policy(h), strings.Join(names, ", "))
 	}
-	ha.order = order
-	return ""
+	return st
 }
 
 // vgpusOn is how many of the VM's vGPUs run on the k-th GPU of h whose graphicsInfo

@@ -119,6 +119,9 @@ type hostAnalysis struct {
 	keepers [][]string
 	// order is the power-on order found on freed.
 	order []*member
+	// splits are the states under every split consistent with vSphere's report
+	// (splits.go); current, freed and keepers are the first's.
+	splits []hostState
 }
 
 // analysis is what Check finds and Build plans from.

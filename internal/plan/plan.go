@@ -213,14 +213,14 @@ func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPl
 	// as they will be, and the first VM that does not fit yet waits with all after it.
 	rank := map[string]int{}
 	now := map[*inventory.VM]bool{}
-	occ := slices.Clone(ha.current)
+	occs := ha.nowStates() // what runs now, under every consistent split
 	// Where a power-on in flight lands is not known until it ends: nothing else is
 	// powered on on its host before then (see settled).
 	fits := !a.starting[ha.host.Name]
 	for i, m := range ha.order {
 		rank[m.vm.Name] = i
 		if fits {
-			if occ, fits = placeAll(ha.host, occ, m.offer, m.count); fits {
+			if occs, fits = placeEvery(ha.host, occs, m.offer, m.count); fits {
 				now[m.vm] = true
 			}
 		}

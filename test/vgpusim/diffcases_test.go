@@ -27,6 +27,9 @@ import (
 //     takes a whole slot; the simulator's slot is 512 MiB. NVIDIA's 512 MiB types are
 //     Maxwell-era boards', which have no mixed-size mode, so this is strict only in
 //     worlds the generator makes up.
+//   - splitUnknown: vSphere lists the GPUs a VM runs on, not which of its devices runs
+//     on which; the planner starts a layout only if it fits under every split
+//     consistent with the report, the simulator knows the true one.
 //   - unknownBoard: on a host whose GPUs are of several kinds, the planner starts no
 //     type on a host with a GPU whose board it cannot identify; the simulator lets such a
 //     GPU run whatever its host offers.
@@ -36,6 +39,9 @@ func knownTooStrict(problems []plan.Problem) string {
 		switch {
 		case p.Reason != plan.ReasonInsufficientGPU:
 			return ""
+		case strings.Contains(p.Message, "vSphere does not report which of the vGPUs of"):
+			class = "splitUnknown"
+		case class == "splitUnknown":
 		case strings.Contains(p.Message, "whose board gpupool cannot identify") || strings.Contains(p.Message, "does not know the board of"):
 			class = "unknownBoard"
 		case !strings.Contains(p.Message, "does not report where running vGPUs sit"):
@@ -102,6 +108,19 @@ func (d *diff) countWorld() {
 			if slices.Contains(d.w.startOn, vm.Name) {
 				d.stats["mixedDevicesStarted"]++
 			}
+		}
+	}
+}
+
+// countSpread counts the running VMs whose devices differ and run on several GPUs:
+// the splits vSphere does not report.
+func (d *diff) countSpread() {
+	for _, vm := range d.w.inv.VMs {
+		if len(vm.Profiles) == 0 {
+			continue
+		}
+		if st, ok := d.sim.VM(vm.Name); ok && len(slices.Compact(slices.Sorted(slices.Values(st.GPUs)))) > 1 {
+			d.stats["mixedDevicesSpread"]++
 		}
 	}
 }

@@ -65,7 +65,7 @@ func TestDifferentialPlannerAgainstSimulator(t *testing.T) {
 		{"gpuMixedSize", n / 2}, {"gpuModeOverride", n / 10}, {"hostInMaintenance", n / 10},
 		{"hostdisconnected", rare}, {"hostnotResponding", rare}, {"hostEntering", n / 20},
 		{"powerOnElsewhere", rare}, {"held", rare}, {"hostUnavailableProblem", rare}, {"agreedInfeasible", rare},
-		{"mixedDevicesVM", n / 10}, {"mixedDevicesStarted", rare}, {"vmOnLocalDatastore", n / 10},
+		{"mixedDevicesVM", n / 10}, {"mixedDevicesStarted", rare}, {"mixedDevicesSpread", n / 10}, {"vmOnLocalDatastore", n / 10},
 		{"mixedBoardHost", n / 5}, {"powerOnMixedBoardHost", n / 10}, {"gpuUnknownBoard", rare},
 	} {
 		if stats[c.stat] < c.min {
@@ -183,6 +183,7 @@ func runWorld(t *testing.T, seed uint64, r *rand.Rand, w *world, stats map[strin
 	for _, name := range w.startOn {
 		d.op(powerOnOn(""), name) // refused when it does not fit: vSphere's call
 	}
+	d.countSpread()
 	d.enterMaintenance()
 	for _, name := range slices.Sorted(maps.Keys(w.down)) {
 		state := w.down[name]

@@ -2,6 +2,7 @@ package vgpusim_test
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -33,8 +34,9 @@ type genOptions struct {
 	// Series offers A-, B-, Q- and C-series profiles (and 512 MiB ones) side by side;
 	// without it every profile is Q-series of 1 GiB or more.
 	Series bool
-	// MixedDevices gives some VMs with several vGPUs devices of different sizes of one
-	// series (NVIDIA Multi-vGPU), which no layout worker asks for.
+	// MixedDevices gives some VMs two or three vGPU devices of different sizes of one
+	// series (NVIDIA Multi-vGPU), which no layout worker asks for; started, they often
+	// spread over GPUs (mixedDevicesSpread), which vSphere reports without the split.
 	MixedDevices bool
 	// Datastores gives some hosts a local datastore besides (or instead of) the shared
 	// one, and some VMs their files there: a host that does not mount a VM's datastore
@@ -309,6 +311,14 @@ func genVM(r *rand.Rand, o genOptions, h *vgpusim.Host, name string) vgpusim.VM 
 		vm.VGPUs = 1 + r.IntN(max(o.MaxVGPUs, 1))
 		if o.MixedDevices && vm.VGPUs > 1 && r.IntN(4) == 0 {
 			vm.Profiles = mixedDevices(r, h, vm.Profile, vm.VGPUs)
+		} else if side := sideRand(vm); o.MixedDevices && side.IntN(8) == 0 {
+			// Two or three devices that differ, which vSphere's placement often spreads
+			// over GPUs without reporting the split. Drawn from sideRand, so that the
+			// worlds the seeds made before keep their other draws.
+			n := 2 + side.IntN(2)
+			if vm.Profiles = mixedDevices(side, h, vm.Profile, n); vm.Profiles != nil {
+				vm.VGPUs = n
+			}
 		}
 	}
 	return vm
@@ -398,6 +408,14 @@ func clusterHost(inv *vgpusim.Inventory, cluster string) *vgpusim.Host {
 		}
 	}
 	return nil
+}
+
+// sideRand is a generator of the VM's own, from what was drawn for it: draws from it
+// leave the world's generator alone.
+func sideRand(vm vgpusim.VM) *rand.Rand {
+	h := fnv.New64a()
+	_, _ = fmt.Fprintf(h, "%s/%s/%s/%d", vm.Name, vm.Host, vm.Profile, vm.VGPUs)
+	return rand.New(rand.NewPCG(h.Sum64(), 22))
 }
 
 // mixedDevices gives n devices: first, then others of first's board and series and

@@ -130,14 +130,18 @@ func tasksToWaitFor(pool *gpupoolv1.GPUPoolProfile, now time.Time) (waiting, lat
 		if w.Task == nil {
 			continue
 		}
-		what := fmt.Sprintf("%s of VM %s", w.Task.Operation, w.VM)
 		if now.Sub(w.Task.StartTime.Time) < deletionTaskWait {
-			waiting = append(waiting, what)
+			waiting = append(waiting, taskName(w))
 		} else {
-			late = append(late, what)
+			late = append(late, taskName(w))
 		}
 	}
 	return waiting, late
+}
+
+// taskName names a worker's task in flight in messages: "PowerOn of VM gpu-day-1".
+func taskName(w gpupoolv1.WorkerStatus) string {
+	return fmt.Sprintf("%s of VM %s", w.Task.Operation, w.VM)
 }
 
 // parkedForGood tells whether a deleted pool leaves node n parked: when its VM's power
@@ -206,7 +210,7 @@ func (r *GPUPoolProfileReconciler) followPausedTasks(ctx context.Context, s *sco
 	}
 	for _, w := range s.pool.Status.Workers {
 		if w.Task != nil {
-			s.facts.pausedTasks = append(s.facts.pausedTasks, fmt.Sprintf("%s of VM %s", w.Task.Operation, w.VM))
+			s.facts.pausedTasks = append(s.facts.pausedTasks, taskName(w))
 		}
 	}
 	return after

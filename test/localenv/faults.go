@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -43,14 +41,9 @@ func (e *Env) waitManagerReady(ctx context.Context) error {
 // KillManager ends the operator at once (SIGKILL to its process group), as a node
 // failure or an OOM kill would, in the middle of whatever it does.
 func (e *Env) KillManager() error {
-	pids := readPidFiles(filepath.Join(e.Dir, "pids"))
-	b, err := os.ReadFile(filepath.Join(e.Dir, "pids", "manager.pid"))
+	pid, err := readPid(e.pidFile("manager"))
 	if err != nil {
-		return fmt.Errorf("the operator's pid: %w (of %v)", err, pids)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return err
+		return fmt.Errorf("the operator's pid: %w", err)
 	}
 	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return err
@@ -79,17 +72,9 @@ func (e *Env) Thaw(names ...string) error { return e.signal(syscall.SIGCONT, nam
 
 func (e *Env) signal(sig syscall.Signal, names []string) error {
 	for _, name := range names {
-		f := filepath.Join(e.Dir, "pids", name+".pid")
-		if _, err := os.Stat(f); err != nil {
-			f = filepath.Join(e.Dir, "kwok", "clusters", clusterName, "pids", name+".pid")
-		}
-		b, err := os.ReadFile(f)
+		pid, err := readPid(e.pidFile(name))
 		if err != nil {
 			return fmt.Errorf("no pid for %s: %w", name, err)
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			return err
 		}
 		if err := syscall.Kill(pid, sig); err != nil {
 			return fmt.Errorf("signalling %s (pid %d): %w", name, pid, err)
@@ -109,7 +94,7 @@ func (e *Env) Kill(name string) error { return e.signal(syscall.SIGKILL, []strin
 // ComponentsRun tells whether the components Supervise keeps running run.
 func (e *Env) ComponentsRun() bool {
 	for _, name := range supervised {
-		if !running(filepath.Join(e.Dir, "kwok", "clusters", clusterName, "pids", name+".pid")) {
+		if !running(e.pidFile(name)) {
 			return false
 		}
 	}
@@ -119,4 +104,18 @@ func (e *Env) ComponentsRun() bool {
 // ManagerRuns tells whether the operator's process runs. It exits by itself when it
 // loses its leader lease (an API server frozen for longer than the lease's renew
 // deadline): in a cluster its Deployment starts it again, here StartManager does.
-func (e *Env) ManagerRuns() bool { return running(filepath.Join(e.Dir, "pids", "manager.pid")) }
+func (e *Env) ManagerRuns() bool { return running(e.pidFile("manager")) }
+
+// pidFile is the pid file of a process Up spawned ("manager", "vgpusim") or, failing
+// that, of a component kwokctl started ("kube-apiserver", "kube-scheduler").
+func (e *Env) pidFile(name string) string {
+	if f := filepath.Join(e.Dir, "pids", name+".pid"); fileExists(f) {
+		return f
+	}
+	return filepath.Join(e.Dir, "kwok", "clusters", clusterName, "pids", name+".pid")
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

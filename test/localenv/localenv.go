@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -306,13 +307,8 @@ func stopGroup(pid int) error {
 func waitGone(pid int, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	for {
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		if exited(pid) {
 			return true
-		}
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			if f := strings.Fields(string(b)); len(f) > 2 && f[2] == "Z" {
-				return true
-			}
 		}
 		if time.Now().After(deadline) {
 			return false
@@ -321,16 +317,35 @@ func waitGone(pid int, timeout time.Duration) bool {
 	}
 }
 
+// exited tells whether a process has ended: it is gone, or a zombie nobody reaped yet
+// (processes kwokctl forks are reparented, and not every init reaps).
+func exited(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	f := strings.Fields(string(b))
+	return len(f) > 2 && f[2] == "Z"
+}
+
+// readPid reads the pid a pid file records.
+func readPid(file string) (int, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
 // readPidFiles reads the pids recorded in a folder of *.pid files.
 func readPidFiles(dir string) []int {
 	files, _ := filepath.Glob(filepath.Join(dir, "*.pid"))
 	var pids []int
 	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+		if pid, err := readPid(f); err == nil {
 			pids = append(pids, pid)
 		}
 	}

@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -28,7 +25,6 @@ const superviseEvery = time.Second
 // pid files, so that kwokctl delete cluster, and Down, stop the new processes too). It
 // runs in the power wire's process, which Down stops before it deletes the cluster.
 func Supervise(ctx context.Context, e *Env) {
-	pids := filepath.Join(e.Dir, "kwok", "clusters", clusterName, "pids")
 	t := time.NewTicker(superviseEvery)
 	defer t.Stop()
 	for {
@@ -39,7 +35,7 @@ func Supervise(ctx context.Context, e *Env) {
 		}
 		var gone []string
 		for _, name := range supervised {
-			if f := filepath.Join(pids, name+".pid"); !running(f) {
+			if f := e.pidFile(name); !running(f) {
 				// Note: kwokctl takes a zombie (a process nobody reaped) for running; the
 				// pid file goes, so that it starts the component again.
 				_ = os.Remove(f)
@@ -59,20 +55,8 @@ func Supervise(ctx context.Context, e *Env) {
 	}
 }
 
-// running tells whether the process a pid file names runs (a zombie does not).
+// running tells whether the process a pid file names runs.
 func running(pidFile string) bool {
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		return false
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(stat))
-	return len(f) < 3 || f[2] != "Z"
+	pid, err := readPid(pidFile)
+	return err == nil && !exited(pid)
 }

@@ -61,6 +61,12 @@ type GPUPoolProfileSpec struct {
 	// +optional
 	Override *Override `json:"override,omitempty"`
 
+	// Demand lets pending GPU work bring a layout in before its window, and lets a
+	// layout nobody uses be skipped or ended, within guard rails (dwell, cooldown, a
+	// switch budget, a disruption limit). Without it the pool follows the schedule only.
+	// +optional
+	Demand *DemandPolicy `json:"demand,omitempty"`
+
 	// Parking says what happens to VMs that are not in the wanted layout.
 	// +kubebuilder:default=Suspend
 	// +optional
@@ -556,9 +562,13 @@ type GPUPoolProfileStatus struct {
 	// DesiredLayout is the layout wanted now.
 	// +optional
 	DesiredLayout string `json:"desiredLayout,omitempty"`
-	// DesiredReason says why DesiredLayout is wanted: Override, Schedule or Default.
+	// DesiredReason says why DesiredLayout is wanted: Override, Demand, Schedule or
+	// Default.
 	// +optional
 	DesiredReason DesiredReason `json:"desiredReason,omitempty"`
+	// Demand is the demand gpupool saw per layout and what it decided (spec.demand).
+	// +optional
+	Demand *DemandStatus `json:"demand,omitempty"`
 	// NextTransition is the next scheduled change of the wanted layout.
 	// +optional
 	NextTransition *NextTransition `json:"nextTransition,omitempty"`

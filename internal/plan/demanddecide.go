@@ -1,0 +1,283 @@
+package plan
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// maxNamed is how many pods a demand message names.
+const maxNamed = 5
+
+// demandMove is a switch demand would start: to layout, by the rule, because of why.
+type demandMove struct {
+	layout string
+	action gpupoolv1.DemandAction
+	rule   *rule
+	why    string
+}
+
+// decide applies demand to out.Decision, Desired's answer.
+func (r *demandRun) decide(out *DemandDecision) {
+	d := out.Decision
+	if d.Reason == gpupoolv1.DesiredByOverride {
+		r.cancel("an override is in force")
+		r.note("override in force: demand does not act")
+		return
+	}
+	if r.in.Active == "" {
+		r.cancel("no layout is active")
+		r.note("no layout active yet: demand acts once one is")
+		return
+	}
+	cur := cmp.Or(r.in.InFlight, r.in.Active)
+	if sw := r.timers.Switch; sw != nil && sw.Layout == cur {
+		r.timers.Switch = nil // it started
+	}
+	if cur != d.Layout {
+		// The schedule wants another layout: demand may hold the one the pool has.
+		if hold, ok := r.hold(cur, d); ok {
+			out.Decision = hold
+			r.note("%s", hold.Message)
+			return
+		}
+		r.cancel(fmt.Sprintf("the schedule wants layout %s", d.Layout))
+		return
+	}
+	if r.in.InFlight != "" {
+		r.cancel(fmt.Sprintf("a switch to layout %s is in progress", r.in.InFlight))
+		return
+	}
+	mv := r.candidate(cur)
+	if mv == nil {
+		r.cancel("its demand is gone")
+		return
+	}
+	if why := r.guards(mv); why != "" {
+		r.cancel(why)
+		r.note("demand for layout %s does not switch: %s", mv.layout, why)
+		return
+	}
+	sw := r.timers.Switch
+	if sw == nil || sw.Layout != mv.layout || sw.Action != mv.action {
+		at := r.now
+		if r.in.WarnAhead > 0 && r.in.Observed[mv.layout].Evictions > 0 {
+			at = r.now.Add(r.in.WarnAhead)
+		}
+		sw = &AnnouncedSwitch{Layout: mv.layout, Action: mv.action, Decided: r.now, At: at, Message: mv.why}
+		r.timers.Switch = sw
+	}
+	if r.now.Before(sw.At) {
+		if d.Next == nil || sw.At.Before(d.Next.At) {
+			out.Next = &Boundary{Layout: mv.layout, At: sw.At}
+		}
+		r.wakeAt(sw.At)
+		r.note("demand switch to layout %s starts at %s, after the warning (warnAhead %s): %s",
+			mv.layout, r.format(sw.At), shortDuration(r.in.WarnAhead), mv.why)
+		return
+	}
+	out.Decision = Decision{Layout: mv.layout, Reason: gpupoolv1.DesiredByDemand, Window: -1, Message: "demand: " + mv.why}
+	r.note("demand switches to layout %s: %s", mv.layout, mv.why)
+}
+
+// cancel drops an announced switch that no longer holds, saying why.
+func (r *demandRun) cancel(why string) {
+	if sw := r.timers.Switch; sw != nil {
+		r.note("demand switch to layout %s announced at %s is cancelled: %s", sw.Layout, r.format(sw.Decided), why)
+		r.timers.Switch = nil
+	}
+}
+
+// hold returns the decision that keeps cur, the layout the pool has or is switching to,
+// against the schedule's d, when a rule or the dwell of a layout demand brought says so.
+func (r *demandRun) hold(cur string, d Decision) (Decision, bool) {
+	h := Decision{Layout: cur, Reason: gpupoolv1.DesiredByDemand, Window: -1}
+	if ru := r.policy.find(cur, gpupoolv1.DemandBringIn); ru != nil {
+		if until, open := ru.openUntil(r.now); open && !r.heldFor(r.timers.IdleSince, cur, ru.idle) {
+			h.Message = fmt.Sprintf("demand keeps layout %s (demand.rules[%d]) over the schedule's %s: %s", cur, ru.index, d.Layout, r.use(cur, ru))
+			if !until.IsZero() {
+				h.Next = &Boundary{Layout: d.Layout, At: until}
+				r.wakeAt(until)
+			}
+			return h, true
+		}
+	}
+	if ru := r.policy.find(d.Layout, gpupoolv1.DemandSkip); ru != nil {
+		if until, open := ru.openUntil(r.now); open && r.unwanted(d.Layout, ru) {
+			h.Message = fmt.Sprintf("demand skips layout %s (demand.rules[%d]): nothing is pending for it or runs on it; layout %s stays", d.Layout, ru.index, cur)
+			h.Next = d.Next
+			if !until.IsZero() && (d.Next == nil || until.Before(d.Next.At)) {
+				h.Next = &Boundary{Layout: d.Layout, At: until}
+				r.wakeAt(until)
+			}
+			if h.Next != nil && h.Next.Layout == cur {
+				h.Next = nil
+			}
+			return h, true
+		}
+	}
+	if at, by := r.arrival(); cur == r.in.Active && r.in.InFlight == "" && by == gpupoolv1.DesiredByDemand && r.now.Before(at.Add(r.policy.minDwell)) {
+		end := at.Add(r.policy.minDwell)
+		h.Message = fmt.Sprintf("demand keeps layout %s, which it brought in at %s, until its dwell ends at %s (minDwell %s)",
+			cur, r.format(at), r.format(end), shortDuration(r.policy.minDwell))
+		h.Next = &Boundary{Layout: d.Layout, At: end}
+		r.wakeAt(end)
+		return h, true
+	}
+	return Decision{}, false
+}
+
+// unwanted says whether a layout a Skip rule names has no demand: nothing held pending
+// for the rule's `for`, nothing running on its nodes.
+func (r *demandRun) unwanted(layout string, ru *rule) bool {
+	return r.in.Observed[layout].RunningGPUs == 0 && !r.heldFor(r.timers.PendingSince, layout, ru.hold)
+}
+
+// use says what keeps a layout in use, for messages.
+func (r *demandRun) use(layout string, ru *rule) string {
+	o := r.in.Observed[layout]
+	var parts []string
+	if o.PendingGPUs > 0 {
+		parts = append(parts, fmt.Sprintf("%d GPUs pending for it (%s)", o.PendingGPUs, named(o.Pending)))
+	}
+	if o.RunningGPUs > 0 {
+		parts = append(parts, fmt.Sprintf("%d GPUs in use on its nodes", o.RunningGPUs))
+	}
+	if since, ok := r.timers.IdleSince[layout]; ok {
+		parts = append(parts, fmt.Sprintf("idle since %s, let go at %s (idleFor %s)", r.format(since), r.format(since.Add(ru.idle)), shortDuration(ru.idle)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// candidate returns the switch demand would start from cur, the schedule's layout the
+// pool has: the BringIn rule with the most GPUs held pending, else the end of cur by a
+// Skip rule when it has been idle for idleFor. It notes why other rules do not act.
+func (r *demandRun) candidate(cur string) *demandMove {
+	var best *demandMove
+	var bestGPUs int64
+	for i := range r.policy.rules {
+		ru := &r.policy.rules[i]
+		o := r.in.Observed[ru.layout]
+		if ru.action != gpupoolv1.DemandBringIn || ru.layout == cur || o.PendingGPUs == 0 {
+			continue
+		}
+		switch _, open := ru.openUntil(r.now); {
+		case !open:
+			r.note("layout %s: %d GPUs pending, outside the windows of demand.rules[%d]", ru.layout, o.PendingGPUs, ru.index)
+		case o.PendingGPUs < ru.minGPUs:
+			r.note("layout %s: %d GPUs pending, below minGPUs %d", ru.layout, o.PendingGPUs, ru.minGPUs)
+		case !r.heldFor(r.timers.PendingSince, ru.layout, ru.hold):
+			since := r.timers.PendingSince[ru.layout]
+			r.note("layout %s: %d GPUs pending since %s, demand acts at %s (for %s)", ru.layout, o.PendingGPUs,
+				r.format(since), r.format(since.Add(ru.hold)), shortDuration(ru.hold))
+		case best == nil || o.PendingGPUs > bestGPUs:
+			best, bestGPUs = &demandMove{layout: ru.layout, action: ru.action, rule: ru,
+				why: fmt.Sprintf("brings layout %s in (demand.rules[%d]): %d pods pending for it request %d GPUs since %s (%s)",
+					ru.layout, ru.index, len(o.Pending), o.PendingGPUs, r.format(r.timers.PendingSince[ru.layout]), named(o.Pending))}, o.PendingGPUs
+		}
+	}
+	if best != nil {
+		return best
+	}
+	ru := r.policy.find(cur, gpupoolv1.DemandSkip)
+	if ru == nil || r.spec.DefaultLayout == cur {
+		return nil
+	}
+	if _, open := ru.openUntil(r.now); !open {
+		return nil
+	}
+	since, idle := r.timers.IdleSince[cur]
+	if !r.heldFor(r.timers.IdleSince, cur, ru.idle) {
+		if idle {
+			r.note("layout %s: idle since %s, demand ends it at %s (idleFor %s)", cur, r.format(since), r.format(since.Add(ru.idle)), shortDuration(ru.idle))
+		}
+		return nil
+	}
+	return &demandMove{layout: r.spec.DefaultLayout, action: gpupoolv1.DemandSkip, rule: ru,
+		why: fmt.Sprintf("ends layout %s (demand.rules[%d]): nothing pending for it or running on it since %s; back to defaultLayout %s",
+			cur, ru.index, r.format(since), r.spec.DefaultLayout)}
+}
+
+// guards returns why demand must not start mv now, "" when it may: the dwell of the
+// layout it leaves, the cooldown, the switch budget, the disruption limit.
+func (r *demandRun) guards(mv *demandMove) string {
+	p := r.policy
+	if at, _ := r.arrival(); !at.IsZero() && r.now.Before(at.Add(p.minDwell)) {
+		r.wakeAt(at.Add(p.minDwell))
+		return fmt.Sprintf("layout %s is active since %s and stays until %s (minDwell %s)",
+			r.in.Active, r.format(at), r.format(at.Add(p.minDwell)), shortDuration(p.minDwell))
+	}
+	if last := r.lastStart(); !last.IsZero() && r.now.Before(last.Add(p.cooldown)) {
+		r.wakeAt(last.Add(p.cooldown))
+		return fmt.Sprintf("the last switch started at %s; cooldown until %s (cooldown %s)",
+			r.format(last), r.format(last.Add(p.cooldown)), shortDuration(p.cooldown))
+	}
+	if n, free := r.budget(); n >= p.maxSwitches {
+		r.wakeAt(free)
+		return fmt.Sprintf("switch budget spent: %d switches started in the last 24h (maxSwitchesPerDay %d); the next may start at %s",
+			n, p.maxSwitches, r.format(free))
+	}
+	o := r.in.Observed[mv.layout]
+	switch {
+	case len(o.DoNotDisrupt) > 0:
+		return fmt.Sprintf("it would evict do-not-disrupt pods (%s)", named(o.DoNotDisrupt))
+	case len(o.NearCompletion) > 0:
+		return fmt.Sprintf("it would evict pods of Jobs near completion (%s)", named(o.NearCompletion))
+	case o.Evictions > p.maxEvicted:
+		return fmt.Sprintf("it would evict %d GPU pods (maxEvictions %d)", o.Evictions, p.maxEvicted)
+	}
+	return ""
+}
+
+// arrival is when the active layout became active, and why: the newest completed switch
+// to it. Zero when the history does not say.
+func (r *demandRun) arrival() (time.Time, gpupoolv1.DesiredReason) {
+	var at time.Time
+	var by gpupoolv1.DesiredReason
+	for _, s := range r.in.Switches {
+		if s.To == r.in.Active && !s.End.IsZero() && s.End.After(at) {
+			at, by = s.End, s.Reason
+		}
+	}
+	return at, by
+}
+
+// lastStart is when the newest switch started, zero if none did.
+func (r *demandRun) lastStart() time.Time {
+	var last time.Time
+	for _, s := range r.in.Switches {
+		if s.Start.After(last) {
+			last = s.Start
+		}
+	}
+	return last
+}
+
+// budget counts the switches that started in the last 24 hours and returns when one
+// more will be allowed (the instant enough of them are older than 24 hours).
+func (r *demandRun) budget() (int, time.Time) {
+	var starts []time.Time
+	for _, s := range r.in.Switches {
+		if s.Start.After(r.now.Add(-budgetPeriod)) {
+			starts = append(starts, s.Start)
+		}
+	}
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	n := len(starts)
+	if n < r.policy.maxSwitches {
+		return n, r.now
+	}
+	return n, starts[n-r.policy.maxSwitches].Add(budgetPeriod)
+}
+
+// named lists up to maxNamed names, and how many more there are.
+func named(names []string) string {
+	if len(names) <= maxNamed {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxNamed], ", "), len(names)-maxNamed)
+}

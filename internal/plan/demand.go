@@ -165,12 +165,12 @@ type demandPolicy struct {
 }
 
 type rule struct {
-	index       int
-	layout      string
-	action      gpupoolv1.DemandAction
-	windows     []window
-	minGPUs     int64
-	hold, idle  time.Duration
+	index      int
+	layout     string
+	action     gpupoolv1.DemandAction
+	windows    []window
+	minGPUs    int64
+	hold, idle time.Duration
 }
 
 func compilePolicy(dp *gpupoolv1.DemandPolicy, s *schedule) (*demandPolicy, error) {

@@ -71,7 +71,9 @@ func randomWorld(rng *rand.Rand, start time.Time) *World {
 }
 
 func randomPolicy(rng *rand.Rand) *gpupoolv1.DemandPolicy {
-	minutes := func(n int) *metav1.Duration { return &metav1.Duration{Duration: time.Duration(rng.Intn(n)) * time.Minute} }
+	minutes := func(n int) *metav1.Duration {
+		return &metav1.Duration{Duration: time.Duration(rng.Intn(n)) * time.Minute}
+	}
 	p := &gpupoolv1.DemandPolicy{
 		MinDwell:          minutes(120),
 		Cooldown:          minutes(60),

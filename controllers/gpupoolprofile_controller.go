@@ -134,8 +134,9 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	pool := s.pool
 	st := &pool.Status
 
-	// Which layout is wanted now, and when that changes next.
-	d, err := plan.Desired(&pool.Spec, s.now)
+	// Which layout is wanted now, and when that changes next (with spec.demand, as
+	// demand moves it within its limits).
+	d, err := r.desire(ctx, s)
 	if err != nil {
 		s.facts.invalidSpec = err.Error()
 		// No switch is planned while the schedule cannot be read: no warning stands.
@@ -402,10 +403,14 @@ func layoutNamed(spec *gpupoolv1.GPUPoolProfileSpec, name string) *gpupoolv1.Lay
 
 // untilBoundary is how long until the wanted layout changes, capped by the resync period.
 func (r *GPUPoolProfileReconciler) untilBoundary(s *scope) time.Duration {
-	if s.decision.Next == nil {
-		return resyncPeriod
+	next := resyncPeriod
+	if s.decision.Next != nil {
+		next = min(s.decision.Next.At.Sub(s.now), next)
 	}
-	return max(min(s.decision.Next.At.Sub(s.now), resyncPeriod), time.Second)
+	if !s.demandRecheck.IsZero() {
+		next = min(s.demandRecheck.Sub(s.now), next)
+	}
+	return max(next, time.Second)
 }
 
 // startTransition records a transition when the wanted layout is not the active one.
@@ -431,6 +436,8 @@ func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 		To:         s.decision.Layout,
 		StartTime:  metav1.NewTime(s.now),
 		Generation: s.pool.Generation,
+		Reason:     s.decision.Reason,
+		Cause:      truncate(s.decision.Message, 1024),
 	}
 	r.emit(s.pool, corev1.EventTypeNormal, "TransitionStarted", "transition %s: switching from %s to %q (%s): %s; plan:\n%s",
 		st.Transition.ID, fromWhat(st.ActiveLayout), s.decision.Layout, s.decision.Reason, s.decision.Message, p.String())
@@ -463,6 +470,7 @@ func (r *GPUPoolProfileReconciler) completeTransition(s *scope) {
 // announce records a Warning event when the pool becomes Stalled, or Stalled for
 // another reason: events are how a person watching the cluster learns that they must act.
 func (r *GPUPoolProfileReconciler) announce(before, after *gpupoolv1.GPUPoolProfile) {
+	r.announceDemand(before, after)
 	now := findCondition(after, gpupoolv1.ConditionStalled)
 	if now == nil || now.Status != metav1.ConditionTrue {
 		return
@@ -509,6 +517,7 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		For(&gpupoolv1.GPUPoolProfile{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Node{}, allPools, builder.WithPredicates(nodeChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfPodNode), builder.WithPredicates(podChanged())).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.demandPools), builder.WithPredicates(demandPodChanged())).
 		WatchesRawSource(source.Channel(r.tasks.events, &handler.EnqueueRequestForObject{})).
 		Named("gpupoolprofile").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).

@@ -24,6 +24,10 @@ func recordHistory(s *scope, result gpupoolv1.TransitionResult, message string) 
 	if t == nil {
 		return
 	}
+	if message == "" && t.Reason == gpupoolv1.DesiredByDemand {
+		// A switch demand caused keeps its cause: the pods that caused it.
+		message = t.Cause
+	}
 	if len(message) > maxHistoryMessage {
 		message = message[:maxHistoryMessage-len(" [...]")] + " [...]"
 	}

@@ -21,6 +21,9 @@ type scope struct {
 	persisted *gpupoolv1.GPUPoolProfile
 	now       time.Time
 	decision  plan.Decision
+	// demandRecheck is when demand's timers or guards run out next (zero: none), a time
+	// to look again even if nothing else changes.
+	demandRecheck time.Time
 	layout    *gpupoolv1.Layout // the wanted layout; nil when the spec does not have it
 
 	vc  vsphere.Client

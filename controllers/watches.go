@@ -85,3 +85,25 @@ func relevantAnnotations(n *corev1.Node) map[string]string {
 	}
 	return out
 }
+
+// demandPodChanged lets through the pod events that change demand (spec.demand): a pod
+// created unscheduled, the scheduler finding no node for it or binding it, a pod ending
+// or deleted. Pools with spec.demand count the GPU pods among them.
+func demandPodChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool {
+			p, ok := e.Object.(*corev1.Pod)
+			return ok && p.Spec.NodeName == ""
+		},
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*corev1.Pod)
+			n, ok2 := e.ObjectNew.(*corev1.Pod)
+			if !ok1 || !ok2 {
+				return false
+			}
+			return o.Spec.NodeName != n.Spec.NodeName || unschedulable(o) != unschedulable(n) || podFinished(o) != podFinished(n)
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}

@@ -480,6 +480,13 @@ type TransitionStatus struct {
 	// changes or another layout is wanted.
 	// +optional
 	AbortedTime *metav1.Time `json:"abortedTime,omitempty"`
+	// Reason and Cause say why the switch started: Override, Demand, Schedule or
+	// Default, and in words (for Demand, the pods that caused it).
+	// +optional
+	Reason DesiredReason `json:"reason,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Cause string `json:"cause,omitempty"`
 	// Message says why the transition was aborted.
 	// +optional
 	Message string `json:"message,omitempty"`

@@ -13,6 +13,7 @@ import (
 func Warnings(spec *gpupoolv1.GPUPoolProfileSpec, now time.Time) []string {
 	warns := tlsWarnings(&spec.VCenter)
 	warns = append(warns, caseDuplicateWarnings(spec)...)
+	warns = append(warns, demandWarnings(spec)...)
 	return append(warns, scheduleWarnings(spec, now)...)
 }
 

@@ -1,0 +1,432 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/plan"
+)
+
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch
+
+// maxDemandMessage bounds status.demand.message (the API allows 1024).
+const maxDemandMessage = 1024
+
+// demandSource sees the demand for a pool's layouts. Pending pods are the first source;
+// a queue's workloads (Kueue) are meant to be another: sources are summed per layout
+// (plan.LayoutDemand.Add), so the decision does not know where demand came from.
+type demandSource interface {
+	observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, shapes layoutShapes) (map[string]plan.LayoutDemand, error)
+}
+
+// desire decides which layout is wanted now: plan.Desired, or with spec.demand,
+// plan.Decide over the demand observed in the cluster. It records the decision and
+// publishes status.demand.
+func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.Decision, error) {
+	pool := s.pool
+	if pool.Spec.Demand == nil || pool.Spec.Paused {
+		if pool.Spec.Demand == nil {
+			pool.Status.Demand = nil
+		}
+		return plan.Desired(&pool.Spec, s.now)
+	}
+	in := demandInput(pool)
+	shapes := shapesOf(pool)
+	for _, src := range r.demandSources() {
+		obs, err := src.observeDemand(ctx, pool, shapes)
+		if err != nil {
+			// Without the demand the schedule decides; the timers are kept as they were.
+			d, derr := plan.Desired(&pool.Spec, s.now)
+			if pool.Status.Demand != nil {
+				pool.Status.Demand.Message = "demand not observed: " + err.Error()
+			}
+			return d, derr
+		}
+		for l, o := range obs {
+			sum := in.Observed[l]
+			sum.Add(o)
+			in.Observed[l] = sum
+		}
+	}
+	dec, err := plan.Decide(&pool.Spec, s.now, in)
+	if err != nil {
+		return plan.Decision{}, err
+	}
+	pool.Status.Demand = demandStatus(pool, in, dec)
+	s.demandRecheck = dec.Recheck
+	publishDemandMetrics(pool.Name, in.Observed)
+	return dec.Decision, nil
+}
+
+func (r *GPUPoolProfileReconciler) demandSources() []demandSource {
+	return []demandSource{podDemand{c: r}}
+}
+
+// demandInput is what Decide needs from the pool's status: the layout active and in
+// flight, the timers it keeps there and the switches of the history.
+func demandInput(pool *gpupoolv1.GPUPoolProfile) *plan.DemandInput {
+	st := &pool.Status
+	in := &plan.DemandInput{
+		Active:    st.ActiveLayout,
+		Observed:  map[string]plan.LayoutDemand{},
+		Timers:    plan.DemandTimers{PendingSince: map[string]time.Time{}, IdleSince: map[string]time.Time{}},
+		WarnAhead: warnAhead(&pool.Spec),
+	}
+	if t := st.Transition; t != nil {
+		// Note: an aborted switch counts as in flight: demand starts nothing over it.
+		in.InFlight = t.To
+		in.Switches = append(in.Switches, plan.PastSwitch{To: t.To, Start: t.StartTime.Time})
+	}
+	for _, h := range st.History {
+		ps := plan.PastSwitch{To: h.To, Reason: h.Reason, Start: h.StartTime.Time}
+		if h.Result == gpupoolv1.TransitionCompleted {
+			ps.End = h.EndTime.Time
+		}
+		in.Switches = append(in.Switches, ps)
+	}
+	if d := st.Demand; d != nil {
+		for _, l := range d.Layouts {
+			if l.PendingSince != nil {
+				in.Timers.PendingSince[l.Layout] = l.PendingSince.Time
+			}
+			if l.IdleSince != nil {
+				in.Timers.IdleSince[l.Layout] = l.IdleSince.Time
+			}
+		}
+		if sw := d.Switch; sw != nil {
+			in.Timers.Switch = &plan.AnnouncedSwitch{Layout: sw.Layout, Action: sw.Action, Decided: sw.DecidedTime.Time, At: sw.At.Time, Message: sw.Message}
+		}
+	}
+	return in
+}
+
+// demandStatus is status.demand after a decision: every layout's demand, the timers and
+// the announced switch, and demand's own account.
+func demandStatus(pool *gpupoolv1.GPUPoolProfile, in *plan.DemandInput, dec plan.DemandDecision) *gpupoolv1.DemandStatus {
+	ds := &gpupoolv1.DemandStatus{Message: truncate(dec.Message, maxDemandMessage)}
+	if sw := dec.Timers.Switch; sw != nil {
+		ds.Switch = &gpupoolv1.DemandSwitch{Layout: sw.Layout, Action: sw.Action, DecidedTime: metav1.NewTime(sw.Decided),
+			At: metav1.NewTime(sw.At), Message: truncate(sw.Message, maxDemandMessage)}
+	}
+	for _, l := range pool.Spec.Layouts {
+		o := in.Observed[l.Name]
+		ld := gpupoolv1.LayoutDemand{Layout: l.Name, PendingPods: int32(len(o.Pending)), PendingGPUs: o.PendingGPUs,
+			RunningGPUs: o.RunningGPUs, Evictions: int32(o.Evictions), DoNotDisrupt: int32(len(o.DoNotDisrupt)),
+			JobsNearCompletion: int32(len(o.NearCompletion))}
+		if len(o.Pending) > 0 {
+			ld.Pods = o.Pending[:min(len(o.Pending), 5)]
+		}
+		if t, ok := dec.Timers.PendingSince[l.Name]; ok {
+			ld.PendingSince = &metav1.Time{Time: t}
+		}
+		if t, ok := dec.Timers.IdleSince[l.Name]; ok {
+			ld.IdleSince = &metav1.Time{Time: t}
+		}
+		ds.Layouts = append(ds.Layouts, ld)
+	}
+	return ds
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-len(" [...]")] + " [...]"
+}
+
+// layoutShapes are, per layout, the nodes it makes as a scheduler would see them (labels
+// and taints, one per distinct profile), to match pending pods against.
+type layoutShapes map[string][]*corev1.Node
+
+func shapesOf(pool *gpupoolv1.GPUPoolProfile) layoutShapes {
+	out := layoutShapes{}
+	for i := range pool.Spec.Layouts {
+		l := &pool.Spec.Layouts[i]
+		seen := map[string]bool{}
+		for _, w := range l.Workers {
+			if w.NoNode || seen[w.Profile] {
+				continue
+			}
+			seen[w.Profile] = true
+			mib, _ := inventory.ProfileFrameBufferMiB(w.Profile)
+			m := activeMeta(pool.Name, l, w.Profile, mib)
+			out[l.Name] = append(out[l.Name], &corev1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: "layout-" + l.Name, Labels: m.Labels},
+				Spec:       corev1.NodeSpec{Taints: m.Taints},
+			})
+		}
+	}
+	return out
+}
+
+// serves says whether a node of the shape could take the pod: its node selector and
+// required node affinity match, and it tolerates the layout's NoSchedule and NoExecute
+// taints. Preferences are no requirement.
+func (ls layoutShapes) serves(layout string, p *corev1.Pod) bool {
+	aff := nodeaffinity.GetRequiredNodeAffinity(p)
+	for _, n := range ls[layout] {
+		if ok, err := aff.Match(n); err != nil || !ok {
+			continue
+		}
+		_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, p.Spec.Tolerations, func(t *corev1.Taint) bool {
+			return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+		}, false)
+		if !untolerated {
+			return true
+		}
+	}
+	return false
+}
+
+// podDemand is the demand pods show: unschedulable GPU pods that only a layout other
+// than the active one could serve, the GPU pods running on each layout's nodes, and what
+// a switch from the active layout would evict.
+type podDemand struct{ c *GPUPoolProfileReconciler }
+
+func (pd podDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, shapes layoutShapes) (map[string]plan.LayoutDemand, error) {
+	var pods corev1.PodList
+	if err := pd.c.Client.List(ctx, &pods); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	res := corev1.ResourceName(gpuResource(pool.Spec.Readiness))
+	if res == "" {
+		res = DefaultGPUResource
+	}
+	active := pool.Status.ActiveLayout
+	layoutOf := nodeLayouts(pool)
+	drained := drainedBySwitch(pool)
+	obs := map[string]plan.LayoutDemand{}
+	near := map[types.NamespacedName]bool{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if podFinished(p) {
+			continue
+		}
+		gpus := podGPUs(p, res)
+		name := fmt.Sprintf("pod %s/%s", p.Namespace, p.Name)
+		if p.Spec.NodeName == "" {
+			if gpus == 0 || !unschedulable(p) || (active != "" && shapes.serves(active, p)) {
+				continue
+			}
+			for _, l := range pool.Spec.Layouts {
+				if l.Name != active && shapes.serves(l.Name, p) {
+					o := obs[l.Name]
+					o.PendingGPUs += gpus
+					o.Pending = append(o.Pending, name)
+					obs[l.Name] = o
+				}
+			}
+			continue
+		}
+		if l, ok := layoutOf[p.Spec.NodeName]; ok && gpus > 0 {
+			o := obs[l]
+			o.RunningGPUs += gpus
+			obs[l] = o
+		}
+		for target, nodes := range drained {
+			if !nodes[p.Spec.NodeName] || !evictable(p) {
+				continue
+			}
+			o := obs[target]
+			if gpus > 0 {
+				o.Evictions++
+			}
+			if p.Annotations[AnnotationDoNotDisrupt] == "true" {
+				o.DoNotDisrupt = append(o.DoNotDisrupt, name)
+			} else if pd.nearCompletion(ctx, p, near) {
+				o.NearCompletion = append(o.NearCompletion, name)
+			}
+			obs[target] = o
+		}
+	}
+	for l, o := range obs {
+		sort.Strings(o.Pending)
+		sort.Strings(o.DoNotDisrupt)
+		sort.Strings(o.NearCompletion)
+		obs[l] = o
+	}
+	return obs, nil
+}
+
+// nearCompletion says whether the pod belongs to a Job that has three quarters of its
+// completions (at least two) behind it: evicting it would throw most of a job away.
+func (pd podDemand) nearCompletion(ctx context.Context, p *corev1.Pod, memo map[types.NamespacedName]bool) bool {
+	ref := metav1.GetControllerOf(p)
+	if ref == nil || ref.Kind != "Job" || ref.APIVersion != batchv1.SchemeGroupVersion.String() {
+		return false
+	}
+	key := types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}
+	if v, ok := memo[key]; ok {
+		return v
+	}
+	var job batchv1.Job
+	v := false
+	if err := pd.c.Client.Get(ctx, key, &job); err == nil {
+		completions := int32(1)
+		if job.Spec.Completions != nil {
+			completions = *job.Spec.Completions
+		}
+		v = completions >= 2 && job.Status.Succeeded*4 >= completions*3
+	}
+	memo[key] = v
+	return v
+}
+
+// evictable says whether a drain would evict the pod: not a DaemonSet's, not a mirror pod.
+func evictable(p *corev1.Pod) bool {
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return false
+	}
+	ref := metav1.GetControllerOf(p)
+	return ref == nil || ref.Kind != "DaemonSet"
+}
+
+// podGPUs is how many of the GPU resource the pod requests: the larger of its containers'
+// sum and its largest init container, as the scheduler counts.
+func podGPUs(p *corev1.Pod, res corev1.ResourceName) int64 {
+	quantity := func(c corev1.Container) int64 {
+		if q, ok := c.Resources.Limits[res]; ok {
+			return q.Value()
+		}
+		if q, ok := c.Resources.Requests[res]; ok {
+			return q.Value()
+		}
+		return 0
+	}
+	var sum, initMax int64
+	for _, c := range p.Spec.Containers {
+		sum += quantity(c)
+	}
+	for _, c := range p.Spec.InitContainers {
+		initMax = max(initMax, quantity(c))
+	}
+	return max(sum, initMax)
+}
+
+// unschedulable says whether the scheduler found no node for the pod.
+func unschedulable(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+		}
+	}
+	return false
+}
+
+// nodeLayouts maps the nodes of the pool's workers to the layout they serve, read from
+// status.workers: a worker's node belongs to the active layout when that layout lists
+// the worker's VM and it is not parked.
+func nodeLayouts(pool *gpupoolv1.GPUPoolProfile) map[string]string {
+	out := map[string]string{}
+	active := layoutNamed(&pool.Spec, pool.Status.ActiveLayout)
+	if active == nil {
+		return out
+	}
+	for _, w := range pool.Status.Workers {
+		if w.Node != "" && layoutLists(active, w.VM) {
+			out[w.Node] = active.Name
+		}
+	}
+	return out
+}
+
+func layoutLists(l *gpupoolv1.Layout, vm string) bool {
+	for _, w := range l.Workers {
+		if w.VM == vm {
+			return true
+		}
+	}
+	return false
+}
+
+// drainedBySwitch is, for every other layout, the nodes a switch from the active layout
+// to it drains: those of the active layout's workers that the other layout does not list
+// with the same profile and number of vGPUs.
+func drainedBySwitch(pool *gpupoolv1.GPUPoolProfile) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	active := layoutNamed(&pool.Spec, pool.Status.ActiveLayout)
+	if active == nil {
+		return out
+	}
+	nodeOf := map[string]string{}
+	for _, w := range pool.Status.Workers {
+		nodeOf[w.VM] = w.Node
+	}
+	for i := range pool.Spec.Layouts {
+		to := &pool.Spec.Layouts[i]
+		if to.Name == active.Name {
+			continue
+		}
+		set := map[string]bool{}
+		for _, w := range active.Workers {
+			if n := nodeOf[w.VM]; n != "" && !keeps(to, w) {
+				set[n] = true
+			}
+		}
+		out[to.Name] = set
+	}
+	return out
+}
+
+func keeps(l *gpupoolv1.Layout, w gpupoolv1.Worker) bool {
+	for _, o := range l.Workers {
+		if o.VM == w.VM {
+			return o.Profile == w.Profile && max(o.VGPUs, 1) == max(w.VGPUs, 1)
+		}
+	}
+	return false
+}
+
+// demandPools maps a pod event to the pools that watch demand (spec.demand).
+func (r *GPUPoolProfileReconciler) demandPools(ctx context.Context, _ client.Object) []reconcile.Request {
+	var pools gpupoolv1.GPUPoolProfileList
+	if err := r.Client.List(ctx, &pools); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, p := range pools.Items {
+		if p.Spec.Demand != nil {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+		}
+	}
+	return reqs
+}
+
+// announceDemand emits the events of demand's decisions on the pool: a switch announced
+// ahead, an announced switch cancelled, and demand held back by a guard rail, each once.
+func (r *GPUPoolProfileReconciler) announceDemand(before, after *gpupoolv1.GPUPoolProfile) {
+	was, now := before.Status.Demand, after.Status.Demand
+	if now == nil {
+		return
+	}
+	var wasSwitch *gpupoolv1.DemandSwitch
+	wasMessage := ""
+	if was != nil {
+		wasSwitch, wasMessage = was.Switch, was.Message
+	}
+	switch sw := now.Switch; {
+	case sw != nil && (wasSwitch == nil || wasSwitch.Layout != sw.Layout || !wasSwitch.At.Equal(&sw.At)):
+		r.emit(after, corev1.EventTypeNormal, "DemandSwitchAnnounced", "demand switch to layout %s starts at %s, after the warning: %s",
+			sw.Layout, sw.At.UTC().Format(time.RFC3339), sw.Message)
+	case sw == nil && wasSwitch != nil && (after.Status.Transition == nil || after.Status.Transition.To != wasSwitch.Layout):
+		r.emit(after, corev1.EventTypeNormal, "DemandSwitchCancelled", "%s", now.Message)
+	}
+	if now.Message != wasMessage && strings.Contains(now.Message, "does not switch:") {
+		r.emit(after, corev1.EventTypeNormal, "DemandHeldBack", "%s", now.Message)
+	}
+}

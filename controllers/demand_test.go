@@ -1,0 +1,142 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// demandTestPool is a day layout of two 4Q workers and a night layout of one 16Q worker
+// with a taint, day active.
+func demandTestPool() *gpupoolv1.GPUPoolProfile {
+	return &gpupoolv1.GPUPoolProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: "lab"},
+		Spec: gpupoolv1.GPUPoolProfileSpec{
+			DefaultLayout: "day",
+			Layouts: []gpupoolv1.Layout{
+				{Name: "day", NodeLabels: map[string]string{"workload": "inference"},
+					Workers: []gpupoolv1.Worker{{VM: "d1", Profile: "grid_p100-4q"}, {VM: "d2", Profile: "grid_p100-4q"}, {VM: "n1", Profile: "grid_p100-4q"}}},
+				{Name: "night", NodeLabels: map[string]string{"workload": "training"},
+					NodeTaints: []corev1.Taint{{Key: "training", Value: "true", Effect: corev1.TaintEffectNoSchedule}},
+					Workers:    []gpupoolv1.Worker{{VM: "n1", Profile: "grid_p100-16q"}}},
+			},
+		},
+		Status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "day", Workers: []gpupoolv1.WorkerStatus{
+			{VM: "d1", Node: "node-d1"}, {VM: "d2", Node: "node-d2"}, {VM: "n1", Node: "node-n1"}}},
+	}
+}
+
+type podOpt func(*corev1.Pod)
+
+func testPod(name string, gpus int64, opts ...podOpt) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
+	if gpus > 0 {
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{DefaultGPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+func pendingUnschedulable(p *corev1.Pod) {
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+}
+func onNode(n string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
+func selecting(k, v string) podOpt {
+	return func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{k: v} }
+}
+func tolerating(key string) podOpt {
+	return func(p *corev1.Pod) {
+		p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists})
+	}
+}
+func requiring(key string, op corev1.NodeSelectorOperator, values ...string) podOpt {
+	return func(p *corev1.Pod) {
+		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: op, Values: values}}}}}}}
+	}
+}
+func ownedBy(kind, apiVersion, name string) podOpt {
+	return func(p *corev1.Pod) {
+		p.OwnerReferences = []metav1.OwnerReference{{Kind: kind, APIVersion: apiVersion, Name: name, UID: "u", Controller: ptr.To(true)}}
+	}
+}
+
+// TestPodDemand classifies pods as a scheduler would: what only night could serve is
+// night's demand; what day could serve, what asks for no GPU, what is not unschedulable
+// or selects what no layout has is nobody's; pods on the nodes a switch drains are what
+// it would evict, with do-not-disrupt pods and Jobs near completion named.
+func TestPodDemand(t *testing.T) {
+	pods := []client.Object{
+		testPod("train-selector", 2, pendingUnschedulable, selecting("workload", "training"), tolerating("training")),
+		testPod("train-affinity", 1, pendingUnschedulable, requiring(LabelProfile, corev1.NodeSelectorOpIn, "grid_p100-16q"), tolerating("training")),
+		testPod("train-memory", 1, pendingUnschedulable, requiring(LabelMemoryMiB, corev1.NodeSelectorOpGt, "8192"), tolerating("training")),
+		testPod("train-untolerated", 1, pendingUnschedulable, selecting("workload", "training")),
+		testPod("train-no-gpu", 0, pendingUnschedulable, selecting("workload", "training"), tolerating("training")),
+		testPod("train-not-yet-tried", 1, selecting("workload", "training"), tolerating("training")),
+		testPod("serve-waits-for-day", 1, pendingUnschedulable, selecting("workload", "inference")),
+		testPod("anything-with-gpu", 1, pendingUnschedulable, tolerating("training")), // day serves it too
+		testPod("elsewhere", 1, pendingUnschedulable, selecting("zone", "b"), tolerating("training")),
+		testPod("init-gpus", 0, pendingUnschedulable, selecting("workload", "training"), tolerating("training"), func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "i", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{DefaultGPUResource: resource.MustParse("3")}}}}
+		}),
+		testPod("serve-1", 1, onNode("node-d1")),
+		testPod("serve-2", 1, onNode("node-d2"), func(p *corev1.Pod) { p.Annotations = map[string]string{AnnotationDoNotDisrupt: "true"} }),
+		testPod("job-almost-done", 1, onNode("node-n1"), ownedBy("Job", "batch/v1", "sweep")),
+		testPod("logs", 0, onNode("node-d1"), ownedBy("DaemonSet", "apps/v1", "fluent")),
+		testPod("done", 1, onNode("node-d1"), func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }),
+	}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "sweep", Namespace: "ml"},
+		Spec: batchv1.JobSpec{Completions: ptr.To(int32(8))}, Status: batchv1.JobStatus{Succeeded: 6}}
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = gpupoolv1.AddToScheme(s)
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(append(pods, job)...).Build()
+	pool := demandTestPool()
+	obs, err := podDemand{c: &GPUPoolProfileReconciler{Client: c}}.observeDemand(context.Background(), pool, shapesOf(pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	night, day := obs["night"], obs["day"]
+	wantPending := []string{"pod ml/init-gpus", "pod ml/train-affinity", "pod ml/train-memory", "pod ml/train-selector"}
+	if night.PendingGPUs != 7 || !equalStrings(night.Pending, wantPending) {
+		t.Errorf("night pending = %d GPUs %v, want 7 GPUs %v", night.PendingGPUs, night.Pending, wantPending)
+	}
+	if day.PendingGPUs != 0 {
+		t.Errorf("day pending = %d %v: what the active layout serves is no demand for another layout", day.PendingGPUs, day.Pending)
+	}
+	if day.RunningGPUs != 3 {
+		t.Errorf("day running GPUs = %d, want 3 (serve-1, serve-2, job-almost-done; not the finished pod)", day.RunningGPUs)
+	}
+	// Day -> night drains d1, d2 (not in night) and n1 (its profile changes).
+	if night.Evictions != 3 || !equalStrings(night.DoNotDisrupt, []string{"pod ml/serve-2"}) || !equalStrings(night.NearCompletion, []string{"pod ml/job-almost-done"}) {
+		t.Errorf("a switch to night would evict %d, do-not-disrupt %v, near completion %v; want 3, [serve-2], [job-almost-done]",
+			night.Evictions, night.DoNotDisrupt, night.NearCompletion)
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,59 @@
+package webhook_test
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// withDemand gives the pool a valid demand policy, then lets change spoil it.
+func withDemand(change func(d *gpupoolv1.DemandPolicy)) func(*gpupoolv1.GPUPoolProfile) {
+	return func(p *gpupoolv1.GPUPoolProfile) {
+		p.Spec.Demand = &gpupoolv1.DemandPolicy{Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn,
+			Windows: []gpupoolv1.DemandWindow{{Start: "0 12 * * 1-5", Duration: metav1.Duration{Duration: 8 * time.Hour}}}}}}
+		change(p.Spec.Demand)
+	}
+}
+
+// setDemand sets a field of spec.demand as sent, for values the Go types cannot carry.
+func setDemand(val any, path ...string) func(map[string]any) {
+	return func(u map[string]any) {
+		setField(map[string]any{"rules": []any{map[string]any{"layout": "night", "action": "BringIn"}}}, "spec", "demand")(u)
+		setField(val, append([]string{"spec", "demand"}, path...)...)(u)
+	}
+}
+
+func demandCases() []badCase {
+	const r0 = "spec.demand.rules[0]"
+	return []badCase{
+		{name: "demand rule names no layout", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) { d.Rules[0].Layout = "training" }),
+			path: r0 + ".layout", value: `"training"`, fix: `the layouts are "day", "night"`},
+		{name: "demand rule with an unknown action", raw: setDemand([]any{map[string]any{"layout": "night", "action": "Prefer"}}, "rules"),
+			path: r0 + ".action", value: `"Prefer"`, fix: `"BringIn", "Skip"`},
+		{name: "demand without rules", raw: setDemand([]any{}, "rules"), path: "spec.demand.rules", fix: "at least 1"},
+		{name: "two BringIn rules for one layout", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) { d.Rules = append(d.Rules, d.Rules[0]) }),
+			path: "spec.demand.rules[1]", value: "second BringIn rule", fix: "merge them"},
+		{name: "demand window cron does not parse", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) { d.Rules[0].Windows[0].Start = "0 12 * * mon-fry" }),
+			path: r0 + ".windows[0].start", value: `"0 12 * * mon-fry"`},
+		{name: "demand window of zero length", raw: setDemand([]any{map[string]any{"layout": "night", "action": "BringIn",
+			"windows": []any{map[string]any{"start": "0 12 * * *", "duration": "0s"}}}}, "rules"),
+			path: r0 + ".windows[0].duration", value: `not "0s"`, fix: "positive"},
+		{name: "demand for in days", raw: setDemand([]any{map[string]any{"layout": "night", "action": "BringIn", "for": "1d"}}, "rules"),
+			path: r0 + ".for", value: `not "1d"`, fix: "write 24h for a day"},
+		{name: "negative idleFor", raw: setDemand([]any{map[string]any{"layout": "night", "action": "Skip", "idleFor": "-5m"}}, "rules"),
+			path: r0 + ".idleFor", value: `not "-5m"`, fix: "zero or positive"},
+		{name: "zero minGPUs", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) { d.Rules[0].MinGPUs = ptr.To(int32(0)) }),
+			path: r0 + ".minGPUs", fix: "1"},
+		{name: "minDwell in words", raw: setDemand("half an hour", "minDwell"), path: "spec.demand.minDwell", value: `not "half an hour"`, fix: "such as 30m"},
+		{name: "negative cooldown", raw: setDemand("-1m", "cooldown"), path: "spec.demand.cooldown", value: `not "-1m"`, fix: "zero or positive"},
+		{name: "switch budget above the history", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) { d.MaxSwitchesPerDay = ptr.To(int32(12)) }),
+			path: "spec.demand.maxSwitchesPerDay", fix: "8"},
+		{name: "zero switch budget", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) { d.MaxSwitchesPerDay = ptr.To(int32(0)) }),
+			path: "spec.demand.maxSwitchesPerDay", fix: "1"},
+		{name: "negative maxEvictions", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) { d.MaxEvictions = ptr.To(int32(-1)) }),
+			path: "spec.demand.maxEvictions", fix: "0"},
+	}
+}

@@ -99,6 +99,11 @@ test: controlplane $(HELM) ## Run all tests (unit, envtest, the chart and instal
 bench: ## Run the benchmarks and print a table.
 	go test -run '^$$' -bench . -benchmem ./internal/plan/ ./vsphere/
 
+DEMAND_SEEDS ?= 20
+.PHONY: bench-demand
+bench-demand: ## Simulate a week of a day/night pool on the pure demand decision, schedule only and with demand, and print a table.
+	go run ./hack/bench-demand -seeds $(DEMAND_SEEDS)
+
 ##@ Build
 
 .PHONY: build

@@ -1,0 +1,82 @@
+// Command bench-demand runs a synthetic week of a day/night pool through the pure demand
+// decision (plan.Decide, via test/demandsim), once following the schedule alone and once
+// with demand, over several seeds, and prints what each offered and what the work waited.
+//
+//	go run ./hack/bench-demand -seeds 20
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/test/demandsim"
+)
+
+// demandPolicy is the policy measured: training may bring night in at any time once a
+// GPU has waited 5 minutes, night is let go after 15 idle minutes, and a weekend night
+// nobody queues for is skipped.
+func demandPolicy() *gpupoolv1.DemandPolicy {
+	m := func(n int) *metav1.Duration { return &metav1.Duration{Duration: time.Duration(n) * time.Minute} }
+	return &gpupoolv1.DemandPolicy{
+		Rules: []gpupoolv1.DemandRule{
+			{Layout: demandsim.Night, Action: gpupoolv1.DemandBringIn, MinGPUs: ptr.To(int32(1)), For: m(5), IdleFor: m(15)},
+			{Layout: demandsim.Night, Action: gpupoolv1.DemandSkip, For: m(5), IdleFor: m(15),
+				Windows: []gpupoolv1.DemandWindow{{Start: "0 20 * * 5,6", Duration: metav1.Duration{Duration: 12 * time.Hour}}}},
+		},
+		MinDwell: m(30), Cooldown: m(15), MaxSwitchesPerDay: ptr.To(int32(6)), MaxEvictions: ptr.To(int32(8)),
+	}
+}
+
+type row struct {
+	queued, idle, mean, p95           float64
+	switches, evictions, unstarted, n float64
+}
+
+func main() {
+	seeds := flag.Int("seeds", 20, "how many synthetic weeks to average over")
+	flag.Parse()
+	loc, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		fail(err)
+	}
+	// A Monday 00:00; the simulated week has no DST change.
+	start := time.Date(2026, time.November, 30, 0, 0, 0, 0, loc)
+	policies := []struct {
+		name   string
+		demand *gpupoolv1.DemandPolicy
+	}{{"schedule only", nil}, {"schedule + demand", demandPolicy()}}
+	fmt.Printf("Synthetic week (inference 08:00-18:00 on weekdays on 16 x 4Q, 2-4 training jobs a weekday and 0-1 a weekend day, of 1-2 GPUs for 1-4 h on 4 x 16Q, arriving 08:00-20:00;\n")
+	fmt.Printf("switch 6 min, warnAhead 10 min), mean over %d seeds:\n\n", *seeds)
+	fmt.Println("| policy | queued GPU-h | training wait mean | training wait p95 | idle GPU-h | switches | evictions | jobs never started |")
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- |")
+	for _, p := range policies {
+		var r row
+		for seed := range int64(*seeds) {
+			res, err := demandsim.Run(demandsim.Week(start, seed), demandsim.Spec("Europe/Berlin", p.demand), 10*time.Minute, false)
+			if err != nil {
+				fail(err)
+			}
+			r.queued += res.QueuedGPUHours
+			r.idle += res.IdleGPUHours
+			r.mean += res.MeanWait().Minutes()
+			r.p95 += res.P95Wait().Minutes()
+			r.switches += float64(len(res.Switches))
+			r.evictions += float64(res.Evictions)
+			r.unstarted += float64(res.Unstarted)
+			r.n++
+		}
+		fmt.Printf("| %s | %.1f | %.0f min | %.0f min | %.1f | %.1f | %.1f | %.1f |\n", p.name,
+			r.queued/r.n, r.mean/r.n, r.p95/r.n, r.idle/r.n, r.switches/r.n, r.evictions/r.n, r.unstarted/r.n)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench-demand:", err)
+	os.Exit(1)
+}

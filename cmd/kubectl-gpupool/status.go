@@ -110,6 +110,9 @@ func (a *app) describe(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) er
 	if d, err := plan.Desired(&p.Spec, now); err == nil && d.Layout == st.DesiredLayout {
 		why = d.Message
 	}
+	if st.DesiredReason == gpupoolv1.DesiredByDemand {
+		why = demandWhy(st)
+	}
 	fmt.Fprintf(tw, "Wanted:\t%s (%s)\n", or(st.DesiredLayout, "(not decided yet)"), or(why, "-"))
 	if o := p.Spec.Override; o != nil {
 		until := "until removed (kubectl gpupool resume " + p.Name + ")"
@@ -140,6 +143,7 @@ func (a *app) describe(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) er
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	a.describeDemand(out, p, wide)
 	a.describeWorkers(out, p, wide)
 	a.describeConditions(out, p, wide)
 	if len(st.History) > 0 {

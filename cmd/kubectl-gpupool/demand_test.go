@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testclock"
+)
+
+// TestDescribeDemand: a pool that demand moved says why in its Wanted line, and shows
+// per layout what is pending, what runs, since when, and what a switch would evict.
+func TestDescribeDemand(t *testing.T) {
+	now := testclock.Base()
+	at := func(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(d)) }
+	since := at(-7 * time.Minute)
+	p := &gpupoolv1.GPUPoolProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: "lab"},
+		Spec: gpupoolv1.GPUPoolProfileSpec{DefaultLayout: "day", Layouts: []gpupoolv1.Layout{{Name: "day"}, {Name: "night"}},
+			Demand: &gpupoolv1.DemandPolicy{Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn}}}},
+		Status: gpupoolv1.GPUPoolProfileStatus{
+			ActiveLayout: "day", DesiredLayout: "night", DesiredReason: gpupoolv1.DesiredByDemand, Phase: gpupoolv1.PhaseTransitioning,
+			Transition: &gpupoolv1.TransitionStatus{ID: "night-1", From: "day", To: "night", StartTime: at(-time.Minute),
+				Reason: gpupoolv1.DesiredByDemand, Cause: "demand: brings layout night in (demand.rules[0]): 1 pods pending for it request 2 GPUs since ... (pod ml/train-1)"},
+			Demand: &gpupoolv1.DemandStatus{
+				Message: "demand switches to layout night: brings layout night in",
+				Layouts: []gpupoolv1.LayoutDemand{
+					{Layout: "day", RunningGPUs: 3},
+					{Layout: "night", PendingPods: 1, PendingGPUs: 2, Pods: []string{"pod ml/train-1"}, PendingSince: &since, Evictions: 3, DoNotDisrupt: 1},
+				},
+			},
+		},
+	}
+	var out bytes.Buffer
+	a := newApp(genericiooptions.IOStreams{Out: &out, ErrOut: &out}, func() time.Time { return now })
+	a.tz = "Europe/Berlin"
+	if err := a.describe(&out, p, false); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"Wanted:", "night (demand: brings layout night in", "pod ml/train-1)",
+		"Demand:", "demand switches to layout night",
+		"night", "1 pods, 2 GPUs", "pending for 7m", "3 GPU pods, 1 do-not-disrupt",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output does not say %q:\n%s", want, got)
+		}
+	}
+}

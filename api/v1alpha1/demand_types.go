@@ -85,9 +85,14 @@ type DemandRule struct {
 
 	// Action is BringIn (pending work brings the layout in early and keeps it while it
 	// runs) or Skip (while the schedule wants the layout and nothing is pending for it or
-	// runs on it, the pool stays on, or goes back to, the layout it had; an active
-	// layout goes back to defaultLayout).
+	// runs on it, the pool stays on the layout it has; an idle active layout is ended
+	// for `instead`, by default defaultLayout).
 	Action DemandAction `json:"action"`
+
+	// Instead is, for Skip, the layout an idle active layout is ended for; defaultLayout
+	// when unset. While the rule skips its layout, the pool keeps the layout it has.
+	// +optional
+	Instead string `json:"instead,omitempty"`
 
 	// Windows are when the rule may act, read in schedule.timeZone; without windows it may
 	// act at any time. Example: start "0 12 * * 1-5", duration 8h: weekdays 12:00-20:00.

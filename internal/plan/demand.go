@@ -167,6 +167,7 @@ type demandPolicy struct {
 type rule struct {
 	index      int
 	layout     string
+	instead    string
 	action     gpupoolv1.DemandAction
 	windows    []window
 	minGPUs    int64
@@ -186,7 +187,7 @@ func compilePolicy(dp *gpupoolv1.DemandPolicy, s *schedule) (*demandPolicy, erro
 		p.maxEvicted = int(*dp.MaxEvictions)
 	}
 	for i, dr := range dp.Rules {
-		r := rule{index: i, layout: dr.Layout, action: dr.Action, minGPUs: 1,
+		r := rule{index: i, layout: dr.Layout, instead: dr.Instead, action: dr.Action, minGPUs: 1,
 			hold: durationOr(dr.For, DefaultDemandFor), idle: durationOr(dr.IdleFor, DefaultIdleFor)}
 		if dr.MinGPUs != nil {
 			r.minGPUs = int64(*dr.MinGPUs)

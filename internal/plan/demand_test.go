@@ -39,6 +39,8 @@ func TestDecide(t *testing.T) {
 	weekdayAfternoon := bringNight
 	weekdayAfternoon.Windows = []gpupoolv1.DemandWindow{{Start: "0 12 * * 1-5", Duration: metav1.Duration{Duration: 8 * time.Hour}}}
 	skipNight := gpupoolv1.DemandRule{Layout: "night", Action: gpupoolv1.DemandSkip, For: minutes(5), IdleFor: minutes(10)}
+	skipNightForDay := skipNight
+	skipNightForDay.Instead = "day"
 
 	tests := []struct {
 		name     string
@@ -134,6 +136,11 @@ func TestDecide(t *testing.T) {
 			Switches: []PastSwitch{{To: "night", Reason: gpupoolv1.DesiredBySchedule, Start: at(20, 0), End: at(20, 10)}}},
 		layout: "day", reason: gpupoolv1.DesiredByDemand, message: "ends layout night",
 	}, {
+		name: "an idle default layout is ended for instead", spec: nightByDefault(skipNightForDay), now: at(24*5+10, 0),
+		in: DemandInput{Active: "night", Observed: map[string]LayoutDemand{}, Timers: DemandTimers{IdleSince: map[string]time.Time{"night": at(24*5+9, 0)}},
+			Switches: []PastSwitch{{To: "night", Reason: gpupoolv1.DesiredBySchedule, Start: at(24*4+20, 0), End: at(24*4+20, 10)}}},
+		layout: "day", reason: gpupoolv1.DesiredByDemand, message: "layout day instead",
+	}, {
 		name: "an override wins over demand", spec: withOverride(demandSpec(bringNight), "day"), now: at(15, 0),
 		in:     DemandInput{Active: "day", Observed: pending(4), Timers: DemandTimers{PendingSince: map[string]time.Time{"night": at(14, 0)}}, Switches: arrivedDay},
 		layout: "day", reason: gpupoolv1.DesiredByOverride, message: "override in force",
@@ -167,6 +174,14 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nightByDefault is the sample's shape: night by default, day on weekdays 08:00-20:00.
+func nightByDefault(rules ...gpupoolv1.DemandRule) *gpupoolv1.GPUPoolProfileSpec {
+	s := demandSpec(rules...)
+	s.DefaultLayout = "night"
+	s.Schedule.Windows = []gpupoolv1.Window{{Layout: "day", Start: "0 8 * * 1-5", Duration: metav1.Duration{Duration: 12 * time.Hour}}}
+	return s
 }
 
 func withMaxEvictions(s *gpupoolv1.GPUPoolProfileSpec, n int32) *gpupoolv1.GPUPoolProfileSpec {

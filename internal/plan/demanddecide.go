@@ -155,7 +155,8 @@ func (r *demandRun) use(layout string, ru *rule) string {
 
 // candidate returns the switch demand would start from cur, the schedule's layout the
 // pool has: the BringIn rule with the most GPUs held pending, else the end of cur by a
-// Skip rule when it has been idle for idleFor. It notes why other rules do not act.
+// Skip rule when it has been idle for idleFor (for the rule's instead, by default
+// defaultLayout). It notes why other rules do not act.
 func (r *demandRun) candidate(cur string) *demandMove {
 	var best *demandMove
 	var bestGPUs int64
@@ -184,7 +185,11 @@ func (r *demandRun) candidate(cur string) *demandMove {
 		return best
 	}
 	ru := r.policy.find(cur, gpupoolv1.DemandSkip)
-	if ru == nil || r.spec.DefaultLayout == cur {
+	if ru == nil {
+		return nil
+	}
+	instead := cmp.Or(ru.instead, r.spec.DefaultLayout)
+	if instead == cur {
 		return nil
 	}
 	if _, open := ru.openUntil(r.now); !open {
@@ -197,9 +202,9 @@ func (r *demandRun) candidate(cur string) *demandMove {
 		}
 		return nil
 	}
-	return &demandMove{layout: r.spec.DefaultLayout, action: gpupoolv1.DemandSkip, rule: ru,
-		why: fmt.Sprintf("ends layout %s (demand.rules[%d]): nothing pending for it or running on it since %s; back to defaultLayout %s",
-			cur, ru.index, r.format(since), r.spec.DefaultLayout)}
+	return &demandMove{layout: instead, action: gpupoolv1.DemandSkip, rule: ru,
+		why: fmt.Sprintf("ends layout %s (demand.rules[%d]): nothing pending for it or running on it since %s; layout %s instead",
+			cur, ru.index, r.format(since), instead)}
 }
 
 // guards returns why demand must not start mv now, "" when it may: the dwell of the

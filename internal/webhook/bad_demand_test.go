@@ -45,6 +45,11 @@ func demandCases() []badCase {
 			path: r0 + ".for", value: `not "1d"`, fix: "write 24h for a day"},
 		{name: "negative idleFor", raw: setDemand([]any{map[string]any{"layout": "night", "action": "Skip", "idleFor": "-5m"}}, "rules"),
 			path: r0 + ".idleFor", value: `not "-5m"`, fix: "zero or positive"},
+		{name: "instead names the skipped layout", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) {
+			d.Rules[0].Action, d.Rules[0].Instead = gpupoolv1.DemandSkip, "night"
+		}), path: r0 + ".instead", value: `"night"`, fix: "leave it out for defaultLayout"},
+		{name: "instead on a BringIn rule", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) { d.Rules[0].Instead = "day" }),
+			path: r0 + ".instead", fix: "Skip rules only"},
 		{name: "zero minGPUs", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) { d.Rules[0].MinGPUs = ptr.To(int32(0)) }),
 			path: r0 + ".minGPUs", fix: "1"},
 		{name: "minDwell in words", raw: setDemand("half an hour", "minDwell"), path: "spec.demand.minDwell", value: `not "half an hour"`, fix: "such as 30m"},

@@ -23,6 +23,16 @@ func validateDemand(dp *field.Path, d *gpupoolv1.DemandPolicy, known func(*field
 		if e := known(rp.Child("layout"), r.Layout); e != nil {
 			errs = append(errs, e)
 		}
+		if r.Instead != "" {
+			if e := known(rp.Child("instead"), r.Instead); e != nil {
+				errs = append(errs, e)
+			} else if r.Instead == r.Layout {
+				errs = append(errs, field.Invalid(rp.Child("instead"), shown(r.Instead), "names the layout the rule skips; name the layout to end it for, or leave it out for defaultLayout"))
+			}
+			if r.Action != gpupoolv1.DemandSkip {
+				errs = append(errs, field.Forbidden(rp.Child("instead"), "applies to Skip rules only; remove it or set action: Skip"))
+			}
+		}
 		switch r.Action {
 		case gpupoolv1.DemandBringIn, gpupoolv1.DemandSkip:
 		default:
@@ -75,8 +85,8 @@ func demandWarnings(spec *gpupoolv1.GPUPoolProfileSpec) []string {
 	}
 	var warns []string
 	for i, r := range d.Rules {
-		if r.Action == gpupoolv1.DemandSkip && r.Layout == spec.DefaultLayout {
-			warns = append(warns, fmt.Sprintf("spec.demand.rules[%d] skips the default layout %q: demand can keep another layout over it, but never ends it (ending a layout goes back to defaultLayout); name another layout or remove the rule", i, r.Layout))
+		if r.Action == gpupoolv1.DemandSkip && r.Instead == "" && r.Layout == spec.DefaultLayout {
+			warns = append(warns, fmt.Sprintf("spec.demand.rules[%d] skips the default layout %q without instead: demand can keep another layout over it, but never ends it (an idle layout is ended for defaultLayout, itself); set instead to the layout to end it for", i, r.Layout))
 		}
 	}
 	return warns

@@ -22,7 +22,8 @@ import (
 // events that share type, reason, action, regarding and related object into one series
 // that keeps the first note. Events of many nodes on the pool under one reason would be
 // folded into the first node's; on their nodes they are not. A VM step without a node
-// stays on the pool, and its action names the VM, which keeps it a series of its own.
+// stays on the pool with an action that names the VM, and a transition's events have an
+// action that names the transition: each is a series of its own.
 
 // nodeEvent records an event about one node of the pool: regarding the node, related
 // the pool.
@@ -39,13 +40,13 @@ func (r *GPUPoolProfileReconciler) vmEvent(s *scope, vm, typ, reason, format str
 			return
 		}
 	}
-	r.record(s.pool, nil, typ, reason, vmAction(reason, vm), transitionTag(s)+fmt.Sprintf(format, args...))
+	r.record(s.pool, nil, typ, reason, distinctAction(reason, vm), transitionTag(s)+fmt.Sprintf(format, args...))
 }
 
-// vmAction is the action of an event kept on the pool that must not fold into another
+// distinctAction is the action of an event kept on the pool that must not fold into another
 // of its reason: the reason and what it concerns (a VM, a transition), within the 128
 // characters the events API allows.
-func vmAction(reason, what string) string {
+func distinctAction(reason, what string) string {
 	a := reason + " " + what
 	if len(a) > maxEventAction {
 		a = a[:maxEventAction]
@@ -71,7 +72,7 @@ const (
 // the transition, so that each transition's events are a series of their own and keep
 // their notes (the summaries), however close together the transitions come.
 func (r *GPUPoolProfileReconciler) transitionEvent(s *scope, t *gpupoolv1.TransitionStatus, typ, reason, format string, args ...any) {
-	r.record(s.pool, nil, typ, reason, vmAction(reason, t.ID), fmt.Sprintf(format, args...))
+	r.record(s.pool, nil, typ, reason, distinctAction(reason, t.ID), fmt.Sprintf(format, args...))
 }
 
 // emit records an event on the pool; the reason doubles as the event's action.

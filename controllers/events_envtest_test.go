@@ -146,7 +146,7 @@ func TestNamesCountsAndCuts(t *testing.T) {
 	if got := counted("uncordon", nil, "node"); got != "" {
 		t.Errorf("counted of none = %q, want empty", got)
 	}
-	if got := vmAction("PowerOnStarted", strings.Repeat("v", 200)); len(got) != maxEventAction {
-		t.Errorf("vmAction of a long VM name has %d characters, want %d", len(got), maxEventAction)
+	if got := distinctAction("PowerOnStarted", strings.Repeat("v", 200)); len(got) != maxEventAction {
+		t.Errorf("distinctAction of a long VM name has %d characters, want %d", len(got), maxEventAction)
 	}
 }

@@ -275,7 +275,7 @@ func (r *GPUPoolProfileReconciler) cordonNode(ctx context.Context, s *scope, nod
 	}); err != nil {
 		return err
 	}
-	r.event(s, corev1.EventTypeNormal, "Cordoned", "cordoned node %s to drain it", node.Name)
+	r.nodeEvent(s, node, corev1.EventTypeNormal, "Cordoned", "cordoned node %s to drain it", node.Name)
 	return nil
 }
 
@@ -353,7 +353,7 @@ func (r *GPUPoolProfileReconciler) settleDrain(ctx context.Context, s *scope, ws
 	d, res := s.pool.Spec.Drain, o.res
 	ws.Message = "draining node " + node.Name + ": " + res.message()
 	if res.Done {
-		r.event(s, corev1.EventTypeNormal, "Drained", "node %s drained", node.Name)
+		r.nodeEvent(s, node, corev1.EventTypeNormal, "Drained", "node %s drained", node.Name)
 		return requeueStep, nil
 	}
 	timeout := 10 * time.Minute
@@ -374,7 +374,7 @@ func (r *GPUPoolProfileReconciler) settleDrain(ctx context.Context, s *scope, ws
 		}
 		s.facts.drainBlocked = append(s.facts.drainBlocked, fmt.Sprintf("node %s: drain timed out after %s; deleting what is left (%s)", node.Name, timeout, res.message()))
 		if n > 0 {
-			r.event(s, corev1.EventTypeWarning, "DrainForced", "drain of node %s timed out after %s; deleted %d pod(s) (%s)", node.Name, timeout, n, res.message())
+			r.nodeEvent(s, node, corev1.EventTypeWarning, "DrainForced", "drain of node %s timed out after %s; deleted %d pod(s) (%s)", node.Name, timeout, n, res.message())
 		}
 		return requeueDrain, nil
 	}
@@ -419,7 +419,7 @@ func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why stri
 	t.Message = cut(fmt.Sprintf("transition %s to %s aborted: %s; the VMs keep running and the nodes gpupool cordoned are uncordoned. Fix the blocking pods or set spec.drain.onTimeout: Force; a spec change retries", t.ID, t.To, why))
 	recordHistory(s, gpupoolv1.TransitionAborted, t.Message)
 	transitionsTotal.WithLabelValues(s.pool.Name, "aborted").Inc()
-	r.emit(s.pool, corev1.EventTypeWarning, "TransitionAborted", "%s", t.Message)
+	r.transitionEvent(s, t, corev1.EventTypeWarning, "TransitionAborted", "%s", t.Message)
 	for i := range st.Workers {
 		w := &st.Workers[i]
 		if w.Step == gpupoolv1.StepDrainRequired {

@@ -52,7 +52,7 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 			return requeueBlocked, nil
 		}
 		if vm.PowerState == inventory.Suspended {
-			r.event(s, corev1.EventTypeWarning, "SuspendedStateDiscarded", "powering off suspended VM %s to change its vGPU profile: its suspended memory state is lost (spec.discardSuspendedState)", ws.VM)
+			r.vmEvent(s, ws.VM, corev1.EventTypeWarning, "SuspendedStateDiscarded", "powering off suspended VM %s to change its vGPU profile: its suspended memory state is lost (spec.discardSuspendedState)", ws.VM)
 		}
 		return r.powerOff(ctx, s, ws, vm)
 	case plan.Reconfigure:
@@ -88,20 +88,20 @@ func (r *GPUPoolProfileReconciler) powerOff(ctx context.Context, s *scope, ws *g
 			ws.Message = fmt.Sprintf("waiting for the guest to shut down (%s of %s)", waited.Round(time.Second), timeout)
 			return min(requeueTask, timeout-waited), nil
 		}
-		r.event(s, corev1.EventTypeWarning, "GuestShutdownTimedOut", "the guest of VM %s did not shut down within %s; powering off", ws.VM, timeout)
+		r.vmEvent(s, ws.VM, corev1.EventTypeWarning, "GuestShutdownTimedOut", "the guest of VM %s did not shut down within %s; powering off", ws.VM, timeout)
 		return r.startTask(ctx, s, ws, vm, "PowerOff", hard)
 	}
 	err := s.vc.ShutdownGuest(ctx, vm.Ref)
 	switch {
 	case errors.Is(err, vsphere.ErrToolsUnavailable) || errors.Is(err, vsphere.ErrInvalidPowerState):
-		r.event(s, corev1.EventTypeNormal, "GuestShutdownUnavailable", "the guest of VM %s cannot be asked to shut down (%v); powering off", ws.VM, err)
+		r.vmEvent(s, ws.VM, corev1.EventTypeNormal, "GuestShutdownUnavailable", "the guest of VM %s cannot be asked to shut down (%v); powering off", ws.VM, err)
 		return r.startTask(ctx, s, ws, vm, "PowerOff", hard)
 	case err != nil:
 		return r.failed(s, ws, "asking the guest to shut down", err.Error()), nil
 	}
 	ws.GuestShutdownTime = ptrTime(s.now)
 	ws.Message = "asked the guest to shut down"
-	r.event(s, corev1.EventTypeNormal, "GuestShutdownRequested", "asked the guest of VM %s to shut down", ws.VM)
+	r.vmEvent(s, ws.VM, corev1.EventTypeNormal, "GuestShutdownRequested", "asked the guest of VM %s to shut down", ws.VM)
 	return requeueTask, nil
 }
 
@@ -202,7 +202,7 @@ func (r *GPUPoolProfileReconciler) uncordonStep(ctx context.Context, s *scope, n
 	if err := r.patchNode(ctx, node, uncordon); err != nil {
 		return 0, err
 	}
-	r.event(s, corev1.EventTypeNormal, "Uncordoned", "uncordoned node %s", node.Name)
+	r.nodeEvent(s, node, corev1.EventTypeNormal, "Uncordoned", "uncordoned node %s", node.Name)
 	return requeueStep, nil
 }
 
@@ -217,7 +217,7 @@ func (r *GPUPoolProfileReconciler) relabel(ctx context.Context, s *scope, vm str
 	if err := r.releaseMachine(ctx, node); err != nil {
 		return 0, err
 	}
-	r.event(s, corev1.EventTypeNormal, "Relabelled", "node %s labelled for layout %s", node.Name, s.layout.Name)
+	r.nodeEvent(s, node, corev1.EventTypeNormal, "Relabelled", "node %s labelled for layout %s", node.Name, s.layout.Name)
 	return requeueStep, nil
 }
 
@@ -240,27 +240,6 @@ func (r *GPUPoolProfileReconciler) patchNode(ctx context.Context, n *corev1.Node
 			return fmt.Errorf("reading node %s again after a conflict: %w", n.Name, err)
 		}
 	}
-}
-
-func (r *GPUPoolProfileReconciler) event(s *scope, typ, reason, format string, args ...any) {
-	id := ""
-	if t := s.pool.Status.Transition; t != nil {
-		id = "[" + t.ID + "] "
-	}
-	r.emit(s.pool, typ, reason, id+format, args...)
-}
-
-// maxEventNote is the longest note the events.k8s.io API accepts.
-const maxEventNote = 1024
-
-// emit records an event on the pool; the reason doubles as the event's action. Notes are
-// cut to what the events API accepts, or the API server would drop the event.
-func (r *GPUPoolProfileReconciler) emit(pool *gpupoolv1.GPUPoolProfile, typ, reason, format string, args ...any) {
-	note := fmt.Sprintf(format, args...)
-	if len(note) > maxEventNote {
-		note = note[:maxEventNote-len(" [...]")] + " [...]"
-	}
-	r.Recorder.Eventf(pool, nil, typ, reason, reason, "%s", note)
 }
 
 // powerOnHost is the ref of the host a power-on step names when it is not the VM's own

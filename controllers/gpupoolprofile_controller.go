@@ -428,7 +428,7 @@ func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 	if t := st.Transition; t != nil {
 		recordHistory(s, gpupoolv1.TransitionSuperseded, fmt.Sprintf("layout %s is wanted now (%s)", s.decision.Layout, s.decision.Reason))
 		transitionsTotal.WithLabelValues(s.pool.Name, "superseded").Inc()
-		r.emit(s.pool, corev1.EventTypeNormal, "TransitionSuperseded", "transition %s to %s superseded: %s is wanted now", t.ID, t.To, s.decision.Layout)
+		r.transitionEvent(s, t, corev1.EventTypeNormal, "TransitionSuperseded", "transition %s to %s superseded: %s is wanted now", t.ID, t.To, s.decision.Layout)
 	}
 	st.Transition = &gpupoolv1.TransitionStatus{
 		ID:         fmt.Sprintf("%s-%s", s.decision.Layout, s.now.UTC().Format("20060102-150405")),
@@ -439,8 +439,8 @@ func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 		Reason:     s.decision.Reason,
 		Cause:      truncate(s.decision.Message, 1024),
 	}
-	r.emit(s.pool, corev1.EventTypeNormal, "TransitionStarted", "transition %s: switching from %s to %q (%s): %s; plan:\n%s",
-		st.Transition.ID, fromWhat(st.ActiveLayout), s.decision.Layout, s.decision.Reason, s.decision.Message, p.String())
+	r.transitionEvent(s, st.Transition, corev1.EventTypeNormal, "TransitionStarted", "transition %s: switching from %s to %q (%s): %s; %s; plan:\n%s",
+		st.Transition.ID, fromWhat(st.ActiveLayout), s.decision.Layout, s.decision.Reason, s.decision.Message, planSummary(s, p), p.String())
 }
 
 // fromWhat names where a transition starts: the active layout, or, before any layout was
@@ -458,7 +458,8 @@ func (r *GPUPoolProfileReconciler) completeTransition(s *scope) {
 		recordHistory(s, gpupoolv1.TransitionCompleted, "")
 		transitionsTotal.WithLabelValues(s.pool.Name, "completed").Inc()
 		transitionDuration.WithLabelValues(s.pool.Name).Observe(s.now.Sub(t.StartTime.Time).Seconds())
-		r.emit(s.pool, corev1.EventTypeNormal, "TransitionCompleted", "transition %s: layout %s is active after %s", t.ID, t.To, s.now.Sub(t.StartTime.Time).Round(time.Second))
+		r.transitionEvent(s, t, corev1.EventTypeNormal, "TransitionCompleted", "transition %s: layout %s is active after %s: %s",
+			t.ID, t.To, s.now.Sub(t.StartTime.Time).Round(time.Second), outcomeSummary(s))
 		st.Transition = nil
 	}
 	if st.ActiveLayout == "" {

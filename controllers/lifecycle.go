@@ -44,7 +44,7 @@ func (r *GPUPoolProfileReconciler) releaseRemoved(ctx context.Context, s *scope)
 			s.facts.stepErrors = append(s.facts.stepErrors, fmt.Sprintf("releasing node %s of VM %s, removed from the spec: %v", ws.Node, ws.VM, err))
 			continue
 		}
-		r.event(s, corev1.EventTypeNormal, "NodeReleased", "VM %s was removed from the spec: released node %s", ws.VM, ws.Node)
+		r.nodeEvent(s, &n, corev1.EventTypeNormal, "NodeReleased", "VM %s was removed from the spec: released node %s", ws.VM, ws.Node)
 		ws.Node = ""
 	}
 }

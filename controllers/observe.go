@@ -145,11 +145,7 @@ func (r *GPUPoolProfileReconciler) nodeStates(ctx context.Context, s *scope) map
 		// Note: the plan's Ready is readiness for work (Ready and advertising the GPUs,
 		// labels and conditions the spec names), so that the plan keeps the worker in
 		// WaitNodeReady, within nodeReadyTimeout, until the node can take GPU pods.
-		var gpus int64 = 1
-		if w, ok := s.workerSpec(vm); ok {
-			gpus = expectedGPUs(w)
-		}
-		gaps := readinessGaps(n, s.pool.Spec.Readiness, gpus)
+		gaps := readinessGaps(n, s.pool.Spec.Readiness, s.gpusWanted(vm, n))
 		s.gaps[vm] = gaps
 		ns := plan.NodeState{Name: n.Name, Exists: true, Ready: len(gaps) == 0, Cordoned: cordonedByUs(n)}
 		if n.Spec.Unschedulable {

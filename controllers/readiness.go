@@ -21,6 +21,40 @@ func expectedGPUs(w gpupoolv1.Worker) int64 {
 	return int64(max(w.VGPUs, 1))
 }
 
+// gpuWant is how many of the GPU resource a node must advertise to be ready for work.
+type gpuWant struct {
+	// count is the least it must advertise; with replicas, exactly that many.
+	count int64
+	// replicas is the layout's gpuReplicas when it applies (the node carries the
+	// layout's labels), else 0.
+	replicas int32
+}
+
+// gpusWanted is what the node of a VM (by inventory name) must advertise. A node of
+// the layout being made that sets gpuReplicas must advertise exactly vgpus x gpuReplicas
+// once it carries the layout's labels: they select the device plugin's configuration
+// (nvidia.com/device-plugin.config), so only then can the plugin advertise the replicas,
+// and the count tells that it runs the layout's configuration and not the one the node
+// had. Until then, and for a layout without gpuReplicas, at least one per vGPU.
+//
+// Note: the plan keeps such a node in WaitNodeReady after its Relabel step, and its
+// Uncordon step waits behind that: the node is uncordoned only with the replicas.
+func (s *scope) gpusWanted(name string, n *corev1.Node) gpuWant {
+	w, ok := s.workerSpec(name)
+	if !ok {
+		return gpuWant{count: 1}
+	}
+	want := gpuWant{count: expectedGPUs(w)}
+	if s.layout == nil || s.layout.GPUReplicas == nil {
+		return want
+	}
+	if m, ok := s.wantedMeta(name); ok && n != nil && hasMeta(n, m) {
+		want.replicas = *s.layout.GPUReplicas
+		want.count *= int64(want.replicas)
+	}
+	return want
+}
+
 // gpuResource is the resource the pool's nodes must advertise, "" for none.
 func gpuResource(r gpupoolv1.ReadinessSpec) string {
 	if r.GPUResource == nil {
@@ -31,11 +65,11 @@ func gpuResource(r gpupoolv1.ReadinessSpec) string {
 
 // readinessGaps lists what a node still lacks to be ready for work, in a stable order,
 // for the worker's message; none when it is ready. A node is ready for work when its
-// Ready condition is True, it advertises at least gpus of the GPU resource (a kubelet
-// reports a node Ready before the device plugin has registered, and pods asking for a
-// GPU would stay Pending there), and it carries the labels and True conditions the
-// spec names (such as GPU feature discovery's nvidia.com/vgpu.present).
-func readinessGaps(n *corev1.Node, r gpupoolv1.ReadinessSpec, gpus int64) []string {
+// Ready condition is True, it advertises the GPU resource gpus wants (a kubelet reports
+// a node Ready before the device plugin has registered, and pods asking for a GPU would
+// stay Pending there), and it carries the labels and True conditions the spec names
+// (such as GPU feature discovery's nvidia.com/vgpu.present).
+func readinessGaps(n *corev1.Node, r gpupoolv1.ReadinessSpec, gpus gpuWant) []string {
 	if n == nil {
 		return []string{"node not registered"}
 	}
@@ -43,13 +77,9 @@ func readinessGaps(n *corev1.Node, r gpupoolv1.ReadinessSpec, gpus int64) []stri
 	if !nodeReady(n) {
 		gaps = append(gaps, "Ready")
 	}
-	if res := gpuResource(r); res != "" && gpus > 0 {
-		have := int64(0)
-		if q, ok := n.Status.Allocatable[corev1.ResourceName(res)]; ok {
-			have = q.Value()
-		}
-		if have < gpus {
-			gaps = append(gaps, fmt.Sprintf("%s (allocatable %d of %d)", res, have, gpus))
+	if res := gpuResource(r); res != "" && gpus.count > 0 {
+		if gap := gpuGap(n, res, gpus); gap != "" {
+			gaps = append(gaps, gap)
 		}
 	}
 	keys := make([]string, 0, len(r.NodeLabels))
@@ -72,6 +102,21 @@ func readinessGaps(n *corev1.Node, r gpupoolv1.ReadinessSpec, gpus int64) []stri
 		}
 	}
 	return gaps
+}
+
+// gpuGap says how the node's allocatable res falls short of gpus, "" when it does not.
+func gpuGap(n *corev1.Node, res string, gpus gpuWant) string {
+	have := int64(0)
+	if q, ok := n.Status.Allocatable[corev1.ResourceName(res)]; ok {
+		have = q.Value()
+	}
+	switch {
+	case gpus.replicas == 0 && have < gpus.count:
+		return fmt.Sprintf("%s (allocatable %d of %d)", res, have, gpus.count)
+	case gpus.replicas > 0 && have != gpus.count:
+		return fmt.Sprintf("%s (allocatable %d of %d: %d per vGPU, the layout's gpuReplicas)", res, have, gpus.count, gpus.replicas)
+	}
+	return ""
 }
 
 func conditionStatus(n *corev1.Node, typ string) corev1.ConditionStatus {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -45,6 +46,9 @@ var (
 	// operator is the reconciler's client: a user bound to the ClusterRole generated
 	// into config/rbac, so the tests fail when the RBAC markers miss a permission.
 	operator client.WithWatch
+	// operatorConfig is the operator user's REST config, for tests that record events
+	// through the events API as the manager does.
+	operatorConfig *rest.Config
 )
 
 func TestMain(m *testing.M) {
@@ -135,6 +139,7 @@ func operatorClient(env *envtest.Environment, root string) (client.WithWatch, er
 	}
 	cfg := user.Config()
 	cfg.QPS, cfg.Burst = 1000, 2000 // as envtest's admin config: no client-side throttling
+	operatorConfig = cfg
 	return client.NewWithWatch(cfg, client.Options{Scheme: testScheme})
 }
 
@@ -185,6 +190,8 @@ type harness struct {
 	clock    *clocktesting.FakeClock
 	conn     vsphere.Connector
 	recorder *events.FakeRecorder
+	// eventSink, when set, is the reconciler's recorder instead of recorder.
+	eventSink events.EventRecorder
 	// restart makes every reconcile run on a new reconciler with a new vSphere
 	// connector, as after an operator restart.
 	restart bool
@@ -337,7 +344,11 @@ func (h *harness) reconciler() *GPUPoolProfileReconciler {
 		if h.rec != nil {
 			h.restarts++
 		}
-		h.rec = &GPUPoolProfileReconciler{Client: c, APIReader: operator, Recorder: h.recorder, Clock: h.clock, VSphere: h.conn,
+		var rec events.EventRecorder = h.recorder
+		if h.eventSink != nil {
+			rec = h.eventSink
+		}
+		h.rec = &GPUPoolProfileReconciler{Client: c, APIReader: operator, Recorder: rec, Clock: h.clock, VSphere: h.conn,
 			Credentials: secretpolicy.Policy{Namespace: h.prefix + "apps"}}
 	}
 	return h.rec

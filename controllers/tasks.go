@@ -122,14 +122,14 @@ func (r *GPUPoolProfileReconciler) recordTask(s *scope, ws *gpupoolv1.WorkerStat
 	}
 	switch info.State {
 	case vsphere.TaskSuccess:
-		r.event(s, corev1.EventTypeNormal, t.Operation+"Succeeded", "%s of VM %s finished (task %s)", t.Operation, ws.VM, t.ID)
+		r.vmEvent(s, ws.VM, corev1.EventTypeNormal, t.Operation+"Succeeded", "%s of VM %s finished (task %s)", t.Operation, ws.VM, t.ID)
 		ws.Task = nil
 		ws.Attempts, ws.NextRetryTime = 0, nil
 		return 0
 	case vsphere.TaskError:
 		vsphereTaskErrors.WithLabelValues(s.pool.Name, t.Operation).Inc()
 		r.failed(s, ws, fmt.Sprintf("%s failed", t.Operation), info.Error)
-		r.event(s, corev1.EventTypeWarning, t.Operation+"Failed", "%s of VM %s failed: %s", t.Operation, ws.VM, info.Error)
+		r.vmEvent(s, ws.VM, corev1.EventTypeWarning, t.Operation+"Failed", "%s of VM %s failed: %s", t.Operation, ws.VM, info.Error)
 		ws.Task = nil
 		return 0
 	default:
@@ -227,7 +227,7 @@ func (r *GPUPoolProfileReconciler) started(ctx context.Context, s *scope, q queu
 		// before the step is planned again.
 		vsphereTaskErrors.WithLabelValues(s.pool.Name, op).Inc()
 		wait := r.failed(s, ws, op+" could not start", q.err.Error())
-		r.event(s, corev1.EventTypeWarning, op+"Failed", "%s of VM %s could not start: %v", op, ws.VM, q.err)
+		r.vmEvent(s, ws.VM, corev1.EventTypeWarning, op+"Failed", "%s of VM %s could not start: %v", op, ws.VM, q.err)
 		return wait
 	}
 	if q.id == "" {
@@ -237,7 +237,7 @@ func (r *GPUPoolProfileReconciler) started(ctx context.Context, s *scope, q queu
 	ws.Task.ID = q.id
 	ws.Message = fmt.Sprintf("%s started (task %s)", op, q.id)
 	log.FromContext(ctx).Info("Started vSphere task", "vm", ws.VM, "operation", op, "task", q.id)
-	r.event(s, corev1.EventTypeNormal, op+"Started", "%s of VM %s started (task %s)", op, ws.VM, q.id)
+	r.vmEvent(s, ws.VM, corev1.EventTypeNormal, op+"Started", "%s of VM %s started (task %s)", op, ws.VM, q.id)
 	return requeueTask
 }
 

@@ -57,7 +57,7 @@ func TestReadinessGaps(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := readinessGaps(c.node, c.spec, c.gpus); !reflect.DeepEqual(got, c.want) {
+			if got := readinessGaps(c.node, c.spec, gpuWant{count: c.gpus}); !reflect.DeepEqual(got, c.want) {
 				t.Errorf("readinessGaps = %q, want %q", got, c.want)
 			}
 		})

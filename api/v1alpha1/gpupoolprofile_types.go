@@ -195,6 +195,21 @@ type Layout struct {
 	// +optional
 	// +listType=atomic
 	NodeTaints []corev1.Taint `json:"nodeTaints,omitempty"`
+
+	// GPUReplicas is how many of readiness.gpuResource the device plugin advertises per
+	// vGPU on this layout's nodes: the replicas of the time-slicing or MPS configuration
+	// that the layout's nodeLabels select (the NVIDIA GPU Operator reads the node label
+	// nvidia.com/device-plugin.config), such as 4 for four pods sharing each 4Q vGPU.
+	// Once a node carries the layout's labels, gpupool waits until it advertises exactly
+	// vgpus x gpuReplicas before it uncordons the node. Without it a node must advertise
+	// at least one per vGPU, whatever its configuration. Set 1 on a layout of whole GPUs
+	// whose VMs may come from a shared configuration, so that they are uncordoned only once
+	// the device plugin has dropped the replicas.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 256",message="gpuReplicas must be between 1 and 256 replicas of the GPU resource per vGPU, as the device plugin's time-slicing or MPS configuration sets them; leave it out to wait for at least one per vGPU",messageExpression=`'gpuReplicas must be between 1 and 256 replicas of the GPU resource per vGPU, as the device plugin\'s time-slicing or MPS configuration sets them, not ' + (self < 0 ? 'negative' : self == 0 ? '0' : 'more than 256') + '; leave it out to wait for at least one per vGPU'`
+	// +optional
+	GPUReplicas *int32 `json:"gpuReplicas,omitempty"`
 }
 
 // Worker is one VM of a layout.

@@ -183,6 +183,11 @@ func nameCELCases() []badCase {
 		{name: "vgpus zero", raw: setWorker(0, 0, "vgpus", int64(0)), path: "spec.layouts[0].workers[0].vgpus", fix: "between 1 and 16 vGPUs of the profile per VM, not 0; leave it out for one vGPU"},
 		{name: "vgpus negative", raw: setWorker(0, 0, "vgpus", int64(-3)), path: "spec.layouts[0].workers[0].vgpus", value: "-3", fix: "not negative"},
 		{name: "vgpus 17", raw: setWorker(0, 1, "vgpus", int64(17)), path: "spec.layouts[0].workers[1].vgpus", value: "17", fix: "not more than 16"},
+		{name: "gpuReplicas zero", raw: func(u map[string]any) {
+			u["spec"].(map[string]any)["layouts"].([]any)[0].(map[string]any)["gpuReplicas"] = int64(0)
+		}, path: "spec.layouts[0].gpuReplicas", fix: "per vGPU, as the device plugin's time-slicing or MPS configuration sets them, not 0; leave it out to wait for at least one per vGPU"},
+		{name: "gpuReplicas 300", mutate: func(p *gpupoolv1.GPUPoolProfile) { r := int32(300); p.Spec.Layouts[1].GPUReplicas = &r },
+			path: "spec.layouts[1].gpuReplicas", value: "300", fix: "not more than 256"},
 		{name: "node and noNode", mutate: func(p *gpupoolv1.GPUPoolProfile) {
 			p.Spec.Layouts[0].Workers[0].Node, p.Spec.Layouts[0].Workers[0].NoNode = "gpu-1", true
 		}, path: "spec.layouts[0].workers[0]", value: `"gpu-1"`, fix: `not both: remove node "gpu-1" or noNode`},

@@ -103,3 +103,30 @@ func TestWarnAheadNotNegative(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUReplicasRule checks the webhook's own gpuReplicas rule (the CRD's CEL rule
+// refuses first on a real API server) and the warning when nothing waits for them.
+func TestGPUReplicasRule(t *testing.T) {
+	for r, ok := range map[int32]bool{-1: false, 0: false, 1: true, 4: true, MaxGPUReplicas: true, MaxGPUReplicas + 1: false} {
+		l := &gpupoolv1.Layout{Name: "day", GPUReplicas: &r}
+		errs := validateGPUReplicas(field.NewPath("spec", "layouts").Index(0), l)
+		if (len(errs) == 0) != ok {
+			t.Errorf("gpuReplicas %d: errors %v, want ok %v", r, errs, ok)
+		}
+		if !ok && (errs[0].Field != "spec.layouts[0].gpuReplicas" || !strings.Contains(errs[0].Error(), "leave it out to wait for at least one per vGPU")) {
+			t.Errorf("gpuReplicas %d: %v", r, errs[0])
+		}
+	}
+	if errs := validateGPUReplicas(field.NewPath("spec", "layouts").Index(0), &gpupoolv1.Layout{Name: "day"}); len(errs) != 0 {
+		t.Errorf("gpuReplicas left out: %v", errs)
+	}
+	four, none := int32(4), ""
+	spec := &gpupoolv1.GPUPoolProfileSpec{Layouts: []gpupoolv1.Layout{{Name: "night"}, {Name: "day", GPUReplicas: &four}}}
+	if w := gpuReplicasWarnings(spec); len(w) != 0 {
+		t.Errorf("warnings with the default gpuResource: %v", w)
+	}
+	spec.Readiness.GPUResource = &none
+	if w := gpuReplicasWarnings(spec); len(w) != 1 || !strings.Contains(w[0], "spec.layouts[1].gpuReplicas has no effect") {
+		t.Errorf("warnings with gpuResource \"\": %v, want one naming spec.layouts[1].gpuReplicas", w)
+	}
+}

@@ -32,6 +32,7 @@ func ValidateSpec(spec *gpupoolv1.GPUPoolProfileSpec) field.ErrorList {
 		}
 		layouts[l.Name] = true
 		errs = append(errs, validateWorkers(lp, l, spec.VCenter.Datacenter)...)
+		errs = append(errs, validateGPUReplicas(lp, l)...)
 		errs = append(errs, validateNodeLabels(lp.Child("nodeLabels"), l.NodeLabels)...)
 		errs = append(errs, validateNodeTaints(lp.Child("nodeTaints"), l.NodeTaints)...)
 	}

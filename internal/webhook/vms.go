@@ -16,6 +16,19 @@ import (
 // rule says the same. vSphere allows at most 16 PCI passthrough devices per VM.
 const MaxVGPUs = 16
 
+// MaxGPUReplicas is the most replicas of the GPU resource per vGPU a layout may name
+// (layouts[].gpuReplicas); the CRD's CEL rule says the same.
+const MaxGPUReplicas = 256
+
+// validateGPUReplicas checks a layout's gpuReplicas, as the CRD's CEL rule does.
+func validateGPUReplicas(lp *field.Path, l *gpupoolv1.Layout) field.ErrorList {
+	if r := l.GPUReplicas; r != nil && (*r < 1 || *r > MaxGPUReplicas) {
+		return field.ErrorList{field.Invalid(lp.Child("gpuReplicas"), *r, fmt.Sprintf(
+			"must be between 1 and %d replicas of the GPU resource per vGPU, as the device plugin's time-slicing or MPS configuration sets them; leave it out to wait for at least one per vGPU", MaxGPUReplicas))}
+	}
+	return nil
+}
+
 // validateWorkers checks a layout's VMs and profiles: each VM a clean name or an inventory
 // path inside the pool's datacenter, listed once, with an NVIDIA vGPU type name.
 func validateWorkers(lp *field.Path, l *gpupoolv1.Layout, datacenter string) field.ErrorList {

@@ -14,6 +14,7 @@ func Warnings(spec *gpupoolv1.GPUPoolProfileSpec, now time.Time) []string {
 	warns := tlsWarnings(&spec.VCenter)
 	warns = append(warns, caseDuplicateWarnings(spec)...)
 	warns = append(warns, demandWarnings(spec)...)
+	warns = append(warns, gpuReplicasWarnings(spec)...)
 	return append(warns, scheduleWarnings(spec, now)...)
 }
 
@@ -49,6 +50,21 @@ func caseDuplicateWarnings(spec *gpupoolv1.GPUPoolProfileSpec) []string {
 				continue
 			}
 			seen[key] = j
+		}
+	}
+	return warns
+}
+
+// gpuReplicasWarnings name the layouts whose gpuReplicas nothing waits for: with
+// readiness.gpuResource "" gpupool does not look at the GPUs a node advertises.
+func gpuReplicasWarnings(spec *gpupoolv1.GPUPoolProfileSpec) []string {
+	if r := spec.Readiness.GPUResource; r == nil || *r != "" {
+		return nil
+	}
+	var warns []string
+	for i, l := range spec.Layouts {
+		if l.GPUReplicas != nil {
+			warns = append(warns, fmt.Sprintf("spec.layouts[%d].gpuReplicas has no effect: spec.readiness.gpuResource is \"\", so gpupool does not wait for the GPUs a node advertises; set gpuResource to what the device plugin advertises (such as nvidia.com/gpu) or remove gpuReplicas", i))
 		}
 	}
 	return warns

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,7 +42,35 @@ const (
 	AnnotationSimGPUDelay = "gpupool.dev/sim-gpu-delay"
 	// GPUResource is the resource the simulated device plugin advertises.
 	GPUResource corev1.ResourceName = "nvidia.com/gpu"
+	// LabelDevicePluginConfig selects the device plugin's configuration, as the NVIDIA
+	// GPU Operator's does; the simulated plugin reads its replicas from the name.
+	LabelDevicePluginConfig = "nvidia.com/device-plugin.config"
 )
+
+// trailingReplicas is how the simulated device plugin finds a configuration's replicas.
+var trailingReplicas = regexp.MustCompile(`-([0-9]+)$`)
+
+// Replicas is how many of nvidia.com/gpu the simulated device plugin advertises per vGPU
+// on the node: N for a configuration named with a trailing -N (time-sliced-4), else 1.
+// The kwok stages compute the same.
+func Replicas(n *corev1.Node) int {
+	if m := trailingReplicas.FindStringSubmatch(n.Labels[LabelDevicePluginConfig]); m != nil {
+		if r, err := strconv.Atoi(m[1]); err == nil {
+			return r
+		}
+	}
+	return 1
+}
+
+// Advertises is how many nvidia.com/gpu the simulated device plugin advertises on the
+// node once its VM is on: its vGPUs times the replicas of its configuration.
+func Advertises(n *corev1.Node) string {
+	g, err := strconv.Atoi(n.Annotations[AnnotationSimGPUs])
+	if err != nil {
+		return "0"
+	}
+	return strconv.Itoa(g * Replicas(n))
+}
 
 // NodeOption changes a node CreateNodes makes.
 type NodeOption func(*corev1.Node)
@@ -229,13 +258,13 @@ func Ready(n *corev1.Node) bool {
 }
 
 // FollowsPower tells whether a node is Ready exactly when the power wire last saw its VM
-// powered on, and advertises the VM's GPUs exactly when it is Ready: kwok has caught up
-// with the VM.
+// powered on, and advertises the VM's GPUs (times its configuration's replicas) exactly
+// when it is Ready: kwok has caught up with the VM.
 func FollowsPower(n *corev1.Node) bool {
 	on := n.Annotations[AnnotationSimPower] == "poweredOn"
 	want := "0"
-	if g := n.Annotations[AnnotationSimGPUs]; on && g != "" {
-		want = g
+	if on {
+		want = Advertises(n)
 	}
 	return Ready(n) == on && AdvertisedGPUs(n) == want
 }

@@ -374,7 +374,8 @@ func (w *faultWorld) poolEvents(reason string) []string {
 	}
 	var out []string
 	for _, e := range evs.Items {
-		if e.Reason == reason && e.InvolvedObject.Name == localenv.DemoPool {
+		// On the pool, or on one of its nodes with the pool as related.
+		if e.Reason == reason && (e.InvolvedObject.Name == localenv.DemoPool || (e.Related != nil && e.Related.Name == localenv.DemoPool)) {
 			out = append(out, e.Message)
 		}
 	}

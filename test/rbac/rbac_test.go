@@ -30,7 +30,7 @@ var used = map[string]string{
 	"manager-role  nodes get,list,watch,patch":                               "node labels, taints, cordon",
 	"manager-role  pods get,list,watch,delete":                               "drain; delete only for drain.mode Force",
 	"manager-role  pods/eviction create":                                     "drain",
-	"manager-role events.k8s.io events create,patch":                         "events on pools",
+	"manager-role events.k8s.io events create,patch":                         "events on pools and their nodes",
 	"manager-role cluster.x-k8s.io machines get,patch":                       "pause remediation of parked machines",
 	"manager-role infrastructure.cluster.x-k8s.io vspheremachines get,patch": "the same on CAPV's infrastructure machine",
 	"manager-role infrastructure.cluster.x-k8s.io vspherevms get,patch":      "pause the VSphereVM too: CAPV powers VMs on from it, honouring only its own pause",

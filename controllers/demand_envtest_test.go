@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -158,5 +160,49 @@ func TestDemandWithoutPolicyChangesNothing(t *testing.T) {
 	p := h.get(pool.Name)
 	if p.Status.DesiredLayout != "day" || p.Status.Demand != nil {
 		t.Fatalf("without spec.demand: desired %s, status.demand %+v", p.Status.DesiredLayout, p.Status.Demand)
+	}
+}
+
+// TestDemandSwitchIsWarnedAhead: a demand switch that would evict a GPU pod is announced
+// warnAhead ahead: the day nodes get the draining-soon warning as before a scheduled
+// switch, and the switch starts when the warning runs out.
+func TestDemandSwitchIsWarnedAhead(t *testing.T) {
+	h := newHarness(t, "dmw-")
+	pool := h.demandPool()
+	pool.Spec.Demand.MaxEvictions = ptr.To(int32(4))
+	h.create(pool)
+	h.converge(pool.Name, "night", 40)
+	h.clock.SetTime(monday0700.Add(50 * time.Minute))
+	h.converge(pool.Name, "day", 60)
+	h.clock.Step(20 * time.Minute)
+
+	h.gpuPod("serving", h.prefix+"day-1", false, nil)
+	h.gpuPod("train-1", "", true, nil)
+	h.reconcile(pool.Name)
+	h.clock.Step(2 * time.Minute)
+	h.reconcile(pool.Name)
+	p := h.get(pool.Name)
+	sw := p.Status.Demand.Switch
+	if sw == nil || sw.Layout != "night" || !sw.At.Time.Equal(h.clock.Now().Add(10*time.Minute)) || p.Status.DesiredLayout != "day" {
+		t.Fatalf("announced switch %+v, desired %s; want night announced warnAhead (10m) ahead", sw, p.Status.DesiredLayout)
+	}
+	if n := p.Status.NextTransition; n == nil || n.Layout != "night" || !n.At.Equal(&sw.At) {
+		t.Fatalf("nextTransition %+v, want the announced switch", n)
+	}
+	if !containsEvent(h.events(), "DemandSwitchAnnounced") {
+		t.Fatal("no DemandSwitchAnnounced event")
+	}
+	if !slices.ContainsFunc(h.node("day-1").Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintDrainingSoon }) {
+		t.Fatalf("day-1 taints %+v, want the draining-soon warning", h.node("day-1").Spec.Taints)
+	}
+	h.clock.Step(9 * time.Minute)
+	h.reconcile(pool.Name)
+	if p = h.get(pool.Name); p.Status.Transition != nil {
+		t.Fatalf("a minute before the announced start: transition %+v", p.Status.Transition)
+	}
+	h.clock.Step(time.Minute)
+	h.reconcile(pool.Name)
+	if p = h.get(pool.Name); p.Status.Transition == nil || p.Status.Transition.To != "night" || p.Status.DesiredReason != gpupoolv1.DesiredByDemand {
+		t.Fatalf("at the announced start: desired %s (%s), transition %+v", p.Status.DesiredLayout, p.Status.DesiredReason, p.Status.Transition)
 	}
 }

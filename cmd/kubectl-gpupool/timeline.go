@@ -103,7 +103,13 @@ from a file, so a schedule can be checked before it is applied.`,
 				}
 				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", when(e.From, loc), until, e.Layout, why)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if spec.Demand != nil {
+				fmt.Fprintln(a.streams.Out, "This is the schedule; spec.demand may bring a layout in earlier or skip one, within its limits (kubectl gpupool status shows what demand decided).")
+			}
+			return nil
 		},
 	}
 	pf = a.outputFlags(cmd)

@@ -93,6 +93,9 @@ func demandInput(pool *gpupoolv1.GPUPoolProfile) *plan.DemandInput {
 		in.Switches = append(in.Switches, plan.PastSwitch{To: t.To, Start: t.StartTime.Time})
 	}
 	for _, h := range st.History {
+		if t := st.Transition; t != nil && h.ID == t.ID {
+			continue // an aborted switch stays in status.transition: count it once
+		}
 		ps := plan.PastSwitch{To: h.To, Reason: h.Reason, Start: h.StartTime.Time}
 		if h.Result == gpupoolv1.TransitionCompleted {
 			ps.End = h.EndTime.Time

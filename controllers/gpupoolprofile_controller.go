@@ -189,13 +189,9 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	r.recordWorkers(s, p)
 	r.publishPlan(ctx, s, p)
 	res := ctrl.Result{RequeueAfter: boundary}
-	if warnIn := r.warnSchedulers(ctx, s, p); warnIn > 0 {
-		res.RequeueAfter = min(res.RequeueAfter, warnIn)
-	}
+	res.RequeueAfter = soonest(res.RequeueAfter, r.warnSchedulers(ctx, s, p))
 	r.publishStates(ctx, s)
-	if taskWait > 0 {
-		res.RequeueAfter = min(res.RequeueAfter, taskWait)
-	}
+	res.RequeueAfter = soonest(res.RequeueAfter, taskWait)
 	if p.Done() {
 		s.facts.done = true
 		if taskWait == 0 && s.facts.fallback == "" {
@@ -231,9 +227,7 @@ func (r *GPUPoolProfileReconciler) keepAborted(ctx context.Context, s *scope, bo
 	s.nodeStates = r.nodeStates(ctx, s)
 	r.planNext(s)
 	res := ctrl.Result{RequeueAfter: boundary}
-	if warnIn := r.warnSchedulers(ctx, s, nil); warnIn > 0 {
-		res.RequeueAfter = min(res.RequeueAfter, warnIn)
-	}
+	res.RequeueAfter = soonest(res.RequeueAfter, r.warnSchedulers(ctx, s, nil))
 	s.aborted = true
 	r.publishStates(ctx, s)
 	return res
@@ -250,9 +244,7 @@ func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Pl
 			s.facts.stepErrors = append(s.facts.stepErrors, fmt.Sprintf("%s of VM %s: %v", step.Action, step.VM, err))
 			after = requeueDrain
 		}
-		if after > 0 && after < res.RequeueAfter {
-			res.RequeueAfter = after
-		}
+		res.RequeueAfter = soonest(res.RequeueAfter, after)
 	}
 	aborted := func() bool { t := s.pool.Status.Transition; return t != nil && t.AbortedTime != nil }
 	var drains, others []plan.Step
@@ -402,6 +394,18 @@ func layoutNamed(spec *gpupoolv1.GPUPoolProfileSpec, name string) *gpupoolv1.Lay
 }
 
 // untilBoundary is how long until the wanted layout changes, capped by the resync period.
+// soonest merges requeue delays: the lowest that is not zero (zero: no requeue asked),
+// as Cluster API's LowestNonZeroResult does.
+func soonest(ds ...time.Duration) time.Duration {
+	var out time.Duration
+	for _, d := range ds {
+		if d > 0 && (out == 0 || d < out) {
+			out = d
+		}
+	}
+	return out
+}
+
 func (r *GPUPoolProfileReconciler) untilBoundary(s *scope) time.Duration {
 	next := resyncPeriod
 	if s.decision.Next != nil {
@@ -422,8 +426,7 @@ func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 		return
 	}
 	if st.Transition == nil && st.ActiveLayout == s.decision.Layout {
-		s.facts.repairing = true
-		return
+		return // repairing the active layout's nodes is no transition
 	}
 	if t := st.Transition; t != nil {
 		recordHistory(s, gpupoolv1.TransitionSuperseded, fmt.Sprintf("layout %s is wanted now (%s)", s.decision.Layout, s.decision.Reason))

@@ -82,8 +82,6 @@ type facts struct {
 	// settling: the wanted layout looked infeasible while vSphere tasks were in flight;
 	// the pass waits for them rather than believe a read taken between two states.
 	settling bool
-	// repairing: the active layout is wanted and only its nodes need care.
-	repairing bool
 	// drainBlocked and stepErrors name what kept steps from going on this pass.
 	drainBlocked []string
 	stepErrors   []string

@@ -1,0 +1,98 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/plan"
+)
+
+// TestSummarize: the conditions and the phase follow from the pass's facts and the
+// status alone, in the style of Cluster API's machine_controller_status_test.go.
+func TestSummarize(t *testing.T) {
+	now := time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
+	type want struct {
+		phase         gpupoolv1.Phase
+		ready         metav1.ConditionStatus
+		readyReason   string
+		stalled       metav1.ConditionStatus
+		stalledReason string
+		paused        metav1.ConditionStatus
+	}
+	inFlight := func(st *gpupoolv1.GPUPoolProfileStatus) {
+		st.Transition = &gpupoolv1.TransitionStatus{ID: "night-1", From: "day", To: "night", StartTime: metav1.NewTime(now)}
+	}
+	tests := []struct {
+		name   string
+		facts  facts
+		status func(*gpupoolv1.GPUPoolProfileStatus)
+		want   want
+	}{{
+		name:  "steady on the wanted layout",
+		facts: facts{observed: true, done: true},
+		want:  want{gpupoolv1.PhaseSteady, metav1.ConditionTrue, ReasonLayoutActive, metav1.ConditionFalse, ReasonAsExpected, metav1.ConditionFalse},
+	}, {
+		name: "a transition in progress", facts: facts{observed: true}, status: inFlight,
+		want: want{gpupoolv1.PhaseTransitioning, metav1.ConditionFalse, ReasonTransitioning, metav1.ConditionFalse, ReasonAsExpected, metav1.ConditionFalse},
+	}, {
+		name:  "paused",
+		facts: facts{paused: true},
+		want:  want{gpupoolv1.PhasePaused, metav1.ConditionFalse, ReasonPaused, "", "", metav1.ConditionTrue},
+	}, {
+		name:  "the spec cannot be evaluated",
+		facts: facts{invalidSpec: "schedule.timeZone \"Mars\""},
+		want:  want{gpupoolv1.PhaseBlocked, metav1.ConditionFalse, ReasonInvalidSpec, metav1.ConditionTrue, ReasonInvalidSpec, metav1.ConditionFalse},
+	}, {
+		name:  "vCenter refuses the credentials",
+		facts: facts{credentials: "login refused"},
+		want:  want{gpupoolv1.PhaseBlocked, metav1.ConditionFalse, ReasonCredentials, metav1.ConditionTrue, ReasonCredentials, metav1.ConditionFalse},
+	}, {
+		name:  "vCenter unreachable before anything was observed",
+		facts: facts{vcenter: "dial tcp: connection refused"},
+		want:  want{gpupoolv1.PhasePending, metav1.ConditionFalse, ReasonVCenterUnavailable, metav1.ConditionFalse, ReasonAsExpected, metav1.ConditionFalse},
+	}, {
+		name:  "the wanted layout does not fit",
+		facts: facts{observed: true, problems: []plan.Problem{{Reason: ReasonInfeasible, Message: "GPU full"}}},
+		want:  want{gpupoolv1.PhaseBlocked, metav1.ConditionFalse, ReasonInfeasible, metav1.ConditionTrue, ReasonInfeasible, metav1.ConditionFalse},
+	}, {
+		name: "an aborted drain", facts: facts{observed: true},
+		status: func(st *gpupoolv1.GPUPoolProfileStatus) {
+			inFlight(st)
+			st.Transition.AbortedTime = &metav1.Time{Time: now}
+			st.Transition.Message = "aborted: a PDB"
+		},
+		want: want{gpupoolv1.PhaseBlocked, metav1.ConditionFalse, ReasonDrainAborted, metav1.ConditionFalse, ReasonAsExpected, metav1.ConditionFalse},
+	}, {
+		name:  "being deleted while tasks are in flight",
+		facts: facts{observed: true, deleting: "waiting for 1 vSphere task"},
+		want:  want{gpupoolv1.PhaseSteady, metav1.ConditionFalse, ReasonDeleting, metav1.ConditionFalse, ReasonAsExpected, metav1.ConditionFalse},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := &gpupoolv1.GPUPoolProfile{Status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "day", DesiredLayout: "day"}}
+			if tc.status != nil {
+				tc.status(&pool.Status)
+			}
+			s := &scope{pool: pool, now: now, facts: tc.facts, decision: plan.Decision{Layout: "day", Reason: gpupoolv1.DesiredBySchedule}}
+			summarize(s)
+			if pool.Status.Phase != tc.want.phase {
+				t.Errorf("phase %s, want %s", pool.Status.Phase, tc.want.phase)
+			}
+			check := func(typ string, status metav1.ConditionStatus, reason string) {
+				c := findCondition(pool, typ)
+				if status == "" {
+					return
+				}
+				if c == nil || c.Status != status || c.Reason != reason {
+					t.Errorf("%s = %+v, want %s (%s)", typ, c, status, reason)
+				}
+			}
+			check(gpupoolv1.ConditionReady, tc.want.ready, tc.want.readyReason)
+			check(gpupoolv1.ConditionStalled, tc.want.stalled, tc.want.stalledReason)
+			check(gpupoolv1.ConditionPaused, tc.want.paused, map[metav1.ConditionStatus]string{metav1.ConditionTrue: ReasonPaused, metav1.ConditionFalse: ReasonNotPaused}[tc.want.paused])
+		})
+	}
+}

@@ -24,7 +24,7 @@ type scope struct {
 	// demandRecheck is when demand's timers or guards run out next (zero: none), a time
 	// to look again even if nothing else changes.
 	demandRecheck time.Time
-	layout    *gpupoolv1.Layout // the wanted layout; nil when the spec does not have it
+	layout        *gpupoolv1.Layout // the wanted layout; nil when the spec does not have it
 
 	vc  vsphere.Client
 	inv *inventory.Inventory

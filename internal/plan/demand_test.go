@@ -12,7 +12,9 @@ import (
 	"github.com/gpupool/gpupool/internal/testclock"
 )
 
-func minutes(n int) *metav1.Duration { return &metav1.Duration{Duration: time.Duration(n) * time.Minute} }
+func minutes(n int) *metav1.Duration {
+	return &metav1.Duration{Duration: time.Duration(n) * time.Minute}
+}
 
 // demandSpec is day by default, night from 20:00 for 12h in Berlin, and the given rules
 // with a 30m dwell, a 15m cooldown and 4 switches a day.
@@ -99,7 +101,7 @@ func TestDecide(t *testing.T) {
 	}, {
 		name: "an announced switch starts at its time", spec: withMaxEvictions(demandSpec(bringNight), 5), now: at(15, 10),
 		in: DemandInput{Active: "day", Observed: map[string]LayoutDemand{"night": {PendingGPUs: 2, Evictions: 3}}, WarnAhead: 10 * time.Minute,
-			Timers: DemandTimers{PendingSince: map[string]time.Time{"night": at(14, 0)}, Switch: &AnnouncedSwitch{Layout: "night", Action: gpupoolv1.DemandBringIn, Decided: at(15, 0), At: at(15, 10)}},
+			Timers:   DemandTimers{PendingSince: map[string]time.Time{"night": at(14, 0)}, Switch: &AnnouncedSwitch{Layout: "night", Action: gpupoolv1.DemandBringIn, Decided: at(15, 0), At: at(15, 10)}},
 			Switches: arrivedDay},
 		layout: "night", reason: gpupoolv1.DesiredByDemand, message: "brings layout night in",
 	}, {

@@ -244,7 +244,7 @@ func observe(w *World, t time.Time, active, inFlight string, jobs []*job, inf, r
 	settled := inFlight == ""
 	night := plan.LayoutDemand{RunningGPUs: int64(running)}
 	day := plan.LayoutDemand{}
-	if !(settled && active == Night) {
+	if !settled || active != Night {
 		night.PendingGPUs, night.Pending = queued, pending
 	}
 	if settled && active == Day {

@@ -23,7 +23,9 @@ func TestReadVerbsAsViewer(t *testing.T) {
 
 	w.ok("viewer", "", []string{"status"}, w.name, "True", "LayoutActive", "day", "Steady", "night in 9h50m")
 	w.ok("viewer", "", []string{"status", w.name},
-		"Layout now:  day", "Wanted:      day (window 0 (0 8 * * 1-5 for 12h, Europe/Berlin)",
+		"Times in:    Europe/Berlin (the pool's schedule.timeZone; --tz to change)",
+		"Layout now:  day", "Wanted:      day (window 0 (0 8 * * 1-5 for 12h, Europe/Berlin) open since "+w.shownAt(mondayMorning.Add(-2*time.Hour))+
+			" as of "+w.shownAt(mondayMorning.Add(10*time.Minute))+" (now + leadTime 10m))",
 		"Next:        night at "+shown(mondayMorning.Add(9*time.Hour+50*time.Minute))+" (in 9h50m)", "Ready:       True (LayoutActive)",
 		"Reconciling  False", "rd-day-1", "poweredOn")
 	w.ok("viewer", "", []string{"status", w.name, "-o", "wide"}, "rd-esx-01", "0000:3b:00.0")
@@ -78,7 +80,7 @@ func TestSteerVerbsAsEditor(t *testing.T) {
 		t.Fatal("override set without confirmation")
 	}
 	w.ok("editor", "y\n", []string{"switch", w.name, "night", "--for", "2h", "--reason", "driver update"},
-		"will want night (override to layout night until "+mondayMorning.Add(2*time.Hour).Format(time.RFC3339)+": driver update)", "then day from "+shown(mondayMorning.Add(2*time.Hour)), "gpupool planned these steps for layout night", "override set")
+		"will want night (override to layout night until "+w.shownAt(mondayMorning.Add(2*time.Hour))+": driver update)", "then day from "+w.shownAt(mondayMorning.Add(2*time.Hour)), "gpupool planned these steps for layout night", "override set")
 	o := w.get().Spec.Override
 	if o == nil || o.Layout != "night" || o.Until == nil || !o.Until.Time.Equal(mondayMorning.Add(2*time.Hour)) || o.Reason != "driver update" {
 		t.Fatalf("override %+v", o)
@@ -147,8 +149,13 @@ func TestTimelineAgreesWithOperator(t *testing.T) {
 	w.must(err)
 	file := filepath.Join(dir, "pool.yaml")
 	w.must(os.WriteFile(file, append([]byte("apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n---\n"), data...), 0o600))
-	w.ok("nobody", "", []string{"timeline", "-f", file, "--from", "2026-03-27T00:00:00Z", "--days", "4"},
-		"pool draft, 4 days from Fri 2026-03-27 01:00 CET", "Fri 2026-03-27 19:50 CET   Mon 2026-03-30 07:50 CEST  night")
+	out := squeeze(w.ok("nobody", "", []string{"timeline", "-f", file, "--from", "2026-03-27T00:00:00Z", "--days", "4"}))
+	for _, want := range []string{"pool draft, 4 days from " + w.shownAt(time.Date(2026, 3, 27, 1, 0, 0, 0, berlin)) + ", times in Europe/Berlin (the pool's schedule.timeZone; --tz to change):",
+		w.shownAt(time.Date(2026, 3, 27, 19, 50, 0, 0, berlin)) + " " + w.shownAt(time.Date(2026, 3, 30, 7, 50, 0, 0, berlin)) + " night"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("timeline -f lacks %q:\n%s", want, out)
+		}
+	}
 }
 
 func TestVersion(t *testing.T) {

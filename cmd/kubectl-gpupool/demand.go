@@ -22,19 +22,18 @@ func demandWhy(st *gpupoolv1.GPUPoolProfileStatus) string {
 
 // describeDemand prints what the operator saw of the demand per layout and what it
 // decided, or why it did not act, for a pool with spec.demand.
-func (a *app) describeDemand(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) {
+func describeDemand(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool, sc screen) {
 	ds := p.Status.Demand
 	if p.Spec.Demand == nil || ds == nil {
 		return
 	}
-	loc, _ := a.zone()
-	now := a.now()
+	now := sc.now
 	fmt.Fprintln(out, "\nDemand:")
 	if ds.Message != "" {
-		fmt.Fprintf(out, "  %s\n", clip(ds.Message, wide, 240))
+		fmt.Fprintf(out, "  %s\n", clip(sc.text(ds.Message), wide, 240))
 	}
 	if sw := ds.Switch; sw != nil {
-		fmt.Fprintf(out, "  Announced: switch to %s at %s (%s): %s\n", sw.Layout, when(sw.At.Time, loc), relative(sw.At.Time, now), clip(sw.Message, wide, 160))
+		fmt.Fprintf(out, "  Announced: switch to %s at %s: %s\n", sw.Layout, sc.at(sw.At.Time), clip(sc.text(sw.Message), wide, 160))
 	}
 	tw := table(out)
 	fmt.Fprintln(tw, "  LAYOUT\tPENDING\tRUNNING GPUS\tSINCE\tA SWITCH TO IT WOULD EVICT\tPODS")

@@ -30,18 +30,19 @@ func (a *app) historyCommand() *cobra.Command {
 				_, err := fmt.Fprintf(a.streams.Out, "pool %s has no finished transition yet\n", p.Name)
 				return err
 			}
-			loc, err := a.zone()
+			sc, err := a.screenFor(&p.Spec)
 			if err != nil {
 				return err
 			}
-			return a.printHistory(a.streams.Out, p.Status.History, wide, loc)
+			fmt.Fprintf(a.streams.Out, "pool %s, newest first, times in %s:\n", p.Name, sc.zone())
+			return printHistory(a.streams.Out, p.Status.History, wide, sc)
 		},
 	}
 	pf = a.outputFlags(cmd)
 	return cmd
 }
 
-func (a *app) printHistory(out io.Writer, hs []gpupoolv1.TransitionRecord, wide bool, loc *time.Location) error {
+func printHistory(out io.Writer, hs []gpupoolv1.TransitionRecord, wide bool, sc screen) error {
 	tw := table(out)
 	fmt.Fprint(tw, "  STARTED\tTOOK\tFROM\tTO\tWHY\tRESULT\tSLOWEST WORKER")
 	if wide {
@@ -49,10 +50,10 @@ func (a *app) printHistory(out io.Writer, hs []gpupoolv1.TransitionRecord, wide 
 	}
 	fmt.Fprintln(tw)
 	for _, h := range hs {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s", when(h.StartTime.Time, loc), took(h.EndTime.Sub(h.StartTime.Time)),
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s", sc.at(h.StartTime.Time), took(h.EndTime.Sub(h.StartTime.Time)),
 			or(h.From, "(none)"), h.To, or(string(h.Reason), "-"), h.Result, or(h.SlowestWorker, "-"))
 		if wide {
-			fmt.Fprintf(tw, "\t%s\t%s", h.ID, or(h.Message, "-"))
+			fmt.Fprintf(tw, "\t%s\t%s", h.ID, or(sc.text(h.Message), "-"))
 		}
 		fmt.Fprintln(tw)
 	}

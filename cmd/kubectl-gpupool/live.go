@@ -30,16 +30,16 @@ func (a *app) livePlan(ctx context.Context, name string, o liveOptions) error {
 		}
 		at = t
 	}
-	loc, err := a.zone()
-	if err != nil {
-		return err
-	}
 	c, err := a.client()
 	if err != nil {
 		return err
 	}
 	var pool gpupoolv1.GPUPoolProfile
 	if err := c.Get(ctx, client.ObjectKey{Name: name}, &pool); err != nil {
+		return err
+	}
+	sc, err := a.screenFor(&pool.Spec)
+	if err != nil {
 		return err
 	}
 	conn := vsphere.NewConnector()
@@ -50,10 +50,10 @@ func (a *app) livePlan(ctx context.Context, name string, o liveOptions) error {
 		return err
 	}
 	out := a.streams.Out
-	fmt.Fprintf(out, "pool %s at %s: wants %s (%s: %s)\n", name, at.In(loc).Format(time.RFC3339), pv.Decision.Layout, pv.Decision.Reason, pv.Decision.Message)
+	fmt.Fprintf(out, "pool %s at %s, times in %s: wants %s (%s: %s)\n", name, sc.at(at), sc.zone(), pv.Decision.Layout, pv.Decision.Reason, sc.text(pv.Decision.Message))
 	if n := pv.Decision.Next; n != nil && o.layout == "" {
-		fmt.Fprintf(out, "next: %s at %s\n", n.Layout, when(n.At, loc))
+		fmt.Fprintf(out, "next: %s at %s\n", n.Layout, sc.at(n.At))
 	}
-	_, err = fmt.Fprint(out, pv.Plan.String())
+	_, err = fmt.Fprint(out, sc.text(pv.Plan.String()))
 	return err
 }

@@ -90,9 +90,13 @@ func relative(t, now time.Time) string {
 	return "now"
 }
 
-// short writes a duration to the minute, such as 1d2h or 8h50m.
+// short writes a duration to the minute, such as 8h50m, and from a day on to the hour,
+// such as 1d2h: minutes do not matter days away.
 func short(d time.Duration) string {
 	d = d.Round(time.Minute)
+	if d >= 24*time.Hour {
+		d = d.Round(time.Hour)
+	}
 	if d < time.Minute {
 		return "<1m"
 	}

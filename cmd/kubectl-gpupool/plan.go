@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -36,11 +35,11 @@ credentials Secret and network access to vCenter.`,
 			if ok, _ := human(pf); !ok {
 				return printData(pf, p.Status.Plan, a.streams.Out)
 			}
-			loc, err := a.zone()
+			sc, err := a.screenFor(&p.Spec)
 			if err != nil {
 				return err
 			}
-			return a.printPlan(a.streams.Out, p, loc)
+			return printPlan(a.streams.Out, p, sc)
 		},
 	}
 	pf = a.outputFlags(cmd)
@@ -51,7 +50,7 @@ credentials Secret and network access to vCenter.`,
 }
 
 // printPlan prints status.plan.
-func (a *app) printPlan(out io.Writer, p *gpupoolv1.GPUPoolProfile, loc *time.Location) error {
+func printPlan(out io.Writer, p *gpupoolv1.GPUPoolProfile, sc screen) error {
 	pv := p.Status.Plan
 	if pv == nil {
 		what := "no transition is in progress and none is scheduled within 35 days"
@@ -65,7 +64,7 @@ func (a *app) printPlan(out io.Writer, p *gpupoolv1.GPUPoolProfile, loc *time.Lo
 	case gpupoolv1.PlanForNext:
 		at := "-"
 		if pv.At != nil {
-			at = when(pv.At.Time, loc) + " (" + relative(pv.At.Time, a.now()) + ")"
+			at = sc.at(pv.At.Time)
 		}
 		fmt.Fprintf(out, "pool %s: next transition to %s at %s, as it would run on the state observed now\n", p.Name, pv.Layout, at)
 	default:
@@ -74,15 +73,15 @@ func (a *app) printPlan(out io.Writer, p *gpupoolv1.GPUPoolProfile, loc *time.Lo
 	if pv.Generation != p.Generation {
 		fmt.Fprintf(out, "note: planned for spec generation %d; the spec is at %d and gpupool has not planned it yet\n", pv.Generation, p.Generation)
 	}
-	return printSteps(out, p.Name, pv)
+	return printSteps(out, p.Name, pv, sc)
 }
 
 // printSteps prints a plan preview's steps, per host in order.
-func printSteps(out io.Writer, name string, pv *gpupoolv1.PlanPreview) error {
+func printSteps(out io.Writer, name string, pv *gpupoolv1.PlanPreview, sc screen) error {
 	if len(pv.Problems) > 0 {
 		fmt.Fprintf(out, "layout %s cannot be reached:\n", pv.Layout)
 		for _, pr := range pv.Problems {
-			fmt.Fprintf(out, "  %s\n", pr)
+			fmt.Fprintf(out, "  %s\n", sc.text(pr))
 		}
 		return nil
 	}
@@ -103,7 +102,7 @@ func printSteps(out io.Writer, name string, pv *gpupoolv1.PlanPreview) error {
 			if s.WaitsForGPUs {
 				waits = "freed GPUs"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", h.Host, s.Action, s.VM, or(s.Profile, "-"), waits, s.Reason)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", h.Host, s.Action, s.VM, or(s.Profile, "-"), waits, sc.text(s.Reason))
 		}
 		if h.More > 0 {
 			fmt.Fprintf(tw, "  %s\t+%d more\t\t\t\t\n", h.Host, h.More)

@@ -22,7 +22,7 @@ type app struct {
 	config  *genericclioptions.ConfigFlags
 	streams genericiooptions.IOStreams
 	scheme  *runtime.Scheme
-	// tz is --tz: the zone times are shown in; the local zone when empty.
+	// tz is --tz: the zone times are shown in; when empty, the pool's (screenFor).
 	tz  string
 	now func() time.Time
 }
@@ -58,7 +58,7 @@ gpupool-viewer); switch, resume, pause and unpause need patch (gpupool-editor).`
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	a.config.AddFlags(root.PersistentFlags())
-	root.PersistentFlags().StringVar(&a.tz, "tz", "", "IANA time zone to show times in, such as Europe/Berlin (default: the local zone)")
+	root.PersistentFlags().StringVar(&a.tz, "tz", "", "IANA time zone to show every time in, such as Europe/Berlin (default: the pool's schedule.timeZone; the local zone for pools of several zones)")
 	root.AddCommand(a.statusCommand(), a.planCommand(), a.switchCommand(), a.resumeCommand(),
 		a.pauseCommand(true), a.pauseCommand(false), a.historyCommand(), a.timelineCommand(), a.versionCommand())
 	return root
@@ -96,16 +96,4 @@ func (a *app) get(ctx context.Context, name string) (*gpupoolv1.GPUPoolProfile, 
 		return nil, nil, err
 	}
 	return &p, c, nil
-}
-
-// zone is the zone times are shown in.
-func (a *app) zone() (*time.Location, error) {
-	if a.tz == "" {
-		return time.Local, nil
-	}
-	loc, err := time.LoadLocation(a.tz)
-	if err != nil {
-		return nil, fmt.Errorf("--tz: %w", err)
-	}
-	return loc, nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"path"
-	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -57,14 +56,18 @@ func (a *app) list(ctx context.Context, pf *genericclioptions.PrintFlags) error 
 	if !ok {
 		return printObject(pf, &pools, a.streams.Out)
 	}
-	loc, err := a.zone()
+	specs := make([]*gpupoolv1.GPUPoolProfileSpec, len(pools.Items))
+	for i := range pools.Items {
+		specs[i] = &pools.Items[i].Spec
+	}
+	sc, err := a.screenFor(specs...)
 	if err != nil {
 		return err
 	}
 	tw := table(a.streams.Out)
 	fmt.Fprint(tw, "NAME\tREADY\tREASON\tACTIVE\tWANTED\tPHASE\tNEXT")
 	if wide {
-		fmt.Fprint(tw, "\tWHY\tPAUSED\tOVERRIDE")
+		fmt.Fprint(tw, "\tNEXT AT\tWHY\tPAUSED\tOVERRIDE")
 	}
 	fmt.Fprintln(tw)
 	for i := range pools.Items {
@@ -74,9 +77,9 @@ func (a *app) list(ctx context.Context, pf *genericclioptions.PrintFlags) error 
 		if c := meta.FindStatusCondition(st.Conditions, gpupoolv1.ConditionReady); c != nil {
 			status, reason = string(c.Status), c.Reason
 		}
-		next := "-"
+		next, nextAt := "-", "-"
 		if n := st.NextTransition; n != nil {
-			next = fmt.Sprintf("%s %s", n.Layout, relative(n.At.Time, a.now()))
+			next, nextAt = fmt.Sprintf("%s %s", n.Layout, relative(n.At.Time, sc.now)), sc.when(n.At.Time)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s", p.Name, status, reason, or(st.ActiveLayout, "-"), or(st.DesiredLayout, "-"), or(string(st.Phase), "-"), next)
 		if wide {
@@ -84,10 +87,10 @@ func (a *app) list(ctx context.Context, pf *genericclioptions.PrintFlags) error 
 			if o := p.Spec.Override; o != nil {
 				override = o.Layout
 				if o.Until != nil {
-					override += " until " + when(o.Until.Time, loc)
+					override += " until " + sc.at(o.Until.Time)
 				}
 			}
-			fmt.Fprintf(tw, "\t%s\t%v\t%s", or(string(st.DesiredReason), "-"), p.Spec.Paused, override)
+			fmt.Fprintf(tw, "\t%s\t%s\t%v\t%s", nextAt, or(string(st.DesiredReason), "-"), p.Spec.Paused, override)
 		}
 		fmt.Fprintln(tw)
 	}
@@ -96,14 +99,15 @@ func (a *app) list(ctx context.Context, pf *genericclioptions.PrintFlags) error 
 
 // describe prints one pool for a person.
 func (a *app) describe(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) error {
-	loc, err := a.zone()
+	sc, err := a.screenFor(&p.Spec)
 	if err != nil {
 		return err
 	}
-	now := a.now()
+	now := sc.now
 	st := &p.Status
 	tw := table(out)
 	fmt.Fprintf(tw, "Pool:\t%s\n", p.Name)
+	fmt.Fprintf(tw, "Times in:\t%s\n", sc.zone())
 	fmt.Fprintf(tw, "Layout now:\t%s\n", or(st.ActiveLayout, "(none yet)"))
 	why := string(st.DesiredReason)
 	// The operator's words for why, from the same function it decides with.
@@ -113,11 +117,11 @@ func (a *app) describe(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) er
 	if st.DesiredReason == gpupoolv1.DesiredByDemand {
 		why = demandWhy(st)
 	}
-	fmt.Fprintf(tw, "Wanted:\t%s (%s)\n", or(st.DesiredLayout, "(not decided yet)"), or(why, "-"))
+	fmt.Fprintf(tw, "Wanted:\t%s (%s)\n", or(st.DesiredLayout, "(not decided yet)"), or(sc.text(why), "-"))
 	if o := p.Spec.Override; o != nil {
 		until := "until removed (kubectl gpupool resume " + p.Name + ")"
 		if o.Until != nil {
-			until = "until " + when(o.Until.Time, loc) + " (" + relative(o.Until.Time, now) + ")"
+			until = "until " + sc.at(o.Until.Time)
 		}
 		fmt.Fprintf(tw, "Override:\t%s %s%s\n", o.Layout, until, reasonSuffix(o.Reason))
 	}
@@ -126,38 +130,37 @@ func (a *app) describe(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) er
 	}
 	fmt.Fprintf(tw, "Phase:\t%s\n", or(string(st.Phase), "(not reconciled yet)"))
 	if c := meta.FindStatusCondition(st.Conditions, gpupoolv1.ConditionReady); c != nil {
-		fmt.Fprintf(tw, "Ready:\t%s (%s): %s\n", c.Status, c.Reason, clip(c.Message, wide, 160))
+		fmt.Fprintf(tw, "Ready:\t%s (%s): %s\n", c.Status, c.Reason, clip(sc.text(c.Message), wide, 160))
 	}
 	if n := st.NextTransition; n != nil {
-		fmt.Fprintf(tw, "Next:\t%s at %s (%s)\n", n.Layout, when(n.At.Time, loc), relative(n.At.Time, now))
+		fmt.Fprintf(tw, "Next:\t%s at %s\n", n.Layout, sc.at(n.At.Time))
 	} else if st.Phase != "" {
 		fmt.Fprintf(tw, "Next:\tno change scheduled within 35 days\n")
 	}
 	if t := st.Transition; t != nil {
 		state := "in progress"
 		if t.AbortedTime != nil {
-			state = "aborted " + relative(t.AbortedTime.Time, now)
+			state = "aborted " + sc.at(t.AbortedTime.Time)
 		}
-		fmt.Fprintf(tw, "Transition:\t%s: %s -> %s, started %s (%s), %s\n", t.ID, or(t.From, "(none)"), t.To, when(t.StartTime.Time, loc), relative(t.StartTime.Time, now), state)
+		fmt.Fprintf(tw, "Transition:\t%s: %s -> %s, started %s, %s\n", t.ID, or(t.From, "(none)"), t.To, sc.at(t.StartTime.Time), state)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	a.describeDemand(out, p, wide)
-	a.describeWorkers(out, p, wide)
-	a.describeConditions(out, p, wide)
+	describeDemand(out, p, wide, sc)
+	describeWorkers(out, p, wide, sc)
+	describeConditions(out, p, wide, sc)
 	if len(st.History) > 0 {
 		fmt.Fprintf(out, "\nLast transitions (kubectl gpupool history %s for all):\n", p.Name)
-		return a.printHistory(out, st.History[:min(len(st.History), statusHistory)], false, loc)
+		return printHistory(out, st.History[:min(len(st.History), statusHistory)], false, sc)
 	}
 	return nil
 }
 
-func (a *app) describeWorkers(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) {
+func describeWorkers(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool, sc screen) {
 	if len(p.Status.Workers) == 0 {
 		return
 	}
-	loc, _ := a.zone()
 	fmt.Fprintln(out, "\nWorkers:")
 	tw := table(out)
 	fmt.Fprint(tw, "  VM\tNODE\tPOWER\tPROFILE\tSTEP\tWAITING FOR")
@@ -167,13 +170,13 @@ func (a *app) describeWorkers(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide b
 	fmt.Fprintln(tw)
 	waits := gpuWaits(p.Status.Plan)
 	for _, w := range p.Status.Workers {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s", w.VM, or(w.Node, "-"), or(w.PowerState, "-"), or(w.Profile, "-"), or(string(w.Step), "-"), waitingFor(&w, waits[w.VM] || waits[path.Base(w.VM)], loc))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s", w.VM, or(w.Node, "-"), or(w.PowerState, "-"), or(w.Profile, "-"), or(string(w.Step), "-"), waitingFor(&w, waits[w.VM] || waits[path.Base(w.VM)], sc))
 		if wide {
 			since := "-"
 			if w.StepStartTime != nil {
-				since = when(w.StepStartTime.Time, loc)
+				since = sc.at(w.StepStartTime.Time)
 			}
-			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s", or(w.Host, "-"), or(w.GPU, "-"), since, or(w.Message, "-"))
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s", or(w.Host, "-"), or(w.GPU, "-"), since, or(sc.text(w.Message), "-"))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -198,14 +201,14 @@ func gpuWaits(pv *gpupoolv1.PlanPreview) map[string]bool {
 }
 
 // waitingFor says what a worker's step waits for.
-func waitingFor(w *gpupoolv1.WorkerStatus, gpus bool, loc *time.Location) string {
+func waitingFor(w *gpupoolv1.WorkerStatus, gpus bool, sc screen) string {
 	switch {
 	case w.Task != nil && w.Task.ID != "":
 		return fmt.Sprintf("vSphere task %s (%s)", w.Task.ID, w.Task.Operation)
 	case w.Task != nil:
 		return fmt.Sprintf("vSphere task %s being started", w.Task.Operation)
 	case w.NextRetryTime != nil:
-		return fmt.Sprintf("retry %d at %s", w.Attempts+1, when(w.NextRetryTime.Time, loc))
+		return fmt.Sprintf("retry %d at %s", w.Attempts+1, sc.at(w.NextRetryTime.Time))
 	case gpus:
 		return "GPUs other steps on its host free"
 	}
@@ -220,7 +223,7 @@ func waitingFor(w *gpupoolv1.WorkerStatus, gpus bool, loc *time.Location) string
 	return "its turn (maxParallel, earlier steps on its host)"
 }
 
-func (a *app) describeConditions(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) {
+func describeConditions(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool, sc screen) {
 	if len(p.Status.Conditions) == 0 {
 		return
 	}
@@ -228,16 +231,20 @@ func (a *app) describeConditions(out io.Writer, p *gpupoolv1.GPUPoolProfile, wid
 	tw := table(out)
 	fmt.Fprintln(tw, "  TYPE\tSTATUS\tREASON\tSINCE\tMESSAGE")
 	for _, c := range p.Status.Conditions {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, sinceCond(c, a.now()), clip(c.Message, wide, 80))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, sinceCond(c, wide, sc), clip(sc.text(c.Message), wide, 80))
 	}
 	_ = tw.Flush()
 }
 
-func sinceCond(c metav1.Condition, now time.Time) string {
-	if c.LastTransitionTime.IsZero() {
+// sinceCond is how long ago a condition changed; wide, when too.
+func sinceCond(c metav1.Condition, wide bool, sc screen) string {
+	switch {
+	case c.LastTransitionTime.IsZero():
 		return "-"
+	case wide:
+		return sc.at(c.LastTransitionTime.Time)
 	}
-	return relative(c.LastTransitionTime.Time, now)
+	return relative(c.LastTransitionTime.Time, sc.now)
 }
 
 // clip shortens a message for the narrow view.

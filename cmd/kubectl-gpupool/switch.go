@@ -44,7 +44,7 @@ before it sets the override, unless --yes.`,
 		},
 	}
 	cmd.Flags().DurationVar(&o.duration, "for", 0, "how long the override lasts, such as 2h")
-	cmd.Flags().StringVar(&o.until, "until", "", "when the override ends: RFC 3339, or 'YYYY-MM-DD HH:MM' in --tz (or the local zone)")
+	cmd.Flags().StringVar(&o.until, "until", "", "when the override ends: RFC 3339, or 'YYYY-MM-DD HH:MM' in --tz (default: the pool's schedule.timeZone)")
 	cmd.Flags().StringVar(&o.reason, "reason", "", "why, shown in status and events")
 	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	cmd.MarkFlagsMutuallyExclusive("for", "until")
@@ -52,19 +52,25 @@ before it sets the override, unless --yes.`,
 }
 
 func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions) error {
-	loc, err := a.zone()
+	if o.duration < 0 {
+		return errors.New("--for must be positive")
+	}
+	p, c, err := a.get(ctx, name)
 	if err != nil {
 		return err
 	}
-	now := a.now()
+	// --until's wall-clock time is read in the zone the screen shows.
+	sc, err := a.screenFor(&p.Spec)
+	if err != nil {
+		return err
+	}
+	now := sc.now
 	override := &gpupoolv1.Override{Layout: layout, Reason: o.reason}
 	switch {
-	case o.duration < 0:
-		return errors.New("--for must be positive")
 	case o.duration > 0:
 		override.Until = &metav1.Time{Time: now.Add(o.duration).Truncate(time.Second)}
 	case o.until != "":
-		t, err := parseUntil(o.until, loc)
+		t, err := parseUntil(o.until, sc.loc)
 		if err != nil {
 			return err
 		}
@@ -72,10 +78,6 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 			return fmt.Errorf("--until %s is in the past", o.until)
 		}
 		override.Until = &metav1.Time{Time: t}
-	}
-	p, c, err := a.get(ctx, name)
-	if err != nil {
-		return err
 	}
 	if layoutOf(&p.Spec, layout) == nil {
 		return fmt.Errorf("pool %s has no layout %q; it has %s", name, layout, strings.Join(layoutNames(&p.Spec), ", "))
@@ -91,11 +93,11 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 	if p.Spec.Override != nil {
 		fmt.Fprintf(out, ", override to %s in force (replaced)", p.Spec.Override.Layout)
 	}
-	fmt.Fprintf(out, "\nwill want %s (%s)\n", d.Layout, d.Message)
+	fmt.Fprintf(out, "\nwill want %s (%s)\n", d.Layout, sc.text(d.Message))
 	if d.Next != nil {
-		fmt.Fprintf(out, "then %s from %s\n", d.Next.Layout, when(d.Next.At, loc))
+		fmt.Fprintf(out, "then %s from %s\n", d.Next.Layout, sc.at(d.Next.At))
 	}
-	a.printChanges(out, p, layout)
+	printChanges(out, p, layout, sc)
 	if p.Spec.Paused {
 		fmt.Fprintf(out, "note: the pool is paused: nothing changes until kubectl gpupool unpause %s\n", name)
 	}
@@ -112,7 +114,7 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 // printChanges says which VMs start, stop or change profile, from the spec's layouts,
 // and the operator's plan when it published one for that layout. The full plan is
 // made by the operator once the override is set (kubectl gpupool plan NAME).
-func (a *app) printChanges(out io.Writer, p *gpupoolv1.GPUPoolProfile, layout string) {
+func printChanges(out io.Writer, p *gpupoolv1.GPUPoolProfile, layout string, sc screen) {
 	from := layoutOf(&p.Spec, p.Status.ActiveLayout)
 	to := layoutOf(&p.Spec, layout)
 	if from == nil || from.Name == to.Name {
@@ -147,7 +149,7 @@ func (a *app) printChanges(out io.Writer, p *gpupoolv1.GPUPoolProfile, layout st
 	}
 	if pv := p.Status.Plan; pv != nil && pv.Layout == layout && pv.Generation == p.Generation {
 		fmt.Fprintf(out, "gpupool planned these steps for layout %s on the state it last observed:\n", layout)
-		_ = printSteps(out, p.Name, pv)
+		_ = printSteps(out, p.Name, pv, sc)
 	}
 }
 
@@ -187,14 +189,18 @@ func (a *app) resumeCommand() *cobra.Command {
 				return err
 			}
 			was := p.Spec.Override.Layout
-			d, err := plan.Desired(specWithout(p), a.now())
+			sc, err := a.screenFor(&p.Spec)
+			if err != nil {
+				return err
+			}
+			d, err := plan.Desired(specWithout(p), sc.now)
 			if err != nil {
 				return err
 			}
 			if err := patchSpec(cmd.Context(), c, p, map[string]any{"override": nil}); err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(a.streams.Out, "pool %s: override to %s removed; %s is wanted (%s)\n", p.Name, was, d.Layout, d.Message)
+			_, err = fmt.Fprintf(a.streams.Out, "pool %s: override to %s removed; %s is wanted (%s)\n", p.Name, was, d.Layout, sc.text(d.Message))
 			return err
 		},
 	}

@@ -57,7 +57,11 @@ from a file, so a schedule can be checked before it is applied.`,
 			if err != nil {
 				return err
 			}
-			start := a.now()
+			sc, err := a.screenFor(spec)
+			if err != nil {
+				return err
+			}
+			start := sc.now
 			if o.from != "" {
 				if start, err = time.Parse(time.RFC3339, o.from); err != nil {
 					return fmt.Errorf("--from: %w", err)
@@ -70,17 +74,14 @@ from a file, so a schedule can be checked before it is applied.`,
 			if err != nil {
 				return err
 			}
-			loc, err := a.zone()
-			if err != nil {
-				return err
-			}
 			ok, wide := human(pf)
 			if !ok {
 				for i := range entries {
-					entries[i].From = entries[i].From.In(loc)
+					entries[i].From = entries[i].From.In(sc.loc)
 					if t := entries[i].To; t != nil {
-						*t = t.In(loc)
+						*t = t.In(sc.loc)
 					}
+					entries[i].Why = rfc3339In(entries[i].Why, sc.loc)
 				}
 				return printData(pf, entries, a.streams.Out)
 			}
@@ -88,20 +89,20 @@ from a file, so a schedule can be checked before it is applied.`,
 			if o.days == 1 {
 				days = "day"
 			}
-			fmt.Fprintf(a.streams.Out, "pool %s, %d %s from %s, times in %s:\n", name, o.days, days, when(start, loc), loc)
+			fmt.Fprintf(a.streams.Out, "pool %s, %d %s from %s, times in %s:\n", name, o.days, days, sc.at(start), sc.zone())
 			tw := table(a.streams.Out)
 			fmt.Fprint(tw, "  FROM\tUNTIL\tLAYOUT\tWHY")
 			fmt.Fprintln(tw)
 			for _, e := range entries {
 				until := "(beyond)"
 				if e.To != nil {
-					until = when(*e.To, loc)
+					until = sc.at(*e.To)
 				}
 				why := string(e.Reason)
 				if wide {
-					why = e.Why
+					why = sc.text(e.Why)
 				}
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", when(e.From, loc), until, e.Layout, why)
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", sc.at(e.From), until, e.Layout, why)
 			}
 			if err := tw.Flush(); err != nil {
 				return err

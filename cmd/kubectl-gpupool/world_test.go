@@ -144,8 +144,14 @@ func setUpUsers(env *envtest.Environment, dir string) error {
 // such Monday at or after TEST_CLOCK_BASE (internal/testclock).
 var mondayMorning = testclock.Weekly(time.Monday, 10, 0, berlin)
 
-// shown is t as the plugin prints it in the pool's zone (Berlin).
+// shown is t as the plugin prints it in the pool's zone (Berlin), which it shows when
+// --tz is not given.
 func shown(t time.Time) string { return t.In(berlin).Format("Mon 2006-01-02 15:04 MST") }
+
+// shownAt is t as shown with how far it is from the world's now: "... (in 2h)".
+func (w *world) shownAt(t time.Time) string {
+	return shown(t) + " (" + relative(t, w.clock.Now()) + ")"
+}
 
 var berlin = func() *time.Location {
 	l, err := time.LoadLocation("Europe/Berlin")
@@ -279,13 +285,13 @@ func (w *world) pass() {
 }
 
 // run runs the plugin as a user, at the world's time, with stdin, and returns what it
-// printed.
+// printed. Without --tz in args, times are shown in the pool's zone (Europe/Berlin).
 func (w *world) run(user, stdin string, args ...string) (string, error) {
 	w.t.Helper()
 	var out, errOut bytes.Buffer
 	streams := genericiooptions.IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errOut}
 	cmd := newApp(streams, w.clock.Now).command()
-	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfigs[user], "--tz", "Europe/Berlin"}, args...))
+	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfigs[user]}, args...))
 	err := cmd.ExecuteContext(w.ctx)
 	if testing.Verbose() {
 		w.t.Logf("$ kubectl gpupool %s   # as %s\n%s%s", strings.Join(args, " "), user, out.String(), errOut.String())

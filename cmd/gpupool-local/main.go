@@ -39,7 +39,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	cmd := args[0]
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	dir := fs.String("dir", "", "state folder: kubeconfig, env.sh, govc.env, logs (demo: a temporary folder when empty)")
+	dir := fs.String("dir", "", "state folder: kubeconfig, env.sh, govc.env, pool.yaml, logs (demo: a temporary folder when empty)")
 	root := fs.String("root", ".", "repository root")
 	binDir := fs.String("bin-dir", "bin", "folder with the built binaries")
 	image := fs.String("image", "dist/image", "OCI layout of the manager image ('make image') to run the manager from; empty: bin-dir/manager")

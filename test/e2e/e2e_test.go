@@ -19,8 +19,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/testenv"
 	"github.com/gpupool/gpupool/test/localenv"
 )
@@ -134,6 +136,8 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 		}
 	}
 
+	checkPoolFromUp(t, env, kubectl, filepath.Join(dir, localenv.PoolFile), filepath.Join(root, "bin", "kubectl-gpupool"))
+
 	// Down leaves no process behind.
 	if err := localenv.Down(opts); err != nil {
 		t.Fatal(err)
@@ -146,6 +150,36 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 	}
 	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(strings.TrimSpace(string(out))) > 0 {
 		t.Errorf("processes still run from %s after down: %s", dir, out)
+	}
+}
+
+// checkPoolFromUp applies the pool.yaml 'up' wrote, as the README's local-environment
+// steps do, in place of the demo's pool of the same name: the webhook admits it, the
+// operator connects with its thumbprint and brings the VMs to the layout its schedule
+// wants now (day or night, by the wall clock in Berlin), and kubectl gpupool shows it in
+// the schedule's zone.
+func checkPoolFromUp(t *testing.T, env *localenv.Env, kubectl func(...string) string, file, plugin string) {
+	t.Helper()
+	kubectl("delete", "gpp", localenv.DemoPool, "--wait", "--timeout=3m")
+	kubectl("apply", "-f", file)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	var last gpupoolv1.GPUPoolProfile
+	err := env.WaitPool(ctx, localenv.DemoPool, time.Second, "the pool of "+file+" to be Ready", func(p *gpupoolv1.GPUPoolProfile) bool {
+		last = *p
+		return p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout != "" && p.Status.ActiveLayout == p.Status.DesiredLayout &&
+			meta.IsStatusConditionTrue(p.Status.Conditions, gpupoolv1.ConditionReady)
+	})
+	if err != nil {
+		t.Fatalf("%v: phase %s, active %q, wanted %q, conditions %+v", err, last.Status.Phase, last.Status.ActiveLayout, last.Status.DesiredLayout, last.Status.Conditions)
+	}
+	if last.Spec.VCenter.Insecure || last.Spec.VCenter.Thumbprint != env.Thumbprint {
+		t.Errorf("the pool of %s is not pinned to vgpusim's thumbprint: %+v", file, last.Spec.VCenter)
+	}
+	out, err := exec.Command(plugin, "--kubeconfig", env.Kubeconfig, "status", localenv.DemoPool).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Times in:    Europe/Berlin (the pool's schedule.timeZone") ||
+		!strings.Contains(string(out), "Layout now:  "+last.Status.ActiveLayout) {
+		t.Errorf("kubectl gpupool status %s: %v\n%s", localenv.DemoPool, err, out)
 	}
 }
 

@@ -110,7 +110,7 @@ func (e *Env) benchPool(b BenchOptions) *gpupoolv1.GPUPoolProfile {
 		ObjectMeta: metav1.ObjectMeta{Name: BenchPool},
 		Spec: gpupoolv1.GPUPoolProfileSpec{
 			VCenter: gpupoolv1.VCenterSpec{Server: e.VCenter.Server, Datacenter: e.VCenter.Datacenter, Thumbprint: e.Thumbprint,
-				CredentialsSecretRef: gpupoolv1.SecretReference{Name: "vcenter-credentials", Namespace: "gpupool-system"}},
+				CredentialsSecretRef: gpupoolv1.SecretReference{Name: credentialsSecret, Namespace: credentialsNamespace}},
 			Layouts: []gpupoolv1.Layout{
 				{Name: "day", Workers: day, NodeLabels: map[string]string{"lab.example/workload": "inference"}},
 				{Name: "night", Workers: night, NodeLabels: map[string]string{"lab.example/workload": "training"}},

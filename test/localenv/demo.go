@@ -78,7 +78,7 @@ func (e *Env) DemoPoolSpec(now time.Time, nightFor time.Duration) *gpupoolv1.GPU
 		ObjectMeta: metav1.ObjectMeta{Name: DemoPool},
 		Spec: gpupoolv1.GPUPoolProfileSpec{
 			VCenter: gpupoolv1.VCenterSpec{Server: e.VCenter.Server, Datacenter: e.VCenter.Datacenter, Thumbprint: e.Thumbprint,
-				CredentialsSecretRef: gpupoolv1.SecretReference{Name: "vcenter-credentials", Namespace: "gpupool-system"}},
+				CredentialsSecretRef: gpupoolv1.SecretReference{Name: credentialsSecret, Namespace: credentialsNamespace}},
 			Layouts: []gpupoolv1.Layout{
 				{Name: "day", Workers: w("grid_p100-4q", "gpu-day-1", "gpu-day-2", "gpu-day-3", "gpu-day-4"),
 					NodeLabels: map[string]string{"lab.example/workload": "inference"}},

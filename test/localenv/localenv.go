@@ -86,6 +86,12 @@ type managerRun struct {
 
 const clusterName = "gpupool"
 
+// The credentials Secret Up creates for vgpusim, which the pools name.
+const (
+	credentialsSecret    = "vcenter-credentials"
+	credentialsNamespace = "gpupool-system"
+)
+
 // Scheme is the scheme the environment's client uses.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
@@ -209,7 +215,11 @@ func Up(ctx context.Context, o Options) (_ *Env, err error) {
 	if err := os.WriteFile(filepath.Join(o.Dir, "env.sh"), []byte(envSh), 0o644); err != nil {
 		return nil, err
 	}
-	o.logf("==> ready: . %s/env.sh, then kubectl get gpp,nodes or govc ls", o.Dir)
+	pool, err := e.writePool()
+	if err != nil {
+		return nil, err
+	}
+	o.logf("==> ready: . %s/env.sh, then kubectl apply -f %s and kubectl gpupool status daynight", o.Dir, pool)
 	return e, nil
 }
 
@@ -494,11 +504,11 @@ func (e *Env) createBasics(ctx context.Context) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpupool-system"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: credentialsNamespace}}
 	if err := e.Client.Create(ctx, ns); client.IgnoreAlreadyExists(err) != nil {
 		return err
 	}
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "vcenter-credentials", Namespace: ns.Name},
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: credentialsSecret, Namespace: ns.Name},
 		StringData: map[string]string{"username": e.VCenter.Username, "password": e.VCenter.Password}}
 	if err := e.Client.Create(ctx, sec); client.IgnoreAlreadyExists(err) != nil {
 		return err

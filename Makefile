@@ -71,11 +71,14 @@ $(GOLANGCI_LINT):
 
 VERIFY_PATHS := api config test/crds go.mod go.sum dist/install.yaml dist/install-cert-manager.yaml charts
 .PHONY: verify
-verify: ## Fail when generated files or go.mod/go.sum are stale.
+verify: ## Fail when generated files or go.mod/go.sum are stale, or the chart's values schema and values.yaml disagree.
 	$(MAKE) generate manifests build-installer chart
 	go mod tidy
 	@git diff --exit-code -- $(VERIFY_PATHS) || { echo "generated files or go.mod/go.sum are stale: run 'make generate manifests build-installer' and 'go mod tidy', then commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(VERIFY_PATHS))" || { git status --porcelain -- $(VERIFY_PATHS); echo "untracked generated files: commit them"; exit 1; }
+	@# The chart's values.schema.json is written by hand: it must name every key of
+	@# values.yaml and no other (TestValuesSchemaMatchesValues).
+	go test -count=1 -run '^TestValuesSchemaMatchesValues$$' ./test/install/
 
 ##@ Test
 

@@ -211,7 +211,10 @@ func (pd podDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolPr
 		res = DefaultGPUResource
 	}
 	active := pool.Status.ActiveLayout
-	layoutOf := nodeLayouts(pool)
+	layoutOf, err := pd.nodeLayouts(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
 	drained := drainedBySwitch(pool)
 	obs := map[string]plan.LayoutDemand{}
 	near := map[types.NamespacedName]bool{}
@@ -331,30 +334,22 @@ func unschedulable(p *corev1.Pod) bool {
 	return false
 }
 
-// nodeLayouts maps the nodes of the pool's workers to the layout they serve, read from
-// status.workers: a worker's node belongs to the active layout when that layout lists
-// the worker's VM and it is not parked.
-func nodeLayouts(pool *gpupoolv1.GPUPoolProfile) map[string]string {
+// nodeLayouts maps the pool's nodes to the layout they serve: the gpupool.dev/layout
+// label gpupool sets when a node is ready for work and removes when it is parked. Nodes
+// of a layout being switched to count as soon as they serve it, before the switch has
+// completed, so that work already running there keeps the layout.
+func (pd podDemand) nodeLayouts(ctx context.Context, pool *gpupoolv1.GPUPoolProfile) (map[string]string, error) {
+	var nodes corev1.NodeList
+	if err := pd.c.Client.List(ctx, &nodes, client.MatchingLabels{LabelPool: pool.Name}); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
 	out := map[string]string{}
-	active := layoutNamed(&pool.Spec, pool.Status.ActiveLayout)
-	if active == nil {
-		return out
-	}
-	for _, w := range pool.Status.Workers {
-		if w.Node != "" && layoutLists(active, w.VM) {
-			out[w.Node] = active.Name
+	for _, n := range nodes.Items {
+		if l := n.Labels[LabelLayout]; l != "" && n.Labels[LabelParked] != "true" {
+			out[n.Name] = l
 		}
 	}
-	return out
-}
-
-func layoutLists(l *gpupoolv1.Layout, vm string) bool {
-	for _, w := range l.Workers {
-		if w.VM == vm {
-			return true
-		}
-	}
-	return false
+	return out, nil
 }
 
 // drainedBySwitch is, for every other layout, the nodes a switch from the active layout

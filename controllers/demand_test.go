@@ -102,6 +102,14 @@ func TestPodDemand(t *testing.T) {
 	}
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "sweep", Namespace: "ml"},
 		Spec: batchv1.JobSpec{Completions: ptr.To(int32(8))}, Status: batchv1.JobStatus{Succeeded: 6}}
+	node := func(name, layout string) client.Object {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelPool: "lab", LabelLayout: layout}}}
+	}
+	// node-n2 is a night node already serving while the switch to night goes on.
+	pods = append(pods, node("node-d1", "day"), node("node-d2", "day"), node("node-n1", "day"), node("node-n2", "night"),
+		testPod("train-early", 2, onNode("node-n2"), tolerating("training")),
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-parked", Labels: map[string]string{LabelPool: "lab", LabelParked: "true"}}},
+		testPod("on-parked", 1, onNode("node-parked")))
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = gpupoolv1.AddToScheme(s)
@@ -118,6 +126,9 @@ func TestPodDemand(t *testing.T) {
 	}
 	if day.PendingGPUs != 0 {
 		t.Errorf("day pending = %d %v: what the active layout serves is no demand for another layout", day.PendingGPUs, day.Pending)
+	}
+	if night.RunningGPUs != 2 {
+		t.Errorf("night running GPUs = %d, want 2 (train-early, on a node already labelled for night)", night.RunningGPUs)
 	}
 	if day.RunningGPUs != 3 {
 		t.Errorf("day running GPUs = %d, want 3 (serve-1, serve-2, job-almost-done; not the finished pod)", day.RunningGPUs)

@@ -172,6 +172,10 @@ image: ## Build the manager's OCI image (linux/amd64, linux/arm64) from scratch 
 demo: controlplane build image-host ## Show a day -> night -> day switch on a local cluster, then stop everything.
 	$(BIN_DIR)/gpupool-local demo $(DEMO_FLAGS)
 
+.PHONY: demo-demand
+demo-demand: controlplane build image-host ## Show demand at work: a training Job submitted by day brings night in early, runs, and day comes back; prints the latency to the first drain.
+	$(BIN_DIR)/gpupool-local demo-demand $(DEMO_FLAGS)
+
 LOCAL_DIR ?= $(CURDIR)/.local-env
 .PHONY: up
 up: controlplane build image-host ## Start the local environment in LOCAL_DIR and return when it is ready.

@@ -22,7 +22,7 @@ import (
 // TestDemandBringsNightInOnLocalCluster runs the demand demo (make demo-demand): the
 // schedule wants day for hours, a training Job submitted by day waits Unschedulable, demand
 // brings night in early (reason Demand, the pod named as the cause), the Job runs on the
-// night node and completes, and the schedule's day comes back once night has been idle.
+// night node and completes, and day, the default layout, comes back once night has been idle.
 // It checks each step from the API and logs the latency from the demand crossing its
 // threshold to the first drain.
 func TestDemandBringsNightInOnLocalCluster(t *testing.T) {
@@ -84,9 +84,10 @@ func TestDemandBringsNightInOnLocalCluster(t *testing.T) {
 		t.Errorf("training pod: phase %s on %q, want Succeeded on gpu-night-1", p.Status.Phase, p.Spec.NodeName)
 	}
 
-	// 4. Day back, by the schedule, once night was idle and past its dwell.
-	if res.DesiredDayBack != gpupoolv1.DesiredBySchedule {
-		t.Errorf("day wanted again by %q, want Schedule", res.DesiredDayBack)
+	// 4. Day back, the default layout outside the (distant) night window, once night was
+	// idle and past its dwell.
+	if res.DesiredDayBack != gpupoolv1.DesiredByDefault {
+		t.Errorf("day wanted again by %q, want Default", res.DesiredDayBack)
 	}
 	if h := res.HistoryToDay; h == nil || h.From != "night" || h.Result != gpupoolv1.TransitionCompleted {
 		t.Errorf("history of the switch back to day %+v, want a completed night -> day", h)
@@ -97,8 +98,8 @@ func TestDemandBringsNightInOnLocalCluster(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: localenv.DemoPool}, &pool); err != nil {
 		t.Fatal(err)
 	}
-	if pool.Status.ActiveLayout != "day" || pool.Status.DesiredReason != gpupoolv1.DesiredBySchedule {
-		t.Errorf("after the demo: active %s, desired %s by %s, want day by Schedule", pool.Status.ActiveLayout, pool.Status.DesiredLayout, pool.Status.DesiredReason)
+	if pool.Status.ActiveLayout != "day" || pool.Status.DesiredReason != gpupoolv1.DesiredByDefault {
+		t.Errorf("after the demo: active %s, desired %s by %s, want day by Default", pool.Status.ActiveLayout, pool.Status.DesiredLayout, pool.Status.DesiredReason)
 	}
 	for _, name := range []string{"gpu-day-1", "gpu-day-2", "gpu-day-3", "gpu-day-4", "gpu-night-1"} {
 		var n corev1.Node

@@ -81,6 +81,9 @@ type DemandResult struct {
 	// Cordoned event (the operator's clock, microseconds).
 	FirstCordon, FirstCordonEvent time.Time
 	FirstCordonNode               string
+	// TransitionStartedEvent is the eventTime of the switch to night's TransitionStarted
+	// event (the operator's clock).
+	TransitionStartedEvent time.Time
 	// Latency is FirstCordon - Threshold; EventLatency is FirstCordonEvent - Threshold.
 	Latency, EventLatency time.Duration
 }
@@ -150,7 +153,7 @@ func (c *cordonWatch) first() (time.Time, string) {
 // for hours, a training Job that needs the night layout is submitted. Its pod waits
 // (Unschedulable); once the demand has held for `for`, demand brings night in early, the
 // Job runs on the night node and completes, and after night has been idle for idleFor
-// (and past minDwell) the schedule's day comes back. It prints a timeline and the latency
+// (and past minDwell) day, the default layout, comes back. It prints a timeline and the latency
 // from the demand crossing its threshold to the first drain (the first day node
 // cordoned), and returns what it saw.
 func RunDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Duration) (*DemandResult, error) {
@@ -212,7 +215,7 @@ func RunDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Dura
 			say("%s", line)
 			last.line = line
 		}
-		if st.Demand != nil && st.Demand.Message != last.demand {
+		if st.Demand != nil && st.Demand.Message != last.demand && st.Demand.Message != "" {
 			say("  demand: %s", st.Demand.Message)
 			last.demand = st.Demand.Message
 		}
@@ -309,16 +312,17 @@ func RunDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Dura
 	pw.mu.Lock()
 	res.MinReadyInference = pw.min
 	pw.mu.Unlock()
-	if res.HistoryToNight != nil {
-		say("history: %s -> %s by %s (%s): %s", res.HistoryToNight.From, res.HistoryToNight.To, res.HistoryToNight.Reason, res.HistoryToNight.Result, res.HistoryToNight.Message)
-	}
-	if res.HistoryToDay != nil {
-		say("history: %s -> %s by %s (%s): %s", res.HistoryToDay.From, res.HistoryToDay.To, res.HistoryToDay.Reason, res.HistoryToDay.Result, res.HistoryToDay.Message)
+	for _, h := range []*gpupoolv1.TransitionRecord{res.HistoryToNight, res.HistoryToDay} {
+		if h != nil {
+			say("history: %s -> %s by %s (%s, %s to %s)%s", h.From, h.To, h.Reason, h.Result,
+				h.StartTime.UTC().Format(time.TimeOnly), h.EndTime.UTC().Format(time.TimeOnly), prefixed(": ", h.Message))
+		}
 	}
 
 	// The latency from demand crossing its threshold to the first drain.
 	res.FirstCordon, res.FirstCordonNode = cw.first()
-	res.FirstCordonEvent = e.firstEvent(ctx, "Cordoned")
+	res.FirstCordonEvent = e.firstEvent(ctx, "Cordoned", res.Threshold)
+	res.TransitionStartedEvent = e.firstEvent(ctx, "TransitionStarted", res.Threshold)
 	if !res.Threshold.IsZero() && !res.FirstCordon.IsZero() {
 		res.Latency = res.FirstCordon.Sub(res.Threshold)
 		say("latency: demand crossed its threshold at %s (pendingSince %s + for %s); first drain: node %s cordoned, seen at %s by a watch: %s later",
@@ -326,8 +330,8 @@ func RunDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Dura
 			res.FirstCordonNode, res.FirstCordon.UTC().Format("15:04:05.000"), res.Latency.Round(time.Millisecond))
 		if !res.FirstCordonEvent.IsZero() {
 			res.EventLatency = res.FirstCordonEvent.Sub(res.Threshold)
-			say("latency: the operator's first Cordoned event is stamped %s: %s after the threshold (one clock: the operator, the API server and this process run on this machine)",
-				res.FirstCordonEvent.UTC().Format("15:04:05.000000"), res.EventLatency.Round(time.Millisecond))
+			say("latency: the operator's events: TransitionStarted %s, first Cordoned %s: %s after the threshold (one clock: the operator, the API server and this process run on this machine)",
+				res.TransitionStartedEvent.UTC().Format("15:04:05.000000"), res.FirstCordonEvent.UTC().Format("15:04:05.000000"), res.EventLatency.Round(time.Millisecond))
 		}
 	}
 	say("cycle complete: layouts %s; night brought in by %s (%s); training ran on %s (succeeded: %v); day back by %s; fewest Ready inference pods: %d of %d",
@@ -442,8 +446,17 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// firstEvent is the eventTime of the pool's earliest event with the reason, zero if none.
-func (e *Env) firstEvent(ctx context.Context, reason string) time.Time {
+// prefixed is s after prefix, or "" when s is empty.
+func prefixed(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
+}
+
+// firstEvent is the eventTime of the pool's earliest event with the reason at or after
+// since (less a second: the API keeps since to the second), zero if none.
+func (e *Env) firstEvent(ctx context.Context, reason string, since time.Time) time.Time {
 	var evs eventsv1.EventList
 	if err := e.Client.List(ctx, &evs); err != nil {
 		return time.Time{}
@@ -456,6 +469,9 @@ func (e *Env) firstEvent(ctx context.Context, reason string) time.Time {
 		t := ev.EventTime.Time
 		if t.IsZero() {
 			t = ev.CreationTimestamp.Time
+		}
+		if t.Before(since.Add(-time.Second)) {
+			continue
 		}
 		if first.IsZero() || t.Before(first) {
 			first = t

@@ -264,7 +264,7 @@ func RunDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Dura
 		pw.mu.Unlock()
 
 		if !submitted && counting && len(res.Layouts) > 0 {
-			if wait := demandFreeAt(&p).Sub(time.Now()); wait > 0 {
+			if wait := time.Until(demandFreeAt(&p)); wait > 0 {
 				say("waiting %s for day's minDwell and the cooldown to pass before submitting the Job", wait.Round(time.Second))
 				if err := sleep(ctx, wait); err != nil {
 					return res, err

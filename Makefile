@@ -180,6 +180,10 @@ image: ## Build the manager's OCI image (linux/amd64, linux/arm64) from scratch 
 demo: controlplane build image-host ## Show a day -> night -> day switch on a local cluster, then stop everything.
 	$(BIN_DIR)/gpupool-local demo $(DEMO_FLAGS)
 
+.PHONY: demo-demand
+demo-demand: controlplane build image-host ## Show demand at work: a training Job submitted by day brings night in early, runs, and day comes back; prints the latency to the first drain.
+	$(BIN_DIR)/gpupool-local demo-demand $(DEMO_FLAGS)
+
 LOCAL_DIR ?= $(CURDIR)/.local-env
 .PHONY: up
 up: controlplane build image-host ## Start the local environment in LOCAL_DIR and return when it is ready.
@@ -196,5 +200,5 @@ BENCH_FLAGS ?=
 bench-transition: controlplane build image-host ## Benchmark day -> night -> day on the local environment at BENCH_HOSTS hosts and print a table (not part of make test).
 	$(BIN_DIR)/gpupool-local bench --hosts $(BENCH_HOSTS) --timeout 30m $(BENCH_FLAGS)
 
-test-e2e: controlplane build image-host ## Run the end-to-end tests on the local environment (the manager from the image): the demo scenario, then the fault test.
+test-e2e: controlplane build image-host ## Run the end-to-end tests on the local environment (the manager from the image): the demand demo, the demo scenario, then the fault test.
 	go test -tags e2e -count=1 -v -timeout 40m ./test/e2e/

@@ -2,6 +2,7 @@
 // control plane built from source, kwok nodes, vgpusim as vCenter, and the operator.
 //
 //	gpupool-local demo [--keep]        show a day -> night -> day cycle, then stop everything
+//	gpupool-local demo-demand [--keep] show a training Job bringing night in early by demand
 //	gpupool-local up --dir DIR         start the environment and return when it is ready
 //	gpupool-local down --dir DIR       stop everything 'up' started
 package main
@@ -30,7 +31,7 @@ func main() {
 }
 
 func usage() error {
-	return errors.New("usage: gpupool-local demo|up|down|bench [--dir DIR] [--keep] (see README, 'Local environment')")
+	return errors.New("usage: gpupool-local demo|demo-demand|up|down|bench [--dir DIR] [--keep] (see README, 'Local environment')")
 }
 
 func run(ctx context.Context, args []string) error {
@@ -39,14 +40,14 @@ func run(ctx context.Context, args []string) error {
 	}
 	cmd := args[0]
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	dir := fs.String("dir", "", "state folder: kubeconfig, env.sh, govc.env, pool.yaml, logs (demo: a temporary folder when empty)")
+	dir := fs.String("dir", "", "state folder: kubeconfig, env.sh, govc.env, pool.yaml, logs (demo, demo-demand: a temporary folder when empty)")
 	root := fs.String("root", ".", "repository root")
 	binDir := fs.String("bin-dir", "bin", "folder with the built binaries")
 	image := fs.String("image", "dist/image", "OCI layout of the manager image ('make image') to run the manager from; empty: bin-dir/manager")
 	inventory := fs.String("inventory", "test/vgpusim/testdata/daynight.yaml", "vgpusim inventory")
-	keep := fs.Bool("keep", false, "demo: keep the environment up afterwards (stop it with 'down --dir DIR'); bench: keep each size's state folder (logs, inventory, call counts)")
+	keep := fs.Bool("keep", false, "demo, demo-demand: keep the environment up afterwards (stop it with 'down --dir DIR'); bench: keep each size's state folder (logs, inventory, call counts)")
 	night := fs.Duration("night", 2*time.Minute, "demo: how long the night window lasts")
-	timeout := fs.Duration("timeout", 10*time.Minute, "demo, bench: give up after this long (bench: per size)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "demo, demo-demand, bench: give up after this long (bench: per size)")
 	bench := benchFlags(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -96,7 +97,7 @@ func run(ctx context.Context, args []string) error {
 		// exit when the API server freezes (see localenv.Supervise).
 		go localenv.Supervise(ctx, e)
 		return localenv.RunWire(ctx, e)
-	case "demo":
+	case "demo", "demo-demand":
 		temp := opts.Dir == ""
 		if temp {
 			if opts.Dir, err = os.MkdirTemp("", "gpupool-demo-"); err != nil {
@@ -107,7 +108,12 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		_, demoErr := localenv.RunDemo(ctx, e, os.Stdout, *night, *timeout)
+		var demoErr error
+		if cmd == "demo" {
+			_, demoErr = localenv.RunDemo(ctx, e, os.Stdout, *night, *timeout)
+		} else {
+			_, demoErr = localenv.RunDemandDemo(ctx, e, os.Stdout, *timeout)
+		}
 		if *keep {
 			fmt.Printf("==> environment kept: . %s/env.sh; stop it with: bin/gpupool-local down --dir %s\n", opts.Dir, opts.Dir)
 			return demoErr

@@ -40,6 +40,9 @@ const (
 	// AnnotationSimGPUDelay is how long after the node is Ready the simulated device
 	// plugin advertises the GPUs (a Go duration; 3s without it).
 	AnnotationSimGPUDelay = "gpupool.dev/sim-gpu-delay"
+	// AnnotationSimRunFor is how long a Job's pod runs before kwok completes it (a Go
+	// duration; at once without it).
+	AnnotationSimRunFor = "gpupool.dev/sim-run-for"
 	// GPUResource is the resource the simulated device plugin advertises.
 	GPUResource corev1.ResourceName = "nvidia.com/gpu"
 	// LabelDevicePluginConfig selects the device plugin's configuration, as the NVIDIA

@@ -102,6 +102,21 @@ func (e *Env) DemoPoolSpec(now time.Time, nightFor time.Duration) *gpupoolv1.GPU
 // day (GPU) nodes and can fall back to the CPU node, with a PodDisruptionBudget, and a
 // training Job that needs the night node.
 func (e *Env) applyWorkloads(ctx context.Context) error {
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: trainingJob, Namespace: DemoNamespace},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "train", Image: "training:demo"}},
+			NodeSelector:  map[string]string{"lab.example/workload": "training"},
+			Tolerations:   []corev1.Toleration{{Key: "lab.example/training", Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
+		}}},
+	}
+	return e.applyInference(ctx, job)
+}
+
+// applyInference creates the demo's namespace, its inference Deployment with its
+// PodDisruptionBudget, and more objects.
+func (e *Env) applyInference(ctx context.Context, more ...client.Object) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}}
 	if err := e.Client.Create(ctx, ns); client.IgnoreAlreadyExists(err) != nil {
 		return err
@@ -136,16 +151,7 @@ func (e *Env) applyWorkloads(ctx context.Context) error {
 		ObjectMeta: metav1.ObjectMeta{Name: inferenceApp, Namespace: DemoNamespace},
 		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &one, Selector: &metav1.LabelSelector{MatchLabels: labels}},
 	}
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: trainingJob, Namespace: DemoNamespace},
-		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
-			Containers:    []corev1.Container{{Name: "train", Image: "training:demo"}},
-			NodeSelector:  map[string]string{"lab.example/workload": "training"},
-			Tolerations:   []corev1.Toleration{{Key: "lab.example/training", Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
-		}}},
-	}
-	for _, o := range []client.Object{dep, pdb, job} {
+	for _, o := range append([]client.Object{dep, pdb}, more...) {
 		if err := e.Client.Create(ctx, o); client.IgnoreAlreadyExists(err) != nil {
 			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
 		}

@@ -1,0 +1,132 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testenv"
+	"github.com/gpupool/gpupool/test/localenv"
+)
+
+// TestDemandBringsNightInOnLocalCluster runs the demand demo (make demo-demand): the
+// schedule wants day for hours, a training Job submitted by day waits Unschedulable, demand
+// brings night in early (reason Demand, the pod named as the cause), the Job runs on the
+// night node and completes, and day, the default layout, comes back once night has been idle.
+// It checks each step from the API and logs the latency from the demand crossing its
+// threshold to the first drain.
+func TestDemandBringsNightInOnLocalCluster(t *testing.T) {
+	root := testenv.Root()
+	dir := t.TempDir()
+	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"),
+		Inventory: filepath.Join(root, "test", "vgpusim", "testdata", "daynight.yaml"), Log: os.Stdout,
+		Image: filepath.Join(root, "dist", "image")}
+	ctx := context.Background()
+	env, err := localenv.Up(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = localenv.Down(opts) })
+
+	res, err := localenv.RunDemandDemo(ctx, env, os.Stdout, 12*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(res.Layouts, ","); got != "day,night,day" {
+		t.Errorf("layouts %s, want day,night,day", got)
+	}
+	if res.TrainingPod == "" {
+		t.Fatal("no training pod seen")
+	}
+	pod := localenv.DemoNamespace + "/" + res.TrainingPod
+
+	// 1. Pending in the day layout, for the scheduler's reason, and counted as demand.
+	if res.PendingReason != corev1.PodReasonUnschedulable {
+		t.Errorf("training pod pending with reason %q (%s), want Unschedulable", res.PendingReason, res.PendingMessage)
+	}
+	if d := res.PendingDemand; d.PendingPods != 1 || d.PendingGPUs != 1 || !slices.ContainsFunc(d.Pods, func(s string) bool { return strings.Contains(s, pod) }) || d.PendingSince == nil {
+		t.Errorf("status.demand.layouts[night] while pending = %+v, want 1 pod (%s) requesting 1 GPU, pendingSince set", d, pod)
+	}
+	if !strings.Contains(res.WaitMessage, "demand acts at") {
+		t.Errorf("status.demand.message while waiting for `for` = %q, want it to say when demand acts", res.WaitMessage)
+	}
+
+	// 2. Night brought in early by demand, the pod named as the cause.
+	if res.DesiredNight != gpupoolv1.DesiredByDemand {
+		t.Errorf("night desired by %q, want Demand", res.DesiredNight)
+	}
+	if tr := res.TransitionToNight; tr == nil || tr.Reason != gpupoolv1.DesiredByDemand || !strings.Contains(tr.Cause, pod) {
+		t.Errorf("transition to night %+v, want reason Demand and a cause naming %s", tr, pod)
+	}
+	if h := res.HistoryToNight; h == nil || h.Reason != gpupoolv1.DesiredByDemand || h.Result != gpupoolv1.TransitionCompleted || !strings.Contains(h.Message, res.TrainingPod) {
+		t.Errorf("history of the switch to night %+v, want a completed demand switch naming %s", h, pod)
+	}
+
+	// 3. The Job ran on the night node and completed.
+	if res.TrainingNode != "gpu-night-1" || !res.TrainingRan || !res.TrainingSucceeded {
+		t.Errorf("training ran on %q (seen running %v, succeeded %v), want gpu-night-1", res.TrainingNode, res.TrainingRan, res.TrainingSucceeded)
+	}
+	var p corev1.Pod
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: localenv.DemoNamespace, Name: res.TrainingPod}, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Phase != corev1.PodSucceeded || p.Spec.NodeName != "gpu-night-1" {
+		t.Errorf("training pod: phase %s on %q, want Succeeded on gpu-night-1", p.Status.Phase, p.Spec.NodeName)
+	}
+
+	// 4. Day back, the default layout outside the (distant) night window, once night was
+	// idle and past its dwell.
+	if res.DesiredDayBack != gpupoolv1.DesiredByDefault {
+		t.Errorf("day wanted again by %q, want Default", res.DesiredDayBack)
+	}
+	if h := res.HistoryToDay; h == nil || h.From != "night" || h.Result != gpupoolv1.TransitionCompleted {
+		t.Errorf("history of the switch back to day %+v, want a completed night -> day", h)
+	} else if hn := res.HistoryToNight; hn != nil && h.StartTime.Sub(hn.EndTime.Time) < localenv.DemandMinDwell-time.Second {
+		t.Errorf("day came back %s after night arrived, before night's minDwell %s", h.StartTime.Sub(hn.EndTime.Time), localenv.DemandMinDwell)
+	}
+	var pool gpupoolv1.GPUPoolProfile
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: localenv.DemoPool}, &pool); err != nil {
+		t.Fatal(err)
+	}
+	if pool.Status.ActiveLayout != "day" || pool.Status.DesiredReason != gpupoolv1.DesiredByDefault {
+		t.Errorf("after the demo: active %s, desired %s by %s, want day by Default", pool.Status.ActiveLayout, pool.Status.DesiredLayout, pool.Status.DesiredReason)
+	}
+	for _, name := range []string{"gpu-day-1", "gpu-day-2", "gpu-day-3", "gpu-day-4", "gpu-night-1"} {
+		var n corev1.Node
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(name, "gpu-day-") {
+			if n.Labels["gpupool.dev/layout"] != "day" || n.Labels["lab.example/workload"] != "inference" || n.Spec.Unschedulable {
+				t.Errorf("node %s: labels %v unschedulable %v, want day labels and schedulable", name, n.Labels, n.Spec.Unschedulable)
+			}
+		} else if n.Labels["gpupool.dev/parked"] != "true" {
+			t.Errorf("node %s: labels %v, want parked", name, n.Labels)
+		}
+	}
+	if res.MinReadyInference < 3 {
+		t.Errorf("only %d inference pods were Ready at one point: the PDB (maxUnavailable 1 of 4) was violated", res.MinReadyInference)
+	}
+
+	// 5. The latency from the threshold (pendingSince + for) to the first drain. The
+	// operator decides on pendingSince as the API keeps it (to the second), so the first
+	// cordon cannot come before the threshold; the bound above is loose for a loaded
+	// two-core machine.
+	if res.FirstCordon.IsZero() || res.Threshold.IsZero() {
+		t.Fatalf("no latency measured: threshold %s, first cordon %s", res.Threshold, res.FirstCordon)
+	}
+	t.Logf("latency from demand crossing its threshold to the first drain: %s (watch), %s (Cordoned event)", res.Latency, res.EventLatency)
+	if res.Latency < -time.Second || res.Latency > time.Minute {
+		t.Errorf("latency from the threshold to the first cordon %s, want within [0, 1m]", res.Latency)
+	}
+}

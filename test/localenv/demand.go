@@ -1,0 +1,481 @@
+package localenv
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/test/cluster"
+)
+
+// The demand demo's timings: short, so that a whole day -> night (by demand) -> day cycle
+// runs in a few minutes.
+const (
+	// DemandFor is how long the training demand must hold before it brings night in.
+	DemandFor = 20 * time.Second
+	// DemandIdleFor is how long night must be idle before demand lets it go.
+	DemandIdleFor = 30 * time.Second
+	// DemandMinDwell is the least time a layout stays before demand leaves or lets go of it.
+	DemandMinDwell = time.Minute
+	// DemandCooldown is the least time between the start of any switch and a demand switch.
+	DemandCooldown = 30 * time.Second
+	// DemandTrainingRuns is how long the training Job's pod runs (kwok's pod-complete
+	// stage, gpupool.dev/sim-run-for).
+	DemandTrainingRuns = 20 * time.Second
+)
+
+// DemandResult is what the demand demo observed, for the end-to-end test.
+type DemandResult struct {
+	// Layouts is the sequence of active layouts seen (in phase Steady).
+	Layouts []string
+	// NightWindow is the schedule's night window start (cron, UTC): hours away.
+	NightWindow string
+	// TrainingPod is the training Job's pod.
+	TrainingPod string
+	// PendingReason and PendingMessage are the scheduler's PodScheduled=False condition
+	// on the training pod while it waited in the day layout.
+	PendingReason, PendingMessage string
+	// PendingDemand is status.demand.layouts[night] while the pod was pending and
+	// before demand acted.
+	PendingDemand gpupoolv1.LayoutDemand
+	// WaitMessage is status.demand.message while demand waited for `for`.
+	WaitMessage string
+	// DesiredNight is the pool's status.desiredReason when it first wanted night.
+	DesiredNight gpupoolv1.DesiredReason
+	// DesiredNightMessage is status.demand.message then.
+	DesiredNightMessage string
+	// TransitionToNight is status.transition of the switch to night.
+	TransitionToNight *gpupoolv1.TransitionStatus
+	// HistoryToNight is the history record of the switch to night, and HistoryToDay of
+	// the switch back.
+	HistoryToNight, HistoryToDay *gpupoolv1.TransitionRecord
+	// TrainingNode is the node the training pod ran on; TrainingRan says it was seen
+	// Running there, TrainingSucceeded that the Job completed.
+	TrainingNode                   string
+	TrainingRan, TrainingSucceeded bool
+	// DesiredDayBack is the reason the pool wanted day again after night.
+	DesiredDayBack gpupoolv1.DesiredReason
+	// DayBackMessage is status.demand.message while night was kept or let go.
+	DayBackMessage string
+	// MinReadyInference is the fewest Ready inference pods seen once they were all up.
+	MinReadyInference int
+	// Threshold is when demand crossed its threshold and had held for `for`:
+	// status.demand.layouts[night].pendingSince + for (the operator's clock; the API
+	// keeps pendingSince to the second, and the operator decides on that value).
+	Threshold time.Time
+	// FirstCordon is when this process saw, by a watch, the first day node cordoned,
+	// and FirstCordonNode which; FirstCordonEvent is the eventTime of the first
+	// Cordoned event (the operator's clock, microseconds).
+	FirstCordon, FirstCordonEvent time.Time
+	FirstCordonNode               string
+	// TransitionStartedEvent is the eventTime of the switch to night's TransitionStarted
+	// event (the operator's clock).
+	TransitionStartedEvent time.Time
+	// Latency is FirstCordon - Threshold; EventLatency is FirstCordonEvent - Threshold.
+	Latency, EventLatency time.Duration
+}
+
+// DemandPoolSpec is the demo's day/night pool with spec.demand: day is the default and
+// the schedule's night window opens only hours from now, so the schedule wants day during
+// the whole demo; night may be brought in by pending training pods at any time.
+func (e *Env) DemandPoolSpec(now time.Time) *gpupoolv1.GPUPoolProfile {
+	p := e.DemoPoolSpec(now, time.Hour)
+	start := now.UTC().Add(12 * time.Hour)
+	p.Spec.Schedule.Windows[0].Start = fmt.Sprintf("0 %d * * *", start.Hour())
+	minGPUs, maxSwitches := int32(1), int32(4)
+	p.Spec.Demand = &gpupoolv1.DemandPolicy{
+		Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn, MinGPUs: &minGPUs,
+			For: &metav1.Duration{Duration: DemandFor}, IdleFor: &metav1.Duration{Duration: DemandIdleFor}}},
+		MinDwell:          &metav1.Duration{Duration: DemandMinDwell},
+		Cooldown:          &metav1.Duration{Duration: DemandCooldown},
+		MaxSwitchesPerDay: &maxSwitches,
+	}
+	return p
+}
+
+// demandJob is the training Job of the demand demo: one pod that selects the night
+// layout's nodes, tolerates their taint, asks for one GPU and runs DemandTrainingRuns.
+func demandJob() *batchv1.Job {
+	backoff := int32(0)
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: trainingJob, Namespace: DemoNamespace},
+		Spec: batchv1.JobSpec{BackoffLimit: &backoff, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{cluster.AnnotationSimRunFor: DemandTrainingRuns.String()}},
+			Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "train", Image: "training:demo", Resources: corev1.ResourceRequirements{
+					Limits: corev1.ResourceList{cluster.GPUResource: resource.MustParse("1")}}}},
+				NodeSelector: map[string]string{"lab.example/workload": "training"},
+				Tolerations:  []corev1.Toleration{{Key: "lab.example/training", Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
+			}}},
+	}
+}
+
+// cordonWatch records the first day node this process sees cordoned.
+type cordonWatch struct {
+	mu   sync.Mutex
+	at   time.Time
+	node string
+}
+
+func (c *cordonWatch) observe(ev watch.Event) {
+	n, ok := ev.Object.(*corev1.Node)
+	if !ok || !strings.HasPrefix(n.Name, "gpu-day-") || !n.Spec.Unschedulable {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() {
+		c.at, c.node = time.Now(), n.Name
+	}
+}
+
+func (c *cordonWatch) first() (time.Time, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at, c.node
+}
+
+// RunDemandDemo shows demand at work: with the pool on day, and the schedule wanting day
+// for hours, a training Job that needs the night layout is submitted. Its pod waits
+// (Unschedulable); once the demand has held for `for`, demand brings night in early, the
+// Job runs on the night node and completes, and after night has been idle for idleFor
+// (and past minDwell) day, the default layout, comes back. It prints a timeline and the latency
+// from the demand crossing its threshold to the first drain (the first day node
+// cordoned), and returns what it saw.
+func RunDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Duration) (*DemandResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	say := func(format string, args ...any) {
+		fmt.Fprintf(out, "[%6s] %s\n", time.Since(start).Round(time.Second), fmt.Sprintf(format, args...))
+	}
+	res := &DemandResult{}
+
+	pool := e.DemandPoolSpec(time.Now())
+	res.NightWindow = pool.Spec.Schedule.Windows[0].Start
+	say("applying GPUPoolProfile %s: day by default, night window %q (UTC, hours away); demand: night BringIn for %s (minGPUs 1), idleFor %s, minDwell %s, cooldown %s, maxEvictions 0 (GPU pods)",
+		pool.Name, res.NightWindow, DemandFor, DemandIdleFor, DemandMinDwell, DemandCooldown)
+	if err := e.Client.Create(ctx, pool); err != nil {
+		return nil, fmt.Errorf("creating the pool: %w", err)
+	}
+	if err := e.waitPool(ctx, DemoPool, time.Second, "the day layout to be active", func(p *gpupoolv1.GPUPoolProfile) bool {
+		return p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == "day"
+	}); err != nil {
+		return nil, err
+	}
+	say("applying Deployment %s/%s (%d replicas, no GPU requests, PDB maxUnavailable 1, prefers day nodes, can fall back to the CPU node)",
+		DemoNamespace, inferenceApp, inferenceSize)
+	if err := e.applyInference(ctx); err != nil {
+		return nil, err
+	}
+
+	pw := &podWatch{ready: map[string]bool{}, min: inferenceSize}
+	go e.follow(ctx, &corev1.PodList{}, []client.ListOption{client.InNamespace(DemoNamespace)}, func(ev watch.Event) {
+		if p, ok := ev.Object.(*corev1.Pod); ok {
+			pw.observe(p, ev.Type == watch.Deleted)
+		}
+	})
+	cw := &cordonWatch{}
+	go e.follow(ctx, &corev1.NodeList{}, nil, cw.observe)
+
+	// The Job is submitted once the inference pods all run on the day nodes and demand
+	// is free to act at once (day past its dwell and the cooldown), so that the latency
+	// measured is demand's own.
+	submitted := false
+	var last struct {
+		line, nodes, pods, demand, pod string
+		steps                          map[string]string
+	}
+	last.steps = map[string]string{}
+	for {
+		var p gpupoolv1.GPUPoolProfile
+		if err := e.Client.Get(ctx, client.ObjectKey{Name: DemoPool}, &p); err != nil {
+			return res, err
+		}
+		st := p.Status
+		line := fmt.Sprintf("pool %s: phase %s, active %q, desired %q (%s)", p.Name, st.Phase, st.ActiveLayout, st.DesiredLayout, st.DesiredReason)
+		if st.NextTransition != nil {
+			line += fmt.Sprintf(", next %s at %s", st.NextTransition.Layout, st.NextTransition.At.UTC().Format(time.TimeOnly))
+		}
+		if line != last.line {
+			say("%s", line)
+			last.line = line
+		}
+		if st.Demand != nil && st.Demand.Message != last.demand && st.Demand.Message != "" {
+			say("  demand: %s", st.Demand.Message)
+			last.demand = st.Demand.Message
+		}
+		if st.ActiveLayout != "" && st.Phase == gpupoolv1.PhaseSteady && (len(res.Layouts) == 0 || res.Layouts[len(res.Layouts)-1] != st.ActiveLayout) {
+			res.Layouts = append(res.Layouts, st.ActiveLayout)
+			say("*** layout %s is active", st.ActiveLayout)
+		}
+		for _, wk := range st.Workers {
+			s := string(wk.Step)
+			if s == "" {
+				s = "-"
+			}
+			if last.steps[wk.VM] != s {
+				if s != "-" {
+					say("  %-12s %-20s %s", wk.VM, s, wk.Message)
+				}
+				last.steps[wk.VM] = s
+			}
+		}
+		nodes, pods, err := e.snapshot(ctx, &DemoResult{})
+		if err != nil {
+			return res, err
+		}
+		if nodes != last.nodes {
+			say("  nodes: %s", nodes)
+			last.nodes = nodes
+		}
+		if pods != last.pods {
+			say("  pods:  %s", pods)
+			last.pods = pods
+		}
+
+		pw.mu.Lock()
+		if !pw.counting {
+			n := 0
+			for _, ok := range pw.ready {
+				if ok {
+					n++
+				}
+			}
+			if n == inferenceSize {
+				pw.counting, pw.min = true, n
+			}
+		}
+		counting := pw.counting
+		pw.mu.Unlock()
+
+		if !submitted && counting && len(res.Layouts) > 0 {
+			if wait := time.Until(demandFreeAt(&p)); wait > 0 {
+				say("waiting %s for day's minDwell and the cooldown to pass before submitting the Job", wait.Round(time.Second))
+				if err := sleep(ctx, wait); err != nil {
+					return res, err
+				}
+			}
+			say("submitting Job %s/%s: one pod, nodeSelector lab.example/workload=training, tolerates lab.example/training, nvidia.com/gpu: 1, runs %s",
+				DemoNamespace, trainingJob, DemandTrainingRuns)
+			if err := e.Client.Create(ctx, demandJob()); err != nil {
+				return res, fmt.Errorf("creating the training Job: %w", err)
+			}
+			submitted = true
+		}
+		if submitted {
+			if err := e.observeTraining(ctx, &p, res, say, &last.pod); err != nil {
+				return res, err
+			}
+		}
+		if n := len(res.Layouts); n >= 3 && strings.Join(res.Layouts[n-3:], ",") == "day,night,day" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("no day -> night -> day cycle by demand within %s; layouts seen: %v", timeout, res.Layouts)
+		case <-time.After(time.Second):
+		}
+	}
+
+	var job batchv1.Job
+	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: DemoNamespace, Name: trainingJob}, &job); err == nil {
+		res.TrainingSucceeded = job.Status.Succeeded > 0
+	}
+	var p gpupoolv1.GPUPoolProfile
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: DemoPool}, &p); err != nil {
+		return res, err
+	}
+	for i := range p.Status.History {
+		h := &p.Status.History[i]
+		if h.To == "night" && res.HistoryToNight == nil {
+			res.HistoryToNight = h
+		}
+		if h.To == "day" && res.HistoryToDay == nil && res.HistoryToNight == nil {
+			res.HistoryToDay = h // the newest switch to day, newer than the one to night
+		}
+	}
+	pw.mu.Lock()
+	res.MinReadyInference = pw.min
+	pw.mu.Unlock()
+	for _, h := range []*gpupoolv1.TransitionRecord{res.HistoryToNight, res.HistoryToDay} {
+		if h != nil {
+			say("history: %s -> %s by %s (%s, %s to %s)%s", h.From, h.To, h.Reason, h.Result,
+				h.StartTime.UTC().Format(time.TimeOnly), h.EndTime.UTC().Format(time.TimeOnly), prefixed(": ", h.Message))
+		}
+	}
+
+	// The latency from demand crossing its threshold to the first drain.
+	res.FirstCordon, res.FirstCordonNode = cw.first()
+	res.FirstCordonEvent = e.firstEvent(ctx, "Cordoned", res.Threshold)
+	res.TransitionStartedEvent = e.firstEvent(ctx, "TransitionStarted", res.Threshold)
+	if !res.Threshold.IsZero() && !res.FirstCordon.IsZero() {
+		res.Latency = res.FirstCordon.Sub(res.Threshold)
+		say("latency: demand crossed its threshold at %s (pendingSince %s + for %s); first drain: node %s cordoned, seen at %s by a watch: %s later",
+			res.Threshold.UTC().Format("15:04:05.000"), res.PendingDemand.PendingSince.UTC().Format(time.TimeOnly), DemandFor,
+			res.FirstCordonNode, res.FirstCordon.UTC().Format("15:04:05.000"), res.Latency.Round(time.Millisecond))
+		if !res.FirstCordonEvent.IsZero() {
+			res.EventLatency = res.FirstCordonEvent.Sub(res.Threshold)
+			say("latency: the operator's events: TransitionStarted %s, first Cordoned %s: %s after the threshold (one clock: the operator, the API server and this process run on this machine)",
+				res.TransitionStartedEvent.UTC().Format("15:04:05.000000"), res.FirstCordonEvent.UTC().Format("15:04:05.000000"), res.EventLatency.Round(time.Millisecond))
+		}
+	}
+	say("cycle complete: layouts %s; night brought in by %s (%s); training ran on %s (succeeded: %v); day back by %s; fewest Ready inference pods: %d of %d",
+		strings.Join(res.Layouts, " -> "), res.DesiredNight, causeOf(res.TransitionToNight), res.TrainingNode, res.TrainingSucceeded,
+		res.DesiredDayBack, res.MinReadyInference, inferenceSize)
+	return res, nil
+}
+
+func causeOf(t *gpupoolv1.TransitionStatus) string {
+	if t == nil {
+		return "no transition seen"
+	}
+	return t.Cause
+}
+
+// observeTraining follows the training pod and the pool's decisions after the Job was
+// submitted, recording each step of the demo in res.
+func (e *Env) observeTraining(ctx context.Context, p *gpupoolv1.GPUPoolProfile, res *DemandResult, say func(string, ...any), lastPod *string) error {
+	st := &p.Status
+	var pods corev1.PodList
+	if err := e.Client.List(ctx, &pods, client.InNamespace(DemoNamespace), client.MatchingLabels{"batch.kubernetes.io/job-name": trainingJob}); err != nil {
+		return err
+	}
+	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].CreationTimestamp.Before(&pods.Items[j].CreationTimestamp) })
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		res.TrainingPod = pod.Name
+		desc := fmt.Sprintf("training pod %s: %s", pod.Name, pod.Status.Phase)
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+				desc += fmt.Sprintf(", PodScheduled=False %s: %s", c.Reason, c.Message)
+				if res.PendingReason == "" && pod.Spec.NodeName == "" {
+					res.PendingReason, res.PendingMessage = c.Reason, c.Message
+				}
+			}
+		}
+		if pod.Spec.NodeName != "" {
+			desc += " on " + pod.Spec.NodeName
+			res.TrainingNode = pod.Spec.NodeName
+			if pod.Status.Phase == corev1.PodRunning || pod.Status.Phase == corev1.PodSucceeded {
+				res.TrainingRan = true
+			}
+		}
+		if desc != *lastPod {
+			say("  %s", desc)
+			*lastPod = desc
+		}
+	}
+	if st.Demand != nil {
+		for _, l := range st.Demand.Layouts {
+			if l.Layout == "night" && l.PendingSince != nil && res.Threshold.IsZero() {
+				res.PendingDemand = l
+				res.Threshold = l.PendingSince.Add(DemandFor)
+				res.WaitMessage = st.Demand.Message
+				say("  status.demand.layouts[night]: pendingPods %d, pendingGPUs %d, pods %v, pendingSince %s: demand acts at %s",
+					l.PendingPods, l.PendingGPUs, l.Pods, l.PendingSince.UTC().Format(time.TimeOnly), res.Threshold.UTC().Format(time.TimeOnly))
+			}
+		}
+	}
+	if st.DesiredLayout == "night" && res.DesiredNight == "" {
+		res.DesiredNight = st.DesiredReason
+		if st.Demand != nil {
+			res.DesiredNightMessage = st.Demand.Message
+		}
+		say("  desired night by %s", st.DesiredReason)
+	}
+	if t := st.Transition; t != nil && t.To == "night" && res.TransitionToNight == nil {
+		res.TransitionToNight = t.DeepCopy()
+		say("  transition %s: %s -> %s, reason %s, cause: %s", t.ID, t.From, t.To, t.Reason, t.Cause)
+	}
+	if res.TransitionToNight != nil && st.DesiredLayout == "day" && res.DesiredDayBack == "" {
+		res.DesiredDayBack = st.DesiredReason
+		if st.Demand != nil {
+			res.DayBackMessage = st.Demand.Message
+		}
+		say("  desired day again by %s", st.DesiredReason)
+	}
+	return nil
+}
+
+// demandFreeAt is when demand may switch the pool away from its active layout: past the
+// layout's dwell (from the end of the switch to it) and the cooldown (from the start of
+// the newest switch).
+func demandFreeAt(p *gpupoolv1.GPUPoolProfile) time.Time {
+	var free time.Time
+	for _, h := range p.Status.History {
+		if h.To == p.Status.ActiveLayout && !h.EndTime.IsZero() {
+			free = later(free, h.EndTime.Add(DemandMinDwell))
+		}
+		free = later(free, h.StartTime.Add(DemandCooldown))
+	}
+	// One second more: the API keeps these times to the second.
+	if !free.IsZero() {
+		free = free.Add(time.Second)
+	}
+	return free
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// prefixed is s after prefix, or "" when s is empty.
+func prefixed(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
+}
+
+// firstEvent is the eventTime of the pool's earliest event with the reason at or after
+// since (less a second: the API keeps since to the second), zero if none.
+func (e *Env) firstEvent(ctx context.Context, reason string, since time.Time) time.Time {
+	var evs eventsv1.EventList
+	if err := e.Client.List(ctx, &evs); err != nil {
+		return time.Time{}
+	}
+	var first time.Time
+	for _, ev := range evs.Items {
+		if ev.Reason != reason || ev.Regarding.Kind != "GPUPoolProfile" || ev.Regarding.Name != DemoPool {
+			continue
+		}
+		t := ev.EventTime.Time
+		if t.IsZero() {
+			t = ev.CreationTimestamp.Time
+		}
+		if t.Before(since.Add(-time.Second)) {
+			continue
+		}
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	return first
+}

@@ -69,7 +69,7 @@ func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.D
 	}
 	pool.Status.Demand = demandStatus(pool, in, dec)
 	s.demandRecheck = dec.Recheck
-	publishDemandMetrics(pool.Name, in.Observed)
+	publishDemandMetrics(pool.Name, pool.Spec.Layouts, in.Observed)
 	return dec.Decision, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
@@ -150,4 +151,30 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// TestDemandPodChanged: only pods that ask for an extended resource wake demand pools,
+// and only on the changes demand reads.
+func TestDemandPodChanged(t *testing.T) {
+	pr := demandPodChanged()
+	gpu, plain := testPod("g", 1), testPod("p", 0)
+	if !pr.Create(event.CreateEvent{Object: gpu}) || pr.Create(event.CreateEvent{Object: plain}) {
+		t.Error("create: want a GPU pod through, a plain pod not")
+	}
+	if pr.Create(event.CreateEvent{Object: testPod("b", 1, onNode("n"))}) {
+		t.Error("create: a bound pod is no pending demand")
+	}
+	pending := testPod("g", 1, pendingUnschedulable)
+	if !pr.Update(event.UpdateEvent{ObjectOld: gpu, ObjectNew: pending}) {
+		t.Error("update: becoming unschedulable must wake the pools")
+	}
+	if pr.Update(event.UpdateEvent{ObjectOld: pending, ObjectNew: pending.DeepCopy()}) {
+		t.Error("update: no change demand reads must not wake the pools")
+	}
+	if !pr.Update(event.UpdateEvent{ObjectOld: pending, ObjectNew: testPod("g", 1, onNode("n"))}) {
+		t.Error("update: binding must wake the pools")
+	}
+	if !pr.Delete(event.DeleteEvent{Object: gpu}) || pr.Delete(event.DeleteEvent{Object: plain}) {
+		t.Error("delete: want a GPU pod through, a plain pod not")
+	}
 }

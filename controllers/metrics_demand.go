@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
@@ -27,9 +28,10 @@ func init() {
 }
 
 // publishDemandMetrics sets the demand gauges of a pool; forgetDemandMetrics drops them.
-func publishDemandMetrics(pool string, obs map[string]plan.LayoutDemand) {
+func publishDemandMetrics(pool string, layouts []gpupoolv1.Layout, obs map[string]plan.LayoutDemand) {
 	forgetDemandMetrics(pool)
-	for l, o := range obs {
+	for _, ly := range layouts {
+		l, o := ly.Name, obs[ly.Name]
 		demandPendingGPUs.WithLabelValues(pool, l).Set(float64(o.PendingGPUs))
 		demandRunningGPUs.WithLabelValues(pool, l).Set(float64(o.RunningGPUs))
 		demandAtRisk.WithLabelValues(pool, l, "evicted").Set(float64(o.Evictions))

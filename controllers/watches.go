@@ -88,22 +88,47 @@ func relevantAnnotations(n *corev1.Node) map[string]string {
 
 // demandPodChanged lets through the pod events that change demand (spec.demand): a pod
 // created unscheduled, the scheduler finding no node for it or binding it, a pod ending
-// or deleted. Pools with spec.demand count the GPU pods among them.
+// or deleted; only for pods that request an extended resource (a GPU is one, whatever
+// readiness.gpuResource names), so that the pods of a busy cluster do not wake the pools.
 func demandPodChanged() predicate.Predicate {
 	return predicate.Funcs{
 		CreateFunc: func(e event.CreateEvent) bool {
 			p, ok := e.Object.(*corev1.Pod)
-			return ok && p.Spec.NodeName == ""
+			return ok && p.Spec.NodeName == "" && requestsExtended(p)
 		},
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, ok1 := e.ObjectOld.(*corev1.Pod)
 			n, ok2 := e.ObjectNew.(*corev1.Pod)
-			if !ok1 || !ok2 {
+			if !ok1 || !ok2 || !requestsExtended(n) {
 				return false
 			}
 			return o.Spec.NodeName != n.Spec.NodeName || unschedulable(o) != unschedulable(n) || podFinished(o) != podFinished(n)
 		},
-		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		DeleteFunc: func(e event.DeleteEvent) bool {
+			p, ok := e.Object.(*corev1.Pod)
+			return !ok || requestsExtended(p)
+		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+}
+
+// requestsExtended says whether any container of the pod asks for an extended resource
+// (a name with a domain outside kubernetes.io, such as nvidia.com/gpu).
+func requestsExtended(p *corev1.Pod) bool {
+	extended := func(rl corev1.ResourceList) bool {
+		for name := range rl {
+			if n := string(name); strings.Contains(n, "/") && !strings.Contains(n, "kubernetes.io/") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
+		for _, c := range cs {
+			if extended(c.Resources.Limits) || extended(c.Resources.Requests) {
+				return true
+			}
+		}
+	}
+	return false
 }

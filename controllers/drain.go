@@ -353,8 +353,7 @@ func (r *GPUPoolProfileReconciler) settleDrain(ctx context.Context, s *scope, ws
 	d, res := s.pool.Spec.Drain, o.res
 	ws.Message = "draining node " + node.Name + ": " + res.message()
 	if res.Done {
-		r.nodeEvent(s, node, corev1.EventTypeNormal, "Drained", "node %s drained", node.Name)
-		return requeueStep, nil
+		return requeueStep, nil // the Drained event comes when the plan moves on (recordWorkers)
 	}
 	timeout := 10 * time.Minute
 	if d.Timeout != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -288,6 +289,12 @@ func (r *GPUPoolProfileReconciler) recordWorkers(s *scope, p *plan.Plan) {
 				ws.Message = ""
 			}
 		case st.Action != ws.Step:
+			if n, ok := s.nodes[name]; ok && ws.Step == gpupoolv1.StepDrainRequired {
+				// Note: the drain ends here, when the plan moves on from it, whether the
+				// last eviction was seen in a drain pass or only by the planner (a node
+				// with nothing left to evict gets no drain step).
+				r.nodeEvent(s, n, corev1.EventTypeNormal, "Drained", "node %s drained", n.Name)
+			}
 			ws.Step, ws.StepStartTime, ws.Attempts, ws.NextRetryTime = st.Action, nil, 0, nil
 			ws.GuestShutdownTime = nil
 			ws.Message = st.Reason

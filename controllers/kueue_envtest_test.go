@@ -428,3 +428,60 @@ func containsString(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestKueueDemandBringsNightIn: a night Workload submitted by day is held by gpupool's
+// check within night's waiting quota; as demand it brings night in early (BringIn), the
+// check says the demand switch is in progress, and Kueue admits the Workload once the
+// night node is ready for work.
+func TestKueueDemandBringsNightIn(t *testing.T) {
+	startKueue(t)
+	h := newHarness(t, "kqd-")
+	pool := h.demandPool()
+	pool.Spec.Kueue = &gpupoolv1.KueueSpec{Flavors: []gpupoolv1.KueueFlavor{
+		{Name: h.prefix + "day", Layout: "day", Quota: gpuList("4")},
+		{Name: h.prefix + "night", Layout: "night", Quota: gpuList("2"), WaitingQuota: gpuList("1")},
+	}}
+	h.create(pool)
+	w := h.kueueWorld(pool.Name)
+	h.converge(pool.Name, "night", 40)
+	h.clock.SetTime(monday0700.Add(50 * time.Minute))
+	h.converge(pool.Name, "day", 60)
+	h.clock.Step(20 * time.Minute) // past day's dwell
+	h.reconcile(pool.Name)
+	if got, want := h.quotas(w), "opted-in day=4 night=1, other day=9 night=9"; got != want {
+		t.Fatalf("quota with day ready: %s, want %s", got, want)
+	}
+
+	wl := h.workload(w, "train", "training", 1)
+	h.untilKueue(wl, "quota reserved on night and gpupool's check listed", func(o *unstructured.Unstructured) bool {
+		st, _ := gpupoolCheck(o, w.check)
+		return conditionTrue(o, "QuotaReserved") && st != ""
+	})
+	h.reconcile(pool.Name)
+	p := h.get(pool.Name)
+	if d := layoutDemand(p, "night"); d.PendingGPUs != 1 || !containsString(d.Pods, "workload "+h.prefix+"apps/train") || d.PendingSince == nil {
+		t.Fatalf("night demand %+v, want the held Workload", d)
+	}
+	h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(wl), wl))
+	if st, msg := gpupoolCheck(wl, w.check); st != checkPending || !strings.HasPrefix(msg, "waiting for layout night at 20:00 (in ") {
+		t.Fatalf("night Workload by day: check %s %q, want Pending until 20:00", st, msg)
+	}
+
+	// Held for `for` (2m): demand brings night in.
+	h.clock.Step(2 * time.Minute)
+	h.reconcile(pool.Name)
+	p = h.get(pool.Name)
+	if tr := p.Status.Transition; tr == nil || tr.To != "night" || tr.Reason != gpupoolv1.DesiredByDemand || !strings.Contains(tr.Cause, "workload "+h.prefix+"apps/train") {
+		t.Fatalf("transition %+v (demand: %s), want a demand switch to night caused by the Workload", p.Status.Transition, p.Status.Demand.Message)
+	}
+	h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(wl), wl))
+	if st, msg := gpupoolCheck(wl, w.check); st != checkPending || msg != "waiting for layout night: demand switch in progress" {
+		t.Fatalf("during the switch: check %s %q", st, msg)
+	}
+	h.converge(pool.Name, "night", 60)
+	h.reconcile(pool.Name)
+	if got, want := h.quotas(w), "opted-in day=0 night=2, other day=9 night=9"; got != want {
+		t.Fatalf("quota with night ready: %s, want %s", got, want)
+	}
+	h.untilKueue(wl, "admitted by Kueue", func(o *unstructured.Unstructured) bool { return conditionTrue(o, "Admitted") })
+}

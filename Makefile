@@ -86,10 +86,16 @@ verify: ## Fail when generated files or go.mod/go.sum are stale, or the chart's 
 controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl from source into bin/ (cached).
 	BIN_DIR=$(BIN_DIR) hack/build-controlplane.sh
 
+# Kueue's own controller for the tests of the Kueue bridge (controllers/kueue_envtest_test.go).
+KUEUE_VERSION ?= v0.17.0
+.PHONY: kueue
+kueue: ## Build Kueue's manager (pinned) from source into bin/kueue-$(KUEUE_VERSION) and copy its CRDs (cached).
+	BIN_DIR=$(BIN_DIR) KUEUE_VERSION=$(KUEUE_VERSION) hack/build-kueue.sh
+
 # TEST_CLOCK_BASE (RFC 3339) moves the date of the suites' fake clocks, such as
 # 'make test TEST_CLOCK_BASE=2031-03-15T07:00:00+01:00' (internal/testclock).
 .PHONY: test
-test: controlplane $(HELM) ## Run all tests (unit, envtest, the chart and install manifests), building the control plane and helm first if needed.
+test: controlplane kueue $(HELM) ## Run all tests (unit, envtest, the chart and install manifests), building the control plane and helm first if needed.
 	HELM=$(HELM) go test $(GO_TEST_FLAGS) -skip '^(TestFaultMatrix|TestDifferential.*)$$' ./...
 	@# The differential tests compare the planner with vgpusim over many random worlds: the
 	@# models, not concurrency, are under test (vgpusim's concurrency is tested with -race

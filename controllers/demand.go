@@ -74,7 +74,7 @@ func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.D
 }
 
 func (r *GPUPoolProfileReconciler) demandSources() []demandSource {
-	return []demandSource{podDemand{c: r}}
+	return []demandSource{podDemand{c: r}, kueueDemand{c: r}}
 }
 
 // demandInput is what Decide needs from the pool's status: the layout active and in

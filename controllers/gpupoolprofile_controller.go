@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -126,6 +127,11 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	bodyCtx, cancel := context.WithTimeout(ctx, reconcileTimeout)
 	defer cancel()
 	res, err := r.reconcile(bodyCtx, s)
+	if err == nil && s.facts.invalidSpec == "" {
+		if again := r.syncKueue(bodyCtx, s); again > 0 && (res.RequeueAfter == 0 || again < res.RequeueAfter) {
+			res.RequeueAfter = again
+		}
+	}
 	r.tasks.watch(pool.Name, s.vc, inFlight(pool))
 	return res, err
 }
@@ -517,15 +523,38 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		return reqs
 	})
 	r.tasks = newTaskWatch(ctx)
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&gpupoolv1.GPUPoolProfile{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Node{}, allPools, builder.WithPredicates(nodeChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfPodNode), builder.WithPredicates(podChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.demandPools), builder.WithPredicates(demandPodChanged())).
-		WatchesRawSource(source.Channel(r.tasks.events, &handler.EnqueueRequestForObject{})).
-		Named("gpupoolprofile").
+		WatchesRawSource(source.Channel(r.tasks.events, &handler.EnqueueRequestForObject{}))
+	// Kueue's Workloads (spec.kueue), when Kueue is installed: a Workload that reserves
+	// quota needs its check set, and counts as demand. Kueue installed later is seen
+	// after a restart of the manager.
+	if _, err := mgr.GetRESTMapper().RESTMapping(kueueWorkload.GroupKind(), kueueWorkload.Version); err == nil {
+		wl := &unstructured.Unstructured{}
+		wl.SetGroupVersionKind(kueueWorkload)
+		b = b.Watches(wl, handler.EnqueueRequestsFromMapFunc(r.kueuePools))
+	}
+	return b.Named("gpupoolprofile").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
 		Complete(r)
+}
+
+// kueuePools maps a Workload event to the pools that set spec.kueue.
+func (r *GPUPoolProfileReconciler) kueuePools(ctx context.Context, _ client.Object) []reconcile.Request {
+	var pools gpupoolv1.GPUPoolProfileList
+	if err := r.Client.List(ctx, &pools); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, p := range pools.Items {
+		if p.Spec.Kueue != nil {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+		}
+	}
+	return reqs
 }
 
 // poolsOfPodNode maps a deleted or finished pod to the pools with a worker on its node: a drain

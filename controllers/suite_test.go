@@ -46,6 +46,8 @@ var (
 	// operator is the reconciler's client: a user bound to the ClusterRole generated
 	// into config/rbac, so the tests fail when the RBAC markers miss a permission.
 	operator client.WithWatch
+	// suiteEnv is the suite's control plane, for what tests start on it later (Kueue).
+	suiteEnv *envtest.Environment
 	// operatorConfig is the operator user's REST config, for tests that record events
 	// through the events API as the manager does.
 	operatorConfig *rest.Config
@@ -69,6 +71,7 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = env.Stop() }()
+	suiteEnv = env
 	k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: testScheme})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -90,6 +93,8 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	defer kwok.Stop()
+	// Kueue's controller is started by the first test that needs it (startKueue).
+	defer stopKueue()
 	code := m.Run()
 	if code != 0 {
 		fmt.Fprintln(os.Stderr, "kwok log (tail):", tail(kwok.Log(), 3000))

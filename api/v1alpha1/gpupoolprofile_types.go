@@ -67,6 +67,12 @@ type GPUPoolProfileSpec struct {
 	// +optional
 	Demand *DemandPolicy `json:"demand,omitempty"`
 
+	// Kueue maps the layouts to Kueue ResourceFlavors: their quota in the ClusterQueues
+	// that opt in follows the layout, and Workloads assigned a flavor whose layout is not
+	// ready wait for it (docs/kueue.md). Without it gpupool does not touch Kueue.
+	// +optional
+	Kueue *KueueSpec `json:"kueue,omitempty"`
+
 	// Parking says what happens to VMs that are not in the wanted layout.
 	// +kubebuilder:default=Suspend
 	// +optional

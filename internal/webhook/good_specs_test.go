@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -38,6 +39,12 @@ func both(fs ...func(*gpupoolv1.GPUPoolProfile)) func(*gpupoolv1.GPUPoolProfile)
 // goodCases are accepted without a warning.
 func goodCases() []goodCase {
 	return []goodCase{
+		{"kueue flavors for both layouts, a waiting quota equal to the quota and one of 0", both(secure, withKueue(func(k *gpupoolv1.KueueSpec) {
+			k.Flavors[0].WaitingQuota = k.Flavors[0].Quota
+			k.Flavors = append(k.Flavors, gpupoolv1.KueueFlavor{Name: "day.t4-small", Layout: "day",
+				Quota:        corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8"), corev1.ResourceCPU: resource.MustParse("64")},
+				WaitingQuota: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("0")}})
+		})), nil},
 		{"server as an https URL with port 443, /sdk/ and upper case", both(secure, server("https://VC01.Example:443/sdk/")), nil},
 		{"server with a trailing dot", both(secure, server("vc01.example.")), nil},
 		{"workers with 1, 2 and 16 vGPUs", both(secure, func(p *gpupoolv1.GPUPoolProfile) {

@@ -59,6 +59,9 @@ func ValidateSpec(spec *gpupoolv1.GPUPoolProfileSpec) field.ErrorList {
 	if d := spec.Demand; d != nil {
 		errs = append(errs, validateDemand(specPath.Child("demand"), d, known)...)
 	}
+	if k := spec.Kueue; k != nil {
+		errs = append(errs, validateKueue(specPath.Child("kueue"), k, known)...)
+	}
 	errs = append(errs, validateReadiness(specPath.Child("readiness"), spec)...)
 	if d := spec.Drain.Timeout; d != nil && d.Duration <= 0 {
 		errs = append(errs, field.Invalid(specPath.Child("drain", "timeout"), d.Duration.String(), "must be a positive duration such as 10m"))

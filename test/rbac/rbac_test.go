@@ -38,6 +38,11 @@ var used = map[string]string{
 	"manager-role gpupool.dev gpupoolprofiles get,list,watch,update":         "read pools, the finalizer",
 	"manager-role gpupool.dev gpupoolprofiles/status patch":                  "status",
 	"manager-role gpupool.dev gpupoolprofiles/finalizers update":             "owner references on clusters that enforce them",
+	"manager-role kueue.x-k8s.io workloads list,watch":                       "spec.kueue: Workloads that wait for a layout (the check, demand)",
+	"manager-role kueue.x-k8s.io workloads/status patch":                     "spec.kueue: gpupool's admission check state on a Workload",
+	"manager-role kueue.x-k8s.io clusterqueues list,patch":                   "spec.kueue: the flavors' nominalQuota in opted-in ClusterQueues",
+	"manager-role kueue.x-k8s.io admissionchecks list":                       "spec.kueue: the AdmissionChecks with controllerName gpupool.dev/layout",
+	"manager-role kueue.x-k8s.io admissionchecks/status patch":               "spec.kueue: their Active condition",
 	"ns:manager-role  secrets get":                                           "vCenter credentials, operator namespace only",
 	// Leader election, in the operator's namespace.
 	"ns:leader-election-role coordination.k8s.io leases get,list,watch,create,update,patch,delete": "leader election",

@@ -1,0 +1,53 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+// KueueAdmissionCheckController is the spec.controllerName of the Kueue AdmissionChecks
+// gpupool answers: a Workload whose flavor maps to a layout that is not ready for work is
+// held with the time its layout comes, and released when the layout's nodes are ready.
+const KueueAdmissionCheckController = "gpupool.dev/layout"
+
+// LabelKueuePool opts a Kueue ClusterQueue in to the pool named by its value: gpupool sets
+// the nominalQuota of the pool's flavors (spec.kueue.flavors) in that ClusterQueue only,
+// so that a pool cannot grant quota to a queue that did not ask for it.
+const LabelKueuePool = "gpupool.dev/pool"
+
+// KueueSpec tells Kueue what each layout offers and when (docs/kueue.md): the
+// ResourceFlavors the layouts' nodes serve, and their quota in the ClusterQueues that opt
+// in with the label gpupool.dev/pool=<pool>.
+type KueueSpec struct {
+	// Flavors map Kueue ResourceFlavors to the layout whose nodes serve them.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=map
+	// +listMapKey=name
+	Flavors []KueueFlavor `json:"flavors"`
+}
+
+// KueueFlavor is one ResourceFlavor served by one layout's nodes.
+type KueueFlavor struct {
+	// Name is the ResourceFlavor's name, as the ClusterQueues' resourceGroups list it.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Layout is the layout whose nodes serve the flavor. A Workload that Kueue assigns the
+	// flavor waits (gpupool's AdmissionCheck) until this layout is active and its nodes
+	// are ready for work.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Layout string `json:"layout"`
+	// Quota is the flavor's nominalQuota per resource (such as nvidia.com/gpu: 8) while
+	// its layout is active and ready for work. gpupool raises the flavor's quota to it in
+	// the opted-in ClusterQueues once the layout's nodes are ready.
+	// +kubebuilder:validation:XValidation:rule=`size(self) >= 1`,message=`quota must name at least one resource, such as nvidia.com/gpu: 8`
+	Quota corev1.ResourceList `json:"quota"`
+	// WaitingQuota is the flavor's nominalQuota while its layout is not ready for work,
+	// and from warnAhead before a switch away from it: what stays of the flavor, so that
+	// Kueue admits no new work onto nodes about to be drained. Work admitted within it
+	// reserves the flavor and waits for the layout (and counts as demand). A resource not
+	// listed is 0.
+	// +optional
+	WaitingQuota corev1.ResourceList `json:"waitingQuota,omitempty"`
+}

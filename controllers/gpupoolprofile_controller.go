@@ -128,9 +128,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	defer cancel()
 	res, err := r.reconcile(bodyCtx, s)
 	if err == nil && s.facts.invalidSpec == "" {
-		if again := r.syncKueue(bodyCtx, s); again > 0 && (res.RequeueAfter == 0 || again < res.RequeueAfter) {
-			res.RequeueAfter = again
-		}
+		res.RequeueAfter = soonest(res.RequeueAfter, r.syncKueue(bodyCtx, s))
 	}
 	r.tasks.watch(pool.Name, s.vc, inFlight(pool))
 	return res, err

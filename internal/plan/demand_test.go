@@ -223,4 +223,12 @@ func TestDecideTimers(t *testing.T) {
 	if _, ok := d3.Timers.IdleSince["night"]; ok {
 		t.Fatalf("1 GPU pending is not idle: %+v", d3.Timers)
 	}
+
+	// Demand outside the rule's windows looks again when a window opens.
+	afternoon := bringNight
+	afternoon.Windows = []gpupoolv1.DemandWindow{{Start: "0 16 * * *", Duration: metav1.Duration{Duration: time.Hour}}}
+	d4, _ := Decide(demandSpec(afternoon), now, &DemandInput{Active: "day", Observed: map[string]LayoutDemand{"night": {PendingGPUs: 2}}})
+	if want := now.Add(time.Hour); !d4.Recheck.Equal(want) {
+		t.Fatalf("outside the window: recheck %s, want the window's start %s", d4.Recheck, want)
+	}
 }

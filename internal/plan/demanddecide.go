@@ -169,6 +169,9 @@ func (r *demandRun) candidate(cur string) *demandMove {
 		switch _, open := ru.openUntil(r.now); {
 		case !open:
 			r.note("layout %s: %d GPUs pending, outside the windows of demand.rules[%d]", ru.layout, o.PendingGPUs, ru.index)
+			for w := range ru.windows {
+				r.wakeAt(ru.windows[w].next(r.now)) // look again when a window opens
+			}
 		case o.PendingGPUs < ru.minGPUs:
 			r.note("layout %s: %d GPUs pending, below minGPUs %d", ru.layout, o.PendingGPUs, ru.minGPUs)
 		case !r.heldFor(r.timers.PendingSince, ru.layout, ru.hold):

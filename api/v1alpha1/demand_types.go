@@ -68,8 +68,8 @@ type DemandPolicy struct {
 	// MaxEvictions is the largest disruption a demand switch may cause: it is not started
 	// while it would evict more GPU pods than this. 0, the default, reshapes only nodes
 	// that run no GPU pod. A pod annotated gpupool.dev/do-not-disrupt: "true", and a pod
-	// of a Job that is near completion (three quarters of its completions succeeded),
-	// always hold a demand switch back, whatever this says.
+	// of a Job that is near completion (at least two completions, three quarters of them
+	// succeeded), always hold a demand switch back, whatever this says.
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000

@@ -9,6 +9,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -42,6 +43,7 @@ func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.D
 	if pool.Spec.Demand == nil || pool.Spec.Paused {
 		if pool.Spec.Demand == nil {
 			pool.Status.Demand = nil
+			forgetDemandMetrics(pool.Name)
 		}
 		return plan.Desired(&pool.Spec, s.now)
 	}
@@ -50,12 +52,7 @@ func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.D
 	for _, src := range r.demandSources() {
 		obs, err := src.observeDemand(ctx, pool, shapes)
 		if err != nil {
-			// Without the demand the schedule decides; the timers are kept as they were.
-			d, derr := plan.Desired(&pool.Spec, s.now)
-			if pool.Status.Demand != nil {
-				pool.Status.Demand.Message = "demand not observed: " + err.Error()
-			}
-			return d, derr
+			return r.unobserved(s, err)
 		}
 		for l, o := range obs {
 			sum := in.Observed[l]
@@ -71,6 +68,33 @@ func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.D
 	s.demandRecheck = dec.Recheck
 	publishDemandMetrics(pool.Name, pool.Spec.Layouts, in.Observed)
 	return dec.Decision, nil
+}
+
+// unobserved decides without the demand, which could not be read: the schedule, except
+// that a layout demand holds (the last decision was Demand) is kept as it is, so that one
+// failed read never drains the work demand keeps. The timers stay as they were; the pass
+// looks again soon.
+func (r *GPUPoolProfileReconciler) unobserved(s *scope, err error) (plan.Decision, error) {
+	pool := s.pool
+	d, derr := plan.Desired(&pool.Spec, s.now)
+	if derr != nil {
+		return d, derr
+	}
+	msg := "demand not observed: " + err.Error()
+	cur := pool.Status.ActiveLayout
+	if t := pool.Status.Transition; t != nil {
+		cur = t.To
+	}
+	if pool.Status.DesiredReason == gpupoolv1.DesiredByDemand && cur != "" && cur != d.Layout && d.Reason != gpupoolv1.DesiredByOverride {
+		d = plan.Decision{Layout: cur, Reason: gpupoolv1.DesiredByDemand, Window: -1,
+			Message: fmt.Sprintf("demand keeps layout %s while it cannot be observed (%v)", cur, err)}
+		msg += "; layout " + cur + " is kept"
+	}
+	if pool.Status.Demand != nil {
+		pool.Status.Demand.Message = truncate(msg, maxDemandMessage)
+	}
+	s.demandRecheck = s.now.Add(requeueBlocked)
+	return d, nil
 }
 
 func (r *GPUPoolProfileReconciler) demandSources() []demandSource {
@@ -90,7 +114,7 @@ func demandInput(pool *gpupoolv1.GPUPoolProfile) *plan.DemandInput {
 	if t := st.Transition; t != nil {
 		// Note: an aborted switch counts as in flight: demand starts nothing over it.
 		in.InFlight = t.To
-		in.Switches = append(in.Switches, plan.PastSwitch{To: t.To, Start: t.StartTime.Time})
+		in.Switches = append(in.Switches, plan.PastSwitch{To: t.To, Reason: t.Reason, Start: t.StartTime.Time})
 	}
 	for _, h := range st.History {
 		if t := st.Transition; t != nil && h.ID == t.ID {
@@ -282,7 +306,12 @@ func (pd podDemand) nearCompletion(ctx context.Context, p *corev1.Pod, memo map[
 	}
 	var job batchv1.Job
 	v := false
-	if err := pd.c.Client.Get(ctx, key, &job); err == nil {
+	switch err := pd.c.Client.Get(ctx, key, &job); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		// Note: a Job that cannot be read may be near completion; the protection holds.
+		v = true
+	default:
 		completions := int32(1)
 		if job.Spec.Completions != nil {
 			completions = *job.Spec.Completions

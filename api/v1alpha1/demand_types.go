@@ -102,7 +102,8 @@ type DemandRule struct {
 	Windows []DemandWindow `json:"windows,omitempty"`
 
 	// MinGPUs is how many GPUs pending pods must request for the layout before it is
-	// demanded (BringIn); for Skip, pending demand of this size lifts the skip.
+	// demanded (BringIn); for Skip, pending demand of this size lifts the skip. The
+	// BringIn and Skip rules of one layout must agree on it.
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000
@@ -158,7 +159,7 @@ type DemandStatus struct {
 	// to run out before it starts.
 	// +optional
 	Switch *DemandSwitch `json:"switch,omitempty"`
-	// Layouts is the demand for each layout a rule names.
+	// Layouts is the demand for each layout of the pool.
 	// +optional
 	// +listType=map
 	// +listMapKey=layout
@@ -187,13 +188,14 @@ type DemandSwitch struct {
 type LayoutDemand struct {
 	// Layout is the layout.
 	Layout string `json:"layout"`
-	// PendingPods is how many unschedulable GPU pods only this layout's nodes could serve.
+	// PendingPods is how many unschedulable GPU pods (and, with spec.kueue, held
+	// Workloads) only this layout's nodes could serve.
 	// +optional
 	PendingPods int32 `json:"pendingPods,omitempty"`
 	// PendingGPUs is how many GPUs they request.
 	// +optional
 	PendingGPUs int64 `json:"pendingGPUs,omitempty"`
-	// Pods names some of them (namespace/name), at most 5.
+	// Pods names some of them ("pod namespace/name", "workload namespace/name"), at most 5.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=5
@@ -213,7 +215,8 @@ type LayoutDemand struct {
 	// evict.
 	// +optional
 	Evictions int32 `json:"evictions,omitempty"`
-	// DoNotDisrupt is how many of them are annotated gpupool.dev/do-not-disrupt.
+	// DoNotDisrupt is how many pods on the nodes that switch drains are annotated
+	// gpupool.dev/do-not-disrupt, GPU pods or not.
 	// +optional
 	DoNotDisrupt int32 `json:"doNotDisrupt,omitempty"`
 	// JobsNearCompletion is how many of them belong to a Job near completion.

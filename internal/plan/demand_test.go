@@ -143,6 +143,21 @@ func TestDecide(t *testing.T) {
 			Switches: []PastSwitch{{To: "night", Reason: gpupoolv1.DesiredBySchedule, Start: at(24*4+20, 0), End: at(24*4+20, 10)}}},
 		layout: "day", reason: gpupoolv1.DesiredByDemand, message: "layout day instead",
 	}, {
+		name: "a switch decided when it evicted nothing is warned once it would evict", spec: withMaxEvictions(demandSpec(bringNight), 5), now: at(15, 1),
+		in: DemandInput{Active: "day", Observed: map[string]LayoutDemand{"night": {PendingGPUs: 2, Evictions: 2}}, WarnAhead: 10 * time.Minute,
+			Timers:   DemandTimers{PendingSince: map[string]time.Time{"night": at(14, 0)}, Switch: &AnnouncedSwitch{Layout: "night", Action: gpupoolv1.DemandBringIn, Decided: at(15, 0), At: at(15, 0)}},
+			Switches: arrivedDay},
+		layout: "day", reason: gpupoolv1.DesiredByDefault, message: "after the warning", announce: true,
+	}, {
+		name: "no BringIn when its window closes before the layout could stay its dwell", spec: demandSpec(weekdayAfternoon), now: at(19, 50),
+		in:     DemandInput{Active: "day", Observed: pending(2), Timers: DemandTimers{PendingSince: map[string]time.Time{"night": at(19, 0)}}, Switches: arrivedDay},
+		layout: "day", reason: gpupoolv1.DesiredByDefault, message: "closes at",
+	}, {
+		name: "demand keeps the switch it started when its pods are gone", spec: demandSpec(weekdayAfternoon), now: at(19, 40),
+		in: DemandInput{Active: "day", InFlight: "night", Observed: map[string]LayoutDemand{}, Timers: DemandTimers{IdleSince: map[string]time.Time{"night": at(19, 0)}},
+			Switches: append([]PastSwitch{{To: "night", Reason: gpupoolv1.DesiredByDemand, Start: at(19, 10)}}, arrivedDay...)},
+		layout: "night", reason: gpupoolv1.DesiredByDemand, message: "keeps the switch to layout night",
+	}, {
 		name: "an override wins over demand", spec: withOverride(demandSpec(bringNight), "day"), now: at(15, 0),
 		in:     DemandInput{Active: "day", Observed: pending(4), Timers: DemandTimers{PendingSince: map[string]time.Time{"night": at(14, 0)}}, Switches: arrivedDay},
 		layout: "day", reason: gpupoolv1.DesiredByOverride, message: "override in force",

@@ -63,12 +63,20 @@ func (r *demandRun) decide(out *DemandDecision) {
 		return
 	}
 	sw := r.timers.Switch
-	if sw == nil || sw.Layout != mv.layout || sw.Action != mv.action {
+	evicts := r.in.WarnAhead > 0 && r.in.Observed[mv.layout].Evictions > 0
+	// Note: a switch decided when it evicted nothing is announced afresh once it would
+	// evict: it was never warned.
+	if sw == nil || sw.Layout != mv.layout || sw.Action != mv.action || (evicts && sw.At.Before(sw.Decided.Add(r.in.WarnAhead))) {
 		at := r.now
-		if r.in.WarnAhead > 0 && r.in.Observed[mv.layout].Evictions > 0 {
+		if evicts {
 			at = r.now.Add(r.in.WarnAhead)
 		}
 		sw = &AnnouncedSwitch{Layout: mv.layout, Action: mv.action, Decided: r.now, At: at, Message: mv.why}
+	}
+	// Only a warned switch is remembered (until it starts); one without a warning is
+	// decided again each pass.
+	r.timers.Switch = nil
+	if sw.At.After(sw.Decided) {
 		r.timers.Switch = sw
 	}
 	if r.now.Before(sw.At) {
@@ -120,6 +128,12 @@ func (r *demandRun) hold(cur string, d Decision) (Decision, bool) {
 			return h, true
 		}
 	}
+	if r.in.InFlight == cur && r.inFlightBy() == gpupoolv1.DesiredByDemand {
+		// A switch demand started goes on to its layout, which then stays its dwell.
+		h.Message = fmt.Sprintf("demand keeps the switch to layout %s it started; the layout then stays at least minDwell %s",
+			cur, shortDuration(r.policy.minDwell))
+		return h, true
+	}
 	if at, by := r.arrival(); cur == r.in.Active && r.in.InFlight == "" && by == gpupoolv1.DesiredByDemand && r.now.Before(at.Add(r.policy.minDwell)) {
 		end := at.Add(r.policy.minDwell)
 		h.Message = fmt.Sprintf("demand keeps layout %s, which it brought in at %s, until its dwell ends at %s (minDwell %s)",
@@ -129,6 +143,20 @@ func (r *demandRun) hold(cur string, d Decision) (Decision, bool) {
 		return h, true
 	}
 	return Decision{}, false
+}
+
+// closesSoon says whether the rule's window closes before a layout brought in now (after
+// its warning, if it evicts) could stay minDwell: the schedule would take it back at once.
+func (r *demandRun) closesSoon(ru *rule, o LayoutDemand) bool {
+	until, open := ru.openUntil(r.now)
+	if !open || until.IsZero() {
+		return false
+	}
+	start := r.now
+	if r.in.WarnAhead > 0 && o.Evictions > 0 {
+		start = start.Add(r.in.WarnAhead)
+	}
+	return until.Before(start.Add(r.policy.minDwell))
 }
 
 // unwanted says whether a layout a Skip rule names has no demand: nothing held pending
@@ -174,6 +202,10 @@ func (r *demandRun) candidate(cur string) *demandMove {
 			}
 		case o.PendingGPUs < ru.minGPUs:
 			r.note("layout %s: %d GPUs pending, below minGPUs %d", ru.layout, o.PendingGPUs, ru.minGPUs)
+		case r.closesSoon(ru, o):
+			until, _ := ru.openUntil(r.now)
+			r.note("layout %s: %d GPUs pending, but the window of demand.rules[%d] closes at %s, before the layout could stay its minDwell %s",
+				ru.layout, o.PendingGPUs, ru.index, r.format(until), shortDuration(r.policy.minDwell))
 		case !r.heldFor(r.timers.PendingSince, ru.layout, ru.hold):
 			since := r.timers.PendingSince[ru.layout]
 			r.note("layout %s: %d GPUs pending since %s, demand acts at %s (for %s)", ru.layout, o.PendingGPUs,
@@ -252,6 +284,19 @@ func (r *demandRun) arrival() (time.Time, gpupoolv1.DesiredReason) {
 		}
 	}
 	return at, by
+}
+
+// inFlightBy is why the switch in flight started: the newest switch to InFlight that
+// has not ended.
+func (r *demandRun) inFlightBy() gpupoolv1.DesiredReason {
+	var at time.Time
+	var by gpupoolv1.DesiredReason
+	for _, s := range r.in.Switches {
+		if s.To == r.in.InFlight && s.End.IsZero() && !s.Start.Before(at) {
+			at, by = s.Start, s.Reason
+		}
+	}
+	return by
 }
 
 // lastStart is when the newest switch started, zero if none did.

@@ -50,6 +50,9 @@ func demandCases() []badCase {
 		}), path: r0 + ".instead", value: `"night"`, fix: "leave it out for defaultLayout"},
 		{name: "instead on a BringIn rule", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) { d.Rules[0].Instead = "day" }),
 			path: r0 + ".instead", fix: "Skip rules only"},
+		{name: "BringIn and Skip of a layout with two thresholds", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) {
+			d.Rules = append(d.Rules, gpupoolv1.DemandRule{Layout: "night", Action: gpupoolv1.DemandSkip, MinGPUs: ptr.To(int32(4))})
+		}), path: "spec.demand.rules[1].minGPUs", value: "4", fix: "write the same value in both"},
 		{name: "zero minGPUs", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) { d.Rules[0].MinGPUs = ptr.To(int32(0)) }),
 			path: r0 + ".minGPUs", fix: "1"},
 		{name: "minDwell in words", raw: setDemand("half an hour", "minDwell"), path: "spec.demand.minDwell", value: `not "half an hour"`, fix: "such as 30m"},

@@ -18,6 +18,9 @@ func validateDemand(dp *field.Path, d *gpupoolv1.DemandPolicy, known func(*field
 		errs = append(errs, field.Required(dp.Child("rules"), "name at least one rule, such as {layout: night, action: BringIn}, or remove spec.demand"))
 	}
 	seen := map[string]int{}
+	// One pendingSince is kept per layout, so the BringIn and Skip rules of a layout
+	// count demand with one threshold.
+	threshold := map[string]int{}
 	for i, r := range d.Rules {
 		rp := dp.Child("rules").Index(i)
 		if e := known(rp.Child("layout"), r.Layout); e != nil {
@@ -44,6 +47,16 @@ func validateDemand(dp *field.Path, d *gpupoolv1.DemandPolicy, known func(*field
 		} else {
 			seen[key] = i
 		}
+		gpus := int32(1)
+		if r.MinGPUs != nil {
+			gpus = *r.MinGPUs
+		}
+		if j, ok := threshold[r.Layout]; ok && d.Rules[j].Action != r.Action && minGPUs(d.Rules[j]) != gpus {
+			errs = append(errs, field.Invalid(rp.Child("minGPUs"), gpus, fmt.Sprintf(
+				"differs from spec.demand.rules[%d].minGPUs (%d) for the same layout %q: demand for a layout is counted with one threshold; write the same value in both", j, minGPUs(d.Rules[j]), r.Layout)))
+		} else if !ok {
+			threshold[r.Layout] = i
+		}
 		if r.MinGPUs != nil && *r.MinGPUs < 1 {
 			errs = append(errs, field.Invalid(rp.Child("minGPUs"), *r.MinGPUs, "must be at least 1; leave it out for 1"))
 		}
@@ -68,6 +81,13 @@ func validateDemand(dp *field.Path, d *gpupoolv1.DemandPolicy, known func(*field
 		errs = append(errs, field.Invalid(dp.Child("maxEvictions"), *m, "must not be negative; write 0 to reshape only nodes without GPU pods"))
 	}
 	return errs
+}
+
+func minGPUs(r gpupoolv1.DemandRule) int32 {
+	if r.MinGPUs == nil {
+		return 1
+	}
+	return *r.MinGPUs
 }
 
 func notNegative(p *field.Path, d *metav1.Duration, example string) field.ErrorList {

@@ -2,7 +2,10 @@ package controllers
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -176,5 +180,39 @@ func TestDemandPodChanged(t *testing.T) {
 	}
 	if !pr.Delete(event.DeleteEvent{Object: gpu}) || pr.Delete(event.DeleteEvent{Object: plain}) {
 		t.Error("delete: want a GPU pod through, a plain pod not")
+	}
+}
+
+// TestDemandUnobservedKeepsWhatDemandHolds: when the demand cannot be read, a layout
+// demand holds is kept (one failed list must not drain its work), and the message says so.
+func TestDemandUnobservedKeepsWhatDemandHolds(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = gpupoolv1.AddToScheme(s)
+	c := fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*corev1.PodList); ok {
+				return errors.New("the cache is not synced")
+			}
+			return cl.List(ctx, list, opts...)
+		},
+	}).Build()
+	pool := demandTestPool()
+	pool.Spec.Demand = &gpupoolv1.DemandPolicy{Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn}}}
+	pool.Status.ActiveLayout, pool.Status.DesiredLayout, pool.Status.DesiredReason = "night", "night", gpupoolv1.DesiredByDemand
+	pool.Status.Demand = &gpupoolv1.DemandStatus{}
+	r := &GPUPoolProfileReconciler{Client: c}
+	sc := &scope{pool: pool, now: time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)}
+	d, err := r.desire(context.Background(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Layout != "night" || d.Reason != gpupoolv1.DesiredByDemand || !strings.Contains(pool.Status.Demand.Message, "not observed") {
+		t.Fatalf("decision %+v, message %q; want night kept by demand while demand cannot be read", d, pool.Status.Demand.Message)
+	}
+	// Without a demand hold, the schedule decides.
+	pool.Status.DesiredReason = gpupoolv1.DesiredByDefault
+	if d, _ := r.desire(context.Background(), sc); d.Layout != "day" {
+		t.Fatalf("without a demand hold: %+v, want the default day", d)
 	}
 }

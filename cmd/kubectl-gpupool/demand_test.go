@@ -53,3 +53,19 @@ func TestDescribeDemand(t *testing.T) {
 		}
 	}
 }
+
+// TestSinceCondAllowsForClockOffset: a condition's time is stamped by the operator's
+// clock; with this machine's clock behind it, it still reads as past, never "in 5m";
+// with this clock ahead, it reads as that long ago.
+func TestSinceCondAllowsForClockOffset(t *testing.T) {
+	stamped := testclock.Base()
+	c := metav1.Condition{LastTransitionTime: metav1.NewTime(stamped)}
+	for _, tc := range []struct {
+		offset time.Duration // this machine's clock minus the operator's
+		want   string
+	}{{-5 * time.Minute, "now"}, {0, "now"}, {5 * time.Minute, "5m ago"}} {
+		if got := sinceCond(c, false, screen{loc: time.UTC, now: stamped.Add(tc.offset)}); got != tc.want {
+			t.Errorf("clock offset %s: %q, want %q", tc.offset, got, tc.want)
+		}
+	}
+}

@@ -79,6 +79,16 @@ func when(t time.Time, loc *time.Location) string {
 }
 
 // relative says how far a time is from now, such as "in 8h50m" or "2h ago".
+// ago writes how long ago something happened that another machine stamped (the
+// operator, the API server): a stamp ahead of this machine's clock, which only a clock
+// offset can make, reads as now rather than as a time to come.
+func ago(t, now time.Time) string {
+	if t.After(now) {
+		t = now
+	}
+	return relative(t, now)
+}
+
 func relative(t, now time.Time) string {
 	d := t.Sub(now).Round(time.Minute)
 	switch {

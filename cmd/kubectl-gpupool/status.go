@@ -244,7 +244,7 @@ func sinceCond(c metav1.Condition, wide bool, sc screen) string {
 	case wide:
 		return sc.at(c.LastTransitionTime.Time)
 	}
-	return relative(c.LastTransitionTime.Time, sc.now)
+	return ago(c.LastTransitionTime.Time, sc.now)
 }
 
 // clip shortens a message for the narrow view.

@@ -248,18 +248,8 @@ func RunDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Dura
 			last.pods = pods
 		}
 
+		pw.startCounting()
 		pw.mu.Lock()
-		if !pw.counting {
-			n := 0
-			for _, ok := range pw.ready {
-				if ok {
-					n++
-				}
-			}
-			if n == inferenceSize {
-				pw.counting, pw.min = true, n
-			}
-		}
 		counting := pw.counting
 		pw.mu.Unlock()
 

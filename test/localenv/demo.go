@@ -177,14 +177,31 @@ func (w *podWatch) observe(p *corev1.Pod, deleted bool) {
 	r := !deleted && p.DeletionTimestamp == nil && podReady(p)
 	w.ready[p.Name] = r
 	if w.counting {
-		n := 0
-		for _, ok := range w.ready {
-			if ok {
-				n++
-			}
-		}
-		w.min = min(w.min, n)
+		w.min = min(w.min, w.readyLocked())
 	}
+}
+
+// readyLocked counts the Ready inference pods; the caller holds w.mu.
+func (w *podWatch) readyLocked() int {
+	n := 0
+	for _, ok := range w.ready {
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// startCounting starts the PDB check once all inference pods are Ready together, and
+// says whether it started now.
+func (w *podWatch) startCounting() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.counting || w.readyLocked() != inferenceSize {
+		return false
+	}
+	w.counting, w.min = true, inferenceSize
+	return true
 }
 
 func podReady(p *corev1.Pod) bool {
@@ -294,23 +311,12 @@ func RunDemo(ctx context.Context, e *Env, out io.Writer, nightFor, timeout time.
 			last.pods = pods
 		}
 		// The PDB check starts once all inference pods were Ready together.
-		pw.mu.Lock()
-		if !pw.counting {
-			n := 0
-			for _, ok := range pw.ready {
-				if ok {
-					n++
-				}
-			}
-			if n == inferenceSize {
-				pw.counting, pw.min = true, n
-				// Where the workloads run by day, once they all are up.
-				if infer, _, ok := e.placement(ctx); ok {
-					res.InferenceNodesByDay = infer
-				}
+		if pw.startCounting() {
+			// Where the workloads run by day, once they all are up.
+			if infer, _, ok := e.placement(ctx); ok {
+				res.InferenceNodesByDay = infer
 			}
 		}
-		pw.mu.Unlock()
 		if st.ActiveLayout == "night" {
 			if infer, train, ok := e.placement(ctx); ok {
 				res.InferenceNodesAtNight = infer

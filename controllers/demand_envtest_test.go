@@ -29,6 +29,17 @@ func (h *harness) demandPool() *gpupoolv1.GPUPoolProfile {
 	return p
 }
 
+// dayPastDwell creates the pool, lets it come up at night and switch to day by the
+// schedule, and steps the clock past day's dwell.
+func (h *harness) dayPastDwell(pool *gpupoolv1.GPUPoolProfile) {
+	h.t.Helper()
+	h.create(pool)
+	h.converge(pool.Name, "night", 40)
+	h.clock.SetTime(monday0700.Add(50 * time.Minute))
+	h.converge(pool.Name, "day", 60)
+	h.clock.Step(20 * time.Minute)
+}
+
 // gpuPod is a pod asking for one GPU in the test's namespace: pending and unschedulable
 // when node is empty, else bound to node. training selects the night layout's nodes.
 func (h *harness) gpuPod(name, node string, training bool, annotations map[string]string) *corev1.Pod {
@@ -71,11 +82,7 @@ func layoutDemand(p *gpupoolv1.GPUPoolProfile, layout string) gpupoolv1.LayoutDe
 func TestDemandBringsNightInAndLetsItGo(t *testing.T) {
 	h := newHarness(t, "dmd-")
 	pool := h.demandPool()
-	h.create(pool)
-	h.converge(pool.Name, "night", 40)
-	h.clock.SetTime(monday0700.Add(50 * time.Minute))
-	h.converge(pool.Name, "day", 60)
-	h.clock.Step(20 * time.Minute) // past day's dwell
+	h.dayPastDwell(pool)
 
 	// A do-not-disrupt GPU pod on a day node, and a training pod nothing can run.
 	guard := h.gpuPod("serving", h.prefix+"day-1", false, map[string]string{AnnotationDoNotDisrupt: "true"})
@@ -170,11 +177,7 @@ func TestDemandSwitchIsWarnedAhead(t *testing.T) {
 	h := newHarness(t, "dmw-")
 	pool := h.demandPool()
 	pool.Spec.Demand.MaxEvictions = ptr.To(int32(4))
-	h.create(pool)
-	h.converge(pool.Name, "night", 40)
-	h.clock.SetTime(monday0700.Add(50 * time.Minute))
-	h.converge(pool.Name, "day", 60)
-	h.clock.Step(20 * time.Minute)
+	h.dayPastDwell(pool)
 
 	h.gpuPod("serving", h.prefix+"day-1", false, nil)
 	h.gpuPod("train-1", "", true, nil)

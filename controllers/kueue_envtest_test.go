@@ -4,42 +4,37 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/test/kueueenv"
 )
 
 // The tests of the Kueue bridge run Kueue's own manager (built by 'make kueue' from the
-// pinned module into bin/kueue-<version>, its CRDs into bin/kueue-crds-<version>) against
-// the suite's API server. Kueue's webhooks cannot be reached from envtest's API server
-// (they are served behind a Service), so they are not registered: the tests create the
-// Workloads as Kueue's job integration would, and Kueue's controller does the rest
-// (flavor assignment, quota reservation, admission through the checks).
-
-const kueueVersion = "v0.17.0"
+// pinned module) against the suite's API server, with its CRDs and its webhooks (served on
+// loopback, test/kueueenv): a Job submitted to a LocalQueue is suspended by Kueue's
+// webhook and gets its Workload from Kueue's job integration, as in a cluster.
 
 var (
 	kueueOnce sync.Once
 	kueueErr  error
 	kueueCmd  *exec.Cmd
+	kueueExit chan struct{}
 	kueueLog  *lockedBuffer
 	kueueDir  string
 )
@@ -73,13 +68,11 @@ func startKueue(t *testing.T) {
 func stopKueue() {
 	if kueueCmd != nil && kueueCmd.Process != nil {
 		_ = kueueCmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = kueueCmd.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-kueueExit:
 		case <-time.After(10 * time.Second):
 			_ = kueueCmd.Process.Kill()
-			<-done
+			<-kueueExit
 		}
 	}
 	if kueueDir != "" {
@@ -87,51 +80,10 @@ func stopKueue() {
 	}
 }
 
-// kueueConversionCRDs are the CRDs Kueue's certificate manager injects its CA into (as a
-// conversion webhook): they must name one, as Kueue's own install does, or Kueue waits
-// for the injection forever. The API server never calls it while the tests use only
-// v1beta2, the storage version.
-var kueueConversionCRDs = map[string]bool{"localqueues.kueue.x-k8s.io": true, "clusterqueues.kueue.x-k8s.io": true,
-	"workloads.kueue.x-k8s.io": true, "cohorts.kueue.x-k8s.io": true, "multikueueclusters.kueue.x-k8s.io": true}
-
 func launchKueue() error {
 	ctx := context.Background()
-	assets := suiteEnv.BinaryAssetsDirectory
-	bin := filepath.Join(assets, "kueue-"+kueueVersion)
-	crdDir := filepath.Join(assets, "kueue-crds-"+kueueVersion)
-	if _, err := os.Stat(bin); err != nil {
-		return fmt.Errorf("no Kueue manager at %s: run 'make kueue' (or 'make test', which builds it)", bin)
-	}
-	files, err := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		return fmt.Errorf("no Kueue CRDs in %s: run 'make kueue'", crdDir)
-	}
-	var crds []*apiextensionsv1.CustomResourceDefinition
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.Unmarshal(data, crd); err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-		if kueueConversionCRDs[crd.Name] {
-			crd.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter,
-				Webhook: &apiextensionsv1.WebhookConversion{ConversionReviewVersions: []string{"v1"},
-					ClientConfig: &apiextensionsv1.WebhookClientConfig{Service: &apiextensionsv1.ServiceReference{
-						Namespace: "kueue-system", Name: "kueue-webhook-service", Path: ptr.To("/convert")}}}}
-		}
-		crds = append(crds, crd)
-	}
-	if _, err := envtest.InstallCRDs(suiteEnv.Config, envtest.CRDInstallOptions{CRDs: crds}); err != nil {
-		return fmt.Errorf("installing Kueue's CRDs: %w", err)
-	}
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kueue-system"}}); err != nil {
-		return err
-	}
-	// Kueue's certificate manager fills this Secret; it must exist.
-	if err := k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kueue-webhook-server-cert", Namespace: "kueue-system"}}); err != nil {
+	paths, err := kueueenv.In(suiteEnv.BinaryAssetsDirectory)
+	if err != nil {
 		return err
 	}
 	if kueueDir, err = os.MkdirTemp("", "gpupool-kueue-"); err != nil {
@@ -141,101 +93,36 @@ func launchKueue() error {
 	if err := os.WriteFile(kubeconfig, suiteEnv.KubeConfig, 0o600); err != nil {
 		return err
 	}
-	port, err := freePort()
+	served, err := kueueenv.Prepare(kueueDir, kubeconfig)
 	if err != nil {
 		return err
 	}
-	config := fmt.Sprintf(`apiVersion: config.kueue.x-k8s.io/v1beta2
-kind: Configuration
-namespace: kueue-system
-health:
-  healthProbeBindAddress: "0"
-metrics:
-  bindAddress: "0"
-webhook:
-  host: 127.0.0.1
-  port: %d
-  certDir: %s
-leaderElection:
-  leaderElect: false
-internalCertManagement:
-  enable: true
-clientConnection:
-  qps: -1
-  burst: 100
-integrations:
-  frameworks: ["batch/job"]
-featureGates:
-  VisibilityOnDemand: false
-`, port, filepath.Join(kueueDir, "certs"))
-	cfgFile := filepath.Join(kueueDir, "config.yaml")
-	if err := os.WriteFile(cfgFile, []byte(config), 0o600); err != nil {
-		return err
+	if err := kueueenv.Install(ctx, suiteEnv.Config, paths, served); err != nil {
+		return fmt.Errorf("installing Kueue: %w", err)
 	}
 	kueueLog = &lockedBuffer{}
-	kueueCmd = exec.Command(bin, "--config", cfgFile, "--kubeconfig", kubeconfig, "--zap-log-level", "info")
+	kueueCmd = exec.Command(paths.Bin, served.Args...)
 	kueueCmd.Stdout, kueueCmd.Stderr = kueueLog, kueueLog
-	kueueCmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	if err := kueueCmd.Start(); err != nil {
 		return fmt.Errorf("starting Kueue: %w", err)
 	}
-	go mountSecret(filepath.Join(kueueDir, "certs"))
-	// Ready when its ClusterQueue controller runs: a probe ClusterQueue turns Active.
-	probe := kueueObject(`apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: kueue-probe}
-spec: {namespaceSelector: {}}`)
-	if err := k8s.Create(ctx, probe); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(probe), probe); err == nil && conditionTrue(probe, "Active") {
+	kueueExit = make(chan struct{})
+	go func() { _ = kueueCmd.Wait(); close(kueueExit) }()
+	running := func() error {
+		select {
+		case <-kueueExit:
+			return fmt.Errorf("%v; log (tail): %s", kueueCmd.ProcessState, tail(kueueLog.String(), 4000))
+		default:
 			return nil
 		}
-		if kueueCmd.ProcessState != nil || time.Now().After(deadline) {
-			return fmt.Errorf("kueue did not start: log (tail): %s", tail(kueueLog.String(), 4000))
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
+	if err := kueueenv.Ready(ctx, suiteEnv.Config, time.Minute, running); err != nil {
+		return fmt.Errorf("%w; log (tail): %s", err, tail(kueueLog.String(), 4000))
+	}
+	return nil
 }
 
-// mountSecret does what the kubelet's secret volume does for Kueue's pod: it writes the
-// certificate that Kueue's certificate manager puts in its Secret into the webhook
-// server's directory, where Kueue waits for it.
-func mountSecret(dir string) {
-	deadline := time.Now().Add(3 * time.Minute)
-	for time.Now().Before(deadline) {
-		var sec corev1.Secret
-		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: "kueue-system", Name: "kueue-webhook-server-cert"}, &sec)
-		if err == nil && len(sec.Data["tls.crt"]) > 0 && len(sec.Data["tls.key"]) > 0 {
-			if os.MkdirAll(dir, 0o700) == nil {
-				for _, k := range []string{"ca.crt", "tls.key", "tls.crt"} { // tls.crt last: Kueue waits for it
-					_ = os.WriteFile(filepath.Join(dir, k), sec.Data[k], 0o600)
-				}
-			}
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func kueueObject(y string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(y), &u.Object); err != nil {
-		panic(err)
-	}
-	return u
-}
+func kueueObject(y string) *unstructured.Unstructured { return kueueenv.Object(y) }
 
 // kueueWorld is what a test creates in Kueue: the day and night flavors (selecting the
 // layouts' nodes by their nodeLabels), gpupool's AdmissionCheck, an opted-in ClusterQueue
@@ -283,6 +170,41 @@ func (h *harness) workload(w kueueWorld, name, selects string, gpus int) *unstru
 	h.must(k8s.Create(h.ctx, o))
 	h.t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
 	return o
+}
+
+// job submits a Job of one pod asking for gpus GPUs on the nodes labelled
+// lab.example/workload=<selects> to the LocalQueue, as a user does, and returns the
+// Workload Kueue's job integration creates for it (Kueue's webhook suspends the Job).
+func (h *harness) job(w kueueWorld, name, selects string, gpus int) (*batchv1.Job, *unstructured.Unstructured) {
+	h.t.Helper()
+	gpu := corev1.ResourceList{DefaultGPUResource: resource.MustParse(strconv.Itoa(gpus))}
+	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.prefix + "apps", Labels: map[string]string{"kueue.x-k8s.io/queue-name": w.queue}},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			NodeSelector: map[string]string{"lab.example/workload": selects},
+			Containers:   []corev1.Container{{Name: "train", Image: "train", Resources: corev1.ResourceRequirements{Requests: gpu, Limits: gpu}}}}}}}
+	h.must(k8s.Create(h.ctx, j))
+	h.t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), j, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	})
+	if j.Spec.Suspend == nil || !*j.Spec.Suspend {
+		h.t.Fatalf("Job %s was not suspended by Kueue's webhook on creation", name)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		list := kueueList(kueueWorkload)
+		h.must(k8s.List(h.ctx, list, client.InNamespace(j.Namespace)))
+		for i := range list.Items {
+			for _, o := range list.Items[i].GetOwnerReferences() {
+				if o.UID == j.UID {
+					return j, &list.Items[i]
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("no Workload for Job %s within 90s; Kueue log (tail): %s", name, tail(kueueLog.String(), 3000))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // untilKueue polls the object until cond holds: Kueue's controller runs on its own clock,
@@ -429,10 +351,11 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// TestKueueDemandBringsNightIn: a night Workload submitted by day is held by gpupool's
-// check within night's waiting quota; as demand it brings night in early (BringIn), the
-// check says the demand switch is in progress, and Kueue admits the Workload once the
-// night node is ready for work.
+// TestKueueDemandBringsNightIn: a night Job submitted to a LocalQueue by day is suspended
+// by Kueue's webhook, and its Workload is held by gpupool's check within night's waiting
+// quota; as demand it brings night in early (BringIn), the check says the demand switch
+// is in progress, and Kueue admits the Workload, and starts the Job, once the night node
+// is ready for work.
 func TestKueueDemandBringsNightIn(t *testing.T) {
 	startKueue(t)
 	h := newHarness(t, "kqd-")
@@ -452,14 +375,15 @@ func TestKueueDemandBringsNightIn(t *testing.T) {
 		t.Fatalf("quota with day ready: %s, want %s", got, want)
 	}
 
-	wl := h.workload(w, "train", "training", 1)
+	job, wl := h.job(w, "train", "training", 1)
 	h.untilKueue(wl, "quota reserved on night and gpupool's check listed", func(o *unstructured.Unstructured) bool {
 		st, _ := gpupoolCheck(o, w.check)
 		return conditionTrue(o, "QuotaReserved") && st != ""
 	})
 	h.reconcile(pool.Name)
 	p := h.get(pool.Name)
-	if d := layoutDemand(p, "night"); d.PendingGPUs != 1 || !containsString(d.Pods, "workload "+h.prefix+"apps/train") || d.PendingSince == nil {
+	wlName := "workload " + h.prefix + "apps/" + wl.GetName()
+	if d := layoutDemand(p, "night"); d.PendingGPUs != 1 || !containsString(d.Pods, wlName) || d.PendingSince == nil {
 		t.Fatalf("night demand %+v, want the held Workload", d)
 	}
 	h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(wl), wl))
@@ -471,7 +395,7 @@ func TestKueueDemandBringsNightIn(t *testing.T) {
 	h.clock.Step(2 * time.Minute)
 	h.reconcile(pool.Name)
 	p = h.get(pool.Name)
-	if tr := p.Status.Transition; tr == nil || tr.To != "night" || tr.Reason != gpupoolv1.DesiredByDemand || !strings.Contains(tr.Cause, "workload "+h.prefix+"apps/train") {
+	if tr := p.Status.Transition; tr == nil || tr.To != "night" || tr.Reason != gpupoolv1.DesiredByDemand || !strings.Contains(tr.Cause, wlName) {
 		t.Fatalf("transition %+v (demand: %s), want a demand switch to night caused by the Workload", p.Status.Transition, p.Status.Demand.Message)
 	}
 	h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(wl), wl))
@@ -484,4 +408,15 @@ func TestKueueDemandBringsNightIn(t *testing.T) {
 		t.Fatalf("quota with night ready: %s, want %s", got, want)
 	}
 	h.untilKueue(wl, "admitted by Kueue", func(o *unstructured.Unstructured) bool { return conditionTrue(o, "Admitted") })
+	// Kueue starts the Job it admitted, on the night flavor's nodes.
+	deadline := time.Now().Add(90 * time.Second)
+	for h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(job), job)); job.Spec.Suspend != nil && *job.Spec.Suspend; h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(job), job)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Job still suspended 90s after its Workload was admitted")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if sel := job.Spec.Template.Spec.NodeSelector["lab.example/workload"]; sel != "training" {
+		t.Fatalf("admitted Job's nodeSelector %v, want the night flavor's nodes", job.Spec.Template.Spec.NodeSelector)
+	}
 }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds Kueue's manager (sigs.k8s.io/kueue/cmd/kueue) from source through the Go module
 # proxy, in module mode at the pinned version, into $BIN_DIR/kueue-$KUEUE_VERSION, and
-# copies its CRDs (config/components/crd/bases of the module) into
-# $BIN_DIR/kueue-crds-$KUEUE_VERSION, for the tests that run Kueue's own controller.
+# copies its CRDs and webhook configurations (config/components/crd/bases and
+# config/components/webhook/manifests.yaml of the module) into
+# $BIN_DIR/kueue-config-$KUEUE_VERSION/{crd,webhook}, for the tests and the local
+# environment that run Kueue's own controller (test/kueueenv).
 #
 # Cached like the control plane (hack/build-controlplane.sh): the binary and the CRDs are
 # kept by version in $GPUPOOL_CACHE_DIR (default ${XDG_CACHE_HOME:-~/.cache}/gpupool/kueue)
@@ -18,7 +20,7 @@ CACHE_DIR=${GPUPOOL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpupool}/kueue
 mkdir -p "$CACHE_DIR"
 
 bin=kueue-$KUEUE_VERSION
-crds=kueue-crds-$KUEUE_VERSION
+crds=kueue-config-$KUEUE_VERSION
 if [[ -x "$BIN_DIR/$bin" && -d "$BIN_DIR/$crds" ]]; then
   echo "kueue: $KUEUE_VERSION is up to date"
   exit 0
@@ -39,8 +41,9 @@ fi
 if [[ ! -d "$CACHE_DIR/$crds" ]]; then
   dir=$(cd "$CACHE_DIR" && GOFLAGS= go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
   [[ -d "$dir/config/components/crd/bases" ]] || { echo "kueue: no CRDs in the module at $dir" >&2; exit 1; }
-  rm -rf "$CACHE_DIR/$crds.tmp" && mkdir -p "$CACHE_DIR/$crds.tmp"
-  cp "$dir"/config/components/crd/bases/*.yaml "$CACHE_DIR/$crds.tmp/"
+  rm -rf "$CACHE_DIR/$crds.tmp" && mkdir -p "$CACHE_DIR/$crds.tmp/crd" "$CACHE_DIR/$crds.tmp/webhook"
+  cp "$dir"/config/components/crd/bases/*.yaml "$CACHE_DIR/$crds.tmp/crd/"
+  cp "$dir"/config/components/webhook/manifests.yaml "$CACHE_DIR/$crds.tmp/webhook/"
   chmod -R u+w "$CACHE_DIR/$crds.tmp"
   mv "$CACHE_DIR/$crds.tmp" "$CACHE_DIR/$crds"
 fi

@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testcert"
 	"github.com/gpupool/gpupool/test/cluster"
 	"github.com/gpupool/gpupool/vsphere"
 )
@@ -573,10 +575,11 @@ func freePort() (int, error) {
 
 func (e *Env) startOperator(ctx context.Context) error {
 	certDir := filepath.Join(e.Dir, "webhook-certs")
-	caPEM, err := writeServingCert(certDir)
+	cert, err := testcert.WriteServing(certDir, "gpupool-webhook.local")
 	if err != nil {
 		return err
 	}
+	caPEM := base64.StdEncoding.EncodeToString(cert)
 	port, err := freePort()
 	if err != nil {
 		return err

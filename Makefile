@@ -183,7 +183,7 @@ image: ## Build the manager's OCI image (linux/amd64, linux/arm64) from scratch 
 ##@ Local environment
 
 .PHONY: demo
-demo: controlplane build image-host ## Show a day -> night -> day switch on a local cluster, then stop everything.
+demo: controlplane kueue build image-host ## Show a day -> night -> day switch on a local cluster, then stop everything.
 	$(BIN_DIR)/gpupool-local demo $(DEMO_FLAGS)
 
 .PHONY: demo-demand
@@ -192,7 +192,7 @@ demo-demand: controlplane build image-host ## Show demand at work: a training Jo
 
 LOCAL_DIR ?= $(CURDIR)/.local-env
 .PHONY: up
-up: controlplane build image-host ## Start the local environment in LOCAL_DIR and return when it is ready.
+up: controlplane kueue build image-host ## Start the local environment in LOCAL_DIR and return when it is ready.
 	$(BIN_DIR)/gpupool-local up --dir $(LOCAL_DIR)
 
 .PHONY: down
@@ -206,5 +206,5 @@ BENCH_FLAGS ?=
 bench-transition: controlplane build image-host ## Benchmark day -> night -> day on the local environment at BENCH_HOSTS hosts and print a table (not part of make test).
 	$(BIN_DIR)/gpupool-local bench --hosts $(BENCH_HOSTS) --timeout 30m $(BENCH_FLAGS)
 
-test-e2e: controlplane build image-host ## Run the end-to-end tests on the local environment (the manager from the image): the demand demo, the demo scenario, then the fault test.
+test-e2e: controlplane kueue build image-host ## Run the end-to-end tests on the local environment (the manager from the image): the demand demo, the demo scenario, then the fault test.
 	go test -tags e2e -count=1 -v -timeout 40m ./test/e2e/

@@ -463,7 +463,12 @@ func clockTime(pool *gpupoolv1.GPUPoolProfile, t time.Time) string {
 	return t.In(loc).Format("15:04")
 }
 
+// inDuration says how far ahead d is, to the minute; under a minute to the second, so
+// that a switch 20s ahead does not read as now.
 func inDuration(d time.Duration) string {
+	if s := d.Round(time.Second); s > 0 && s < 30*time.Second {
+		return fmt.Sprintf("in %ds", int(s/time.Second))
+	}
 	d = d.Round(time.Minute)
 	h, m := int(d/time.Hour), int(d%time.Hour/time.Minute)
 	switch {

@@ -48,6 +48,7 @@ func run(ctx context.Context, args []string) error {
 	keep := fs.Bool("keep", false, "demo, demo-demand: keep the environment up afterwards (stop it with 'down --dir DIR'); bench: keep each size's state folder (logs, inventory, call counts)")
 	night := fs.Duration("night", 2*time.Minute, "demo: how long the night window lasts")
 	timeout := fs.Duration("timeout", 10*time.Minute, "demo, demo-demand, bench: give up after this long (bench: per size)")
+	kueue := fs.Bool("kueue", true, "up, demo: also run Kueue's manager (bin-dir/kueue-<version>, 'make kueue'); the demo queues its training Job through it")
 	bench := benchFlags(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -62,7 +63,8 @@ func run(ctx context.Context, args []string) error {
 		}
 		return filepath.Join(absRoot, p)
 	}
-	opts := localenv.Options{Dir: *dir, Root: absRoot, BinDir: abs(*binDir), Inventory: abs(*inventory), Log: os.Stdout}
+	opts := localenv.Options{Dir: *dir, Root: absRoot, BinDir: abs(*binDir), Inventory: abs(*inventory), Log: os.Stdout,
+		Kueue: *kueue && (cmd == "up" || cmd == "demo")}
 	if *image != "" {
 		opts.Image = abs(*image)
 	}

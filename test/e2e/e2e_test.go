@@ -33,7 +33,9 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"),
 		Inventory: filepath.Join(root, "test", "vgpusim", "testdata", "daynight.yaml"), Log: os.Stdout,
 		// The manager runs from the image 'make image' built: a broken image fails the test.
-		Image: filepath.Join(root, "dist", "image")}
+		Image: filepath.Join(root, "dist", "image"),
+		// Kueue's own manager runs too: the training Job is queued through it.
+		Kueue: true}
 	ctx := context.Background()
 	env, err := localenv.Up(ctx, opts)
 	if err != nil {
@@ -89,6 +91,7 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 	if res.TrainingNode != "gpu-night-1" || !res.TrainingSucceeded {
 		t.Errorf("training ran on %q (succeeded %v), want gpu-night-1", res.TrainingNode, res.TrainingSucceeded)
 	}
+	checkKueue(t, res)
 
 	// Node labels after the cycle.
 	for _, name := range []string{"gpu-day-1", "gpu-day-2", "gpu-day-3", "gpu-day-4", "gpu-night-1"} {
@@ -214,4 +217,24 @@ func readPids(t *testing.T, dir string) map[string]int {
 		t.Fatalf("want the pids of at least 6 processes, found %v", out)
 	}
 	return out
+}
+
+// checkKueue: the training Job, queued through Kueue by day, was held by gpupool's check
+// with when night comes, and admitted once night's nodes were ready for work; the day
+// flavor's quota dropped at warnAhead, before any day node was cordoned, and a day Job
+// submitted then was admitted only once day was back and ready.
+func checkKueue(t *testing.T, res *localenv.DemoResult) {
+	t.Helper()
+	if !strings.HasPrefix(res.KueueHeld, "waiting for layout night at ") || !strings.Contains(res.KueueHeld, "(in ") {
+		t.Errorf("by day the training Workload's check said %q, want \"waiting for layout night at HH:MM (in ...)\"", res.KueueHeld)
+	}
+	if res.KueueAdmittedWith != "phase Steady, active night, ready true" {
+		t.Errorf("the training Workload was first seen admitted with the pool in %q, want night ready for work", res.KueueAdmittedWith)
+	}
+	if !res.DayQuotaDroppedBeforeDrain {
+		t.Errorf("the day flavor's quota was not seen at 0 before the day nodes were cordoned")
+	}
+	if !strings.HasPrefix(res.LateAdmittedWith, "phase Steady, active day, ready true, layouts seen day,night,day") {
+		t.Errorf("the day Job submitted after the quota drop was first seen admitted with the pool in %q, want day back and ready", res.LateAdmittedWith)
+	}
 }

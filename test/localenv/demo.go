@@ -60,6 +60,19 @@ type DemoResult struct {
 	// Warned are the nodes seen carrying gpupool.dev/draining-soon while still
 	// schedulable: warned before their drain.
 	Warned []string
+
+	// With Options.Kueue, the training Job goes through Kueue:
+	// KueueHeld is the first "waiting for layout night at ..." message of gpupool's check
+	// on its Workload, by day.
+	KueueHeld string
+	// KueueAdmittedWith is the pool's state when its Workload was first seen admitted.
+	KueueAdmittedWith string
+	// DayQuotaDroppedBeforeDrain says whether the day flavor's quota was seen at 0 by day
+	// before any day node was cordoned (warnAhead).
+	DayQuotaDroppedBeforeDrain bool
+	// LateAdmittedWith is the pool's state when the day Job submitted after that drop was
+	// first seen admitted ("" if it never was).
+	LateAdmittedWith string
 }
 
 // DemoPoolSpec is the day/night sample with a compressed schedule: day is the default,
@@ -94,13 +107,22 @@ func (e *Env) DemoPoolSpec(now time.Time, nightFor time.Duration) *gpupoolv1.GPU
 				WarnAhead: &metav1.Duration{Duration: 20 * time.Second}},
 			DefaultLayout: "day",
 			Drain:         gpupoolv1.DrainSpec{Timeout: &metav1.Duration{Duration: 3 * time.Minute}, OnTimeout: gpupoolv1.DrainAbort},
+			Kueue:         e.demoKueue(),
 		},
 	}
 }
 
+func (e *Env) demoKueue() *gpupoolv1.KueueSpec {
+	if !e.Kueue {
+		return nil
+	}
+	return demoKueue()
+}
+
 // applyWorkloads creates the demo workloads: an inference Deployment that prefers the
 // day (GPU) nodes and can fall back to the CPU node, with a PodDisruptionBudget, and a
-// training Job that needs the night node.
+// training Job that needs the night node (with Kueue: submitted through its LocalQueue,
+// after Kueue's objects).
 func (e *Env) applyWorkloads(ctx context.Context) error {
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: trainingJob, Namespace: DemoNamespace},
@@ -111,7 +133,16 @@ func (e *Env) applyWorkloads(ctx context.Context) error {
 			Tolerations:   []corev1.Toleration{{Key: "lab.example/training", Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
 		}}},
 	}
-	return e.applyInference(ctx, job)
+	if !e.Kueue {
+		return e.applyInference(ctx, job)
+	}
+	if err := e.applyInference(ctx); err != nil {
+		return err
+	}
+	if err := e.Apply(ctx, []byte(demoKueueObjects()), nil); err != nil {
+		return fmt.Errorf("creating the demo's Kueue objects: %w", err)
+	}
+	return e.Client.Create(ctx, queued(job))
 }
 
 // applyInference creates the demo's namespace, its inference Deployment with its
@@ -254,6 +285,7 @@ func RunDemo(ctx context.Context, e *Env, out io.Writer, nightFor, timeout time.
 	}()
 
 	res := &DemoResult{}
+	kq := &kueueDemo{}
 	var last struct {
 		line, nodes, pods string
 		steps             map[string]string
@@ -298,6 +330,11 @@ func RunDemo(ctx context.Context, e *Env, out io.Writer, nightFor, timeout time.
 				last.steps[wk.VM] = key
 			}
 		}
+		if e.Kueue {
+			if err := kq.observe(ctx, e, &p, res, say); err != nil {
+				return res, err
+			}
+		}
 		nodes, pods, err := e.snapshot(ctx, res)
 		if err != nil {
 			return res, err
@@ -332,6 +369,11 @@ func RunDemo(ctx context.Context, e *Env, out io.Writer, nightFor, timeout time.
 		case <-ctx.Done():
 			return res, fmt.Errorf("no day -> night -> day cycle within %s; layouts seen: %v", timeout, res.Layouts)
 		case <-time.After(time.Second):
+		}
+	}
+	if e.Kueue {
+		if err := kq.untilLateAdmitted(ctx, e, res, say); err != nil {
+			return res, err
 		}
 	}
 	var job batchv1.Job
@@ -411,7 +453,7 @@ func (e *Env) snapshot(ctx context.Context, res *DemoResult) (string, string, er
 		}
 		app := p.Labels["app"]
 		if app == "" {
-			app = trainingJob
+			app = p.Labels["job-name"]
 		}
 		name := app
 		if p.Status.Phase == corev1.PodSucceeded {

@@ -40,6 +40,7 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/testcert"
 	"github.com/gpupool/gpupool/test/cluster"
+	"github.com/gpupool/gpupool/test/kueueenv"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
@@ -60,6 +61,9 @@ type Options struct {
 	Image string
 	// VgpusimArgs are more flags for vgpusim, such as task delays.
 	VgpusimArgs []string
+	// Kueue runs Kueue's own manager (BinDir/kueue-<version>, 'make kueue') with its CRDs
+	// and webhooks, and the demo queues its training Job through it.
+	Kueue bool
 }
 
 // Env is a running local environment.
@@ -188,6 +192,13 @@ func Up(ctx context.Context, o Options) (_ *Env, err error) {
 	}
 	if err := e.createBasics(ctx); err != nil {
 		return nil, err
+	}
+
+	if o.Kueue {
+		o.logf("==> starting Kueue %s (its CRDs, webhooks and manager)", kueueenv.Version)
+		if err := e.startKueue(ctx); err != nil {
+			return nil, err
+		}
 	}
 
 	// 4. The power wire.

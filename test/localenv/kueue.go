@@ -1,0 +1,326 @@
+package localenv
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/test/kueueenv"
+)
+
+// Kueue in the local environment (Options.Kueue): Kueue's own manager, built from source
+// by 'make kueue', with its CRDs and webhooks, and for the demo the queue of its training
+// Job (docs/kueue.md): a ResourceFlavor per layout, gpupool's AdmissionCheck on the night
+// flavor, a ClusterQueue that opted in to the pool, and a LocalQueue in the demo namespace.
+const (
+	KueueDayFlavor   = "day-p100-4q"
+	KueueNightFlavor = "night-p100-16q"
+	KueueCheck       = "gpupool-layout"
+	KueueQueue       = "training"
+	// lateJob is a day Job the demo submits once the day flavor's quota dropped ahead of
+	// the night: Kueue must not admit it onto nodes about to be drained.
+	lateJob = "late-inference"
+)
+
+// startKueue installs Kueue's CRDs and webhooks and starts its manager, before the
+// operator, so that the operator watches Kueue's Workloads from its start.
+func (e *Env) startKueue(ctx context.Context) error {
+	paths, err := kueueenv.In(e.BinDir)
+	if err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(filepath.Join(e.Dir, "kueue"))
+	if err != nil {
+		return err
+	}
+	kubeconfig, err := filepath.Abs(e.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	served, err := kueueenv.Prepare(dir, kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := kueueenv.Install(ctx, e.rest, paths, served); err != nil {
+		return fmt.Errorf("installing Kueue: %w", err)
+	}
+	if _, err := e.spawn("kueue", paths.Bin, served.Args...); err != nil {
+		return err
+	}
+	log := filepath.Join(e.Dir, "logs", "kueue.log")
+	return kueueenv.Ready(ctx, e.rest, 2*time.Minute, func() error {
+		if !running(e.pidFile("kueue")) {
+			return fmt.Errorf("see %s", log)
+		}
+		return nil
+	})
+}
+
+// demoKueue is the demo pool's spec.kueue: day's four GPUs while day is ready for work;
+// night's one GPU while night is, and by day one GPU of training may queue and wait.
+func demoKueue() *gpupoolv1.KueueSpec {
+	gpus := func(n string) corev1.ResourceList { return corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(n)} }
+	return &gpupoolv1.KueueSpec{Flavors: []gpupoolv1.KueueFlavor{
+		{Name: KueueDayFlavor, Layout: "day", Quota: gpus("4")},
+		{Name: KueueNightFlavor, Layout: "night", Quota: gpus("1"), WaitingQuota: gpus("1")},
+	}}
+}
+
+// demoKueueObjects are the Kueue objects of the demo, as docs/kueue.md's example.
+func demoKueueObjects() string {
+	return fmt.Sprintf(`apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: %[1]s}
+spec:
+  nodeLabels: {lab.example/workload: inference}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: %[2]s}
+spec:
+  nodeLabels: {lab.example/workload: training}
+  nodeTaints: [{key: lab.example/training, value: "true", effect: NoSchedule}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: AdmissionCheck
+metadata: {name: %[3]s}
+spec: {controllerName: %[4]s}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata:
+  name: %[5]s
+  labels: {%[6]s: %[7]s}
+spec:
+  namespaceSelector: {}
+  admissionChecksStrategy:
+    admissionChecks: [{name: %[3]s, onFlavors: [%[2]s]}]
+  resourceGroups:
+    - coveredResources: [nvidia.com/gpu]
+      flavors:
+        - name: %[1]s
+          resources: [{name: nvidia.com/gpu, nominalQuota: "0"}]
+        - name: %[2]s
+          resources: [{name: nvidia.com/gpu, nominalQuota: "0"}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: %[5]s, namespace: %[8]s}
+spec: {clusterQueue: %[5]s}
+`, KueueDayFlavor, KueueNightFlavor, KueueCheck, gpupoolv1.KueueAdmissionCheckController, KueueQueue,
+		gpupoolv1.LabelKueuePool, DemoPool, DemoNamespace)
+}
+
+// queued submits the Job through the demo's LocalQueue, asking for one GPU: Kueue's
+// webhook suspends it until Kueue admits its Workload.
+func queued(j *batchv1.Job) *batchv1.Job {
+	if j.Labels == nil {
+		j.Labels = map[string]string{}
+	}
+	j.Labels["kueue.x-k8s.io/queue-name"] = KueueQueue
+	gpu := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+	for i := range j.Spec.Template.Spec.Containers {
+		j.Spec.Template.Spec.Containers[i].Resources = corev1.ResourceRequirements{Requests: gpu, Limits: gpu}
+	}
+	return j
+}
+
+// lateDayJob is a one-GPU inference batch Job for the day nodes.
+func lateDayJob() *batchv1.Job {
+	return queued(&batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: lateJob, Namespace: DemoNamespace},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "batch", Image: "inference:demo"}},
+			NodeSelector:  map[string]string{"lab.example/workload": "inference"},
+		}}},
+	})
+}
+
+var kueueGV = schema.GroupVersion{Group: "kueue.x-k8s.io", Version: "v1beta2"}
+
+// workloadOf is the Workload Kueue made for the demo's Job named job, if any.
+func (e *Env) workloadOf(ctx context.Context, job string) (*unstructured.Unstructured, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(kueueGV.WithKind("WorkloadList"))
+	if err := e.Client.List(ctx, list, client.InNamespace(DemoNamespace)); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		for _, o := range list.Items[i].GetOwnerReferences() {
+			if o.Kind == "Job" && o.Name == job {
+				return &list.Items[i], nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// checkOf is the state and message of the named admission check on the Workload.
+func checkOf(wl *unstructured.Unstructured, name string) (string, string) {
+	checks, _, _ := unstructured.NestedSlice(wl.Object, "status", "admissionChecks")
+	for _, c := range checks {
+		m, _ := c.(map[string]any)
+		if m["name"] == name {
+			st, _ := m["state"].(string)
+			msg, _ := m["message"].(string)
+			return st, msg
+		}
+	}
+	return "", ""
+}
+
+func admitted(wl *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(wl.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Admitted" {
+			return m["status"] == "True"
+		}
+	}
+	return false
+}
+
+// flavorQuota is the nominalQuota of nvidia.com/gpu of the flavor in the demo's
+// ClusterQueue ("" when not listed).
+func (e *Env) flavorQuota(ctx context.Context, flavor string) (string, error) {
+	cq := &unstructured.Unstructured{}
+	cq.SetGroupVersionKind(kueueGV.WithKind("ClusterQueue"))
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: KueueQueue}, cq); err != nil {
+		return "", err
+	}
+	groups, _, _ := unstructured.NestedSlice(cq.Object, "spec", "resourceGroups")
+	for _, g := range groups {
+		flavors, _, _ := unstructured.NestedSlice(g.(map[string]any), "flavors")
+		for _, f := range flavors {
+			fm := f.(map[string]any)
+			if fm["name"] != flavor {
+				continue
+			}
+			res, _, _ := unstructured.NestedSlice(fm, "resources")
+			for _, r := range res {
+				rm := r.(map[string]any)
+				if rm["name"] == "nvidia.com/gpu" {
+					return fmt.Sprint(rm["nominalQuota"]), nil
+				}
+			}
+		}
+	}
+	return "", nil
+}
+
+// kueueDemo is what the demo watches of Kueue, sampled with the pool on every round.
+type kueueDemo struct {
+	trainingCheck, dayQuota string
+	// dayRaised: the day flavor was seen with quota (gpupool set it; the ClusterQueue is
+	// created with 0), so that a 0 after it is the drop ahead of the night.
+	dayRaised, lateSubmitted bool
+}
+
+// dayCordoned says whether a node of the day layout is cordoned.
+func (e *Env) dayCordoned(ctx context.Context) (bool, error) {
+	var nodes corev1.NodeList
+	if err := e.Client.List(ctx, &nodes, client.MatchingLabels{"gpupool.dev/layout": "day"}); err != nil {
+		return false, err
+	}
+	for _, n := range nodes.Items {
+		if n.Spec.Unschedulable {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// observe records, with the pool p: the training
+// Workload's check and when Kueue admitted it, the day flavor's quota and, once it
+// dropped ahead of the night, a late day Job submitted and whether Kueue admitted it
+// before day's nodes were ready for work again.
+func (k *kueueDemo) observe(ctx context.Context, e *Env, p *gpupoolv1.GPUPoolProfile, res *DemoResult, say func(string, ...any)) error {
+	ready := func(layout string) bool {
+		return p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == layout && p.Status.Transition == nil
+	}
+	wl, err := e.workloadOf(ctx, trainingJob)
+	if err != nil {
+		return err
+	}
+	if wl != nil {
+		st, msg := checkOf(wl, KueueCheck)
+		if line := st + " " + msg; st != "" && line != k.trainingCheck {
+			say("  kueue: Workload of Job %s: check %s %s: %s", trainingJob, KueueCheck, st, msg)
+			k.trainingCheck = line
+			if st == "Pending" && strings.HasPrefix(msg, "waiting for layout night at ") && res.KueueHeld == "" {
+				res.KueueHeld = msg
+			}
+		}
+		if admitted(wl) && res.KueueAdmittedWith == "" {
+			res.KueueAdmittedWith = fmt.Sprintf("phase %s, active %s, ready %v", p.Status.Phase, p.Status.ActiveLayout, ready("night"))
+			say("  kueue: Workload of Job %s admitted (pool: %s)", trainingJob, res.KueueAdmittedWith)
+		}
+	}
+	q, err := e.flavorQuota(ctx, KueueDayFlavor)
+	if err != nil {
+		return err
+	}
+	if q != k.dayQuota {
+		say("  kueue: ClusterQueue %s: %s nominalQuota nvidia.com/gpu %s", KueueQueue, KueueDayFlavor, q)
+		k.dayQuota = q
+		k.dayRaised = k.dayRaised || (q != "0" && q != "")
+		cordoned, err := e.dayCordoned(ctx)
+		if err != nil {
+			return err
+		}
+		if q == "0" && k.dayRaised && p.Status.ActiveLayout == "day" && !cordoned && len(res.Layouts) == 1 {
+			res.DayQuotaDroppedBeforeDrain = true
+		}
+	}
+	if q == "0" && k.dayRaised && !k.lateSubmitted && len(res.Layouts) == 1 {
+		say("  kueue: submitting Job %s/%s (1 GPU on the day nodes) through LocalQueue %s", DemoNamespace, lateJob, KueueQueue)
+		if err := e.Client.Create(ctx, lateDayJob()); client.IgnoreAlreadyExists(err) != nil {
+			return err
+		}
+		k.lateSubmitted = true
+	}
+	if !k.lateSubmitted {
+		return nil
+	}
+	late, err := e.workloadOf(ctx, lateJob)
+	if err != nil || late == nil || !admitted(late) || res.LateAdmittedWith != "" {
+		return err
+	}
+	res.LateAdmittedWith = fmt.Sprintf("phase %s, active %s, ready %v, layouts seen %s", p.Status.Phase, p.Status.ActiveLayout, ready("day"), strings.Join(res.Layouts, ","))
+	say("  kueue: Workload of Job %s admitted (pool: %s)", lateJob, res.LateAdmittedWith)
+	return nil
+}
+
+// untilLateAdmitted waits, after the cycle, until Kueue admits the late day Job, now that
+// day's nodes are ready for work and its flavor has its quota again.
+func (k *kueueDemo) untilLateAdmitted(ctx context.Context, e *Env, res *DemoResult, say func(string, ...any)) error {
+	if !k.lateSubmitted {
+		return nil
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for res.LateAdmittedWith == "" && time.Now().Before(deadline) {
+		var p gpupoolv1.GPUPoolProfile
+		if err := e.Client.Get(ctx, client.ObjectKey{Name: DemoPool}, &p); err != nil {
+			return err
+		}
+		if err := k.observe(ctx, e, &p, res, say); err != nil {
+			return err
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -70,7 +70,9 @@ func (e *Env) startKueue(ctx context.Context) error {
 // demoKueue is the demo pool's spec.kueue: day's four GPUs while day is ready for work;
 // night's one GPU while night is, and by day one GPU of training may queue and wait.
 func demoKueue() *gpupoolv1.KueueSpec {
-	gpus := func(n string) corev1.ResourceList { return corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(n)} }
+	gpus := func(n string) corev1.ResourceList {
+		return corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(n)}
+	}
 	return &gpupoolv1.KueueSpec{Flavors: []gpupoolv1.KueueFlavor{
 		{Name: KueueDayFlavor, Layout: "day", Quota: gpus("4")},
 		{Name: KueueNightFlavor, Layout: "night", Quota: gpus("1"), WaitingQuota: gpus("1")},

@@ -81,6 +81,9 @@ type GPUPoolProfileReconciler struct {
 	// tasks wakes a pool when one of its vSphere tasks ends; nil (the tests that call
 	// Reconcile directly) leaves the waits to the requeue.
 	tasks *taskWatch
+	// kueueWatch starts the watch of Kueue's Workloads once Kueue is installed; nil (the
+	// tests that call Reconcile directly) watches nothing.
+	kueueWatch *kueueWatch
 }
 
 // Reconcile implements reconcile.Reconciler: observe, decide, act; then one function
@@ -527,17 +530,21 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfPodNode), builder.WithPredicates(podChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.demandPools), builder.WithPredicates(demandPodChanged())).
 		WatchesRawSource(source.Channel(r.tasks.events, &handler.EnqueueRequestForObject{}))
-	// Kueue's Workloads (spec.kueue), when Kueue is installed: a Workload that reserves
-	// quota needs its check set, and counts as demand. Kueue installed later is seen
-	// after a restart of the manager.
-	if _, err := mgr.GetRESTMapper().RESTMapping(kueueWorkload.GroupKind(), kueueWorkload.Version); err == nil {
-		wl := &unstructured.Unstructured{}
-		wl.SetGroupVersionKind(kueueWorkload)
-		b = b.Watches(wl, handler.EnqueueRequestsFromMapFunc(r.kueuePools))
-	}
-	return b.Named("gpupoolprofile").
+	c, err := b.Named("gpupoolprofile").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
-		Complete(r)
+		Build(r)
+	if err != nil {
+		return err
+	}
+	// Kueue's Workloads (spec.kueue), once Kueue is installed (now or later): a Workload
+	// that reserves quota needs its check set, and counts as demand.
+	wl := &unstructured.Unstructured{}
+	wl.SetGroupVersionKind(kueueWorkload)
+	r.kueueWatch = &kueueWatch{mapper: mgr.GetRESTMapper(), start: func() error {
+		return c.Watch(source.Kind[client.Object](mgr.GetCache(), wl, handler.EnqueueRequestsFromMapFunc(r.kueuePools)))
+	}}
+	_, err = r.kueueWatch.ensure(r.Clock.Now())
+	return err
 }
 
 // kueuePools maps a Workload event to the pools that set spec.kueue.

@@ -114,6 +114,9 @@ func (r *GPUPoolProfileReconciler) syncKueue(ctx context.Context, s *scope) time
 		return 0
 	}
 	logger := log.FromContext(ctx)
+	if _, err := r.kueueWatch.ensure(s.now); err != nil {
+		logger.Error(err, "kueue: starting the watch of Workloads")
+	}
 	var again time.Duration
 	next, err := r.syncQuota(ctx, pool, s.now)
 	if err == nil {

@@ -1,0 +1,58 @@
+package controllers
+
+import (
+	"cmp"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// kueueRecheck is how often a pool with spec.kueue looks again whether Kueue's API is
+// served when it was not: one discovery request per period, whatever the passes.
+const kueueRecheck = time.Minute
+
+// kueueWatch starts the watch of Kueue's Workloads once Kueue's API is served: when the
+// manager starts, or on a pass of a pool with spec.kueue after Kueue was installed later,
+// so that installing Kueue after gpupool needs no restart. The watch is started once.
+type kueueWatch struct {
+	mapper meta.RESTMapper
+	// gvk is the kind watched (zero: Kueue's Workload).
+	gvk schema.GroupVersionKind
+	// start adds the Workload watch to the controller.
+	start func() error
+
+	mu        sync.Mutex
+	started   bool
+	checkedAt time.Time
+}
+
+// ensure starts the watch if Kueue's Workload API is served and it has not started; it
+// asks the API server at most once per kueueRecheck. It says whether the watch runs.
+func (w *kueueWatch) ensure(now time.Time) (bool, error) {
+	if w == nil {
+		return false, nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return true, nil
+	}
+	if !w.checkedAt.IsZero() && now.Sub(w.checkedAt) < kueueRecheck && now.After(w.checkedAt) {
+		return false, nil
+	}
+	w.checkedAt = now
+	// Any error is "not served": a group the API server does not know comes back from
+	// controller-runtime's mapper as a no-match, a discovery failure or a not-found, and
+	// a manager without Kueue must start all the same.
+	gvk := cmp.Or(w.gvk, kueueWorkload)
+	if _, err := w.mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+		return false, nil
+	}
+	if err := w.start(); err != nil {
+		return false, err
+	}
+	w.started = true
+	return true, nil
+}

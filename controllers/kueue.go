@@ -110,7 +110,11 @@ func flavorQuota(pool *gpupoolv1.GPUPoolProfile, f *gpupoolv1.KueueFlavor, now t
 // for a layout. It returns how soon to look again (0: no sooner than otherwise).
 func (r *GPUPoolProfileReconciler) syncKueue(ctx context.Context, s *scope) time.Duration {
 	pool := s.pool
-	if pool.Spec.Kueue == nil || pool.Spec.Paused {
+	if pool.Spec.Kueue == nil {
+		forgetKueueMetrics(pool.Name)
+		return 0
+	}
+	if pool.Spec.Paused {
 		return 0
 	}
 	logger := log.FromContext(ctx)
@@ -125,6 +129,7 @@ func (r *GPUPoolProfileReconciler) syncKueue(ctx context.Context, s *scope) time
 	if err != nil {
 		logger.Error(err, "kueue: syncing quota and admission checks")
 		r.emit(pool, corev1.EventTypeWarning, "KueueSyncFailed", "%s", truncate(err.Error(), maxDemandMessage))
+		kueueSyncErrors.WithLabelValues(pool.Name).Inc()
 		again = requeueKueue
 	}
 	if !next.IsZero() {
@@ -149,6 +154,7 @@ func (r *GPUPoolProfileReconciler) syncQuota(ctx context.Context, pool *gpupoolv
 			next = at
 		}
 	}
+	publishKueueQuota(pool.Name, want)
 	cqs := kueueList(kueueClusterQueue)
 	if err := r.Client.List(ctx, cqs, client.MatchingLabels{gpupoolv1.LabelKueuePool: pool.Name}); err != nil {
 		return next, fmt.Errorf("listing ClusterQueues: %w", err)
@@ -391,6 +397,8 @@ func (r *GPUPoolProfileReconciler) syncChecks(ctx context.Context, pool *gpupool
 		return err
 	}
 	var errs []error
+	pending := 0
+	defer func() { publishKueueHeld(pool.Name, pending) }()
 	for _, h := range held {
 		state, msg := checkReady, "layout "+strings.Join(h.layouts, ", ")+" is ready for work"
 		for _, l := range h.layouts {
@@ -398,6 +406,9 @@ func (r *GPUPoolProfileReconciler) syncChecks(ctx context.Context, pool *gpupool
 				state, msg = checkPending, waitingMessage(pool, l, now)
 				break
 			}
+		}
+		if state == checkPending {
+			pending++
 		}
 		if err := r.setCheck(ctx, h, state, msg, now); err != nil {
 			errs = append(errs, err)

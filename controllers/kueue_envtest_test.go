@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -292,6 +295,7 @@ func TestKueueBridge(t *testing.T) {
 	if got, want := h.quotas(w), "opted-in day=1 night=2, other day=9 night=9"; got != want {
 		t.Fatalf("quota with night ready: %s, want %s", got, want)
 	}
+	h.kueueGauges(pool.Name, w, "quota day=1 night=2, held 0")
 
 	// A day Workload by night: Kueue reserves day's waiting quota, gpupool's check holds it.
 	wl := h.workload(w, "train", "inference", 1)
@@ -313,6 +317,7 @@ func TestKueueBridge(t *testing.T) {
 		t.Fatalf("message %q", msg)
 	}
 	t.Logf("held: %s %q", st, msg)
+	h.kueueGauges(pool.Name, w, "quota day=1 night=2, held 1")
 	// It counts as demand for day.
 	if d := layoutDemand(h.get(pool.Name), "day"); d.PendingGPUs != 1 || !containsString(d.Pods, "workload "+h.prefix+"apps/train") {
 		t.Fatalf("day demand %+v, want 1 pending GPU from workload %sapps/train", d, h.prefix)
@@ -333,12 +338,53 @@ func TestKueueBridge(t *testing.T) {
 	if got, want := h.quotas(w), "opted-in day=4 night=0, other day=9 night=9"; got != want {
 		t.Fatalf("quota with day ready: %s, want %s", got, want)
 	}
+	h.kueueGauges(pool.Name, w, "quota day=4 night=0, held 0")
 	h.untilKueue(wl, "admitted by Kueue", func(o *unstructured.Unstructured) bool { return conditionTrue(o, "Admitted") })
 	if st, msg := gpupoolCheck(wl, w.check); st != checkReady || msg != "layout day is ready for work" {
 		t.Fatalf("check after day came: %s %q, want Ready", st, msg)
 	}
 	if d := layoutDemand(h.get(pool.Name), "day"); d.PendingGPUs != 0 {
 		t.Fatalf("day demand once admitted: %+v, want none", d)
+	}
+
+	// Without spec.kueue the pool's Kueue series go.
+	h.patchPool(pool.Name, func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Kueue = nil })
+	h.reconcile(pool.Name)
+	if n := seriesOf(pool.Name); n != 0 {
+		t.Fatalf("%d Kueue series of pool %s left after spec.kueue was removed", n, pool.Name)
+	}
+}
+
+// seriesOf counts the Kueue gauges' series labelled with the pool.
+func seriesOf(pool string) int {
+	n := 0
+	for _, g := range []*prometheus.GaugeVec{kueueFlavorQuota, kueueHeld} {
+		ch := make(chan prometheus.Metric, 100)
+		g.Collect(ch)
+		close(ch)
+		for m := range ch {
+			var pb dto.Metric
+			_ = m.Write(&pb)
+			for _, l := range pb.GetLabel() {
+				if l.GetName() == "pool" && l.GetValue() == pool {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// kueueGauges checks the pool's Kueue gauges (gpupool_kueue_flavor_quota of the GPUs of
+// day and night, gpupool_kueue_held_workloads).
+func (h *harness) kueueGauges(pool string, w kueueWorld, want string) {
+	h.t.Helper()
+	q := func(f string) float64 {
+		return testutil.ToFloat64(kueueFlavorQuota.WithLabelValues(pool, f, string(DefaultGPUResource)))
+	}
+	got := fmt.Sprintf("quota day=%g night=%g, held %g", q(w.day), q(w.night), testutil.ToFloat64(kueueHeld.WithLabelValues(pool)))
+	if got != want {
+		h.t.Fatalf("Kueue gauges: %s, want %s", got, want)
 	}
 }
 

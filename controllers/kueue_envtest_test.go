@@ -106,6 +106,9 @@ func launchKueue() error {
 	kueueLog = &lockedBuffer{}
 	kueueCmd = exec.Command(paths.Bin, served.Args...)
 	kueueCmd.Stdout, kueueCmd.Stderr = kueueLog, kueueLog
+	// Killed with the test binary, also when a test times out and TestMain's cleanup
+	// does not run.
+	kueueCmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := kueueCmd.Start(); err != nil {
 		return fmt.Errorf("starting Kueue: %w", err)
 	}

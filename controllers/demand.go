@@ -240,6 +240,7 @@ func (pd podDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolPr
 		return nil, err
 	}
 	drained := drainedBySwitch(pool)
+	kept := keptByEveryOther(pool)
 	obs := map[string]plan.LayoutDemand{}
 	near := map[types.NamespacedName]bool{}
 	for i := range pods.Items {
@@ -263,7 +264,9 @@ func (pd podDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolPr
 			}
 			continue
 		}
-		if l, ok := layoutOf[p.Spec.NodeName]; ok && gpus > 0 {
+		// A pod on a node that every other layout keeps as it is does not use the
+		// layout it is labelled for: no switch would disrupt it.
+		if l, ok := layoutOf[p.Spec.NodeName]; ok && gpus > 0 && !kept[l][p.Spec.NodeName] {
 			o := obs[l]
 			o.RunningGPUs += gpus
 			obs[l] = o
@@ -406,6 +409,39 @@ func drainedBySwitch(pool *gpupoolv1.GPUPoolProfile) map[string]map[string]bool 
 			}
 		}
 		out[to.Name] = set
+	}
+	return out
+}
+
+// keptByEveryOther is, for every layout, the nodes of its workers that every other
+// layout lists with the same profile and number of vGPUs: shared nodes that no switch
+// away from the layout drains.
+func keptByEveryOther(pool *gpupoolv1.GPUPoolProfile) map[string]map[string]bool {
+	nodeOf := map[string]string{}
+	for _, w := range pool.Status.Workers {
+		nodeOf[w.VM] = w.Node
+	}
+	out := map[string]map[string]bool{}
+	for i := range pool.Spec.Layouts {
+		l := &pool.Spec.Layouts[i]
+		set := map[string]bool{}
+		for _, w := range l.Workers {
+			n := nodeOf[w.VM]
+			if n == "" || len(pool.Spec.Layouts) < 2 {
+				continue
+			}
+			all := true
+			for j := range pool.Spec.Layouts {
+				if j != i && !keeps(&pool.Spec.Layouts[j], w) {
+					all = false
+					break
+				}
+			}
+			if all {
+				set[n] = true
+			}
+		}
+		out[l.Name] = set
 	}
 	return out
 }

@@ -145,6 +145,52 @@ func TestPodDemand(t *testing.T) {
 	}
 }
 
+// TestPodDemandOnSharedNodes: GPU pods on a node that every other layout keeps with the
+// same profile run whatever layout is active, so they are no use of the layout the node is
+// labelled for (or a layout demand brought in would never look idle); on a node that a
+// layout would reconfigure they are.
+func TestPodDemandOnSharedNodes(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		nightProfile    string // of the shared VM s1 in night
+		third           *gpupoolv1.Layout
+		wantNightOnNode int64
+	}{
+		{name: "shared with the same profile", nightProfile: "grid_p100-4q", wantNightOnNode: 0},
+		{name: "reconfigured by day", nightProfile: "grid_p100-8q", wantNightOnNode: 1},
+		{name: "a third layout drains it", nightProfile: "grid_p100-4q", wantNightOnNode: 1,
+			third: &gpupoolv1.Layout{Name: "maintenance", Workers: []gpupoolv1.Worker{{VM: "d1", Profile: "grid_p100-4q"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: "lab"},
+				Spec: gpupoolv1.GPUPoolProfileSpec{DefaultLayout: "day", Layouts: []gpupoolv1.Layout{
+					{Name: "day", Workers: []gpupoolv1.Worker{{VM: "d1", Profile: "grid_p100-4q"}, {VM: "s1", Profile: "grid_p100-4q"}}},
+					{Name: "night", Workers: []gpupoolv1.Worker{{VM: "n1", Profile: "grid_p100-16q"}, {VM: "s1", Profile: tc.nightProfile}}},
+				}},
+				Status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night", Workers: []gpupoolv1.WorkerStatus{
+					{VM: "d1", Node: "node-d1"}, {VM: "n1", Node: "node-n1"}, {VM: "s1", Node: "node-s1"}}},
+			}
+			if tc.third != nil {
+				pool.Spec.Layouts = append(pool.Spec.Layouts, *tc.third)
+			}
+			node := func(name, layout string) client.Object {
+				return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelPool: "lab", LabelLayout: layout}}}
+			}
+			s := runtime.NewScheme()
+			_ = clientgoscheme.AddToScheme(s)
+			c := fake.NewClientBuilder().WithScheme(s).WithObjects(node("node-n1", "night"), node("node-s1", "night"),
+				testPod("notebook", 1, onNode("node-s1")), testPod("train", 2, onNode("node-n1"))).Build()
+			obs, err := podDemand{c: &GPUPoolProfileReconciler{Client: c}}.observeDemand(context.Background(), pool, shapesOf(pool))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := obs["night"].RunningGPUs, 2+tc.wantNightOnNode; got != want {
+				t.Errorf("night running GPUs = %d, want %d", got, want)
+			}
+		})
+	}
+}
+
 func equalStrings(a, b []string) bool {
 	if len(a) != len(b) {
 		return false

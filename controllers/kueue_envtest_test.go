@@ -3,7 +3,9 @@ package controllers
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,9 +24,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testenv"
 	"github.com/gpupool/gpupool/test/kueueenv"
 )
 
@@ -467,5 +471,58 @@ func TestKueueDemandBringsNightIn(t *testing.T) {
 	}
 	if sel := job.Spec.Template.Spec.NodeSelector["lab.example/workload"]; sel != "training" {
 		t.Fatalf("admitted Job's nodeSelector %v, want the night flavor's nodes", job.Spec.Template.Spec.NodeSelector)
+	}
+}
+
+// TestKueueSampleIsAccepted: every object of samples/kueue.yaml is accepted by the API
+// server, Kueue's own webhooks included, and the sample's pool maps exactly the flavors
+// its opted-in ClusterQueue lists.
+func TestKueueSampleIsAccepted(t *testing.T) {
+	startKueue(t)
+	ctx := context.Background()
+	data, err := os.ReadFile(filepath.Join(testenv.Root(), "samples", "kueue.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var pool *gpupoolv1.GPUPoolProfile
+	var cq *unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := k8s.Create(ctx, u); err != nil {
+			t.Fatalf("samples/kueue.yaml: %s %s rejected: %v", u.GetKind(), u.GetName(), err)
+		}
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), u) })
+		switch u.GetKind() {
+		case "GPUPoolProfile":
+			pool = &gpupoolv1.GPUPoolProfile{}
+			if err := fromUnstructured(u.Object, pool); err != nil {
+				t.Fatal(err)
+			}
+		case "ClusterQueue":
+			cq = u
+		}
+	}
+	if pool == nil || pool.Spec.Kueue == nil || cq == nil {
+		t.Fatal("samples/kueue.yaml needs a pool with spec.kueue and a ClusterQueue")
+	}
+	if got := cq.GetLabels()[gpupoolv1.LabelKueuePool]; got != pool.Name {
+		t.Errorf("ClusterQueue %s opts in to pool %q, want %q", cq.GetName(), got, pool.Name)
+	}
+	want := map[string]corev1.ResourceList{}
+	for _, f := range pool.Spec.Kueue.Flavors {
+		want[f.Name] = f.Quota
+	}
+	changed, err := setQuota(cq, want)
+	if err != nil || !changed {
+		t.Errorf("the pool's quota would not change the ClusterQueue (changed %v, err %v): its flavors are not the pool's", changed, err)
 	}
 }

@@ -118,8 +118,14 @@ func (r *GPUPoolProfileReconciler) syncKueue(ctx context.Context, s *scope) time
 		return 0
 	}
 	logger := log.FromContext(ctx)
-	if _, err := r.kueueWatch.ensure(s.now); err != nil {
+	served, err := r.kueueWatch.ensure(s.now)
+	if err != nil {
 		logger.Error(err, "kueue: starting the watch of Workloads")
+	}
+	if !served && err == nil {
+		// Not installed (yet): nothing to read or write; look again when the watch does.
+		r.emit(pool, corev1.EventTypeWarning, "KueueNotServed", "spec.kueue is set but the API server does not serve %s: install Kueue (v0.15 or later)", KueueGroupVersion)
+		return kueueRecheck
 	}
 	var again time.Duration
 	next, err := r.syncQuota(ctx, pool, s.now)
@@ -477,13 +483,14 @@ func clockTime(pool *gpupoolv1.GPUPoolProfile, t time.Time) string {
 	return t.In(loc).Format("15:04")
 }
 
-// inDuration says how far ahead d is, to the minute; under a minute to the second, so
-// that a switch 20s ahead does not read as now.
+// inDuration says how far ahead d is, to the minute; under half a minute to the second,
+// so that a switch 20s ahead does not read as now.
 func inDuration(d time.Duration) string {
-	if s := d.Round(time.Second); s > 0 && s < 30*time.Second {
+	s := d.Round(time.Second)
+	if s > 0 && s < 30*time.Second {
 		return fmt.Sprintf("in %ds", int(s/time.Second))
 	}
-	d = d.Round(time.Minute)
+	d = s.Round(time.Minute)
 	h, m := int(d/time.Hour), int(d%time.Hour/time.Minute)
 	switch {
 	case d <= 0:

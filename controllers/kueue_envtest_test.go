@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +18,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -147,7 +147,7 @@ func (h *harness) kueueWorld(pool string) kueueWorld {
 	w := kueueWorld{day: p + "day", night: p + "night", check: p + "layout", optedIn: p + "cq", other: p + "other", queue: p + "lq"}
 	objs := []string{
 		fmt.Sprintf(`{apiVersion: kueue.x-k8s.io/v1beta2, kind: ResourceFlavor, metadata: {name: %s}, spec: {nodeLabels: {lab.example/workload: inference}}}`, w.day),
-		fmt.Sprintf(`{apiVersion: kueue.x-k8s.io/v1beta2, kind: ResourceFlavor, metadata: {name: %s}, spec: {nodeLabels: {lab.example/workload: training}}}`, w.night),
+		fmt.Sprintf(`{apiVersion: kueue.x-k8s.io/v1beta2, kind: ResourceFlavor, metadata: {name: %s}, spec: {nodeLabels: {lab.example/workload: training, kueue.test/flavor: night}}}`, w.night),
 		fmt.Sprintf(`{apiVersion: kueue.x-k8s.io/v1beta2, kind: AdmissionCheck, metadata: {name: %s}, spec: {controllerName: %s}}`, w.check, gpupoolv1.KueueAdmissionCheckController),
 		fmt.Sprintf(`{apiVersion: kueue.x-k8s.io/v1beta2, kind: ClusterQueue, metadata: {name: %s, labels: {%s: %s}},
   spec: {namespaceSelector: {}, admissionChecksStrategy: {admissionChecks: [{name: %s}]},
@@ -362,6 +362,33 @@ func TestKueueBridge(t *testing.T) {
 	}
 }
 
+// gaugeValue is the value of the gauge's series with these label values, or "absent":
+// unlike WithLabelValues, reading it does not create the series.
+func gaugeValue(g *prometheus.GaugeVec, values ...string) string {
+	ch := make(chan prometheus.Metric, 1000)
+	g.Collect(ch)
+	close(ch)
+	want := sortedCopy(values)
+	for m := range ch {
+		var pb dto.Metric
+		_ = m.Write(&pb)
+		var got []string
+		for _, l := range pb.GetLabel() {
+			got = append(got, l.GetValue())
+		}
+		if slices.Equal(sortedCopy(got), want) {
+			return fmt.Sprintf("%g", pb.GetGauge().GetValue())
+		}
+	}
+	return "absent"
+}
+
+func sortedCopy(s []string) []string {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c
+}
+
 // seriesOf counts the Kueue gauges' series labelled with the pool.
 func seriesOf(pool string) int {
 	n := 0
@@ -386,10 +413,8 @@ func seriesOf(pool string) int {
 // day and night, gpupool_kueue_held_workloads).
 func (h *harness) kueueGauges(pool string, w kueueWorld, want string) {
 	h.t.Helper()
-	q := func(f string) float64 {
-		return testutil.ToFloat64(kueueFlavorQuota.WithLabelValues(pool, f, string(DefaultGPUResource)))
-	}
-	got := fmt.Sprintf("quota day=%g night=%g, held %g", q(w.day), q(w.night), testutil.ToFloat64(kueueHeld.WithLabelValues(pool)))
+	q := func(f string) string { return gaugeValue(kueueFlavorQuota, pool, f, string(DefaultGPUResource)) }
+	got := fmt.Sprintf("quota day=%s night=%s, held %s", q(w.day), q(w.night), gaugeValue(kueueHeld, pool))
 	if got != want {
 		h.t.Fatalf("Kueue gauges: %s, want %s", got, want)
 	}
@@ -469,8 +494,9 @@ func TestKueueDemandBringsNightIn(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if sel := job.Spec.Template.Spec.NodeSelector["lab.example/workload"]; sel != "training" {
-		t.Fatalf("admitted Job's nodeSelector %v, want the night flavor's nodes", job.Spec.Template.Spec.NodeSelector)
+	// The Job asked for lab.example/workload=training only; Kueue adds its flavor's labels.
+	if sel := job.Spec.Template.Spec.NodeSelector; sel["kueue.test/flavor"] != "night" || sel["lab.example/workload"] != "training" {
+		t.Fatalf("admitted Job's nodeSelector %v, want the night flavor's node labels", sel)
 	}
 }
 

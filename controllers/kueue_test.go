@@ -81,7 +81,7 @@ func TestWaitingMessage(t *testing.T) {
 		t.Errorf("unscheduled: %q, want %q", got, want)
 	}
 	for d, want := range map[time.Duration]string{4 * time.Hour: "in 4h", 90 * time.Minute: "in 1h30m", 5 * time.Minute: "in 5m", 0: "now",
-		20 * time.Second: "in 20s", 400 * time.Millisecond: "now", time.Second: "in 1s", 29 * time.Second: "in 29s", 30 * time.Second: "in 1m", 90 * time.Second: "in 2m", -time.Minute: "now"} {
+		20 * time.Second: "in 20s", 400 * time.Millisecond: "now", time.Second: "in 1s", 29 * time.Second: "in 29s", 29600 * time.Millisecond: "in 1m", 30 * time.Second: "in 1m", 90 * time.Second: "in 2m", -time.Minute: "now"} {
 		if got := inDuration(d); got != want {
 			t.Errorf("inDuration(%s) = %q, want %q", d, got, want)
 		}

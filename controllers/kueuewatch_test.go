@@ -3,17 +3,26 @@ package controllers
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
 
 // TestKueueWatchStartsOnceKueueIsServed: no watch while Kueue's API is not served (and
@@ -73,8 +82,8 @@ func TestKueueWatchStartsOnceKueueIsServed(t *testing.T) {
 	}
 
 	var none *kueueWatch
-	if ok, err := none.ensure(t0); ok || err != nil {
-		t.Fatalf("nil watch (tests calling Reconcile): %v %v", ok, err)
+	if ok, err := none.ensure(t0); !ok || err != nil {
+		t.Fatalf("nil watch (tests calling Reconcile): %v %v, want served", ok, err)
 	}
 }
 
@@ -131,5 +140,39 @@ func TestKueueWatchSeesAnAPIInstalledLater(t *testing.T) {
 	}
 	if ok, err := w.ensure(t0.Add(kueueRecheck)); !ok || err != nil || started != 1 {
 		t.Fatalf("after the CRD: watching %v, err %v, started %d; want the watch started once", ok, err, started)
+	}
+}
+
+// TestSyncKueueWithoutKueue: a pool with spec.kueue on a cluster without Kueue reads and
+// writes nothing of Kueue, warns once per look, and looks again after kueueRecheck.
+func TestSyncKueueWithoutKueue(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	calls := 0
+	c := fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error { calls++; return errors.New("no Kueue") },
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			calls++
+			return errors.New("no Kueue")
+		},
+	}).Build()
+	rec := events.NewFakeRecorder(10)
+	r := &GPUPoolProfileReconciler{Client: c, Recorder: rec,
+		kueueWatch: &kueueWatch{mapper: meta.NewDefaultRESTMapper(nil), start: func() error { t.Fatal("watch started"); return nil }}}
+	pool := &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: "lab"}, Spec: gpupoolv1.GPUPoolProfileSpec{
+		Kueue: &gpupoolv1.KueueSpec{Flavors: []gpupoolv1.KueueFlavor{{Name: "night", Layout: "night", Quota: gpuList("1")}}}}}
+	if again := r.syncKueue(context.Background(), &scope{pool: pool, now: time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)}); again != kueueRecheck {
+		t.Errorf("looks again in %s, want %s", again, kueueRecheck)
+	}
+	if calls != 0 {
+		t.Errorf("%d reads or writes of Kueue's objects without Kueue", calls)
+	}
+	select {
+	case ev := <-rec.Events:
+		if !strings.Contains(ev, "KueueNotServed") || !strings.Contains(ev, "install Kueue") {
+			t.Errorf("event %q, want KueueNotServed saying to install Kueue", ev)
+		}
+	default:
+		t.Error("no event says Kueue is not served")
 	}
 }

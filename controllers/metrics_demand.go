@@ -15,7 +15,7 @@ var (
 	}, []string{"pool", "layout"})
 	demandRunningGPUs = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gpupool_demand_running_gpus",
-		Help: "GPUs requested by the pods on the layout's nodes (spec.demand).",
+		Help: "GPUs requested by the pods on the layout's nodes, except nodes every other layout keeps as they are (spec.demand).",
 	}, []string{"pool", "layout"})
 	demandAtRisk = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gpupool_demand_at_risk_pods",

@@ -32,7 +32,8 @@ type LayoutDemand struct {
 	// ("pod ns/name"), sorted.
 	PendingGPUs int64
 	Pending     []string
-	// RunningGPUs is what the pods on the layout's nodes request.
+	// RunningGPUs is what the pods on the layout's nodes request, except on nodes that
+	// every other layout keeps as they are (no switch away from the layout disrupts them).
 	RunningGPUs int64
 	// Evictions is how many GPU pods a switch from the active layout to this one would
 	// evict; DoNotDisrupt and NearCompletion name those that must not be disrupted.

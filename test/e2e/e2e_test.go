@@ -228,13 +228,13 @@ func checkKueue(t *testing.T, res *localenv.DemoResult) {
 	if !strings.HasPrefix(res.KueueHeld, "waiting for layout night at ") || !strings.Contains(res.KueueHeld, "(in ") {
 		t.Errorf("by day the training Workload's check said %q, want \"waiting for layout night at HH:MM (in ...)\"", res.KueueHeld)
 	}
-	if res.KueueAdmittedWith != "phase Steady, active night, ready true" {
-		t.Errorf("the training Workload was first seen admitted with the pool in %q, want night ready for work", res.KueueAdmittedWith)
+	if res.KueueAdmittedWith != "night nodes ready for work: gpu-night-1" {
+		t.Errorf("the training Workload was first seen admitted with %q, want the night node ready for work", res.KueueAdmittedWith)
 	}
 	if !res.DayQuotaDroppedBeforeDrain {
 		t.Errorf("the day flavor's quota was not seen at 0 before the day nodes were cordoned")
 	}
-	if !strings.HasPrefix(res.LateAdmittedWith, "phase Steady, active day, ready true, layouts seen day,night,day") {
-		t.Errorf("the day Job submitted after the quota drop was first seen admitted with the pool in %q, want day back and ready", res.LateAdmittedWith)
+	if want := "day nodes ready for work: gpu-day-1,gpu-day-2,gpu-day-3,gpu-day-4; layouts seen day,night,day"; res.LateAdmittedWith != want {
+		t.Errorf("the day Job submitted after the quota drop was first seen admitted with %q, want %q", res.LateAdmittedWith, want)
 	}
 }

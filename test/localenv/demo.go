@@ -65,13 +65,16 @@ type DemoResult struct {
 	// KueueHeld is the first "waiting for layout night at ..." message of gpupool's check
 	// on its Workload, by day.
 	KueueHeld string
-	// KueueAdmittedWith is the pool's state when its Workload was first seen admitted.
+	// KueueAdmittedWith is the state of the night nodes read just after its Workload was
+	// first seen admitted ("night nodes ready for work: ...").
 	KueueAdmittedWith string
-	// DayQuotaDroppedBeforeDrain says whether the day flavor's quota was seen at 0 by day
-	// before any day node was cordoned (warnAhead).
+	// DayQuotaDroppedBeforeDrain says whether the day flavor's quota was seen at 0 while,
+	// read after it, day was active with no switch started and its nodes ready for work
+	// (the drop at warnAhead, before the drain).
 	DayQuotaDroppedBeforeDrain bool
-	// LateAdmittedWith is the pool's state when the day Job submitted after that drop was
-	// first seen admitted ("" if it never was).
+	// LateAdmittedWith is the state of the day nodes read just after the day Job submitted
+	// after that drop was first seen admitted, and the layouts seen by then ("" if it
+	// never was).
 	LateAdmittedWith string
 }
 

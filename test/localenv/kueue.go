@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/test/cluster"
 	"github.com/gpupool/gpupool/test/kueueenv"
 )
 
@@ -230,28 +232,39 @@ type kueueDemo struct {
 	dayRaised, lateSubmitted bool
 }
 
-// dayCordoned says whether a node of the day layout is cordoned.
-func (e *Env) dayCordoned(ctx context.Context) (bool, error) {
+// serving says whether the layout's nodes serve it: at least one node labelled for it,
+// each Ready and schedulable (what gpupool makes true before it calls the layout ready
+// for work), and names them or what is missing.
+func (e *Env) serving(ctx context.Context, layout string) (bool, string, error) {
 	var nodes corev1.NodeList
-	if err := e.Client.List(ctx, &nodes, client.MatchingLabels{"gpupool.dev/layout": "day"}); err != nil {
-		return false, err
+	if err := e.Client.List(ctx, &nodes, client.MatchingLabels{"gpupool.dev/layout": layout}); err != nil {
+		return false, "", err
 	}
+	if len(nodes.Items) == 0 {
+		return false, "no node labelled for " + layout, nil
+	}
+	var names, not []string
 	for _, n := range nodes.Items {
-		if n.Spec.Unschedulable {
-			return true, nil
+		names = append(names, n.Name)
+		if n.Spec.Unschedulable || !cluster.Ready(&n) {
+			not = append(not, n.Name)
 		}
 	}
-	return false, nil
+	sort.Strings(names)
+	if len(not) > 0 {
+		sort.Strings(not)
+		return false, fmt.Sprintf("%s nodes not ready for work: %s", layout, strings.Join(not, ",")), nil
+	}
+	return true, fmt.Sprintf("%s nodes ready for work: %s", layout, strings.Join(names, ",")), nil
 }
 
-// observe records, with the pool p: the training
-// Workload's check and when Kueue admitted it, the day flavor's quota and, once it
-// dropped ahead of the night, a late day Job submitted and whether Kueue admitted it
-// before day's nodes were ready for work again.
+// observe records, with the pool p: the training Workload's check, and the state of the
+// night nodes read just after its admission was first seen (gpupool sets its check Ready,
+// so Kueue admits, only after they serve); the day flavor's quota and, once it dropped
+// ahead of the night, whether the pool read just after still had no switch started; a
+// late day Job submitted then, and the state of the day nodes read just after Kueue was
+// seen to admit it.
 func (k *kueueDemo) observe(ctx context.Context, e *Env, p *gpupoolv1.GPUPoolProfile, res *DemoResult, say func(string, ...any)) error {
-	ready := func(layout string) bool {
-		return p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == layout && p.Status.Transition == nil
-	}
 	wl, err := e.workloadOf(ctx, trainingJob)
 	if err != nil {
 		return err
@@ -266,42 +279,59 @@ func (k *kueueDemo) observe(ctx context.Context, e *Env, p *gpupoolv1.GPUPoolPro
 			}
 		}
 		if admitted(wl) && res.KueueAdmittedWith == "" {
-			res.KueueAdmittedWith = fmt.Sprintf("phase %s, active %s, ready %v", p.Status.Phase, p.Status.ActiveLayout, ready("night"))
-			say("  kueue: Workload of Job %s admitted (pool: %s)", trainingJob, res.KueueAdmittedWith)
+			if _, res.KueueAdmittedWith, err = e.serving(ctx, "night"); err != nil {
+				return err
+			}
+			say("  kueue: Workload of Job %s admitted (%s)", trainingJob, res.KueueAdmittedWith)
 		}
 	}
-	q, err := e.flavorQuota(ctx, KueueDayFlavor)
-	if err != nil {
+	if err := k.observeQuota(ctx, e, res, say); err != nil {
 		return err
 	}
-	if q != k.dayQuota {
-		say("  kueue: ClusterQueue %s: %s nominalQuota nvidia.com/gpu %s", KueueQueue, KueueDayFlavor, q)
-		k.dayQuota = q
-		k.dayRaised = k.dayRaised || (q != "0" && q != "")
-		cordoned, err := e.dayCordoned(ctx)
-		if err != nil {
-			return err
-		}
-		if q == "0" && k.dayRaised && p.Status.ActiveLayout == "day" && !cordoned && len(res.Layouts) == 1 {
-			res.DayQuotaDroppedBeforeDrain = true
-		}
-	}
-	if q == "0" && k.dayRaised && !k.lateSubmitted && len(res.Layouts) == 1 {
-		say("  kueue: submitting Job %s/%s (1 GPU on the day nodes) through LocalQueue %s", DemoNamespace, lateJob, KueueQueue)
-		if err := e.Client.Create(ctx, lateDayJob()); client.IgnoreAlreadyExists(err) != nil {
-			return err
-		}
-		k.lateSubmitted = true
-	}
-	if !k.lateSubmitted {
+	if !k.lateSubmitted || res.LateAdmittedWith != "" {
 		return nil
 	}
 	late, err := e.workloadOf(ctx, lateJob)
-	if err != nil || late == nil || !admitted(late) || res.LateAdmittedWith != "" {
+	if err != nil || late == nil || !admitted(late) {
 		return err
 	}
-	res.LateAdmittedWith = fmt.Sprintf("phase %s, active %s, ready %v, layouts seen %s", p.Status.Phase, p.Status.ActiveLayout, ready("day"), strings.Join(res.Layouts, ","))
-	say("  kueue: Workload of Job %s admitted (pool: %s)", lateJob, res.LateAdmittedWith)
+	_, nodes, err := e.serving(ctx, "day")
+	if err != nil {
+		return err
+	}
+	res.LateAdmittedWith = fmt.Sprintf("%s; layouts seen %s", nodes, strings.Join(res.Layouts, ","))
+	say("  kueue: Workload of Job %s admitted (%s)", lateJob, res.LateAdmittedWith)
+	return nil
+}
+
+// observeQuota follows the day flavor's quota; at its drop ahead of the first night it
+// reads the pool again (after the quota, so that a switch started before the drop shows)
+// and submits the late day Job.
+func (k *kueueDemo) observeQuota(ctx context.Context, e *Env, res *DemoResult, say func(string, ...any)) error {
+	q, err := e.flavorQuota(ctx, KueueDayFlavor)
+	if err != nil || q == k.dayQuota {
+		return err
+	}
+	say("  kueue: ClusterQueue %s: %s nominalQuota nvidia.com/gpu %s", KueueQueue, KueueDayFlavor, q)
+	k.dayQuota = q
+	k.dayRaised = k.dayRaised || (q != "0" && q != "")
+	if q != "0" || !k.dayRaised || k.lateSubmitted || len(res.Layouts) != 1 {
+		return nil
+	}
+	var p gpupoolv1.GPUPoolProfile
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: DemoPool}, &p); err != nil {
+		return err
+	}
+	ok, _, err := e.serving(ctx, "day")
+	if err != nil {
+		return err
+	}
+	res.DayQuotaDroppedBeforeDrain = ok && p.Status.ActiveLayout == "day" && p.Status.Transition == nil
+	say("  kueue: submitting Job %s/%s (1 GPU on the day nodes) through LocalQueue %s", DemoNamespace, lateJob, KueueQueue)
+	if err := e.Client.Create(ctx, lateDayJob()); client.IgnoreAlreadyExists(err) != nil {
+		return err
+	}
+	k.lateSubmitted = true
 	return nil
 }
 

@@ -170,11 +170,6 @@ func (r *GPUPoolProfileReconciler) drainPods(ctx context.Context, node *corev1.N
 	return res, nil
 }
 
-// AnnotationDoNotDisrupt on a pod, with the value "true", holds the drain of its node
-// until the pod finishes (as Karpenter's karpenter.sh/do-not-disrupt), within
-// drain.timeout; then drain.onTimeout applies.
-const AnnotationDoNotDisrupt = "gpupool.dev/do-not-disrupt"
-
 // holdsUntilDone says why a drain waits for a running pod to finish instead of
 // evicting it, "" when it evicts it: the pod asks not to be disrupted, or it belongs to
 // a Job and drain.jobPods is WaitCompleted (Cluster API's MachineDrainRule behavior

@@ -67,8 +67,8 @@ func TestReadinessLabelsGPUPoolSets(t *testing.T) {
 	cases := map[string]string{
 		"example.com/a":             "spec.layouts[0].nodeLabels",
 		"example.com/b":             "spec.layouts[1].nodeLabels",
-		"gpupool.dev/pool":          "gpupool sets itself",
-		"gpupool.dev/state":         "gpupool sets itself",
+		gpupoolv1.LabelPool:         "gpupool sets itself",
+		gpupoolv1.LabelState:        "gpupool sets itself",
 		"example.com/c":             "",
 		"nvidia.com/vgpu.present":   "",
 		"gpupool.dev.example.com/x": "",

@@ -12,6 +12,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/test/cluster"
+	"github.com/gpupool/gpupool/vsphere"
 )
 
 // untilPowerOnsInFlight switches the pool from night to day with vgpusim holding the
@@ -25,7 +26,7 @@ func (h *harness) untilPowerOnsInFlight(name string) {
 	h.until(name, 60, "the day VMs' power-ons in flight", func(p *gpupoolv1.GPUPoolProfile) bool {
 		n := 0
 		for _, w := range p.Status.Workers {
-			if w.Task != nil && w.Task.Operation == "PowerOn" && w.Task.ID != "" {
+			if w.Task != nil && w.Task.Operation == string(vsphere.OpPowerOn) && w.Task.ID != "" {
 				n++
 			}
 		}

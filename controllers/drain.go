@@ -393,31 +393,3 @@ func (r *GPUPoolProfileReconciler) uncordonRunning(ctx context.Context, s *scope
 		}
 	}
 }
-
-// abort stops the transition (or the repair: then a transition record is made for it,
-// so that the abort is remembered) after a drain timeout: the nodes gpupool cordoned are
-// uncordoned, the VMs keep running, and Degraded says why. Nothing is retried until the
-// spec changes or another layout is wanted.
-func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why string) {
-	st := &s.pool.Status
-	r.uncordonRunning(ctx, s)
-	if st.Transition == nil {
-		st.Transition = &gpupoolv1.TransitionStatus{
-			ID: fmt.Sprintf("repair-%s-%s", s.decision.Layout, s.now.UTC().Format("20060102-150405")), From: st.ActiveLayout,
-			To: s.decision.Layout, StartTime: metav1.NewTime(s.now),
-		}
-	}
-	t := st.Transition
-	t.AbortedTime = ptrTime(s.now)
-	t.Generation = s.pool.Generation // retried when the spec changes from now on
-	t.Message = cut(fmt.Sprintf("transition %s to %s aborted: %s; the VMs keep running and the nodes gpupool cordoned are uncordoned. Fix the blocking pods or set spec.drain.onTimeout: Force; a spec change retries", t.ID, t.To, why))
-	recordHistory(s, gpupoolv1.TransitionAborted, t.Message)
-	transitionsTotal.WithLabelValues(s.pool.Name, "aborted").Inc()
-	r.transitionEvent(s, t, corev1.EventTypeWarning, "TransitionAborted", "%s", t.Message)
-	for i := range st.Workers {
-		w := &st.Workers[i]
-		if w.Step == gpupoolv1.StepDrainRequired {
-			w.Step, w.StepStartTime = gpupoolv1.StepNone, nil
-		}
-	}
-}

@@ -17,8 +17,7 @@ const maxHistory = 10
 const maxHistoryMessage = 512
 
 // recordHistory adds the transition in status to status.history as ended now with the
-// given result. It is called where transitions end: completeTransition, abort and the
-// superseded branch of startTransition.
+// given result. endTransition (transition.go), where every transition ends, calls it.
 func recordHistory(s *scope, result gpupoolv1.TransitionResult, message string) {
 	st := &s.pool.Status
 	t := st.Transition
@@ -86,4 +85,3 @@ func slowestWorker(s *scope) string {
 	})
 	return busy[0].VM
 }
-

@@ -88,8 +88,8 @@ func TestReadinessLabelsGPUPoolSets(t *testing.T) {
 	}
 }
 
-// TestWarnAheadNotNegative: the webhook refuses a negative warnAhead on its own (the
-// README lists it as checked by CEL and the webhook).
+// TestWarnAheadNotNegative: the webhook refuses a negative warnAhead on its own
+// (docs/admission.md lists it as checked by CEL and the webhook).
 func TestWarnAheadNotNegative(t *testing.T) {
 	known := func(*field.Path, string) *field.Error { return nil }
 	for _, d := range []time.Duration{-time.Nanosecond, -time.Minute, 0, time.Minute} {

@@ -153,7 +153,7 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 	}
 }
 
-// checkPoolFromUp applies the pool.yaml 'up' wrote, as the README's local-environment
+// checkPoolFromUp applies the pool.yaml 'up' wrote, as docs/local-environment.md's
 // steps do, in place of the demo's pool of the same name: the webhook admits it, the
 // operator connects with its thumbprint and brings the VMs to the layout its schedule
 // wants now (day or night, by the wall clock in Berlin), and kubectl gpupool shows it in

@@ -75,11 +75,13 @@ $(GOLANGCI_LINT):
 
 VERIFY_PATHS := api config test/crds go.mod go.sum dist/install.yaml dist/install-cert-manager.yaml charts docs/operations.md
 .PHONY: verify
-verify: ## Fail when generated files (manifests, chart, the flags list in docs/operations.md) or go.mod/go.sum are stale, or the chart's values schema and values.yaml disagree.
+verify: ## Fail when generated files (manifests, chart, the flags list in docs/operations.md) or go.mod/go.sum are stale, a relative link in the docs is broken, or the chart's values schema and values.yaml disagree.
 	$(MAKE) generate manifests build-installer chart flags-doc
 	go mod tidy
 	@git diff --exit-code -- $(VERIFY_PATHS) || { echo "generated files or go.mod/go.sum are stale: run 'make generate manifests build-installer chart flags-doc' and 'go mod tidy', then commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(VERIFY_PATHS))" || { git status --porcelain -- $(VERIFY_PATHS); echo "untracked generated files: commit them"; exit 1; }
+	@# Every relative link in README.md, CHANGELOG.md and docs/ resolves.
+	go run ./hack/check-links
 	@# The chart's values.schema.json is written by hand: it must name every key of
 	@# values.yaml and no other (TestValuesSchemaMatchesValues).
 	go test -count=1 -run '^TestValuesSchemaMatchesValues$$' ./test/install/

@@ -24,7 +24,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
@@ -108,35 +107,19 @@ func runSuite(m *testing.M) int {
 // grantSecrets binds in a test's namespace) and returns a client acting as that user.
 func operatorClient(env *envtest.Environment, root string) (client.WithWatch, error) {
 	ctx := context.Background()
-	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	clusterRoles, roles, err := testworld.ReadRBAC("role.yaml")
 	if err != nil {
 		return nil, err
 	}
-	var role rbacv1.ClusterRole
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
-			return nil, err
-		}
-		switch meta.Kind {
-		case "ClusterRole":
-			err = yaml.Unmarshal([]byte(doc), &role)
-		case "Role":
-			err = yaml.Unmarshal([]byte(doc), &secretsRole)
-		}
-		if err != nil {
-			return nil, err
-		}
+	if len(clusterRoles) != 1 || len(roles) != 1 {
+		return nil, fmt.Errorf("config/rbac/role.yaml: %d ClusterRoles and %d Roles, want one of each", len(clusterRoles), len(roles))
 	}
+	role := clusterRoles[0]
+	secretsRole = roles[0]
 	if err := k8s.Create(ctx, &role); err != nil {
 		return nil, err
 	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpupool-operator"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "gpupool-operator"}},
-	}
-	if err := k8s.Create(ctx, binding); err != nil {
+	if err := testworld.BindClusterRole(ctx, k8s, "gpupool-operator", role.Name, "gpupool-operator"); err != nil {
 		return nil, err
 	}
 	user, err := env.AddUser(envtest.User{Name: "gpupool-operator"}, nil)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,7 +22,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
@@ -94,14 +92,14 @@ func setUpUsers(env *envtest.Environment, dir string) error {
 	ctx := context.Background()
 	roles := map[string]string{}
 	for _, f := range []string{"gpupool_viewer_role.yaml", "gpupool_editor_role.yaml"} {
-		data, err := os.ReadFile(filepath.Join(testenv.Root(), "config", "rbac", f))
+		clusterRoles, _, err := testworld.ReadRBAC(f)
 		if err != nil {
 			return err
 		}
-		var role rbacv1.ClusterRole
-		if err := yaml.UnmarshalStrict(data, &role); err != nil {
-			return err
+		if len(clusterRoles) != 1 {
+			return fmt.Errorf("config/rbac/%s: %d ClusterRoles, want one", f, len(clusterRoles))
 		}
+		role := clusterRoles[0]
 		role.Name = "gpupool-" + role.Name // config/default's namePrefix
 		if err := admin.Create(ctx, &role); err != nil {
 			return err
@@ -114,12 +112,7 @@ func setUpUsers(env *envtest.Environment, dir string) error {
 	}
 	for user, rs := range bindings {
 		for _, r := range rs {
-			b := &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: user + "-" + r},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r},
-				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
-			}
-			if err := admin.Create(ctx, b); err != nil {
+			if err := testworld.BindClusterRole(ctx, admin, user+"-"+r, r, user); err != nil {
 				return err
 			}
 		}

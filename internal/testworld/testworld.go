@@ -1,16 +1,26 @@
 // Package testworld holds what the test suites that run the reconciler on vgpusim share:
 // the day/night pool pointed at a test's simulator, the Secret with the simulator's
-// credentials, and the zone the schedules are written in. The suites (controllers,
-// cmd/kubectl-gpupool) keep only what differs: their nodes, users and converge loops.
+// credentials, the zone the schedules are written in, and the install's RBAC read from
+// config/rbac and bound to test users. The suites (controllers, cmd/kubectl-gpupool)
+// keep only what differs: their nodes, which users they make, and their converge loops.
 package testworld
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testenv"
 	"github.com/gpupool/gpupool/test/vgpusim"
 )
 
@@ -72,4 +82,44 @@ func Layout(p *gpupoolv1.GPUPoolProfile, name string) *gpupoolv1.Layout {
 		}
 	}
 	panic("testworld: no layout " + name)
+}
+
+// ReadRBAC reads the ClusterRoles and Roles of a file of config/rbac (YAML documents
+// separated by ---), so that tests grant exactly what the install grants.
+func ReadRBAC(file string) ([]rbacv1.ClusterRole, []rbacv1.Role, error) {
+	data, err := os.ReadFile(filepath.Join(testenv.Root(), "config", "rbac", file))
+	if err != nil {
+		return nil, nil, err
+	}
+	var clusterRoles []rbacv1.ClusterRole
+	var roles []rbacv1.Role
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", file, err)
+		}
+		switch meta.Kind {
+		case "ClusterRole":
+			var r rbacv1.ClusterRole
+			err = yaml.UnmarshalStrict([]byte(doc), &r)
+			clusterRoles = append(clusterRoles, r)
+		case "Role":
+			var r rbacv1.Role
+			err = yaml.UnmarshalStrict([]byte(doc), &r)
+			roles = append(roles, r)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", file, err)
+		}
+	}
+	return clusterRoles, roles, nil
+}
+
+// BindClusterRole binds the ClusterRole role to the user, with a binding named name.
+func BindClusterRole(ctx context.Context, c client.Client, name, role, user string) error {
+	return c.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	})
 }

@@ -47,6 +47,10 @@ manifests: ## Generate the CRD, RBAC role and webhook configuration.
 	rm -rf $(BIN_DIR)/capi-crds && $(CONTROLLER_GEN) crd paths=sigs.k8s.io/cluster-api/api/core/v1beta2 output:crd:artifacts:config=$(BIN_DIR)/capi-crds
 	mkdir -p test/crds/cluster-api && cp $(BIN_DIR)/capi-crds/cluster.x-k8s.io_machines.yaml test/crds/cluster-api/ && rm -rf $(BIN_DIR)/capi-crds
 
+.PHONY: flags-doc
+flags-doc: ## Write the manager's flags, from its --help, into docs/operations.md.
+	go run ./hack/gen-flags docs/operations.md
+
 .PHONY: fmt
 fmt: ## Format the code.
 	gofmt -w $$(git ls-files '*.go')
@@ -69,13 +73,15 @@ $(GOLANGCI_LINT):
 	GOBIN=$(BIN_DIR)/.golangci go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(BIN_DIR)/.golangci/golangci-lint $@ && rm -rf $(BIN_DIR)/.golangci
 
-VERIFY_PATHS := api config test/crds go.mod go.sum dist/install.yaml dist/install-cert-manager.yaml charts
+VERIFY_PATHS := api config test/crds go.mod go.sum dist/install.yaml dist/install-cert-manager.yaml charts docs/operations.md
 .PHONY: verify
-verify: ## Fail when generated files or go.mod/go.sum are stale, or the chart's values schema and values.yaml disagree.
-	$(MAKE) generate manifests build-installer chart
+verify: ## Fail when generated files (manifests, chart, the flags list in docs/operations.md) or go.mod/go.sum are stale, a relative link in the docs is broken, or the chart's values schema and values.yaml disagree.
+	$(MAKE) generate manifests build-installer chart flags-doc
 	go mod tidy
-	@git diff --exit-code -- $(VERIFY_PATHS) || { echo "generated files or go.mod/go.sum are stale: run 'make generate manifests build-installer' and 'go mod tidy', then commit"; exit 1; }
+	@git diff --exit-code -- $(VERIFY_PATHS) || { echo "generated files or go.mod/go.sum are stale: run 'make generate manifests build-installer chart flags-doc' and 'go mod tidy', then commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(VERIFY_PATHS))" || { git status --porcelain -- $(VERIFY_PATHS); echo "untracked generated files: commit them"; exit 1; }
+	@# Every relative link in README.md, CHANGELOG.md and docs/ resolves.
+	go run ./hack/check-links
 	@# The chart's values.schema.json is written by hand: it must name every key of
 	@# values.yaml and no other (TestValuesSchemaMatchesValues).
 	go test -count=1 -run '^TestValuesSchemaMatchesValues$$' ./test/install/
@@ -95,7 +101,7 @@ kueue: ## Build Kueue's manager (pinned) from source into bin/kueue-$(KUEUE_VERS
 # TEST_CLOCK_BASE (RFC 3339) moves the date of the suites' fake clocks, such as
 # 'make test TEST_CLOCK_BASE=2031-03-15T07:00:00+01:00' (internal/testclock).
 .PHONY: test
-test: controlplane kueue $(HELM) ## Run all tests (unit, envtest, the chart and install manifests), building the control plane and helm first if needed.
+test: controlplane kueue $(HELM) ## Run the unit, envtest, chart and install tests with -race, the differential tests and the fault matrix (not test-e2e nor the benchmarks), building the control plane, Kueue and helm first if needed.
 	HELM=$(HELM) go test $(GO_TEST_FLAGS) -skip '^(TestFaultMatrix|TestDifferential.*)$$' ./...
 	@# The differential tests compare the planner with vgpusim over many random worlds: the
 	@# models, not concurrency, are under test (vgpusim's concurrency is tested with -race

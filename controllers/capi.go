@@ -18,15 +18,12 @@ import (
 
 // Cluster API annotations gpupool sets on a parked node's Machine and infrastructure
 // machine, so that a MachineHealthCheck does not replace the parked (NotReady) node and
-// the infrastructure provider does not power the VM back on or flag it as failed.
+// the infrastructure provider does not power the VM back on or flag it as failed. Which of them gpupool added is recorded in annotationAddedCAPI.
 const (
 	capiMachineAnnotation   = clusterv1.MachineAnnotation          // on the Node: the Machine's name
 	capiNamespaceAnnotation = clusterv1.ClusterNamespaceAnnotation // on the Node: the Machine's namespace
 	capiSkipRemediation     = clusterv1.MachineSkipRemediationAnnotation
 	capiPaused              = clusterv1.PausedAnnotation
-	// annotationAddedCAPI lists which of the annotations above gpupool added to an
-	// object, so that it removes exactly those and never an admin's own.
-	annotationAddedCAPI = "gpupool.dev/added-annotations"
 )
 
 // errMachineUnreadable: the node belongs to a Cluster API Machine that cannot be read

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/vsphere"
 )
 
 // clockOffsets are how far the operator's clock is set from the API server's and
@@ -134,7 +135,7 @@ func TestTimeoutsIgnoreClockOffset(t *testing.T) {
 					if w.GuestShutdownTime != nil {
 						shutdownAt[w.VM] = w.GuestShutdownTime.Time
 					}
-					if w.Task != nil && w.Task.Operation == "PowerOff" && hardAt[w.VM].IsZero() {
+					if w.Task != nil && w.Task.Operation == string(vsphere.OpPowerOff) && hardAt[w.VM].IsZero() {
 						hardAt[w.VM] = w.Task.StartTime.Time
 					}
 				}

@@ -11,6 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/test/cluster"
+	"github.com/gpupool/gpupool/vsphere"
 )
 
 // untilPowerOnsInFlight switches the pool from night to day with vgpusim holding the
@@ -24,7 +26,7 @@ func (h *harness) untilPowerOnsInFlight(name string) {
 	h.until(name, 60, "the day VMs' power-ons in flight", func(p *gpupoolv1.GPUPoolProfile) bool {
 		n := 0
 		for _, w := range p.Status.Workers {
-			if w.Task != nil && w.Task.Operation == "PowerOn" && w.Task.ID != "" {
+			if w.Task != nil && w.Task.Operation == string(vsphere.OpPowerOn) && w.Task.ID != "" {
 				n++
 			}
 		}
@@ -43,13 +45,13 @@ func (h *harness) released(vm string) {
 		h.t.Errorf("%s: node keeps taints %v", vm, n.Spec.Taints)
 	}
 	for k := range n.Labels {
-		if strings.HasPrefix(k, "gpupool.dev/") {
+		if strings.HasPrefix(k, gpupoolv1.KeyPrefix+"/") {
 			h.t.Errorf("%s: node keeps label %s", vm, k)
 		}
 	}
 	for k := range n.Annotations {
 		// gpupool.dev/sim-* are the test world's (the power wire and kwok's stages).
-		if strings.HasPrefix(k, "gpupool.dev/") && !strings.HasPrefix(k, "gpupool.dev/sim-") {
+		if strings.HasPrefix(k, gpupoolv1.KeyPrefix+"/") && !strings.HasPrefix(k, cluster.SimKeyPrefix) {
 			h.t.Errorf("%s: node keeps annotation %s", vm, k)
 		}
 	}

@@ -170,11 +170,6 @@ func (r *GPUPoolProfileReconciler) drainPods(ctx context.Context, node *corev1.N
 	return res, nil
 }
 
-// AnnotationDoNotDisrupt on a pod, with the value "true", holds the drain of its node
-// until the pod finishes (as Karpenter's karpenter.sh/do-not-disrupt), within
-// drain.timeout; then drain.onTimeout applies.
-const AnnotationDoNotDisrupt = "gpupool.dev/do-not-disrupt"
-
 // holdsUntilDone says why a drain waits for a running pod to finish instead of
 // evicting it, "" when it evicts it: the pod asks not to be disrupted, or it belongs to
 // a Job and drain.jobPods is WaitCompleted (Cluster API's MachineDrainRule behavior
@@ -395,34 +390,6 @@ func (r *GPUPoolProfileReconciler) uncordonRunning(ctx context.Context, s *scope
 		}
 		if err := r.patchNode(ctx, n, uncordon); err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
-		}
-	}
-}
-
-// abort stops the transition (or the repair: then a transition record is made for it,
-// so that the abort is remembered) after a drain timeout: the nodes gpupool cordoned are
-// uncordoned, the VMs keep running, and Degraded says why. Nothing is retried until the
-// spec changes or another layout is wanted.
-func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why string) {
-	st := &s.pool.Status
-	r.uncordonRunning(ctx, s)
-	if st.Transition == nil {
-		st.Transition = &gpupoolv1.TransitionStatus{
-			ID: fmt.Sprintf("repair-%s-%s", s.decision.Layout, s.now.UTC().Format("20060102-150405")), From: st.ActiveLayout,
-			To: s.decision.Layout, StartTime: metav1.NewTime(s.now),
-		}
-	}
-	t := st.Transition
-	t.AbortedTime = ptrTime(s.now)
-	t.Generation = s.pool.Generation // retried when the spec changes from now on
-	t.Message = cut(fmt.Sprintf("transition %s to %s aborted: %s; the VMs keep running and the nodes gpupool cordoned are uncordoned. Fix the blocking pods or set spec.drain.onTimeout: Force; a spec change retries", t.ID, t.To, why))
-	recordHistory(s, gpupoolv1.TransitionAborted, t.Message)
-	transitionsTotal.WithLabelValues(s.pool.Name, "aborted").Inc()
-	r.transitionEvent(s, t, corev1.EventTypeWarning, "TransitionAborted", "%s", t.Message)
-	for i := range st.Workers {
-		w := &st.Workers[i]
-		if w.Step == gpupoolv1.StepDrainRequired {
-			w.Step, w.StepStartTime = gpupoolv1.StepNone, nil
 		}
 	}
 }

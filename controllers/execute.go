@@ -46,7 +46,7 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 		if !r.markParked(ctx, s, step.VM, node) {
 			return requeueBlocked, nil
 		}
-		return r.startTask(ctx, s, ws, vm, "Suspend", func() (string, error) { return s.vc.Suspend(ctx, vm.Ref) })
+		return r.startTask(ctx, s, ws, vm, vsphere.OpSuspend, func() (string, error) { return s.vc.Suspend(ctx, vm.Ref) })
 	case plan.PowerOff:
 		if !r.markParked(ctx, s, step.VM, node) {
 			return requeueBlocked, nil
@@ -56,13 +56,13 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 		}
 		return r.powerOff(ctx, s, ws, vm)
 	case plan.Reconfigure:
-		return r.startTask(ctx, s, ws, vm, "Reconfigure", func() (string, error) { return s.vc.SetProfile(ctx, vm.Ref, step.Profile, step.VGPUs) })
+		return r.startTask(ctx, s, ws, vm, vsphere.OpReconfigure, func() (string, error) { return s.vc.SetProfile(ctx, vm.Ref, step.Profile, step.VGPUs) })
 	case plan.PowerOn:
 		host, err := powerOnHost(s.inv, vm, step)
 		if err != nil {
 			return r.failed(s, ws, "PowerOn not started", err.Error()), nil
 		}
-		return r.startTask(ctx, s, ws, vm, "PowerOn", func() (string, error) { return s.vc.PowerOn(ctx, vm.Ref, host) })
+		return r.startTask(ctx, s, ws, vm, vsphere.OpPowerOn, func() (string, error) { return s.vc.PowerOn(ctx, vm.Ref, host) })
 	case plan.WaitNodeReady:
 		return r.waitNodeReady(s, step, ws, node), nil
 	case plan.Relabel:
@@ -80,7 +80,7 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 func (r *GPUPoolProfileReconciler) powerOff(ctx context.Context, s *scope, ws *gpupoolv1.WorkerStatus, vm *inventory.VM) (time.Duration, error) {
 	hard := func() (string, error) { return s.vc.PowerOff(ctx, vm.Ref) }
 	if vm.PowerState != inventory.PoweredOn {
-		return r.startTask(ctx, s, ws, vm, "PowerOff", hard)
+		return r.startTask(ctx, s, ws, vm, vsphere.OpPowerOff, hard)
 	}
 	timeout := guestShutdownTimeout(s.pool)
 	if t := ws.GuestShutdownTime; t != nil {
@@ -89,13 +89,13 @@ func (r *GPUPoolProfileReconciler) powerOff(ctx context.Context, s *scope, ws *g
 			return min(requeueTask, timeout-waited), nil
 		}
 		r.vmEvent(s, ws.VM, corev1.EventTypeWarning, "GuestShutdownTimedOut", "the guest of VM %s did not shut down within %s; powering off", ws.VM, timeout)
-		return r.startTask(ctx, s, ws, vm, "PowerOff", hard)
+		return r.startTask(ctx, s, ws, vm, vsphere.OpPowerOff, hard)
 	}
 	err := s.vc.ShutdownGuest(ctx, vm.Ref)
 	switch {
 	case errors.Is(err, vsphere.ErrToolsUnavailable) || errors.Is(err, vsphere.ErrInvalidPowerState):
 		r.vmEvent(s, ws.VM, corev1.EventTypeNormal, "GuestShutdownUnavailable", "the guest of VM %s cannot be asked to shut down (%v); powering off", ws.VM, err)
-		return r.startTask(ctx, s, ws, vm, "PowerOff", hard)
+		return r.startTask(ctx, s, ws, vm, vsphere.OpPowerOff, hard)
 	case err != nil:
 		return r.failed(s, ws, "asking the guest to shut down", err.Error()), nil
 	}

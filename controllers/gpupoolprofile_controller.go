@@ -226,20 +226,6 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	return res, nil
 }
 
-// keepAborted is a pass while an aborted switch waits for a new spec or another wanted
-// layout: running nodes are uncordoned, the aborted switch drains nothing more, and the
-// next scheduled switch still warns its nodes ahead.
-func (r *GPUPoolProfileReconciler) keepAborted(ctx context.Context, s *scope, boundary time.Duration) ctrl.Result {
-	r.uncordonRunning(ctx, s)
-	s.nodeStates = r.nodeStates(ctx, s)
-	r.planNext(s)
-	res := ctrl.Result{RequeueAfter: boundary}
-	res.RequeueAfter = soonest(res.RequeueAfter, r.warnSchedulers(ctx, s, nil))
-	s.aborted = true
-	r.publishStates(ctx, s)
-	return res
-}
-
 // act runs the due steps. Drains run their evictions concurrently, after every node the
 // plan will drain has been cordoned; the other steps run one by one, but the vSphere
 // tasks they start are started together at the end (startQueued).
@@ -422,60 +408,6 @@ func (r *GPUPoolProfileReconciler) untilBoundary(s *scope) time.Duration {
 		next = min(s.demandRecheck.Sub(s.now), next)
 	}
 	return max(next, time.Second)
-}
-
-// startTransition records a transition when the wanted layout is not the active one.
-// Repairing the active layout (a node lost a label, a VM's node went away) is not a
-// transition.
-func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
-	st := &s.pool.Status
-	if t := st.Transition; t != nil && t.To == s.decision.Layout {
-		return
-	}
-	if st.Transition == nil && st.ActiveLayout == s.decision.Layout {
-		return // repairing the active layout's nodes is no transition
-	}
-	if t := st.Transition; t != nil {
-		recordHistory(s, gpupoolv1.TransitionSuperseded, fmt.Sprintf("layout %s is wanted now (%s)", s.decision.Layout, s.decision.Reason))
-		transitionsTotal.WithLabelValues(s.pool.Name, "superseded").Inc()
-		r.transitionEvent(s, t, corev1.EventTypeNormal, "TransitionSuperseded", "transition %s to %s superseded: %s is wanted now", t.ID, t.To, s.decision.Layout)
-	}
-	st.Transition = &gpupoolv1.TransitionStatus{
-		ID:         fmt.Sprintf("%s-%s", s.decision.Layout, s.now.UTC().Format("20060102-150405")),
-		From:       st.ActiveLayout,
-		To:         s.decision.Layout,
-		StartTime:  metav1.NewTime(s.now),
-		Generation: s.pool.Generation,
-		Reason:     s.decision.Reason,
-		Cause:      truncate(s.decision.Message, 1024),
-	}
-	r.transitionEvent(s, st.Transition, corev1.EventTypeNormal, "TransitionStarted", "transition %s: switching from %s to %q (%s): %s; %s; plan:\n%s",
-		st.Transition.ID, fromWhat(st.ActiveLayout), s.decision.Layout, s.decision.Reason, s.decision.Message, planSummary(s, p), p.String())
-}
-
-// fromWhat names where a transition starts: the active layout, or, before any layout was
-// active, the VMs as gpupool found them.
-func fromWhat(active string) string {
-	if active == "" {
-		return "the VMs as found (no layout active yet)"
-	}
-	return fmt.Sprintf("%q", active)
-}
-
-func (r *GPUPoolProfileReconciler) completeTransition(s *scope) {
-	st := &s.pool.Status
-	if t := st.Transition; t != nil {
-		recordHistory(s, gpupoolv1.TransitionCompleted, "")
-		transitionsTotal.WithLabelValues(s.pool.Name, "completed").Inc()
-		transitionDuration.WithLabelValues(s.pool.Name).Observe(s.now.Sub(t.StartTime.Time).Seconds())
-		r.transitionEvent(s, t, corev1.EventTypeNormal, "TransitionCompleted", "transition %s: layout %s is active after %s: %s",
-			t.ID, t.To, s.now.Sub(t.StartTime.Time).Round(time.Second), outcomeSummary(s))
-		st.Transition = nil
-	}
-	if st.ActiveLayout == "" {
-		r.emit(s.pool, corev1.EventTypeNormal, "LayoutActive", "layout %s is active", s.decision.Layout)
-	}
-	st.ActiveLayout = s.decision.Layout
 }
 
 // announce records a Warning event when the pool becomes Stalled, or Stalled for

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/test/cluster"
 )
 
 var (
@@ -479,12 +480,12 @@ func TestClusterAPIMachineIsProtectedWhileParked(t *testing.T) {
 			continue
 		}
 		for k := range n.Labels {
-			if strings.HasPrefix(k, "gpupool.dev/") {
+			if strings.HasPrefix(k, gpupoolv1.KeyPrefix+"/") {
 				t.Errorf("node %s keeps label %s", n.Name, k)
 			}
 		}
 		for k := range n.Annotations {
-			if strings.HasPrefix(k, "gpupool.dev/") && !strings.HasPrefix(k, "gpupool.dev/sim-") { // the simulator's, not gpupool's
+			if strings.HasPrefix(k, gpupoolv1.KeyPrefix+"/") && !strings.HasPrefix(k, cluster.SimKeyPrefix) { // the simulator's, not gpupool's
 				t.Errorf("node %s keeps annotation %s", n.Name, k)
 			}
 		}

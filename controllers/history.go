@@ -6,6 +6,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/plan"
 )
 
 // maxHistory is how many past transitions status.history keeps. Ten covers a few days
@@ -16,8 +17,7 @@ const maxHistory = 10
 const maxHistoryMessage = 512
 
 // recordHistory adds the transition in status to status.history as ended now with the
-// given result. It is called where transitions end: completeTransition, abort and the
-// superseded branch of startTransition.
+// given result. endTransition (transition.go), where every transition ends, calls it.
 func recordHistory(s *scope, result gpupoolv1.TransitionResult, message string) {
 	st := &s.pool.Status
 	t := st.Transition
@@ -72,7 +72,7 @@ func slowestWorker(s *scope) string {
 		return ""
 	}
 	slices.SortStableFunc(busy, func(a, b gpupoolv1.WorkerStatus) int {
-		if c := stepOrder(a.Step) - stepOrder(b.Step); c != 0 {
+		if c := plan.StepOrder(a.Step) - plan.StepOrder(b.Step); c != 0 {
 			return c
 		}
 		switch {
@@ -84,13 +84,4 @@ func slowestWorker(s *scope) string {
 		return 0
 	})
 	return busy[0].VM
-}
-
-// stepOrder is the order of worker steps on a host, as the planner runs them.
-func stepOrder(st gpupoolv1.Step) int {
-	return slices.Index([]gpupoolv1.Step{
-		gpupoolv1.StepDrainRequired, gpupoolv1.StepParkRequired, gpupoolv1.StepPowerOffRequired,
-		gpupoolv1.StepReconfigureRequired, gpupoolv1.StepPowerOnRequired, gpupoolv1.StepWaitNodeReady,
-		gpupoolv1.StepRelabelRequired, gpupoolv1.StepUncordonRequired,
-	}, st)
 }

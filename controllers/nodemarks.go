@@ -11,15 +11,6 @@ import (
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
-// AnnotationMarkedBy names the pool that put its marks on a node: the state label
-// (gpupool.dev/state) and the draining-soon warning. Those marks go on every node a
-// pool matches to a worker, also on nodes that never get gpupool.dev/pool (a VM parked
-// before its first relabel, a first power-on that never becomes ready for work), so
-// the pool needs its own record of where it put them to take them off again: when the
-// node stops being a worker's node (workers[].node edited, the VM removed) and when
-// the pool is deleted.
-const AnnotationMarkedBy = "gpupool.dev/marked-by"
-
 // markedBy records on the node that the pool put its marks there.
 func markedBy(n *corev1.Node, pool string) {
 	if n.Annotations == nil {

@@ -11,25 +11,6 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
 
-// Labels, taints and annotations gpupool puts on nodes.
-const (
-	LabelPool      = "gpupool.dev/pool"
-	LabelLayout    = "gpupool.dev/layout"
-	LabelProfile   = "gpupool.dev/vgpu-profile"
-	LabelMemoryMiB = "gpupool.dev/vgpu-memory-mib"
-	LabelParked    = "gpupool.dev/parked"
-	TaintParked    = "gpupool.dev/parked"
-	FinalizerName  = "gpupool.dev/finalizer"
-	// AnnotationCordoned marks a node that gpupool cordoned; only such nodes are
-	// uncordoned by gpupool. A node someone else cordoned stays cordoned.
-	AnnotationCordoned = "gpupool.dev/cordoned"
-	// AnnotationManagedLabels lists the label keys gpupool set, so that it can remove
-	// exactly those when the layout changes or the pool is deleted, and never an admin's.
-	AnnotationManagedLabels = "gpupool.dev/managed-labels"
-	// AnnotationManagedTaints lists the taints (key:effect) gpupool set.
-	AnnotationManagedTaints = "gpupool.dev/managed-taints"
-)
-
 // nodeMeta is the labels and taints a node should carry.
 type nodeMeta struct {
 	Labels map[string]string

@@ -11,33 +11,6 @@ import (
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
-// LabelState publishes where each node of a pool is in a switch, as NVIDIA's
-// mig-manager publishes nvidia.com/mig.config.state, so that other tools (schedulers,
-// dashboards, a GPU operator) can react. Its values are the State* constants.
-const LabelState = "gpupool.dev/state"
-
-// Values of LabelState.
-const (
-	// StatePending: the VM runs its profile for the layout being made, but its node is
-	// not serving it yet: it waits to be ready for work (Ready, GPUs advertised,
-	// spec.readiness), to be relabelled or to be uncordoned.
-	StatePending = "pending"
-	// StateDraining: the node is being drained (step DrainRequired).
-	StateDraining = "draining"
-	// StateParked: the VM is not in the layout being made and is parked or being parked
-	// (no step, or ParkRequired/PowerOffRequired, and not powered on or on its way off).
-	StateParked = "parked"
-	// StateReconfiguring: the VM is in the layout being made and is being powered off,
-	// given its new vGPU profile or powered on (PowerOffRequired, ReconfigureRequired,
-	// PowerOnRequired).
-	StateReconfiguring = "reconfiguring"
-	// StateReady: the VM runs in the layout being made and its node serves it: no step.
-	StateReady = "ready"
-	// StateFailed: the worker's last attempt failed and waits for a retry, its node was
-	// not ready for work within nodeReadyTimeout, or gpupool may not act on the VM (held).
-	StateFailed = "failed"
-)
-
 // stateFacts are what a node's state label is decided from.
 type stateFacts struct {
 	// InLayout: the VM is a worker of the layout being made.
@@ -157,18 +130,9 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 	r.unmarkStale(ctx, s)
 }
 
-// Scheduler warnings before a switch.
-const (
-	// TaintDrainingSoon asks the scheduler (PreferNoSchedule) to place new pods
-	// elsewhere: the node will be drained at gpupool.dev/drain-at.
-	TaintDrainingSoon = "gpupool.dev/draining-soon"
-	// AnnotationDrainAt is when the node's drain starts (RFC 3339, UTC): the start of
-	// the switch that drains it. A job on the node can read how long it has.
-	AnnotationDrainAt = "gpupool.dev/drain-at"
-	// defaultWarnAhead is the warning horizon when neither schedule.warnAhead nor a
-	// positive schedule.leadTime is set.
-	defaultWarnAhead = 15 * time.Minute
-)
+// defaultWarnAhead is the scheduler warning horizon (TaintDrainingSoon) when neither
+// schedule.warnAhead nor a positive schedule.leadTime is set.
+const defaultWarnAhead = 15 * time.Minute
 
 // warnAhead is how long before a scheduled switch starts its nodes are warned.
 func warnAhead(spec *gpupoolv1.GPUPoolProfileSpec) time.Duration {

@@ -379,7 +379,7 @@ func TestRemovedVMIsReleased(t *testing.T) {
 		t.Errorf("day-4's node still cordoned %v or tainted %v", n.Spec.Unschedulable, n.Spec.Taints)
 	}
 	for k := range n.Labels {
-		if strings.HasPrefix(k, "gpupool.dev/") {
+		if strings.HasPrefix(k, gpupoolv1.KeyPrefix+"/") {
 			t.Errorf("day-4's node keeps label %s", k)
 		}
 	}

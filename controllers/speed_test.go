@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/vsphere"
 )
 
 // TestEveryNodeToDrainIsCordonedFirst: the first pass of a transition cordons every node
@@ -151,7 +152,7 @@ func TestAPassStoresItsIntentsInOneWrite(t *testing.T) {
 					started, writes, suspendsAtFirstWrite-before)
 			}
 			for _, w := range h.get(pool.Name).Status.Workers {
-				if w.Task != nil && w.Task.Operation == "Suspend" && w.Task.ID == "" {
+				if w.Task != nil && w.Task.Operation == string(vsphere.OpSuspend) && w.Task.ID == "" {
 					t.Errorf("worker %s: a suspend intent without its task id after the pass", w.VM)
 				}
 			}

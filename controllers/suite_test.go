@@ -24,12 +24,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/internal/testclock"
 	"github.com/gpupool/gpupool/internal/testenv"
+	"github.com/gpupool/gpupool/internal/testworld"
 	"github.com/gpupool/gpupool/test/cluster"
 	"github.com/gpupool/gpupool/test/vgpusim"
 	"github.com/gpupool/gpupool/vsphere"
@@ -107,35 +107,19 @@ func runSuite(m *testing.M) int {
 // grantSecrets binds in a test's namespace) and returns a client acting as that user.
 func operatorClient(env *envtest.Environment, root string) (client.WithWatch, error) {
 	ctx := context.Background()
-	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	clusterRoles, roles, err := testworld.ReadRBAC("role.yaml")
 	if err != nil {
 		return nil, err
 	}
-	var role rbacv1.ClusterRole
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
-			return nil, err
-		}
-		switch meta.Kind {
-		case "ClusterRole":
-			err = yaml.Unmarshal([]byte(doc), &role)
-		case "Role":
-			err = yaml.Unmarshal([]byte(doc), &secretsRole)
-		}
-		if err != nil {
-			return nil, err
-		}
+	if len(clusterRoles) != 1 || len(roles) != 1 {
+		return nil, fmt.Errorf("config/rbac/role.yaml: %d ClusterRoles and %d Roles, want one of each", len(clusterRoles), len(roles))
 	}
+	role := clusterRoles[0]
+	secretsRole = roles[0]
 	if err := k8s.Create(ctx, &role); err != nil {
 		return nil, err
 	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpupool-operator"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "gpupool-operator"}},
-	}
-	if err := k8s.Create(ctx, binding); err != nil {
+	if err := testworld.BindClusterRole(ctx, k8s, "gpupool-operator", role.Name, "gpupool-operator"); err != nil {
 		return nil, err
 	}
 	user, err := env.AddUser(envtest.User{Name: "gpupool-operator"}, nil)
@@ -175,7 +159,7 @@ func tail(s string, n int) string {
 
 // monday0700 is a Monday, 07:00 in Berlin: night by the day/night schedule. It is the
 // first such Monday at or after TEST_CLOCK_BASE (internal/testclock).
-var monday0700 = testclock.Weekly(time.Monday, 7, 0, mustZone("Europe/Berlin"))
+var monday0700 = testclock.Weekly(time.Monday, 7, 0, testworld.Berlin)
 
 func mustZone(name string) *time.Location {
 	l, err := time.LoadLocation(name)
@@ -224,15 +208,7 @@ func newHarnessWith(t *testing.T, prefix, inventory string) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	inv, err := vgpusim.Load([]byte(fmt.Sprintf(inventory, prefix)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim, err := vgpusim.Start(inv, vgpusim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
+	sim := vgpusim.StartT(t, fmt.Sprintf(inventory, prefix))
 	h := &harness{t: t, ctx: ctx, prefix: prefix, sim: sim, clock: clocktesting.NewFakeClock(monday0700),
 		recorder: events.NewFakeRecorder(10000)}
 	h.conn = vsphere.NewConnector()
@@ -241,11 +217,7 @@ func newHarnessWith(t *testing.T, prefix, inventory string) *harness {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: prefix + "apps"}}
 	h.must(k8s.Create(ctx, ns))
 	h.must(grantSecrets(ctx, ns.Name))
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "vcenter", Namespace: ns.Name},
-		StringData: map[string]string{"username": sim.Username, "password": sim.Password},
-	}
-	h.must(k8s.Create(ctx, secret))
+	h.must(k8s.Create(ctx, testworld.VCenterSecret(sim, "vcenter", ns.Name)))
 
 	vc := h.vsphereClient()
 	got, err := vc.Inventory(ctx)
@@ -287,38 +259,15 @@ func (h *harness) vcConfig() vsphere.Config {
 		Password: h.sim.Password, Thumbprint: h.sim.ThumbprintSHA256()}
 }
 
-// dayNight is the day/night sample pointed at this test's simulator.
+// dayNight is the day/night sample pointed at this test's simulator, with the sample's
+// node labels and the night layout's taint.
 func (h *harness) dayNight() *gpupoolv1.GPUPoolProfile {
-	p := h.prefix
-	workers := func(profile string, vms ...string) []gpupoolv1.Worker {
-		var ws []gpupoolv1.Worker
-		for _, vm := range vms {
-			ws = append(ws, gpupoolv1.Worker{VM: p + vm, Profile: profile})
-		}
-		return ws
-	}
-	return &gpupoolv1.GPUPoolProfile{
-		ObjectMeta: metav1.ObjectMeta{Name: p + "daynight"},
-		Spec: gpupoolv1.GPUPoolProfileSpec{
-			VCenter: gpupoolv1.VCenterSpec{
-				Server: h.sim.URL.Host, Datacenter: h.sim.Datacenter(), Thumbprint: h.sim.ThumbprintSHA256(),
-				CredentialsSecretRef: gpupoolv1.SecretReference{Name: "vcenter", Namespace: p + "apps"},
-			},
-			Layouts: []gpupoolv1.Layout{
-				{Name: "day", Workers: workers("grid_p100-4q", "day-1", "day-2", "day-3", "day-4"),
-					NodeLabels: map[string]string{"lab.example/workload": "inference"}},
-				{Name: "night", Workers: workers("grid_p100-16q", "night-1"),
-					NodeLabels: map[string]string{"lab.example/workload": "training"},
-					NodeTaints: []corev1.Taint{{Key: "lab.example/training", Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
-			},
-			Schedule: &gpupoolv1.Schedule{
-				TimeZone: "Europe/Berlin",
-				Windows:  []gpupoolv1.Window{{Layout: "day", Start: "0 8 * * 1-5", Duration: metav1.Duration{Duration: 12 * time.Hour}}},
-				LeadTime: &metav1.Duration{Duration: 10 * time.Minute},
-			},
-			DefaultLayout: "night",
-		},
-	}
+	p := testworld.DayNight(h.sim, h.prefix, h.prefix+"daynight", gpupoolv1.SecretReference{Name: "vcenter", Namespace: h.prefix + "apps"})
+	testworld.Layout(p, "day").NodeLabels = map[string]string{"lab.example/workload": "inference"}
+	night := testworld.Layout(p, "night")
+	night.NodeLabels = map[string]string{"lab.example/workload": "training"}
+	night.NodeTaints = []corev1.Taint{{Key: "lab.example/training", Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	return p
 }
 
 func (h *harness) create(p *gpupoolv1.GPUPoolProfile) {

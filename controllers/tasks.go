@@ -91,7 +91,7 @@ func (r *GPUPoolProfileReconciler) resolveIntent(ctx context.Context, s *scope, 
 		ws.Task = nil
 		return false
 	}
-	id, err := s.vc.FindTask(ctx, vm.Ref, t.Operation, t.KnownTasks)
+	id, err := s.vc.FindTask(ctx, vm.Ref, vsphere.Op(t.Operation), t.KnownTasks)
 	if err != nil {
 		ws.Message = fmt.Sprintf("cannot tell whether %s was started: %v", t.Operation, err)
 		return false
@@ -150,11 +150,11 @@ func (r *GPUPoolProfileReconciler) failed(s *scope, ws *gpupoolv1.WorkerStatus, 
 // startTask records the intent to start a vSphere operation on a VM and queues the
 // start; act starts the queued tasks of the pass together (startQueued), once all their
 // intents are stored in one status write: see the comment at the top of this file.
-func (r *GPUPoolProfileReconciler) startTask(_ context.Context, s *scope, ws *gpupoolv1.WorkerStatus, vm *inventory.VM, op string, start func() (string, error)) (time.Duration, error) {
+func (r *GPUPoolProfileReconciler) startTask(_ context.Context, s *scope, ws *gpupoolv1.WorkerStatus, vm *inventory.VM, op vsphere.Op, start func() (string, error)) (time.Duration, error) {
 	if ws.Task != nil {
 		return requeueTask, nil
 	}
-	ws.Task = &gpupoolv1.TaskReference{Operation: op, StartTime: metav1.NewTime(s.now), KnownTasks: vm.RecentTasks}
+	ws.Task = &gpupoolv1.TaskReference{Operation: string(op), StartTime: metav1.NewTime(s.now), KnownTasks: vm.RecentTasks}
 	s.queued = append(s.queued, queuedStart{worker: ws.VM, host: vm.Host, op: op, start: start})
 	return requeueTask, nil
 }
@@ -167,7 +167,7 @@ type queuedStart struct {
 	// status, which would leave a pointer into the list stale.
 	worker string
 	host   string
-	op     string
+	op     vsphere.Op
 	start  func() (string, error)
 	id     string
 	err    error
@@ -217,7 +217,7 @@ func (r *GPUPoolProfileReconciler) startQueued(ctx context.Context, s *scope, no
 // started records what vCenter answered to one start. An empty task id means the VM was
 // already in the target state.
 func (r *GPUPoolProfileReconciler) started(ctx context.Context, s *scope, q queuedStart) time.Duration {
-	ws, op := findWorker(s.pool, q.worker), q.op
+	ws, op := findWorker(s.pool, q.worker), string(q.op)
 	if ws == nil || ws.Task == nil {
 		return requeueStep // cannot happen: nothing removes a worker or its intent within a pass
 	}
@@ -272,7 +272,9 @@ func ptrTime(t time.Time) *metav1.Time {
 
 // taskActions maps the operations recorded in TaskReference.Operation to the plan's
 // actions.
-var taskActions = map[string]plan.Action{"Suspend": plan.Suspend, "PowerOff": plan.PowerOff, "Reconfigure": plan.Reconfigure, "PowerOn": plan.PowerOn}
+var taskActions = map[vsphere.Op]plan.Action{
+	vsphere.OpSuspend: plan.Suspend, vsphere.OpPowerOff: plan.PowerOff, vsphere.OpReconfigure: plan.Reconfigure, vsphere.OpPowerOn: plan.PowerOn,
+}
 
 // plannedInFlight is the action of every worker's vSphere task in flight (an intent
 // without a task id too: the task may have started), by VM, for plan.Input.InFlight.
@@ -282,7 +284,7 @@ func plannedInFlight(pool *gpupoolv1.GPUPoolProfile) map[string]plan.Action {
 		if w.Task == nil {
 			continue
 		}
-		if a, ok := taskActions[w.Task.Operation]; ok {
+		if a, ok := taskActions[vsphere.Op(w.Task.Operation)]; ok {
 			if out == nil {
 				out = map[string]plan.Action{}
 			}

@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
 
 // podChanged lets through the pod events a drain waits for: a deletion, and an update
@@ -79,7 +81,7 @@ func plannedTaints(n *corev1.Node) []corev1.Taint {
 func relevantAnnotations(n *corev1.Node) map[string]string {
 	out := map[string]string{}
 	for k, v := range n.Annotations {
-		if strings.HasPrefix(k, "gpupool.dev/") || k == capiMachineAnnotation || k == capiNamespaceAnnotation {
+		if strings.HasPrefix(k, gpupoolv1.KeyPrefix+"/") || k == capiMachineAnnotation || k == capiNamespaceAnnotation {
 			out[k] = v
 		}
 	}

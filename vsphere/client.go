@@ -84,9 +84,9 @@ type Client interface {
 	// WaitTasks blocks until one of the tasks is over, vCenter forgets one, or ctx ends
 	// (then it returns ctx's error).
 	WaitTasks(ctx context.Context, taskIDs []string) error
-	// FindTask returns the newest of the VM's recent tasks of the operation (PowerOn,
-	// PowerOff, Suspend, Reconfigure) whose id is not in known, or "" when there is none.
-	FindTask(ctx context.Context, vmRef, op string, known []string) (string, error)
+	// FindTask returns the newest of the VM's recent tasks of the operation
+	// (OpPowerOn, OpPowerOff, OpSuspend, OpReconfigure) whose id is not in known, or "" when there is none.
+	FindTask(ctx context.Context, vmRef string, op Op, known []string) (string, error)
 	// InstanceUUID is vCenter's instance UUID, which identifies it whatever its address.
 	InstanceUUID() string
 }

@@ -10,21 +10,12 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 )
 
-// descriptionIDs are the descriptionId of the task each operation starts, as vCenter
-// names them.
-var descriptionIDs = map[string]string{
-	"PowerOn":     "VirtualMachine.powerOn",
-	"PowerOff":    "VirtualMachine.powerOff",
-	"Suspend":     "VirtualMachine.suspend",
-	"Reconfigure": "VirtualMachine.reconfigure",
-}
-
 // FindTask looks among the VM's recent tasks for one of the operation that is not in
 // known, and returns the newest such task's id, or "" when there is none. It is how a
 // controller that recorded its intent to start a task, and then lost track (a crash, a
 // failed status write), tells whether vCenter started it: one read of the VM's
 // recentTask and one of those tasks' descriptions.
-func (c *client) FindTask(ctx context.Context, vmID, op string, known []string) (string, error) {
+func (c *client) FindTask(ctx context.Context, vmID string, op Op, known []string) (string, error) {
 	want, ok := descriptionIDs[op]
 	if !ok {
 		return "", fmt.Errorf("vsphere: no task is known for operation %q", op)

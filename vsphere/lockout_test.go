@@ -23,12 +23,7 @@ func startSim(t *testing.T) *vgpusim.Sim {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, err := vgpusim.Start(inv, vgpusim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
-	return sim
+	return vgpusim.StartInventoryT(t, inv, vgpusim.Options{})
 }
 
 func simConfig(sim *vgpusim.Sim, password, version, owner string) vsphere.Config {

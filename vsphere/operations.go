@@ -84,9 +84,9 @@ func (c *client) PowerOn(ctx context.Context, id, host string) (string, error) {
 		return "", c.errorf(err, "power on VM %s", id)
 	}
 	if host != "" {
-		return c.started(task, "PowerOn", id, "host", host), nil
+		return c.started(task, OpPowerOn, id, "host", host), nil
 	}
-	return c.started(task, "PowerOn", id), nil
+	return c.started(task, OpPowerOn, id), nil
 }
 
 // Suspend suspends a powered-on VM.
@@ -105,7 +105,7 @@ func (c *client) Suspend(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", c.errorf(err, "suspend VM %s", id)
 	}
-	return c.started(task, "Suspend", id), nil
+	return c.started(task, OpSuspend, id), nil
 }
 
 // PowerOff powers a VM off; on a suspended VM it discards the suspended state.
@@ -121,7 +121,7 @@ func (c *client) PowerOff(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", c.errorf(err, "power off VM %s", id)
 	}
-	return c.started(task, "PowerOff", id), nil
+	return c.started(task, OpPowerOff, id), nil
 }
 
 // ShutdownGuest asks the guest OS to shut down. A powered-off VM needs nothing; a
@@ -175,7 +175,7 @@ func (c *client) SetProfile(ctx context.Context, id, profile string, count int) 
 	if err != nil {
 		return "", c.errorf(err, "set vGPU profile of VM %s to %s", id, profile)
 	}
-	return c.started(task, "SetProfile", id, "profile", profile, "vgpus", count), nil
+	return c.started(task, OpReconfigure, id, "profile", profile, "vgpus", count), nil
 }
 
 // vgpuChange is the device change that leaves the VM with count vGPUs of profile: the
@@ -218,7 +218,7 @@ func powerOnTask(ctx context.Context, vm *object.VirtualMachine, host *object.Ho
 	return object.NewTask(vm.Client(), res.Returnval), nil
 }
 
-func (c *client) started(task *object.Task, op, vm string, kv ...any) string {
+func (c *client) started(task *object.Task, op Op, vm string, kv ...any) string {
 	id := task.Reference().Value
 	c.log.Info("Started task", append([]any{"op", op, "vm", vm, "task", id}, kv...)...)
 	return id

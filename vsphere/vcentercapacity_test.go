@@ -18,11 +18,7 @@ func newEnvWith(t *testing.T, doc string, opts vgpusim.Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, err := vgpusim.Start(inv, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
+	sim := vgpusim.StartInventoryT(t, inv, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	conn := vsphere.NewConnector()

@@ -40,11 +40,7 @@ func newEnv(t testing.TB, yamlOrFile string, opts ...vsphere.Option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, err := vgpusim.Start(inv, vgpusim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
+	sim := vgpusim.StartInventoryT(t, inv, vgpusim.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	conn := vsphere.NewConnector(opts...)

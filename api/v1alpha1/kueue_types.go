@@ -4,15 +4,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// KueueAdmissionCheckController is the spec.controllerName of the Kueue AdmissionChecks
-// gpupool answers: a Workload whose flavor maps to a layout that is not ready for work is
-// held with the time its layout comes, and released when the layout's nodes are ready.
-const KueueAdmissionCheckController = "gpupool.dev/layout"
-
-// LabelKueuePool opts a Kueue ClusterQueue in to the pool named by its value: gpupool sets
-// the nominalQuota of the pool's flavors (spec.kueue.flavors) in that ClusterQueue only,
-// so that a pool cannot grant quota to a queue that did not ask for it.
-const LabelKueuePool = "gpupool.dev/pool"
+// The keys gpupool uses on Kueue objects (LabelKueuePool,
+// KueueAdmissionCheckController) are in keys.go.
 
 // KueueSpec tells Kueue what each layout offers and when (docs/kueue.md): the
 // ResourceFlavors the layouts' nodes serve, and their quota in the ClusterQueues that opt

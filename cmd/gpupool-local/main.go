@@ -31,7 +31,7 @@ func main() {
 }
 
 func usage() error {
-	return errors.New("usage: gpupool-local demo|demo-demand|up|down|bench [--dir DIR] [--keep] (see README, 'Local environment')")
+	return errors.New("usage: gpupool-local demo|demo-demand|up|down|bench [--dir DIR] [--keep] (see docs/local-environment.md)")
 }
 
 func run(ctx context.Context, args []string) error {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,13 +22,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/internal/testclock"
 	"github.com/gpupool/gpupool/internal/testenv"
+	"github.com/gpupool/gpupool/internal/testworld"
 	"github.com/gpupool/gpupool/test/vgpusim"
 	"github.com/gpupool/gpupool/vsphere"
 )
@@ -93,14 +92,14 @@ func setUpUsers(env *envtest.Environment, dir string) error {
 	ctx := context.Background()
 	roles := map[string]string{}
 	for _, f := range []string{"gpupool_viewer_role.yaml", "gpupool_editor_role.yaml"} {
-		data, err := os.ReadFile(filepath.Join(testenv.Root(), "config", "rbac", f))
+		clusterRoles, _, err := testworld.ReadRBAC(f)
 		if err != nil {
 			return err
 		}
-		var role rbacv1.ClusterRole
-		if err := yaml.UnmarshalStrict(data, &role); err != nil {
-			return err
+		if len(clusterRoles) != 1 {
+			return fmt.Errorf("config/rbac/%s: %d ClusterRoles, want one", f, len(clusterRoles))
 		}
+		role := clusterRoles[0]
 		role.Name = "gpupool-" + role.Name // config/default's namePrefix
 		if err := admin.Create(ctx, &role); err != nil {
 			return err
@@ -113,12 +112,7 @@ func setUpUsers(env *envtest.Environment, dir string) error {
 	}
 	for user, rs := range bindings {
 		for _, r := range rs {
-			b := &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: user + "-" + r},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r},
-				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
-			}
-			if err := admin.Create(ctx, b); err != nil {
+			if err := testworld.BindClusterRole(ctx, admin, user+"-"+r, r, user); err != nil {
 				return err
 			}
 		}
@@ -153,13 +147,7 @@ func (w *world) shownAt(t time.Time) string {
 	return shown(t) + " (" + relative(t, w.clock.Now()) + ")"
 }
 
-var berlin = func() *time.Location {
-	l, err := time.LoadLocation("Europe/Berlin")
-	if err != nil {
-		panic(err)
-	}
-	return l
-}()
+var berlin = testworld.Berlin
 
 // world is one test's pool on its own simulator, and the operator that runs it.
 type world struct {
@@ -173,21 +161,9 @@ type world struct {
 
 func newWorld(t *testing.T, prefix string) *world {
 	t.Helper()
-	inv, err := vgpusim.Load(fmt.Appendf(nil, vgpusim.OneHostDayNight, prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim, err := vgpusim.Start(inv, vgpusim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
+	sim := vgpusim.StartT(t, fmt.Sprintf(vgpusim.OneHostDayNight, prefix))
 	w := &world{t: t, ctx: context.Background(), name: prefix + "lab", sim: sim, clock: clocktesting.NewFakeClock(mondayMorning)}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: prefix + "vcenter", Namespace: credentialsNamespace},
-		StringData: map[string]string{"username": sim.Username, "password": sim.Password},
-	}
-	w.must(admin.Create(w.ctx, secret))
+	w.must(admin.Create(w.ctx, testworld.VCenterSecret(sim, prefix+"vcenter", credentialsNamespace)))
 	conn := vsphere.NewConnector()
 	t.Cleanup(func() { _ = conn.Close() })
 	w.rec = &controllers.GPUPoolProfileReconciler{Client: admin, APIReader: admin, Recorder: &events.FakeRecorder{},
@@ -202,37 +178,19 @@ func (w *world) must(err error) {
 	}
 }
 
-// pool is the day/night pool of this world, its workers without Kubernetes nodes.
+// pool is the day/night pool of this world, its workers without Kubernetes nodes,
+// parking by suspend.
 func (w *world) pool() *gpupoolv1.GPUPoolProfile {
-	p := strings.TrimSuffix(w.name, "lab")
-	workers := func(profile string, vms ...string) []gpupoolv1.Worker {
-		var ws []gpupoolv1.Worker
-		for _, vm := range vms {
-			ws = append(ws, gpupoolv1.Worker{VM: p + vm, Profile: profile, NoNode: true})
+	prefix := strings.TrimSuffix(w.name, "lab")
+	p := testworld.DayNight(w.sim, prefix, w.name, gpupoolv1.SecretReference{Name: prefix + "vcenter", Namespace: credentialsNamespace})
+	p.TypeMeta = metav1.TypeMeta{APIVersion: gpupoolv1.GroupVersion.String(), Kind: "GPUPoolProfile"}
+	p.Spec.Parking = gpupoolv1.ParkingSuspend
+	for i := range p.Spec.Layouts {
+		for j := range p.Spec.Layouts[i].Workers {
+			p.Spec.Layouts[i].Workers[j].NoNode = true
 		}
-		return ws
 	}
-	return &gpupoolv1.GPUPoolProfile{
-		TypeMeta:   metav1.TypeMeta{APIVersion: gpupoolv1.GroupVersion.String(), Kind: "GPUPoolProfile"},
-		ObjectMeta: metav1.ObjectMeta{Name: w.name},
-		Spec: gpupoolv1.GPUPoolProfileSpec{
-			VCenter: gpupoolv1.VCenterSpec{
-				Server: w.sim.URL.Host, Datacenter: w.sim.Datacenter(), Thumbprint: w.sim.ThumbprintSHA256(),
-				CredentialsSecretRef: gpupoolv1.SecretReference{Name: p + "vcenter", Namespace: credentialsNamespace},
-			},
-			Layouts: []gpupoolv1.Layout{
-				{Name: "day", Workers: workers("grid_p100-4q", "day-1", "day-2", "day-3", "day-4")},
-				{Name: "night", Workers: workers("grid_p100-16q", "night-1")},
-			},
-			Schedule: &gpupoolv1.Schedule{
-				TimeZone: "Europe/Berlin",
-				Windows:  []gpupoolv1.Window{{Layout: "day", Start: "0 8 * * 1-5", Duration: metav1.Duration{Duration: 12 * time.Hour}}},
-				LeadTime: &metav1.Duration{Duration: 10 * time.Minute},
-			},
-			DefaultLayout: "night",
-			Parking:       gpupoolv1.ParkingSuspend,
-		},
-	}
+	return p
 }
 
 func (w *world) create(p *gpupoolv1.GPUPoolProfile) {

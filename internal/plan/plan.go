@@ -38,28 +38,42 @@ const (
 	Uncordon = gpupoolv1.StepUncordonRequired
 )
 
-// phaseOf orders the steps on a host: the steps of a GPU phase (drain, park,
-// reconfigure, power on) all finish before the steps of the next start. Parking comes
-// before power-ons because it frees the GPUs they need. The node phases (wait, relabel,
-// uncordon) are per worker: a node that is Ready goes on without waiting for its
-// siblings, and labels come before uncordon so that workloads land on a finished layout.
-func phaseOf(a Action) int {
-	switch a {
-	case Drain:
-		return 0
-	case Suspend, PowerOff:
-		return 1
-	case Reconfigure:
-		return 2
-	case PowerOn:
-		return 3
-	case WaitNodeReady:
-		return 4
-	case Relabel:
-		return 5
-	default: // Uncordon
-		return 6
+// phases is the order of the steps on a host, written once: the steps of a GPU phase
+// (drain, park, reconfigure, power on) all finish before the steps of the next start.
+// Parking comes before power-ons because it frees the GPUs they need. The node phases
+// (wait, relabel, uncordon) are per worker: a node that is Ready goes on without waiting
+// for its siblings, and labels come before uncordon so that workloads land on a finished
+// layout. The two ways to park (Suspend, PowerOff) share a phase.
+var phases = [][]Action{{Drain}, {Suspend, PowerOff}, {Reconfigure}, {PowerOn}, {WaitNodeReady}, {Relabel}, {Uncordon}}
+
+// phaseIndex and stepIndex are phases read by action, built once.
+var phaseIndex, stepIndex = func() (map[Action]int, map[Action]int) {
+	ph, st := map[Action]int{}, map[Action]int{}
+	for i, p := range phases {
+		for _, a := range p {
+			ph[a], st[a] = i, len(st)
+		}
 	}
+	return ph, st
+}()
+
+// phaseOf is the phase of an action in phases; an action not in phases counts as the
+// last phase.
+func phaseOf(a Action) int {
+	if i, ok := phaseIndex[a]; ok {
+		return i
+	}
+	return len(phases) - 1
+}
+
+// StepOrder is the position of a worker step among all the steps of phases, in order
+// (Suspend before PowerOff within their phase), or -1 for a step that is not one
+// (StepNone). It orders workers by how far a switch has brought them.
+func StepOrder(a Action) int {
+	if i, ok := stepIndex[a]; ok {
+		return i
+	}
+	return -1
 }
 
 // lastGPUPhase is the phase of PowerOn: phases up to it change GPUs and are ordered per

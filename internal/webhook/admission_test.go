@@ -243,7 +243,7 @@ func TestUpdateIsValidatedToo(t *testing.T) {
 func TestPauseAndFinalizerRemovalOnTheServer(t *testing.T) {
 	ctx := context.Background()
 	p := valid("finalized")
-	p.Finalizers = []string{"gpupool.dev/finalizer"}
+	p.Finalizers = []string{gpupoolv1.FinalizerName}
 	if err := k8s.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}

@@ -153,8 +153,8 @@ func labelCases() []badCase {
 		{name: "label key with an upper-case prefix", mutate: labels(map[string]string{"Example.COM/x": "y"}), path: "spec.layouts[0].nodeLabels[Example.COM/x]", value: `"Example.COM/x"`, fix: "such as example.com/workload"},
 		{name: "label value with a space", mutate: labels(map[string]string{"example.com/w": "two words"}), path: "spec.layouts[0].nodeLabels[example.com/w]", value: `"two words"`, fix: "such as inference"},
 		{name: "label value over 63", mutate: labels(map[string]string{"example.com/w": strings.Repeat("v", 70)}), path: "spec.layouts[0].nodeLabels[example.com/w]", value: "(70 bytes)", fix: "at most 63"},
-		{name: "label key gpupool.dev/pool", mutate: labels(map[string]string{"gpupool.dev/pool": "other"}), path: "spec.layouts[0].nodeLabels[gpupool.dev/pool]", value: `"gpupool.dev/pool"`, fix: "use a prefix of your own"},
-		{name: "label key gpupool.dev/parked", mutate: labels(map[string]string{"gpupool.dev/parked": "false"}), path: "spec.layouts[0].nodeLabels[gpupool.dev/parked]", value: `"gpupool.dev/parked"`, fix: "managed by gpupool itself"},
+		{name: "label key gpupool.dev/pool", mutate: labels(map[string]string{gpupoolv1.LabelPool: "other"}), path: "spec.layouts[0].nodeLabels[gpupool.dev/pool]", value: `"gpupool.dev/pool"`, fix: "use a prefix of your own"},
+		{name: "label key gpupool.dev/parked", mutate: labels(map[string]string{gpupoolv1.LabelParked: "false"}), path: "spec.layouts[0].nodeLabels[gpupool.dev/parked]", value: `"gpupool.dev/parked"`, fix: "managed by gpupool itself"},
 		{name: "label key kubernetes.io/hostname", mutate: labels(map[string]string{"kubernetes.io/hostname": "gpu"}), path: "spec.layouts[0].nodeLabels[kubernetes.io/hostname]", value: `"kubernetes.io/hostname"`, fix: "belongs to Kubernetes"},
 		{name: "label key node-role.kubernetes.io", mutate: labels(map[string]string{"node-role.kubernetes.io/gpu": ""}), path: "spec.layouts[0].nodeLabels[node-role.kubernetes.io/gpu]", value: `"node-role.kubernetes.io/gpu"`, fix: "such as example.com/role"},
 		{name: "label key node.kubernetes.io", mutate: labels(map[string]string{"node.kubernetes.io/instance-type": "big"}), path: "spec.layouts[0].nodeLabels[node.kubernetes.io/instance-type]", value: `"node.kubernetes.io/instance-type"`, fix: "belongs to Kubernetes"},
@@ -169,10 +169,10 @@ func labelCases() []badCase {
 		{name: "readiness gpuResource with a space", mutate: func(p *gpupoolv1.GPUPoolProfile) { r := "nvidia gpu"; p.Spec.Readiness.GPUResource = &r },
 			path: "spec.readiness.gpuResource", value: `"nvidia gpu"`, fix: "such as nvidia.com/gpu"},
 		{name: "readiness label key gpupool.dev/layout", mutate: func(p *gpupoolv1.GPUPoolProfile) {
-			p.Spec.Readiness.NodeLabels = map[string]string{"gpupool.dev/layout": "day"}
+			p.Spec.Readiness.NodeLabels = map[string]string{gpupoolv1.LabelLayout: "day"}
 		}, path: "spec.readiness.nodeLabels[gpupool.dev/layout]", value: `"gpupool.dev/layout"`, fix: "such as nvidia.com/vgpu.present"},
 		{name: "readiness label key gpupool.dev/state", mutate: func(p *gpupoolv1.GPUPoolProfile) {
-			p.Spec.Readiness.NodeLabels = map[string]string{"gpupool.dev/state": "ready"}
+			p.Spec.Readiness.NodeLabels = map[string]string{gpupoolv1.LabelState: "ready"}
 		}, path: "spec.readiness.nodeLabels[gpupool.dev/state]", value: `"gpupool.dev/state"`, fix: "gpupool sets itself"},
 		{name: "readiness label key a layout sets", mutate: func(p *gpupoolv1.GPUPoolProfile) {
 			p.Spec.Layouts[1].NodeLabels = map[string]string{"example.com/workload": "training"}
@@ -199,7 +199,7 @@ func labelCases() []badCase {
 		{name: "taint key malformed", mutate: taints(corev1.Taint{Key: "bad key!", Effect: ns}), path: tp + "[0].key", value: `"bad key!"`, fix: "such as example.com/training"},
 		{name: "taint key and effect twice", mutate: taints(corev1.Taint{Key: "example.com/t", Value: "a", Effect: ns}, corev1.Taint{Key: "example.com/t", Value: "b", Effect: ns}),
 			path: tp + "[1]", value: `"example.com/t:NoSchedule"`, fix: "one taint per key and effect"},
-		{name: "taint gpupool.dev/parked", mutate: taints(corev1.Taint{Key: "gpupool.dev/parked", Value: "true", Effect: ns}), path: tp + "[0].key", value: `"gpupool.dev/parked"`, fix: "managed by gpupool itself"},
+		{name: "taint gpupool.dev/parked", mutate: taints(corev1.Taint{Key: gpupoolv1.TaintParked, Value: "true", Effect: ns}), path: tp + "[0].key", value: `"gpupool.dev/parked"`, fix: "managed by gpupool itself"},
 		{name: "taint node.kubernetes.io/unschedulable", mutate: taints(corev1.Taint{Key: "node.kubernetes.io/unschedulable", Effect: ns}), path: tp + "[0].key", value: `"node.kubernetes.io/unschedulable"`, fix: "belongs to Kubernetes"},
 		{name: "taint value with a space", mutate: taints(corev1.Taint{Key: "example.com/t", Value: "a b", Effect: ns}), path: tp + "[0].value", value: `"a b"`, fix: "such as true"},
 		{name: "taint with timeAdded", mutate: taints(corev1.Taint{Key: "example.com/t", Effect: corev1.TaintEffectNoExecute, TimeAdded: &metav1.Time{Time: fixedNow}}), path: tp + "[0].timeAdded", fix: "remove it"},

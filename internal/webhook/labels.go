@@ -17,10 +17,6 @@ import (
 // relabel step in the middle of a transition. The property test dry-run-creates a Node
 // with them on a real API server, so drift in these rules is caught.
 
-// GPUPoolPrefix is the label and taint prefix gpupool manages itself: pool, layout,
-// vgpu-profile, vgpu-memory-mib, parked (label and taint) and its annotations.
-const GPUPoolPrefix = "gpupool.dev"
-
 // reservedKey says why a label or taint key must not be set by a layout, or "" when it
 // may be. gpupool's own keys would be overwritten by gpupool (or fight with it); keys in
 // the kubernetes.io and k8s.io namespaces belong to the kubelet, the node lifecycle
@@ -32,8 +28,8 @@ func reservedKey(key string) string {
 	}
 	prefix = strings.ToLower(prefix)
 	switch {
-	case prefix == GPUPoolPrefix:
-		return fmt.Sprintf("is managed by gpupool itself (%s/pool, layout, vgpu-profile, vgpu-memory-mib and the parked label and taint); use a prefix of your own, such as example.com/%s", GPUPoolPrefix, shown(key[strings.Index(key, "/")+1:]))
+	case prefix == gpupoolv1.KeyPrefix:
+		return fmt.Sprintf("is managed by gpupool itself (%s/pool, layout, vgpu-profile, vgpu-memory-mib and the parked label and taint); use a prefix of your own, such as example.com/%s", gpupoolv1.KeyPrefix, shown(key[strings.Index(key, "/")+1:]))
 	case isInDomain(prefix, "kubernetes.io"), isInDomain(prefix, "k8s.io"):
 		return "belongs to Kubernetes (the kubelet, the node lifecycle controller or the cloud provider set and remove it, for example kubernetes.io/hostname, node-role.kubernetes.io/*, node.kubernetes.io/*); use a prefix of your own, such as example.com/role"
 	}
@@ -153,7 +149,7 @@ func validateReadiness(p *field.Path, spec *gpupoolv1.GPUPoolProfileSpec) field.
 		case len(validation.IsQualifiedName(k)) > 0:
 			errs = append(errs, field.Invalid(kp, shown(k), "is not a valid label key: "+strings.Join(validation.IsQualifiedName(k), "; ")+
 				"; write the key the labelling component sets, such as nvidia.com/vgpu.present"))
-		case strings.Contains(k, "/") && strings.EqualFold(prefix, GPUPoolPrefix):
+		case strings.Contains(k, "/") && strings.EqualFold(prefix, gpupoolv1.KeyPrefix):
 			errs = append(errs, field.Invalid(kp, shown(k), "is a label gpupool sets itself, after the node is ready for work: waiting for it would hold every power-on until nodeReadyTimeout; "+
 				"name a label another component sets when the GPUs are usable, such as nvidia.com/vgpu.present"))
 		case byLayout:

@@ -69,7 +69,7 @@ func TestClaimsSeeThroughServerSpellings(t *testing.T) {
 func TestUpdatesOfAConflictingPool(t *testing.T) {
 	older := nsPool("older", "vc01.example", "vm-1", "vm-5")
 	newer := nsPool("newer", "https://vc01.example/sdk", "vm-1", "vm-2")
-	newer.Finalizers = []string{"gpupool.dev/finalizer"}
+	newer.Finalizers = []string{gpupoolv1.FinalizerName}
 	v := validator(t, older, newer)
 	ctx := context.Background()
 	update := func(change func(p *gpupoolv1.GPUPoolProfile)) error {

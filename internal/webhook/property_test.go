@@ -101,8 +101,8 @@ func carryOut(ctx context.Context, u *unstructured.Unstructured, i int) string {
 				return fmt.Sprintf("profile %q has no frame buffer: %v", w.Profile, err)
 			}
 			labels := map[string]string{
-				"gpupool.dev/pool": p.Name, "gpupool.dev/layout": l.Name,
-				"gpupool.dev/vgpu-profile": w.Profile, "gpupool.dev/vgpu-memory-mib": strconv.FormatInt(mib, 10),
+				gpupoolv1.LabelPool: p.Name, gpupoolv1.LabelLayout: l.Name,
+				gpupoolv1.LabelProfile: w.Profile, gpupoolv1.LabelMemoryMiB: strconv.FormatInt(mib, 10),
 			}
 			for k, v := range l.NodeLabels {
 				labels[k] = v
@@ -112,8 +112,8 @@ func carryOut(ctx context.Context, u *unstructured.Unstructured, i int) string {
 			}
 		}
 	}
-	parked := []corev1.Taint{{Key: "gpupool.dev/parked", Value: "true", Effect: corev1.TaintEffectNoSchedule}}
-	if msg := dryRunNode(ctx, fmt.Sprintf("prop-%d-parked", i), map[string]string{"gpupool.dev/pool": p.Name, "gpupool.dev/parked": "true"}, parked); msg != "" {
+	parked := []corev1.Taint{{Key: gpupoolv1.TaintParked, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	if msg := dryRunNode(ctx, fmt.Sprintf("prop-%d-parked", i), map[string]string{gpupoolv1.LabelPool: p.Name, gpupoolv1.LabelParked: "true"}, parked); msg != "" {
 		return "parked node: " + msg
 	}
 	return ""

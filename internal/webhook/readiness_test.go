@@ -67,8 +67,8 @@ func TestReadinessLabelsGPUPoolSets(t *testing.T) {
 	cases := map[string]string{
 		"example.com/a":             "spec.layouts[0].nodeLabels",
 		"example.com/b":             "spec.layouts[1].nodeLabels",
-		"gpupool.dev/pool":          "gpupool sets itself",
-		"gpupool.dev/state":         "gpupool sets itself",
+		gpupoolv1.LabelPool:         "gpupool sets itself",
+		gpupoolv1.LabelState:        "gpupool sets itself",
 		"example.com/c":             "",
 		"nvidia.com/vgpu.present":   "",
 		"gpupool.dev.example.com/x": "",
@@ -88,8 +88,8 @@ func TestReadinessLabelsGPUPoolSets(t *testing.T) {
 	}
 }
 
-// TestWarnAheadNotNegative: the webhook refuses a negative warnAhead on its own (the
-// README lists it as checked by CEL and the webhook).
+// TestWarnAheadNotNegative: the webhook refuses a negative warnAhead on its own
+// (docs/admission.md lists it as checked by CEL and the webhook).
 func TestWarnAheadNotNegative(t *testing.T) {
 	known := func(*field.Path, string) *field.Error { return nil }
 	for _, d := range []time.Duration{-time.Nanosecond, -time.Minute, 0, time.Minute} {

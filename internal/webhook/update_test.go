@@ -43,7 +43,7 @@ func conflicted(t *testing.T) (*Validator, *gpupoolv1.GPUPoolProfile) {
 	r := fake.NewClientBuilder().WithScheme(scheme).WithObjects(b).Build()
 	now := testclock.Weekly(time.Monday, 12, 0, time.UTC)
 	a := pool("a", "https://VC.example:443/sdk", "vm-1", "vm-2")
-	a.Finalizers = []string{"gpupool.dev/finalizer"}
+	a.Finalizers = []string{gpupoolv1.FinalizerName}
 	return &Validator{Reader: r, Now: func() time.Time { return now }, Credentials: secretpolicy.Policy{Namespace: "default"}}, a
 }
 

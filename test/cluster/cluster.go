@@ -33,6 +33,10 @@ var Stages []byte
 const (
 	// AnnotationKwokNode makes kwok manage a node.
 	AnnotationKwokNode = "kwok.x-k8s.io/node"
+	// SimKeyPrefix starts the keys of the simulated world below: the test world sets
+	// and reads them, gpupool never does. gpupool's own keys are in
+	// api/v1alpha1/keys.go; these stay here because stages.yaml spells them too.
+	SimKeyPrefix = "gpupool.dev/sim-"
 	// AnnotationSimPower carries the VM's power state to kwok's stages.
 	AnnotationSimPower = "gpupool.dev/sim-power"
 	// AnnotationSimGPUs carries the VM's vGPU count to kwok's device-plugin stages.

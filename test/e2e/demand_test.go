@@ -107,10 +107,10 @@ func TestDemandBringsNightInOnLocalCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		if strings.HasPrefix(name, "gpu-day-") {
-			if n.Labels["gpupool.dev/layout"] != "day" || n.Labels["lab.example/workload"] != "inference" || n.Spec.Unschedulable {
+			if n.Labels[gpupoolv1.LabelLayout] != "day" || n.Labels["lab.example/workload"] != "inference" || n.Spec.Unschedulable {
 				t.Errorf("node %s: labels %v unschedulable %v, want day labels and schedulable", name, n.Labels, n.Spec.Unschedulable)
 			}
-		} else if n.Labels["gpupool.dev/parked"] != "true" {
+		} else if n.Labels[gpupoolv1.LabelParked] != "true" {
 			t.Errorf("node %s: labels %v, want parked", name, n.Labels)
 		}
 	}

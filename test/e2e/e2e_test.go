@@ -100,11 +100,11 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		if strings.HasPrefix(name, "gpu-day-") {
-			if n.Labels["gpupool.dev/layout"] != "day" || n.Labels["gpupool.dev/vgpu-profile"] != "grid_p100-4q" ||
-				n.Labels["gpupool.dev/vgpu-memory-mib"] != "4096" || n.Labels["lab.example/workload"] != "inference" || n.Spec.Unschedulable {
+			if n.Labels[gpupoolv1.LabelLayout] != "day" || n.Labels[gpupoolv1.LabelProfile] != "grid_p100-4q" ||
+				n.Labels[gpupoolv1.LabelMemoryMiB] != "4096" || n.Labels["lab.example/workload"] != "inference" || n.Spec.Unschedulable {
 				t.Errorf("node %s: labels %v unschedulable %v, want day labels and schedulable", name, n.Labels, n.Spec.Unschedulable)
 			}
-		} else if n.Labels["gpupool.dev/parked"] != "true" {
+		} else if n.Labels[gpupoolv1.LabelParked] != "true" {
 			t.Errorf("node %s: labels %v, want parked", name, n.Labels)
 		}
 	}
@@ -156,7 +156,7 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 	}
 }
 
-// checkPoolFromUp applies the pool.yaml 'up' wrote, as the README's local-environment
+// checkPoolFromUp applies the pool.yaml 'up' wrote, as docs/local-environment.md's
 // steps do, in place of the demo's pool of the same name: the webhook admits it, the
 // operator connects with its thumbprint and brings the VMs to the layout its schedule
 // wants now (day or night, by the wall clock in Berlin), and kubectl gpupool shows it in

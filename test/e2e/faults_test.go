@@ -175,12 +175,12 @@ func TestFaultsOnLocalCluster(t *testing.T) {
 		for _, name := range []string{"gpu-day-1", "gpu-day-2", "gpu-day-3", "gpu-day-4"} {
 			n := w.node(name)
 			for k := range n.Labels {
-				if strings.HasPrefix(k, "gpupool.dev/") {
+				if strings.HasPrefix(k, gpupoolv1.KeyPrefix+"/") {
 					t.Errorf("node %s keeps label %s after the pool was deleted", name, k)
 				}
 			}
 		}
-		if n := w.node("gpu-night-1"); n.Labels["gpupool.dev/parked"] != "true" || !n.Spec.Unschedulable {
+		if n := w.node("gpu-night-1"); n.Labels[gpupoolv1.LabelParked] != "true" || !n.Spec.Unschedulable {
 			t.Errorf("node gpu-night-1 (its VM parked) lost its parked marks: %v", n.Labels)
 		}
 	})
@@ -326,11 +326,11 @@ func (w *faultWorld) noStrandedNode() {
 			continue
 		}
 		n := w.node(vm.Name)
-		if n.Spec.Unschedulable || n.Labels["gpupool.dev/parked"] == "true" {
+		if n.Spec.Unschedulable || n.Labels[gpupoolv1.LabelParked] == "true" {
 			w.t.Errorf("VM %s runs, but its node is cordoned (%v) or parked (labels %v)", vm.Name, n.Spec.Unschedulable, n.Labels)
 		}
 		for _, taint := range n.Spec.Taints {
-			if taint.Key == "gpupool.dev/parked" {
+			if taint.Key == gpupoolv1.TaintParked {
 				w.t.Errorf("VM %s runs, but its node has the parked taint", vm.Name)
 			}
 		}

@@ -423,19 +423,19 @@ func (e *Env) snapshot(ctx context.Context, res *DemoResult) (string, string, er
 		if n.Spec.Unschedulable {
 			s += ",cordoned"
 		}
-		if l := n.Labels["gpupool.dev/layout"]; l != "" {
+		if l := n.Labels[gpupoolv1.LabelLayout]; l != "" {
 			s += "," + l
 		}
-		if n.Labels["gpupool.dev/parked"] == "true" {
+		if n.Labels[gpupoolv1.LabelParked] == "true" {
 			s += ",parked"
 		}
 		if g := cluster.AdvertisedGPUs(&n); g != "0" {
 			s += ",gpus=" + g
 		}
-		if st := n.Labels["gpupool.dev/state"]; st != "" {
+		if st := n.Labels[gpupoolv1.LabelState]; st != "" {
 			s += ",state=" + st
 		}
-		if at := n.Annotations["gpupool.dev/drain-at"]; at != "" {
+		if at := n.Annotations[gpupoolv1.AnnotationDrainAt]; at != "" {
 			s += ",draining-soon@" + at
 			if !n.Spec.Unschedulable && !slices.Contains(res.Warned, n.Name) {
 				res.Warned = append(res.Warned, n.Name)

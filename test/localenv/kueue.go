@@ -237,7 +237,7 @@ type kueueDemo struct {
 // for work), and names them or what is missing.
 func (e *Env) serving(ctx context.Context, layout string) (bool, string, error) {
 	var nodes corev1.NodeList
-	if err := e.Client.List(ctx, &nodes, client.MatchingLabels{"gpupool.dev/layout": layout}); err != nil {
+	if err := e.Client.List(ctx, &nodes, client.MatchingLabels{gpupoolv1.LabelLayout: layout}); err != nil {
 		return false, "", err
 	}
 	if len(nodes.Items) == 0 {

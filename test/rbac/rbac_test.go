@@ -1,6 +1,6 @@
 // Package rbac_test checks the generated and hand-written RBAC in config/rbac against
 // what the operator uses: any rule wider than the list below fails the test, so that a
-// new permission is a reviewed change of this list and the README's Security section.
+// new permission is a reviewed change of this list and the permissions table of docs/security.md.
 package rbac_test
 
 import (
@@ -24,7 +24,7 @@ type grant struct {
 	verb       string
 }
 
-// used lists every permission the operator needs, and why (see README, Security).
+// used lists every permission the operator needs, and why (see docs/security.md).
 var used = map[string]string{
 	// The GPUPoolProfile controller.
 	"manager-role  nodes get,list,watch,patch":                               "node labels, taints, cordon",

@@ -157,11 +157,7 @@ func TestNoDirectPathProfileManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, err := vgpusim.Start(inv, vgpusim.Options{NoDirectPathProfileManager: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
+	sim := vgpusim.StartInventoryT(t, inv, vgpusim.Options{NoDirectPathProfileManager: true})
 	c := connect(t, sim)
 	if c.ServiceContent.DirectPathProfileManager != nil {
 		t.Fatalf("ServiceContent names %v", c.ServiceContent.DirectPathProfileManager)

@@ -23,12 +23,7 @@ func startSim(t *testing.T, file string) *vgpusim.Sim {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, err := vgpusim.Start(inv, vgpusim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
-	return sim
+	return vgpusim.StartInventoryT(t, inv, vgpusim.Options{})
 }
 
 func connect(t *testing.T, sim *vgpusim.Sim) *govmomi.Client {
@@ -142,7 +137,7 @@ func TestPowerOnRefusedBySameSizeRule(t *testing.T) {
 }
 
 func TestPowerOnRefusedByFrameBuffer(t *testing.T) {
-	inv, err := vgpusim.Load([]byte(`
+	sim := vgpusim.StartT(t, `
 hosts:
 - name: h1
   gpus: [{model: Tesla P100, memoryMiB: 16384, pciId: "0000:3b:00.0"}]
@@ -151,15 +146,7 @@ vms:
 - {name: a, host: h1, profile: grid_p100-8q, powerState: poweredOn}
 - {name: b, host: h1, profile: grid_p100-8q, powerState: poweredOn}
 - {name: c, host: h1, profile: grid_p100-8q}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim, err := vgpusim.Start(inv, vgpusim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
+`)
 	c := connect(t, sim)
 	tk, err := vmObj(t, sim, c, "c").PowerOn(context.Background())
 	if err != nil {

@@ -150,7 +150,10 @@ func TestSyncKueueWithoutKueue(t *testing.T) {
 	_ = clientgoscheme.AddToScheme(s)
 	calls := 0
 	c := fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(interceptor.Funcs{
-		List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error { calls++; return errors.New("no Kueue") },
+		List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error {
+			calls++
+			return errors.New("no Kueue")
+		},
 		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
 			calls++
 			return errors.New("no Kueue")

@@ -3,6 +3,7 @@ package localenv
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -57,6 +58,10 @@ func (e *Env) startKueue(ctx context.Context) error {
 	if err := kueueenv.Install(ctx, e.rest, paths, served); err != nil {
 		return fmt.Errorf("installing Kueue: %w", err)
 	}
+	// The command line, for the supervisor to start Kueue again should it exit.
+	if err := os.WriteFile(filepath.Join(dir, "command"), []byte(strings.Join(append([]string{paths.Bin}, served.Args...), "\n")), 0o600); err != nil {
+		return err
+	}
 	if _, err := e.spawn("kueue", paths.Bin, served.Args...); err != nil {
 		return err
 	}
@@ -67,6 +72,21 @@ func (e *Env) startKueue(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// restartKueue starts Kueue again with the command line Up recorded, if Up started it
+// and it no longer runs: its Job webhook refuses every Job while nobody answers.
+func (e *Env) restartKueue() error {
+	data, err := os.ReadFile(filepath.Join(e.Dir, "kueue", "command"))
+	if err != nil || running(e.pidFile("kueue")) {
+		return nil // not part of this environment, or running
+	}
+	cmd := strings.Split(string(data), "\n")
+	fmt.Fprintln(e.logOut(), "supervisor: kueue not running; starting again")
+	log := filepath.Join(e.Dir, "logs", "kueue.log")
+	_ = os.Rename(log, log+".previous") // spawn starts a new log: keep why it ended
+	_, err = e.spawn("kueue", cmd[0], cmd[1:]...)
+	return err
 }
 
 // demoKueue is the demo pool's spec.kueue: day's four GPUs while day is ready for work;

@@ -282,7 +282,17 @@ func Open(o Options) (*Env, error) {
 // half-started or already stopped environment.
 func Down(o Options) error {
 	var errs []error
+	// The power wire first: its supervisor would start again what is stopped after it.
+	wire, _ := readPid(filepath.Join(o.Dir, "pids", "powerwire.pid"))
+	if wire > 0 {
+		if err := stopGroup(wire); err != nil {
+			errs = append(errs, fmt.Errorf("stopping the power wire (pid %d): %w", wire, err))
+		}
+	}
 	for _, pid := range readPidFiles(filepath.Join(o.Dir, "pids")) {
+		if pid == wire {
+			continue
+		}
 		if err := stopGroup(pid); err != nil {
 			errs = append(errs, fmt.Errorf("stopping pid %d: %w", pid, err))
 		}

@@ -14,7 +14,8 @@ import (
 // the kubelet restarts them; here nothing would, and a fault test that freezes the API
 // server for 20 s would leave the environment without garbage collection, ReplicaSets
 // and scheduling.
-// kwok (the kubelets' stand-in, pid file kwok-controller.pid) is restarted too, should it exit.
+// kwok (the kubelets' stand-in, pid file kwok-controller.pid) is restarted too, should it
+// exit, and so is Kueue's manager when Up started it (restartKueue).
 var supervised = []string{"kube-controller-manager", "kube-scheduler", "kwok-controller"}
 
 // superviseEvery is how often the supervisor looks at them.
@@ -32,6 +33,9 @@ func Supervise(ctx context.Context, e *Env) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if err := e.restartKueue(); err != nil && ctx.Err() == nil {
+			fmt.Fprintln(e.logOut(), "supervisor:", err)
 		}
 		var gone []string
 		for _, name := range supervised {

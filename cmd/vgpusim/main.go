@@ -142,10 +142,10 @@ type config struct {
 	// vmCallsFile gets the counts per VM (managed object id) and method, with callsFile.
 	vmCallsFile string
 	// tasksFile gets the VM tasks with their start and finish times, with callsFile.
-	tasksFile string
-	delays      durations
-	taskDelays  durations
-	failures    failures
+	tasksFile  string
+	delays     durations
+	taskDelays durations
+	failures   failures
 }
 
 func (c *config) opts(log *slog.Logger) vgpusim.Options {

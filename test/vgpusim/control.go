@@ -28,8 +28,8 @@ type control struct {
 	vmCalls map[string]map[string]int
 	timers  map[*time.Timer]struct{}
 	// tasks is the log of VM tasks with their start and finish times (TaskRecords).
-	tasks taskLog
-	wg    sync.WaitGroup
+	tasks   taskLog
+	wg      sync.WaitGroup
 	stopped bool
 
 	// Session expiry: a session is expired when it was first seen, or logged in, before

@@ -203,9 +203,11 @@ down: ## Stop the local environment in LOCAL_DIR.
 .PHONY: test-e2e
 BENCH_HOSTS ?= 4,16,64
 BENCH_FLAGS ?=
+# BENCH_JSON, when set, is a file the results are also written to as JSON (for CI).
+BENCH_JSON ?=
 .PHONY: bench-transition
 bench-transition: controlplane build image-host ## Benchmark day -> night -> day on the local environment at BENCH_HOSTS hosts and print a table (not part of make test).
-	$(BIN_DIR)/gpupool-local bench --hosts $(BENCH_HOSTS) --timeout 30m $(BENCH_FLAGS)
+	$(BIN_DIR)/gpupool-local bench --hosts $(BENCH_HOSTS) --timeout 30m $(if $(BENCH_JSON),--json $(BENCH_JSON)) $(BENCH_FLAGS)
 
 test-e2e: controlplane build image-host ## Run the end-to-end tests on the local environment (the manager from the image): the demand demo, the demo scenario, then the fault test.
 	go test -tags e2e -count=1 -v -timeout 40m ./test/e2e/

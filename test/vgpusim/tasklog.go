@@ -32,7 +32,10 @@ type taskLog struct {
 // logTaskStart records a VM task that just started. The caller holds the VM's lock.
 func (s *Sim) logTaskStart(ctx *simulator.Context, vm types.ManagedObjectReference, method string, t *simulator.Task) {
 	name := ""
-	if v, ok := ctx.Map.Get(vm).(*simulator.VirtualMachine); ok {
+	switch v := ctx.Map.Get(vm).(type) {
+	case *vgpuVM:
+		name = v.Name
+	case *simulator.VirtualMachine:
 		name = v.Name
 	}
 	s.ctl.mu.Lock()

@@ -111,9 +111,11 @@ func (tr *switchTrace) reactions() map[string][]time.Duration {
 	}
 	freed := tr.freedAt(tasks)
 	for vm := range tr.New {
-		ts := tasks[vm]
-		if len(ts) > 0 {
-			add(ReactFreed, since(freed[tr.HostOf(vm)], tr.local(ts[0].Start)))
+		// A first task that started before the GPUs were freed did not wait for them
+		// (a reconfigure of a VM that is off): it is no reaction to that.
+		ts, f := tasks[vm], freed[tr.HostOf(vm)]
+		if len(ts) > 0 && !f.IsZero() && !tr.local(ts[0].Start).Before(f) {
+			add(ReactFreed, since(f, tr.local(ts[0].Start)))
 		}
 	}
 	for _, ts := range tasks {

@@ -52,6 +52,8 @@ type scope struct {
 	// parkedAhead is what parkAhead found parking the nodes of the pass's due steps,
 	// by VM (nil: parked).
 	parkedAhead map[string]error
+	// budget is what the pass may still write (nil: no cap).
+	budget *passBudget
 
 	facts facts
 }
@@ -114,3 +116,4 @@ func (s *scope) vm(name string) (*inventory.VM, bool) {
 func (s *scope) hold(vm, reason, msg string) {
 	s.facts.held = append(s.facts.held, plan.Problem{Reason: reason, Message: msg, VM: vm})
 }
+

@@ -202,9 +202,9 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	r.recordWorkers(s, p)
 	r.publishPlan(ctx, s, p)
 	res := ctrl.Result{RequeueAfter: boundary}
-	res.RequeueAfter = soonest(res.RequeueAfter, r.warnSchedulers(ctx, s, p))
 	res.RequeueAfter = soonest(res.RequeueAfter, taskWait)
 	if p.Done() || len(p.Problems) > 0 {
+		res.RequeueAfter = soonest(res.RequeueAfter, r.warnSchedulers(ctx, s, p))
 		r.publishStates(ctx, s)
 	}
 	if p.Done() {
@@ -228,7 +228,9 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 		r.startTransition(s, p)
 	}
 	r.act(ctx, s, p, &res)
-	// After the steps: their writes come first in the pass's budget (passBudget).
+	// After the steps: their writes (a cordon first of all) come first in the pass's
+	// budget (passBudget); a warning of a node this pass cordoned is moot anyway.
+	res.RequeueAfter = soonest(res.RequeueAfter, r.warnSchedulers(ctx, s, p))
 	r.publishStates(ctx, s)
 	if len(s.facts.held) > 0 {
 		res.RequeueAfter = min(res.RequeueAfter, requeueBlocked)

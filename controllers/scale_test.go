@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -36,13 +37,14 @@ const (
 // a task in flight). Other methods are not used by the passes under test.
 type memVC struct {
 	vsphere.Client
-	inv   *inventory.Inventory
-	tasks *int
+	inv *inventory.Inventory
+	// tasks numbers the tasks; a pass starts hosts' tasks concurrently.
+	tasks *atomic.Int64
 }
 
 func (m memVC) Inventory(context.Context, ...string) (*inventory.Inventory, error) { return m.inv, nil }
 func (m memVC) InstanceUUID() string                                               { return "mem-vcenter" }
-func (m memVC) start() (string, error)                                             { *m.tasks++; return fmt.Sprintf("task-%d", *m.tasks), nil }
+func (m memVC) start() (string, error)                                             { return fmt.Sprintf("task-%d", m.tasks.Add(1)), nil }
 func (m memVC) Suspend(context.Context, string) (string, error)                    { return m.start() }
 func (m memVC) PowerOff(context.Context, string) (string, error)                   { return m.start() }
 func (m memVC) PowerOn(context.Context, string, string) (string, error)            { return m.start() }
@@ -174,7 +176,7 @@ func newScaleWorld(n int, frozen bool) *scaleWorld {
 	}
 	clock := clocktesting.NewFakeClock(monday1000)
 	r := &GPUPoolProfileReconciler{Client: c, APIReader: c, Recorder: discardRecorder{}, Clock: clock,
-		VSphere: memConnector{memVC{inv: inv, tasks: new(int)}}, Credentials: secretpolicy.Policy{Namespace: scaleNamespace}}
+		VSphere: memConnector{memVC{inv: inv, tasks: new(atomic.Int64)}}, Credentials: secretpolicy.Policy{Namespace: scaleNamespace}}
 	return &scaleWorld{r: r, pool: pool, inv: inv, clock: clock}
 }
 

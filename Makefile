@@ -111,8 +111,9 @@ test: controlplane kueue $(HELM) ## Run the unit, envtest, chart and install tes
 	go test $(GO_TEST_FLAGS) -run '^TestFaultMatrix$$' -v ./controllers/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|fault matrix'
 
 .PHONY: bench
-bench: ## Run the benchmarks and print a table.
+bench: controlplane ## Run the benchmarks and print a table (BenchmarkPass: a pass's own cost at 320, 1,280 and 5,000 VMs; see docs/scale.md).
 	go test -run '^$$' -bench . -benchmem ./internal/plan/ ./vsphere/
+	go test -run '^$$' -bench BenchmarkPass -benchmem -benchtime 5x ./controllers/
 
 DEMAND_SEEDS ?= 20
 .PHONY: bench-demand
@@ -208,9 +209,11 @@ down: ## Stop the local environment in LOCAL_DIR.
 .PHONY: test-e2e
 BENCH_HOSTS ?= 4,16,64
 BENCH_FLAGS ?=
+# BENCH_JSON, when set, is a file the results are also written to as JSON (for CI).
+BENCH_JSON ?=
 .PHONY: bench-transition
 bench-transition: controlplane build image-host ## Benchmark day -> night -> day on the local environment at BENCH_HOSTS hosts and print a table (not part of make test).
-	$(BIN_DIR)/gpupool-local bench --hosts $(BENCH_HOSTS) --timeout 30m $(BENCH_FLAGS)
+	$(BIN_DIR)/gpupool-local bench --bin-dir $(BIN_DIR) --hosts $(BENCH_HOSTS) --timeout 30m $(if $(BENCH_JSON),--json $(BENCH_JSON)) $(BENCH_FLAGS)
 
 test-e2e: controlplane kueue build image-host ## Run the end-to-end tests on the local environment (the manager from the image): the demand demo, the demo scenario, then the fault test.
 	go test -tags e2e -count=1 -v -timeout 40m ./test/e2e/

@@ -33,7 +33,7 @@ func (r *GPUPoolProfileReconciler) checkClaims(ctx context.Context, s *scope) (t
 	}
 	mine := map[string]string{} // VM moref -> the name this pool gives it
 	for _, id := range poolVMs(&pool.Spec) {
-		if vm, ok := s.inv.FindVM(id); ok {
+		if vm, ok := s.index.FindVM(id); ok {
 			mine[vm.Ref] = vm.Name
 		}
 	}
@@ -44,7 +44,7 @@ func (r *GPUPoolProfileReconciler) checkClaims(ctx context.Context, s *scope) (t
 		}
 		var shared []string
 		for _, id := range poolVMs(&o.Spec) {
-			if vm, ok := s.inv.FindVM(id); ok && mine[vm.Ref] != "" {
+			if vm, ok := s.index.FindVM(id); ok && mine[vm.Ref] != "" {
 				shared = append(shared, mine[vm.Ref])
 			}
 		}

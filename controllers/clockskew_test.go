@@ -60,7 +60,7 @@ func TestTerminatingWaitIgnoresClockOffset(t *testing.T) {
 			r := &GPUPoolProfileReconciler{Client: k8s, Clock: clk}
 			waiting := func(when string, want bool) {
 				t.Helper()
-				res, err := r.drainPods(ctx, node, gpupoolv1.DrainSpec{}, clk.Now())
+				res, err := r.drainPods(ctx, node, gpupoolv1.DrainSpec{}, clk.Now(), nil)
 				if err != nil {
 					t.Fatal(err)
 				}

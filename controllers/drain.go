@@ -45,6 +45,9 @@ type drainResult struct {
 	// Holding are pods the drain waits for to finish rather than evict
 	// (gpupool.dev/do-not-disrupt, drain.jobPods: WaitCompleted), with the reason.
 	Holding []string
+	// Deferred counts the pods this pass had no eviction left for (maxEvictionsPerPass):
+	// they are evicted in the next pass.
+	Deferred int
 }
 
 func (r drainResult) message() string {
@@ -60,6 +63,9 @@ func (r drainResult) message() string {
 	}
 	if r.Evicted > 0 {
 		parts = append(parts, fmt.Sprintf("requested eviction of %d pod(s)", r.Evicted))
+	}
+	if r.Deferred > 0 {
+		parts = append(parts, fmt.Sprintf("%d eviction(s) in the next pass", r.Deferred))
 	}
 	if len(parts) == 0 {
 		return "drained"
@@ -110,7 +116,7 @@ func skipForDrain(p *corev1.Pod) bool {
 //
 // Every eviction error counts as blocking (and so toward drain.timeout) and is named;
 // none stops the drain of the other pods or nodes.
-func (r *GPUPoolProfileReconciler) drainPods(ctx context.Context, node *corev1.Node, d gpupoolv1.DrainSpec, now time.Time) (drainResult, error) {
+func (r *GPUPoolProfileReconciler) drainPods(ctx context.Context, node *corev1.Node, d gpupoolv1.DrainSpec, now time.Time, budget *passBudget) (drainResult, error) {
 	pods, err := r.podsOnNode(ctx, node.Name)
 	if err != nil {
 		return drainResult{}, err
@@ -142,6 +148,10 @@ func (r *GPUPoolProfileReconciler) drainPods(ctx context.Context, node *corev1.N
 			res.Blocked = append(res.Blocked, id+" has no controller and would not come back (delete it, or use drain.onTimeout: Force)")
 			continue
 		}
+		if !budget.eviction() {
+			res.Deferred++
+			continue
+		}
 		ev := &policyv1.Eviction{
 			ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 			DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: d.GracePeriodSeconds},
@@ -166,7 +176,7 @@ func (r *GPUPoolProfileReconciler) drainPods(ctx context.Context, node *corev1.N
 			res.Blocked = append(res.Blocked, id+" (eviction failed: "+pdbReason(err)+")")
 		}
 	}
-	res.Done = len(res.Waiting) == 0 && len(res.Blocked) == 0 && len(res.Holding) == 0
+	res.Done = len(res.Waiting) == 0 && len(res.Blocked) == 0 && len(res.Holding) == 0 && res.Deferred == 0
 	return res, nil
 }
 
@@ -264,6 +274,9 @@ func (r *GPUPoolProfileReconciler) cordonNode(ctx context.Context, s *scope, nod
 	if node.Spec.Unschedulable && node.Labels[LabelPool] == s.pool.Name {
 		return nil
 	}
+	if !s.budget.nodeWrite() {
+		return errCapped
+	}
 	if err := r.patchNode(ctx, node, func(n *corev1.Node) {
 		cordon(n)
 		setManagedLabel(n, LabelPool, s.pool.Name)
@@ -276,8 +289,10 @@ func (r *GPUPoolProfileReconciler) cordonNode(ctx context.Context, s *scope, nod
 
 // cordonAhead cordons, before anything is evicted, every node the plan will drain, on
 // every host: an evicted pod is then rescheduled onto a node that stays, and evicted
-// once, rather than onto a node whose drain comes later.
-func (r *GPUPoolProfileReconciler) cordonAhead(ctx context.Context, s *scope, p *plan.Plan) {
+// once, rather than onto a node whose drain comes later. It reports whether every one
+// is cordoned; when the pass's budget ran out first, the rest are cordoned in the next
+// pass and nothing is evicted before.
+func (r *GPUPoolProfileReconciler) cordonAhead(ctx context.Context, s *scope, p *plan.Plan) bool {
 	var nodes []*corev1.Node
 	for _, hp := range p.Hosts {
 		for _, st := range hp.Steps {
@@ -288,11 +303,16 @@ func (r *GPUPoolProfileReconciler) cordonAhead(ctx context.Context, s *scope, p 
 	}
 	errs := make([]error, len(nodes))
 	forEach(len(nodes), maxConcurrentDrains, func(i int) { errs[i] = r.cordonNode(ctx, s, nodes[i]) })
+	all := true
 	for _, err := range errs {
-		if err != nil {
+		switch {
+		case errors.Is(err, errCapped):
+			all = false
+		case err != nil:
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}
 	}
+	return all
 }
 
 // drainOutcome is what the eviction phase of one drain found.
@@ -315,7 +335,7 @@ func (r *GPUPoolProfileReconciler) evictAll(ctx context.Context, s *scope, steps
 			out[i].err = err
 			return
 		}
-		out[i].res, out[i].err = r.drainPods(ctx, node, s.pool.Spec.Drain, s.now)
+		out[i].res, out[i].err = r.drainPods(ctx, node, s.pool.Spec.Drain, s.now, s.budget)
 		podEvictions.WithLabelValues(s.pool.Name).Add(float64(out[i].res.Evicted))
 	})
 	return out
@@ -385,7 +405,7 @@ func (r *GPUPoolProfileReconciler) uncordonRunning(ctx context.Context, s *scope
 		if !ok || v.PowerState != inventory.PoweredOn || !cordonedByUs(n) {
 			continue
 		}
-		if ws := s.worker(vm); ws.Task != nil {
+		if ws := s.worker(vm); ws.Task != nil || !s.budget.nodeWrite() {
 			continue
 		}
 		if err := r.patchNode(ctx, n, uncordon); err != nil {

@@ -121,12 +121,18 @@ func (r *GPUPoolProfileReconciler) markParked(ctx context.Context, s *scope, vm 
 		return true
 	}
 	err, ahead := s.parkedAhead[vm]
-	if !ahead {
+	switch {
+	case ahead:
+	case !hasMeta(node, parkedMeta(s.pool.Name)) && !s.budget.nodeWrite():
+		err = errCapped
+	default:
 		err = r.parkNode(ctx, s.pool.Name, node)
 	}
 	switch {
 	case err == nil:
 		return true
+	case errors.Is(err, errCapped):
+		// Parked in the next pass, which follows at once.
 	case errors.Is(err, errMachineUnreadable):
 		s.hold(vm, ReasonMachineUnreadable, fmt.Sprintf("VM %s is not parked: %v", vm, err))
 	default:
@@ -170,7 +176,16 @@ func (r *GPUPoolProfileReconciler) parkAhead(ctx context.Context, s *scope, step
 		return
 	}
 	errs := make([]error, len(vms))
-	forEach(len(vms), maxConcurrentDrains, func(i int) { errs[i] = r.parkNode(ctx, s.pool.Name, s.nodes[vms[i]]) })
+	for i, vm := range vms {
+		if !hasMeta(s.nodes[vm], parkedMeta(s.pool.Name)) && !s.budget.nodeWrite() {
+			errs[i] = errCapped
+		}
+	}
+	forEach(len(vms), maxConcurrentDrains, func(i int) {
+		if errs[i] == nil {
+			errs[i] = r.parkNode(ctx, s.pool.Name, s.nodes[vms[i]])
+		}
+	})
 	s.parkedAhead = make(map[string]error, len(vms))
 	for i, vm := range vms {
 		s.parkedAhead[vm] = errs[i]

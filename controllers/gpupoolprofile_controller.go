@@ -84,6 +84,10 @@ type GPUPoolProfileReconciler struct {
 	// kueueWatch starts the watch of Kueue's Workloads once Kueue is installed; nil (the
 	// tests that call Reconcile directly) watches nothing.
 	kueueWatch *kueueWatch
+
+	// maxNodeWrites and maxEvictions override maxNodeWritesPerPass and
+	// maxEvictionsPerPass when not 0 (tests, to cross the caps with few nodes).
+	maxNodeWrites, maxEvictions int
 }
 
 // Reconcile implements reconcile.Reconciler: observe, decide, act; then one function
@@ -106,7 +110,8 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		}
 	}
 
-	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now()}
+	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now(),
+		budget: newPassBudget(cmp.Or(r.maxNodeWrites, maxNodeWritesPerPass), cmp.Or(r.maxEvictions, maxEvictionsPerPass))}
 	before := pool.DeepCopy()
 	defer func() {
 		summarize(s)
@@ -134,6 +139,10 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		res.RequeueAfter = soonest(res.RequeueAfter, r.syncKueue(bodyCtx, s))
 	}
 	r.tasks.watch(pool.Name, s.vc, inFlight(pool))
+	if s.budget.wasCapped() && err == nil {
+		// The pass left writes for the next one: it follows at once.
+		res.RequeueAfter = requeueCapped
+	}
 	return res, err
 }
 
@@ -196,9 +205,11 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 	r.recordWorkers(s, p)
 	r.publishPlan(ctx, s, p)
 	res := ctrl.Result{RequeueAfter: boundary}
-	res.RequeueAfter = soonest(res.RequeueAfter, r.warnSchedulers(ctx, s, p))
-	r.publishStates(ctx, s)
 	res.RequeueAfter = soonest(res.RequeueAfter, taskWait)
+	if p.Done() || len(p.Problems) > 0 {
+		res.RequeueAfter = soonest(res.RequeueAfter, r.warnSchedulers(ctx, s, p))
+		r.publishStates(ctx, s)
+	}
 	if p.Done() {
 		s.facts.done = true
 		if taskWait == 0 && s.facts.fallback == "" {
@@ -220,6 +231,10 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 		r.startTransition(s, p)
 	}
 	r.act(ctx, s, p, &res)
+	// After the steps: their writes (a cordon first of all) come first in the pass's
+	// budget (passBudget); a warning of a node this pass cordoned is moot anyway.
+	res.RequeueAfter = soonest(res.RequeueAfter, r.warnSchedulers(ctx, s, p))
+	r.publishStates(ctx, s)
 	if len(s.facts.held) > 0 {
 		res.RequeueAfter = min(res.RequeueAfter, requeueBlocked)
 	}
@@ -231,6 +246,9 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 // tasks they start are started together at the end (startQueued).
 func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Plan, res *ctrl.Result) {
 	note := func(step plan.Step, after time.Duration, err error) {
+		if errors.Is(err, errCapped) {
+			return // goes on in the next pass, which follows at once
+		}
 		if err != nil {
 			ws := s.worker(step.VM)
 			ws.Message = fmt.Sprintf("%s failed: %v", step.Action, err)
@@ -255,8 +273,9 @@ func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Pl
 			drains = append(drains, step)
 		}
 	}
-	if len(drains) > 0 {
-		r.cordonAhead(ctx, s, p)
+	// Nothing is evicted until every node to drain is cordoned (cordonAhead), even when
+	// that takes more than one pass.
+	if len(drains) > 0 && r.cordonAhead(ctx, s, p) {
 		for i, o := range r.evictAll(ctx, s, drains) {
 			step := drains[i]
 			after, err := r.settleDrain(ctx, s, s.worker(step.VM), s.nodes[step.VM], o)
@@ -301,6 +320,9 @@ func (r *GPUPoolProfileReconciler) patchNodesTogether(ctx context.Context, s *sc
 		_, found := s.vm(step.VM)
 		plain := found && ws.Task == nil && (ws.NextRetryTime == nil || !s.now.Before(ws.NextRetryTime.Time))
 		if (step.Action == plan.Relabel || step.Action == plan.Uncordon) && plain {
+			if !s.budget.nodeWrite() {
+				continue // in the next pass
+			}
 			// As execute does for the steps it runs.
 			if ws.StepStartTime == nil {
 				ws.StepStartTime = ptrTime(s.now)

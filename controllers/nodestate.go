@@ -108,6 +108,9 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 		if n.Labels[LabelState] == want && n.Annotations[AnnotationMarkedBy] == s.pool.Name {
 			continue
 		}
+		if !s.budget.nodeWrite() {
+			continue // published in the next pass
+		}
 		nodes, wants = append(nodes, n), append(wants, want)
 	}
 	// A transition changes the state of every node it touches at once: patch them
@@ -204,6 +207,9 @@ func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope,
 		at, warn := want[name]
 		if warn == hasWarning(n, at) && (warn || !hasAnyWarning(n)) {
 			continue
+		}
+		if !s.budget.nodeWrite() {
+			continue // warned in the next pass
 		}
 		if err := r.patchNode(ctx, n, func(n *corev1.Node) {
 			setWarning(n, at, warn)

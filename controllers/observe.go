@@ -21,7 +21,7 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.
 	if !ok {
 		return retry, false
 	}
-	s.vc, s.inv = vcc, inv
+	s.vc, s.inv, s.index = vcc, inv, inv.Index()
 	if retry, ok := r.checkClaims(ctx, s); !ok {
 		return retry, false
 	}
@@ -33,11 +33,12 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.
 	}
 	s.vms, s.specID = map[string]*inventory.VM{}, map[string]string{}
 	for _, w := range poolWorkers(&pool.Spec) {
-		if vm, ok := inv.FindVM(w.VM); ok {
+		if vm, ok := s.index.FindVM(w.VM); ok {
 			s.vms[w.VM] = vm
 			s.specID[vm.Name] = w.VM
 		}
 	}
+	s.layouts = nil // indexed by s.vms
 	s.allNodes = nodes.Items
 	s.nodes = matchNodes(poolWorkers(&pool.Spec), s.vms, s.allNodes)
 	s.facts.observed = true
@@ -184,11 +185,8 @@ func (s *scope) wantedMeta(name string) (nodeMeta, bool) {
 	if s.layout == nil {
 		return nodeMeta{}, false
 	}
-	for _, w := range s.layout.Workers {
-		v, ok := s.vms[w.VM]
-		if !ok || v.Name != name {
-			continue
-		}
+	if i, ok := s.layoutWorkers(s.layout).byName[name]; ok {
+		w, v := s.layout.Workers[i], s.vms[s.layout.Workers[i].VM]
 		mib, _ := inventory.ProfileFrameBufferMiB(w.Profile)
 		if h, ok := s.inv.FindHost(v.Host); ok {
 			if p, ok := h.Profile(w.Profile); ok && p.FrameBufferMiB > 0 {

@@ -144,17 +144,13 @@ func (s *scope) workerSpec(name string) (gpupoolv1.Worker, bool) {
 		return gpupoolv1.Worker{}, false
 	}
 	if s.layout != nil {
-		for _, w := range s.layout.Workers {
-			if w.VM == id {
-				return w, true
-			}
+		if i, ok := s.layoutWorkers(s.layout).byID[id]; ok {
+			return s.layout.Workers[i], true
 		}
 	}
-	for _, l := range s.pool.Spec.Layouts {
-		for _, w := range l.Workers {
-			if w.VM == id {
-				return w, true
-			}
+	for l := range s.pool.Spec.Layouts {
+		if i, ok := s.layoutWorkers(&s.pool.Spec.Layouts[l]).byID[id]; ok {
+			return s.pool.Spec.Layouts[l].Workers[i], true
 		}
 	}
 	return gpupoolv1.Worker{}, false

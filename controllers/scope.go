@@ -28,6 +28,8 @@ type scope struct {
 
 	vc  vsphere.Client
 	inv *inventory.Inventory
+	// index finds VMs of inv by name or path without scanning it (set with inv).
+	index *inventory.VMIndex
 	// vms are the pool's VMs by the name or path the spec gives them, resolved once per
 	// pass; specID maps a VM's inventory name back to that spec id (status key).
 	vms    map[string]*inventory.VM
@@ -52,6 +54,10 @@ type scope struct {
 	// parkedAhead is what parkAhead found parking the nodes of the pass's due steps,
 	// by VM (nil: parked).
 	parkedAhead map[string]error
+	// budget is what the pass may still write (nil: no cap).
+	budget *passBudget
+	// layouts indexes each layout's workers once per pass (layoutWorkers).
+	layouts map[*gpupoolv1.Layout]*layoutIndex
 
 	facts facts
 }
@@ -113,4 +119,35 @@ func (s *scope) vm(name string) (*inventory.VM, bool) {
 // hold records that a VM must not be acted on now.
 func (s *scope) hold(vm, reason, msg string) {
 	s.facts.held = append(s.facts.held, plan.Problem{Reason: reason, Message: msg, VM: vm})
+}
+
+// layoutIndex is where each worker of a layout is in its list: the first worker by spec
+// id, and the first by the inventory name of the VM it resolved to (s.vms).
+type layoutIndex struct {
+	byID, byName map[string]int
+}
+
+// layoutWorkers indexes a layout's workers the first time a pass asks, so that looking
+// a worker up for every node of a large pool does not scan the layout each time. It
+// depends on s.vms, which observe sets once (and resets the index).
+func (s *scope) layoutWorkers(l *gpupoolv1.Layout) *layoutIndex {
+	if x, ok := s.layouts[l]; ok {
+		return x
+	}
+	x := &layoutIndex{byID: make(map[string]int, len(l.Workers)), byName: make(map[string]int, len(l.Workers))}
+	for i, w := range l.Workers {
+		if _, seen := x.byID[w.VM]; !seen {
+			x.byID[w.VM] = i
+		}
+		if v, ok := s.vms[w.VM]; ok {
+			if _, seen := x.byName[v.Name]; !seen {
+				x.byName[v.Name] = i
+			}
+		}
+	}
+	if s.layouts == nil {
+		s.layouts = map[*gpupoolv1.Layout]*layoutIndex{}
+	}
+	s.layouts[l] = x
+	return x
 }

@@ -21,6 +21,7 @@ type benchConfig struct {
 	delays     *string
 	sequential *int
 	idle       *time.Duration
+	json       *string
 }
 
 func benchFlags(fs *flag.FlagSet) benchConfig {
@@ -31,6 +32,7 @@ func benchFlags(fs *flag.FlagSet) benchConfig {
 		delays:     fs.String("task-delays", "SuspendVM_Task=2s,PowerOnVM_Task=3s,PowerOffVM_Task=2s,ReconfigVM_Task=2s", "bench: vgpusim task durations"),
 		sequential: fs.Int("sequential-hosts", 1, "bench: hosts the sequential script switches (extrapolated to all); 0 skips it"),
 		idle:       fs.Duration("idle", time.Minute, "bench: how long the manager's CPU use is measured at rest"),
+		json:       fs.String("json", "", "bench: also write the results, per size, as JSON to this file"),
 	}
 }
 
@@ -67,9 +69,17 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 		}
 		results = append(results, r)
 		fmt.Print(localenv.FormatBench([]*localenv.BenchResult{r}))
+		fmt.Print(localenv.FormatReactions([]*localenv.BenchResult{r}))
 	}
 	fmt.Println("==> transition benchmark (task delays " + *c.delays + ")")
 	fmt.Print(localenv.FormatBench(results))
+	fmt.Println("==> gpupool's reaction: from a worker's precondition (watched, or vgpusim's task log) to its next action")
+	fmt.Print(localenv.FormatReactions(results))
+	if *c.json != "" {
+		if err := localenv.WriteBenchJSON(*c.json, results); err != nil {
+			errs = append(errs, fmt.Errorf("--json: %w", err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -83,7 +93,8 @@ func benchOne(ctx context.Context, opts localenv.Options, vgArgs []string, b loc
 	if err := localenv.WriteBenchInventory(opts.Inventory, b.Hosts, b.GPUs); err != nil {
 		return nil, err
 	}
-	opts.VgpusimArgs = append(append([]string{}, vgArgs...), "--calls-file", filepath.Join(dir, "vgpusim-calls.json"))
+	opts.VgpusimArgs = append(append([]string{}, vgArgs...), "--calls-file", filepath.Join(dir, "vgpusim-calls.json"),
+		"--tasks-file", filepath.Join(dir, "vgpusim-tasks.json"))
 	fmt.Printf("==> %d hosts x %d GPUs: starting the local environment in %s\n", b.Hosts, b.GPUs, dir)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -108,6 +108,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 					_ = writeFileAtomic(cfg.vmCallsFile, string(b))
 				}
 			}
+			if cfg.tasksFile != "" {
+				if b, err := json.Marshal(sim.TaskRecords()); err == nil {
+					_ = writeFileAtomic(cfg.tasksFile, string(b))
+				}
+			}
 		case <-expire:
 			sim.ExpireSessions()
 		case sig := <-signals:
@@ -136,9 +141,11 @@ type config struct {
 	callsFile  string
 	// vmCallsFile gets the counts per VM (managed object id) and method, with callsFile.
 	vmCallsFile string
-	delays      durations
-	taskDelays  durations
-	failures    failures
+	// tasksFile gets the VM tasks with their start and finish times, with callsFile.
+	tasksFile  string
+	delays     durations
+	taskDelays durations
+	failures   failures
 }
 
 func (c *config) opts(log *slog.Logger) vgpusim.Options {
@@ -163,6 +170,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.envFile, "env-file", "", "also write the export lines to this file (removed on exit)")
 	fs.DurationVar(&cfg.sessionTTL, "session-ttl", 0, "expire all sessions this often (0: never)")
 	fs.StringVar(&cfg.callsFile, "calls-file", "", "write the SOAP call counts, as a JSON object by method, to this file four times a second")
+	fs.StringVar(&cfg.tasksFile, "tasks-file", "", "with --calls-file: also write the VM tasks with the simulator's start and finish times, as a JSON list, to this file")
 	fs.StringVar(&cfg.vmCallsFile, "vm-calls-file", "", "with --calls-file: also write the SOAP call counts per VM, as a JSON object by managed object id (vm-42) and method, to this file")
 	fs.Var(cfg.delays, "delay", "delay a SOAP method, as Method=duration (repeatable), e.g. PowerOnVM_Task=2s")
 	fs.Var(cfg.taskDelays, "task-delay", "keep tasks of a method running, as Method=duration (repeatable)")

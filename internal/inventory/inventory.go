@@ -344,3 +344,39 @@ func cutName(s string) string {
 	}
 	return s
 }
+
+// VMIndex finds VMs as FindVM does, from maps built once: a pass that resolves every
+// worker of a large pool would otherwise scan every VM once per worker.
+type VMIndex struct {
+	inv    *Inventory
+	byPath map[string]int // the first VM with that path
+	byName map[string]int // the first VM with that name
+	named  map[string]int // how many VMs carry that name
+}
+
+// Index indexes the inventory's VMs; the inventory must not change while it is used.
+func (inv *Inventory) Index() *VMIndex {
+	x := &VMIndex{inv: inv, byPath: make(map[string]int, len(inv.VMs)), byName: make(map[string]int, len(inv.VMs)), named: make(map[string]int, len(inv.VMs))}
+	for i := range inv.VMs {
+		vm := &inv.VMs[i]
+		if _, seen := x.byPath[vm.Path]; vm.Path != "" && !seen {
+			x.byPath[vm.Path] = i
+		}
+		if _, seen := x.byName[vm.Name]; !seen {
+			x.byName[vm.Name] = i
+		}
+		x.named[vm.Name]++
+	}
+	return x
+}
+
+// FindVM is Inventory.FindVM.
+func (x *VMIndex) FindVM(id string) (*VM, bool) {
+	if i, ok := x.byPath[id]; ok {
+		return &x.inv.VMs[i], true
+	}
+	if x.named[id] != 1 {
+		return nil, false
+	}
+	return &x.inv.VMs[x.byName[id]], true
+}

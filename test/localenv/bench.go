@@ -24,6 +24,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/test/cluster"
+	"github.com/gpupool/gpupool/test/vgpusim"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
@@ -59,6 +60,11 @@ type BenchResult struct {
 	Sequential                       time.Duration // extrapolated to all hosts
 	SequentialMeasured               time.Duration
 	SequentialHosts                  int
+	// Reactions are gpupool's reaction times by kind (React*), over both switches, and
+	// the breakdowns each switch's critical path, from the watches and vgpusim's task
+	// log (reaction.go).
+	Reactions                                map[string]Percentiles
+	BreakdownDayToNight, BreakdownNightToDay Breakdown
 }
 
 // WriteBenchInventory writes a vgpusim inventory of hosts x gpus P100s with the day VMs
@@ -169,7 +175,8 @@ func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error)
 	if err != nil {
 		return nil, err
 	}
-	if r.DayToNight, err = e.switchTo(ctx, "night"); err != nil {
+	var toNight, toDay *switchTrace
+	if r.DayToNight, toNight, err = e.switchTo(ctx, "night"); err != nil {
 		return nil, err
 	}
 	if pods > 0 {
@@ -179,9 +186,11 @@ func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error)
 		}
 		r.EvictionsPerPod = (evictedAfter - evictedBefore) / float64(max(onDay, 1))
 	}
-	if r.NightToDay, err = e.switchTo(ctx, ""); err != nil {
+	if r.NightToDay, toDay, err = e.switchTo(ctx, ""); err != nil {
 		return nil, err
 	}
+	r.Reactions = reactionPercentiles(toNight, toDay)
+	r.BreakdownDayToNight, r.BreakdownNightToDay = toNight.criticalPath(), toDay.criticalPath()
 	callsAfter, _ := e.vgpusimCalls()
 	changes := 0
 	for m, n := range callsAfter {
@@ -220,11 +229,11 @@ func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error)
 }
 
 // switchTo sets (or, with "", removes) the override and returns how long the pool took
-// to be Steady with that layout active.
-func (e *Env) switchTo(ctx context.Context, layout string) (time.Duration, error) {
+// to be Steady with that layout active, and the switch's trace.
+func (e *Env) switchTo(ctx context.Context, layout string) (time.Duration, *switchTrace, error) {
 	var p gpupoolv1.GPUPoolProfile
 	if err := e.Client.Get(ctx, client.ObjectKey{Name: BenchPool}, &p); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	want := layout
 	if layout == "" {
@@ -240,18 +249,49 @@ func (e *Env) switchTo(ctx context.Context, layout string) (time.Duration, error
 	defer stop()
 	tl, err := e.watchTimeline(tctx, label)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	start := time.Now()
 	if err := e.Client.Update(ctx, &p); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	err = e.waitPool(ctx, BenchPool, 100*time.Millisecond, want+" active", func(p *gpupoolv1.GPUPoolProfile) bool {
 		return p.Status.ActiveLayout == want && p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ObservedGeneration == p.Generation
 	})
 	took := time.Since(start)
 	e.logf("==> switch to %s: Steady after %s; last node %s", want, took.Round(100*time.Millisecond), tl)
-	return took, err
+	if err != nil {
+		return took, nil, err
+	}
+	tasks, err := e.finishedTasks(ctx, start)
+	tr := tl.trace(start, tasks)
+	b := tr.criticalPath()
+	e.logf("==> switch to %s: critical path %s vSphere, %s Kubernetes, %s gpupool", want,
+		b.VSphere.Round(100*time.Millisecond), b.Kubernetes.Round(100*time.Millisecond), b.Gpupool.Round(100*time.Millisecond))
+	return took, tr, err
+}
+
+// finishedTasks reads vgpusim's task log (rewritten four times a second) until every
+// task started since start has finished in it.
+func (e *Env) finishedTasks(ctx context.Context, start time.Time) ([]vgpusim.TaskRecord, error) {
+	var tasks []vgpusim.TaskRecord
+	err := e.pollFor(ctx, 100*time.Millisecond, 10*time.Second, "vgpusim's task log", func() (bool, error) {
+		b, err := os.ReadFile(filepath.Join(e.Dir, "vgpusim-tasks.json"))
+		if err != nil {
+			return false, nil //nolint:nilerr // not written yet
+		}
+		tasks = nil
+		if err := json.Unmarshal(b, &tasks); err != nil {
+			return false, nil //nolint:nilerr // being replaced
+		}
+		for _, t := range tasks {
+			if !t.Start.Before(start) && t.Finish.IsZero() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	return tasks, err
 }
 
 // spareNodeLatency powers the spare VM on and off through vCenter and measures how long
@@ -588,30 +628,4 @@ func (e *Env) sequential(ctx context.Context, b BenchOptions, n int) (time.Durat
 		return 0, fmt.Errorf("the sequential script failed (see %s): %w", out.Name(), err)
 	}
 	return time.Since(start), nil
-}
-
-// FormatBench renders results as the benchmark's table.
-func FormatBench(rs []*BenchResult) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-6s %-5s %-8s %-10s %-10s %-7s %-10s %-10s %-7s %-12s %-10s %-12s %-9s %-8s %-8s\n",
-		"hosts", "GPUs", "changed", "day>night", "night>day", "bound", "ratio d>n", "ratio n>d", "evict/", "calls per", "reconciles", "reconcile", "RSS peak", "idle CPU", "sequential")
-	fmt.Fprintf(&b, "%-6s %-5s %-8s %-10s %-10s %-7s %-10s %-10s %-7s %-12s %-10s %-12s %-9s %-8s %-8s\n",
-		"", "", "VMs", "", "", "", "", "", "pod", "changed VM", "", "p50/p99", "MiB", "% core", "/ gpupool")
-	for _, r := range rs {
-		seq := "-"
-		if r.Sequential > 0 {
-			seq = fmt.Sprintf("%.1fx", r.Sequential.Seconds()/r.DayToNight.Seconds())
-		}
-		fmt.Fprintf(&b, "%-6d %-5d %-8d %-10s %-10s %-7s %-10.2f %-10.2f %-7.2f %-12.2f %-10d %-12s %-9.0f %-8.2f %-8s\n",
-			r.Hosts, r.Hosts*r.GPUs, r.ChangedVMs, r.DayToNight.Round(100*time.Millisecond), r.NightToDay.Round(100*time.Millisecond),
-			r.BoundDayToNight.Round(100*time.Millisecond), r.DayToNight.Seconds()/r.BoundDayToNight.Seconds(), r.NightToDay.Seconds()/r.BoundNightToDay.Seconds(),
-			r.EvictionsPerPod, r.CallsPerChangedVM, r.Reconciles, fmt.Sprintf("%s/%s", r.ReconcileP50, r.ReconcileP99), r.RSSPeakMiB, r.IdleCPUPercent, seq)
-	}
-	for _, r := range rs {
-		if r.SequentialHosts > 0 {
-			fmt.Fprintf(&b, "sequential script at %d hosts: measured %s on %d host(s), extrapolated to %s\n",
-				r.Hosts, r.SequentialMeasured.Round(100*time.Millisecond), r.SequentialHosts, r.Sequential.Round(time.Second))
-		}
-	}
-	return b.String()
 }

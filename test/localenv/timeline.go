@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpupool/gpupool/test/cluster"
+	"github.com/gpupool/gpupool/test/vgpusim"
 )
 
 // timeline records, while a switch runs, when the last node of the pool reached each
@@ -24,6 +25,9 @@ type timeline struct {
 	mu   sync.Mutex
 	last map[string]time.Duration
 	seen map[string]int
+	// old and fresh are the per-node times of the nodes the switch parks and brings up,
+	// by name, for the reaction times (switchTrace).
+	old, fresh map[string]*nodeTrace
 }
 
 // Milestones, in the order a switch reaches them.
@@ -40,7 +44,8 @@ var milestones = []struct{ key, what string }{
 // watchTimeline starts recording; cancel ctx to stop. A watch the API server drops (it
 // drops a watch whose reader falls behind) is opened again.
 func (e *Env) watchTimeline(ctx context.Context, target string) (*timeline, error) {
-	t := &timeline{start: time.Now(), target: target, last: map[string]time.Duration{}, seen: map[string]int{}}
+	t := &timeline{start: time.Now(), target: target, last: map[string]time.Duration{}, seen: map[string]int{},
+		old: map[string]*nodeTrace{}, fresh: map[string]*nodeTrace{}}
 	wasCordoned := map[string]bool{}
 	onNode := func(ev watch.Event) {
 		n, ok := ev.Object.(*corev1.Node)
@@ -48,6 +53,7 @@ func (e *Env) watchTimeline(ctx context.Context, target string) (*timeline, erro
 			return
 		}
 		inTarget := n.Labels["lab.example/workload"] == target
+		t.traceNode(n, inTarget)
 		if n.Spec.Unschedulable {
 			wasCordoned[n.Name] = true
 			if !inTarget {
@@ -73,6 +79,7 @@ func (e *Env) watchTimeline(ctx context.Context, target string) (*timeline, erro
 	onPod := func(ev watch.Event) {
 		if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Deleted {
 			t.mark("podsGone", p.Name)
+			t.podGone(p.Spec.NodeName)
 		}
 	}
 	go e.follow(ctx, &corev1.NodeList{}, nil, onNode)
@@ -106,6 +113,69 @@ func layoutPrefix(target string) string {
 		return "night-"
 	}
 	return "day-"
+}
+
+// traceNode records the first time a node of the switch reached a precondition or an
+// action (nodeTrace), on this clock.
+func (t *timeline) traceNode(n *corev1.Node, inTarget bool) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !strings.HasPrefix(n.Name, layoutPrefix(t.target)) {
+		if n.Spec.Unschedulable && t.old[n.Name] == nil {
+			t.old[n.Name] = &nodeTrace{Cordoned: now}
+		}
+		return
+	}
+	ready := n.Annotations[cluster.AnnotationSimPower] == "poweredOn" && cluster.Ready(n) && cluster.AdvertisedGPUs(n) != "0"
+	tr := t.fresh[n.Name]
+	if tr == nil && ready {
+		tr = &nodeTrace{ReadyForWork: now}
+		t.fresh[n.Name] = tr
+	}
+	if tr != nil && tr.Done.IsZero() && ready && inTarget && !n.Spec.Unschedulable {
+		tr.Done = now
+	}
+}
+
+// podGone records the deletion of a benchmark pod on a node the switch parks.
+func (t *timeline) podGone(node string) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tr := t.old[node]; tr != nil && now.After(tr.PodsGone) {
+		tr.PodsGone = now
+	}
+}
+
+// trace is the switch as the watches saw it, with vgpusim's tasks started from start on.
+func (t *timeline) trace(start time.Time, tasks []vgpusim.TaskRecord) *switchTrace {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tr := &switchTrace{Start: start, Old: map[string]*nodeTrace{}, New: map[string]*nodeTrace{}, HostOf: benchHostOf}
+	for name, n := range t.old {
+		c := *n
+		tr.Old[name] = &c
+	}
+	for name, n := range t.fresh {
+		c := *n
+		tr.New[name] = &c
+	}
+	for _, task := range tasks {
+		if !tr.local(task.Start).Before(start) {
+			tr.Tasks = append(tr.Tasks, task)
+		}
+	}
+	return tr
+}
+
+// benchHostOf is the host index in a benchmark VM's name (day-HH-g-k, night-HH-g).
+func benchHostOf(vm string) string {
+	parts := strings.Split(vm, "-")
+	if len(parts) < 2 {
+		return ""
+	}
+	return parts[1]
 }
 
 // mark records that one more object reached the milestone (first time only per object).

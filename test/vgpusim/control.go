@@ -27,6 +27,8 @@ type control struct {
 	// vmCalls counts the calls made on each VM (by managed object id), by method.
 	vmCalls map[string]map[string]int
 	timers  map[*time.Timer]struct{}
+	// tasks is the log of VM tasks with their start and finish times (TaskRecords).
+	tasks   taskLog
 	wg      sync.WaitGroup
 	stopped bool
 
@@ -316,6 +318,7 @@ func (s *Sim) startTask(ctx *simulator.Context, vm types.ManagedObjectReference,
 	s.ctl.mu.Unlock()
 
 	task := s.newTask(ctx, vm, name)
+	s.logTaskStart(ctx, vm, method, task)
 	switch {
 	case injected != nil:
 		s.log.Info("Injected task failure", "method", method, "task", task.Self.Value)
@@ -393,7 +396,9 @@ func (s *Sim) newTask(ctx *simulator.Context, entity types.ManagedObjectReferenc
 }
 
 func (s *Sim) finishTask(ctx *simulator.Context, t *simulator.Task, fault types.BaseMethodFault) {
-	changes := []types.PropertyChange{{Name: "info.completeTime", Val: time.Now()}}
+	now := time.Now()
+	s.logTaskFinish(t, now, fault != nil)
+	changes := []types.PropertyChange{{Name: "info.completeTime", Val: now}}
 	if fault != nil {
 		changes = append(changes,
 			types.PropertyChange{Name: "info.state", Val: types.TaskInfoStateError},

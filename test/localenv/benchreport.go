@@ -1,0 +1,110 @@
+package localenv
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// FormatBench renders results as the benchmark's table.
+func FormatBench(rs []*BenchResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-6s %-5s %-8s %-10s %-10s %-7s %-10s %-10s %-7s %-12s %-10s %-12s %-9s %-8s %-8s\n",
+		"hosts", "GPUs", "changed", "day>night", "night>day", "bound", "ratio d>n", "ratio n>d", "evict/", "calls per", "reconciles", "reconcile", "RSS peak", "idle CPU", "sequential")
+	fmt.Fprintf(&b, "%-6s %-5s %-8s %-10s %-10s %-7s %-10s %-10s %-7s %-12s %-10s %-12s %-9s %-8s %-8s\n",
+		"", "", "VMs", "", "", "", "", "", "pod", "changed VM", "", "p50/p99", "MiB", "% core", "/ gpupool")
+	for _, r := range rs {
+		seq := "-"
+		if r.Sequential > 0 {
+			seq = fmt.Sprintf("%.1fx", r.Sequential.Seconds()/r.DayToNight.Seconds())
+		}
+		fmt.Fprintf(&b, "%-6d %-5d %-8d %-10s %-10s %-7s %-10.2f %-10.2f %-7.2f %-12.2f %-10d %-12s %-9.0f %-8.2f %-8s\n",
+			r.Hosts, r.Hosts*r.GPUs, r.ChangedVMs, r.DayToNight.Round(100*time.Millisecond), r.NightToDay.Round(100*time.Millisecond),
+			r.BoundDayToNight.Round(100*time.Millisecond), r.DayToNight.Seconds()/r.BoundDayToNight.Seconds(), r.NightToDay.Seconds()/r.BoundNightToDay.Seconds(),
+			r.EvictionsPerPod, r.CallsPerChangedVM, r.Reconciles, fmt.Sprintf("%s/%s", r.ReconcileP50, r.ReconcileP99), r.RSSPeakMiB, r.IdleCPUPercent, seq)
+	}
+	for _, r := range rs {
+		if r.SequentialHosts > 0 {
+			fmt.Fprintf(&b, "sequential script at %d hosts: measured %s on %d host(s), extrapolated to %s\n",
+				r.Hosts, r.SequentialMeasured.Round(100*time.Millisecond), r.SequentialHosts, r.Sequential.Round(time.Second))
+		}
+	}
+	return b.String()
+}
+
+// FormatReactions renders gpupool's reaction times and the critical-path breakdowns.
+func FormatReactions(rs []*BenchResult) string {
+	var b strings.Builder
+	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	fmt.Fprintf(&b, "%-6s %-18s %-6s %-10s %-10s %-10s\n", "hosts", "reaction", "n", "p50", "p99", "max")
+	for _, r := range rs {
+		for _, k := range reactionKinds {
+			if p, ok := r.Reactions[k]; ok {
+				fmt.Fprintf(&b, "%-6d %-18s %-6d %-10s %-10s %-10s\n", r.Hosts, k, p.N, ms(p.P50), ms(p.P99), ms(p.Max))
+			}
+		}
+	}
+	fmt.Fprintf(&b, "%-6s %-10s %-10s %-10s %-10s %-10s\n", "hosts", "switch", "makespan", "vSphere", "Kubernetes", "gpupool")
+	for _, r := range rs {
+		for _, sw := range []struct {
+			name string
+			took time.Duration
+			b    Breakdown
+		}{{"day>night", r.DayToNight, r.BreakdownDayToNight}, {"night>day", r.NightToDay, r.BreakdownNightToDay}} {
+			fmt.Fprintf(&b, "%-6d %-10s %-10s %-10s %-10s %-10s\n", r.Hosts, sw.name, sw.took.Round(100*time.Millisecond),
+				sw.b.VSphere.Round(100*time.Millisecond), sw.b.Kubernetes.Round(100*time.Millisecond), sw.b.Gpupool.Round(100*time.Millisecond))
+		}
+	}
+	b.WriteString("(critical path: the last node of the new layout back to the switch's start; the rest of a makespan is waiting no step of that path explains)\n")
+	return b.String()
+}
+
+// benchJSON is one size's figures for a CI job to track; durations in seconds.
+type benchJSON struct {
+	Hosts          int                           `json:"hosts"`
+	GPUs           int                           `json:"gpus"`
+	ChangedVMs     int                           `json:"changedVMs"`
+	Makespans      map[string]float64            `json:"makespanSeconds"`
+	Bounds         map[string]float64            `json:"boundSeconds"`
+	Ratios         map[string]float64            `json:"ratios"`
+	Reactions      map[string]map[string]float64 `json:"reactionSeconds"`
+	Breakdown      map[string]map[string]float64 `json:"criticalPathSeconds"`
+	Reconcile      map[string]float64            `json:"reconcileSeconds"`
+	RSSPeakMiB     float64                       `json:"rssPeakMiB"`
+	IdleCPUPercent float64                       `json:"idleCPUPercentOfCore"`
+	ScriptRatio    float64                       `json:"sequentialScriptOverGpupool,omitempty"`
+}
+
+// WriteBenchJSON writes the results to path as a JSON list, one object per size.
+func WriteBenchJSON(path string, rs []*BenchResult) error {
+	out := make([]benchJSON, 0, len(rs))
+	for _, r := range rs {
+		j := benchJSON{Hosts: r.Hosts, GPUs: r.Hosts * r.GPUs, ChangedVMs: r.ChangedVMs,
+			Makespans: map[string]float64{"dayToNight": r.DayToNight.Seconds(), "nightToDay": r.NightToDay.Seconds()},
+			Bounds:    map[string]float64{"dayToNight": r.BoundDayToNight.Seconds(), "nightToDay": r.BoundNightToDay.Seconds()},
+			Ratios: map[string]float64{"dayToNight": r.DayToNight.Seconds() / r.BoundDayToNight.Seconds(),
+				"nightToDay": r.NightToDay.Seconds() / r.BoundNightToDay.Seconds()},
+			Reactions:  map[string]map[string]float64{},
+			Breakdown:  map[string]map[string]float64{"dayToNight": breakdownJSON(r.BreakdownDayToNight), "nightToDay": breakdownJSON(r.BreakdownNightToDay)},
+			Reconcile:  map[string]float64{"p50": r.ReconcileP50.Seconds(), "p99": r.ReconcileP99.Seconds(), "count": float64(r.Reconciles)},
+			RSSPeakMiB: r.RSSPeakMiB, IdleCPUPercent: r.IdleCPUPercent}
+		for k, p := range r.Reactions {
+			j.Reactions[k] = map[string]float64{"n": float64(p.N), "p50": p.P50.Seconds(), "p99": p.P99.Seconds(), "max": p.Max.Seconds()}
+		}
+		if r.Sequential > 0 {
+			j.ScriptRatio = r.Sequential.Seconds() / r.DayToNight.Seconds()
+		}
+		out = append(out, j)
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func breakdownJSON(b Breakdown) map[string]float64 {
+	return map[string]float64{"vsphere": b.VSphere.Seconds(), "kubernetes": b.Kubernetes.Seconds(), "gpupool": b.Gpupool.Seconds()}
+}

@@ -65,7 +65,9 @@ webhooks:
 	if err := os.WriteFile(file, []byte(manifest[:len(manifest)/2]), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := readWebhooks(file, func(string) admissionregistrationv1.WebhookClientConfig { return admissionregistrationv1.WebhookClientConfig{} }); err == nil {
+	if _, err := readWebhooks(file, func(string) admissionregistrationv1.WebhookClientConfig {
+		return admissionregistrationv1.WebhookClientConfig{}
+	}); err == nil {
 		t.Error("a manifest with one configuration was accepted")
 	}
 }

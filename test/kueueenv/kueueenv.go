@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,6 +33,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gpupool/gpupool/internal/loopback"
 	"github.com/gpupool/gpupool/internal/testcert"
 )
 
@@ -86,7 +86,7 @@ const (
 // server's certificate) for the cluster of kubeconfig, and returns how to start it.
 // Kueue manages Jobs (batch/job) only: the integration the bridge's tests use.
 func Prepare(dir, kubeconfig string) (*Served, error) {
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -378,13 +378,4 @@ func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
 		}
 	}
 	return false
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -38,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/loopback"
 	"github.com/gpupool/gpupool/internal/testcert"
 	"github.com/gpupool/gpupool/test/cluster"
 	"github.com/gpupool/gpupool/test/kueueenv"
@@ -585,15 +585,6 @@ func (e *Env) waitNodesMatchPower(ctx context.Context, timeout time.Duration) er
 	}
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func (e *Env) startOperator(ctx context.Context) error {
 	certDir := filepath.Join(e.Dir, "webhook-certs")
 	cert, err := testcert.WriteServing(certDir, "gpupool-webhook.local")
@@ -601,19 +592,19 @@ func (e *Env) startOperator(ctx context.Context) error {
 		return err
 	}
 	caPEM := base64.StdEncoding.EncodeToString(cert)
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return err
 	}
-	probe, err := freePort()
+	probe, err := loopback.FreePort()
 	if err != nil {
 		return err
 	}
-	metrics, err := freePort()
+	metrics, err := loopback.FreePort()
 	if err != nil {
 		return err
 	}
-	pprof, err := freePort()
+	pprof, err := loopback.FreePort()
 	if err != nil {
 		return err
 	}

@@ -2,12 +2,16 @@
 // the vSphere inventory, asks the planner what is due, does one non-blocking step per
 // worker and records progress in status.
 //
-// Where to look: the pass in gpupoolprofile_controller.go (observe.go, then the planner,
-// then execute.go and tasks.go for the steps, drain.go for drains); a transition's start
-// and end in transition.go (every end through endTransition); node release and pool
-// deletion in lifecycle.go; what nodes carry in nodes.go, nodestate.go and nodemarks.go,
-// under the keys of api/v1alpha1/keys.go (aliased in keys.go); conditions and phase in
-// status.go.
+// Where to look: Reconcile (gpupoolprofile_controller.go) fetches the pool, keeps the
+// finalizer, runs the pass and patches the status once; the pass is the list of phases
+// in phases.go (desire, paused, observe, tasks, keep-aborted, decide, settled, act), each
+// returning when to come back and whether the pass ends there. Observation is in
+// observe.go (and demand.go for what a layout's demand is); the steps in act.go,
+// execute.go and tasks.go, drains in drain.go; a transition's start and end in
+// transition.go (every end through endTransition); node release and pool deletion in
+// lifecycle.go; what nodes carry in nodes.go, nodestate.go and nodemarks.go, under the
+// keys of api/v1alpha1/keys.go (aliased in keys.go); conditions and phase in status.go
+// (summarize, the only place that sets them).
 package controllers
 
 // +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolprofiles,verbs=get;list;watch;update

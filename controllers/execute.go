@@ -222,7 +222,7 @@ func (r *GPUPoolProfileReconciler) uncordonStep(ctx context.Context, s *scope, n
 }
 
 func (r *GPUPoolProfileReconciler) relabel(ctx context.Context, s *scope, vm string, node *corev1.Node) (time.Duration, error) {
-	m, ok := s.wantedMeta(vm)
+	m, ok := s.metaFor(s.layout, vm)
 	if node == nil || !ok {
 		return requeueNodeReady, nil
 	}

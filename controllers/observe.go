@@ -12,8 +12,9 @@ import (
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
-// observe reads the credentials, the vSphere inventory and the nodes, and resolves once
-// which VM and which node each worker of the spec is. It reports false, with when to
+// observe reads the credentials, the vSphere inventory, the nodes and the pods on the
+// cordoned ones, and resolves once which VM and which node each worker of the spec is.
+// It is the pass's only read of the world before it acts; s.wanted must be set. It reports false, with when to
 // look again, when the pool cannot go on now; the facts say why.
 func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.Duration, bool) {
 	pool := s.pool
@@ -41,6 +42,7 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.
 	s.layouts = nil // indexed by s.vms
 	s.allNodes = nodes.Items
 	s.nodes = matchNodes(poolWorkers(&pool.Spec), s.vms, s.allNodes)
+	r.observeNodes(ctx, s)
 	s.facts.observed = true
 	return 0, true
 }
@@ -138,20 +140,34 @@ func matchNodes(workers []gpupoolv1.Worker, vms map[string]*inventory.VM, nodes 
 	return out
 }
 
-// nodeStates tells the planner what it needs of each node: re-observed on every pass.
-func (r *GPUPoolProfileReconciler) nodeStates(ctx context.Context, s *scope) map[string]plan.NodeState {
-	out := map[string]plan.NodeState{}
-	s.gaps = map[string][]string{}
+// observeNodes records what the planner needs of each pool node that only the cluster
+// can tell: what it lacks to be ready for work for the wanted layout (s.gaps), and, for
+// a cordoned node, whether anything on it is still to evict (s.drained). It is the one
+// place a pass lists pods before it acts.
+func (r *GPUPoolProfileReconciler) observeNodes(ctx context.Context, s *scope) {
+	s.gaps = make(map[string][]string, len(s.nodes))
+	s.drained = map[string]bool{}
 	for vm, n := range s.nodes {
 		// Note: the plan's Ready is readiness for work (Ready and advertising the GPUs,
 		// labels and conditions the spec names), so that the plan keeps the worker in
 		// WaitNodeReady, within nodeReadyTimeout, until the node can take GPU pods.
-		gaps := readinessGaps(n, s.pool.Spec.Readiness, s.gpusWanted(vm, n))
-		s.gaps[vm] = gaps
-		ns := plan.NodeState{Name: n.Name, Exists: true, Ready: len(gaps) == 0, Cordoned: cordonedByUs(n)}
+		s.gaps[vm] = readinessGaps(n, s.pool.Spec.Readiness, s.gpusWanted(vm, n))
 		if n.Spec.Unschedulable {
 			pods, err := r.podsOnNode(ctx, n.Name)
-			ns.Drained = err == nil && !r.anyToEvict(pods, nodeReady(n), s.now)
+			s.drained[vm] = err == nil && !r.anyToEvict(pods, nodeReady(n), s.now)
+		}
+	}
+}
+
+// nodeStates tells the planner what it needs of each node, from what observe found and
+// the workers' status (a wait for a node that ran out), with Labelled for layout l. It
+// reads nothing: a pass derives it again after its own node writes.
+func nodeStates(s *scope, l *gpupoolv1.Layout) map[string]plan.NodeState {
+	out := make(map[string]plan.NodeState, len(s.nodes))
+	for vm, n := range s.nodes {
+		ns := plan.NodeState{Name: n.Name, Exists: true, Ready: s.readyForWork(vm), Cordoned: cordonedByUs(n)}
+		if n.Spec.Unschedulable {
+			ns.Drained = s.drained[vm]
 		}
 		out[vm] = ns
 	}
@@ -162,16 +178,16 @@ func (r *GPUPoolProfileReconciler) nodeStates(ctx context.Context, s *scope) map
 			out[name] = ns
 		}
 	}
-	return labelled(s, out)
+	return labelledFor(s, l, out)
 }
 
-// labelled returns the node states with Labelled set for the layout being made
-// (s.layout); the rest of a node's state does not depend on the layout.
-func labelled(s *scope, states map[string]plan.NodeState) map[string]plan.NodeState {
+// labelledFor returns the node states with Labelled set for layout l; the rest of a
+// node's state does not depend on the layout.
+func labelledFor(s *scope, l *gpupoolv1.Layout, states map[string]plan.NodeState) map[string]plan.NodeState {
 	out := make(map[string]plan.NodeState, len(states))
 	for vm, ns := range states {
 		ns.Labelled = false
-		if m, ok := s.wantedMeta(vm); ok && s.nodes[vm] != nil {
+		if m, ok := s.metaFor(l, vm); ok && s.nodes[vm] != nil {
 			ns.Labelled = hasMeta(s.nodes[vm], m)
 		}
 		out[vm] = ns
@@ -179,21 +195,22 @@ func labelled(s *scope, states map[string]plan.NodeState) map[string]plan.NodeSt
 	return out
 }
 
-// wantedMeta is what the node of a VM (by inventory name) of the wanted layout should
-// carry.
-func (s *scope) wantedMeta(name string) (nodeMeta, bool) {
-	if s.layout == nil {
+// metaFor is what the node of a VM (by inventory name) should carry as a worker of
+// layout l; false when l is nil or has no such worker.
+func (s *scope) metaFor(l *gpupoolv1.Layout, name string) (nodeMeta, bool) {
+	if l == nil {
 		return nodeMeta{}, false
 	}
-	if i, ok := s.layoutWorkers(s.layout).byName[name]; ok {
-		w, v := s.layout.Workers[i], s.vms[s.layout.Workers[i].VM]
-		mib, _ := inventory.ProfileFrameBufferMiB(w.Profile)
-		if h, ok := s.inv.FindHost(v.Host); ok {
-			if p, ok := h.Profile(w.Profile); ok && p.FrameBufferMiB > 0 {
-				mib = p.FrameBufferMiB
-			}
-		}
-		return activeMeta(s.pool.Name, s.layout, w.Profile, mib), true
+	i, ok := s.layoutWorkers(l).byName[name]
+	if !ok {
+		return nodeMeta{}, false
 	}
-	return nodeMeta{}, false
+	w, v := l.Workers[i], s.vms[l.Workers[i].VM]
+	mib, _ := inventory.ProfileFrameBufferMiB(w.Profile)
+	if h, ok := s.inv.FindHost(v.Host); ok {
+		if p, ok := h.Profile(w.Profile); ok && p.FrameBufferMiB > 0 {
+			mib = p.FrameBufferMiB
+		}
+	}
+	return activeMeta(s.pool.Name, l, w.Profile, mib), true
 }

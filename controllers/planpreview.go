@@ -53,10 +53,8 @@ func (r *GPUPoolProfileReconciler) planNext(s *scope) {
 		return
 	}
 	// The nodes' wanted labels are the next layout's while planning it.
-	wanted := s.layout
-	s.layout = layoutNamed(&s.pool.Spec, n.Layout)
-	next, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: n.Layout, Inventory: s.inv, Nodes: labelled(s, s.nodeStates), InFlight: plannedInFlight(s.pool)})
-	s.layout = wanted
+	nodes := labelledFor(s, layoutNamed(&s.pool.Spec, n.Layout), s.nodeStates)
+	next, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: n.Layout, Inventory: s.inv, Nodes: nodes, InFlight: plannedInFlight(s.pool)})
 	if err == nil {
 		s.nextPlan = next
 	}

@@ -33,16 +33,16 @@ func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.
 	s.decision = d
 	for i := range s.pool.Spec.Layouts {
 		if s.pool.Spec.Layouts[i].Name == d.Layout {
-			s.layout = &s.pool.Spec.Layouts[i]
+			s.wanted = &s.pool.Spec.Layouts[i]
 		}
 	}
-	if s.layout == nil {
+	if s.wanted == nil {
 		return nil, fmt.Errorf("pool %s has no layout %q", pool.Name, d.Layout)
 	}
 	if _, ok := r.observe(ctx, s); !ok {
 		return nil, errors.New(cmp.Or(s.facts.credentials, s.facts.vcenter, "cannot observe the pool"))
 	}
-	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.inv, Nodes: r.nodeStates(ctx, s), InFlight: plannedInFlight(s.pool)})
+	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.inv, Nodes: nodeStates(s, s.wanted), InFlight: plannedInFlight(s.pool)})
 	if err != nil {
 		return nil, err
 	}

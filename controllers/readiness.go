@@ -31,7 +31,7 @@ type gpuWant struct {
 }
 
 // gpusWanted is what the node of a VM (by inventory name) must advertise. A node of
-// the layout being made that sets gpuReplicas must advertise exactly vgpus x gpuReplicas
+// the wanted layout (s.wanted) that sets gpuReplicas must advertise exactly vgpus x gpuReplicas
 // once it carries the layout's labels: they select the device plugin's configuration
 // (nvidia.com/device-plugin.config), so only then can the plugin advertise the replicas,
 // and the count tells that it runs the layout's configuration and not the one the node
@@ -45,11 +45,11 @@ func (s *scope) gpusWanted(name string, n *corev1.Node) gpuWant {
 		return gpuWant{count: 1}
 	}
 	want := gpuWant{count: expectedGPUs(w)}
-	if s.layout == nil || s.layout.GPUReplicas == nil {
+	if s.wanted == nil || s.wanted.GPUReplicas == nil {
 		return want
 	}
-	if m, ok := s.wantedMeta(name); ok && n != nil && hasMeta(n, m) {
-		want.replicas = *s.layout.GPUReplicas
+	if m, ok := s.metaFor(s.wanted, name); ok && n != nil && hasMeta(n, m) {
+		want.replicas = *s.wanted.GPUReplicas
 		want.count *= int64(want.replicas)
 	}
 	return want
@@ -136,16 +136,16 @@ func waitingFor(gaps []string) string {
 	return "waiting for " + strings.Join(gaps, ", ")
 }
 
-// workerSpec returns the worker spec a VM (by inventory name) has in the layout being
-// made, else in the first layout that names it: what its node must advertise.
+// workerSpec returns the worker spec a VM (by inventory name) has in the wanted layout,
+// else in the first layout that names it: what its node must advertise.
 func (s *scope) workerSpec(name string) (gpupoolv1.Worker, bool) {
 	id, ok := s.specID[name]
 	if !ok {
 		return gpupoolv1.Worker{}, false
 	}
-	if s.layout != nil {
-		if i, ok := s.layoutWorkers(s.layout).byID[id]; ok {
-			return s.layout.Workers[i], true
+	if s.wanted != nil {
+		if i, ok := s.layoutWorkers(s.wanted).byID[id]; ok {
+			return s.wanted.Workers[i], true
 		}
 	}
 	for l := range s.pool.Spec.Layouts {

@@ -37,7 +37,7 @@ func TestGPUReplicasGaps(t *testing.T) {
 	}
 }
 
-// TestGPUsWanted: the replicas apply to the nodes of the layout being made that carry
+// TestGPUsWanted: the replicas apply to the nodes of the wanted layout that carry
 // its labels (which select the device plugin's configuration); before the relabel, and
 // in a layout without gpuReplicas, one per vGPU is enough.
 func TestGPUsWanted(t *testing.T) {
@@ -47,7 +47,7 @@ func TestGPUsWanted(t *testing.T) {
 	night := gpupoolv1.Layout{Name: "night", Workers: []gpupoolv1.Worker{{VM: "night-1", Profile: "grid_p100-16q"}}}
 	pool := &gpupoolv1.GPUPoolProfile{Spec: gpupoolv1.GPUPoolProfileSpec{Layouts: []gpupoolv1.Layout{day, night}}}
 	pool.Name = "lab"
-	s := &scope{pool: pool, layout: &pool.Spec.Layouts[0], inv: &inventory.Inventory{},
+	s := &scope{pool: pool, wanted: &pool.Spec.Layouts[0], inv: &inventory.Inventory{},
 		vms: map[string]*inventory.VM{}, specID: map[string]string{}}
 	for _, vm := range []string{"day-1", "day-2", "night-1"} {
 		s.vms[vm] = &inventory.VM{Name: vm}
@@ -69,7 +69,7 @@ func TestGPUsWanted(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			n := readyNode("1", nil)
-			if m, ok := s.wantedMeta(c.vm); ok && c.relabelled {
+			if m, ok := s.metaFor(s.wanted, c.vm); ok && c.relabelled {
 				applyMeta(n, m)
 			}
 			if got := s.gpusWanted(c.vm, n); got != c.want {
@@ -77,7 +77,7 @@ func TestGPUsWanted(t *testing.T) {
 			}
 		})
 	}
-	s.layout = &pool.Spec.Layouts[1]
+	s.wanted = &pool.Spec.Layouts[1]
 	if got := s.gpusWanted("night-1", readyNode("1", nil)); got != (gpuWant{count: 1}) {
 		t.Errorf("a layout without gpuReplicas: gpusWanted = %+v, want at least one per vGPU", got)
 	}

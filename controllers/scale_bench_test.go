@@ -54,15 +54,16 @@ func (w *scaleWorld) pass(ctx context.Context, tb testing.TB, layout string) *sc
 	pool := w.pool.DeepCopy()
 	s := &scope{pool: pool, persisted: w.pool, now: w.clock.Now()}
 	s.decision = plan.Decision{Layout: layout, Reason: "Default", Window: -1}
-	s.layout = layoutNamed(&pool.Spec, layout)
+	s.wanted = layoutNamed(&pool.Spec, layout)
 	if _, ok := w.r.observe(ctx, s); !ok {
 		tb.Fatalf("observe: %+v", s.facts)
 	}
 	w.r.checkTasks(ctx, s)
-	p, err := w.r.decide(ctx, s, false)
+	p, making, err := w.r.decide(s)
 	if err != nil || len(p.Problems) > 0 {
 		tb.Fatalf("decide: %v %v", err, p.Problems)
 	}
+	s.plan, s.layout = p, making
 	w.r.recordWorkers(s, p)
 	w.r.publishPlan(ctx, s, p)
 	summarize(s)

@@ -24,7 +24,14 @@ type scope struct {
 	// demandRecheck is when demand's timers or guards run out next (zero: none), a time
 	// to look again even if nothing else changes.
 	demandRecheck time.Time
-	layout        *gpupoolv1.Layout // the wanted layout; nil when the spec does not have it
+	// wanted is the layout the decision wants (nil when the spec does not have it), set
+	// before observe: readiness is judged against it.
+	wanted *gpupoolv1.Layout
+	// layout is the layout the pass makes, wanted or the fallback (decide), set once the
+	// plan is built; what relabel steps label for.
+	layout *gpupoolv1.Layout
+	// plan is the plan decide built to layout.
+	plan *plan.Plan
 
 	vc  vsphere.Client
 	inv *inventory.Inventory
@@ -38,11 +45,16 @@ type scope struct {
 	// nodes among them, by the VM's inventory name, as plan steps name VMs.
 	allNodes []corev1.Node
 	nodes    map[string]*corev1.Node
-	// nodeStates are what the planner reads of them, observed once per pass (decide);
-	// labelled re-derives Labelled for another layout.
+	// nodeStates are what the planner reads of them (nodeStates, derived in decide);
+	// labelledFor re-derives Labelled for another layout.
 	nodeStates map[string]plan.NodeState
-	// gaps are what each node (by VM name) lacks to be ready for work (readinessGaps).
-	gaps map[string][]string
+	// gaps are what each node (by VM name) lacks to be ready for work (readinessGaps),
+	// and drained whether a cordoned one has nothing left to evict (observeNodes).
+	gaps    map[string][]string
+	drained map[string]bool
+	// tasksInFlight: a task of the pool was still running when the pass looked
+	// (checkTasks); a shortfall seen meanwhile is not believed (decide).
+	tasksInFlight bool
 	// nextPlan is the plan of the next scheduled switch to another layout (planNext);
 	// nil when none is scheduled.
 	nextPlan *plan.Plan

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
@@ -106,15 +105,14 @@ func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why stri
 // keepAborted is a pass while an aborted switch waits for a new spec or another wanted
 // layout: running nodes are uncordoned, the aborted switch drains nothing more, and the
 // next scheduled switch still warns its nodes ahead.
-func (r *GPUPoolProfileReconciler) keepAborted(ctx context.Context, s *scope, boundary time.Duration) ctrl.Result {
+func (r *GPUPoolProfileReconciler) keepAborted(ctx context.Context, s *scope) time.Duration {
 	r.uncordonRunning(ctx, s)
-	s.nodeStates = r.nodeStates(ctx, s)
+	s.nodeStates = nodeStates(s, s.wanted)
 	r.planNext(s)
-	res := ctrl.Result{RequeueAfter: boundary}
-	res.RequeueAfter = soonest(res.RequeueAfter, r.warnSchedulers(ctx, s, nil))
+	after := r.warnSchedulers(ctx, s, nil)
 	s.aborted = true
 	r.publishStates(ctx, s)
-	return res
+	return after
 }
 
 // endTransition ends the transition in status (there must be one) with result: message

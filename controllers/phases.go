@@ -1,0 +1,239 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/plan"
+)
+
+// outcome is what one phase of a pass returns: when to come back (0: this phase asks
+// for no requeue) and whether the pass ends with this phase.
+type outcome struct {
+	after time.Duration
+	stop  bool
+}
+
+// phase is one part of a pass ("step" is a worker's, plan.Step). Phases read and write the scope in order; what one
+// establishes (the decision, the observed world, the plan) is in the scope for the next.
+type phase struct {
+	name string
+	run  func(context.Context, *scope) (outcome, error)
+}
+
+// phases are the pass in order, as Cluster API's doReconcile lists its phases. Each may
+// end the pass; their requeues merge to the soonest (soonest).
+func (r *GPUPoolProfileReconciler) phases() []phase {
+	return []phase{
+		{"desire", r.desirePhase},            // the wanted layout, and when that changes next
+		{"paused", r.pausedPhase},            // a paused pool follows its tasks and stops
+		{"observe", r.observePhase},          // vSphere, the nodes and their pods
+		{"tasks", r.tasksPhase},              // the vSphere tasks that ended; removed nodes
+		{"keep-aborted", r.keepAbortedPhase}, // an aborted switch waits for a new spec
+		{"decide", r.decidePhase},            // the plan, to the wanted layout or back
+		{"settled", r.settledPhase},          // done, or blocked by problems: stop
+		{"act", r.actPhase},                  // the due steps, then the warnings and states
+	}
+}
+
+// reconcile runs the pass's phases.
+func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, error) {
+	return runPhases(ctx, s, r.phases())
+}
+
+// runPhases runs phases in order until one ends the pass or fails; the pass comes back
+// after the soonest requeue any of them asked for. An error ends the pass with no
+// requeue but controller-runtime's backoff, named after its phase.
+func runPhases(ctx context.Context, s *scope, phases []phase) (ctrl.Result, error) {
+	var after time.Duration
+	for _, ph := range phases {
+		// The wall clock, not r.Clock: this measures the operator's own time, and a test's
+		// fake clock does not move within a pass.
+		start := time.Now()
+		o, err := ph.run(ctx, s)
+		phaseDuration.WithLabelValues(ph.name).Observe(time.Since(start).Seconds())
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("%s: %w", ph.name, err)
+		}
+		after = soonest(after, o.after)
+		if o.stop {
+			break
+		}
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
+}
+
+// desirePhase decides which layout is wanted now and when that changes next (with
+// spec.demand, as demand moves it within its limits: the demand, pending pods and Kueue
+// Workloads in the cache, is read here, as what observe judges depends on the layout
+// wanted). A schedule that cannot be read
+// stops the pass with no requeue: only a spec change helps, and no switch is planned,
+// so no draining-soon warning stands.
+func (r *GPUPoolProfileReconciler) desirePhase(ctx context.Context, s *scope) (outcome, error) {
+	st := &s.pool.Status
+	d, err := r.desire(ctx, s)
+	if err != nil {
+		s.facts.invalidSpec = err.Error()
+		r.withdrawWarnings(ctx, s, func(time.Time) bool { return false })
+		return outcome{stop: true}, nil
+	}
+	s.decision = d
+	st.DesiredLayout, st.DesiredReason = d.Layout, d.Reason
+	st.NextTransition = nil
+	if d.Next != nil {
+		st.NextTransition = &gpupoolv1.NextTransition{Layout: d.Next.Layout, At: metav1.NewTime(d.Next.At)}
+	}
+	s.wanted = layoutNamed(&s.pool.Spec, d.Layout)
+	return outcome{}, nil
+}
+
+// pausedPhase: a paused pool observes nothing and touches nothing but the draining-soon
+// warnings, which announce drains that will not happen while paused. It still records
+// the end of tasks started before the pause.
+func (r *GPUPoolProfileReconciler) pausedPhase(ctx context.Context, s *scope) (outcome, error) {
+	if !s.pool.Spec.Paused {
+		return outcome{}, nil
+	}
+	s.facts.paused = true
+	r.withdrawWarnings(ctx, s, func(time.Time) bool { return false })
+	return outcome{after: r.followPausedTasks(ctx, s), stop: true}, nil
+}
+
+// observePhase reads vSphere and the nodes. Without them the pass stops, retried when
+// the facts say (a refused login much later than an unreachable vCenter), and the
+// warnings stay only while their switch is still due. Once observed, the pass comes
+// back when the wanted layout changes at the latest.
+func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (outcome, error) {
+	if retry, ok := r.observe(ctx, s); !ok {
+		d, due, horizon := s.decision, switchDue(s), warnAhead(&s.pool.Spec)
+		r.withdrawWarnings(ctx, s, func(at time.Time) bool { return warningDue(s.now, d.Next, horizon, due, at) })
+		return outcome{after: retry, stop: true}, nil
+	}
+	return outcome{after: r.untilBoundary(s)}, nil
+}
+
+// tasksPhase records the vSphere tasks that ended and releases the nodes of VMs the
+// spec no longer names.
+func (r *GPUPoolProfileReconciler) tasksPhase(ctx context.Context, s *scope) (outcome, error) {
+	wait := r.checkTasks(ctx, s)
+	s.tasksInFlight = wait > 0
+	r.releaseRemoved(ctx, s)
+	return outcome{after: wait}, nil
+}
+
+// keepAbortedPhase: an aborted transition waits for a new spec or another wanted
+// layout (keepAborted); either clears it.
+func (r *GPUPoolProfileReconciler) keepAbortedPhase(ctx context.Context, s *scope) (outcome, error) {
+	st := &s.pool.Status
+	t := st.Transition
+	if t == nil || t.AbortedTime == nil {
+		return outcome{}, nil
+	}
+	if t.To == s.decision.Layout && t.Generation == s.pool.Generation {
+		s.layout = s.wanted // nothing is made; the nodes are judged against the wanted layout
+		return outcome{after: r.keepAborted(ctx, s), stop: true}, nil
+	}
+	st.Transition = nil
+	return outcome{}, nil
+}
+
+// decidePhase builds the plan (decide) and records it in the workers' status and the
+// plan preview. A shortfall seen while tasks run stops the pass until they end.
+func (r *GPUPoolProfileReconciler) decidePhase(ctx context.Context, s *scope) (outcome, error) {
+	p, making, err := r.decide(s)
+	if err != nil {
+		return outcome{}, err
+	}
+	if s.facts.settling {
+		return outcome{stop: true}, nil // the task wait and the boundary bring the next pass
+	}
+	s.plan, s.layout = p, making
+	r.recordWorkers(s, p)
+	r.publishPlan(ctx, s, p)
+	return outcome{}, nil
+}
+
+// settledPhase ends the pass when nothing is to be done: the layout being made is done
+// (the transition completes once no task is in flight), or problems forbid every step
+// (reported as Stalled). Either way the warnings and node states are kept current.
+func (r *GPUPoolProfileReconciler) settledPhase(ctx context.Context, s *scope) (outcome, error) {
+	p := s.plan
+	if !p.Done() && len(p.Problems) == 0 {
+		return outcome{}, nil
+	}
+	o := outcome{after: r.warnSchedulers(ctx, s, p), stop: true}
+	r.publishStates(ctx, s)
+	switch {
+	case !p.Done():
+		o.after = soonest(o.after, requeueBlocked)
+	case s.facts.fallback != "":
+		s.facts.done = true
+		o.after = soonest(o.after, requeueBlocked)
+	default:
+		s.facts.done = true
+		if !s.tasksInFlight {
+			r.completeTransition(s)
+		}
+	}
+	return o, nil
+}
+
+// actPhase runs the due steps, one per worker; a failing step is reported and never
+// stops the others. After the steps, whose writes (a cordon first of all) come first in
+// the pass's budget (passBudget), the draining-soon warnings and the node states: a
+// warning of a node this pass cordoned is moot anyway.
+func (r *GPUPoolProfileReconciler) actPhase(ctx context.Context, s *scope) (outcome, error) {
+	if s.facts.fallback == "" {
+		r.startTransition(s, s.plan)
+	}
+	after := r.act(ctx, s, s.plan)
+	after = soonest(after, r.warnSchedulers(ctx, s, s.plan))
+	r.publishStates(ctx, s)
+	if len(s.facts.held) > 0 {
+		after = soonest(after, requeueBlocked)
+	}
+	return outcome{after: after}, nil
+}
+
+// decide plans the way to the wanted layout and returns the plan with the layout it
+// makes. When the wanted layout cannot be reached in the middle of a transition
+// (another VM took a freed GPU, a host left), it plans the way back to the layout the
+// transition started from, so that the pool keeps capacity; the problems are still
+// reported. It reads nothing: the node states derive from what observe found.
+//
+// While vSphere tasks are in flight, a shortfall is not believed: the inventory may have
+// caught a VM between two states (a vGPU placed on a VM that still reads as powered off)
+// and counted a GPU twice. The pass then waits for the tasks (facts.settling) and decides
+// on the next one. Feasibility proper is decided before a transition starts, when no task
+// of the pool is in flight.
+func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layout, error) {
+	d := s.decision
+	s.nodeStates = nodeStates(s, s.wanted)
+	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.inv, Nodes: s.nodeStates, InFlight: plannedInFlight(s.pool)})
+	if err != nil {
+		return nil, nil, fmt.Errorf("planning: %w", err)
+	}
+	if len(p.Problems) > 0 && s.tasksInFlight && !reportedInfeasible(s.persisted) {
+		s.facts.settling = true
+		return p, s.wanted, nil
+	}
+	s.facts.problems = p.Problems
+	s.facts.held = append(s.facts.held, p.Held...)
+	t := s.pool.Status.Transition
+	if len(p.Problems) == 0 || t == nil || t.From == "" || t.From == d.Layout {
+		return p, s.wanted, nil
+	}
+	from := layoutNamed(&s.pool.Spec, t.From)
+	back, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: t.From, Inventory: s.inv, Nodes: labelledFor(s, from, s.nodeStates), InFlight: plannedInFlight(s.pool)})
+	if err != nil || len(back.Problems) > 0 {
+		return p, s.wanted, nil //nolint:nilerr // the way back is not possible either: report the problems
+	}
+	s.facts.fallback = t.From
+	s.facts.held = append(s.facts.held[:0:0], back.Held...)
+	return back, from, nil
+}

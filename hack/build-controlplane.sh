@@ -17,6 +17,13 @@ mkdir -p "$BIN_DIR"
 BIN_DIR=$(cd "$BIN_DIR" && pwd)
 CACHE_DIR=${GPUPOOL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpupool/controlplane}
 mkdir -p "$CACHE_DIR"
+# Two clones (or a CI run and a developer) building at once on one machine share the
+# cache: the second waits for the first and then finds its binaries there.
+exec 9>"$CACHE_DIR/.lock"
+if ! flock -n 9; then
+  echo "controlplane: another build holds $CACHE_DIR/.lock; waiting for it..."
+  flock 9
+fi
 
 kube_version=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$here/controlplane/go.mod")
 kwok_version=$(awk '$1=="require" && $2=="sigs.k8s.io/kwok" {print $3}' "$here/controlplane/kwok/go.mod")
@@ -41,8 +48,11 @@ build() { # name version moduledir package
   else
     echo "controlplane: building $name $version from source into $CACHE_DIR (first time: several minutes)..."
     local start=$SECONDS
-    (cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$cached.tmp" "$pkgpath")
-    mv "$cached.tmp" "$cached"
+    local tmp
+    tmp=$(mktemp "$cached.XXXXXX.tmp")
+    (cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp" "$pkgpath") || { rm -f "$tmp"; return 1; }
+    chmod +x "$tmp"
+    mv -f "$tmp" "$cached"
     echo "controlplane: built $name in $((SECONDS - start))s"
   fi
   rm -f "$BIN_DIR/$name"

@@ -18,6 +18,13 @@ mkdir -p "$BIN_DIR"
 BIN_DIR=$(cd "$BIN_DIR" && pwd)
 CACHE_DIR=${GPUPOOL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpupool}/kueue
 mkdir -p "$CACHE_DIR"
+# A second build at the same time (another clone, a CI run) waits for the first and then
+# finds its result in the cache.
+exec 9>"$CACHE_DIR/.lock"
+if ! flock -n 9; then
+  echo "kueue: another build holds $CACHE_DIR/.lock; waiting for it..."
+  flock 9
+fi
 
 bin=kueue-$KUEUE_VERSION
 crds=kueue-config-$KUEUE_VERSION

@@ -70,11 +70,14 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 		results = append(results, r)
 		fmt.Print(localenv.FormatBench([]*localenv.BenchResult{r}))
 		fmt.Print(localenv.FormatReactions([]*localenv.BenchResult{r}))
+		fmt.Print(localenv.FormatPhases([]*localenv.BenchResult{r}))
 	}
 	fmt.Println("==> transition benchmark (task delays " + *c.delays + ")")
 	fmt.Print(localenv.FormatBench(results))
 	fmt.Println("==> gpupool's reaction: from a worker's precondition (watched, or vgpusim's task log) to its next action")
 	fmt.Print(localenv.FormatReactions(results))
+	fmt.Println("==> where the manager's passes spent their time during the two switches, by phase")
+	fmt.Print(localenv.FormatPhases(results))
 	if *c.json != "" {
 		if err := localenv.WriteBenchJSON(*c.json, results); err != nil {
 			errs = append(errs, fmt.Errorf("--json: %w", err))

@@ -1,17 +1,12 @@
 package localenv
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -65,6 +60,9 @@ type BenchResult struct {
 	// log (reaction.go).
 	Reactions                                map[string]Percentiles
 	BreakdownDayToNight, BreakdownNightToDay Breakdown
+	// Phases are where the manager's passes spent their time during the two switches,
+	// by phase of the pass (gpupool_pass_phase_duration_seconds).
+	Phases map[string]PhaseStat
 }
 
 // WriteBenchInventory writes a vgpusim inventory of hosts x gpus P100s with the day VMs
@@ -132,34 +130,66 @@ func (e *Env) benchPool(b BenchOptions) *gpupoolv1.GPUPoolProfile {
 // pool, then the sequential script on a subset of hosts, and reports the table row.
 func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error) {
 	r := &BenchResult{Hosts: b.Hosts, GPUs: b.GPUs, ChangedVMs: 5 * b.Hosts * b.GPUs}
+	if err := e.benchBound(ctx, b, r); err != nil {
+		return nil, err
+	}
+	pods, err := e.benchSetUp(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.benchSwitches(ctx, r, pods); err != nil {
+		return nil, err
+	}
+	if err := e.benchManagerCost(ctx, b, r); err != nil {
+		return nil, err
+	}
+	if b.SequentialHosts > 0 {
+		n := min(b.SequentialHosts, b.Hosts)
+		if r.SequentialMeasured, err = e.sequential(ctx, b, n); err != nil {
+			return nil, err
+		}
+		r.SequentialHosts = n
+		r.Sequential = time.Duration(float64(r.SequentialMeasured) * float64(b.Hosts) / float64(n))
+	}
+	return r, nil
+}
+
+// benchBound measures, in this environment, what the critical path of one GPU is made
+// of: drain (one eviction), suspend, power on and node ready for work (on the spare),
+// relabel. Power-ons of one profile start together, so one of each is on the path.
+func (e *Env) benchBound(ctx context.Context, b BenchOptions, r *BenchResult) error {
 	var err error
 	if r.NodeReadyLatency, err = e.spareNodeLatency(ctx, b); err != nil {
-		return nil, err
+		return err
 	}
 	if r.EvictionLatency, err = e.evictionLatency(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	// The critical path of one GPU: drain (one eviction, as measured here), suspend,
-	// power on and node ready for work (as measured on the spare), relabel. Power-ons of
-	// one profile start together, so one of each is on the path.
 	path := r.EvictionLatency + b.TaskDelays["SuspendVM_Task"] + r.NodeReadyLatency + 100*time.Millisecond
 	r.BoundDayToNight, r.BoundNightToDay = path, path
+	return nil
+}
 
-	pool := e.benchPool(b)
-	if err := e.Client.Create(ctx, pool); err != nil {
-		return nil, err
+// benchSetUp creates the pool, waits for day to be active and starts the workload on
+// the day nodes; it returns how many pods run.
+func (e *Env) benchSetUp(ctx context.Context, b BenchOptions) (int, error) {
+	if err := e.Client.Create(ctx, e.benchPool(b)); err != nil {
+		return 0, err
 	}
 	if err := e.waitPool(ctx, BenchPool, 100*time.Millisecond, "day active", func(p *gpupoolv1.GPUPoolProfile) bool {
 		return p.Status.ActiveLayout == "day" && p.Status.Phase == gpupoolv1.PhaseSteady
 	}); err != nil {
-		return nil, err
+		return 0, err
 	}
-	pods := 0
-	if b.Pods {
-		if pods, err = e.benchWorkload(ctx, b); err != nil {
-			return nil, err
-		}
+	if !b.Pods {
+		return 0, nil
 	}
+	return e.benchWorkload(ctx, b)
+}
+
+// benchSwitches runs day -> night -> day and records the makespans, the evictions per
+// pod, the reactions and critical paths, the passes' phases and the vCenter calls.
+func (e *Env) benchSwitches(ctx context.Context, r *BenchResult, pods int) error {
 	callsBefore, _ := e.vgpusimCalls()
 	// Evictions per pod: the manager's evictions during the switch
 	// (gpupool_pod_evictions_total), per pod that ran on the nodes it drains when it
@@ -168,26 +198,33 @@ func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error)
 	// whose reader falls behind, as the benchmark's does on a saturated machine.
 	onDay, err := e.podsOnNodes(ctx, "day-")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	e.logf("==> %d of the %d pods run on the day nodes", onDay, pods)
 	evictedBefore, err := e.managerCounter("gpupool_pod_evictions_total")
 	if err != nil {
-		return nil, err
+		return err
+	}
+	phasesBefore, err := e.scrapeLines()
+	if err != nil {
+		return err
 	}
 	var toNight, toDay *switchTrace
 	if r.DayToNight, toNight, err = e.switchTo(ctx, "night"); err != nil {
-		return nil, err
+		return err
 	}
 	if pods > 0 {
 		evictedAfter, err := e.managerCounter("gpupool_pod_evictions_total")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		r.EvictionsPerPod = (evictedAfter - evictedBefore) / float64(max(onDay, 1))
 	}
 	if r.NightToDay, toDay, err = e.switchTo(ctx, ""); err != nil {
-		return nil, err
+		return err
+	}
+	if phasesAfter, err := e.scrapeLines(); err == nil {
+		r.Phases = phaseStats(phasesBefore, phasesAfter)
 	}
 	r.Reactions = reactionPercentiles(toNight, toDay)
 	r.BreakdownDayToNight, r.BreakdownNightToDay = toNight.criticalPath(), toDay.criticalPath()
@@ -200,13 +237,18 @@ func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error)
 		changes += n - callsBefore[m]
 	}
 	r.CallsPerChangedVM = float64(changes) / float64(2*r.ChangedVMs)
+	return nil
+}
 
+// benchManagerCost records the manager's CPU at rest (over b.Idle), its peak RSS and its
+// reconciles.
+func (e *Env) benchManagerCost(ctx context.Context, b BenchOptions, r *BenchResult) error {
 	pid, _ := e.managerPID()
 	if b.Idle > 0 && pid > 0 {
 		before, _ := cpuSeconds(pid)
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(b.Idle):
 		}
 		after, _ := cpuSeconds(pid)
@@ -216,16 +258,7 @@ func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error)
 		r.RSSPeakMiB, _ = rssPeakMiB(pid)
 	}
 	r.Reconciles, r.ReconcileP50, r.ReconcileP99, _ = e.reconcileStats()
-
-	if b.SequentialHosts > 0 {
-		n := min(b.SequentialHosts, b.Hosts)
-		if r.SequentialMeasured, err = e.sequential(ctx, b, n); err != nil {
-			return nil, err
-		}
-		r.SequentialHosts = n
-		r.Sequential = time.Duration(float64(r.SequentialMeasured) * float64(b.Hosts) / float64(n))
-	}
-	return r, nil
+	return nil
 }
 
 // switchTo sets (or, with "", removes) the override and returns how long the pool took
@@ -462,130 +495,6 @@ func (e *Env) podsOnNodes(ctx context.Context, prefix string) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// managerCounter sums a counter of the manager's metrics over its labels (0 before the
-// first increment).
-func (e *Env) managerCounter(name string) (float64, error) {
-	sum := 0.0
-	err := e.scrapeManager(func(line string) {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			return
-		}
-		f := strings.Fields(line)
-		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-		sum += v
-	})
-	return sum, err
-}
-
-// scrapeManager reads the manager's metrics endpoint once and hands each line to line.
-func (e *Env) scrapeManager(line func(string)) error {
-	u, err := os.ReadFile(filepath.Join(e.Dir, "metrics-url"))
-	if err != nil {
-		return err
-	}
-	resp, err := http.Get(strings.TrimSpace(string(u)))
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line(sc.Text())
-	}
-	return sc.Err()
-}
-
-func (e *Env) vgpusimCalls() (map[string]int, error) {
-	b, err := os.ReadFile(filepath.Join(e.Dir, "vgpusim-calls.json"))
-	if err != nil {
-		return map[string]int{}, err
-	}
-	out := map[string]int{}
-	return out, json.Unmarshal(b, &out)
-}
-
-func (e *Env) managerPID() (int, error) {
-	b, err := os.ReadFile(filepath.Join(e.Dir, "pids", "manager.pid"))
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
-}
-
-// cpuSeconds is the CPU time a process used so far (user + system).
-func cpuSeconds(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
-}
-
-func rssPeakMiB(pid int) (float64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024, nil
-		}
-	}
-	return 0, fmt.Errorf("no VmHWM for pid %d", pid)
-}
-
-// reconcileStats reads the controller's reconcile count and duration quantiles from the
-// manager's metrics (controller-runtime's histogram; quantiles at bucket resolution).
-func (e *Env) reconcileStats() (int, time.Duration, time.Duration, error) {
-	type bucket struct {
-		le    float64
-		count float64
-	}
-	var buckets []bucket
-	err := e.scrapeManager(func(line string) {
-		if !strings.HasPrefix(line, "controller_runtime_reconcile_time_seconds_bucket{") || !strings.Contains(line, `controller="gpupoolprofile"`) {
-			return
-		}
-		i := strings.Index(line, `le="`)
-		j := strings.Index(line[i+4:], `"`)
-		le := math.Inf(1)
-		if v := line[i+4 : i+4+j]; v != "+Inf" {
-			le, _ = strconv.ParseFloat(v, 64)
-		}
-		f := strings.Fields(line)
-		n, _ := strconv.ParseFloat(f[len(f)-1], 64)
-		buckets = append(buckets, bucket{le, n})
-	})
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	if len(buckets) == 0 {
-		return 0, 0, 0, fmt.Errorf("no reconcile histogram")
-	}
-	sort.Slice(buckets, func(a, b int) bool { return buckets[a].le < buckets[b].le })
-	total := buckets[len(buckets)-1].count
-	q := func(p float64) time.Duration {
-		for _, b := range buckets {
-			if b.count >= p*total {
-				if math.IsInf(b.le, 1) {
-					return -1
-				}
-				return time.Duration(b.le * float64(time.Second))
-			}
-		}
-		return -1
-	}
-	return int(total), q(0.5), q(0.99), nil
 }
 
 // sequential pauses the pool and runs hack/sequential-switch.sh for the first n hosts:

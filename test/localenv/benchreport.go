@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -61,6 +62,53 @@ func FormatReactions(rs []*BenchResult) string {
 	return b.String()
 }
 
+// passPhases is the order of a pass's phases (controllers/phases.go), for the table.
+var passPhases = []string{"desire", "paused", "observe", "tasks", "keep-aborted", "decide", "settled", "act"}
+
+// FormatPhases renders where the passes spent their time during the switches: per phase,
+// how often it ran, its p50/p99 and its total, and its share of all the phases' time.
+func FormatPhases(rs []*BenchResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-6s %-13s %-7s %-10s %-10s %-10s %-6s\n", "hosts", "phase", "n", "p50", "p99", "total", "share")
+	q := func(d time.Duration) string {
+		if d < 0 {
+			return ">65s"
+		}
+		return d.String()
+	}
+	for _, r := range rs {
+		var all time.Duration
+		for _, p := range r.Phases {
+			all += p.Total
+		}
+		for _, name := range phaseOrder(r.Phases) {
+			p := r.Phases[name]
+			fmt.Fprintf(&b, "%-6d %-13s %-7d %-10s %-10s %-10s %5.1f%%\n", r.Hosts, name, p.N, q(p.P50), q(p.P99),
+				p.Total.Round(10*time.Millisecond), 100*p.Total.Seconds()/max(all.Seconds(), 1e-9))
+		}
+	}
+	b.WriteString("(p50/p99 at the histogram's bucket resolution, powers of two from 1 ms)\n")
+	return b.String()
+}
+
+// phaseOrder lists the phases that ran in pass order, then any other name sorted.
+func phaseOrder(m map[string]PhaseStat) []string {
+	var out []string
+	for _, p := range passPhases {
+		if _, ok := m[p]; ok {
+			out = append(out, p)
+		}
+	}
+	var rest []string
+	for p := range m {
+		if !slices.Contains(passPhases, p) {
+			rest = append(rest, p)
+		}
+	}
+	slices.Sort(rest)
+	return append(out, rest...)
+}
+
 // benchJSON is one size's figures for a CI job to track; durations in seconds.
 type benchJSON struct {
 	Hosts          int                           `json:"hosts"`
@@ -75,6 +123,7 @@ type benchJSON struct {
 	RSSPeakMiB     float64                       `json:"rssPeakMiB"`
 	IdleCPUPercent float64                       `json:"idleCPUPercentOfCore"`
 	ScriptRatio    float64                       `json:"sequentialScriptOverGpupool,omitempty"`
+	PassPhases     map[string]map[string]float64 `json:"passPhaseSeconds,omitempty"`
 }
 
 // WriteBenchJSON writes the results to path as a JSON list, one object per size.
@@ -92,6 +141,12 @@ func WriteBenchJSON(path string, rs []*BenchResult) error {
 			RSSPeakMiB: r.RSSPeakMiB, IdleCPUPercent: r.IdleCPUPercent}
 		for k, p := range r.Reactions {
 			j.Reactions[k] = map[string]float64{"n": float64(p.N), "p50": p.P50.Seconds(), "p99": p.P99.Seconds(), "max": p.Max.Seconds()}
+		}
+		for k, p := range r.Phases {
+			if j.PassPhases == nil {
+				j.PassPhases = map[string]map[string]float64{}
+			}
+			j.PassPhases[k] = map[string]float64{"n": float64(p.N), "p50": p.P50.Seconds(), "p99": p.P99.Seconds(), "total": p.Total.Seconds()}
 		}
 		if r.Sequential > 0 {
 			j.ScriptRatio = r.Sequential.Seconds() / r.DayToNight.Seconds()

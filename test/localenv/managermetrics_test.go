@@ -1,0 +1,85 @@
+package localenv
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const scrapeBefore = `# HELP gpupool_pass_phase_duration_seconds Time a reconcile pass spends in each phase.
+# TYPE gpupool_pass_phase_duration_seconds histogram
+gpupool_pass_phase_duration_seconds_bucket{phase="observe",le="0.001"} 0
+gpupool_pass_phase_duration_seconds_bucket{phase="observe",le="0.002"} 1
+gpupool_pass_phase_duration_seconds_bucket{phase="observe",le="+Inf"} 2
+gpupool_pass_phase_duration_seconds_sum{phase="observe"} 10.5
+gpupool_pass_phase_duration_seconds_count{phase="observe"} 2
+controller_runtime_reconcile_time_seconds_bucket{controller="gpupoolprofile",le="0.5"} 3
+controller_runtime_reconcile_time_seconds_bucket{controller="gpupoolprofile",le="1"} 4
+controller_runtime_reconcile_time_seconds_bucket{controller="gpupoolprofile",le="+Inf"} 4
+controller_runtime_reconcile_time_seconds_bucket{controller="other",le="0.5"} 100
+controller_runtime_reconcile_time_seconds_bucket{controller="other",le="+Inf"} 100
+`
+
+const scrapeAfter = `gpupool_pass_phase_duration_seconds_bucket{phase="observe",le="0.001"} 0
+gpupool_pass_phase_duration_seconds_bucket{phase="observe",le="0.002"} 11
+gpupool_pass_phase_duration_seconds_bucket{phase="observe",le="+Inf"} 22
+gpupool_pass_phase_duration_seconds_sum{phase="observe"} 30.5
+gpupool_pass_phase_duration_seconds_count{phase="observe"} 22
+gpupool_pass_phase_duration_seconds_bucket{phase="act",le="0.001"} 5
+gpupool_pass_phase_duration_seconds_bucket{phase="act",le="0.002"} 10
+gpupool_pass_phase_duration_seconds_bucket{phase="act",le="+Inf"} 10
+gpupool_pass_phase_duration_seconds_sum{phase="act"} 0.012
+gpupool_pass_phase_duration_seconds_count{phase="act"} 10
+malformed{ 3
+`
+
+// TestPhaseStatsDiffScrapes: the phases' figures are what was observed between the two
+// scrapes, per phase; a quantile in +Inf reads as unknown (-1), not as the last bound.
+func TestPhaseStatsDiffScrapes(t *testing.T) {
+	got := phaseStats(strings.Split(scrapeBefore, "\n"), strings.Split(scrapeAfter, "\n"))
+	obs, act := got["observe"], got["act"]
+	if obs.N != 20 || obs.Total != 20*time.Second || obs.P50 != 2*time.Millisecond || obs.P99 != -1 {
+		t.Errorf("observe = %+v, want 20 passes, 20s in all, p50 2ms, p99 past the last bound", obs)
+	}
+	if act.N != 10 || act.P50 != time.Millisecond || act.P99 != 2*time.Millisecond || act.Total != 12*time.Millisecond {
+		t.Errorf("act = %+v, want 10, p50 1ms, p99 2ms, 12ms (no earlier scrape: all of it)", act)
+	}
+	if len(got) != 2 {
+		t.Errorf("phases %v, want observe and act", got)
+	}
+}
+
+// TestParseHistogramsFiltersAndGroups: only the series with the label match count, and
+// quantiles come from their cumulative buckets.
+func TestParseHistogramsFiltersAndGroups(t *testing.T) {
+	h := parseHistograms(strings.Split(scrapeBefore, "\n"), "controller_runtime_reconcile_time_seconds", `controller="gpupoolprofile"`, "")[""]
+	if h == nil || len(h.buckets) != 3 || h.buckets[2].count != 4 {
+		t.Fatalf("histogram %+v, want the gpupoolprofile series' three buckets", h)
+	}
+	if q := h.quantile(0.5); q != 500*time.Millisecond {
+		t.Errorf("p50 %s, want 500ms", q)
+	}
+	if q := h.quantile(0.99); q != time.Second {
+		t.Errorf("p99 %s, want 1s", q)
+	}
+	if q := (&histogram{}).quantile(0.5); q != -1 {
+		t.Errorf("empty histogram p50 %s, want -1", q)
+	}
+	if q := (*histogram)(nil).quantile(0.5); q != -1 {
+		t.Errorf("nil histogram p50 %s, want -1", q)
+	}
+}
+
+func TestLabelValue(t *testing.T) {
+	for _, c := range []struct{ labels, key, want string }{
+		{`phase="observe",le="0.5"`, "le", "0.5"},
+		{`phase="observe",le="0.5"`, "phase", "observe"},
+		{`phase="observe"`, "le", ""},
+		{``, "le", ""},
+		{`a="x,b=y",b="z"`, "b", "z"},
+	} {
+		if got := labelValue(c.labels, c.key); got != c.want {
+			t.Errorf("labelValue(%q, %q) = %q, want %q", c.labels, c.key, got, c.want)
+		}
+	}
+}

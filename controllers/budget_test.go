@@ -4,13 +4,13 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testworld"
 )
 
 // TestPassesCapTheirWrites: with caps of two node writes and one eviction a pass, a
@@ -76,10 +76,10 @@ func TestPassesCapTheirWrites(t *testing.T) {
 			return
 		}
 		h.settle()
-		h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+		h.clock.Step(testworld.Step(res))
 	}
 	p := h.get(pool.Name)
-	t.Fatalf("did not converge to night: phase %s, workers %s, %s", p.Status.Phase, workerSteps(p), conditionsString(p))
+	t.Fatalf("did not converge to night: phase %s, workers %s, %s", p.Status.Phase, workerSteps(p), testworld.Conditions(p))
 }
 
 func workerSteps(p *gpupoolv1.GPUPoolProfile) string {

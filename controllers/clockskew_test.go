@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testworld"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
@@ -145,7 +146,7 @@ func TestTimeoutsIgnoreClockOffset(t *testing.T) {
 				if p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == "night" {
 					break
 				}
-				h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+				h.clock.Step(testworld.Step(res))
 			}
 			h.checkNightParkedOff(h.get(pool.Name))
 			// grace 0 + terminatingMargin (1m) < drain.timeout (2m): the pod stops holding

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testworld"
 	"github.com/gpupool/gpupool/test/cluster"
 	"github.com/gpupool/gpupool/vsphere"
 )
@@ -95,7 +96,7 @@ func TestDeletionWaitsForTasksInFlight(t *testing.T) {
 	h.settle()
 	h.reconcile(pool.Name)
 	if !h.gone(pool.Name) {
-		t.Fatalf("pool still there once its tasks ended: %s", conditionsString(h.get(pool.Name)))
+		t.Fatalf("pool still there once its tasks ended: %s", testworld.Conditions(h.get(pool.Name)))
 	}
 	for _, vm := range []string{"day-1", "day-2", "day-3", "day-4"} {
 		h.released(vm)
@@ -128,7 +129,7 @@ func TestDeletionWaitIsBounded(t *testing.T) {
 	h.clock.Step(5 * time.Second)
 	h.reconcile(pool.Name)
 	if !h.gone(pool.Name) {
-		t.Fatalf("pool still there %s after its tasks started: %s", deletionTaskWait, conditionsString(h.get(pool.Name)))
+		t.Fatalf("pool still there %s after its tasks started: %s", deletionTaskWait, testworld.Conditions(h.get(pool.Name)))
 	}
 	containsAll(t, "events", h.events(), "DeletionTasksUnsettled")
 	// The held power-ons never ran: the day VMs are suspended, their nodes stay parked.

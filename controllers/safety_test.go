@@ -18,6 +18,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/testworld"
 )
 
 // The tests in this file each drive one fault of a real site through the reconciler on
@@ -46,7 +47,7 @@ func (h *harness) passes(name string, n int, maxStep time.Duration) *gpupoolv1.G
 	for i := 0; i < n; i++ {
 		res := h.reconcile(name)
 		h.settle()
-		h.clock.Step(min(max(res.RequeueAfter, time.Second), maxStep))
+		h.clock.Step(testworld.StepAtMost(res, maxStep))
 	}
 	return h.get(name)
 }
@@ -146,7 +147,7 @@ func TestLaggardNodeDoesNotHoldTheOthers(t *testing.T) {
 		if p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == "day" {
 			break
 		}
-		h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+		h.clock.Step(testworld.Step(res))
 	}
 	if !othersUp {
 		t.Error("the Ready day nodes were never all relabelled and uncordoned while day-3 was still waiting")
@@ -232,7 +233,7 @@ func TestEvictionErrorsCountTowardTheTimeout(t *testing.T) {
 		if p.Status.Phase == gpupoolv1.PhaseBlocked {
 			break
 		}
-		h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+		h.clock.Step(testworld.Step(res))
 	}
 	if !sawError {
 		t.Error("the eviction error was never named in the Progressing condition")
@@ -330,7 +331,7 @@ func TestInfeasibleMidTransitionBringsBackThePreviousLayout(t *testing.T) {
 	for i := 0; i < 40 && h.vm("night-1").PowerState == "poweredOn"; i++ {
 		res := h.reconcile(pool.Name)
 		h.settle()
-		h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+		h.clock.Step(testworld.Step(res))
 	}
 	if h.vm("night-1").PowerState == "poweredOn" {
 		t.Fatal("night-1 was never parked")

@@ -3,7 +3,6 @@ package controllers
 import (
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -11,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testworld"
 )
 
 // maxStatusBytes1024 is what the status of a pool of 1,024 workers may take, as JSON:
@@ -54,7 +54,7 @@ func TestStatusOf1024WorkersStaysBounded(t *testing.T) {
 		if testing.Verbose() {
 			t.Logf("pass %d: %d in flight, status %d bytes, phase %s, requeue %s", pass, inFlight, len(st), p.Status.Phase, res.RequeueAfter)
 		}
-		w.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+		w.clock.Step(testworld.Step(res))
 	}
 	if inFlight < 1024 {
 		t.Fatalf("only %d of 1024 workers reached a task in flight", inFlight)

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testworld"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
@@ -138,7 +139,7 @@ func TestRotatedPasswordReloginRefused(t *testing.T) {
 	}
 	c := h.condition(p.Name, gpupoolv1.ConditionStalled)
 	if c.Status != metav1.ConditionTrue || c.Reason != ReasonCredentials {
-		t.Fatalf("Stalled = %+v, want True/%s; %s", c, ReasonCredentials, conditionsString(h.get(p.Name)))
+		t.Fatalf("Stalled = %+v, want True/%s; %s", c, ReasonCredentials, testworld.Conditions(h.get(p.Name)))
 	}
 	if res.RequeueAfter < time.Minute {
 		t.Fatalf("requeue after %s: a refused login must wait for the back-off", res.RequeueAfter)
@@ -165,7 +166,7 @@ func TestConflictingClaimHoldsYoungerPool(t *testing.T) {
 	h.reconcile(younger.Name)
 	c := h.condition(younger.Name, gpupoolv1.ConditionStalled)
 	if c.Status != metav1.ConditionTrue || c.Reason != ReasonConflictingClaim || !strings.Contains(c.Message, older.Name) {
-		t.Fatalf("younger pool: Stalled = %+v, want True/%s naming %s; %s", c, ReasonConflictingClaim, older.Name, conditionsString(h.get(younger.Name)))
+		t.Fatalf("younger pool: Stalled = %+v, want True/%s naming %s; %s", c, ReasonConflictingClaim, older.Name, testworld.Conditions(h.get(younger.Name)))
 	}
 	for _, m := range []string{"PowerOnVM_Task", "PowerOffVM_Task", "SuspendVM_Task", "ReconfigVM_Task", "ShutdownGuest"} {
 		if n := h.sim.Calls(m); n != 0 {

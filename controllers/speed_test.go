@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testworld"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
@@ -49,7 +50,7 @@ func TestShortfallWhileTasksRunIsWaitedOut(t *testing.T) {
 	for i := 0; i < 20 && !h.anyTaskInFlight(pool.Name); i++ {
 		res := h.reconcile(pool.Name)
 		h.settle()
-		h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+		h.clock.Step(testworld.Step(res))
 	}
 	if !h.anyTaskInFlight(pool.Name) {
 		t.Fatal("no task in flight")
@@ -159,7 +160,7 @@ func TestAPassStoresItsIntentsInOneWrite(t *testing.T) {
 			return
 		}
 		h.settle()
-		h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+		h.clock.Step(testworld.Step(res))
 	}
 	t.Fatal("no pass started a suspend")
 }

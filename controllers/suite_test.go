@@ -13,10 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -27,7 +25,6 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
-	"github.com/gpupool/gpupool/internal/testclock"
 	"github.com/gpupool/gpupool/internal/testenv"
 	"github.com/gpupool/gpupool/internal/testworld"
 	"github.com/gpupool/gpupool/test/cluster"
@@ -40,7 +37,7 @@ import (
 // fake clock, so time only moves when a test says so.
 
 var (
-	testScheme = runtime.NewScheme()
+	testScheme = testworld.Scheme(clusterv1.AddToScheme)
 	k8s        client.WithWatch
 	kwok       *cluster.Kwok
 	// operator is the reconciler's client: a user bound to the ClusterRole generated
@@ -54,58 +51,45 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
+	root := testenv.Root()
+	opts := testenv.Options{ExtraCRDPaths: []string{
+		filepath.Join(root, "test", "crds", "cluster-api"), filepath.Join(root, "test", "crds", "infrastructure")}}
+	os.Exit(testworld.Main(m, opts, setUpSuite))
 }
 
-func runSuite(m *testing.M) int {
-	_ = clientgoscheme.AddToScheme(testScheme)
-	_ = gpupoolv1.AddToScheme(testScheme)
-	_ = clusterv1.AddToScheme(testScheme)
-	root := testenv.Root()
-	var cfgErr error
+// setUpSuite makes the admin and operator clients and starts kwok as the nodes'
+// kubelets; Kueue's controller is started by the first test that needs it (startKueue).
+func setUpSuite(s *testworld.Suite) error {
+	suiteEnv = s.Env
 	var err error
-	env, cfg, cfgErr := testenv.Start(testenv.Options{ExtraCRDPaths: []string{
-		filepath.Join(root, "test", "crds", "cluster-api"), filepath.Join(root, "test", "crds", "infrastructure")}})
-	if cfgErr != nil {
-		fmt.Fprintln(os.Stderr, cfgErr)
-		return 1
+	if k8s, err = client.NewWithWatch(s.Config, client.Options{Scheme: testScheme}); err != nil {
+		return err
 	}
-	defer func() { _ = env.Stop() }()
-	suiteEnv = env
-	k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: testScheme})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if operator, err = operatorClient(env, root); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	if operator, err = operatorClient(s.Env); err != nil {
+		return err
 	}
 	dir, err := os.MkdirTemp("", "gpupool-kwok-")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	kwok, err = cluster.StartKwok(filepath.Join(env.BinaryAssetsDirectory, "kwok"), env.KubeConfig, dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	s.Defer(func() { _ = os.RemoveAll(dir) })
+	if kwok, err = cluster.StartKwok(filepath.Join(s.Env.BinaryAssetsDirectory, "kwok"), s.Env.KubeConfig, dir); err != nil {
+		return err
 	}
-	defer kwok.Stop()
-	// Kueue's controller is started by the first test that needs it (startKueue).
-	defer stopKueue()
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintln(os.Stderr, "kwok log (tail):", tail(kwok.Log(), 3000))
-	}
-	return code
+	s.Defer(func() {
+		if s.Code != 0 {
+			fmt.Fprintln(os.Stderr, "kwok log (tail):", tail(kwok.Log(), 3000))
+		}
+		kwok.Stop()
+	})
+	s.Defer(stopKueue)
+	return nil
 }
 
 // operatorClient makes a user with exactly the operator's generated RBAC
 // (config/rbac/role.yaml: the ClusterRole, and the namespaced Role for Secrets, which
 // grantSecrets binds in a test's namespace) and returns a client acting as that user.
-func operatorClient(env *envtest.Environment, root string) (client.WithWatch, error) {
+func operatorClient(env *envtest.Environment) (client.WithWatch, error) {
 	ctx := context.Background()
 	clusterRoles, roles, err := testworld.ReadRBAC("role.yaml")
 	if err != nil {
@@ -157,9 +141,8 @@ func tail(s string, n int) string {
 	return s
 }
 
-// monday0700 is a Monday, 07:00 in Berlin: night by the day/night schedule. It is the
-// first such Monday at or after TEST_CLOCK_BASE (internal/testclock).
-var monday0700 = testclock.Weekly(time.Monday, 7, 0, testworld.Berlin)
+// monday0700 is a Monday, 07:00 in Berlin: night by the day/night schedule.
+var monday0700 = testworld.Monday(7, 0)
 
 func mustZone(name string) *time.Location {
 	l, err := time.LoadLocation(name)
@@ -272,17 +255,7 @@ func (h *harness) dayNight() *gpupoolv1.GPUPoolProfile {
 
 func (h *harness) create(p *gpupoolv1.GPUPoolProfile) {
 	h.t.Helper()
-	h.must(k8s.Create(h.ctx, p))
-	h.t.Cleanup(func() {
-		ctx := context.Background()
-		var cur gpupoolv1.GPUPoolProfile
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), &cur); err != nil {
-			return
-		}
-		cur.Finalizers = nil
-		_ = k8s.Update(ctx, &cur)
-		_ = k8s.Delete(ctx, &cur)
-	})
+	testworld.CreatePool(h.t, k8s, p)
 }
 
 func (h *harness) reconciler() *GPUPoolProfileReconciler {
@@ -356,9 +329,7 @@ func (h *harness) reconcile(name string) ctrl.Result {
 
 func (h *harness) get(name string) *gpupoolv1.GPUPoolProfile {
 	h.t.Helper()
-	var p gpupoolv1.GPUPoolProfile
-	h.must(k8s.Get(h.ctx, client.ObjectKey{Name: name}, &p))
-	return &p
+	return testworld.GetPool(h.t, k8s, name)
 }
 
 // settle lets the simulated world catch up after a reconcile: the power wire copies VM
@@ -426,34 +397,16 @@ func (h *harness) waitNodesMatchPower() {
 }
 
 // converge reconciles until the pool is Steady with the wanted layout active, letting
-// the world settle and the fake clock move by the requeue delay (at most maxStep) after
-// each pass. It fails the test after maxIter passes.
+// the world settle and the fake clock move by the requeue delay (bounded) after each
+// pass (testworld.Loop). It fails the test when the pool is Blocked or after maxIter
+// passes.
 func (h *harness) converge(name, layout string, maxIter int) *gpupoolv1.GPUPoolProfile {
 	h.t.Helper()
-	for i := 0; i < maxIter; i++ {
-		res := h.reconcile(name)
-		h.settle()
-		p := h.get(name)
-		if p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == layout {
-			return p
-		}
-		if p.Status.Phase == gpupoolv1.PhaseBlocked {
-			h.t.Fatalf("pool blocked on the way to %s: %s", layout, conditionsString(p))
-		}
-		h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
-	}
-	p := h.get(name)
-	h.t.Fatalf("pool did not converge to %s after %d passes: phase %s, active %q, workers %+v, %s", layout, maxIter,
-		p.Status.Phase, p.Status.ActiveLayout, p.Status.Workers, conditionsString(p))
-	return nil
-}
-
-func conditionsString(p *gpupoolv1.GPUPoolProfile) string {
-	var parts []string
-	for _, c := range p.Status.Conditions {
-		parts = append(parts, fmt.Sprintf("%s=%s(%s: %s)", c.Type, c.Status, c.Reason, c.Message))
-	}
-	return strings.Join(parts, "; ")
+	return testworld.Loop{T: h.t, Clock: h.clock,
+		Reconcile: func() ctrl.Result { return h.reconcile(name) },
+		Settle:    h.settle,
+		Get:       func() *gpupoolv1.GPUPoolProfile { return h.get(name) },
+	}.Converge(layout, maxIter)
 }
 
 func (h *harness) node(vm string) *corev1.Node {

@@ -12,6 +12,7 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/testworld"
 	"github.com/gpupool/gpupool/test/cluster"
 )
 
@@ -229,7 +230,7 @@ func TestUnavailableHosts(t *testing.T) {
 		if st := h.vm("night-1"); st.PowerState == "poweredOn" && worker(p, h.prefix+"night-1").Step == gpupoolv1.StepNone {
 			break
 		}
-		h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+		h.clock.Step(testworld.Step(res))
 	}
 	st := h.vm("night-1")
 	if st.PowerState != "poweredOn" || st.Host != h.prefix+"esx-02" {
@@ -297,7 +298,7 @@ func TestUnavailableHostMovedPowerOnRefused(t *testing.T) {
 		if w := worker(h.get(pool.Name), h.prefix+"night-1"); w != nil && strings.Contains(w.Message, "moved to host") {
 			said = w.Message
 		}
-		h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+		h.clock.Step(testworld.Step(res))
 	}
 	for _, want := range []string{"the power-on was moved to host " + h.prefix + "esx-02", h.prefix + "esx-01 is in maintenance mode", "vCenter refused it there", "injected failure of PowerOnVM_Task"} {
 		if !strings.Contains(said, want) {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testworld"
 	"github.com/gpupool/gpupool/test/cluster"
 )
 
@@ -27,10 +28,10 @@ func (h *harness) until(name string, maxIter int, what string, cond func(*gpupoo
 		if p := h.get(name); cond(p) {
 			return p
 		}
-		h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+		h.clock.Step(testworld.Step(res))
 	}
 	p := h.get(name)
-	h.t.Fatalf("%s: not reached after %d passes: workers %+v, %s", what, maxIter, p.Status.Workers, conditionsString(p))
+	h.t.Fatalf("%s: not reached after %d passes: workers %+v, %s", what, maxIter, p.Status.Workers, testworld.Conditions(p))
 	return nil
 }
 

@@ -165,6 +165,33 @@ func (c *client) convert(ctx context.Context, content map[types.ManagedObjectRef
 	if err != nil {
 		return nil, err
 	}
+	inv := &inventory.Inventory{}
+	var gpusOf map[types.ManagedObjectReference][]string
+	inv.Hosts, gpusOf = c.convertHosts(ctx, o, detailed)
+	hostNames := map[types.ManagedObjectReference]string{}
+	for _, h := range o.hosts {
+		hostNames[h.Self] = h.Name
+	}
+	paths := folderPaths(c.dc, o.folders)
+	for _, vm := range o.vms {
+		inv.VMs = append(inv.VMs, convertVM(vm, hostNames, paths, gpusOf))
+	}
+	// Name, then id: VMs of the same name in different folders come in a stable order.
+	sort.Slice(inv.VMs, func(i, j int) bool {
+		a, b := inv.VMs[i], inv.VMs[j]
+		return a.Name < b.Name || (a.Name == b.Name && a.Ref < b.Ref)
+	})
+	sort.Slice(inv.Hosts, func(i, j int) bool {
+		a, b := inv.Hosts[i], inv.Hosts[j]
+		return a.Name < b.Name || (a.Name == b.Name && a.Ref < b.Ref)
+	})
+	return inv, nil
+}
+
+// convertHosts converts the detailed hosts (every host when detailed is nil), with their
+// availability, datastores and vCenter's capacity for them, and says which GPUs (PCI
+// ids) each VM runs on, as the hosts' GPUs tell.
+func (c *client) convertHosts(ctx context.Context, o inventoryObjects, detailed map[types.ManagedObjectReference]bool) ([]inventory.Host, map[types.ManagedObjectReference][]string) {
 	envBrowsers := map[types.ManagedObjectReference]types.ManagedObjectReference{}
 	for _, cr := range o.crs {
 		if cr.EnvironmentBrowser == nil {
@@ -174,19 +201,14 @@ func (c *client) convert(ctx context.Context, content map[types.ManagedObjectRef
 			envBrowsers[h] = *cr.EnvironmentBrowser
 		}
 	}
-
-	inv := &inventory.Inventory{}
-	hostNames := map[types.ManagedObjectReference]string{}
-	for _, h := range o.hosts {
-		hostNames[h.Self] = h.Name
-	}
 	vmNames := map[types.ManagedObjectReference]string{}
 	for _, vm := range o.vms {
 		vmNames[vm.Self] = vm.Name
 	}
+	var hosts []inventory.Host
 	gpusOf := map[types.ManagedObjectReference][]string{}
 	entering := enteringMaintenance(o.tasks)
-	var asked []mo.HostSystem // the hosts whose capacity vCenter is asked for, as inv.Hosts
+	var asked []mo.HostSystem // the hosts whose capacity vCenter is asked for, as hosts
 	for _, h := range o.hosts {
 		if detailed != nil && !detailed[h.Self] {
 			continue
@@ -200,49 +222,42 @@ func (c *client) convert(ctx context.Context, content map[types.ManagedObjectRef
 				gpusOf[ref] = append(gpusOf[ref], g.PCIID)
 			}
 		}
-		inv.Hosts = append(inv.Hosts, host)
+		hosts = append(hosts, host)
 	}
-	c.vcenterCapacities(ctx, inv.Hosts, asked)
+	c.vcenterCapacities(ctx, hosts, asked)
+	return hosts, gpusOf
+}
 
-	paths := folderPaths(c.dc, o.folders)
-	for _, vm := range o.vms {
-		v := inventory.VM{
-			Name:       vm.Name,
-			Ref:        vm.Self.Value,
-			PowerState: inventory.PowerState(vm.Runtime.PowerState),
-			GPUs:       gpusOf[vm.Self],
-		}
-		if len(v.GPUs) > 0 {
-			v.GPU = v.GPUs[0]
-		}
-		if vm.Parent != nil {
-			if p, ok := paths[*vm.Parent]; ok {
-				v.Path = path.Join(p, vm.Name)
-			}
-		}
-		if vm.Config != nil {
-			v.UUID = vm.Config.Uuid
-			v.Profile, v.VGPUs, v.Profiles = vgpuProfiles(vm.Config.Hardware.Device)
-		}
-		if vm.Runtime.Host != nil {
-			v.Host = hostNames[*vm.Runtime.Host]
-		}
-		for _, t := range vm.RecentTask {
-			v.RecentTasks = append(v.RecentTasks, t.Value)
-		}
-		v.Datastores = refValues(vm.Datastore)
-		inv.VMs = append(inv.VMs, v)
+// convertVM converts one VM: its power state, host, folder path, GPUs, vGPU profiles
+// (when its config was read), recent tasks and datastores.
+func convertVM(vm mo.VirtualMachine, hostNames map[types.ManagedObjectReference]string, paths map[types.ManagedObjectReference]string,
+	gpusOf map[types.ManagedObjectReference][]string) inventory.VM {
+	v := inventory.VM{
+		Name:       vm.Name,
+		Ref:        vm.Self.Value,
+		PowerState: inventory.PowerState(vm.Runtime.PowerState),
+		GPUs:       gpusOf[vm.Self],
 	}
-	// Name, then id: VMs of the same name in different folders come in a stable order.
-	sort.Slice(inv.VMs, func(i, j int) bool {
-		a, b := inv.VMs[i], inv.VMs[j]
-		return a.Name < b.Name || (a.Name == b.Name && a.Ref < b.Ref)
-	})
-	sort.Slice(inv.Hosts, func(i, j int) bool {
-		a, b := inv.Hosts[i], inv.Hosts[j]
-		return a.Name < b.Name || (a.Name == b.Name && a.Ref < b.Ref)
-	})
-	return inv, nil
+	if len(v.GPUs) > 0 {
+		v.GPU = v.GPUs[0]
+	}
+	if vm.Parent != nil {
+		if p, ok := paths[*vm.Parent]; ok {
+			v.Path = path.Join(p, vm.Name)
+		}
+	}
+	if vm.Config != nil {
+		v.UUID = vm.Config.Uuid
+		v.Profile, v.VGPUs, v.Profiles = vgpuProfiles(vm.Config.Hardware.Device)
+	}
+	if vm.Runtime.Host != nil {
+		v.Host = hostNames[*vm.Runtime.Host]
+	}
+	for _, t := range vm.RecentTask {
+		v.RecentTasks = append(v.RecentTasks, t.Value)
+	}
+	v.Datastores = refValues(vm.Datastore)
+	return v
 }
 
 // host converts one host: its NVIDIA GPUs with who runs on them, its vGPU profiles with

@@ -74,43 +74,7 @@ from a file, so a schedule can be checked before it is applied.`,
 			if err != nil {
 				return err
 			}
-			ok, wide := human(pf)
-			if !ok {
-				for i := range entries {
-					entries[i].From = entries[i].From.In(sc.loc)
-					if t := entries[i].To; t != nil {
-						*t = t.In(sc.loc)
-					}
-					entries[i].Why = rfc3339In(entries[i].Why, sc.loc)
-				}
-				return printData(pf, entries, a.streams.Out)
-			}
-			days := "days"
-			if o.days == 1 {
-				days = "day"
-			}
-			fmt.Fprintf(a.streams.Out, "pool %s, %d %s from %s, times in %s:\n", name, o.days, days, sc.at(start), sc.zone())
-			tw := table(a.streams.Out)
-			fmt.Fprint(tw, "  FROM\tUNTIL\tLAYOUT\tWHY")
-			fmt.Fprintln(tw)
-			for _, e := range entries {
-				until := "(beyond)"
-				if e.To != nil {
-					until = sc.at(*e.To)
-				}
-				why := string(e.Reason)
-				if wide {
-					why = sc.text(e.Why)
-				}
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", sc.at(e.From), until, e.Layout, why)
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if spec.Demand != nil {
-				fmt.Fprintln(a.streams.Out, "This is the schedule; spec.demand may bring a layout in earlier or skip one, within its limits (kubectl gpupool status shows what demand decided).")
-			}
-			return nil
+			return a.printTimeline(pf, spec, name, sc, start, o.days, entries)
 		},
 	}
 	pf = a.outputFlags(cmd)
@@ -118,6 +82,48 @@ from a file, so a schedule can be checked before it is applied.`,
 	cmd.Flags().IntVar(&o.days, "days", 7, "how many days to show")
 	cmd.Flags().StringVar(&o.from, "from", "", "start at this time (RFC 3339) instead of now")
 	return cmd
+}
+
+// printTimeline prints the entries as data (times in the screen's zone) or as a table
+// of switch starts, with a note when spec.demand may depart from the schedule.
+func (a *app) printTimeline(pf *genericclioptions.PrintFlags, spec *gpupoolv1.GPUPoolProfileSpec, name string, sc screen, start time.Time, days int, entries []timelineEntry) error {
+	ok, wide := human(pf)
+	if !ok {
+		for i := range entries {
+			entries[i].From = entries[i].From.In(sc.loc)
+			if t := entries[i].To; t != nil {
+				*t = t.In(sc.loc)
+			}
+			entries[i].Why = rfc3339In(entries[i].Why, sc.loc)
+		}
+		return printData(pf, entries, a.streams.Out)
+	}
+	unit := "days"
+	if days == 1 {
+		unit = "day"
+	}
+	fmt.Fprintf(a.streams.Out, "pool %s, %d %s from %s, times in %s:\n", name, days, unit, sc.at(start), sc.zone())
+	tw := table(a.streams.Out)
+	fmt.Fprint(tw, "  FROM\tUNTIL\tLAYOUT\tWHY")
+	fmt.Fprintln(tw)
+	for _, e := range entries {
+		until := "(beyond)"
+		if e.To != nil {
+			until = sc.at(*e.To)
+		}
+		why := string(e.Reason)
+		if wide {
+			why = sc.text(e.Why)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", sc.at(e.From), until, e.Layout, why)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if spec.Demand != nil {
+		fmt.Fprintln(a.streams.Out, "This is the schedule; spec.demand may bring a layout in earlier or skip one, within its limits (kubectl gpupool status shows what demand decided).")
+	}
+	return nil
 }
 
 // timelineSpec is the spec to read: from the file, or from the cluster.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -13,10 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,7 +23,6 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
-	"github.com/gpupool/gpupool/internal/testclock"
 	"github.com/gpupool/gpupool/internal/testenv"
 	"github.com/gpupool/gpupool/internal/testworld"
 	"github.com/gpupool/gpupool/test/vgpusim"
@@ -39,7 +35,7 @@ import (
 // kubelet is needed: the status the plugin reads is what the operator writes.
 
 var (
-	scheme = runtime.NewScheme()
+	scheme = testworld.Scheme()
 	admin  client.Client
 	// kubeconfigs are files per user: admin (system:masters), viewer (gpupool-viewer),
 	// editor (gpupool-viewer and gpupool-editor), nobody (no role).
@@ -56,34 +52,19 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = gpupoolv1.AddToScheme(scheme)
-	env, cfg, err := testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	assets = env.BinaryAssetsDirectory
-	if admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	dir, err := os.MkdirTemp("", "kubectl-gpupool-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	if err := setUpUsers(env, dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testworld.Main(m, testenv.Options{}, func(s *testworld.Suite) error {
+		assets = s.Env.BinaryAssetsDirectory
+		var err error
+		if admin, err = client.New(s.Config, client.Options{Scheme: scheme}); err != nil {
+			return err
+		}
+		dir, err := os.MkdirTemp("", "kubectl-gpupool-")
+		if err != nil {
+			return err
+		}
+		s.Defer(func() { _ = os.RemoveAll(dir) })
+		return setUpUsers(s.Env, dir)
+	}))
 }
 
 // setUpUsers installs the user ClusterRoles from config/rbac (named as the install names
@@ -134,9 +115,8 @@ func setUpUsers(env *envtest.Environment, dir string) error {
 	return admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: credentialsNamespace}})
 }
 
-// mondayMorning is a Monday, 10:00 in Berlin: the day window is open. It is the first
-// such Monday at or after TEST_CLOCK_BASE (internal/testclock).
-var mondayMorning = testclock.Weekly(time.Monday, 10, 0, berlin)
+// mondayMorning is a Monday, 10:00 in Berlin: the day window is open.
+var mondayMorning = testworld.Monday(10, 0)
 
 // shown is t as the plugin prints it in the pool's zone (Berlin), which it shows when
 // --tz is not given.
@@ -195,51 +175,35 @@ func (w *world) pool() *gpupoolv1.GPUPoolProfile {
 
 func (w *world) create(p *gpupoolv1.GPUPoolProfile) {
 	w.t.Helper()
-	w.must(admin.Create(w.ctx, p))
-	w.t.Cleanup(func() {
-		var cur gpupoolv1.GPUPoolProfile
-		if err := admin.Get(context.Background(), client.ObjectKeyFromObject(p), &cur); err != nil {
-			return
-		}
-		cur.Finalizers = nil
-		_ = admin.Update(context.Background(), &cur)
-		_ = admin.Delete(context.Background(), &cur)
-	})
+	testworld.CreatePool(w.t, admin, p)
 }
 
 func (w *world) get() *gpupoolv1.GPUPoolProfile {
 	w.t.Helper()
-	var p gpupoolv1.GPUPoolProfile
-	w.must(admin.Get(w.ctx, client.ObjectKey{Name: w.name}, &p))
-	return &p
+	return testworld.GetPool(w.t, admin, w.name)
 }
 
-// operate runs the operator until the pool is Steady (or Paused) with the layout (any
-// wanted layout when empty), moving the fake clock by the requeue delay (at most 10s)
-// after each pass.
+// operate runs the operator until the pool is Steady with the layout (any wanted layout
+// when empty) active, or Paused with it wanted when spec.paused is set, moving the fake
+// clock by the requeue delay (bounded) after each pass (testworld.Loop). The workers
+// have no nodes, so there is no world to settle.
 func (w *world) operate(layout string) *gpupoolv1.GPUPoolProfile {
 	w.t.Helper()
-	for range 40 {
-		res, err := w.rec.Reconcile(w.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: w.name}})
-		w.must(err)
-		p := w.get()
-		if (p.Status.Phase == gpupoolv1.PhaseSteady || p.Status.Phase == gpupoolv1.PhasePaused) && p.Status.DesiredLayout == cmp.Or(layout, p.Status.DesiredLayout) &&
-			(p.Spec.Paused || p.Status.ActiveLayout == p.Status.DesiredLayout) {
-			return p
-		}
-		w.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
-	}
-	p := w.get()
-	w.t.Fatalf("pool did not reach %s: phase %s, active %q, conditions %+v", layout, p.Status.Phase, p.Status.ActiveLayout, p.Status.Conditions)
-	return nil
+	return testworld.Loop{T: w.t, Clock: w.clock, Reconcile: w.reconcile, Get: w.get}.Converge(layout, 40)
 }
 
 // pass runs one reconcile of the pool and moves the clock by a second.
 func (w *world) pass() {
 	w.t.Helper()
-	_, err := w.rec.Reconcile(w.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: w.name}})
-	w.must(err)
+	w.reconcile()
 	w.clock.Step(time.Second)
+}
+
+func (w *world) reconcile() ctrl.Result {
+	w.t.Helper()
+	res, err := w.rec.Reconcile(w.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: w.name}})
+	w.must(err)
+	return res
 }
 
 // run runs the plugin as a user, at the world's time, with stdin, and returns what it

@@ -78,6 +78,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		ready(sim)
 	}
 
+	return serve(ctx, sim, cfg, log)
+}
+
+// serve runs the simulator's controls until ctx ends: SIGUSR1 and --session-ttl expire
+// the sessions, SIGUSR2 toggles refusing connections, and the call and task counts are
+// written to their files four times a second.
+func serve(ctx context.Context, sim *vgpusim.Sim, cfg *config, log *slog.Logger) int {
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(signals)
@@ -100,19 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 			log.Info("Shutting down")
 			return 0
 		case <-writeCalls:
-			if b, err := json.Marshal(sim.CallCounts()); err == nil {
-				_ = writeFileAtomic(cfg.callsFile, string(b))
-			}
-			if cfg.vmCallsFile != "" {
-				if b, err := json.Marshal(sim.VMCallCounts()); err == nil {
-					_ = writeFileAtomic(cfg.vmCallsFile, string(b))
-				}
-			}
-			if cfg.tasksFile != "" {
-				if b, err := json.Marshal(sim.TaskRecords()); err == nil {
-					_ = writeFileAtomic(cfg.tasksFile, string(b))
-				}
-			}
+			writeCounts(sim, cfg)
 		case <-expire:
 			sim.ExpireSessions()
 		case sig := <-signals:
@@ -127,6 +122,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 					return 1
 				}
 			}
+		}
+	}
+}
+
+// writeCounts writes the simulator's call counts, per-VM call counts and task records to
+// the files the flags name.
+func writeCounts(sim *vgpusim.Sim, cfg *config) {
+	if b, err := json.Marshal(sim.CallCounts()); err == nil {
+		_ = writeFileAtomic(cfg.callsFile, string(b))
+	}
+	if cfg.vmCallsFile != "" {
+		if b, err := json.Marshal(sim.VMCallCounts()); err == nil {
+			_ = writeFileAtomic(cfg.vmCallsFile, string(b))
+		}
+	}
+	if cfg.tasksFile != "" {
+		if b, err := json.Marshal(sim.TaskRecords()); err == nil {
+			_ = writeFileAtomic(cfg.tasksFile, string(b))
 		}
 	}
 }

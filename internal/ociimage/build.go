@@ -53,6 +53,37 @@ type file struct {
 
 // Build returns an OCI image index with one image per platform.
 func Build(s Spec) (v1.ImageIndex, error) {
+	base, err := s.baseFiles()
+	if err != nil {
+		return nil, err
+	}
+	baseLayer, err := layer(base, s.Created)
+	if err != nil {
+		return nil, err
+	}
+	platforms := make([]string, 0, len(s.Binaries))
+	for p := range s.Binaries {
+		platforms = append(platforms, p)
+	}
+	sort.Strings(platforms)
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, p := range platforms {
+		plat, err := v1.ParsePlatform(p)
+		if err != nil {
+			return nil, err
+		}
+		img, err := s.image(baseLayer, plat, s.Binaries[p])
+		if err != nil {
+			return nil, err
+		}
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: plat}})
+	}
+	return idx, nil
+}
+
+// baseFiles are the files every platform's image shares: the CA certificates, the
+// users (root and nonroot), their home and /tmp, and the license when given.
+func (s Spec) baseFiles() ([]file, error) {
 	ca, err := os.ReadFile(s.CACerts)
 	if err != nil {
 		return nil, fmt.Errorf("CA certificates: %w", err)
@@ -78,63 +109,48 @@ func Build(s Spec) (v1.ImageIndex, error) {
 		}
 		base = append(base, file{name: "licenses", dir: true, mode: 0o755}, file{name: "licenses/LICENSE", mode: 0o644, data: lic})
 	}
-	baseLayer, err := layer(base, s.Created)
+	return base, nil
+}
+
+// image is one platform's image: the base layer, a layer with the static binary at
+// Entrypoint, and a config that runs it as nonroot.
+func (s Spec) image(baseLayer v1.Layer, plat *v1.Platform, binary string) (v1.Image, error) {
+	bin, err := os.ReadFile(binary)
 	if err != nil {
 		return nil, err
 	}
-	platforms := make([]string, 0, len(s.Binaries))
-	for p := range s.Binaries {
-		platforms = append(platforms, p)
+	if err := checkStatic(bin, plat.Architecture); err != nil {
+		return nil, fmt.Errorf("%s: %w", binary, err)
 	}
-	sort.Strings(platforms)
-	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
-	for _, p := range platforms {
-		plat, err := v1.ParsePlatform(p)
-		if err != nil {
-			return nil, err
-		}
-		bin, err := os.ReadFile(s.Binaries[p])
-		if err != nil {
-			return nil, err
-		}
-		if err := checkStatic(bin, plat.Architecture); err != nil {
-			return nil, fmt.Errorf("%s: %w", s.Binaries[p], err)
-		}
-		binLayer, err := layer([]file{{name: Entrypoint[1:], mode: 0o755, data: bin}}, s.Created)
-		if err != nil {
-			return nil, err
-		}
-		img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-		img, err = mutate.AppendLayers(img, baseLayer, binLayer)
-		if err != nil {
-			return nil, err
-		}
-		cf, err := img.ConfigFile()
-		if err != nil {
-			return nil, err
-		}
-		cf = cf.DeepCopy()
-		cf.OS, cf.Architecture, cf.Variant = plat.OS, plat.Architecture, plat.Variant
-		cf.Created = v1.Time{Time: s.Created}
-		cf.Author = "The gpupool Authors"
-		cf.Config = v1.Config{
-			Entrypoint: []string{Entrypoint},
-			User:       fmt.Sprintf("%d:%d", NonRoot, NonRoot),
-			WorkingDir: "/",
-			Env: []string{
-				"PATH=/",
-				"HOME=/home/nonroot",
-				"SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
-			},
-			Labels: s.labels(),
-		}
-		img, err = mutate.ConfigFile(img, cf)
-		if err != nil {
-			return nil, err
-		}
-		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: plat}})
+	binLayer, err := layer([]file{{name: Entrypoint[1:], mode: 0o755, data: bin}}, s.Created)
+	if err != nil {
+		return nil, err
 	}
-	return idx, nil
+	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err = mutate.AppendLayers(img, baseLayer, binLayer)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture, cf.Variant = plat.OS, plat.Architecture, plat.Variant
+	cf.Created = v1.Time{Time: s.Created}
+	cf.Author = "The gpupool Authors"
+	cf.Config = v1.Config{
+		Entrypoint: []string{Entrypoint},
+		User:       fmt.Sprintf("%d:%d", NonRoot, NonRoot),
+		WorkingDir: "/",
+		Env: []string{
+			"PATH=/",
+			"HOME=/home/nonroot",
+			"SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
+		},
+		Labels: s.labels(),
+	}
+	return mutate.ConfigFile(img, cf)
 }
 
 func (s Spec) labels() map[string]string {

@@ -161,6 +161,21 @@ func memoKey(n int, cs []gpuClass) string {
 // is placed vGPU by vGPU; then no order may exist (or none within orderBudget), which the
 // stuck result reports.
 func powerOnOrder(h *inventory.Host, occ []inventory.Occupancy, ms []*member) (order, stuck []*member) {
+	search := &orderSearch{h: h, groups: groupByProfile(ms), want: len(ms), budget: orderBudget, failed: map[string]bool{}}
+	if search.next(slices.Clone(occ)) {
+		return search.order, nil
+	}
+	for _, m := range ms {
+		if !slices.Contains(search.longest, m) {
+			stuck = append(stuck, m)
+		}
+	}
+	return search.longest, stuck
+}
+
+// groupByProfile queues the VMs by the profile they are offered, the largest profile
+// first (then by name), each queue by VM name: the order powerOnOrder tries them in.
+func groupByProfile(ms []*member) []*orderGroup {
 	var groups []*orderGroup
 	for _, m := range ms {
 		i := slices.IndexFunc(groups, func(g *orderGroup) bool { return g.profile.Name == m.offer.Name })
@@ -176,78 +191,81 @@ func powerOnOrder(h *inventory.Host, occ []inventory.Occupancy, ms []*member) (o
 	for _, g := range groups {
 		slices.SortFunc(g.queue, func(a, b *member) int { return cmp.Compare(a.vm.Name, b.vm.Name) })
 	}
-	remaining := func() []demand {
-		ds := make([]demand, 0, len(groups))
-		for _, g := range groups {
-			if len(g.queue) > 0 {
-				n := 0
-				for _, m := range g.queue {
-					n += max(m.count, 1)
-				}
-				ds = append(ds, demand{profile: g.profile, count: n})
-			}
-		}
-		return ds
-	}
+	return groups
+}
 
-	// Depth first over which profile goes next, the largest first at each step, so the
-	// first order tried is the greedy one; a dead end (vSphere's choice of GPU stranded a
-	// later VM) backtracks. States already found to fail are skipped, and the search is
-	// bounded: past orderBudget it reports the longest prefix found as stuck.
-	budget := orderBudget
-	failed := map[string]bool{}
-	var longest []*member
-	var rec func(occ []inventory.Occupancy) bool
-	rec = func(occ []inventory.Occupancy) bool {
-		if len(order) == len(ms) {
-			return true
-		}
-		if budget--; budget < 0 {
-			return false
-		}
-		key := orderKey(occ, groups)
-		if failed[key] {
-			return false
-		}
-		for _, g := range groups {
-			// VMs of one profile are interchangeable only when they have as many vGPUs:
-			// the first of each count is tried.
-			tried := map[int]bool{}
-			for k, m := range g.queue {
-				if tried[m.count] {
-					continue
-				}
-				tried[m.count] = true
-				next, ok := placeAll(h, occ, g.profile, m.count)
-				if !ok {
-					continue
-				}
-				g.queue = slices.Delete(g.queue, k, k+1)
-				if packable(h, next, remaining()) {
-					order = append(order, m)
-					if rec(next) {
-						return true
-					}
-					order = order[:len(order)-1]
-				}
-				g.queue = slices.Insert(g.queue, k, m)
+// remaining is the demand of the VMs still queued, by profile, in vGPUs.
+func remaining(groups []*orderGroup) []demand {
+	ds := make([]demand, 0, len(groups))
+	for _, g := range groups {
+		if len(g.queue) > 0 {
+			n := 0
+			for _, m := range g.queue {
+				n += max(m.count, 1)
 			}
+			ds = append(ds, demand{profile: g.profile, count: n})
 		}
-		if len(order) > len(longest) || longest == nil {
-			longest = slices.Clone(order)
-		}
-		failed[key] = true
+	}
+	return ds
+}
+
+// orderSearch is powerOnOrder's search: depth first over which profile goes next, the
+// largest first at each step, so the first order tried is the greedy one; a dead end
+// (vSphere's choice of GPU stranded a later VM) backtracks. States already found to
+// fail are skipped, and the search is bounded: past orderBudget it reports the longest
+// prefix found as stuck.
+type orderSearch struct {
+	h      *inventory.Host
+	groups []*orderGroup
+	// want is how many VMs the order must hold.
+	want int
+	// order is the prefix being tried; longest the longest one that failed.
+	order, longest []*member
+	budget         int
+	failed         map[string]bool
+}
+
+// next extends the order from the occupancy occ, and tells whether it completed it.
+func (s *orderSearch) next(occ []inventory.Occupancy) bool {
+	if len(s.order) == s.want {
+		return true
+	}
+	if s.budget--; s.budget < 0 {
 		return false
 	}
-	if rec(slices.Clone(occ)) {
-		return order, nil
+	key := orderKey(occ, s.groups)
+	if s.failed[key] {
+		return false
 	}
-	for _, m := range ms {
-		if !slices.Contains(longest, m) {
-			stuck = append(stuck, m)
+	for _, g := range s.groups {
+		// VMs of one profile are interchangeable only when they have as many vGPUs:
+		// the first of each count is tried.
+		tried := map[int]bool{}
+		for k, m := range g.queue {
+			if tried[m.count] {
+				continue
+			}
+			tried[m.count] = true
+			next, ok := placeAll(s.h, occ, g.profile, m.count)
+			if !ok {
+				continue
+			}
+			g.queue = slices.Delete(g.queue, k, k+1)
+			if packable(s.h, next, remaining(s.groups)) {
+				s.order = append(s.order, m)
+				if s.next(next) {
+					return true
+				}
+				s.order = s.order[:len(s.order)-1]
+			}
+			g.queue = slices.Insert(g.queue, k, m)
 		}
 	}
-	return longest, stuck
+	if len(s.order) > len(s.longest) || s.longest == nil {
+		s.longest = slices.Clone(s.order)
+	}
+	s.failed[key] = true
+	return false
 }
 
 // orderBudget bounds powerOnOrder's search. On hosts in same-size mode the first order

@@ -218,13 +218,33 @@ func Build(in Input) (*Plan, error) {
 	return p, nil
 }
 
-// planHost lists the steps on one host.
+// planHost lists the steps on one host: each member's steps, in the phases' order and
+// the power-ons in the order found for the GPUs.
 func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPlan {
 	hp := HostPlan{Host: ha.host.Name}
-	layout := a.layout.Name
+	rank, now := a.powerOnsNow(ha)
+	for _, m := range ha.members {
+		if m.held || (m.target != nil && m.target != ha.host) || (m.target == nil && m.vm.Host != ha.host.Name) {
+			continue
+		}
+		a.planMember(&hp, m, a.nodeOf(nodes, m.vm), now[m.vm])
+	}
+	for _, steps := range [][]Step{hp.Steps, hp.Later} {
+		slices.SortStableFunc(steps, func(x, y Step) int {
+			c := cmp.Compare(phaseOf(x.Action), phaseOf(y.Action))
+			if c == 0 && x.Action == PowerOn {
+				c = cmp.Compare(rank[x.VM], rank[y.VM])
+			}
+			return c
+		})
+	}
+	return hp
+}
 
-	// Power on now only what fits the GPUs as they are; the order was found for the GPUs
-	// as they will be, and the first VM that does not fit yet waits with all after it.
+// powerOnsNow ranks the host's power-ons in the order found for the GPUs as they will
+// be, and says which of them to power on now: only what fits the GPUs as they are, the
+// first VM that does not fit yet waiting with all after it.
+func (a *analysis) powerOnsNow(ha *hostAnalysis) (map[string]int, map[*inventory.VM]bool) {
 	rank := map[string]int{}
 	now := map[*inventory.VM]bool{}
 	occs := ha.nowStates() // what runs now, under every consistent split
@@ -239,107 +259,117 @@ func (a *analysis) planHost(ha *hostAnalysis, nodes map[string]NodeState) HostPl
 			}
 		}
 	}
+	return rank, now
+}
 
-	for _, m := range ha.members {
-		vm, node := m.vm, a.nodeOf(nodes, m.vm)
-		if m.held || (m.target != nil && m.target != ha.host) || (m.target == nil && vm.Host != ha.host.Name) {
-			continue
-		}
-		noNode := a.noNode[vm]
-		steps := &hp.Steps
-		add := func(action Action, profile, format string, args ...any) {
-			if noNode && phaseOf(action) > lastGPUPhase {
-				return // no node to wait for, label or uncordon
-			}
-			s := Step{VM: vm.Name, Host: vm.Host, Action: action, Profile: profile, Reason: fmt.Sprintf(format, args...)}
-			if action == Reconfigure {
-				s.VGPUs = m.count
-			}
-			if m.target != nil {
-				// The VM's own host is unavailable: its steps are the target's, and the
-				// power-on names the target (PowerOnVM_Task's host argument).
-				s.Host = m.target.Name
-			}
-			*steps = append(*steps, s)
-		}
-		drained := false
-		drain := func(why string) {
-			if vm.PowerState == inventory.PoweredOn && node.Exists && !node.Drained {
-				add(Drain, vm.Profile, "%s", why)
-				drained = true
-			}
-		}
+// memberSteps writes one member's steps into a host plan: into Steps, or into Later
+// once its power-on has to wait for the GPUs.
+type memberSteps struct {
+	m      *member
+	noNode bool
+	steps  *[]Step
+	// drained says that a Drain was added, so that the node is uncordoned at the end.
+	drained bool
+}
 
-		switch m.fate {
-		case parked:
-			continue
-		case leaves:
-			drain("leaves layout " + layout)
-			if suspending(a.spec) {
-				add(Suspend, vm.Profile, "parked: not in layout %s", layout)
-			} else {
-				add(PowerOff, vm.Profile, "parked: not in layout %s", layout)
-			}
-			continue
-		case reprofiles:
-			change := fmt.Sprintf("profile %s -> %s", vm.Describe(), vgpus(m.count, m.want))
-			drain(change)
-			switch vm.PowerState {
-			case inventory.PoweredOn:
-				add(PowerOff, vm.Profile, "%s needs the VM powered off", change)
-			case inventory.Suspended:
-				add(PowerOff, vm.Profile, "%s discards the suspended state", change)
-			}
-			add(Reconfigure, m.want, "%s", change)
-		}
+func (w *memberSteps) add(action Action, profile, format string, args ...any) {
+	if w.noNode && phaseOf(action) > lastGPUPhase {
+		return // no node to wait for, label or uncordon
+	}
+	vm := w.m.vm
+	s := Step{VM: vm.Name, Host: vm.Host, Action: action, Profile: profile, Reason: fmt.Sprintf(format, args...)}
+	if action == Reconfigure {
+		s.VGPUs = w.m.count
+	}
+	if w.m.target != nil {
+		// The VM's own host is unavailable: its steps are the target's, and the
+		// power-on names the target (PowerOnVM_Task's host argument).
+		s.Host = w.m.target.Name
+	}
+	*w.steps = append(*w.steps, s)
+}
 
-		if m.fate == stays {
-			if !node.Exists || !node.Ready {
-				add(WaitNodeReady, vm.Profile, "%s", nodeWait(node))
-				if node.WaitExpired && len(*steps) > 0 {
-					(*steps)[len(*steps)-1].Overdue = true
-				}
-			}
-			if !node.Exists {
-				continue // nothing to label or uncordon
-			}
+func (w *memberSteps) drain(node NodeState, why string) {
+	if w.m.vm.PowerState == inventory.PoweredOn && node.Exists && !node.Drained {
+		w.add(Drain, w.m.vm.Profile, "%s", why)
+		w.drained = true
+	}
+}
+
+// planMember adds the steps of one VM by its fate: a VM that leaves is drained and
+// parked; one that changes profile is drained, powered off and reconfigured, then comes
+// back as one that arrives, which is powered on (now, or later when the GPUs are not
+// free yet) and waited for; one that stays is waited for; every one with a node then
+// gets the layout's labels and is uncordoned.
+func (a *analysis) planMember(hp *HostPlan, m *member, node NodeState, powerOnNow bool) {
+	layout := a.layout.Name
+	vm := m.vm
+	w := &memberSteps{m: m, noNode: a.noNode[vm], steps: &hp.Steps}
+	switch m.fate {
+	case parked:
+		return
+	case leaves:
+		w.drain(node, "leaves layout "+layout)
+		if suspending(a.spec) {
+			w.add(Suspend, vm.Profile, "parked: not in layout %s", layout)
 		} else {
-			if !now[vm] {
-				steps = &hp.Later
-			}
-			verb := "power on"
-			if vm.PowerState == inventory.Suspended && m.fate == arrives {
-				verb = "resume"
-			}
-			if m.target != nil {
-				home, _ := a.findHost(vm.Host)
-				add(PowerOn, m.want, "%s on host %s for layout %s: its host %s %s", verb, m.target.Name, layout, vm.Host, home.Unavailable())
-			} else {
-				add(PowerOn, m.want, "%s for layout %s", verb, layout)
-			}
-			add(WaitNodeReady, m.want, "%s", nodeWait(NodeState{Exists: node.Exists}))
+			w.add(PowerOff, vm.Profile, "parked: not in layout %s", layout)
 		}
-		if !node.Labelled {
-			add(Relabel, m.want, "node lacks layout %s's labels and taints", layout)
+		return
+	case reprofiles:
+		change := fmt.Sprintf("profile %s -> %s", vm.Describe(), vgpus(m.count, m.want))
+		w.drain(node, change)
+		switch vm.PowerState {
+		case inventory.PoweredOn:
+			w.add(PowerOff, vm.Profile, "%s needs the VM powered off", change)
+		case inventory.Suspended:
+			w.add(PowerOff, vm.Profile, "%s discards the suspended state", change)
 		}
-		switch {
-		case drained:
-			add(Uncordon, m.want, "node cordoned by the drain")
-		case node.Cordoned:
-			add(Uncordon, m.want, "node cordoned")
-		}
+		w.add(Reconfigure, m.want, "%s", change)
 	}
 
-	for _, steps := range [][]Step{hp.Steps, hp.Later} {
-		slices.SortStableFunc(steps, func(x, y Step) int {
-			c := cmp.Compare(phaseOf(x.Action), phaseOf(y.Action))
-			if c == 0 && x.Action == PowerOn {
-				c = cmp.Compare(rank[x.VM], rank[y.VM])
+	if m.fate == stays {
+		if !node.Exists || !node.Ready {
+			w.add(WaitNodeReady, vm.Profile, "%s", nodeWait(node))
+			if node.WaitExpired && len(*w.steps) > 0 {
+				(*w.steps)[len(*w.steps)-1].Overdue = true
 			}
-			return c
-		})
+		}
+		if !node.Exists {
+			return // nothing to label or uncordon
+		}
+	} else {
+		if !powerOnNow {
+			w.steps = &hp.Later
+		}
+		a.powerOn(w, node)
 	}
-	return hp
+	if !node.Labelled {
+		w.add(Relabel, m.want, "node lacks layout %s's labels and taints", layout)
+	}
+	switch {
+	case w.drained:
+		w.add(Uncordon, m.want, "node cordoned by the drain")
+	case node.Cordoned:
+		w.add(Uncordon, m.want, "node cordoned")
+	}
+}
+
+// powerOn adds the power-on (a resume for a suspended VM that arrives; on the target
+// when the VM's own host is unavailable) and the wait for the node.
+func (a *analysis) powerOn(w *memberSteps, node NodeState) {
+	m, layout := w.m, a.layout.Name
+	verb := "power on"
+	if m.vm.PowerState == inventory.Suspended && m.fate == arrives {
+		verb = "resume"
+	}
+	if m.target != nil {
+		home, _ := a.findHost(m.vm.Host)
+		w.add(PowerOn, m.want, "%s on host %s for layout %s: its host %s %s", verb, m.target.Name, layout, m.vm.Host, home.Unavailable())
+	} else {
+		w.add(PowerOn, m.want, "%s for layout %s", verb, layout)
+	}
+	w.add(WaitNodeReady, m.want, "%s", nodeWait(NodeState{Exists: node.Exists}))
 }
 
 // nodeOf returns the node of vm, found by the VM's name or else its inventory path.

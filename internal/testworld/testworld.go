@@ -1,8 +1,12 @@
-// Package testworld holds what the test suites that run the reconciler on vgpusim share:
-// the day/night pool pointed at a test's simulator, the Secret with the simulator's
-// credentials, the zone the schedules are written in, and the install's RBAC read from
-// config/rbac and bound to test users. The suites (controllers, cmd/kubectl-gpupool)
-// keep only what differs: their nodes, which users they make, and their converge loops.
+// Package testworld is the one harness of the test suites that run the reconciler on
+// vgpusim (controllers, cmd/kubectl-gpupool): the control plane's start and stop around
+// the tests (Main), the scheme, the fixed Monday the fake clocks start at, the day/night
+// pool pointed at a test's simulator, the Secret with the simulator's credentials, the
+// install's RBAC read from config/rbac and bound to test users, and the converge loop
+// (Loop) that reconciles, lets the world settle and steps the fake clock, bounded.
+// The suites keep only what differs: their nodes and kubelets, which users they make,
+// what a pass does besides Reconcile (faults, restarts, recording steps), and the
+// reconciler itself, which a package the controllers' own tests import cannot build.
 package testworld
 
 import (

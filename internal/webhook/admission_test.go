@@ -15,9 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +26,7 @@ import (
 	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/internal/testclock"
 	"github.com/gpupool/gpupool/internal/testenv"
+	"github.com/gpupool/gpupool/internal/testworld"
 	gpwebhook "github.com/gpupool/gpupool/internal/webhook"
 )
 
@@ -64,21 +63,15 @@ func (w *warningRecorder) take() []string {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(testworld.Main(m, testenv.Options{Webhook: true}, serveWebhook))
 }
 
-func run(m *testing.M) int {
-	env, cfg, err := testenv.Start(testenv.Options{Webhook: true})
-	if err != nil {
-		panic(err)
-	}
-	defer func() { _ = env.Stop() }()
-
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = gpupoolv1.AddToScheme(scheme)
-	wh := env.WebhookInstallOptions
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+// serveWebhook runs the validating webhook in a manager on the suite's control plane
+// and makes the clients the tests use, the second one recording warnings.
+func serveWebhook(s *testworld.Suite) error {
+	scheme := testworld.Scheme()
+	wh := s.Env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(s.Config, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		WebhookServer: webhook.NewServer(webhook.Options{
@@ -86,11 +79,11 @@ func run(m *testing.M) int {
 		}),
 	})
 	if err != nil {
-		panic(err)
+		return err
 	}
 	policy := secretpolicy.Policy{Namespace: "gpupool-system", Allowed: []string{"default"}}
 	if err := (&gpwebhook.Validator{Credentials: policy, Now: func() time.Time { return fixedNow }}).SetupWithManager(mgr); err != nil {
-		panic(err)
+		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -100,21 +93,16 @@ func run(m *testing.M) int {
 			panic(err)
 		}
 	}()
-	defer func() { cancel(); <-done }()
-	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		panic(err)
+	s.Defer(func() { cancel(); <-done })
+	if k8s, err = client.New(s.Config, client.Options{Scheme: scheme}); err != nil {
+		return err
 	}
-	wcfg := rest.CopyConfig(cfg)
+	wcfg := rest.CopyConfig(s.Config)
 	wcfg.WarningHandler = warnings
-	warned, err = client.New(wcfg, client.Options{Scheme: scheme})
-	if err != nil {
-		panic(err)
+	if warned, err = client.New(wcfg, client.Options{Scheme: scheme}); err != nil {
+		return err
 	}
-	if err := waitForWebhook(ctx, mgr); err != nil {
-		panic(err)
-	}
-	return m.Run()
+	return waitForWebhook(ctx, mgr)
 }
 
 // waitForWebhook waits, bounded, until the webhook server answers its readiness check.

@@ -141,7 +141,6 @@ func Run(w *World, spec *gpupoolv1.GPUPoolProfileSpec, warnAhead time.Duration, 
 	active, inFlight := first.Layout, ""
 	var switchDone time.Time
 	var timers plan.DemandTimers
-	stepH := w.Step.Hours()
 	for t := w.Start; t.Before(w.Start.Add(w.Span)); t = t.Add(w.Step) {
 		if inFlight != "" && !t.Before(switchDone) {
 			active, inFlight = inFlight, ""
@@ -180,34 +179,7 @@ func Run(w *World, spec *gpupoolv1.GPUPoolProfileSpec, warnAhead time.Duration, 
 			res.Switches = append(res.Switches, Switch{PastSwitch: plan.PastSwitch{To: dec.Layout, Reason: dec.Reason, Start: t}, From: active, Observed: obs})
 			inFlight, switchDone = dec.Layout, t.Add(w.SwitchTime)
 		}
-		// The world moves on one step.
-		used := 0.0
-		free := 0
-		if inFlight == "" && active == Night {
-			free = w.NightGPUs - running
-		}
-		for _, j := range jobs {
-			switch {
-			case j.Arrival.After(t) || !j.done.IsZero():
-			case j.running:
-				j.remaining -= w.Step
-				if j.remaining <= 0 {
-					j.running, j.done = false, t.Add(w.Step)
-				}
-			case free >= j.GPUs:
-				j.running, j.started, free = true, t, free-j.GPUs
-			default:
-				res.QueuedGPUHours += float64(j.GPUs) * stepH
-			}
-		}
-		switch {
-		case inFlight != "":
-		case active == Night:
-			used = float64(w.NightGPUs-free) / float64(w.NightGPUs)
-		case active == Day:
-			used = float64(inf) / float64(w.DayGPUs)
-		}
-		res.IdleGPUHours += (1 - used) * float64(w.PhysicalGPUs) * stepH
+		advance(w, t, jobs, active, inFlight, running, inf, res)
 	}
 	for _, j := range jobs {
 		if j.started.IsZero() {
@@ -217,6 +189,40 @@ func Run(w *World, spec *gpupoolv1.GPUPoolProfileSpec, warnAhead time.Duration, 
 		res.Waits = append(res.Waits, j.started.Sub(j.Arrival))
 	}
 	return res, nil
+}
+
+// advance moves the world on one step from t: the jobs that run go on (and end), those
+// that have arrived start where the night layout has GPUs free, the others queue; the
+// GPUs no job or inference uses count as idle.
+func advance(w *World, t time.Time, jobs []*job, active, inFlight string, running, inf int, res *Result) {
+	stepH := w.Step.Hours()
+	used := 0.0
+	free := 0
+	if inFlight == "" && active == Night {
+		free = w.NightGPUs - running
+	}
+	for _, j := range jobs {
+		switch {
+		case j.Arrival.After(t) || !j.done.IsZero():
+		case j.running:
+			j.remaining -= w.Step
+			if j.remaining <= 0 {
+				j.running, j.done = false, t.Add(w.Step)
+			}
+		case free >= j.GPUs:
+			j.running, j.started, free = true, t, free-j.GPUs
+		default:
+			res.QueuedGPUHours += float64(j.GPUs) * stepH
+		}
+	}
+	switch {
+	case inFlight != "":
+	case active == Night:
+		used = float64(w.NightGPUs-free) / float64(w.NightGPUs)
+	case active == Day:
+		used = float64(inf) / float64(w.DayGPUs)
+	}
+	res.IdleGPUHours += (1 - used) * float64(w.PhysicalGPUs) * stepH
 }
 
 // observe is what a reconciler sees of the world: per layout, the GPUs waiting that only

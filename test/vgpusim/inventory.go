@@ -161,66 +161,7 @@ func (inv *Inventory) normalize() error {
 			errs = append(errs, fmt.Errorf("host %s: listed twice", h.Name))
 		}
 		hosts[h.Name] = h
-		if len(h.Datastores) == 0 {
-			h.Datastores = []string{"datastore1"}
-		}
-		switch h.Policy {
-		case "":
-			h.Policy = inventory.PolicyPerformance
-		case inventory.PolicyPerformance, inventory.PolicyConsolidation:
-		default:
-			errs = append(errs, fmt.Errorf("host %s: policy %q is neither %s nor %s",
-				h.Name, h.Policy, inventory.PolicyPerformance, inventory.PolicyConsolidation))
-		}
-		errs = append(errs, h.normalizeState()...)
-		pci := map[string]bool{}
-		for j := range h.GPUs {
-			g := &h.GPUs[j]
-			switch {
-			case g.PCIID == "":
-				errs = append(errs, fmt.Errorf("host %s: gpus[%d]: pciId is required", h.Name, j))
-			case pci[g.PCIID]:
-				errs = append(errs, fmt.Errorf("host %s: GPU %s listed twice", h.Name, g.PCIID))
-			}
-			pci[g.PCIID] = true
-			switch {
-			case g.MemoryMiB > 0 && g.MemoryGiB > 0 && g.MemoryMiB != g.MemoryGiB*1024:
-				errs = append(errs, fmt.Errorf("host %s: GPU %s: memoryMiB and memoryGiB disagree", h.Name, g.PCIID))
-			case g.MemoryMiB <= 0 && g.MemoryGiB <= 0:
-				errs = append(errs, fmt.Errorf("host %s: GPU %s: memoryMiB or memoryGiB is required", h.Name, g.PCIID))
-			case g.MemoryMiB <= 0:
-				g.MemoryMiB = g.MemoryGiB * 1024
-			}
-			if g.Model == "" {
-				g.Model = "NVIDIA GPU"
-			}
-			if g.VGPUMode == "" {
-				g.VGPUMode = h.VGPUMode
-			}
-			if g.VGPUMode != modeSameSize && g.VGPUMode != modeMixedSize {
-				errs = append(errs, fmt.Errorf("host %s: GPU %s: vgpuMode %q is neither %s nor %s", h.Name, g.PCIID, g.VGPUMode, modeSameSize, modeMixedSize))
-			}
-		}
-		profiles := map[string]bool{}
-		for j := range h.Profiles {
-			p := &h.Profiles[j]
-			if p.Name == "" {
-				errs = append(errs, fmt.Errorf("host %s: profiles[%d]: name is required", h.Name, j))
-				continue
-			}
-			if profiles[p.Name] {
-				errs = append(errs, fmt.Errorf("host %s: profile %s listed twice", h.Name, p.Name))
-			}
-			profiles[p.Name] = true
-			if p.FrameBufferGiB <= 0 {
-				mib, err := inventory.ProfileFrameBufferMiB(p.Name)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("host %s: profile %s: give frameBufferGiB: %w", h.Name, p.Name, err))
-					continue
-				}
-				p.FrameBufferGiB = mib / 1024
-			}
-		}
+		errs = append(errs, h.normalize()...)
 	}
 	vms := map[string]bool{}
 	for i := range inv.VMs {
@@ -233,65 +174,155 @@ func (inv *Inventory) normalize() error {
 			errs = append(errs, fmt.Errorf("VM %s: listed twice", vm.Name))
 		}
 		vms[vm.Name] = true
-		if len(vm.Profiles) > 0 {
-			if (vm.Profile != "" && vm.Profile != vm.Profiles[0]) || (vm.VGPUs != 0 && vm.VGPUs != len(vm.Profiles)) {
-				errs = append(errs, fmt.Errorf("VM %s: profiles replaces profile and vgpus: set only profiles", vm.Name))
-			}
-			vm.Profile, vm.VGPUs = vm.Profiles[0], len(vm.Profiles)
-			for _, p := range vm.Profiles[1:] {
-				if !sameSeries(p, vm.Profile) {
-					errs = append(errs, fmt.Errorf("VM %s: profiles %s and %s are not of the same board and series", vm.Name, vm.Profile, p))
-				}
-				if h := hosts[vm.Host]; h != nil && !h.offers(p) {
-					errs = append(errs, fmt.Errorf("VM %s: host %s does not offer profile %s", vm.Name, vm.Host, p))
-				}
-			}
-		}
-		h := hosts[vm.Host]
-		switch {
-		case h == nil:
-		case vm.Datastore == "":
-			vm.Datastore = h.Datastores[0]
-		case !slices.Contains(h.Datastores, vm.Datastore):
-			errs = append(errs, fmt.Errorf("VM %s: datastore %s is not one of host %s's (%s)", vm.Name, vm.Datastore, h.Name, strings.Join(h.Datastores, ", ")))
-		}
-		if h == nil {
-			errs = append(errs, fmt.Errorf("VM %s: host %q is not in the inventory", vm.Name, vm.Host))
-		} else if vm.Profile != "" && !h.offers(vm.Profile) {
-			errs = append(errs, fmt.Errorf("VM %s: host %s does not offer profile %s", vm.Name, vm.Host, vm.Profile))
-		}
-		switch {
-		case vm.VGPUs < 0:
-			errs = append(errs, fmt.Errorf("VM %s: vgpus %d is negative", vm.Name, vm.VGPUs))
-		case vm.VGPUs > 0 && vm.Profile == "":
-			errs = append(errs, fmt.Errorf("VM %s: vgpus %d needs a profile", vm.Name, vm.VGPUs))
-		case vm.VGPUs == 0 && vm.Profile != "":
-			vm.VGPUs = 1
-		}
-		if h != nil && h.InMaintenanceMode && vm.PowerState == string(inventory.PoweredOn) {
-			errs = append(errs, fmt.Errorf("VM %s: host %s is in maintenance mode, where no VM runs", vm.Name, vm.Host))
-		}
-		switch inventory.PowerState(vm.PowerState) {
-		case "":
-			vm.PowerState = string(inventory.PoweredOff)
-		case inventory.PoweredOn, inventory.PoweredOff, inventory.Suspended:
-		default:
-			errs = append(errs, fmt.Errorf("VM %s: powerState %q is not poweredOn, poweredOff or suspended", vm.Name, vm.PowerState))
-		}
-		if vm.BIOSUUID == "" {
-			vm.BIOSUUID = uuid.NewSHA1(uuidNamespace, []byte(vm.Name)).String()
-		} else if _, err := uuid.Parse(vm.BIOSUUID); err != nil {
-			errs = append(errs, fmt.Errorf("VM %s: biosUUID: %w", vm.Name, err))
-		}
-		vm.Folder = strings.Trim(vm.Folder, "/")
-		if vm.MemoryMiB <= 0 {
-			vm.MemoryMiB = 4096
-		}
-		if vm.CPUs <= 0 {
-			vm.CPUs = 2
-		}
+		errs = append(errs, vm.normalize(hosts)...)
 	}
 	return errors.Join(errs...)
+}
+
+// normalize fills a host's defaults (datastore, policy, state) and validates them, then
+// its GPUs and profiles.
+func (h *Host) normalize() []error {
+	var errs []error
+	if len(h.Datastores) == 0 {
+		h.Datastores = []string{"datastore1"}
+	}
+	switch h.Policy {
+	case "":
+		h.Policy = inventory.PolicyPerformance
+	case inventory.PolicyPerformance, inventory.PolicyConsolidation:
+	default:
+		errs = append(errs, fmt.Errorf("host %s: policy %q is neither %s nor %s",
+			h.Name, h.Policy, inventory.PolicyPerformance, inventory.PolicyConsolidation))
+	}
+	errs = append(errs, h.normalizeState()...)
+	errs = append(errs, h.normalizeGPUs()...)
+	return append(errs, h.normalizeProfiles()...)
+}
+
+// normalizeGPUs checks the GPUs' PCI ids and frame buffer and fills their model and
+// vGPU mode (the host's when not given).
+func (h *Host) normalizeGPUs() []error {
+	var errs []error
+	pci := map[string]bool{}
+	for j := range h.GPUs {
+		g := &h.GPUs[j]
+		switch {
+		case g.PCIID == "":
+			errs = append(errs, fmt.Errorf("host %s: gpus[%d]: pciId is required", h.Name, j))
+		case pci[g.PCIID]:
+			errs = append(errs, fmt.Errorf("host %s: GPU %s listed twice", h.Name, g.PCIID))
+		}
+		pci[g.PCIID] = true
+		switch {
+		case g.MemoryMiB > 0 && g.MemoryGiB > 0 && g.MemoryMiB != g.MemoryGiB*1024:
+			errs = append(errs, fmt.Errorf("host %s: GPU %s: memoryMiB and memoryGiB disagree", h.Name, g.PCIID))
+		case g.MemoryMiB <= 0 && g.MemoryGiB <= 0:
+			errs = append(errs, fmt.Errorf("host %s: GPU %s: memoryMiB or memoryGiB is required", h.Name, g.PCIID))
+		case g.MemoryMiB <= 0:
+			g.MemoryMiB = g.MemoryGiB * 1024
+		}
+		if g.Model == "" {
+			g.Model = "NVIDIA GPU"
+		}
+		if g.VGPUMode == "" {
+			g.VGPUMode = h.VGPUMode
+		}
+		if g.VGPUMode != modeSameSize && g.VGPUMode != modeMixedSize {
+			errs = append(errs, fmt.Errorf("host %s: GPU %s: vgpuMode %q is neither %s nor %s", h.Name, g.PCIID, g.VGPUMode, modeSameSize, modeMixedSize))
+		}
+	}
+	return errs
+}
+
+// normalizeProfiles checks the profiles' names and fills the frame buffer a profile's
+// name implies when not given.
+func (h *Host) normalizeProfiles() []error {
+	var errs []error
+	profiles := map[string]bool{}
+	for j := range h.Profiles {
+		p := &h.Profiles[j]
+		if p.Name == "" {
+			errs = append(errs, fmt.Errorf("host %s: profiles[%d]: name is required", h.Name, j))
+			continue
+		}
+		if profiles[p.Name] {
+			errs = append(errs, fmt.Errorf("host %s: profile %s listed twice", h.Name, p.Name))
+		}
+		profiles[p.Name] = true
+		if p.FrameBufferGiB <= 0 {
+			mib, err := inventory.ProfileFrameBufferMiB(p.Name)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("host %s: profile %s: give frameBufferGiB: %w", h.Name, p.Name, err))
+				continue
+			}
+			p.FrameBufferGiB = mib / 1024
+		}
+	}
+	return errs
+}
+
+// normalize fills a VM's defaults (profile and vGPU count, datastore, power state, BIOS
+// UUID, size) and validates it against its host among hosts.
+func (vm *VM) normalize(hosts map[string]*Host) []error {
+	var errs []error
+	if len(vm.Profiles) > 0 {
+		if (vm.Profile != "" && vm.Profile != vm.Profiles[0]) || (vm.VGPUs != 0 && vm.VGPUs != len(vm.Profiles)) {
+			errs = append(errs, fmt.Errorf("VM %s: profiles replaces profile and vgpus: set only profiles", vm.Name))
+		}
+		vm.Profile, vm.VGPUs = vm.Profiles[0], len(vm.Profiles)
+		for _, p := range vm.Profiles[1:] {
+			if !sameSeries(p, vm.Profile) {
+				errs = append(errs, fmt.Errorf("VM %s: profiles %s and %s are not of the same board and series", vm.Name, vm.Profile, p))
+			}
+			if h := hosts[vm.Host]; h != nil && !h.offers(p) {
+				errs = append(errs, fmt.Errorf("VM %s: host %s does not offer profile %s", vm.Name, vm.Host, p))
+			}
+		}
+	}
+	h := hosts[vm.Host]
+	switch {
+	case h == nil:
+	case vm.Datastore == "":
+		vm.Datastore = h.Datastores[0]
+	case !slices.Contains(h.Datastores, vm.Datastore):
+		errs = append(errs, fmt.Errorf("VM %s: datastore %s is not one of host %s's (%s)", vm.Name, vm.Datastore, h.Name, strings.Join(h.Datastores, ", ")))
+	}
+	if h == nil {
+		errs = append(errs, fmt.Errorf("VM %s: host %q is not in the inventory", vm.Name, vm.Host))
+	} else if vm.Profile != "" && !h.offers(vm.Profile) {
+		errs = append(errs, fmt.Errorf("VM %s: host %s does not offer profile %s", vm.Name, vm.Host, vm.Profile))
+	}
+	switch {
+	case vm.VGPUs < 0:
+		errs = append(errs, fmt.Errorf("VM %s: vgpus %d is negative", vm.Name, vm.VGPUs))
+	case vm.VGPUs > 0 && vm.Profile == "":
+		errs = append(errs, fmt.Errorf("VM %s: vgpus %d needs a profile", vm.Name, vm.VGPUs))
+	case vm.VGPUs == 0 && vm.Profile != "":
+		vm.VGPUs = 1
+	}
+	if h != nil && h.InMaintenanceMode && vm.PowerState == string(inventory.PoweredOn) {
+		errs = append(errs, fmt.Errorf("VM %s: host %s is in maintenance mode, where no VM runs", vm.Name, vm.Host))
+	}
+	switch inventory.PowerState(vm.PowerState) {
+	case "":
+		vm.PowerState = string(inventory.PoweredOff)
+	case inventory.PoweredOn, inventory.PoweredOff, inventory.Suspended:
+	default:
+		errs = append(errs, fmt.Errorf("VM %s: powerState %q is not poweredOn, poweredOff or suspended", vm.Name, vm.PowerState))
+	}
+	if vm.BIOSUUID == "" {
+		vm.BIOSUUID = uuid.NewSHA1(uuidNamespace, []byte(vm.Name)).String()
+	} else if _, err := uuid.Parse(vm.BIOSUUID); err != nil {
+		errs = append(errs, fmt.Errorf("VM %s: biosUUID: %w", vm.Name, err))
+	}
+	vm.Folder = strings.Trim(vm.Folder, "/")
+	if vm.MemoryMiB <= 0 {
+		vm.MemoryMiB = 4096
+	}
+	if vm.CPUs <= 0 {
+		vm.CPUs = 2
+	}
+	return errs
 }
 
 func (h *Host) offers(profile string) bool {

@@ -9,6 +9,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
@@ -146,12 +147,12 @@ func (r *GPUPoolProfileReconciler) nodeStates(ctx context.Context, s *scope) map
 		// Note: the plan's Ready is readiness for work (Ready and advertising the GPUs,
 		// labels and conditions the spec names), so that the plan keeps the worker in
 		// WaitNodeReady, within nodeReadyTimeout, until the node can take GPU pods.
-		gaps := readinessGaps(n, s.pool.Spec.Readiness, s.gpusWanted(vm, n))
+		gaps := nodes.ReadinessGaps(n, s.pool.Spec.Readiness, s.gpusWanted(vm, n))
 		s.gaps[vm] = gaps
-		ns := plan.NodeState{Name: n.Name, Exists: true, Ready: len(gaps) == 0, Cordoned: cordonedByUs(n)}
+		ns := plan.NodeState{Name: n.Name, Exists: true, Ready: len(gaps) == 0, Cordoned: nodes.CordonedByUs(n)}
 		if n.Spec.Unschedulable {
 			pods, err := r.podsOnNode(ctx, n.Name)
-			ns.Drained = err == nil && !r.anyToEvict(pods, nodeReady(n), s.now)
+			ns.Drained = err == nil && !r.anyToEvict(pods, nodes.Ready(n), s.now)
 		}
 		out[vm] = ns
 	}
@@ -172,7 +173,7 @@ func labelled(s *scope, states map[string]plan.NodeState) map[string]plan.NodeSt
 	for vm, ns := range states {
 		ns.Labelled = false
 		if m, ok := s.wantedMeta(vm); ok && s.nodes[vm] != nil {
-			ns.Labelled = hasMeta(s.nodes[vm], m)
+			ns.Labelled = nodes.HasMeta(s.nodes[vm], m)
 		}
 		out[vm] = ns
 	}
@@ -181,9 +182,9 @@ func labelled(s *scope, states map[string]plan.NodeState) map[string]plan.NodeSt
 
 // wantedMeta is what the node of a VM (by inventory name) of the wanted layout should
 // carry.
-func (s *scope) wantedMeta(name string) (nodeMeta, bool) {
+func (s *scope) wantedMeta(name string) (nodes.Meta, bool) {
 	if s.layout == nil {
-		return nodeMeta{}, false
+		return nodes.Meta{}, false
 	}
 	if i, ok := s.layoutWorkers(s.layout).byName[name]; ok {
 		w, v := s.layout.Workers[i], s.vms[s.layout.Workers[i].VM]
@@ -193,7 +194,7 @@ func (s *scope) wantedMeta(name string) (nodeMeta, bool) {
 				mib = p.FrameBufferMiB
 			}
 		}
-		return activeMeta(s.pool.Name, s.layout, w.Profile, mib), true
+		return nodes.ActiveMeta(s.pool.Name, s.layout, w.Profile, mib), true
 	}
-	return nodeMeta{}, false
+	return nodes.Meta{}, false
 }

@@ -41,7 +41,7 @@ type scope struct {
 	// nodeStates are what the planner reads of them, observed once per pass (decide);
 	// labelled re-derives Labelled for another layout.
 	nodeStates map[string]plan.NodeState
-	// gaps are what each node (by VM name) lacks to be ready for work (readinessGaps).
+	// gaps are what each node (by VM name) lacks to be ready for work (nodes.ReadinessGaps).
 	gaps map[string][]string
 	// nextPlan is the plan of the next scheduled switch to another layout (planNext);
 	// nil when none is scheduled.

@@ -3,11 +3,13 @@
 // worker and records progress in status.
 //
 // Where to look: the pass in gpupoolprofile_controller.go (observe.go, then the planner,
-// then execute.go and tasks.go for the steps, drain.go for drains); a transition's start
-// and end in transition.go (every end through endTransition); node release and pool
-// deletion in lifecycle.go; what nodes carry in nodes.go, nodestate.go and nodemarks.go,
-// under the keys of api/v1alpha1/keys.go (aliased in keys.go); conditions and phase in
-// status.go.
+// then execute.go and tasks.go for the steps, drain.go for drains: the cordon, the
+// concurrency and the timeout here, the drain of one node in internal/drain); a
+// transition's start and end in transition.go (every end through endTransition); node
+// release and pool deletion in lifecycle.go; when nodes are marked in nodestate.go and
+// nodemarks.go, and what they carry (meta, cordon, state label, warning, readiness) in
+// internal/nodes, under the keys of api/v1alpha1/keys.go (aliased in keys.go);
+// conditions and phase in status.go.
 package controllers
 
 // +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolprofiles,verbs=get;list;watch;update

@@ -47,8 +47,9 @@ func newPassBudget(nodeWrites, evictions int) *passBudget {
 // pass then asks to be followed at once.
 func (b *passBudget) nodeWrite() bool { return b == nil || b.take(&b.nodeWrites) }
 
-// eviction takes one eviction from the budget, as nodeWrite.
-func (b *passBudget) eviction() bool { return b == nil || b.take(&b.evictions) }
+// TakeEviction takes one eviction from the budget, as nodeWrite: the drain package's
+// drain.Budget.
+func (b *passBudget) TakeEviction() bool { return b == nil || b.take(&b.evictions) }
 
 func (b *passBudget) take(left *atomic.Int32) bool {
 	if left.Add(-1) < 0 {

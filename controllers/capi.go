@@ -159,3 +159,18 @@ func (r *GPUPoolProfileReconciler) patchAnnotation(ctx context.Context, o *unstr
 	}
 	return nil
 }
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+func setOrDelete(m map[string]string, k, v string) {
+	if v == "" {
+		delete(m, k)
+		return
+	}
+	m[k] = v
+}

@@ -15,6 +15,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/testworld"
+	"github.com/gpupool/gpupool/internal/drain"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
@@ -23,7 +24,7 @@ import (
 var clockOffsets = []time.Duration{-5 * time.Minute, -90 * time.Second, 0, 90 * time.Second, 5 * time.Minute}
 
 // TestTerminatingWaitIgnoresClockOffset: a terminating pod on a Ready node holds a drain
-// for its grace period plus terminatingMargin, measured on the operator's clock from when
+// for its grace period plus drain.TerminatingMargin, measured on the operator's clock from when
 // it first saw the pod terminating, whatever the offset between the operator's clock and
 // the API server's, which stamped the pod's deletionTimestamp. The wait is neither skipped
 // (an operator clock ahead) nor extended (one behind).
@@ -61,7 +62,7 @@ func TestTerminatingWaitIgnoresClockOffset(t *testing.T) {
 			r := &GPUPoolProfileReconciler{Client: k8s, Clock: clk}
 			waiting := func(when string, want bool) {
 				t.Helper()
-				res, err := r.drainPods(ctx, node, gpupoolv1.DrainSpec{}, clk.Now(), nil)
+				res, err := r.drainer().Drain(ctx, node, gpupoolv1.DrainSpec{}, clk.Now(), nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -71,11 +72,11 @@ func TestTerminatingWaitIgnoresClockOffset(t *testing.T) {
 				}
 				evict := r.anyToEvict(pods, true, clk.Now())
 				if got := len(res.Waiting) == 1; got != want || res.Done == want || evict != want {
-					t.Errorf("%s: waiting %v (%s), anyToEvict %v; want waiting %v", when, res.Waiting, res.message(), evict, want)
+					t.Errorf("%s: waiting %v (%s), anyToEvict %v; want waiting %v", when, res.Waiting, res.Message(), evict, want)
 				}
 			}
 			waiting("first seen terminating", true)
-			clk.Step(grace + terminatingMargin - time.Second)
+			clk.Step(grace + drain.TerminatingMargin - time.Second)
 			waiting("a second before grace + margin", true)
 			clk.Step(2 * time.Second)
 			waiting("a second after grace + margin", false)
@@ -149,16 +150,16 @@ func TestTimeoutsIgnoreClockOffset(t *testing.T) {
 				h.clock.Step(testworld.Step(res))
 			}
 			h.checkNightParkedOff(h.get(pool.Name))
-			// grace 0 + terminatingMargin (1m) < drain.timeout (2m): the pod stops holding
+			// grace 0 + drain.TerminatingMargin (1m) < drain.timeout (2m): the pod stops holding
 			// the drain before the timeout; the drain itself is never forced early.
 			if !forcedAt.IsZero() && forcedAt.Sub(start) < 2*time.Minute {
 				t.Errorf("drain forced %s after the switch began, before drain.timeout (2m)", forcedAt.Sub(start))
 			}
-			// The terminating pod held day-2's drain for terminatingMargin (its grace
+			// The terminating pod held day-2's drain for drain.TerminatingMargin (its grace
 			// period is 0) from when the operator first saw it: not less (a clock
 			// ahead), not much more (a clock behind; a pass or two of slack).
-			if held := shutdownAt[h.prefix+"day-2"].Sub(start); held < terminatingMargin || held > terminatingMargin+30*time.Second {
-				t.Errorf("day-2's drain was held %s by its terminating pod, want %s to %s", held, terminatingMargin, terminatingMargin+30*time.Second)
+			if held := shutdownAt[h.prefix+"day-2"].Sub(start); held < drain.TerminatingMargin || held > drain.TerminatingMargin+30*time.Second {
+				t.Errorf("day-2's drain was held %s by its terminating pod, want %s to %s", held, drain.TerminatingMargin, drain.TerminatingMargin+30*time.Second)
 			}
 			if len(hardAt) != 4 {
 				t.Fatalf("hard power-offs %v, want the 4 day VMs", hardAt)

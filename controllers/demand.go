@@ -20,6 +20,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
@@ -191,7 +192,7 @@ func shapesOf(pool *gpupoolv1.GPUPoolProfile) layoutShapes {
 			}
 			seen[w.Profile] = true
 			mib, _ := inventory.ProfileFrameBufferMiB(w.Profile)
-			m := activeMeta(pool.Name, l, w.Profile, mib)
+			m := nodes.ActiveMeta(pool.Name, l, w.Profile, mib)
 			out[l.Name] = append(out[l.Name], &corev1.Node{
 				ObjectMeta: metav1.ObjectMeta{Name: "layout-" + l.Name, Labels: m.Labels},
 				Spec:       corev1.NodeSpec{Taints: m.Taints},
@@ -230,9 +231,9 @@ func (pd podDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolPr
 	if err := pd.c.Client.List(ctx, &pods); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
-	res := corev1.ResourceName(gpuResource(pool.Spec.Readiness))
+	res := corev1.ResourceName(nodes.GPUResource(pool.Spec.Readiness))
 	if res == "" {
-		res = DefaultGPUResource
+		res = nodes.DefaultGPUResource
 	}
 	active := pool.Status.ActiveLayout
 	layoutOf, err := pd.nodeLayouts(ctx, pool)

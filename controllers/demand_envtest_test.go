@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nodes"
 )
 
 // demandPool is the day/night pool with demand: night may be brought in by training pods
@@ -47,7 +48,7 @@ func (h *harness) gpuPod(name, node string, training bool, annotations map[strin
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.prefix + "apps", Annotations: annotations},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "train",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{DefaultGPUResource: resource.MustParse("1")}}}}},
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{nodes.DefaultGPUResource: resource.MustParse("1")}}}}},
 	}
 	if training {
 		pod.Spec.NodeSelector = map[string]string{"lab.example/workload": "training"}

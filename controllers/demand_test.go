@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nodes"
 )
 
 // demandTestPool is a day layout of two 4Q workers and a night layout of one 16Q worker
@@ -48,7 +49,7 @@ func testPod(name string, gpus int64, opts ...podOpt) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
 	if gpus > 0 {
-		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{DefaultGPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{nodes.DefaultGPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}
 	}
 	for _, o := range opts {
 		o(p)
@@ -97,7 +98,7 @@ func TestPodDemand(t *testing.T) {
 		testPod("elsewhere", 1, pendingUnschedulable, selecting("zone", "b"), tolerating("training")),
 		testPod("init-gpus", 0, pendingUnschedulable, selecting("workload", "training"), tolerating("training"), func(p *corev1.Pod) {
 			p.Spec.InitContainers = []corev1.Container{{Name: "i", Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{DefaultGPUResource: resource.MustParse("3")}}}}
+				Requests: corev1.ResourceList{nodes.DefaultGPUResource: resource.MustParse("3")}}}}
 		}),
 		testPod("serve-1", 1, onNode("node-d1")),
 		testPod("serve-2", 1, onNode("node-d2"), func(p *corev1.Pod) { p.Annotations = map[string]string{AnnotationDoNotDisrupt: "true"} }),

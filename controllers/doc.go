@@ -7,9 +7,11 @@
 // in phases.go (desire, paused, observe, tasks, keep-aborted, decide, settled, act), each
 // returning when to come back and whether the pass ends there. Observation is in
 // observe.go (and demand.go for what a layout's demand is); the steps in act.go,
-// execute.go and tasks.go, drains in drain.go; a transition's start and end in
-// transition.go (every end through endTransition); node release and pool deletion in
-// lifecycle.go; what nodes carry in nodes.go, nodestate.go and nodemarks.go, under the
+// execute.go and tasks.go; drains in drain.go (the cordon, the concurrency and the
+// timeout here, the drain of one node in internal/drain); a transition's start and end
+// in transition.go (every end through endTransition); node release and pool deletion in
+// lifecycle.go; when nodes are marked in nodestate.go and nodemarks.go, and what they
+// carry (meta, cordon, state label, warning, readiness) in internal/nodes, under the
 // keys of api/v1alpha1/keys.go (aliased in keys.go); conditions and phase in status.go
 // (summarize, the only place that sets them).
 package controllers

@@ -13,6 +13,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/vsphere"
 )
@@ -123,7 +124,7 @@ func (r *GPUPoolProfileReconciler) markParked(ctx context.Context, s *scope, vm 
 	err, ahead := s.parkedAhead[vm]
 	switch {
 	case ahead:
-	case !hasMeta(node, parkedMeta(s.pool.Name)) && !s.budget.nodeWrite():
+	case !nodes.HasMeta(node, nodes.ParkedMeta(s.pool.Name)) && !s.budget.nodeWrite():
 		err = errCapped
 	default:
 		err = r.parkNode(ctx, s.pool.Name, node)
@@ -150,10 +151,10 @@ func (r *GPUPoolProfileReconciler) parkNode(ctx context.Context, pool string, no
 		}
 		return fmt.Errorf("protecting the Machine of node %s: %w", node.Name, err)
 	}
-	if hasMeta(node, parkedMeta(pool)) {
+	if nodes.HasMeta(node, nodes.ParkedMeta(pool)) {
 		return nil
 	}
-	return r.patchNode(ctx, node, func(n *corev1.Node) { applyMeta(n, parkedMeta(pool)) })
+	return r.patchNode(ctx, node, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(pool)) })
 }
 
 // parkAhead runs parkNode for the nodes of the due steps that will park their VM
@@ -177,7 +178,7 @@ func (r *GPUPoolProfileReconciler) parkAhead(ctx context.Context, s *scope, step
 	}
 	errs := make([]error, len(vms))
 	for i, vm := range vms {
-		if !hasMeta(s.nodes[vm], parkedMeta(s.pool.Name)) && !s.budget.nodeWrite() {
+		if !nodes.HasMeta(s.nodes[vm], nodes.ParkedMeta(s.pool.Name)) && !s.budget.nodeWrite() {
 			errs[i] = errCapped
 		}
 	}
@@ -201,7 +202,7 @@ func (r *GPUPoolProfileReconciler) waitNodeReady(s *scope, step plan.Step, ws *g
 	waited := s.now.Sub(ws.StepStartTime.Time)
 	what := "to become Ready"
 	if node != nil {
-		what = "to be ready for work: " + waitingFor(s.gaps[step.VM])
+		what = "to be ready for work: " + nodes.WaitingFor(s.gaps[step.VM])
 		if gaps := s.gaps[step.VM]; len(gaps) > 0 {
 			s.facts.nodeWaits = append(s.facts.nodeWaits, fmt.Sprintf("node %s waits for %s", name, strings.Join(gaps, ", ")))
 		}
@@ -214,7 +215,7 @@ func (r *GPUPoolProfileReconciler) uncordonStep(ctx context.Context, s *scope, n
 	if node == nil {
 		return requeueNodeReady, nil
 	}
-	if err := r.patchNode(ctx, node, uncordon); err != nil {
+	if err := r.patchNode(ctx, node, nodes.Uncordon); err != nil {
 		return 0, err
 	}
 	r.nodeEvent(s, node, corev1.EventTypeNormal, "Uncordoned", "uncordoned node %s", node.Name)
@@ -226,7 +227,7 @@ func (r *GPUPoolProfileReconciler) relabel(ctx context.Context, s *scope, vm str
 	if node == nil || !ok {
 		return requeueNodeReady, nil
 	}
-	if err := r.patchNode(ctx, node, func(n *corev1.Node) { applyMeta(n, m) }); err != nil {
+	if err := r.patchNode(ctx, node, func(n *corev1.Node) { nodes.ApplyMeta(n, m) }); err != nil {
 		return 0, err
 	}
 	if err := r.releaseMachine(ctx, node); err != nil {

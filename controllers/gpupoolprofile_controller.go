@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/drain"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/vsphere"
 )
@@ -74,8 +75,8 @@ type GPUPoolProfileReconciler struct {
 	MaxConcurrentReconciles int
 
 	// terminating measures how long pods have been terminating, on Clock (see
-	// terminatingClock): a drain waits for them a bounded time.
-	terminating terminatingClock
+	// drain.TerminatingClock): a drain waits for them a bounded time.
+	terminating drain.TerminatingClock
 
 	// tasks wakes a pool when one of its vSphere tasks ends; nil (the tests that call
 	// Reconcile directly) leaves the waits to the requeue.

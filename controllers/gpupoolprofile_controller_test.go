@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/test/cluster"
 )
 
@@ -66,7 +67,7 @@ func (h *harness) checkDay(p *gpupoolv1.GPUPoolProfile) {
 				h.t.Errorf("node %s: label %s=%q, want %q", n.Name, k, n.Labels[k], v)
 			}
 		}
-		if _, parked := n.Labels[LabelParked]; parked || n.Spec.Unschedulable || len(gpupoolTaints(n)) != 0 || !nodeReady(n) {
+		if _, parked := n.Labels[LabelParked]; parked || n.Spec.Unschedulable || len(gpupoolTaints(n)) != 0 || !nodes.Ready(n) {
 			h.t.Errorf("node %s: want Ready, schedulable, untainted and not parked: labels %v taints %v unschedulable %v", n.Name, n.Labels, n.Spec.Taints, n.Spec.Unschedulable)
 		}
 	}
@@ -85,8 +86,8 @@ func (h *harness) checkNight(p *gpupoolv1.GPUPoolProfile) {
 		h.t.Errorf("night-1: %+v, want poweredOn with grid_p100-16q on 0000:3b:00.0", st)
 	}
 	n := h.node("night-1")
-	if n.Labels[LabelLayout] != "night" || n.Labels[LabelMemoryMiB] != "16384" || n.Labels["lab.example/workload"] != "training" || !nodeReady(n) || n.Spec.Unschedulable {
-		h.t.Errorf("night node: labels %v ready %v unschedulable %v", n.Labels, nodeReady(n), n.Spec.Unschedulable)
+	if n.Labels[LabelLayout] != "night" || n.Labels[LabelMemoryMiB] != "16384" || n.Labels["lab.example/workload"] != "training" || !nodes.Ready(n) || n.Spec.Unschedulable {
+		h.t.Errorf("night node: labels %v ready %v unschedulable %v", n.Labels, nodes.Ready(n), n.Spec.Unschedulable)
 	}
 	if ts := gpupoolTaints(n); len(ts) != 1 || ts[0].Key != "lab.example/training" {
 		h.t.Errorf("night node taints %v, want the layout's training taint", n.Spec.Taints)
@@ -96,7 +97,7 @@ func (h *harness) checkNight(p *gpupoolv1.GPUPoolProfile) {
 			h.t.Errorf("VM %s: %+v, want suspended without a GPU", vm, st)
 		}
 		n := h.node(vm)
-		if n.Labels[LabelParked] != "true" || !n.Spec.Unschedulable || nodeReady(n) || !hasTaint(n, TaintParked) {
+		if n.Labels[LabelParked] != "true" || !n.Spec.Unschedulable || nodes.Ready(n) || !hasTaint(n, TaintParked) {
 			h.t.Errorf("node %s: want parked (label, taint), cordoned and not Ready: labels %v taints %v", n.Name, n.Labels, n.Spec.Taints)
 		}
 		if _, has := n.Labels[LabelLayout]; has {

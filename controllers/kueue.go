@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
@@ -327,9 +328,9 @@ func (r *GPUPoolProfileReconciler) heldWorkloads(ctx context.Context, pool *gpup
 	for _, f := range pool.Spec.Kueue.Flavors {
 		layoutOf[f.Name] = f.Layout
 	}
-	res := corev1.ResourceName(gpuResource(pool.Spec.Readiness))
+	res := corev1.ResourceName(nodes.GPUResource(pool.Spec.Readiness))
 	if res == "" {
-		res = DefaultGPUResource
+		res = nodes.DefaultGPUResource
 	}
 	var out []heldWorkload
 	for i := range wls.Items {

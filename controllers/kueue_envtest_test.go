@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/testenv"
 	"github.com/gpupool/gpupool/test/kueueenv"
 )
@@ -187,7 +188,7 @@ func (h *harness) workload(w kueueWorld, name, selects string, gpus int) *unstru
 // Workload Kueue's job integration creates for it (Kueue's webhook suspends the Job).
 func (h *harness) job(w kueueWorld, name, selects string, gpus int) (*batchv1.Job, *unstructured.Unstructured) {
 	h.t.Helper()
-	gpu := corev1.ResourceList{DefaultGPUResource: resource.MustParse(strconv.Itoa(gpus))}
+	gpu := corev1.ResourceList{nodes.DefaultGPUResource: resource.MustParse(strconv.Itoa(gpus))}
 	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.prefix + "apps", Labels: map[string]string{"kueue.x-k8s.io/queue-name": w.queue}},
 		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
 			NodeSelector: map[string]string{"lab.example/workload": selects},
@@ -260,7 +261,7 @@ func (h *harness) nominalQuota(cq, flavor string) string {
 			}
 			for _, r := range fm["resources"].([]any) {
 				rm := r.(map[string]any)
-				if rm["name"] == DefaultGPUResource {
+				if rm["name"] == nodes.DefaultGPUResource {
 					q := resource.MustParse(fmt.Sprint(rm["nominalQuota"]))
 					return q.String()
 				}
@@ -277,7 +278,7 @@ func (h *harness) quotas(w kueueWorld) string {
 }
 
 func gpuList(q string) corev1.ResourceList {
-	return corev1.ResourceList{DefaultGPUResource: resource.MustParse(q)}
+	return corev1.ResourceList{nodes.DefaultGPUResource: resource.MustParse(q)}
 }
 
 // TestKueueBridge, against Kueue's own controller: the quota of the pool's flavors follows
@@ -413,7 +414,7 @@ func seriesOf(pool string) int {
 // day and night, gpupool_kueue_held_workloads).
 func (h *harness) kueueGauges(pool string, w kueueWorld, want string) {
 	h.t.Helper()
-	q := func(f string) string { return gaugeValue(kueueFlavorQuota, pool, f, string(DefaultGPUResource)) }
+	q := func(f string) string { return gaugeValue(kueueFlavorQuota, pool, f, string(nodes.DefaultGPUResource)) }
 	got := fmt.Sprintf("quota day=%s night=%s, held %s", q(w.day), q(w.night), gaugeValue(kueueHeld, pool))
 	if got != want {
 		h.t.Fatalf("Kueue gauges: %s, want %s", got, want)

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nodes"
 )
 
 func kueuePool() *gpupoolv1.GPUPoolProfile {
@@ -47,10 +48,10 @@ func TestFlavorQuota(t *testing.T) {
 			pool.Status = tc.status
 			day, _ := flavorQuota(pool, &pool.Spec.Kueue.Flavors[0], now)
 			night, _ := flavorQuota(pool, &pool.Spec.Kueue.Flavors[1], now)
-			if q := day[DefaultGPUResource]; q.String() != tc.day {
+			if q := day[nodes.DefaultGPUResource]; q.String() != tc.day {
 				t.Errorf("day quota %s, want %s", q.String(), tc.day)
 			}
-			if q := night[DefaultGPUResource]; q.String() != tc.night {
+			if q := night[nodes.DefaultGPUResource]; q.String() != tc.night {
 				t.Errorf("night quota %s, want %s", q.String(), tc.night)
 			}
 		})

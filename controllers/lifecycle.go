@@ -16,6 +16,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nodes"
 )
 
 // releaseRemoved gives back the nodes of VMs that were removed from the spec: once their
@@ -54,10 +55,10 @@ func (r *GPUPoolProfileReconciler) releaseNode(ctx context.Context, n *corev1.No
 	if err := r.releaseMachine(ctx, n); err != nil {
 		return err
 	}
-	if n.Labels[LabelPool] == "" && !hasMarks(n) && n.Annotations[AnnotationCordoned] == "" && n.Annotations[AnnotationManagedLabels] == "" && n.Annotations[AnnotationManagedTaints] == "" {
+	if n.Labels[LabelPool] == "" && !nodes.HasMarks(n) && n.Annotations[AnnotationCordoned] == "" && n.Annotations[AnnotationManagedLabels] == "" && n.Annotations[AnnotationManagedTaints] == "" {
 		return nil
 	}
-	return r.patchNode(ctx, n, removeMeta)
+	return r.patchNode(ctx, n, nodes.RemoveMeta)
 }
 
 // deletionTaskWait bounds how long a pool being deleted waits for each of its vSphere
@@ -165,23 +166,23 @@ func parkedForGood(n *corev1.Node, pool *gpupoolv1.GPUPoolProfile, inv *inventor
 // VMs are left as they are. Nodes of parked VMs keep the parked label and taint, their
 // cordon and their Cluster API protection: lifting skip-remediation from a NotReady node
 // would let a MachineHealthCheck delete the parked VM. Every node whose marks are the
-// pool's (marksOf: the nodes it marked, labelled, or that its status names as workers'
-// nodes, parked or not, relabelled or not) loses the state label and the
+// pool's (nodes.MarksOwnedBy: the nodes it marked, labelled, or that its status names
+// as workers' nodes, parked or not, relabelled or not) loses the state label and the
 // draining-soon warning.
 func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, inv *inventory.Inventory) (ctrl.Result, error) {
-	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes); err != nil {
+	var list corev1.NodeList
+	if err := r.Client.List(ctx, &list); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the pool's nodes: %w", err)
 	}
 	workerNodes := statusNodes(pool)
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
+	for i := range list.Items {
+		n := &list.Items[i]
 		var err error
 		switch {
 		case n.Labels[LabelPool] == pool.Name && !parkedForGood(n, pool, inv):
 			err = r.releaseNode(ctx, n)
-		case marksOf(n, pool.Name, workerNodes) && hasMarks(n):
-			err = r.patchNode(ctx, n, stripMarks)
+		case nodes.MarksOwnedBy(n, pool.Name, workerNodes) && nodes.HasMarks(n):
+			err = r.patchNode(ctx, n, nodes.StripMarks)
 		}
 		if client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("cleaning node %s: %w", n.Name, err)

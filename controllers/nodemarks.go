@@ -8,44 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 )
-
-// markedBy records on the node that the pool put its marks there.
-func markedBy(n *corev1.Node, pool string) {
-	if n.Annotations == nil {
-		n.Annotations = map[string]string{}
-	}
-	n.Annotations[AnnotationMarkedBy] = pool
-}
-
-// stripMarks takes the state label, the draining-soon warning and their owner off a
-// node, and nothing else (a parked node keeps its parked label, taint and cordon).
-func stripMarks(n *corev1.Node) {
-	delete(n.Labels, LabelState)
-	setWarning(n, time.Time{}, false)
-	delete(n.Annotations, AnnotationMarkedBy)
-}
-
-func hasMarks(n *corev1.Node) bool {
-	_, state := n.Labels[LabelState]
-	_, owner := n.Annotations[AnnotationMarkedBy]
-	return state || owner || hasAnyWarning(n)
-}
-
-// marksOf tells whether a node's marks are the pool's: the pool it names as their owner;
-// a node marked before owners were recorded is the pool's when it carries the pool's
-// label, or when the pool's status names it as a worker's node and no other pool
-// labels it.
-func marksOf(n *corev1.Node, pool string, workerNodes map[string]bool) bool {
-	if owner := n.Annotations[AnnotationMarkedBy]; owner != "" {
-		return owner == pool
-	}
-	if p := n.Labels[LabelPool]; p != "" {
-		return p == pool
-	}
-	return workerNodes[n.Name]
-}
 
 // statusNodes are the nodes the pool's status names as its workers' nodes.
 func statusNodes(pool *gpupoolv1.GPUPoolProfile) map[string]bool {
@@ -58,24 +23,14 @@ func statusNodes(pool *gpupoolv1.GPUPoolProfile) map[string]bool {
 	return out
 }
 
-// markedNodes lists the nodes whose marks are the pool's (marksOf), from the cache.
+// markedNodes lists the nodes whose marks are the pool's (nodes.MarksOwnedBy), from the
+// cache.
 func (r *GPUPoolProfileReconciler) markedNodes(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, workerNodes map[string]bool) ([]*corev1.Node, error) {
-	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes); err != nil {
+	var list corev1.NodeList
+	if err := r.Client.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	return marked(nodes.Items, pool.Name, workerNodes), nil
-}
-
-// marked are the nodes among nodes whose marks are the pool's (marksOf).
-func marked(nodes []corev1.Node, pool string, workerNodes map[string]bool) []*corev1.Node {
-	var out []*corev1.Node
-	for i := range nodes {
-		if n := &nodes[i]; marksOf(n, pool, workerNodes) {
-			out = append(out, n)
-		}
-	}
-	return out
+	return nodes.MarkedBy(list.Items, pool.Name, workerNodes), nil
 }
 
 // unmarkStale takes the pool's marks off the nodes it no longer matches to a worker: a
@@ -86,11 +41,11 @@ func (r *GPUPoolProfileReconciler) unmarkStale(ctx context.Context, s *scope) {
 	for _, n := range s.nodes {
 		current[n.Name] = true
 	}
-	for _, n := range marked(s.allNodes, s.pool.Name, statusNodes(s.pool)) {
-		if current[n.Name] || !hasMarks(n) {
+	for _, n := range nodes.MarkedBy(s.allNodes, s.pool.Name, statusNodes(s.pool)) {
+		if current[n.Name] || !nodes.HasMarks(n) {
 			continue
 		}
-		if err := r.patchNode(ctx, n, stripMarks); err != nil {
+		if err := r.patchNode(ctx, n, nodes.StripMarks); err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}
 	}
@@ -111,19 +66,19 @@ func warningDue(now time.Time, next *plan.Boundary, horizon time.Duration, switc
 // will not happen (keep says which stand), with node patches only: it runs on passes
 // that do not reach vSphere (paused, invalid spec, vCenter unreachable).
 func (r *GPUPoolProfileReconciler) withdrawWarnings(ctx context.Context, s *scope, keep func(at time.Time) bool) {
-	nodes, err := r.markedNodes(ctx, s.pool, statusNodes(s.pool))
+	marked, err := r.markedNodes(ctx, s.pool, statusNodes(s.pool))
 	if err != nil {
 		s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		return
 	}
-	for _, n := range nodes {
-		if !hasAnyWarning(n) {
+	for _, n := range marked {
+		if !nodes.HasAnyWarning(n) {
 			continue
 		}
-		if at, err := time.Parse(time.RFC3339, n.Annotations[AnnotationDrainAt]); err == nil && keep(at) {
+		if at, ok := nodes.DrainAt(n); ok && keep(at) {
 			continue
 		}
-		if err := r.patchNode(ctx, n, func(n *corev1.Node) { setWarning(n, time.Time{}, false) }); err != nil {
+		if err := r.patchNode(ctx, n, func(n *corev1.Node) { nodes.SetWarning(n, time.Time{}, false) }); err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}
 	}

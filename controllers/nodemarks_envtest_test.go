@@ -9,13 +9,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nodes"
 )
 
 // noMarks fails the test when a node still carries a pool's state label, draining-soon
 // warning or owner record.
 func (h *harness) noMarks(when, vm string) {
 	h.t.Helper()
-	if n := h.node(vm); hasMarks(n) {
+	if n := h.node(vm); nodes.HasMarks(n) {
 		h.t.Errorf("%s: node %s keeps gpupool's marks: state %q, drain-at %q, marked-by %q, taints %v", when, n.Name,
 			n.Labels[LabelState], n.Annotations[AnnotationDrainAt], n.Annotations[AnnotationMarkedBy], n.Spec.Taints)
 	}
@@ -66,7 +67,7 @@ func TestMarksLeaveWithThePool(t *testing.T) {
 	h.clock.SetTime(monday1950.Add(-5 * time.Minute))
 	h.reconcile(pool.Name)
 	for _, vm := range []string{"day-2", "day-3"} {
-		if n := h.node(vm); !hasWarning(n, monday1950) {
+		if n := h.node(vm); !nodes.HasWarning(n, monday1950) {
 			t.Errorf("node %s not warned 5m before the switch while a VM is held: taints %v drain-at %q", n.Name, n.Spec.Taints, n.Annotations[AnnotationDrainAt])
 		}
 	}
@@ -78,7 +79,7 @@ func TestMarksLeaveWithThePool(t *testing.T) {
 	h.must(k8s.Update(h.ctx, p))
 	h.reconcile(pool.Name)
 	for _, vm := range []string{"day-1", "day-2", "day-3"} {
-		if n := h.node(vm); hasAnyWarning(n) {
+		if n := h.node(vm); nodes.HasAnyWarning(n) {
 			t.Errorf("paused: node %s still warned: taints %v drain-at %q", n.Name, n.Spec.Taints, n.Annotations[AnnotationDrainAt])
 		}
 	}
@@ -86,14 +87,14 @@ func TestMarksLeaveWithThePool(t *testing.T) {
 	p.Spec.Paused = false
 	h.must(k8s.Update(h.ctx, p))
 	h.reconcile(pool.Name)
-	if n := h.node("day-2"); !hasWarning(n, monday1950) {
+	if n := h.node("day-2"); !nodes.HasWarning(n, monday1950) {
 		t.Errorf("unpaused: day-2 not warned again: drain-at %q", n.Annotations[AnnotationDrainAt])
 	}
 
 	warned := func(when string, want bool) {
 		t.Helper()
 		for _, vm := range []string{"day-2", "day-3"} {
-			if n := h.node(vm); hasWarning(n, monday1950) != want || (!want && hasAnyWarning(n)) {
+			if n := h.node(vm); nodes.HasWarning(n, monday1950) != want || (!want && nodes.HasAnyWarning(n)) {
 				t.Errorf("%s: node %s drain-at %q taints %v, want warned=%v", when, n.Name, n.Annotations[AnnotationDrainAt], n.Spec.Taints, want)
 			}
 		}

@@ -8,56 +8,9 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 )
-
-// stateFacts are what a node's state label is decided from.
-type stateFacts struct {
-	// InLayout: the VM is a worker of the layout being made.
-	InLayout bool
-	// PoweredOn: the VM is powered on.
-	PoweredOn bool
-	// Step is the worker's step.
-	Step gpupoolv1.Step
-	// Failed: a retry is pending, the readiness wait is overdue, or the VM is held.
-	Failed bool
-	// Aborted: the switch was aborted and waits for a new spec or another layout; the
-	// recorded step is stale, nothing moves, the state is what was observed.
-	Aborted bool
-	// NodeReady: the node is ready for work (readinessGaps found nothing); read only
-	// when Aborted.
-	NodeReady bool
-}
-
-// nodeStateValue is the single mapping from a worker's facts to its node's state label.
-func nodeStateValue(f stateFacts) string {
-	switch {
-	case f.Failed:
-		return StateFailed
-	case f.Aborted:
-		// Nothing is being drained, reconfigured or waited for: a running VM whose node
-		// serves is ready, one whose node does not is failed, the rest are parked.
-		switch {
-		case f.PoweredOn && f.NodeReady:
-			return StateReady
-		case f.PoweredOn:
-			return StateFailed
-		}
-		return StateParked
-	case f.Step == gpupoolv1.StepDrainRequired:
-		return StateDraining
-	case f.Step == gpupoolv1.StepParkRequired || (f.Step == gpupoolv1.StepPowerOffRequired && !f.InLayout):
-		return StateParked
-	case f.Step == gpupoolv1.StepPowerOffRequired || f.Step == gpupoolv1.StepReconfigureRequired || f.Step == gpupoolv1.StepPowerOnRequired:
-		return StateReconfiguring
-	case f.Step == gpupoolv1.StepWaitNodeReady || f.Step == gpupoolv1.StepRelabelRequired || f.Step == gpupoolv1.StepUncordonRequired:
-		return StatePending
-	case f.PoweredOn:
-		return StateReady
-	default:
-		return StateParked
-	}
-}
 
 // inLayout tells whether a VM (by inventory name) is a worker of the layout being made.
 func (s *scope) inLayout(name string) bool {
@@ -74,7 +27,7 @@ func (s *scope) inLayout(name string) bool {
 }
 
 // readyForWork tells whether the node of a VM (by inventory name) was found ready for
-// work this pass (nodeStates observed it and readinessGaps found nothing missing).
+// work this pass (nodeStates observed it and nodes.ReadinessGaps found nothing missing).
 func (s *scope) readyForWork(name string) bool {
 	gaps, seen := s.gaps[name]
 	return seen && len(gaps) == 0
@@ -89,7 +42,7 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 	for _, h := range s.facts.held {
 		held[h.VM] = true
 	}
-	var nodes []*corev1.Node
+	var changed []*corev1.Node
 	var wants []string
 	for name, n := range s.nodes {
 		ws := findWorker(s.pool, s.specID[name])
@@ -97,7 +50,7 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 		if ws == nil || !ok {
 			continue
 		}
-		want := nodeStateValue(stateFacts{
+		want := nodes.StateValue(nodes.StateFacts{
 			InLayout:  s.inLayout(name),
 			PoweredOn: vm.PowerState == inventory.PoweredOn,
 			Step:      ws.Step,
@@ -111,18 +64,18 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 		if !s.budget.nodeWrite() {
 			continue // published in the next pass
 		}
-		nodes, wants = append(nodes, n), append(wants, want)
+		changed, wants = append(changed, n), append(wants, want)
 	}
 	// A transition changes the state of every node it touches at once: patch them
 	// concurrently (bounded), not one after the other.
-	errs := make([]error, len(nodes))
-	forEach(len(nodes), maxConcurrentDrains, func(i int) {
-		errs[i] = r.patchNode(ctx, nodes[i], func(n *corev1.Node) {
+	errs := make([]error, len(changed))
+	forEach(len(changed), maxConcurrentDrains, func(i int) {
+		errs[i] = r.patchNode(ctx, changed[i], func(n *corev1.Node) {
 			if n.Labels == nil {
 				n.Labels = map[string]string{}
 			}
 			n.Labels[LabelState] = wants[i]
-			markedBy(n, s.pool.Name)
+			nodes.SetMarksOwner(n, s.pool.Name)
 		})
 	})
 	for _, err := range errs {
@@ -197,7 +150,7 @@ func drainsOf(p *plan.Plan) []string {
 func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope, current *plan.Plan) time.Duration {
 	announced := map[string]time.Time{}
 	for name, n := range s.nodes {
-		if at, err := time.Parse(time.RFC3339, n.Annotations[AnnotationDrainAt]); err == nil {
+		if at, ok := nodes.DrainAt(n); ok {
 			announced[name] = at
 		}
 	}
@@ -205,16 +158,16 @@ func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope,
 	want := drainWarnings(s.now, s.decision.Next, horizon, drainsOf(s.nextPlan), drainsOf(current), announced)
 	for name, n := range s.nodes {
 		at, warn := want[name]
-		if warn == hasWarning(n, at) && (warn || !hasAnyWarning(n)) {
+		if warn == nodes.HasWarning(n, at) && (warn || !nodes.HasAnyWarning(n)) {
 			continue
 		}
 		if !s.budget.nodeWrite() {
 			continue // warned in the next pass
 		}
 		if err := r.patchNode(ctx, n, func(n *corev1.Node) {
-			setWarning(n, at, warn)
+			nodes.SetWarning(n, at, warn)
 			if warn {
-				markedBy(n, s.pool.Name)
+				nodes.SetMarksOwner(n, s.pool.Name)
 			}
 		}); err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
@@ -224,42 +177,4 @@ func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope,
 		return nb.At.Add(-horizon).Sub(s.now)
 	}
 	return 0
-}
-
-func hasWarning(n *corev1.Node, at time.Time) bool {
-	return n.Annotations[AnnotationDrainAt] == at.UTC().Format(time.RFC3339) && hasDrainingSoonTaint(n)
-}
-
-func hasAnyWarning(n *corev1.Node) bool {
-	_, ok := n.Annotations[AnnotationDrainAt]
-	return ok || hasDrainingSoonTaint(n)
-}
-
-func hasDrainingSoonTaint(n *corev1.Node) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == TaintDrainingSoon {
-			return true
-		}
-	}
-	return false
-}
-
-// setWarning puts the draining-soon taint and the drain-at annotation on the node, or
-// takes them off.
-func setWarning(n *corev1.Node, at time.Time, warn bool) {
-	taints := n.Spec.Taints[:0:0]
-	for _, t := range n.Spec.Taints {
-		if t.Key != TaintDrainingSoon {
-			taints = append(taints, t)
-		}
-	}
-	if n.Annotations == nil {
-		n.Annotations = map[string]string{}
-	}
-	delete(n.Annotations, AnnotationDrainAt)
-	if warn {
-		taints = append(taints, corev1.Taint{Key: TaintDrainingSoon, Value: "true", Effect: corev1.TaintEffectPreferNoSchedule})
-		n.Annotations[AnnotationDrainAt] = at.UTC().Format(time.RFC3339)
-	}
-	n.Spec.Taints = taints
 }

@@ -9,6 +9,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
@@ -151,10 +152,10 @@ func (r *GPUPoolProfileReconciler) observeNodes(ctx context.Context, s *scope) {
 		// Note: the plan's Ready is readiness for work (Ready and advertising the GPUs,
 		// labels and conditions the spec names), so that the plan keeps the worker in
 		// WaitNodeReady, within nodeReadyTimeout, until the node can take GPU pods.
-		s.gaps[vm] = readinessGaps(n, s.pool.Spec.Readiness, s.gpusWanted(vm, n))
+		s.gaps[vm] = nodes.ReadinessGaps(n, s.pool.Spec.Readiness, s.gpusWanted(vm, n))
 		if n.Spec.Unschedulable {
 			pods, err := r.podsOnNode(ctx, n.Name)
-			s.drained[vm] = err == nil && !r.anyToEvict(pods, nodeReady(n), s.now)
+			s.drained[vm] = err == nil && !r.anyToEvict(pods, nodes.Ready(n), s.now)
 		}
 	}
 }
@@ -165,7 +166,7 @@ func (r *GPUPoolProfileReconciler) observeNodes(ctx context.Context, s *scope) {
 func nodeStates(s *scope, l *gpupoolv1.Layout) map[string]plan.NodeState {
 	out := make(map[string]plan.NodeState, len(s.nodes))
 	for vm, n := range s.nodes {
-		ns := plan.NodeState{Name: n.Name, Exists: true, Ready: s.readyForWork(vm), Cordoned: cordonedByUs(n)}
+		ns := plan.NodeState{Name: n.Name, Exists: true, Ready: s.readyForWork(vm), Cordoned: nodes.CordonedByUs(n)}
 		if n.Spec.Unschedulable {
 			ns.Drained = s.drained[vm]
 		}
@@ -188,7 +189,7 @@ func labelledFor(s *scope, l *gpupoolv1.Layout, states map[string]plan.NodeState
 	for vm, ns := range states {
 		ns.Labelled = false
 		if m, ok := s.metaFor(l, vm); ok && s.nodes[vm] != nil {
-			ns.Labelled = hasMeta(s.nodes[vm], m)
+			ns.Labelled = nodes.HasMeta(s.nodes[vm], m)
 		}
 		out[vm] = ns
 	}
@@ -197,13 +198,13 @@ func labelledFor(s *scope, l *gpupoolv1.Layout, states map[string]plan.NodeState
 
 // metaFor is what the node of a VM (by inventory name) should carry as a worker of
 // layout l; false when l is nil or has no such worker.
-func (s *scope) metaFor(l *gpupoolv1.Layout, name string) (nodeMeta, bool) {
+func (s *scope) metaFor(l *gpupoolv1.Layout, name string) (nodes.Meta, bool) {
 	if l == nil {
-		return nodeMeta{}, false
+		return nodes.Meta{}, false
 	}
 	i, ok := s.layoutWorkers(l).byName[name]
 	if !ok {
-		return nodeMeta{}, false
+		return nodes.Meta{}, false
 	}
 	w, v := l.Workers[i], s.vms[l.Workers[i].VM]
 	mib, _ := inventory.ProfileFrameBufferMiB(w.Profile)
@@ -212,5 +213,5 @@ func (s *scope) metaFor(l *gpupoolv1.Layout, name string) (nodeMeta, bool) {
 			mib = p.FrameBufferMiB
 		}
 	}
-	return activeMeta(s.pool.Name, l, w.Profile, mib), true
+	return nodes.ActiveMeta(s.pool.Name, l, w.Profile, mib), true
 }

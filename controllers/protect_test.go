@@ -15,6 +15,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nodes"
 )
 
 // TestMatchNodes (5): how a VM finds its node, and that a node is never shared.
@@ -216,7 +217,7 @@ func TestTaintPatchKeepsOtherControllersTaints(t *testing.T) {
 	h.must(k8s.Patch(h.ctx, cur, client.MergeFrom(before)))
 
 	r := h.reconciler()
-	h.must(r.patchNode(h.ctx, stale, func(n *corev1.Node) { applyMeta(n, parkedMeta("tnt-pool")) }))
+	h.must(r.patchNode(h.ctx, stale, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta("tnt-pool")) }))
 	got := h.node("day-1")
 	var keys []string
 	for _, t := range got.Spec.Taints {

@@ -1,41 +1,16 @@
 package controllers
 
 import (
-	"reflect"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nodes"
 )
-
-// TestGPUReplicasGaps: with the layout's gpuReplicas in force, the node must advertise
-// exactly vgpus x gpuReplicas; fewer (the plugin still runs the node's old config, or a
-// GPU is gone) and more (it still runs a shared config) both keep it waiting.
-func TestGPUReplicasGaps(t *testing.T) {
-	cases := []struct {
-		name string
-		gpus string
-		want gpuWant
-		gaps []string
-	}{
-		{name: "four replicas", gpus: "4", want: gpuWant{count: 4, replicas: 4}},
-		{name: "old config, one per vGPU", gpus: "1", want: gpuWant{count: 4, replicas: 4},
-			gaps: []string{"nvidia.com/gpu (allocatable 1 of 4: 4 per vGPU, the layout's gpuReplicas)"}},
-		{name: "two vGPUs, eight replicas", gpus: "8", want: gpuWant{count: 8, replicas: 4}},
-		{name: "whole GPU wanted, still shared", gpus: "4", want: gpuWant{count: 1, replicas: 1},
-			gaps: []string{"nvidia.com/gpu (allocatable 4 of 1: 1 per vGPU, the layout's gpuReplicas)"}},
-		{name: "without replicas more is fine", gpus: "4", want: gpuWant{count: 1}},
-		{name: "no plugin yet", gpus: "", want: gpuWant{count: 4, replicas: 4},
-			gaps: []string{"nvidia.com/gpu (allocatable 0 of 4: 4 per vGPU, the layout's gpuReplicas)"}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			if got := readinessGaps(readyNode(c.gpus, nil), gpupoolv1.ReadinessSpec{}, c.want); !reflect.DeepEqual(got, c.gaps) {
-				t.Errorf("readinessGaps = %q, want %q", got, c.gaps)
-			}
-		})
-	}
-}
 
 // TestGPUsWanted: the replicas apply to the nodes of the wanted layout that carry
 // its labels (which select the device plugin's configuration); before the relabel, and
@@ -57,20 +32,20 @@ func TestGPUsWanted(t *testing.T) {
 		name       string
 		vm         string
 		relabelled bool
-		want       gpuWant
+		want       nodes.GPUWant
 	}{
-		{"day node before its relabel", "day-1", false, gpuWant{count: 1}},
-		{"day node with the layout's labels", "day-1", true, gpuWant{count: 4, replicas: 4}},
-		{"two vGPUs with the layout's labels", "day-2", true, gpuWant{count: 8, replicas: 4}},
-		{"two vGPUs before the relabel", "day-2", false, gpuWant{count: 2}},
-		{"a VM that leaves the layout", "night-1", false, gpuWant{count: 1}},
-		{"unknown VM", "other", false, gpuWant{count: 1}},
+		{"day node before its relabel", "day-1", false, nodes.GPUWant{Count: 1}},
+		{"day node with the layout's labels", "day-1", true, nodes.GPUWant{Count: 4, Replicas: 4}},
+		{"two vGPUs with the layout's labels", "day-2", true, nodes.GPUWant{Count: 8, Replicas: 4}},
+		{"two vGPUs before the relabel", "day-2", false, nodes.GPUWant{Count: 2}},
+		{"a VM that leaves the layout", "night-1", false, nodes.GPUWant{Count: 1}},
+		{"unknown VM", "other", false, nodes.GPUWant{Count: 1}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			n := readyNode("1", nil)
 			if m, ok := s.metaFor(s.wanted, c.vm); ok && c.relabelled {
-				applyMeta(n, m)
+				nodes.ApplyMeta(n, m)
 			}
 			if got := s.gpusWanted(c.vm, n); got != c.want {
 				t.Errorf("gpusWanted = %+v, want %+v", got, c.want)
@@ -78,7 +53,16 @@ func TestGPUsWanted(t *testing.T) {
 		})
 	}
 	s.wanted = &pool.Spec.Layouts[1]
-	if got := s.gpusWanted("night-1", readyNode("1", nil)); got != (gpuWant{count: 1}) {
+	if got := s.gpusWanted("night-1", readyNode("1", nil)); got != (nodes.GPUWant{Count: 1}) {
 		t.Errorf("a layout without gpuReplicas: gpusWanted = %+v, want at least one per vGPU", got)
 	}
+}
+
+func readyNode(gpus string, labels map[string]string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels}}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	if gpus != "" {
+		n.Status.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(gpus)}
+	}
+	return n
 }

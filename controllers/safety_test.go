@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/internal/testworld"
 )
@@ -342,8 +343,8 @@ func TestInfeasibleMidTransitionBringsBackThePreviousLayout(t *testing.T) {
 	if st := h.vm("night-1"); st.PowerState != "poweredOn" {
 		t.Errorf("night-1 is %s: the pool was left without capacity", st.PowerState)
 	}
-	if n := h.node("night-1"); n.Spec.Unschedulable || !nodeReady(n) {
-		t.Errorf("night-1's node: unschedulable %v ready %v, want it back in service", n.Spec.Unschedulable, nodeReady(n))
+	if n := h.node("night-1"); n.Spec.Unschedulable || !nodes.Ready(n) {
+		t.Errorf("night-1's node: unschedulable %v ready %v, want it back in service", n.Spec.Unschedulable, nodes.Ready(n))
 	}
 	condition(t, p, gpupoolv1.ConditionStalled, metav1.ConditionTrue, ReasonInfeasible, h.prefix+"day-2", "layout night is brought back")
 	if p.Status.Phase != gpupoolv1.PhaseBlocked {

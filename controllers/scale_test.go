@@ -18,6 +18,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/vsphere"
 )
@@ -117,7 +118,7 @@ func scaleSite(n int) (*inventory.Inventory, *gpupoolv1.GPUPoolProfile) {
 func scaleNode(pool string, vm *inventory.VM) *corev1.Node {
 	now := metav1.NewTime(monday0700)
 	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi"),
-		corev1.ResourcePods: resource.MustParse("110"), DefaultGPUResource: resource.MustParse("1")}
+		corev1.ResourcePods: resource.MustParse("110"), nodes.DefaultGPUResource: resource.MustParse("1")}
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: vm.Name, Labels: map[string]string{
 			"kubernetes.io/hostname": vm.Name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
@@ -137,7 +138,7 @@ func scaleNode(pool string, vm *inventory.VM) *corev1.Node {
 	for i := range 8 {
 		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{Names: []string{fmt.Sprintf("registry.example/app/image-%d@sha256:%064d", i, i)}, SizeBytes: 1 << 28})
 	}
-	applyMeta(n, activeMeta(pool, &gpupoolv1.Layout{Name: "day"}, "grid_p100-4q", 4*1024))
+	nodes.ApplyMeta(n, nodes.ActiveMeta(pool, &gpupoolv1.Layout{Name: "day"}, "grid_p100-4q", 4*1024))
 	return n
 }
 

@@ -48,7 +48,7 @@ type scope struct {
 	// nodeStates are what the planner reads of them (nodeStates, derived in decide);
 	// labelledFor re-derives Labelled for another layout.
 	nodeStates map[string]plan.NodeState
-	// gaps are what each node (by VM name) lacks to be ready for work (readinessGaps),
+	// gaps are what each node (by VM name) lacks to be ready for work (nodes.ReadinessGaps),
 	// and drained whether a cordoned one has nothing left to evict (observeNodes).
 	gaps    map[string][]string
 	drained map[string]bool

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
@@ -390,7 +391,19 @@ func problemsMessage(ps []plan.Problem) string {
 // gapsOf says what the node of a worker (by spec id) lacks, for messages.
 func (s *scope) gapsOf(id string) string {
 	if v, ok := s.vms[id]; ok && len(s.gaps[v.Name]) > 0 {
-		return ": " + waitingFor(s.gaps[v.Name])
+		return ": " + nodes.WaitingFor(s.gaps[v.Name])
 	}
 	return ""
+}
+
+// maxNamed bounds how many items (pods, VMs, tasks) a message names, so that a crowded
+// pool cannot grow its status toward the API server's object size limit.
+const maxNamed = 5
+
+// firstFew joins the first maxNamed items with sep and says how many more there are.
+func firstFew(items []string, sep string) string {
+	if len(items) <= maxNamed {
+		return strings.Join(items, sep)
+	}
+	return fmt.Sprintf("%s%sand %d more", strings.Join(items[:maxNamed], sep), sep, len(items)-maxNamed)
 }

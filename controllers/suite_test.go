@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/internal/testenv"
 	"github.com/gpupool/gpupool/internal/testworld"
@@ -356,22 +357,22 @@ func (h *harness) waitNodesMatchPower() {
 	ctx, cancel := context.WithTimeout(h.ctx, 60*time.Second)
 	defer cancel()
 	check := func() (bool, string) {
-		var nodes corev1.NodeList
-		if err := k8s.List(ctx, &nodes); err != nil {
+		var list corev1.NodeList
+		if err := k8s.List(ctx, &list); err != nil {
 			return false, err.Error()
 		}
-		for _, n := range nodes.Items {
+		for _, n := range list.Items {
 			if !strings.HasPrefix(n.Name, h.prefix) {
 				continue
 			}
 			// A node whose device plugin a test slowed down is waited for only to follow
 			// its VM's power: the test looks at the wait for its GPUs.
 			slowed := n.Annotations[cluster.AnnotationSimGPUDelay] != harnessGPUDelay.String()
-			if slowed && nodeReady(&n) == (n.Annotations[cluster.AnnotationSimPower] == "poweredOn") {
+			if slowed && nodes.Ready(&n) == (n.Annotations[cluster.AnnotationSimPower] == "poweredOn") {
 				continue
 			}
 			if !cluster.FollowsPower(&n) {
-				return false, fmt.Sprintf("node %s: Ready=%v, GPUs %s, VM %s with %s vGPUs", n.Name, nodeReady(&n), cluster.AdvertisedGPUs(&n),
+				return false, fmt.Sprintf("node %s: Ready=%v, GPUs %s, VM %s with %s vGPUs", n.Name, nodes.Ready(&n), cluster.AdvertisedGPUs(&n),
 					n.Annotations[cluster.AnnotationSimPower], n.Annotations[cluster.AnnotationSimGPUs])
 			}
 		}

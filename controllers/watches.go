@@ -4,11 +4,10 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
-	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nodes"
 )
 
 // podChanged lets through the pod events a drain waits for: a deletion, and an update
@@ -36,56 +35,14 @@ func podFinished(p *corev1.Pod) bool {
 }
 
 // nodeChanged lets through only the node updates that change what a pool reads of a
-// node: readiness (condition statuses, allocatable resources), cordon, providerID,
-// labels, the taints gpupool manages or a layout may set (not the node.kubernetes.io/
-// taints the node lifecycle controller keeps moving on a parked, NotReady node),
-// gpupool's own annotations and the Cluster API machine ones.
-// Heartbeats and everything else would only wake every pool for nothing.
+// node (nodes.Changed): heartbeats and everything else would only wake every pool for
+// nothing.
 func nodeChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
-			return nodeReady(o) != nodeReady(n) || o.Spec.Unschedulable != n.Spec.Unschedulable ||
-				!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) ||
-				!equality.Semantic.DeepEqual(conditionStatuses(o), conditionStatuses(n)) ||
-				o.Spec.ProviderID != n.Spec.ProviderID ||
-				!equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
-				!equality.Semantic.DeepEqual(plannedTaints(o), plannedTaints(n)) ||
-				!equality.Semantic.DeepEqual(relevantAnnotations(o), relevantAnnotations(n))
+			return nodes.Changed(e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node))
 		},
 	}
-}
-
-// conditionStatuses are the node's condition statuses by type, without the heartbeats:
-// readiness may name any condition (spec.readiness.nodeConditions).
-func conditionStatuses(n *corev1.Node) map[corev1.NodeConditionType]corev1.ConditionStatus {
-	out := make(map[corev1.NodeConditionType]corev1.ConditionStatus, len(n.Status.Conditions))
-	for _, c := range n.Status.Conditions {
-		if c.Status != "" {
-			out[c.Type] = c.Status
-		}
-	}
-	return out
-}
-
-func plannedTaints(n *corev1.Node) []corev1.Taint {
-	var out []corev1.Taint
-	for _, t := range n.Spec.Taints {
-		if !strings.HasPrefix(t.Key, "node.kubernetes.io/") && !strings.HasPrefix(t.Key, "node.cloudprovider.kubernetes.io/") {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-func relevantAnnotations(n *corev1.Node) map[string]string {
-	out := map[string]string{}
-	for k, v := range n.Annotations {
-		if strings.HasPrefix(k, gpupoolv1.KeyPrefix+"/") || k == capiMachineAnnotation || k == capiNamespaceAnnotation {
-			out[k] = v
-		}
-	}
-	return out
 }
 
 // demandPodChanged lets through the pod events that change demand (spec.demand): a pod

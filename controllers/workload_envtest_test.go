@@ -15,6 +15,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/testworld"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/test/cluster"
 )
 
@@ -71,8 +72,8 @@ func TestNodeWaitsForItsGPUs(t *testing.T) {
 		return w != nil && w.Step == gpupoolv1.StepWaitNodeReady && strings.Contains(w.Message, "nvidia.com/gpu (allocatable 0 of 1)")
 	})
 	n := h.node("night-1")
-	if !nodeReady(n) || n.Labels[LabelLayout] == "night" || n.Labels[LabelState] != StatePending {
-		t.Errorf("night-1 node: want Ready, not relabelled, state pending: ready %v labels %v", nodeReady(n), n.Labels)
+	if !nodes.Ready(n) || n.Labels[LabelLayout] == "night" || n.Labels[LabelState] != StatePending {
+		t.Errorf("night-1 node: want Ready, not relabelled, state pending: ready %v labels %v", nodes.Ready(n), n.Labels)
 	}
 	if got := h.node("day-1").Labels[LabelState]; got != StateParked {
 		t.Errorf("day-1 state %q, want parked", got)
@@ -211,7 +212,7 @@ func TestDrainingSoonWarnsTheScheduler(t *testing.T) {
 		for _, vm := range append(day, "night-1") {
 			n := h.node(vm)
 			want := warned && vm != "night-1"
-			if hasWarning(n, monday1950) != want || (!want && hasAnyWarning(n)) {
+			if nodes.HasWarning(n, monday1950) != want || (!want && nodes.HasAnyWarning(n)) {
 				t.Errorf("%s: node %s taints %v drain-at %q, want warned=%v (drain at %s)", when, vm, n.Spec.Taints, n.Annotations[AnnotationDrainAt], want, wantAt)
 			}
 		}
@@ -282,10 +283,10 @@ func TestJobPodsWaitCompleted(t *testing.T) {
 	r := h.reconciler()
 	wait := gpupoolv1.DrainSpec{JobPods: gpupoolv1.JobPodsWaitCompleted}
 
-	res, err := r.drainPods(h.ctx, node, wait, h.clock.Now(), nil)
+	res, err := r.drainer().Drain(h.ctx, node, wait, h.clock.Now(), nil)
 	h.must(err)
-	if res.Done || res.Evicted != 0 || len(res.Holding) != 1 || !strings.Contains(res.message(), "waiting for 1 pod(s) to finish: "+h.prefix+"apps/train-0 (Job pod, drain.jobPods: WaitCompleted)") {
-		t.Fatalf("WaitCompleted on a running Job pod: %+v (%s)", res, res.message())
+	if res.Done || res.Evicted != 0 || len(res.Holding) != 1 || !strings.Contains(res.Message(), "waiting for 1 pod(s) to finish: "+h.prefix+"apps/train-0 (Job pod, drain.jobPods: WaitCompleted)") {
+		t.Fatalf("WaitCompleted on a running Job pod: %+v (%s)", res, res.Message())
 	}
 	var got corev1.Pod
 	h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(pod), &got))
@@ -297,18 +298,18 @@ func TestJobPodsWaitCompleted(t *testing.T) {
 	got.Status.Phase = corev1.PodSucceeded
 	h.must(k8s.Status().Update(h.ctx, &got))
 	// (The reconciler's client reads from the API server: the update is seen at once.)
-	if res, err = r.drainPods(h.ctx, node, wait, h.clock.Now(), nil); err != nil || !res.Done {
-		t.Fatalf("after the pod completed: %+v (%s), %v", res, res.message(), err)
+	if res, err = r.drainer().Drain(h.ctx, node, wait, h.clock.Now(), nil); err != nil || !res.Done {
+		t.Fatalf("after the pod completed: %+v (%s), %v", res, res.Message(), err)
 	}
 
 	// Under Evict, a running Job pod is evicted.
 	pod2 := pod.DeepCopy()
 	pod2.Name, pod2.ResourceVersion, pod2.UID = "train-1", "", ""
 	h.must(k8s.Create(h.ctx, pod2))
-	res, err = r.drainPods(h.ctx, node, gpupoolv1.DrainSpec{JobPods: gpupoolv1.JobPodsEvict}, h.clock.Now(), nil)
+	res, err = r.drainer().Drain(h.ctx, node, gpupoolv1.DrainSpec{JobPods: gpupoolv1.JobPodsEvict}, h.clock.Now(), nil)
 	h.must(err)
 	if res.Evicted != 1 || len(res.Holding) != 0 {
-		t.Fatalf("Evict on a running Job pod: %+v (%s)", res, res.message())
+		t.Fatalf("Evict on a running Job pod: %+v (%s)", res, res.Message())
 	}
 
 	// On a node that is not Ready, WaitCompleted and do-not-disrupt hold nothing: the
@@ -319,9 +320,9 @@ func TestJobPodsWaitCompleted(t *testing.T) {
 		p.Name, p.ResourceVersion, p.UID, p.Annotations = fmt.Sprintf("train-nr-%d", i), "", "", ann
 		h.must(k8s.Create(h.ctx, p))
 	}
-	res, err = r.drainPods(h.ctx, node, wait, h.clock.Now(), nil)
+	res, err = r.drainer().Drain(h.ctx, node, wait, h.clock.Now(), nil)
 	h.must(err)
 	if res.Evicted != 2 || len(res.Holding) != 0 {
-		t.Fatalf("WaitCompleted and do-not-disrupt on a NotReady node: %+v (%s), want both evicted", res, res.message())
+		t.Fatalf("WaitCompleted and do-not-disrupt on a NotReady node: %+v (%s), want both evicted", res, res.Message())
 	}
 }

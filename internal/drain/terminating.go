@@ -1,4 +1,4 @@
-package controllers
+package drain
 
 import (
 	"sync"
@@ -8,20 +8,27 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// terminatingClock measures how long a pod has been terminating on gpupool's own clock.
+// TerminatingMargin is how long past the end of its grace period a terminating pod is
+// waited for. After it, as kubectl drain --skip-wait-for-delete-timeout and Cluster API
+// do, the pod no longer holds the drain: its kubelet is gone or stuck, and the pod will
+// not run again anyway. A pod on a node that is not Ready never holds it.
+const TerminatingMargin = time.Minute
+
+// TerminatingClock measures how long a pod has been terminating on gpupool's own clock.
+// Its zero value is ready to use; it is safe for concurrent use.
 //
 // A pod's deletionTimestamp is stamped by the API server's clock (the time the delete
 // was asked plus the grace period). Comparing it with gpupool's clock would wait too long
 // for a terminating pod when the manager's clock runs behind the API server's, and stop
 // waiting early when it runs ahead. So a terminating pod holds a drain for its grace
-// period plus terminatingMargin from the moment gpupool first saw it terminating: the
+// period plus TerminatingMargin from the moment gpupool first saw it terminating: the
 // only times compared are both gpupool's, and the grace period is a duration the API
 // server reports (deletionGracePeriodSeconds), not an instant.
 //
 // What it remembers is not persisted: after a restart the wait starts again when the new
-// manager first sees the pod, so it is at most one grace period plus terminatingMargin
+// manager first sees the pod, so it is at most one grace period plus TerminatingMargin
 // longer, never shorter.
-type terminatingClock struct {
+type TerminatingClock struct {
 	mu    sync.Mutex
 	first map[types.UID]time.Time
 	// swept is when forget last ran.
@@ -33,18 +40,18 @@ type terminatingClock struct {
 // pile up.
 const forgetAfter = time.Hour
 
-// holds tells whether the terminating pod p still holds a drain at now (gpupool's clock):
-// only on a Ready node, and only within its grace period plus terminatingMargin of the
+// Holds tells whether the terminating pod p still holds a drain at now (gpupool's clock):
+// only on a Ready node, and only within its grace period plus TerminatingMargin of the
 // moment gpupool first saw it terminating.
-func (c *terminatingClock) holds(p *corev1.Pod, nodeReady bool, now time.Time) bool {
+func (c *TerminatingClock) Holds(p *corev1.Pod, nodeReady bool, now time.Time) bool {
 	if !nodeReady {
 		return false
 	}
-	return now.Before(c.firstSeen(p, now).Add(gracePeriod(p) + terminatingMargin))
+	return now.Before(c.firstSeen(p, now).Add(gracePeriod(p) + TerminatingMargin))
 }
 
 // firstSeen is when gpupool first saw p terminating, now if this is the first time.
-func (c *terminatingClock) firstSeen(p *corev1.Pod, now time.Time) time.Time {
+func (c *TerminatingClock) firstSeen(p *corev1.Pod, now time.Time) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.first == nil {
@@ -65,10 +72,10 @@ func (c *terminatingClock) firstSeen(p *corev1.Pod, now time.Time) time.Time {
 
 // forget drops the pods first seen longer ago than any wait plus forgetAfter. Called
 // with c.mu held.
-func (c *terminatingClock) forget(now time.Time) {
+func (c *TerminatingClock) forget(now time.Time) {
 	c.swept = now
 	for uid, at := range c.first {
-		if now.Sub(at) > maxGracePeriod+terminatingMargin+forgetAfter {
+		if now.Sub(at) > maxGracePeriod+TerminatingMargin+forgetAfter {
 			delete(c.first, uid)
 		}
 	}

@@ -1,0 +1,49 @@
+package drain
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Cluster is what a drain needs of the cluster: the pods bound to a node, the eviction
+// API, and a plain delete for drain.onTimeout: Force. It is this narrow so that a drain
+// can be tested against pods held in memory, and reused without the reconciler.
+type Cluster interface {
+	// PodsOnNode lists the pods bound to the node.
+	PodsOnNode(ctx context.Context, node string) ([]corev1.Pod, error)
+	// Evict asks the eviction API to evict the pod, which honours its
+	// PodDisruptionBudgets. The error is the API server's: a refusal is a 429.
+	Evict(ctx context.Context, pod *corev1.Pod, ev *policyv1.Eviction) error
+	// Delete deletes the pod with the grace period given (nil: the pod's own).
+	Delete(ctx context.Context, pod *corev1.Pod, gracePeriodSeconds *int64) error
+}
+
+// PodNodeNameField is the field index FromClient lists pods by. The manager's cache must
+// index pods by spec.nodeName under it (a direct client sends it as a field selector,
+// which the API server serves for pods).
+const PodNodeNameField = "spec.nodeName"
+
+// FromClient is the Cluster of a controller-runtime client.
+func FromClient(c client.Client) Cluster { return clientCluster{c} }
+
+type clientCluster struct{ c client.Client }
+
+func (cc clientCluster) PodsOnNode(ctx context.Context, node string) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := cc.c.List(ctx, &pods, client.MatchingFields{PodNodeNameField: node}); err != nil {
+		return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
+	}
+	return pods.Items, nil
+}
+
+func (cc clientCluster) Evict(ctx context.Context, pod *corev1.Pod, ev *policyv1.Eviction) error {
+	return cc.c.SubResource("eviction").Create(ctx, pod, ev)
+}
+
+func (cc clientCluster) Delete(ctx context.Context, pod *corev1.Pod, gracePeriodSeconds *int64) error {
+	return cc.c.Delete(ctx, pod, &client.DeleteOptions{GracePeriodSeconds: gracePeriodSeconds})
+}

@@ -1,0 +1,64 @@
+package nodes
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// Changed tells whether an update from o to n changes what a pool reads of a node:
+// readiness (condition statuses, allocatable resources), cordon, providerID, labels, the
+// taints gpupool manages or a layout may set (not the node.kubernetes.io/ taints the
+// node lifecycle controller keeps moving on a parked, NotReady node), gpupool's own
+// annotations and the Cluster API machine ones. The reconciler's node watch lets only
+// such updates through: heartbeats and everything else would only wake every pool for
+// nothing.
+func Changed(o, n *corev1.Node) bool {
+	return Ready(o) != Ready(n) || o.Spec.Unschedulable != n.Spec.Unschedulable ||
+		!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) ||
+		!equality.Semantic.DeepEqual(conditionStatuses(o), conditionStatuses(n)) ||
+		o.Spec.ProviderID != n.Spec.ProviderID ||
+		!equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+		!equality.Semantic.DeepEqual(plannedTaints(o), plannedTaints(n)) ||
+		!equality.Semantic.DeepEqual(relevantAnnotations(o), relevantAnnotations(n))
+}
+
+// conditionStatuses are the node's condition statuses by type, without the heartbeats:
+// readiness may name any condition (spec.readiness.nodeConditions).
+func conditionStatuses(n *corev1.Node) map[corev1.NodeConditionType]corev1.ConditionStatus {
+	out := make(map[corev1.NodeConditionType]corev1.ConditionStatus, len(n.Status.Conditions))
+	for _, c := range n.Status.Conditions {
+		if c.Status != "" {
+			out[c.Type] = c.Status
+		}
+	}
+	return out
+}
+
+// plannedTaints are the node's taints but those the node lifecycle controller and the
+// cloud provider manage.
+func plannedTaints(n *corev1.Node) []corev1.Taint {
+	var out []corev1.Taint
+	for _, t := range n.Spec.Taints {
+		if !strings.HasPrefix(t.Key, "node.kubernetes.io/") && !strings.HasPrefix(t.Key, "node.cloudprovider.kubernetes.io/") {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// relevantAnnotations are the node's gpupool.dev/ annotations and the Cluster API ones
+// that name its Machine.
+func relevantAnnotations(n *corev1.Node) map[string]string {
+	out := map[string]string{}
+	for k, v := range n.Annotations {
+		if strings.HasPrefix(k, gpupoolv1.KeyPrefix+"/") || k == clusterv1.MachineAnnotation || k == clusterv1.ClusterNamespaceAnnotation {
+			out[k] = v
+		}
+	}
+	return out
+}

@@ -1,0 +1,113 @@
+package nodes
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// DefaultGPUResource is what the NVIDIA device plugin advertises, and what a node must
+// advertise before it counts as ready for work unless spec.readiness.gpuResource says
+// otherwise.
+const DefaultGPUResource = "nvidia.com/gpu"
+
+// GPUResource is the resource the pool's nodes must advertise, "" for none.
+func GPUResource(r gpupoolv1.ReadinessSpec) string {
+	if r.GPUResource == nil {
+		return DefaultGPUResource
+	}
+	return *r.GPUResource
+}
+
+// ExpectedGPUs is how many GPUs the node of worker w must advertise: the device plugin
+// advertises one per vGPU of the VM, and workers[].vgpus defaults to 1.
+func ExpectedGPUs(w gpupoolv1.Worker) int64 {
+	return int64(max(w.VGPUs, 1))
+}
+
+// GPUWant is how many of the GPU resource a node must advertise to be ready for work.
+type GPUWant struct {
+	// Count is the least it must advertise; with Replicas, exactly that many.
+	Count int64
+	// Replicas is the layout's gpuReplicas when it applies (the node carries the
+	// layout's labels), else 0.
+	Replicas int32
+}
+
+// ReadinessGaps lists what a node still lacks to be ready for work, in a stable order,
+// for the worker's message; none when it is ready. A node is ready for work when its
+// Ready condition is True, it advertises the GPU resource gpus wants (a kubelet reports
+// a node Ready before the device plugin has registered, and pods asking for a GPU would
+// stay Pending there), and it carries the labels and True conditions the spec names
+// (such as GPU feature discovery's nvidia.com/vgpu.present).
+func ReadinessGaps(n *corev1.Node, r gpupoolv1.ReadinessSpec, gpus GPUWant) []string {
+	if n == nil {
+		return []string{"node not registered"}
+	}
+	var gaps []string
+	if !Ready(n) {
+		gaps = append(gaps, "Ready")
+	}
+	if res := GPUResource(r); res != "" && gpus.Count > 0 {
+		if gap := gpuGap(n, res, gpus); gap != "" {
+			gaps = append(gaps, gap)
+		}
+	}
+	keys := make([]string, 0, len(r.NodeLabels))
+	for k := range r.NodeLabels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		got, ok := n.Labels[k]
+		switch {
+		case !ok:
+			gaps = append(gaps, fmt.Sprintf("label %s=%s (missing)", k, r.NodeLabels[k]))
+		case got != r.NodeLabels[k]:
+			gaps = append(gaps, fmt.Sprintf("label %s=%s (is %q)", k, r.NodeLabels[k], got))
+		}
+	}
+	for _, typ := range r.NodeConditions {
+		if st := conditionStatus(n, typ); st != corev1.ConditionTrue {
+			gaps = append(gaps, fmt.Sprintf("condition %s=True (is %s)", typ, st))
+		}
+	}
+	return gaps
+}
+
+// gpuGap says how the node's allocatable res falls short of gpus, "" when it does not.
+func gpuGap(n *corev1.Node, res string, gpus GPUWant) string {
+	have := int64(0)
+	if q, ok := n.Status.Allocatable[corev1.ResourceName(res)]; ok {
+		have = q.Value()
+	}
+	switch {
+	case gpus.Replicas == 0 && have < gpus.Count:
+		return fmt.Sprintf("%s (allocatable %d of %d)", res, have, gpus.Count)
+	case gpus.Replicas > 0 && have != gpus.Count:
+		return fmt.Sprintf("%s (allocatable %d of %d: %d per vGPU, the layout's gpuReplicas)", res, have, gpus.Count, gpus.Replicas)
+	}
+	return ""
+}
+
+func conditionStatus(n *corev1.Node, typ string) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if string(c.Type) == typ {
+			return c.Status
+		}
+	}
+	return "missing"
+}
+
+// WaitingFor says what a worker's node is waited for (gaps from ReadinessGaps), for its
+// message.
+func WaitingFor(gaps []string) string {
+	if len(gaps) == 0 {
+		return "ready"
+	}
+	return "waiting for " + strings.Join(gaps, ", ")
+}

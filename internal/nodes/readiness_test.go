@@ -1,0 +1,94 @@
+package nodes
+
+import (
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+func readyNode(gpus string, labels map[string]string, conds ...corev1.NodeCondition) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels}}
+	n.Status.Conditions = append([]corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}, conds...)
+	if gpus != "" {
+		n.Status.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(gpus)}
+	}
+	return n
+}
+
+func TestReadinessGaps(t *testing.T) {
+	str := func(s string) *string { return &s }
+	lic := map[string]string{"nvidia.com/vgpu.present": "true"}
+	notReady := readyNode("1", nil)
+	notReady.Status.Conditions[0].Status = corev1.ConditionUnknown
+	cases := []struct {
+		name string
+		node *corev1.Node
+		spec gpupoolv1.ReadinessSpec
+		gpus int64
+		want []string
+	}{
+		{"ready with its GPU", readyNode("1", nil), gpupoolv1.ReadinessSpec{}, 1, nil},
+		{"more GPUs than needed", readyNode("2", nil), gpupoolv1.ReadinessSpec{}, 1, nil},
+		{"no device plugin yet", readyNode("", nil), gpupoolv1.ReadinessSpec{}, 1, []string{"nvidia.com/gpu (allocatable 0 of 1)"}},
+		{"plugin gone (0)", readyNode("0", nil), gpupoolv1.ReadinessSpec{}, 1, []string{"nvidia.com/gpu (allocatable 0 of 1)"}},
+		{"fewer than the VM's vGPUs", readyNode("1", nil), gpupoolv1.ReadinessSpec{}, 2, []string{"nvidia.com/gpu (allocatable 1 of 2)"}},
+		{"not Ready", notReady, gpupoolv1.ReadinessSpec{}, 1, []string{"Ready"}},
+		{"other resource", readyNode("1", nil), gpupoolv1.ReadinessSpec{GPUResource: str("example.com/vgpu")}, 1, []string{"example.com/vgpu (allocatable 0 of 1)"}},
+		{"GPU wait off", readyNode("", nil), gpupoolv1.ReadinessSpec{GPUResource: str("")}, 1, nil},
+		{"label missing", readyNode("1", nil), gpupoolv1.ReadinessSpec{NodeLabels: lic}, 1, []string{"label nvidia.com/vgpu.present=true (missing)"}},
+		{"label wrong", readyNode("1", map[string]string{"nvidia.com/vgpu.present": "false"}), gpupoolv1.ReadinessSpec{NodeLabels: lic}, 1, []string{`label nvidia.com/vgpu.present=true (is "false")`}},
+		{"label there", readyNode("1", lic), gpupoolv1.ReadinessSpec{NodeLabels: lic}, 1, nil},
+		{"condition missing", readyNode("1", nil), gpupoolv1.ReadinessSpec{NodeConditions: []string{"VGPULicensed"}}, 1, []string{"condition VGPULicensed=True (is missing)"}},
+		{"condition false", readyNode("1", nil, corev1.NodeCondition{Type: "VGPULicensed", Status: corev1.ConditionFalse}), gpupoolv1.ReadinessSpec{NodeConditions: []string{"VGPULicensed"}}, 1, []string{"condition VGPULicensed=True (is False)"}},
+		{"condition true", readyNode("1", nil, corev1.NodeCondition{Type: "VGPULicensed", Status: corev1.ConditionTrue}), gpupoolv1.ReadinessSpec{NodeConditions: []string{"VGPULicensed"}}, 1, nil},
+		{"everything missing, in order", readyNode("", nil), gpupoolv1.ReadinessSpec{NodeLabels: map[string]string{"b": "1", "a": "1"}, NodeConditions: []string{"X"}}, 1,
+			[]string{"nvidia.com/gpu (allocatable 0 of 1)", "label a=1 (missing)", "label b=1 (missing)", "condition X=True (is missing)"}},
+		{"no node", nil, gpupoolv1.ReadinessSpec{}, 1, []string{"node not registered"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := ReadinessGaps(c.node, c.spec, GPUWant{Count: c.gpus}); !reflect.DeepEqual(got, c.want) {
+				t.Errorf("ReadinessGaps = %q, want %q", got, c.want)
+			}
+		})
+	}
+	for vgpus, want := range map[int32]int64{0: 1, 1: 1, 2: 2, 16: 16} {
+		if got := ExpectedGPUs(gpupoolv1.Worker{VM: "x", VGPUs: vgpus}); got != want {
+			t.Errorf("ExpectedGPUs(vgpus %d) = %d, want %d", vgpus, got, want)
+		}
+	}
+}
+
+// TestGPUReplicasGaps: with the layout's gpuReplicas in force, the node must advertise
+// exactly vgpus x gpuReplicas; fewer (the plugin still runs the node's old config, or a
+// GPU is gone) and more (it still runs a shared config) both keep it waiting.
+func TestGPUReplicasGaps(t *testing.T) {
+	cases := []struct {
+		name string
+		gpus string
+		want GPUWant
+		gaps []string
+	}{
+		{name: "four replicas", gpus: "4", want: GPUWant{Count: 4, Replicas: 4}},
+		{name: "old config, one per vGPU", gpus: "1", want: GPUWant{Count: 4, Replicas: 4},
+			gaps: []string{"nvidia.com/gpu (allocatable 1 of 4: 4 per vGPU, the layout's gpuReplicas)"}},
+		{name: "two vGPUs, eight replicas", gpus: "8", want: GPUWant{Count: 8, Replicas: 4}},
+		{name: "whole GPU wanted, still shared", gpus: "4", want: GPUWant{Count: 1, Replicas: 1},
+			gaps: []string{"nvidia.com/gpu (allocatable 4 of 1: 1 per vGPU, the layout's gpuReplicas)"}},
+		{name: "without replicas more is fine", gpus: "4", want: GPUWant{Count: 1}},
+		{name: "no plugin yet", gpus: "", want: GPUWant{Count: 4, Replicas: 4},
+			gaps: []string{"nvidia.com/gpu (allocatable 0 of 4: 4 per vGPU, the layout's gpuReplicas)"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := ReadinessGaps(readyNode(c.gpus, nil), gpupoolv1.ReadinessSpec{}, c.want); !reflect.DeepEqual(got, c.gaps) {
+				t.Errorf("ReadinessGaps = %q, want %q", got, c.gaps)
+			}
+		})
+	}
+}

@@ -159,137 +159,122 @@ func (c *cordonWatch) first() (time.Time, string) {
 func RunDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Duration) (*DemandResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	start := time.Now()
-	say := func(format string, args ...any) {
-		fmt.Fprintf(out, "[%6s] %s\n", time.Since(start).Round(time.Second), fmt.Sprintf(format, args...))
-	}
-	res := &DemandResult{}
-
-	pool := e.DemandPoolSpec(time.Now())
-	res.NightWindow = pool.Spec.Schedule.Windows[0].Start
-	say("applying GPUPoolProfile %s: day by default, night window %q (UTC, hours away); demand: night BringIn for %s (minGPUs 1), idleFor %s, minDwell %s, cooldown %s, maxEvictions 0 (GPU pods)",
-		pool.Name, res.NightWindow, DemandFor, DemandIdleFor, DemandMinDwell, DemandCooldown)
-	if err := e.Client.Create(ctx, pool); err != nil {
-		return nil, fmt.Errorf("creating the pool: %w", err)
-	}
-	if err := e.waitPool(ctx, DemoPool, time.Second, "the day layout to be active", func(p *gpupoolv1.GPUPoolProfile) bool {
-		return p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == "day"
-	}); err != nil {
-		return nil, err
-	}
-	say("applying Deployment %s/%s (%d replicas, no GPU requests, PDB maxUnavailable 1, prefers day nodes, can fall back to the CPU node)",
-		DemoNamespace, inferenceApp, inferenceSize)
-	if err := e.applyInference(ctx); err != nil {
+	r := &demandRun{e: e, log: newDemoLog(out), res: &DemandResult{}, pw: newPodWatch()}
+	res := r.res
+	if err := r.setUp(ctx); err != nil {
 		return nil, err
 	}
 
-	pw := &podWatch{ready: map[string]bool{}, min: inferenceSize}
-	go e.follow(ctx, &corev1.PodList{}, []client.ListOption{client.InNamespace(DemoNamespace)}, func(ev watch.Event) {
-		if p, ok := ev.Object.(*corev1.Pod); ok {
-			pw.observe(p, ev.Type == watch.Deleted)
-		}
-	})
+	go e.follow(ctx, &corev1.PodList{}, []client.ListOption{client.InNamespace(DemoNamespace)}, r.pw.onEvent)
 	cw := &cordonWatch{}
 	go e.follow(ctx, &corev1.NodeList{}, nil, cw.observe)
 
+	if err := e.pollUntilCycled(ctx, fmt.Sprintf("no day -> night -> day cycle by demand within %s", timeout), r.observe); err != nil {
+		return res, err
+	}
+
+	res.TrainingSucceeded = e.trainingSucceeded(ctx)
+	if err := r.readHistory(ctx); err != nil {
+		return res, err
+	}
+	res.MinReadyInference = r.pw.minReady()
+	r.sayHistory()
+	r.measureLatency(ctx, cw)
+	r.log.say("cycle complete: layouts %s; night brought in by %s (%s); training ran on %s (succeeded: %v); day back by %s; fewest Ready inference pods: %d of %d",
+		strings.Join(res.Layouts, " -> "), res.DesiredNight, causeOf(res.TransitionToNight), res.TrainingNode, res.TrainingSucceeded,
+		res.DesiredDayBack, res.MinReadyInference, inferenceSize)
+	return res, nil
+}
+
+// demandRun is the demand demo's state while it runs.
+type demandRun struct {
+	e   *Env
+	log *demoLog
+	res *DemandResult
+	pw  *podWatch
+	// submitted says whether the training Job was submitted.
+	submitted bool
+	// lastDemand and lastPod are the demand message and the training pod's line last
+	// printed.
+	lastDemand, lastPod string
+}
+
+// setUp creates the demand pool, waits for day and applies the inference workload.
+func (r *demandRun) setUp(ctx context.Context) error {
+	pool := r.e.DemandPoolSpec(time.Now())
+	r.res.NightWindow = pool.Spec.Schedule.Windows[0].Start
+	r.log.say("applying GPUPoolProfile %s: day by default, night window %q (UTC, hours away); demand: night BringIn for %s (minGPUs 1), idleFor %s, minDwell %s, cooldown %s, maxEvictions 0 (GPU pods)",
+		pool.Name, r.res.NightWindow, DemandFor, DemandIdleFor, DemandMinDwell, DemandCooldown)
+	if err := r.e.createPoolAtDay(ctx, pool); err != nil {
+		return err
+	}
+	r.log.say("applying Deployment %s/%s (%d replicas, no GPU requests, PDB maxUnavailable 1, prefers day nodes, can fall back to the CPU node)",
+		DemoNamespace, inferenceApp, inferenceSize)
+	return r.e.applyInference(ctx)
+}
+
+// observe prints what changed in the pool, its demand, its workers, the nodes and the
+// pods since the last look, submits the training Job when it is time, and from then on
+// follows the training pod and the pool's decisions. It returns the layouts seen.
+func (r *demandRun) observe(ctx context.Context, p *gpupoolv1.GPUPoolProfile) ([]string, error) {
+	st := p.Status
+	line := fmt.Sprintf("pool %s: phase %s, active %q, desired %q (%s)", p.Name, st.Phase, st.ActiveLayout, st.DesiredLayout, st.DesiredReason)
+	if st.NextTransition != nil {
+		line += fmt.Sprintf(", next %s at %s", st.NextTransition.Layout, st.NextTransition.At.UTC().Format(time.TimeOnly))
+	}
+	r.log.sayChanged(&r.log.line, line, "%s")
+	if st.Demand != nil && st.Demand.Message != "" {
+		r.log.sayChanged(&r.lastDemand, st.Demand.Message, "  demand: %s")
+	}
+	r.res.Layouts = r.log.noteActive(r.res.Layouts, &st)
+	r.log.sayWorkers(st.Workers, nil)
+	if err := r.e.sayNodesAndPods(ctx, r.log, &DemoResult{}); err != nil {
+		return r.res.Layouts, err
+	}
+
+	r.pw.startCounting()
 	// The Job is submitted once the inference pods all run on the day nodes and demand
 	// is free to act at once (day past its dwell and the cooldown), so that the latency
 	// measured is demand's own.
-	submitted := false
-	var last struct {
-		line, nodes, pods, demand, pod string
-		steps                          map[string]string
+	if !r.submitted && r.pw.isCounting() && len(r.res.Layouts) > 0 {
+		if err := r.submitJob(ctx, p); err != nil {
+			return r.res.Layouts, err
+		}
+		r.submitted = true
 	}
-	last.steps = map[string]string{}
-	for {
-		var p gpupoolv1.GPUPoolProfile
-		if err := e.Client.Get(ctx, client.ObjectKey{Name: DemoPool}, &p); err != nil {
-			return res, err
-		}
-		st := p.Status
-		line := fmt.Sprintf("pool %s: phase %s, active %q, desired %q (%s)", p.Name, st.Phase, st.ActiveLayout, st.DesiredLayout, st.DesiredReason)
-		if st.NextTransition != nil {
-			line += fmt.Sprintf(", next %s at %s", st.NextTransition.Layout, st.NextTransition.At.UTC().Format(time.TimeOnly))
-		}
-		if line != last.line {
-			say("%s", line)
-			last.line = line
-		}
-		if st.Demand != nil && st.Demand.Message != last.demand && st.Demand.Message != "" {
-			say("  demand: %s", st.Demand.Message)
-			last.demand = st.Demand.Message
-		}
-		if st.ActiveLayout != "" && st.Phase == gpupoolv1.PhaseSteady && (len(res.Layouts) == 0 || res.Layouts[len(res.Layouts)-1] != st.ActiveLayout) {
-			res.Layouts = append(res.Layouts, st.ActiveLayout)
-			say("*** layout %s is active", st.ActiveLayout)
-		}
-		for _, wk := range st.Workers {
-			s := string(wk.Step)
-			if s == "" {
-				s = "-"
-			}
-			if last.steps[wk.VM] != s {
-				if s != "-" {
-					say("  %-12s %-20s %s", wk.VM, s, wk.Message)
-				}
-				last.steps[wk.VM] = s
-			}
-		}
-		nodes, pods, err := e.snapshot(ctx, &DemoResult{})
-		if err != nil {
-			return res, err
-		}
-		if nodes != last.nodes {
-			say("  nodes: %s", nodes)
-			last.nodes = nodes
-		}
-		if pods != last.pods {
-			say("  pods:  %s", pods)
-			last.pods = pods
-		}
-
-		pw.startCounting()
-		pw.mu.Lock()
-		counting := pw.counting
-		pw.mu.Unlock()
-
-		if !submitted && counting && len(res.Layouts) > 0 {
-			if wait := time.Until(demandFreeAt(&p)); wait > 0 {
-				say("waiting %s for day's minDwell and the cooldown to pass before submitting the Job", wait.Round(time.Second))
-				if err := sleep(ctx, wait); err != nil {
-					return res, err
-				}
-			}
-			say("submitting Job %s/%s: one pod, nodeSelector lab.example/workload=training, tolerates lab.example/training, nvidia.com/gpu: 1, runs %s",
-				DemoNamespace, trainingJob, DemandTrainingRuns)
-			if err := e.Client.Create(ctx, demandJob()); err != nil {
-				return res, fmt.Errorf("creating the training Job: %w", err)
-			}
-			submitted = true
-		}
-		if submitted {
-			if err := e.observeTraining(ctx, &p, res, say, &last.pod); err != nil {
-				return res, err
-			}
-		}
-		if n := len(res.Layouts); n >= 3 && strings.Join(res.Layouts[n-3:], ",") == "day,night,day" {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return res, fmt.Errorf("no day -> night -> day cycle by demand within %s; layouts seen: %v", timeout, res.Layouts)
-		case <-time.After(time.Second):
+	if r.submitted {
+		if err := r.e.observeTraining(ctx, p, r.res, r.log.say, &r.lastPod); err != nil {
+			return r.res.Layouts, err
 		}
 	}
+	return r.res.Layouts, nil
+}
 
-	var job batchv1.Job
-	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: DemoNamespace, Name: trainingJob}, &job); err == nil {
-		res.TrainingSucceeded = job.Status.Succeeded > 0
+// submitJob waits until demand is free to switch the pool away from day (demandFreeAt),
+// then submits the training Job.
+func (r *demandRun) submitJob(ctx context.Context, p *gpupoolv1.GPUPoolProfile) error {
+	if wait := time.Until(demandFreeAt(p)); wait > 0 {
+		r.log.say("waiting %s for day's minDwell and the cooldown to pass before submitting the Job", wait.Round(time.Second))
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
 	}
+	r.log.say("submitting Job %s/%s: one pod, nodeSelector lab.example/workload=training, tolerates lab.example/training, nvidia.com/gpu: 1, runs %s",
+		DemoNamespace, trainingJob, DemandTrainingRuns)
+	if err := r.e.Client.Create(ctx, demandJob()); err != nil {
+		return fmt.Errorf("creating the training Job: %w", err)
+	}
+	return nil
+}
+
+// readHistory records the pool's history records of the switch to night and of the
+// newest switch to day after it.
+func (r *demandRun) readHistory(ctx context.Context) error {
 	var p gpupoolv1.GPUPoolProfile
-	if err := e.Client.Get(ctx, client.ObjectKey{Name: DemoPool}, &p); err != nil {
-		return res, err
+	if err := r.e.Client.Get(ctx, client.ObjectKey{Name: DemoPool}, &p); err != nil {
+		return err
 	}
+	res := r.res
 	for i := range p.Status.History {
 		h := &p.Status.History[i]
 		if h.To == "night" && res.HistoryToNight == nil {
@@ -299,35 +284,38 @@ func RunDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Dura
 			res.HistoryToDay = h // the newest switch to day, newer than the one to night
 		}
 	}
-	pw.mu.Lock()
-	res.MinReadyInference = pw.min
-	pw.mu.Unlock()
-	for _, h := range []*gpupoolv1.TransitionRecord{res.HistoryToNight, res.HistoryToDay} {
+	return nil
+}
+
+// sayHistory prints the history records readHistory found.
+func (r *demandRun) sayHistory() {
+	for _, h := range []*gpupoolv1.TransitionRecord{r.res.HistoryToNight, r.res.HistoryToDay} {
 		if h != nil {
-			say("history: %s -> %s by %s (%s, %s to %s)%s", h.From, h.To, h.Reason, h.Result,
+			r.log.say("history: %s -> %s by %s (%s, %s to %s)%s", h.From, h.To, h.Reason, h.Result,
 				h.StartTime.UTC().Format(time.TimeOnly), h.EndTime.UTC().Format(time.TimeOnly), prefixed(": ", h.Message))
 		}
 	}
+}
 
-	// The latency from demand crossing its threshold to the first drain.
+// measureLatency records and prints the latency from demand crossing its threshold to
+// the first drain: the first day node cw saw cordoned, and the operator's events.
+func (r *demandRun) measureLatency(ctx context.Context, cw *cordonWatch) {
+	res := r.res
 	res.FirstCordon, res.FirstCordonNode = cw.first()
-	res.FirstCordonEvent = e.firstEvent(ctx, "Cordoned", res.Threshold)
-	res.TransitionStartedEvent = e.firstEvent(ctx, "TransitionStarted", res.Threshold)
-	if !res.Threshold.IsZero() && !res.FirstCordon.IsZero() {
-		res.Latency = res.FirstCordon.Sub(res.Threshold)
-		say("latency: demand crossed its threshold at %s (pendingSince %s + for %s); first drain: node %s cordoned, seen at %s by a watch: %s later",
-			res.Threshold.UTC().Format("15:04:05.000"), res.PendingDemand.PendingSince.UTC().Format(time.TimeOnly), DemandFor,
-			res.FirstCordonNode, res.FirstCordon.UTC().Format("15:04:05.000"), res.Latency.Round(time.Millisecond))
-		if !res.FirstCordonEvent.IsZero() {
-			res.EventLatency = res.FirstCordonEvent.Sub(res.Threshold)
-			say("latency: the operator's events: TransitionStarted %s, first Cordoned %s: %s after the threshold (one clock: the operator, the API server and this process run on this machine)",
-				res.TransitionStartedEvent.UTC().Format("15:04:05.000000"), res.FirstCordonEvent.UTC().Format("15:04:05.000000"), res.EventLatency.Round(time.Millisecond))
-		}
+	res.FirstCordonEvent = r.e.firstEvent(ctx, "Cordoned", res.Threshold)
+	res.TransitionStartedEvent = r.e.firstEvent(ctx, "TransitionStarted", res.Threshold)
+	if res.Threshold.IsZero() || res.FirstCordon.IsZero() {
+		return
 	}
-	say("cycle complete: layouts %s; night brought in by %s (%s); training ran on %s (succeeded: %v); day back by %s; fewest Ready inference pods: %d of %d",
-		strings.Join(res.Layouts, " -> "), res.DesiredNight, causeOf(res.TransitionToNight), res.TrainingNode, res.TrainingSucceeded,
-		res.DesiredDayBack, res.MinReadyInference, inferenceSize)
-	return res, nil
+	res.Latency = res.FirstCordon.Sub(res.Threshold)
+	r.log.say("latency: demand crossed its threshold at %s (pendingSince %s + for %s); first drain: node %s cordoned, seen at %s by a watch: %s later",
+		res.Threshold.UTC().Format("15:04:05.000"), res.PendingDemand.PendingSince.UTC().Format(time.TimeOnly), DemandFor,
+		res.FirstCordonNode, res.FirstCordon.UTC().Format("15:04:05.000"), res.Latency.Round(time.Millisecond))
+	if !res.FirstCordonEvent.IsZero() {
+		res.EventLatency = res.FirstCordonEvent.Sub(res.Threshold)
+		r.log.say("latency: the operator's events: TransitionStarted %s, first Cordoned %s: %s after the threshold (one clock: the operator, the API server and this process run on this machine)",
+			res.TransitionStartedEvent.UTC().Format("15:04:05.000000"), res.FirstCordonEvent.UTC().Format("15:04:05.000000"), res.EventLatency.Round(time.Millisecond))
+	}
 }
 
 func causeOf(t *gpupoolv1.TransitionStatus) string {

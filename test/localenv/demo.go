@@ -202,6 +202,39 @@ type podWatch struct {
 	counting bool
 }
 
+// newPodWatch is a podWatch that has seen no pod.
+func newPodWatch() *podWatch {
+	return &podWatch{ready: map[string]bool{}, min: inferenceSize}
+}
+
+// follow observes the pods of a watch's events until its channel closes.
+func (w *podWatch) follow(events <-chan watch.Event) {
+	for ev := range events {
+		w.onEvent(ev)
+	}
+}
+
+// onEvent observes the pod of a watch event.
+func (w *podWatch) onEvent(ev watch.Event) {
+	if p, ok := ev.Object.(*corev1.Pod); ok {
+		w.observe(p, ev.Type == watch.Deleted)
+	}
+}
+
+// minReady is the fewest Ready inference pods seen since the PDB check started.
+func (w *podWatch) minReady() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.min
+}
+
+// isCounting says whether the PDB check has started.
+func (w *podWatch) isCounting() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.counting
+}
+
 func (w *podWatch) observe(p *corev1.Pod, deleted bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -252,143 +285,227 @@ func podReady(p *corev1.Pod) bool {
 func RunDemo(ctx context.Context, e *Env, out io.Writer, nightFor, timeout time.Duration) (*DemoResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	start := time.Now()
-	say := func(format string, args ...any) {
-		fmt.Fprintf(out, "[%6s] %s\n", time.Since(start).Round(time.Second), fmt.Sprintf(format, args...))
-	}
+	log := newDemoLog(out)
 
 	pool := e.DemoPoolSpec(time.Now(), nightFor)
-	say("applying GPUPoolProfile %s: day by default, night window %q (UTC) for %s", pool.Name, pool.Spec.Schedule.Windows[0].Start, nightFor)
-	if err := e.Client.Create(ctx, pool); err != nil {
-		return nil, fmt.Errorf("creating the pool: %w", err)
-	}
-	if err := e.waitPool(ctx, DemoPool, time.Second, "the day layout to be active", func(p *gpupoolv1.GPUPoolProfile) bool {
-		return p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == "day"
-	}); err != nil {
+	log.say("applying GPUPoolProfile %s: day by default, night window %q (UTC) for %s", pool.Name, pool.Spec.Schedule.Windows[0].Start, nightFor)
+	if err := e.createPoolAtDay(ctx, pool); err != nil {
 		return nil, err
 	}
-	say("applying workloads: Deployment %s/%s (%d replicas, PDB maxUnavailable 1, prefers day nodes, can fall back to the CPU node), Job %s/%s (needs the night node)",
+	log.say("applying workloads: Deployment %s/%s (%d replicas, PDB maxUnavailable 1, prefers day nodes, can fall back to the CPU node), Job %s/%s (needs the night node)",
 		DemoNamespace, inferenceApp, inferenceSize, DemoNamespace, trainingJob)
 	if err := e.applyWorkloads(ctx); err != nil {
 		return nil, err
 	}
 
-	pw := &podWatch{ready: map[string]bool{}, min: inferenceSize}
+	pw := newPodWatch()
 	w, err := e.Client.Watch(ctx, &corev1.PodList{}, client.InNamespace(DemoNamespace))
 	if err != nil {
 		return nil, err
 	}
 	defer w.Stop()
-	go func() {
-		for ev := range w.ResultChan() {
-			if p, ok := ev.Object.(*corev1.Pod); ok {
-				pw.observe(p, ev.Type == watch.Deleted)
+	go pw.follow(w.ResultChan())
+
+	r := &demoRun{e: e, log: log, pw: pw, kq: &kueueDemo{}, res: &DemoResult{}}
+	res := r.res
+	if err := e.pollUntilCycled(ctx, fmt.Sprintf("no day -> night -> day cycle within %s", timeout), r.observe); err != nil {
+		return res, err
+	}
+	if e.Kueue {
+		if err := r.kq.untilLateAdmitted(ctx, e, res, log.say); err != nil {
+			return res, err
+		}
+	}
+	res.TrainingSucceeded = e.trainingSucceeded(ctx)
+	res.MinReadyInference = pw.minReady()
+	log.say("cycle complete: layouts %s; fewest Ready inference pods at any time: %d of %d (PDB allows 1 unavailable); training ran on %s (succeeded: %v)",
+		strings.Join(res.Layouts, " -> "), res.MinReadyInference, inferenceSize, res.TrainingNode, res.TrainingSucceeded)
+	return res, nil
+}
+
+// demoRun is the demo's state while it follows the pool through its cycle.
+type demoRun struct {
+	e   *Env
+	log *demoLog
+	pw  *podWatch
+	kq  *kueueDemo
+	res *DemoResult
+}
+
+// observe prints what changed in the pool, its workers, Kueue's objects, the nodes and
+// the pods since the last look, and records it in r.res. It returns the layouts seen.
+func (r *demoRun) observe(ctx context.Context, p *gpupoolv1.GPUPoolProfile) ([]string, error) {
+	st := p.Status
+	line := fmt.Sprintf("pool %s: phase %s, active %q, desired %q (%s)", p.Name, st.Phase, st.ActiveLayout, st.DesiredLayout, st.DesiredReason)
+	if st.NextTransition != nil {
+		line += fmt.Sprintf(", next %s at %s", st.NextTransition.Layout, st.NextTransition.At.Format(time.TimeOnly))
+	}
+	r.log.sayChanged(&r.log.line, line, "%s")
+	r.res.Layouts = r.log.noteActive(r.res.Layouts, &st)
+	r.log.sayWorkers(st.Workers, r.stepKey)
+	if r.e.Kueue {
+		if err := r.kq.observe(ctx, r.e, p, r.res, r.log.say); err != nil {
+			return r.res.Layouts, err
+		}
+	}
+	if err := r.e.sayNodesAndPods(ctx, r.log, r.res); err != nil {
+		return r.res.Layouts, err
+	}
+	r.notePlacement(ctx, st.ActiveLayout)
+	return r.res.Layouts, nil
+}
+
+// stepKey is what a worker's line is printed again for when it changes: its step s and,
+// while it waits for its node, what the node is waited for (not its time). It records
+// the workers seen waiting for their node's nvidia.com/gpu.
+func (r *demoRun) stepKey(wk *gpupoolv1.WorkerStatus, s string) string {
+	key := s
+	if wk.Step == gpupoolv1.StepWaitNodeReady {
+		// A line each time what the node is waited for changes (not its time).
+		what, _, _ := strings.Cut(wk.Message, " (")
+		key += " " + what
+		if strings.Contains(wk.Message, "nvidia.com/gpu") && !slices.Contains(r.res.WaitedForGPUs, wk.VM) {
+			r.res.WaitedForGPUs = append(r.res.WaitedForGPUs, wk.VM)
+		}
+	}
+	return key
+}
+
+// notePlacement starts the PDB check once all inference pods were Ready together and
+// records where the workloads run then (by day) and while active is night.
+func (r *demoRun) notePlacement(ctx context.Context, active string) {
+	// The PDB check starts once all inference pods were Ready together.
+	if r.pw.startCounting() {
+		// Where the workloads run by day, once they all are up.
+		if infer, _, ok := r.e.placement(ctx); ok {
+			r.res.InferenceNodesByDay = infer
+		}
+	}
+	if active == "night" {
+		if infer, train, ok := r.e.placement(ctx); ok {
+			r.res.InferenceNodesAtNight = infer
+			if train != "" {
+				r.res.TrainingNode = train
 			}
 		}
-	}()
-
-	res := &DemoResult{}
-	kq := &kueueDemo{}
-	var last struct {
-		line, nodes, pods string
-		steps             map[string]string
 	}
-	last.steps = map[string]string{}
+}
+
+// demoLog prints a demo's timeline: each line stamped with the time since the demo
+// started, and the pool's, its workers', the nodes' and the pods' state only when it
+// changed since the last line about it.
+type demoLog struct {
+	out   io.Writer
+	start time.Time
+	// line, nodes and pods are the pool's, the nodes' and the pods' lines last printed;
+	// steps the key of each worker's (see sayWorkers).
+	line, nodes, pods string
+	steps             map[string]string
+}
+
+// newDemoLog starts a timeline now.
+func newDemoLog(out io.Writer) *demoLog {
+	return &demoLog{out: out, start: time.Now(), steps: map[string]string{}}
+}
+
+// say prints a line stamped with the time since the demo started.
+func (l *demoLog) say(format string, args ...any) {
+	fmt.Fprintf(l.out, "[%6s] %s\n", time.Since(l.start).Round(time.Second), fmt.Sprintf(format, args...))
+}
+
+// sayChanged prints now with format when it differs from *last, and keeps it in *last.
+func (l *demoLog) sayChanged(last *string, now, format string) {
+	if now != *last {
+		l.say(format, now)
+		*last = now
+	}
+}
+
+// noteActive announces the active layout and appends it to layouts when the pool is
+// Steady in a layout other than the last seen, and returns layouts.
+func (l *demoLog) noteActive(layouts []string, st *gpupoolv1.GPUPoolProfileStatus) []string {
+	if st.ActiveLayout != "" && st.Phase == gpupoolv1.PhaseSteady && (len(layouts) == 0 || layouts[len(layouts)-1] != st.ActiveLayout) {
+		layouts = append(layouts, st.ActiveLayout)
+		l.say("*** layout %s is active", st.ActiveLayout)
+	}
+	return layouts
+}
+
+// sayWorkers prints a worker's step and message each time its key changes (nothing
+// while it has no step). The key is its step ("-" for none), or what keyOf makes of it.
+func (l *demoLog) sayWorkers(workers []gpupoolv1.WorkerStatus, keyOf func(wk *gpupoolv1.WorkerStatus, step string) string) {
+	for i := range workers {
+		wk := &workers[i]
+		s := string(wk.Step)
+		if s == "" {
+			s = "-"
+		}
+		key := s
+		if keyOf != nil {
+			key = keyOf(wk, s)
+		}
+		if l.steps[wk.VM] != key {
+			if s != "-" {
+				l.say("  %-12s %-20s %s", wk.VM, s, wk.Message)
+			}
+			l.steps[wk.VM] = key
+		}
+	}
+}
+
+// sayNodesAndPods prints the nodes' and the demo pods' lines of snapshot when they changed.
+func (e *Env) sayNodesAndPods(ctx context.Context, log *demoLog, res *DemoResult) error {
+	nodes, pods, err := e.snapshot(ctx, res)
+	if err != nil {
+		return err
+	}
+	log.sayChanged(&log.nodes, nodes, "  nodes: %s")
+	log.sayChanged(&log.pods, pods, "  pods:  %s")
+	return nil
+}
+
+// createPoolAtDay creates the pool and waits until it is Steady in the day layout.
+func (e *Env) createPoolAtDay(ctx context.Context, pool *gpupoolv1.GPUPoolProfile) error {
+	if err := e.Client.Create(ctx, pool); err != nil {
+		return fmt.Errorf("creating the pool: %w", err)
+	}
+	return e.waitPool(ctx, DemoPool, time.Second, "the day layout to be active", func(p *gpupoolv1.GPUPoolProfile) bool {
+		return p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == "day"
+	})
+}
+
+// pollUntilCycled reads the demo pool every second and hands it to observe, which
+// returns the layouts seen so far, until they end with day, night, day. When ctx ends
+// first, it fails with what and the layouts seen.
+func (e *Env) pollUntilCycled(ctx context.Context, what string, observe func(context.Context, *gpupoolv1.GPUPoolProfile) ([]string, error)) error {
 	for {
 		var p gpupoolv1.GPUPoolProfile
 		if err := e.Client.Get(ctx, client.ObjectKey{Name: DemoPool}, &p); err != nil {
-			return res, err
+			return err
 		}
-		st := p.Status
-		line := fmt.Sprintf("pool %s: phase %s, active %q, desired %q (%s)", p.Name, st.Phase, st.ActiveLayout, st.DesiredLayout, st.DesiredReason)
-		if st.NextTransition != nil {
-			line += fmt.Sprintf(", next %s at %s", st.NextTransition.Layout, st.NextTransition.At.Format(time.TimeOnly))
-		}
-		if line != last.line {
-			say("%s", line)
-			last.line = line
-		}
-		if st.ActiveLayout != "" && (len(res.Layouts) == 0 || res.Layouts[len(res.Layouts)-1] != st.ActiveLayout) && st.Phase == gpupoolv1.PhaseSteady {
-			res.Layouts = append(res.Layouts, st.ActiveLayout)
-			say("*** layout %s is active", st.ActiveLayout)
-		}
-		for _, wk := range st.Workers {
-			s := string(wk.Step)
-			if s == "" {
-				s = "-"
-			}
-			key := s
-			if wk.Step == gpupoolv1.StepWaitNodeReady {
-				// A line each time what the node is waited for changes (not its time).
-				what, _, _ := strings.Cut(wk.Message, " (")
-				key += " " + what
-				if strings.Contains(wk.Message, "nvidia.com/gpu") && !slices.Contains(res.WaitedForGPUs, wk.VM) {
-					res.WaitedForGPUs = append(res.WaitedForGPUs, wk.VM)
-				}
-			}
-			if last.steps[wk.VM] != key {
-				if s != "-" {
-					say("  %-12s %-20s %s", wk.VM, s, wk.Message)
-				}
-				last.steps[wk.VM] = key
-			}
-		}
-		if e.Kueue {
-			if err := kq.observe(ctx, e, &p, res, say); err != nil {
-				return res, err
-			}
-		}
-		nodes, pods, err := e.snapshot(ctx, res)
+		layouts, err := observe(ctx, &p)
 		if err != nil {
-			return res, err
+			return err
 		}
-		if nodes != last.nodes {
-			say("  nodes: %s", nodes)
-			last.nodes = nodes
-		}
-		if pods != last.pods {
-			say("  pods:  %s", pods)
-			last.pods = pods
-		}
-		// The PDB check starts once all inference pods were Ready together.
-		if pw.startCounting() {
-			// Where the workloads run by day, once they all are up.
-			if infer, _, ok := e.placement(ctx); ok {
-				res.InferenceNodesByDay = infer
-			}
-		}
-		if st.ActiveLayout == "night" {
-			if infer, train, ok := e.placement(ctx); ok {
-				res.InferenceNodesAtNight = infer
-				if train != "" {
-					res.TrainingNode = train
-				}
-			}
-		}
-		if n := len(res.Layouts); n >= 3 && strings.Join(res.Layouts[n-3:], ",") == "day,night,day" {
-			break
+		if n := len(layouts); n >= 3 && strings.Join(layouts[n-3:], ",") == "day,night,day" {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return res, fmt.Errorf("no day -> night -> day cycle within %s; layouts seen: %v", timeout, res.Layouts)
+			return fmt.Errorf("%s; layouts seen: %v", what, layouts)
 		case <-time.After(time.Second):
 		}
 	}
-	if e.Kueue {
-		if err := kq.untilLateAdmitted(ctx, e, res, say); err != nil {
-			return res, err
-		}
-	}
+}
+
+// trainingSucceeded says whether the training Job has completed (false when it cannot
+// be read).
+func (e *Env) trainingSucceeded(ctx context.Context) bool {
 	var job batchv1.Job
 	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: DemoNamespace, Name: trainingJob}, &job); err == nil {
-		res.TrainingSucceeded = job.Status.Succeeded > 0
+		return job.Status.Succeeded > 0
 	}
-	pw.mu.Lock()
-	res.MinReadyInference = pw.min
-	pw.mu.Unlock()
-	say("cycle complete: layouts %s; fewest Ready inference pods at any time: %d of %d (PDB allows 1 unavailable); training ran on %s (succeeded: %v)",
-		strings.Join(res.Layouts, " -> "), res.MinReadyInference, inferenceSize, res.TrainingNode, res.TrainingSucceeded)
-	return res, nil
+	return false
 }
 
 // waitPool polls the named pool every so often until cond holds.

@@ -115,16 +115,8 @@ func (o *Options) logf(format string, args ...any) {
 // Up starts everything and returns when the cluster, the nodes, vgpusim and the
 // operator are ready. On failure it stops what it started.
 func Up(ctx context.Context, o Options) (_ *Env, err error) {
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwokctl", "vgpusim", "gpupool-local"} {
-		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
-			return nil, fmt.Errorf("%s is missing in %s: run 'make controlplane build' first", b, o.BinDir)
-		}
-	}
-	if err := o.checkManager(); err != nil {
+	if err := o.checkUp(); err != nil {
 		return nil, err
-	}
-	if _, err := os.Stat(filepath.Join(o.Dir, "pids")); err == nil {
-		return nil, fmt.Errorf("%s holds a running environment: run 'down' first", o.Dir)
 	}
 	if err := os.MkdirAll(filepath.Join(o.Dir, "pids"), 0o755); err != nil {
 		return nil, err
@@ -137,54 +129,14 @@ func Up(ctx context.Context, o Options) (_ *Env, err error) {
 	e := &Env{Options: o}
 
 	// 1. The control plane and kwok, by kwokctl from the locally built binaries.
-	o.logf("==> starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (kwokctl, binary runtime)")
-	bin := func(n string) string { return filepath.Join(o.BinDir, n) }
-	stages := filepath.Join(o.Dir, "kwok-stages.yaml")
-	if err := os.WriteFile(stages, cluster.Stages, 0o644); err != nil {
+	if err := e.startControlPlane(ctx); err != nil {
 		return nil, err
 	}
-	if err := e.kwokctl(ctx, "create", "cluster", "--name", clusterName, "--runtime", "binary",
-		"--kube-apiserver-binary", bin("kube-apiserver"), "--kube-controller-manager-binary", bin("kube-controller-manager"),
-		"--kube-scheduler-binary", bin("kube-scheduler"), "--etcd-binary", bin("etcd"), "--kwok-controller-binary", bin("kwok"),
-		"--config", stages, "--node-lease-duration-seconds", "40", "--wait", "2m"); err != nil {
-		return nil, err
-	}
-	src := filepath.Join(o.Dir, "kwok", "clusters", clusterName, "kubeconfig.yaml")
-	kc, err := os.ReadFile(src)
-	if err != nil {
-		return nil, fmt.Errorf("reading kwokctl's kubeconfig: %w", err)
-	}
-	e.Kubeconfig = filepath.Join(o.Dir, "kubeconfig")
-	if err := os.WriteFile(e.Kubeconfig, kc, 0o600); err != nil {
-		return nil, err
-	}
-	if e.rest, err = restConfig(kc); err != nil {
-		return nil, err
-	}
-	if e.Client, err = client.NewWithWatch(e.rest, client.Options{Scheme: Scheme()}); err != nil {
-		return nil, err
-	}
-
 	// 2. vgpusim.
-	o.logf("==> starting vgpusim with %s", o.Inventory)
-	govcEnv := filepath.Join(o.Dir, "govc.env")
-	if _, err := e.spawn("vgpusim", bin("vgpusim"), append([]string{"--inventory", o.Inventory, "--env-file", govcEnv}, o.VgpusimArgs...)...); err != nil {
-		return nil, err
-	}
-	vars, err := waitEnvFile(ctx, govcEnv, 30*time.Second)
+	govcEnv, err := e.startVgpusim(ctx)
 	if err != nil {
 		return nil, err
 	}
-	u, err := url.Parse(vars["GOVC_URL"])
-	if err != nil {
-		return nil, fmt.Errorf("vgpusim printed a bad GOVC_URL: %w", err)
-	}
-	e.VCenter = vsphere.Config{Server: u.Host, Datacenter: vars["GOVC_DATACENTER"], Username: vars["GOVC_USERNAME"], Password: vars["GOVC_PASSWORD"]}
-	if e.Thumbprint, err = thumbprint(u.Host); err != nil {
-		return nil, err
-	}
-	e.VCenter.Thumbprint = e.Thumbprint
-
 	// 3. The CRD, the credentials, and one Node per VM (plus a CPU node outside the pool).
 	o.logf("==> installing the GPUPoolProfile CRD and creating one node per VM")
 	if err := e.applyFile(ctx, filepath.Join(o.Root, "config", "crd", "bases", "gpupool.dev_gpupoolprofiles.yaml"), nil); err != nil {
@@ -202,17 +154,7 @@ func Up(ctx context.Context, o Options) (_ *Env, err error) {
 	}
 
 	// 4. The power wire.
-	// Note: absolute folders, as the wire runs from wherever Up's caller does and
-	// restarts control-plane components with kwokctl from BinDir (Supervise).
-	absBin, err := filepath.Abs(o.BinDir)
-	if err != nil {
-		return nil, err
-	}
-	absDir, err := filepath.Abs(o.Dir)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := e.spawn("powerwire", bin("gpupool-local"), "wire", "--dir", absDir, "--bin-dir", absBin); err != nil {
+	if err := e.startPowerWire(); err != nil {
 		return nil, err
 	}
 
@@ -224,11 +166,7 @@ func Up(ctx context.Context, o Options) (_ *Env, err error) {
 	if err := e.waitNodesMatchPower(ctx, 90*time.Second); err != nil {
 		return nil, err
 	}
-	envSh := fmt.Sprintf("export KUBECONFIG=%s\n. %s\n", e.Kubeconfig, govcEnv)
-	if err := os.WriteFile(filepath.Join(o.Dir, "env.sh"), []byte(envSh), 0o644); err != nil {
-		return nil, err
-	}
-	pool, err := e.writePool()
+	pool, err := e.writeUserFiles(govcEnv)
 	if err != nil {
 		return nil, err
 	}
@@ -236,10 +174,110 @@ func Up(ctx context.Context, o Options) (_ *Env, err error) {
 	return e, nil
 }
 
-// restConfig is the connection of the environment's own clients: the harness, the
-// benchmark and the power wire stand in for many kubelets and users at once, so they are
-// not held to client-go's default of 5 requests a second (at 1,281 nodes that default
-// alone made a node's readiness lag its VM by minutes).
+// checkUp fails unless Up can start: every binary it runs is in BinDir, the manager
+// (image or binary) is there, and Dir holds no running environment.
+func (o *Options) checkUp() error {
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwokctl", "vgpusim", "gpupool-local"} {
+		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
+			return fmt.Errorf("%s is missing in %s: run 'make controlplane build' first", b, o.BinDir)
+		}
+	}
+	if err := o.checkManager(); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(o.Dir, "pids")); err == nil {
+		return fmt.Errorf("%s holds a running environment: run 'down' first", o.Dir)
+	}
+	return nil
+}
+
+// bin is the path of the binary name in BinDir.
+func (o *Options) bin(name string) string { return filepath.Join(o.BinDir, name) }
+
+// startControlPlane has kwokctl start etcd, the API server, the controller manager, the
+// scheduler and kwok from BinDir with the environment's kwok stages, copies kwokctl's
+// kubeconfig to Dir/kubeconfig and connects e.Client.
+func (e *Env) startControlPlane(ctx context.Context) (err error) {
+	e.logf("==> starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (kwokctl, binary runtime)")
+	stages := filepath.Join(e.Dir, "kwok-stages.yaml")
+	if err := os.WriteFile(stages, cluster.Stages, 0o644); err != nil {
+		return err
+	}
+	if err := e.kwokctl(ctx, "create", "cluster", "--name", clusterName, "--runtime", "binary",
+		"--kube-apiserver-binary", e.bin("kube-apiserver"), "--kube-controller-manager-binary", e.bin("kube-controller-manager"),
+		"--kube-scheduler-binary", e.bin("kube-scheduler"), "--etcd-binary", e.bin("etcd"), "--kwok-controller-binary", e.bin("kwok"),
+		"--config", stages, "--node-lease-duration-seconds", "40", "--wait", "2m"); err != nil {
+		return err
+	}
+	src := filepath.Join(e.Dir, "kwok", "clusters", clusterName, "kubeconfig.yaml")
+	kc, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("reading kwokctl's kubeconfig: %w", err)
+	}
+	e.Kubeconfig = filepath.Join(e.Dir, "kubeconfig")
+	if err := os.WriteFile(e.Kubeconfig, kc, 0o600); err != nil {
+		return err
+	}
+	if e.rest, err = restConfig(kc); err != nil {
+		return err
+	}
+	if e.Client, err = client.NewWithWatch(e.rest, client.Options{Scheme: Scheme()}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// startVgpusim starts vgpusim with the inventory, waits for the govc.env file it writes
+// and sets e.VCenter and e.Thumbprint from it. It returns the file's path.
+func (e *Env) startVgpusim(ctx context.Context) (govcEnv string, err error) {
+	e.logf("==> starting vgpusim with %s", e.Inventory)
+	govcEnv = filepath.Join(e.Dir, "govc.env")
+	if _, err := e.spawn("vgpusim", e.bin("vgpusim"), append([]string{"--inventory", e.Inventory, "--env-file", govcEnv}, e.VgpusimArgs...)...); err != nil {
+		return "", err
+	}
+	vars, err := waitEnvFile(ctx, govcEnv, 30*time.Second)
+	if err != nil {
+		return "", err
+	}
+	u, err := url.Parse(vars["GOVC_URL"])
+	if err != nil {
+		return "", fmt.Errorf("vgpusim printed a bad GOVC_URL: %w", err)
+	}
+	e.VCenter = vsphere.Config{Server: u.Host, Datacenter: vars["GOVC_DATACENTER"], Username: vars["GOVC_USERNAME"], Password: vars["GOVC_PASSWORD"]}
+	if e.Thumbprint, err = thumbprint(u.Host); err != nil {
+		return "", err
+	}
+	e.VCenter.Thumbprint = e.Thumbprint
+	return govcEnv, nil
+}
+
+// startPowerWire starts the power wire: gpupool-local wire, which copies each VM's power
+// state to its node and restarts control-plane components that exit.
+func (e *Env) startPowerWire() error {
+	// Note: absolute folders, as the wire runs from wherever Up's caller does and
+	// restarts control-plane components with kwokctl from BinDir (Supervise).
+	absBin, err := filepath.Abs(e.BinDir)
+	if err != nil {
+		return err
+	}
+	absDir, err := filepath.Abs(e.Dir)
+	if err != nil {
+		return err
+	}
+	_, err = e.spawn("powerwire", e.bin("gpupool-local"), "wire", "--dir", absDir, "--bin-dir", absBin)
+	return err
+}
+
+// writeUserFiles writes what a user of the environment reads: Dir/env.sh (KUBECONFIG and
+// the govc variables of govcEnv) and the pool file, whose path it returns.
+func (e *Env) writeUserFiles(govcEnv string) (pool string, err error) {
+	envSh := fmt.Sprintf("export KUBECONFIG=%s\n. %s\n", e.Kubeconfig, govcEnv)
+	if err := os.WriteFile(filepath.Join(e.Dir, "env.sh"), []byte(envSh), 0o644); err != nil {
+		return "", err
+	}
+	return e.writePool()
+}
+
 func restConfig(kubeconfig []byte) (*rest.Config, error) {
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	if err != nil {

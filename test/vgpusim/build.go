@@ -39,38 +39,68 @@ func (s *Sim) build() error {
 		return err
 	}
 
+	hostObjs, err := s.addHosts(ctx, folders.HostFolder)
+	if err != nil {
+		return err
+	}
+	s.wrapEnvBrowsers()
+	if err := s.createVMs(ctx, folders.VmFolder, hostObjs); err != nil {
+		return err
+	}
+	if err := s.applyPowerStates(); err != nil {
+		return err
+	}
+	s.applyAvailability()
+	return nil
+}
+
+// addHosts adds the inventory's hosts in order, each with its datastores and GPUs, and
+// returns them by name.
+func (s *Sim) addHosts(ctx context.Context, hostFolder *object.Folder) (map[string]*object.HostSystem, error) {
 	hostObjs := map[string]*object.HostSystem{}
 	clusters := map[string]*object.ClusterComputeResource{}
 	for i := range s.inv.Hosts {
 		h := &s.inv.Hosts[i]
-		host, err := s.addHost(ctx, folders.HostFolder, clusters, h)
+		host, err := s.addHost(ctx, hostFolder, clusters, h)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		hostObjs[h.Name] = host
-		dss, err := host.ConfigManager().DatastoreSystem(ctx)
-		if err != nil {
-			return err
-		}
-		for _, ds := range h.Datastores {
-			dir := s.dsDir
-			if ds != "datastore1" {
-				// Note: the simulator shares a datastore of one name and path among
-				// the hosts that create it; other names get their own directory.
-				dir = filepath.Join(s.dsDir, ds)
-				if err := os.MkdirAll(dir, 0o700); err != nil {
-					return err
-				}
-			}
-			if _, err := dss.CreateLocalDatastore(ctx, ds, dir); err != nil {
-				return fmt.Errorf("host %s: create datastore %s: %w", h.Name, ds, err)
-			}
+		if err := s.addDatastores(ctx, host, h); err != nil {
+			return nil, err
 		}
 		s.addGPUs(host.Reference(), h)
 	}
-	s.wrapEnvBrowsers()
+	return hostObjs, nil
+}
 
-	vmFolders := map[string]*object.Folder{"": folders.VmFolder}
+// addDatastores creates the host's local datastores, each over a directory of s.dsDir.
+func (s *Sim) addDatastores(ctx context.Context, host *object.HostSystem, h *Host) error {
+	dss, err := host.ConfigManager().DatastoreSystem(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ds := range h.Datastores {
+		dir := s.dsDir
+		if ds != "datastore1" {
+			// Note: the simulator shares a datastore of one name and path among
+			// the hosts that create it; other names get their own directory.
+			dir = filepath.Join(s.dsDir, ds)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+		}
+		if _, err := dss.CreateLocalDatastore(ctx, ds, dir); err != nil {
+			return fmt.Errorf("host %s: create datastore %s: %w", h.Name, ds, err)
+		}
+	}
+	return nil
+}
+
+// vmFolderTree returns a function that finds the VM folder at a path below root
+// ("" is root itself, "a/b" is b in a), creating the folders missing on the way.
+func vmFolderTree(ctx context.Context, root *object.Folder) func(p string) (*object.Folder, error) {
+	vmFolders := map[string]*object.Folder{"": root}
 	var folderFor func(p string) (*object.Folder, error)
 	folderFor = func(p string) (*object.Folder, error) {
 		if f, ok := vmFolders[p]; ok {
@@ -87,7 +117,13 @@ func (s *Sim) build() error {
 		vmFolders[p] = f
 		return f, nil
 	}
+	return folderFor
+}
 
+// createVMs creates the inventory's VMs in order, powered off, each in its folder on
+// its host, and puts vgpusim's VM in the registry in place of vcsim's.
+func (s *Sim) createVMs(ctx context.Context, vmFolder *object.Folder, hostObjs map[string]*object.HostSystem) error {
+	folderFor := vmFolderTree(ctx, vmFolder)
 	for _, v := range s.inv.VMs {
 		folder, err := folderFor(v.Folder)
 		if err != nil {
@@ -98,28 +134,7 @@ func (s *Sim) build() error {
 		if err != nil {
 			return err
 		}
-		spec := types.VirtualMachineConfigSpec{
-			Name:     v.Name,
-			GuestId:  string(types.VirtualMachineGuestOsIdentifierOtherGuest64),
-			Files:    &types.VirtualMachineFileInfo{VmPathName: "[" + v.Datastore + "]"},
-			Uuid:     v.BIOSUUID,
-			MemoryMB: int64(v.MemoryMiB),
-			NumCPUs:  v.CPUs,
-		}
-		if v.Profile != "" {
-			spec.MemoryReservationLockedToMax = types.NewBool(true)
-			for i := range v.VGPUs {
-				profile := v.Profile
-				if i < len(v.Profiles) {
-					profile = v.Profiles[i]
-				}
-				spec.DeviceChange = append(spec.DeviceChange, &types.VirtualDeviceConfigSpec{
-					Operation: types.VirtualDeviceConfigSpecOperationAdd,
-					Device:    NewVGPUDevice(profile, i),
-				})
-			}
-		}
-		task, err := folder.CreateVM(ctx, spec, pool, host)
+		task, err := folder.CreateVM(ctx, vmConfigSpec(v), pool, host)
 		if err != nil {
 			return fmt.Errorf("create VM %s: %w", v.Name, err)
 		}
@@ -132,8 +147,39 @@ func (s *Sim) build() error {
 		// Replace vcsim's VM by one whose power and reconfigure methods know about vGPUs.
 		s.model.Map().Put(&vgpuVM{VirtualMachine: s.vm(ref), sim: s})
 	}
+	return nil
+}
 
-	// Bring VMs to their power state in inventory order, placing vGPUs as vCenter would.
+// vmConfigSpec is the spec a VM of the inventory is created with: with a profile, its
+// memory reserved and one vGPU device per vGPU (Profiles, where given, override Profile).
+func vmConfigSpec(v VM) types.VirtualMachineConfigSpec {
+	spec := types.VirtualMachineConfigSpec{
+		Name:     v.Name,
+		GuestId:  string(types.VirtualMachineGuestOsIdentifierOtherGuest64),
+		Files:    &types.VirtualMachineFileInfo{VmPathName: "[" + v.Datastore + "]"},
+		Uuid:     v.BIOSUUID,
+		MemoryMB: int64(v.MemoryMiB),
+		NumCPUs:  v.CPUs,
+	}
+	if v.Profile != "" {
+		spec.MemoryReservationLockedToMax = types.NewBool(true)
+		for i := range v.VGPUs {
+			profile := v.Profile
+			if i < len(v.Profiles) {
+				profile = v.Profiles[i]
+			}
+			spec.DeviceChange = append(spec.DeviceChange, &types.VirtualDeviceConfigSpec{
+				Operation: types.VirtualDeviceConfigSpecOperationAdd,
+				Device:    NewVGPUDevice(profile, i),
+			})
+		}
+	}
+	return spec
+}
+
+// applyPowerStates brings VMs to their power state in inventory order, placing vGPUs
+// as vCenter would.
+func (s *Sim) applyPowerStates() error {
 	for _, v := range s.inv.VMs {
 		ref := s.vmRefs[v.Name]
 		sctx := s.newContext()
@@ -152,13 +198,17 @@ func (s *Sim) build() error {
 			return fmt.Errorf("power on VM %s: %s", v.Name, faultMessage(fault))
 		}
 	}
-	// Only now the hosts' availability: VMs keep running on a host that is no longer
-	// connected, and a host in maintenance mode runs none (normalize checks that).
+	return nil
+}
+
+// applyAvailability sets the hosts' maintenance mode and connection state from the
+// inventory. It comes after applyPowerStates: VMs keep running on a host that is no
+// longer connected, and a host in maintenance mode runs none (normalize checks that).
+func (s *Sim) applyAvailability() {
 	for ref, h := range s.hosts {
 		h.inMaintenance, h.connection = h.cfg.InMaintenanceMode, h.cfg.ConnectionState
 		s.publishRuntime(s.newContext(), s.hosts[ref])
 	}
-	return nil
 }
 
 // waitTask waits for a task of the in-process service. It reads the task's state from

@@ -110,28 +110,16 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 	if err := inv.normalize(); err != nil {
 		return nil, fmt.Errorf("vgpusim: %w", err)
 	}
-	if opts.Username == "" {
-		opts.Username = DefaultUsername
-	}
-	if opts.Password == "" {
-		opts.Password = DefaultPassword
-	}
-	if opts.Listen == "" {
-		opts.Listen = "127.0.0.1:0"
-	}
+	opts = opts.withDefaults()
 	if err := checkLoopback(opts.Listen); err != nil {
 		return nil, err
-	}
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
 	}
 
 	s := &Sim{
 		Username:  opts.Username,
 		Password:  opts.Password,
 		inv:       inv,
-		log:       logger,
+		log:       opts.Logger,
 		hosts:     map[types.ManagedObjectReference]*hostState{},
 		vmRefs:    map[string]types.ManagedObjectReference{},
 		poweredOn: map[types.ManagedObjectReference]types.ManagedObjectReference{},
@@ -143,6 +131,45 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 		}
 	}()
 
+	if s.model, err = newModel(opts.NoDirectPathProfileManager); err != nil {
+		return nil, err
+	}
+	if err := s.build(); err != nil {
+		return nil, fmt.Errorf("vgpusim: build inventory: %w", err)
+	}
+	if !opts.NoDirectPathProfileManager {
+		s.installDirectPathManager()
+	}
+	s.injectFaults(opts)
+	if err := s.serve(opts.Listen); err != nil {
+		return nil, err
+	}
+	s.log.Info("Serving simulated vCenter", "url", s.URL.String(), "datacenter", inv.Datacenter,
+		"hosts", len(inv.Hosts), "vms", len(inv.VMs))
+	return s, nil
+}
+
+// withDefaults fills in what the zero Options leave out: the default credentials, a
+// random port on 127.0.0.1 and a logger that discards.
+func (o Options) withDefaults() Options {
+	if o.Username == "" {
+		o.Username = DefaultUsername
+	}
+	if o.Password == "" {
+		o.Password = DefaultPassword
+	}
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:0"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// newModel creates an empty simulated vCenter that reports itself as 8.0.3, or 9.0.0
+// when it serves the DirectPathProfileManager.
+func newModel(noDirectPathProfileManager bool) (*simulator.Model, error) {
 	// An empty vCenter: the inventory is built below through the API, as an admin would.
 	m := simulator.VPX()
 	m.Datacenter, m.Host, m.Cluster, m.ClusterHost = 0, 0, 0, 0
@@ -154,7 +181,7 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 	// same vCenter. Each gets its own, as real vCenters do.
 	about.InstanceUuid = uuid.NewString()
 	about.FullName = "VMware vCenter Server 8.0.3 build-24022515 (vgpusim)"
-	if !opts.NoDirectPathProfileManager {
+	if !noDirectPathProfileManager {
 		// DirectPathProfileManager came with vSphere API 9.0.0.0.
 		about.Version, about.ApiVersion = "9.0.0", "9.0.0.0"
 		about.FullName = "VMware vCenter Server 9.0.0 build-24022515 (vgpusim)"
@@ -162,15 +189,11 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 	if err := m.Create(); err != nil {
 		return nil, fmt.Errorf("vgpusim: create model: %w", err)
 	}
-	s.model = m
+	return m, nil
+}
 
-	if err := s.build(); err != nil {
-		return nil, fmt.Errorf("vgpusim: build inventory: %w", err)
-	}
-
-	if !opts.NoDirectPathProfileManager {
-		s.installDirectPathManager()
-	}
+// injectFaults applies the delays and task failures the options ask for from the start.
+func (s *Sim) injectFaults(opts Options) {
 	for method, d := range opts.Delays {
 		s.SetDelay(method, d)
 	}
@@ -180,21 +203,24 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 	for method, n := range opts.FailTasks {
 		s.FailTasks(method, n, nil)
 	}
+}
 
+// serve starts the SOAP server on a random loopback port behind the gate that listens
+// on listen (the gate is what refuses connections on demand), and sets s.URL to the gate.
+func (s *Sim) serve(listen string) (err error) {
+	m := s.model
 	m.Map().Handler = s.handle
 	m.Map().SessionManager().ValidLogin = s.checkLogin
 	m.Service.TLS = new(tls.Config)
 	m.Service.Listen = &url.URL{Host: "127.0.0.1:0", User: url.UserPassword(s.Username, s.Password)}
 	s.server = m.Service.NewServer()
 
-	s.gate, err = openGate(opts.Listen, s.server.Listener.Addr().String(), logger)
+	s.gate, err = openGate(listen, s.server.Listener.Addr().String(), s.log)
 	if err != nil {
-		return nil, fmt.Errorf("vgpusim: %w", err)
+		return fmt.Errorf("vgpusim: %w", err)
 	}
 	s.URL = &url.URL{Scheme: "https", Host: s.gate.addr, Path: vim25.Path}
-	logger.Info("Serving simulated vCenter", "url", s.URL.String(), "datacenter", inv.Datacenter,
-		"hosts", len(inv.Hosts), "vms", len(inv.VMs))
-	return s, nil
+	return nil
 }
 
 // checkLoopback refuses to serve anywhere but loopback: the simulator is a test double.

@@ -135,6 +135,9 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	bodyCtx, cancel := context.WithTimeout(ctx, reconcileTimeout)
 	defer cancel()
 	res, err := r.reconcile(bodyCtx, s)
+	// Kueue follows every pass that could read the schedule, whichever phase ended it
+	// (paused, vCenter unreachable): its quota and checks follow the decision and the
+	// status, not a phase of the pass.
 	if err == nil && s.facts.invalidSpec == "" {
 		res.RequeueAfter = soonest(res.RequeueAfter, r.syncKueue(bodyCtx, s))
 	}

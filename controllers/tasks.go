@@ -42,7 +42,7 @@ func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope) tim
 		}
 		if ws.Task.ID == "" && !r.resolveIntent(ctx, s, ws) {
 			if ws.Task != nil {
-				after = minPositive(after, requeueTask)
+				after = soonest(after, requeueTask)
 			}
 			continue
 		}
@@ -59,22 +59,15 @@ func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope) tim
 		}
 		if err != nil {
 			ws.Message = fmt.Sprintf("cannot check %s task %s: %v", ws.Task.Operation, ws.Task.ID, err)
-			after = minPositive(after, requeueTask) // look again; never re-issue while the task may still run
+			after = soonest(after, requeueTask) // look again; never re-issue while the task may still run
 			continue
 		}
 		info, found := infos[ws.Task.ID]
 		if wait := r.recordTask(s, ws, info, found); wait > 0 {
-			after = minPositive(after, wait)
+			after = soonest(after, wait)
 		}
 	}
 	return after
-}
-
-func minPositive(a, b time.Duration) time.Duration {
-	if a == 0 || b < a {
-		return b
-	}
-	return a
 }
 
 // resolveIntent finds the task of a recorded intent in vCenter. It reports true when

@@ -44,38 +44,55 @@ func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Pl
 	}
 	// Nothing is evicted until every node to drain is cordoned (cordonAhead), even when
 	// that takes more than one pass.
-	if len(drains) > 0 && r.cordonAhead(ctx, s, p) {
-		for i, o := range r.evictAll(ctx, s, drains) {
+	cordoned := false
+	if len(drains) > 0 {
+		timed("act:cordon", func() { cordoned = r.cordonAhead(ctx, s, p) })
+	}
+	if cordoned {
+		var outcomes []drainOutcome
+		timed("act:evict", func() { outcomes = r.evictAll(ctx, s, drains) })
+		for i, o := range outcomes {
 			step := drains[i]
-			after, err := r.settleDrain(ctx, s, s.worker(step.VM), s.nodes[step.VM], o)
-			note(step, after, err)
+			wait, err := r.settleDrain(ctx, s, s.worker(step.VM), s.nodes[step.VM], o)
+			note(step, wait, err)
 			if aborted() {
 				return after
 			}
 		}
 	}
-	others = r.patchNodesTogether(ctx, s, others, note)
-	r.parkAhead(ctx, s, others)
-	for _, step := range others {
+	timed("act:node-steps", func() { others = r.patchNodesTogether(ctx, s, others, note) })
+	timed("act:park", func() { r.parkAhead(ctx, s, others) })
+	ran := false
+	timed("act:steps", func() { ran = r.runSteps(ctx, s, others, note, aborted) })
+	if ran {
+		timed("act:start", func() { r.startQueued(ctx, s, note) })
+	}
+	return after
+}
+
+// runSteps executes the other due steps one by one; the vSphere tasks they queue are
+// started after them (startQueued). It reports false when a step aborted the
+// transition: then nothing queued was stored or started, and the steps are planned
+// again.
+func (r *GPUPoolProfileReconciler) runSteps(ctx context.Context, s *scope, steps []plan.Step, note func(plan.Step, time.Duration, error), aborted func() bool) bool {
+	for _, step := range steps {
 		queued := len(s.queued)
-		after, err := r.execute(ctx, s, step)
+		wait, err := r.execute(ctx, s, step)
 		for i := queued; i < len(s.queued); i++ {
 			s.queued[i].step = step
 		}
-		note(step, after, err)
+		note(step, wait, err)
 		if aborted() {
-			// Nothing queued was stored or started: the steps are planned again.
 			for _, q := range s.queued {
 				if ws := findWorker(s.pool, q.worker); ws != nil {
 					ws.Task = nil
 				}
 			}
 			s.queued = nil
-			return after
+			return false
 		}
 	}
-	r.startQueued(ctx, s, note)
-	return after
+	return true
 }
 
 // patchNodesTogether runs the due steps that only patch their node (Relabel, Uncordon)

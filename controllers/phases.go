@@ -52,11 +52,9 @@ func (r *GPUPoolProfileReconciler) reconcile(ctx context.Context, s *scope) (ctr
 func runPhases(ctx context.Context, s *scope, phases []phase) (ctrl.Result, error) {
 	var after time.Duration
 	for _, ph := range phases {
-		// The wall clock, not r.Clock: this measures the operator's own time, and a test's
-		// fake clock does not move within a pass.
 		start := time.Now()
 		o, err := ph.run(ctx, s)
-		phaseDuration.WithLabelValues(ph.name).Observe(time.Since(start).Seconds())
+		recordPhaseTime(ph.name, start)
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("%s: %w", ph.name, err)
 		}
@@ -66,6 +64,20 @@ func runPhases(ctx context.Context, s *scope, phases []phase) (ctrl.Result, erro
 		}
 	}
 	return ctrl.Result{RequeueAfter: after}, nil
+}
+
+// recordPhaseTime records the time a phase (or a part of act, "act:<part>") took since
+// start, on the wall clock: this measures the operator's own time, and a test's fake
+// clock does not move within a pass.
+func recordPhaseTime(name string, start time.Time) {
+	phaseDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+}
+
+// timed runs f as a part of a phase and records its time (recordPhaseTime).
+func timed(name string, f func()) {
+	start := time.Now()
+	f()
+	recordPhaseTime(name, start)
 }
 
 // desirePhase decides which layout is wanted now and when that changes next (with

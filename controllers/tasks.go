@@ -166,12 +166,12 @@ type queuedStart struct {
 	err    error
 }
 
-// maxConcurrentStarts bounds the hosts whose tasks are started at once.
+// maxConcurrentStarts bounds the task starts (groups of startGroups) run at once.
 const maxConcurrentStarts = 16
 
 // startQueued stores the intents of the tasks the pass queued in one status write and,
-// only if that succeeds, asks vCenter to start them: hosts concurrently, a host's tasks
-// one after the other in the plan's order (the order placement may need). A pass that
+// only if that succeeds, asks vCenter to start them, concurrently but for the
+// power-ons of one host (startGroups). A pass that
 // starts a task for every VM of a large pool thus costs one status write, not one per
 // VM. It reports, per queued start, its step and when to look again or the error.
 func (r *GPUPoolProfileReconciler) startQueued(ctx context.Context, s *scope, note func(step plan.Step, after time.Duration, err error)) {
@@ -189,22 +189,40 @@ func (r *GPUPoolProfileReconciler) startQueued(ctx context.Context, s *scope, no
 		}
 		return
 	}
-	var hosts []string
-	byHost := map[string][]int{}
-	for i, q := range queued {
-		if _, ok := byHost[q.host]; !ok {
-			hosts = append(hosts, q.host)
-		}
-		byHost[q.host] = append(byHost[q.host], i)
-	}
-	forEach(len(hosts), maxConcurrentStarts, func(h int) {
-		for _, i := range byHost[hosts[h]] {
+	groups := startGroups(queued)
+	forEach(len(groups), maxConcurrentStarts, func(g int) {
+		for _, i := range groups[g] {
 			queued[i].id, queued[i].err = queued[i].start()
 		}
 	})
 	for _, q := range queued {
 		note(q.step, r.started(ctx, s, q), nil)
 	}
+}
+
+// startGroups groups the queued starts that must go one after the other: the power-ons
+// of one host, in the plan's order, which placement may need (vSphere places a vGPU at
+// power-on). A park or a reconfigure takes no GPU, so each is a group of its own: a pass
+// that parks the twenty VMs of a host does not wait for twenty calls in a row. A
+// power-on never needs a park of the same pass: the plan frees GPUs only when it sees
+// the parked VM off.
+func startGroups(queued []queuedStart) [][]int {
+	var groups [][]int
+	hostGroup := map[string]int{}
+	for i, q := range queued {
+		if q.op != vsphere.OpPowerOn {
+			groups = append(groups, []int{i})
+			continue
+		}
+		g, ok := hostGroup[q.host]
+		if !ok {
+			g = len(groups)
+			hostGroup[q.host] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
 }
 
 // started records what vCenter answered to one start. An empty task id means the VM was

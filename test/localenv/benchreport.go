@@ -62,14 +62,17 @@ func FormatReactions(rs []*BenchResult) string {
 	return b.String()
 }
 
-// passPhases is the order of a pass's phases (controllers/phases.go), for the table.
-var passPhases = []string{"desire", "paused", "observe", "tasks", "keep-aborted", "decide", "settled", "act"}
+// passPhases is the order of a pass's phases (controllers/phases.go) and of act's parts
+// (controllers/act.go), for the table.
+var passPhases = []string{"desire", "paused", "observe", "tasks", "keep-aborted", "decide", "settled", "act",
+	"act:cordon", "act:evict", "act:node-steps", "act:park", "act:steps", "act:start"}
 
 // FormatPhases renders where the passes spent their time during the switches: per phase,
-// how often it ran, its p50/p99 and its total, and its share of all the phases' time.
+// how often it ran, its p50/p99 and its total, and its share of all the phases' time (a
+// part of a phase, "act:cordon", its share of that phase's).
 func FormatPhases(rs []*BenchResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-6s %-13s %-7s %-10s %-10s %-10s %-6s\n", "hosts", "phase", "n", "p50", "p99", "total", "share")
+	fmt.Fprintf(&b, "%-6s %-15s %-7s %-10s %-10s %-10s %-6s\n", "hosts", "phase", "n", "p50", "p99", "total", "share")
 	q := func(d time.Duration) string {
 		if d < 0 {
 			return ">65s"
@@ -78,13 +81,18 @@ func FormatPhases(rs []*BenchResult) string {
 	}
 	for _, r := range rs {
 		var all time.Duration
-		for _, p := range r.Phases {
-			all += p.Total
+		for name, p := range r.Phases {
+			if !strings.Contains(name, ":") {
+				all += p.Total
+			}
 		}
 		for _, name := range phaseOrder(r.Phases) {
-			p := r.Phases[name]
-			fmt.Fprintf(&b, "%-6d %-13s %-7d %-10s %-10s %-10s %5.1f%%\n", r.Hosts, name, p.N, q(p.P50), q(p.P99),
-				p.Total.Round(10*time.Millisecond), 100*p.Total.Seconds()/max(all.Seconds(), 1e-9))
+			p, whole := r.Phases[name], all
+			if parent, _, part := strings.Cut(name, ":"); part {
+				whole = r.Phases[parent].Total
+			}
+			fmt.Fprintf(&b, "%-6d %-15s %-7d %-10s %-10s %-10s %5.1f%%\n", r.Hosts, name, p.N, q(p.P50), q(p.P99),
+				p.Total.Round(10*time.Millisecond), 100*p.Total.Seconds()/max(whole.Seconds(), 1e-9))
 		}
 	}
 	b.WriteString("(p50/p99 at the histogram's bucket resolution, powers of two from 1 ms)\n")

@@ -83,3 +83,22 @@ func TestLabelValue(t *testing.T) {
 		}
 	}
 }
+
+// TestFormatPhasesShares: a phase's share is of all the phases' time, a part's share of
+// its phase's; the phases come in pass order.
+func TestFormatPhasesShares(t *testing.T) {
+	r := &BenchResult{Hosts: 4, Phases: map[string]PhaseStat{
+		"observe":    {N: 10, P50: time.Millisecond, P99: 2 * time.Millisecond, Total: time.Second},
+		"act":        {N: 10, P50: time.Millisecond, P99: -1, Total: 3 * time.Second},
+		"act:cordon": {N: 2, P50: time.Millisecond, P99: time.Millisecond, Total: 1500 * time.Millisecond},
+	}}
+	out := FormatPhases([]*BenchResult{r})
+	for _, want := range []string{"observe", "25.0%", "75.0%", "50.0%", ">65s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if i, j, k := strings.Index(out, "observe"), strings.Index(out, "act "), strings.Index(out, "act:cordon"); i > j || j > k {
+		t.Errorf("phases out of pass order:\n%s", out)
+	}
+}

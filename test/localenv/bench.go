@@ -48,13 +48,15 @@ type BenchResult struct {
 	EvictionLatency                  time.Duration
 	EvictionsPerPod                  float64
 	CallsPerChangedVM                float64
-	Reconciles                       int
-	ReconcileP50, ReconcileP99       time.Duration
-	RSSPeakMiB                       float64
-	IdleCPUPercent                   float64
-	Sequential                       time.Duration // extrapolated to all hosts
-	SequentialMeasured               time.Duration
-	SequentialHosts                  int
+	// CallsByMethod are vgpusim's calls during the two switches, by SOAP method.
+	CallsByMethod              map[string]int
+	Reconciles                 int
+	ReconcileP50, ReconcileP99 time.Duration
+	RSSPeakMiB                 float64
+	IdleCPUPercent             float64
+	Sequential                 time.Duration // extrapolated to all hosts
+	SequentialMeasured         time.Duration
+	SequentialHosts            int
 	// Reactions are gpupool's reaction times by kind (React*), over both switches, and
 	// the breakdowns each switch's critical path, from the watches and vgpusim's task
 	// log (reaction.go).
@@ -230,7 +232,11 @@ func (e *Env) benchSwitches(ctx context.Context, r *BenchResult, pods int) error
 	r.BreakdownDayToNight, r.BreakdownNightToDay = toNight.criticalPath(), toDay.criticalPath()
 	callsAfter, _ := e.vgpusimCalls()
 	changes := 0
+	r.CallsByMethod = map[string]int{}
 	for m, n := range callsAfter {
+		if n > callsBefore[m] {
+			r.CallsByMethod[m] = n - callsBefore[m]
+		}
 		if m == "RetrieveProperties" || m == "RetrievePropertiesEx" || m == "ContinueRetrievePropertiesEx" {
 			continue // the shared inventory reads
 		}

@@ -27,6 +27,11 @@ func FormatBench(rs []*BenchResult) string {
 			r.EvictionsPerPod, r.CallsPerChangedVM, r.Reconciles, fmt.Sprintf("%s/%s", r.ReconcileP50, r.ReconcileP99), r.RSSPeakMiB, r.IdleCPUPercent, seq)
 	}
 	for _, r := range rs {
+		if len(r.CallsByMethod) > 0 {
+			fmt.Fprintf(&b, "vCenter calls during the switches at %d hosts: %s\n", r.Hosts, callsByMethod(r.CallsByMethod))
+		}
+	}
+	for _, r := range rs {
 		if r.SequentialHosts > 0 {
 			fmt.Fprintf(&b, "sequential script at %d hosts: measured %s on %d host(s), extrapolated to %s\n",
 				r.Hosts, r.SequentialMeasured.Round(100*time.Millisecond), r.SequentialHosts, r.Sequential.Round(time.Second))
@@ -60,6 +65,25 @@ func FormatReactions(rs []*BenchResult) string {
 	}
 	b.WriteString("(critical path: the last node of the new layout back to the switch's start; the rest of a makespan is waiting no step of that path explains)\n")
 	return b.String()
+}
+
+// callsByMethod lists calls by method, most first.
+func callsByMethod(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if m[a] != m[b] {
+			return m[b] - m[a]
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // passPhases is the order of a pass's phases (controllers/phases.go) and of act's parts

@@ -102,3 +102,10 @@ func TestFormatPhasesShares(t *testing.T) {
 		t.Errorf("phases out of pass order:\n%s", out)
 	}
 }
+
+func TestCallsByMethodMostFirst(t *testing.T) {
+	got := callsByMethod(map[string]int{"PowerOnVM_Task": 80, "WaitForUpdatesEx": 300, "SuspendVM_Task": 80})
+	if want := "WaitForUpdatesEx 300, PowerOnVM_Task 80, SuspendVM_Task 80"; got != want {
+		t.Errorf("callsByMethod = %q, want %q", got, want)
+	}
+}

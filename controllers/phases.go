@@ -204,8 +204,8 @@ func (r *GPUPoolProfileReconciler) actPhase(ctx context.Context, s *scope) (outc
 		r.startTransition(s, s.plan)
 	}
 	after := r.act(ctx, s, s.plan)
-	after = soonest(after, r.warnSchedulers(ctx, s, s.plan))
-	r.publishStates(ctx, s)
+	timed("act:warn", func() { after = soonest(after, r.warnSchedulers(ctx, s, s.plan)) })
+	timed("act:states", func() { r.publishStates(ctx, s) })
 	if len(s.facts.held) > 0 {
 		after = soonest(after, requeueBlocked)
 	}

@@ -89,7 +89,7 @@ func callsByMethod(m map[string]int) string {
 // passPhases is the order of a pass's phases (controllers/phases.go) and of act's parts
 // (controllers/act.go), for the table.
 var passPhases = []string{"desire", "paused", "observe", "tasks", "keep-aborted", "decide", "settled", "act",
-	"act:cordon", "act:evict", "act:node-steps", "act:park", "act:steps", "act:start"}
+	"act:cordon", "act:evict", "act:node-steps", "act:park", "act:steps", "act:start", "act:warn", "act:states"}
 
 // FormatPhases renders where the passes spent their time during the switches: per phase,
 // how often it ran, its p50/p99 and its total, and its share of all the phases' time (a

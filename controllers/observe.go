@@ -13,10 +13,9 @@ import (
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
-// observe reads the credentials, the vSphere inventory and the nodes, and resolves once
-// which VM and which node each worker of the spec is. The observe phase then reads what
-// the planner needs of the nodes (observeNodes); a paused pool, which only follows its
-// tasks, does not. It reports false, with when to
+// observe reads the credentials, the vSphere inventory, the nodes and the pods on the
+// cordoned ones, and resolves once which VM and which node each worker of the spec is.
+// It is the pass's only read of the world before it acts; s.wanted must be set. It reports false, with when to
 // look again, when the pool cannot go on now; the facts say why.
 func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.Duration, bool) {
 	pool := s.pool
@@ -44,6 +43,7 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.
 	s.layouts = nil // indexed by s.vms
 	s.allNodes = nodes.Items
 	s.nodes = matchNodes(poolWorkers(&pool.Spec), s.vms, s.allNodes)
+	r.observeNodes(ctx, s)
 	s.facts.observed = true
 	return 0, true
 }
@@ -143,9 +143,8 @@ func matchNodes(workers []gpupoolv1.Worker, vms map[string]*inventory.VM, nodes 
 
 // observeNodes records what the planner needs of each pool node that only the cluster
 // can tell: what it lacks to be ready for work for the wanted layout (s.gaps), and, for
-// a cordoned node, whether anything on it is still to evict (s.drained). s.wanted must be
-// set. Besides demand (desire) and the tasks in flight (tasks), the pass reads nothing
-// else before it acts.
+// a cordoned node, whether anything on it is still to evict (s.drained). It is the one
+// place a pass lists pods before it acts.
 func (r *GPUPoolProfileReconciler) observeNodes(ctx context.Context, s *scope) {
 	s.gaps = make(map[string][]string, len(s.nodes))
 	s.drained = map[string]bool{}

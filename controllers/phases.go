@@ -116,7 +116,7 @@ func (r *GPUPoolProfileReconciler) pausedPhase(ctx context.Context, s *scope) (o
 	return outcome{after: r.followPausedTasks(ctx, s), stop: true}, nil
 }
 
-// observePhase reads vSphere, the nodes and the pods of cordoned ones. Without them the pass stops, retried when
+// observePhase reads vSphere and the nodes. Without them the pass stops, retried when
 // the facts say (a refused login much later than an unreachable vCenter), and the
 // warnings stay only while their switch is still due. Once observed, the pass comes
 // back when the wanted layout changes at the latest.
@@ -126,7 +126,6 @@ func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (
 		r.withdrawWarnings(ctx, s, func(at time.Time) bool { return warningDue(s.now, d.Next, horizon, due, at) })
 		return outcome{after: retry, stop: true}, nil
 	}
-	r.observeNodes(ctx, s)
 	return outcome{after: r.untilBoundary(s)}, nil
 }
 
@@ -166,9 +165,6 @@ func (r *GPUPoolProfileReconciler) decidePhase(ctx context.Context, s *scope) (o
 		return outcome{stop: true}, nil // the task wait and the boundary bring the next pass
 	}
 	s.plan, s.layout = p, making
-	// Index the layout being made here, in this goroutine: act's concurrent relabels
-	// look its workers up (metaFor), and the index is filled on first use.
-	s.layoutWorkers(making)
 	r.recordWorkers(s, p)
 	r.publishPlan(ctx, s, p)
 	return outcome{}, nil

@@ -58,7 +58,6 @@ func (w *scaleWorld) pass(ctx context.Context, tb testing.TB, layout string) *sc
 	if _, ok := w.r.observe(ctx, s); !ok {
 		tb.Fatalf("observe: %+v", s.facts)
 	}
-	w.r.observeNodes(ctx, s)
 	w.r.checkTasks(ctx, s)
 	p, making, err := w.r.decide(s)
 	if err != nil || len(p.Problems) > 0 {

@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -215,13 +214,10 @@ func startGroups(queued []queuedStart) [][]int {
 			groups = append(groups, []int{i})
 			continue
 		}
-		// The host the VM is powered on on: the plan's when it moves the power-on off
-		// the VM's own (powerOnHost).
-		host := cmp.Or(q.step.Host, q.host)
-		g, ok := hostGroup[host]
+		g, ok := hostGroup[q.host]
 		if !ok {
 			g = len(groups)
-			hostGroup[host] = g
+			hostGroup[q.host] = g
 			groups = append(groups, nil)
 		}
 		groups[g] = append(groups[g], i)

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpupool/gpupool/internal/nodes"
 )
 
 // Cluster API annotations gpupool sets on a parked node's Machine and infrastructure
@@ -138,7 +140,7 @@ func (r *GPUPoolProfileReconciler) patchAnnotation(ctx context.Context, o *unstr
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	added := splitList(ann[annotationAddedCAPI])
+	added := nodes.SplitList(ann[annotationAddedCAPI])
 	_, present := ann[key]
 	ours := slices.Contains(added, key)
 	switch {
@@ -152,25 +154,10 @@ func (r *GPUPoolProfileReconciler) patchAnnotation(ctx context.Context, o *unstr
 		return nil
 	}
 	before := o.DeepCopy()
-	setOrDelete(ann, annotationAddedCAPI, strings.Join(added, ","))
+	nodes.SetOrDelete(ann, annotationAddedCAPI, strings.Join(added, ","))
 	o.SetAnnotations(ann)
 	if err := r.Client.Patch(ctx, o, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("annotating %s %s/%s: %w", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 	}
 	return nil
-}
-
-func splitList(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, ",")
-}
-
-func setOrDelete(m map[string]string, k, v string) {
-	if v == "" {
-		delete(m, k)
-		return
-	}
-	m[k] = v
 }

@@ -49,3 +49,22 @@ func TestTerminatingClockForgets(t *testing.T) {
 }
 
 func ptr(v int64) *int64 { return &v }
+
+// TestTerminatingClockIgnoresTheAPIServersClock: the API server stamps a pod's
+// deletionTimestamp on its own clock; with gpupool's clock an hour ahead of it or behind
+// it, a terminating pod still holds for exactly its grace period plus TerminatingMargin
+// from when gpupool first saw it, never a moment less or more.
+func TestTerminatingClockIgnoresTheAPIServersClock(t *testing.T) {
+	end := 10*time.Second + TerminatingMargin
+	for _, offset := range []time.Duration{-time.Hour, -time.Second, 0, time.Second, time.Hour} {
+		var c TerminatingClock
+		p := pod("web", "ReplicaSet", terminating(10))
+		p.DeletionTimestamp.Time = t0.Add(offset) // stamped by a clock offset from ours
+		if !c.Holds(&p, true, t0) || !c.Holds(&p, true, t0.Add(end-time.Second)) {
+			t.Errorf("API server clock %s from ours: the pod stopped holding before its grace period and margin", offset)
+		}
+		if c.Holds(&p, true, t0.Add(end)) {
+			t.Errorf("API server clock %s from ours: the pod still holds after its grace period and margin", offset)
+		}
+	}
+}

@@ -44,7 +44,9 @@ func ParkedMeta(pool string) Meta {
 
 func taintID(t corev1.Taint) string { return t.Key + ":" + string(t.Effect) }
 
-func splitList(s string) []string {
+// SplitList splits the value of a comma-separated list annotation (the keys and taints
+// gpupool manages on a node, the Cluster API annotations it added); "" is no items.
+func SplitList(s string) []string {
 	if s == "" {
 		return nil
 	}
@@ -61,7 +63,7 @@ func HasMeta(n *corev1.Node, m Meta) bool {
 			return false
 		}
 	}
-	for _, k := range splitList(n.Annotations[gpupoolv1.AnnotationManagedLabels]) {
+	for _, k := range SplitList(n.Annotations[gpupoolv1.AnnotationManagedLabels]) {
 		if _, want := m.Labels[k]; !want {
 			if _, has := n.Labels[k]; has {
 				return false
@@ -81,7 +83,7 @@ func HasMeta(n *corev1.Node, m Meta) bool {
 			return false
 		}
 	}
-	for _, id := range splitList(n.Annotations[gpupoolv1.AnnotationManagedTaints]) {
+	for _, id := range SplitList(n.Annotations[gpupoolv1.AnnotationManagedTaints]) {
 		if _, want := wantTaints[id]; !want {
 			if _, has := have[id]; has {
 				return false
@@ -103,7 +105,7 @@ func ApplyMeta(n *corev1.Node, m Meta) {
 	if n.Annotations == nil {
 		n.Annotations = map[string]string{}
 	}
-	for _, k := range splitList(n.Annotations[gpupoolv1.AnnotationManagedLabels]) {
+	for _, k := range SplitList(n.Annotations[gpupoolv1.AnnotationManagedLabels]) {
 		if _, want := m.Labels[k]; !want {
 			delete(n.Labels, k)
 		}
@@ -122,7 +124,7 @@ func ApplyMeta(n *corev1.Node, m Meta) {
 		ids = append(ids, taintID(t))
 	}
 	sort.Strings(ids)
-	oldManaged := splitList(n.Annotations[gpupoolv1.AnnotationManagedTaints])
+	oldManaged := SplitList(n.Annotations[gpupoolv1.AnnotationManagedTaints])
 	taints := n.Spec.Taints[:0:0]
 	for _, t := range n.Spec.Taints {
 		id := taintID(t)
@@ -138,8 +140,8 @@ func ApplyMeta(n *corev1.Node, m Meta) {
 		taints = append(taints, want[id])
 	}
 	n.Spec.Taints = taints
-	setOrDelete(n.Annotations, gpupoolv1.AnnotationManagedLabels, strings.Join(keys, ","))
-	setOrDelete(n.Annotations, gpupoolv1.AnnotationManagedTaints, strings.Join(ids, ","))
+	SetOrDelete(n.Annotations, gpupoolv1.AnnotationManagedLabels, strings.Join(keys, ","))
+	SetOrDelete(n.Annotations, gpupoolv1.AnnotationManagedTaints, strings.Join(ids, ","))
 }
 
 // SetManagedLabel sets one label and records it as gpupool's, so that removing the
@@ -152,7 +154,7 @@ func SetManagedLabel(n *corev1.Node, k, v string) {
 		n.Annotations = map[string]string{}
 	}
 	n.Labels[k] = v
-	keys := splitList(n.Annotations[gpupoolv1.AnnotationManagedLabels])
+	keys := SplitList(n.Annotations[gpupoolv1.AnnotationManagedLabels])
 	if !slices.Contains(keys, k) {
 		keys = append(keys, k)
 		sort.Strings(keys)
@@ -200,7 +202,9 @@ func Uncordon(n *corev1.Node) {
 	delete(n.Annotations, gpupoolv1.AnnotationCordoned)
 }
 
-func setOrDelete(m map[string]string, k, v string) {
+// SetOrDelete sets annotation k to v, or removes it when v is "", so that an emptied
+// list annotation does not stay behind.
+func SetOrDelete(m map[string]string, k, v string) {
 	if v == "" {
 		delete(m, k)
 		return

@@ -29,40 +29,59 @@ const ReasonCredentialsNotAllowed = "CredentialsNamespaceNotAllowed"
 // when it will try again: the documented back-off.
 const loginRetryDefault = vsphere.LoginBackoff
 
-// connectVCenter reads the pool's credentials, logs in (or reuses the session) and reads
-// the inventory. It reports false, with when to look again, when the pool cannot go on
-// now; the facts then say why, naming the server without any user info and never the
-// password.
-func (r *GPUPoolProfileReconciler) connectVCenter(ctx context.Context, s *scope) (vsphere.Client, *inventory.Inventory, time.Duration, bool) {
+// connectVCenter reads the pool's credentials and logs in (or reuses the session). It
+// reports false, with when to look again, when the pool cannot go on now; the facts
+// then say why, naming the server without any user info and never the password. It reads
+// no inventory: a pass checks its tasks in flight first (checkTasks), then reads what
+// they change (readInventory).
+func (r *GPUPoolProfileReconciler) connectVCenter(ctx context.Context, s *scope) (vsphere.Client, time.Duration, bool) {
 	vc := s.pool.Spec.VCenter
-	server := displayServer(vc.Server)
 	key := types.NamespacedName{Namespace: vc.CredentialsSecretRef.Namespace, Name: vc.CredentialsSecretRef.Name}
 	if !r.Credentials.Allows(key.Namespace) {
 		// Admission refuses this; a pool that got through (webhook down, flag changed)
 		// is held here, before any Secret is read.
 		s.facts.credentialsReason, s.facts.credentials = ReasonCredentialsNotAllowed, r.Credentials.Refusal(key.Namespace)
-		return nil, nil, requeueBlocked, false
+		return nil, requeueBlocked, false
 	}
 	var secret corev1.Secret
 	// Read uncached: caching would watch Secrets.
 	if err := r.APIReader.Get(ctx, key, &secret); err != nil {
 		s.facts.credentials = fmt.Sprintf("cannot read Secret %s with the vCenter credentials: %v", key, err)
-		return nil, nil, requeueBlocked, false
+		return nil, requeueBlocked, false
 	}
 	user, pass := string(secret.Data["username"]), string(secret.Data["password"])
 	if user == "" || pass == "" {
 		s.facts.credentials = fmt.Sprintf("Secret %s must have the keys username and password", key)
-		return nil, nil, requeueBlocked, false
+		return nil, requeueBlocked, false
 	}
 	vcc, err := r.VSphere.Connect(ctx, vsphere.Config{
 		Server: vc.Server, Datacenter: vc.Datacenter, Username: user, Password: pass,
 		Thumbprint: vc.Thumbprint, CABundle: vc.CABundle, Insecure: vc.Insecure,
 		CredentialsVersion: secret.ResourceVersion, Owner: s.pool.Name,
 	})
-	var inv *inventory.Inventory
-	if err == nil {
-		inv, err = vcc.Inventory(ctx, poolVMs(&s.pool.Spec)...)
+	if err != nil {
+		return nil, r.vcenterFailed(ctx, s, err), false
 	}
+	return vcc, 0, true
+}
+
+// readInventory reads the pool's part of the vSphere inventory through the session
+// connectVCenter opened (s.vc). It reports false, with when to look again, as
+// connectVCenter does.
+func (r *GPUPoolProfileReconciler) readInventory(ctx context.Context, s *scope) (*inventory.Inventory, time.Duration, bool) {
+	inv, err := s.vc.Inventory(ctx, poolVMs(&s.pool.Spec)...)
+	if err != nil {
+		return nil, r.vcenterFailed(ctx, s, err), false
+	}
+	return inv, 0, true
+}
+
+// vcenterFailed records why vCenter could not be used (a refused login, or vCenter
+// unreachable or failing) in the facts and returns when to try again.
+func (r *GPUPoolProfileReconciler) vcenterFailed(ctx context.Context, s *scope, err error) time.Duration {
+	vc := s.pool.Spec.VCenter
+	server := displayServer(vc.Server)
+	key := types.NamespacedName{Namespace: vc.CredentialsSecretRef.Namespace, Name: vc.CredentialsSecretRef.Name}
 	if errors.Is(err, vsphere.ErrInvalidLogin) {
 		// Whatever triggers the next reconcile, the connector does not log in with these
 		// credentials before the back-off ends; come back then.
@@ -73,14 +92,11 @@ func (r *GPUPoolProfileReconciler) connectVCenter(ctx context.Context, s *scope)
 		}
 		s.facts.credentials = fmt.Sprintf("vCenter %s refused the credentials in Secret %s; they are not tried again for %s unless the Secret changes",
 			server, key, retry.Round(time.Second))
-		return nil, nil, retry, false
+		return retry
 	}
-	if err != nil {
-		s.facts.vcenter = fmt.Sprintf("vCenter %s: %v", server, err)
-		log.FromContext(ctx).Info("vCenter unavailable", "server", server, "error", err.Error())
-		return nil, nil, requeueVCenter, false
-	}
-	return vcc, inv, 0, true
+	s.facts.vcenter = fmt.Sprintf("vCenter %s: %v", server, err)
+	log.FromContext(ctx).Info("vCenter unavailable", "server", server, "error", err.Error())
+	return requeueVCenter
 }
 
 // displayServer is spec.vcenter.server as it may be shown in conditions, events and logs:

@@ -81,16 +81,10 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 		return ctrl.Result{}, nil
 	}
 	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now()}
-	vcc, inv, _, connected := r.connectVCenter(ctx, s)
+	vcc, _, connected := r.connectVCenter(ctx, s)
 	after := time.Duration(0)
 	if connected {
-		s.vc, s.inv = vcc, inv
-		s.vms = map[string]*inventory.VM{}
-		for _, w := range pool.Status.Workers {
-			if vm, ok := inv.FindVM(w.VM); ok {
-				s.vms[w.VM] = vm
-			}
-		}
+		s.vc = vcc
 		after = r.checkTasks(ctx, s)
 	}
 	waiting, late := tasksToWaitFor(pool, s.now)
@@ -116,11 +110,15 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 		r.emit(pool, corev1.EventTypeWarning, "DeletionTasksUnsettled", "the pool is being deleted; %d vSphere task(s) did not end within %s and are no longer waited for: %s; their nodes are released by the VMs' power states as last observed",
 			len(late), deletionTaskWait, firstFew(late, ", "))
 	}
-	if !connected {
-		s.inv = nil // power states unknown: nodes are released by their parked label
+	var inv *inventory.Inventory
+	if connected {
+		// Read after the last task ended: a VM whose suspend just ended reads as parked,
+		// one whose power-on just ended as running. A failed read leaves inv nil: the
+		// power states are unknown, and nodes are released by their parked label.
+		inv, _, _ = r.readInventory(ctx, s)
 	}
 	r.tasks.watch(pool.Name, nil, nil)
-	return r.finalize(ctx, pool, s.inv)
+	return r.finalize(ctx, pool, inv)
 }
 
 // tasksToWaitFor names the workers' tasks in flight that a deletion still waits for
@@ -208,7 +206,8 @@ func (r *GPUPoolProfileReconciler) followPausedTasks(ctx context.Context, s *sco
 		return 0
 	}
 	after := requeueTask
-	if _, ok := r.observe(ctx, s); ok {
+	if vcc, _, ok := r.connectVCenter(ctx, s); ok {
+		s.vc = vcc
 		after = r.checkTasks(ctx, s)
 	}
 	for _, w := range s.pool.Status.Workers {

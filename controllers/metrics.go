@@ -27,6 +27,10 @@ var (
 		Name: "gpupool_task_intents_resolved_total",
 		Help: "Recorded intents to start a vSphere task whose task id was lost (a crash or a failed status write), by what vCenter showed: adopted (the task had been started) or not-started.",
 	}, []string{"pool", "result"})
+	shortfallRereads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpupool_shortfall_rereads_total",
+		Help: "Passes that saw the wanted layout short on a quiet read (no task of the pool in flight or ending) and read the world a second time before believing it.",
+	}, []string{"pool"})
 	podEvictions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpupool_pod_evictions_total",
 		Help: "Pods the pool's drains evicted (eviction API calls granted). Divided by the pods the drained nodes ran, it says how often a pod was evicted again from a node drained later.",
@@ -41,5 +45,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(transitionsTotal, transitionDuration, workersByStep, vsphereTaskErrors, intentsResolved, podEvictions, phaseDuration)
+	metrics.Registry.MustRegister(transitionsTotal, transitionDuration, workersByStep, vsphereTaskErrors, intentsResolved, shortfallRereads, podEvictions, phaseDuration)
 }

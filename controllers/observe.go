@@ -13,17 +13,27 @@ import (
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
-// observe reads the credentials, the vSphere inventory, the nodes and the pods on the
-// cordoned ones, and resolves once which VM and which node each worker of the spec is.
-// It is the pass's only read of the world before it acts; s.wanted must be set. It reports false, with when to
-// look again, when the pool cannot go on now; the facts say why.
+// observe reads the vSphere inventory, the nodes and the pods on the cordoned ones, and
+// resolves once which VM and which node each worker of the spec is. It is the pass's
+// read of the world before it acts (decidePhase reads it once more to confirm a
+// shortfall); s.wanted must be set. A pass checks its tasks first (tasksPhase); a caller
+// that only looks (the preview) may leave s.vc nil, and observe then logs in itself. It
+// reports false, with when to look again, when the pool cannot go on now; the facts say
+// why.
 func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.Duration, bool) {
 	pool := s.pool
-	vcc, inv, retry, ok := r.connectVCenter(ctx, s)
+	if s.vc == nil {
+		vcc, retry, ok := r.connectVCenter(ctx, s)
+		if !ok {
+			return retry, false
+		}
+		s.vc = vcc
+	}
+	inv, retry, ok := r.readInventory(ctx, s)
 	if !ok {
 		return retry, false
 	}
-	s.vc, s.inv, s.index = vcc, inv, inv.Index()
+	s.inv, s.index = inv, inv.Index()
 	if retry, ok := r.checkClaims(ctx, s); !ok {
 		return retry, false
 	}

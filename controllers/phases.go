@@ -32,8 +32,9 @@ func (r *GPUPoolProfileReconciler) phases() []phase {
 	return []phase{
 		{"desire", r.desirePhase},            // the wanted layout, and when that changes next
 		{"paused", r.pausedPhase},            // a paused pool follows its tasks and stops
-		{"observe", r.observePhase},          // vSphere, the nodes and their pods
+		{"connect", r.connectPhase},          // the credentials and the vCenter session
 		{"tasks", r.tasksPhase},              // the vSphere tasks that ended; removed nodes
+		{"observe", r.observePhase},          // vSphere, the nodes and their pods
 		{"keep-aborted", r.keepAbortedPhase}, // an aborted switch waits for a new spec
 		{"decide", r.decidePhase},            // the plan, to the wanted layout or back
 		{"settled", r.settledPhase},          // done, or blocked by problems: stop
@@ -116,26 +117,46 @@ func (r *GPUPoolProfileReconciler) pausedPhase(ctx context.Context, s *scope) (o
 	return outcome{after: r.followPausedTasks(ctx, s), stop: true}, nil
 }
 
+// connectPhase logs in to vCenter (or reuses the session). Without it the pass stops,
+// as observePhase does.
+func (r *GPUPoolProfileReconciler) connectPhase(ctx context.Context, s *scope) (outcome, error) {
+	vcc, retry, ok := r.connectVCenter(ctx, s)
+	if !ok {
+		return r.blind(ctx, s, retry), nil
+	}
+	s.vc = vcc
+	return outcome{}, nil
+}
+
+// tasksPhase records the vSphere tasks that ended and releases the nodes of VMs the
+// spec no longer names. It runs before observe, so that the inventory every decision of
+// the pass uses was read after the pass knew which tasks are in flight: a task that ends
+// between the two reads is still in flight for this pass, and a task recorded as ended
+// ended before the inventory was read (the snapshot rule, docs/operations.md).
+func (r *GPUPoolProfileReconciler) tasksPhase(ctx context.Context, s *scope) (outcome, error) {
+	wait := r.checkTasks(ctx, s)
+	s.tasksInFlight = wait > 0
+	r.releaseRemoved(ctx, s)
+	return outcome{after: wait}, nil
+}
+
 // observePhase reads vSphere and the nodes. Without them the pass stops, retried when
 // the facts say (a refused login much later than an unreachable vCenter), and the
 // warnings stay only while their switch is still due. Once observed, the pass comes
 // back when the wanted layout changes at the latest.
 func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (outcome, error) {
 	if retry, ok := r.observe(ctx, s); !ok {
-		d, due, horizon := s.decision, switchDue(s), warnAhead(&s.pool.Spec)
-		r.withdrawWarnings(ctx, s, func(at time.Time) bool { return warningDue(s.now, d.Next, horizon, due, at) })
-		return outcome{after: retry, stop: true}, nil
+		return r.blind(ctx, s, retry), nil
 	}
 	return outcome{after: r.untilBoundary(s)}, nil
 }
 
-// tasksPhase records the vSphere tasks that ended and releases the nodes of VMs the
-// spec no longer names.
-func (r *GPUPoolProfileReconciler) tasksPhase(ctx context.Context, s *scope) (outcome, error) {
-	wait := r.checkTasks(ctx, s)
-	s.tasksInFlight = wait > 0
-	r.releaseRemoved(ctx, s)
-	return outcome{after: wait}, nil
+// blind ends a pass that could not see its world: it comes back after retry, and
+// the draining-soon warnings stay only while their switch is still due.
+func (r *GPUPoolProfileReconciler) blind(ctx context.Context, s *scope, retry time.Duration) outcome {
+	d, due, horizon := s.decision, switchDue(s), warnAhead(&s.pool.Spec)
+	r.withdrawWarnings(ctx, s, func(at time.Time) bool { return warningDue(s.now, d.Next, horizon, due, at) })
+	return outcome{after: retry, stop: true}
 }
 
 // keepAbortedPhase: an aborted transition waits for a new spec or another wanted
@@ -155,19 +176,41 @@ func (r *GPUPoolProfileReconciler) keepAbortedPhase(ctx context.Context, s *scop
 }
 
 // decidePhase builds the plan (decide) and records it in the workers' status and the
-// plan preview. A shortfall seen while tasks run stops the pass until they end.
+// plan preview. A shortfall is believed only when two reads show it with no task of the
+// pool in flight or ending: one seen while tasks run or just ended stops the pass until
+// the next (settling), and one seen on a quiet read is checked against a second read of
+// the world (confirmShortfall) before it is reported or any step goes back.
 func (r *GPUPoolProfileReconciler) decidePhase(ctx context.Context, s *scope) (outcome, error) {
 	p, making, err := r.decide(s)
 	if err != nil {
 		return outcome{}, err
 	}
+	if len(p.Problems) > 0 && !s.facts.settling {
+		if retry, ok := r.confirmShortfall(ctx, s); !ok {
+			return r.blind(ctx, s, retry), nil
+		}
+		if p, making, err = r.decide(s); err != nil {
+			return outcome{}, err
+		}
+	}
 	if s.facts.settling {
-		return outcome{stop: true}, nil // the task wait and the boundary bring the next pass
+		// The task wait, or a quick look once they ended, brings the next pass.
+		return outcome{after: requeueStep, stop: true}, nil
 	}
 	s.plan, s.layout = p, making
 	r.recordWorkers(s, p)
 	r.publishPlan(ctx, s, p)
 	return outcome{}, nil
+}
+
+// confirmShortfall reads the world a second time (observe) for a shortfall seen on a
+// quiet read, forgetting what decide concluded from the first. No task of the pool is
+// in flight between the two reads (decide settles otherwise, and the pass has started
+// none), so a shortfall both reads show is not a VM caught between two states.
+func (r *GPUPoolProfileReconciler) confirmShortfall(ctx context.Context, s *scope) (time.Duration, bool) {
+	s.facts.problems, s.facts.held, s.facts.fallback = nil, nil, ""
+	shortfallRereads.WithLabelValues(s.pool.Name).Inc()
+	return r.observe(ctx, s)
 }
 
 // settledPhase ends the pass when nothing is to be done: the layout being made is done
@@ -218,11 +261,11 @@ func (r *GPUPoolProfileReconciler) actPhase(ctx context.Context, s *scope) (outc
 // transition started from, so that the pool keeps capacity; the problems are still
 // reported. It reads nothing: the node states derive from what observe found.
 //
-// While vSphere tasks are in flight, a shortfall is not believed: the inventory may have
-// caught a VM between two states (a vGPU placed on a VM that still reads as powered off)
-// and counted a GPU twice. The pass then waits for the tasks (facts.settling) and decides
-// on the next one. Feasibility proper is decided before a transition starts, when no task
-// of the pool is in flight.
+// While vSphere tasks are in flight, or when some ended at this pass's check, a shortfall
+// is not believed: the inventory may have caught a VM between two states (a vGPU placed
+// on a VM that still reads as powered off) and counted a GPU twice. The pass then waits
+// for the tasks (facts.settling) and decides on the next one, whatever was reported
+// before. Feasibility proper is decided on quiet reads (decidePhase).
 func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layout, error) {
 	d := s.decision
 	s.nodeStates = nodeStates(s, s.wanted)
@@ -230,8 +273,13 @@ func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layo
 	if err != nil {
 		return nil, nil, fmt.Errorf("planning: %w", err)
 	}
-	if len(p.Problems) > 0 && s.tasksInFlight && !reportedInfeasible(s.persisted) {
+	if len(p.Problems) > 0 && (s.tasksInFlight || s.tasksEnded > 0) {
 		s.facts.settling = true
+		if reportedInfeasible(s.persisted) {
+			// Reported on two quiet reads before these tasks: the report stands (no
+			// flapping) while nothing is acted on.
+			s.facts.problems = p.Problems
+		}
 		return p, s.wanted, nil
 	}
 	s.facts.problems = p.Problems

@@ -55,10 +55,15 @@ func (w *scaleWorld) pass(ctx context.Context, tb testing.TB, layout string) *sc
 	s := &scope{pool: pool, persisted: w.pool, now: w.clock.Now()}
 	s.decision = plan.Decision{Layout: layout, Reason: "Default", Window: -1}
 	s.wanted = layoutNamed(&pool.Spec, layout)
+	vcc, _, ok := w.r.connectVCenter(ctx, s)
+	if !ok {
+		tb.Fatalf("connect: %+v", s.facts)
+	}
+	s.vc = vcc
+	w.r.checkTasks(ctx, s)
 	if _, ok := w.r.observe(ctx, s); !ok {
 		tb.Fatalf("observe: %+v", s.facts)
 	}
-	w.r.checkTasks(ctx, s)
 	p, making, err := w.r.decide(s)
 	if err != nil || len(p.Problems) > 0 {
 		tb.Fatalf("decide: %v %v", err, p.Problems)

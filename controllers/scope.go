@@ -53,8 +53,10 @@ type scope struct {
 	gaps    map[string][]string
 	drained map[string]bool
 	// tasksInFlight: a task of the pool was still running when the pass looked
-	// (checkTasks); a shortfall seen meanwhile is not believed (decide).
+	// (checkTasks); tasksEnded: how many ended at that look. Either way a shortfall seen
+	// by the pass is not believed (decide).
 	tasksInFlight bool
+	tasksEnded    int
 	// nextPlan is the plan of the next scheduled switch to another layout (planNext);
 	// nil when none is scheduled.
 	nextPlan *plan.Plan

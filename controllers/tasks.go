@@ -29,24 +29,19 @@ import (
 // VM that was not there at 1, and adopts it. Only when there is none is the step planned
 // again from the VM's observed state.
 
-// checkTasks looks at every worker's vSphere task in flight, before anything is planned,
-// so that a finished task is recorded even when its VM no longer needs a step. All tasks
-// are read in one call. It returns when to look again (0: nothing is in flight).
+// checkTasks looks at every worker's vSphere task in flight, before the pass reads the
+// inventory (observe), so that a finished task is recorded even when its VM no longer
+// needs a step, and so that the read shows the effect of every task recorded as ended:
+// a task that ends after this check is still in flight for the pass. All tasks are
+// read in one call. It counts the tasks that ended in s.tasksEnded and returns when to
+// look again (0: nothing is in flight).
 func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope) time.Duration {
-	var after time.Duration
+	after := r.resolveIntents(ctx, s)
 	var ids []string
-	for i := range s.pool.Status.Workers {
-		ws := &s.pool.Status.Workers[i]
-		if ws.Task == nil {
-			continue
+	for _, ws := range s.pool.Status.Workers {
+		if ws.Task != nil && ws.Task.ID != "" {
+			ids = append(ids, ws.Task.ID)
 		}
-		if ws.Task.ID == "" && !r.resolveIntent(ctx, s, ws) {
-			if ws.Task != nil {
-				after = soonest(after, requeueTask)
-			}
-			continue
-		}
-		ids = append(ids, ws.Task.ID)
 	}
 	if len(ids) == 0 {
 		return after
@@ -65,20 +60,59 @@ func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope) tim
 		info, found := infos[ws.Task.ID]
 		if wait := r.recordTask(s, ws, info, found); wait > 0 {
 			after = soonest(after, wait)
+		} else {
+			s.tasksEnded++
 		}
 	}
 	return after
 }
 
-// resolveIntent finds the task of a recorded intent in vCenter. It reports true when
-// the task was found (ws.Task.ID is set); otherwise the intent was cleared (no task was
-// started) or kept (vCenter could not be asked).
-func (r *GPUPoolProfileReconciler) resolveIntent(ctx context.Context, s *scope, ws *gpupoolv1.WorkerStatus) bool {
-	t := ws.Task
-	vm, ok := s.vms[ws.VM]
-	if !ok {
-		vm, ok = s.inv.FindVM(ws.VM)
+// resolveIntents looks for the task of every intent recorded without a task id
+// (resolveIntent); an intent it cannot settle counts as in flight (requeueTask). Such
+// intents are rare (the process died, or a status write failed, between recording an
+// intent and its task id), and finding a VM's recent tasks needs the VM's reference, so
+// only then is the inventory read here; observe reads it again after the tasks are
+// checked.
+func (r *GPUPoolProfileReconciler) resolveIntents(ctx context.Context, s *scope) time.Duration {
+	var after time.Duration
+	var inv *inventory.Inventory
+	for i := range s.pool.Status.Workers {
+		ws := &s.pool.Status.Workers[i]
+		if ws.Task == nil || ws.Task.ID != "" {
+			continue
+		}
+		if inv == nil {
+			var err error
+			if inv, err = s.vc.Inventory(ctx, intentVMs(s.pool)...); err != nil {
+				ws.Message = fmt.Sprintf("cannot tell whether %s was started: %v", ws.Task.Operation, err)
+				after = soonest(after, requeueTask)
+				continue
+			}
+		}
+		if !r.resolveIntent(ctx, s, inv, ws) && ws.Task != nil {
+			after = soonest(after, requeueTask)
+		}
 	}
+	return after
+}
+
+// intentVMs names the VMs of the workers with an intent recorded without a task id.
+func intentVMs(pool *gpupoolv1.GPUPoolProfile) []string {
+	var out []string
+	for _, w := range pool.Status.Workers {
+		if w.Task != nil && w.Task.ID == "" {
+			out = append(out, w.VM)
+		}
+	}
+	return out
+}
+
+// resolveIntent finds the task of a recorded intent in vCenter, the VM looked up in inv.
+// It reports true when the task was found (ws.Task.ID is set); otherwise the intent was
+// cleared (no task was started) or kept (vCenter could not be asked).
+func (r *GPUPoolProfileReconciler) resolveIntent(ctx context.Context, s *scope, inv *inventory.Inventory, ws *gpupoolv1.WorkerStatus) bool {
+	t := ws.Task
+	vm, ok := inv.FindVM(ws.VM)
 	if !ok {
 		ws.Message = fmt.Sprintf("%s was about to start, but VM %s is no longer in vCenter", t.Operation, ws.VM)
 		ws.Task = nil

@@ -40,6 +40,8 @@ type control struct {
 
 	// password is what SetPassword set; empty means the one the simulator started with.
 	password string
+	// onCall runs before a call of a method is served (OnCall).
+	onCall map[string]func()
 }
 
 type failure struct {
@@ -66,6 +68,7 @@ func newControl() control {
 		vmCalls:       map[string]map[string]int{},
 		timers:        map[*time.Timer]struct{}{},
 		sessionGen:    map[string]int{},
+		onCall:        map[string]func(){},
 	}
 }
 
@@ -146,6 +149,42 @@ func (s *Sim) ReleaseTasks() int {
 		s.complete(d)
 	}
 	return len(held)
+}
+
+// OnCall runs f before each call of a SOAP method is served (nil removes it), such as
+// CompleteHeld on DirectPathProfileManagerQueryCapacity: tasks that end in the middle of
+// a client's inventory read, after its property read and before its capacity query. f
+// must not call vgpusim's SOAP API.
+func (s *Sim) OnCall(method string, f func()) {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	if f == nil {
+		delete(s.ctl.onCall, method)
+		return
+	}
+	s.ctl.onCall[method] = f
+}
+
+// CompleteHeld completes the held tasks for which pick (given each one's index among
+// the held, in the order they were started) returns true, in that order, and keeps the
+// rest held and the hold in force: a test chooses which tasks of a batch end between
+// two of the operator's reads. It returns how many it completed.
+func (s *Sim) CompleteHeld(pick func(i int) bool) int {
+	s.ctl.mu.Lock()
+	var done, kept []*deferredOp
+	for i, d := range s.ctl.held {
+		if pick(i) {
+			done = append(done, d)
+		} else {
+			kept = append(kept, d)
+		}
+	}
+	s.ctl.held = kept
+	s.ctl.mu.Unlock()
+	for _, d := range done {
+		s.complete(d)
+	}
+	return len(done)
 }
 
 // FailTasks makes the next n tasks of a method (PowerOnVM_Task, PowerOffVM_Task,
@@ -266,7 +305,12 @@ func (s *Sim) handle(ctx *simulator.Context, m *simulator.Method) (mo.Reference,
 	}
 	d := s.ctl.delays[m.Name]
 	expired := ctx.Session != nil && s.ctl.sessionExpired(ctx.Session)
+	hook := s.ctl.onCall[m.Name]
 	s.ctl.mu.Unlock()
+
+	if hook != nil {
+		hook()
+	}
 
 	if d > 0 {
 		time.Sleep(d)

@@ -198,6 +198,9 @@ func (r *GPUPoolProfileReconciler) decidePhase(ctx context.Context, s *scope) (o
 		return outcome{after: requeueStep, stop: true}, nil
 	}
 	s.plan, s.layout = p, making
+	// Index the layout being made here, in this goroutine: act's concurrent relabels
+	// look its workers up (metaFor), and the index is filled on first use.
+	s.layoutWorkers(making)
 	r.recordWorkers(s, p)
 	r.publishPlan(ctx, s, p)
 	return outcome{}, nil

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
@@ -21,6 +22,8 @@ func TestStartGroups(t *testing.T) {
 			[][]int{{0}, {1}, {2}}},
 		{"power-ons of one host in order", []queuedStart{q("h1", vsphere.OpPowerOn), q("h2", vsphere.OpPowerOn), q("h1", vsphere.OpPowerOn)},
 			[][]int{{0, 2}, {1}}},
+		{"a power-on moved to another host goes with that host's", []queuedStart{q("h1", vsphere.OpPowerOn), {host: "h2", op: vsphere.OpPowerOn, step: plan.Step{Host: "h1"}}, q("h2", vsphere.OpPowerOn)},
+			[][]int{{0, 1}, {2}}},
 		{"mixed", []queuedStart{q("h1", vsphere.OpReconfigure), q("h1", vsphere.OpPowerOn), q("h1", vsphere.OpSuspend), q("h1", vsphere.OpPowerOn)},
 			[][]int{{0}, {1, 3}, {2}}},
 	}

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -248,10 +249,13 @@ func startGroups(queued []queuedStart) [][]int {
 			groups = append(groups, []int{i})
 			continue
 		}
-		g, ok := hostGroup[q.host]
+		// The host the VM is powered on on: the plan's when it moves the power-on off
+		// the VM's own (powerOnHost).
+		host := cmp.Or(q.step.Host, q.host)
+		g, ok := hostGroup[host]
 		if !ok {
 			g = len(groups)
-			hostGroup[q.host] = g
+			hostGroup[host] = g
 			groups = append(groups, nil)
 		}
 		groups[g] = append(groups[g], i)

@@ -71,6 +71,7 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 		fmt.Print(localenv.FormatBench([]*localenv.BenchResult{r}))
 		fmt.Print(localenv.FormatReactions([]*localenv.BenchResult{r}))
 		fmt.Print(localenv.FormatPhases([]*localenv.BenchResult{r}))
+		fmt.Print(localenv.FormatOnce([]*localenv.BenchResult{r}))
 	}
 	fmt.Println("==> transition benchmark (task delays " + *c.delays + ")")
 	fmt.Print(localenv.FormatBench(results))
@@ -78,6 +79,8 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 	fmt.Print(localenv.FormatReactions(results))
 	fmt.Println("==> where the manager's passes spent their time during the two switches, by phase")
 	fmt.Print(localenv.FormatPhases(results))
+	fmt.Println("==> each switch's vSphere operations per changed VM and cordons per drained node (each should be 1: any repeat is flagged)")
+	fmt.Print(localenv.FormatOnce(results))
 	if *c.json != "" {
 		if err := localenv.WriteBenchJSON(*c.json, results); err != nil {
 			errs = append(errs, fmt.Errorf("--json: %w", err))

@@ -62,6 +62,8 @@ type BenchResult struct {
 	// log (reaction.go).
 	Reactions                                map[string]Percentiles
 	BreakdownDayToNight, BreakdownNightToDay Breakdown
+	// Once checks each switch did each VM's operations and each node's cordon once.
+	Once []OnceCheck
 	// Phases are where the manager's passes spent their time during the two switches,
 	// by phase of the pass (gpupool_pass_phase_duration_seconds).
 	Phases map[string]PhaseStat
@@ -229,6 +231,7 @@ func (e *Env) benchSwitches(ctx context.Context, r *BenchResult, pods int) error
 		r.Phases = phaseStats(phasesBefore, phasesAfter)
 	}
 	r.Reactions = reactionPercentiles(toNight, toDay)
+	r.Once = []OnceCheck{onceCheck("day>night", toNight, r.ChangedVMs), onceCheck("night>day", toDay, r.ChangedVMs)}
 	r.BreakdownDayToNight, r.BreakdownNightToDay = toNight.criticalPath(), toDay.criticalPath()
 	callsAfter, _ := e.vgpusimCalls()
 	changes := 0

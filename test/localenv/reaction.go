@@ -35,6 +35,8 @@ type switchTrace struct {
 	Old, New map[string]*nodeTrace
 	// Tasks are vgpusim's VM tasks started during the switch.
 	Tasks []vgpusim.TaskRecord
+	// Cordons counts, per node, how often it went from schedulable to cordoned.
+	Cordons map[string]int
 	// Offset is vgpusim's clock minus the benchmark's: a task time t is t-Offset on the
 	// benchmark's clock. vgpusim runs on the benchmark's machine, so it is 0 there; it
 	// is a parameter so that a remote vCenter's clock is never compared unadjusted.

@@ -3,6 +3,7 @@ package localenv
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,10 @@ type timeline struct {
 	// old and fresh are the per-node times of the nodes the switch parks and brings up,
 	// by name, for the reaction times (switchTrace).
 	old, fresh map[string]*nodeTrace
+	// cordoned is each node's cordon as last seen, and cordons how often it went from
+	// schedulable to cordoned since the watch first saw it (onceCheck).
+	cordoned map[string]bool
+	cordons  map[string]int
 }
 
 // Milestones, in the order a switch reaches them.
@@ -45,7 +50,7 @@ var milestones = []struct{ key, what string }{
 // drops a watch whose reader falls behind) is opened again.
 func (e *Env) watchTimeline(ctx context.Context, target string) (*timeline, error) {
 	t := &timeline{start: time.Now(), target: target, last: map[string]time.Duration{}, seen: map[string]int{},
-		old: map[string]*nodeTrace{}, fresh: map[string]*nodeTrace{}}
+		old: map[string]*nodeTrace{}, fresh: map[string]*nodeTrace{}, cordoned: map[string]bool{}, cordons: map[string]int{}}
 	wasCordoned := map[string]bool{}
 	onNode := func(ev watch.Event) {
 		n, ok := ev.Object.(*corev1.Node)
@@ -121,6 +126,10 @@ func (t *timeline) traceNode(n *corev1.Node, inTarget bool) {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if was, seen := t.cordoned[n.Name]; seen && !was && n.Spec.Unschedulable {
+		t.cordons[n.Name]++
+	}
+	t.cordoned[n.Name] = n.Spec.Unschedulable
 	if !strings.HasPrefix(n.Name, layoutPrefix(t.target)) {
 		if n.Spec.Unschedulable && t.old[n.Name] == nil {
 			t.old[n.Name] = &nodeTrace{Cordoned: now}
@@ -152,7 +161,7 @@ func (t *timeline) podGone(node string) {
 func (t *timeline) trace(start time.Time, tasks []vgpusim.TaskRecord) *switchTrace {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	tr := &switchTrace{Start: start, Old: map[string]*nodeTrace{}, New: map[string]*nodeTrace{}, HostOf: benchHostOf}
+	tr := &switchTrace{Start: start, Old: map[string]*nodeTrace{}, New: map[string]*nodeTrace{}, HostOf: benchHostOf, Cordons: maps.Clone(t.cordons)}
 	for name, n := range t.old {
 		c := *n
 		tr.Old[name] = &c

@@ -43,6 +43,24 @@ func (r *GPUPoolProfileReconciler) vmEvent(s *scope, vm, typ, reason, format str
 	r.record(s.pool, nil, typ, reason, distinctAction(reason, vm), transitionTag(s)+fmt.Sprintf(format, args...))
 }
 
+// laterVMEvent keeps an event about a VM for flushVMEvents: the tasks phase, which
+// records the tasks that ended, runs before observe has matched the VMs to their nodes.
+func (s *scope) laterVMEvent(vm, typ, reason, format string, args ...any) {
+	s.vmEvents = append(s.vmEvents, vmEventNote{vm: vm, typ: typ, reason: reason, msg: fmt.Sprintf(format, args...)})
+}
+
+// vmEventNote is an event laterVMEvent keeps.
+type vmEventNote struct{ vm, typ, reason, msg string }
+
+// flushVMEvents records the events laterVMEvent kept, on the VMs' nodes where the pass
+// matched them, else on the pool.
+func (r *GPUPoolProfileReconciler) flushVMEvents(s *scope) {
+	for _, e := range s.vmEvents {
+		r.vmEvent(s, e.vm, e.typ, e.reason, "%s", e.msg)
+	}
+	s.vmEvents = nil
+}
+
 // distinctAction is the action of an event kept on the pool that must not fold into another
 // of its reason: the reason and what it concerns (a VM, a transition), within the 128
 // characters the events API allows.

@@ -114,6 +114,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		budget: newPassBudget(cmp.Or(r.maxNodeWrites, maxNodeWritesPerPass), cmp.Or(r.maxEvictions, maxEvictionsPerPass))}
 	before := pool.DeepCopy()
 	defer func() {
+		r.flushVMEvents(s)
 		summarize(s)
 		r.announce(before, pool)
 		r.updateWorkerMetrics(pool)

@@ -86,6 +86,7 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 	if connected {
 		s.vc = vcc
 		after = r.checkTasks(ctx, s)
+		r.flushVMEvents(s) // on the pool: a pool being deleted matches no nodes
 	}
 	waiting, late := tasksToWaitFor(pool, s.now)
 	if len(waiting) > 0 {

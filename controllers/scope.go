@@ -63,6 +63,9 @@ type scope struct {
 	// aborted: the pass keeps an aborted switch; workers' recorded steps are stale
 	// (recordWorkers did not run), so node states come from what was observed.
 	aborted bool
+	// vmEvents are the events of tasks that ended, kept until the VMs' nodes are known
+	// (flushVMEvents).
+	vmEvents []vmEventNote
 	// queued are the tasks whose intents this pass recorded, for act to start together.
 	queued []queuedStart
 	// parkedAhead is what parkAhead found parking the nodes of the pass's due steps,

@@ -150,14 +150,14 @@ func (r *GPUPoolProfileReconciler) recordTask(s *scope, ws *gpupoolv1.WorkerStat
 	}
 	switch info.State {
 	case vsphere.TaskSuccess:
-		r.vmEvent(s, ws.VM, corev1.EventTypeNormal, t.Operation+"Succeeded", "%s of VM %s finished (task %s)", t.Operation, ws.VM, t.ID)
+		s.laterVMEvent(ws.VM, corev1.EventTypeNormal, t.Operation+"Succeeded", "%s of VM %s finished (task %s)", t.Operation, ws.VM, t.ID)
 		ws.Task = nil
 		ws.Attempts, ws.NextRetryTime = 0, nil
 		return 0
 	case vsphere.TaskError:
 		vsphereTaskErrors.WithLabelValues(s.pool.Name, t.Operation).Inc()
 		r.failed(s, ws, fmt.Sprintf("%s failed", t.Operation), info.Error)
-		r.vmEvent(s, ws.VM, corev1.EventTypeWarning, t.Operation+"Failed", "%s of VM %s failed: %s", t.Operation, ws.VM, info.Error)
+		s.laterVMEvent(ws.VM, corev1.EventTypeWarning, t.Operation+"Failed", "%s of VM %s failed: %s", t.Operation, ws.VM, info.Error)
 		ws.Task = nil
 		return 0
 	default:

@@ -1,6 +1,8 @@
 package localenv
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -92,4 +94,23 @@ func firstOf(xs []string, n int) string {
 		return strings.Join(xs, "; ")
 	}
 	return strings.Join(xs[:n], "; ") + fmt.Sprintf("; and %d more", len(xs)-n)
+}
+
+// RunSwitchesOnce creates the benchmark's pool and its workload (with b.Pods) on a
+// started environment whose vgpusim writes its task log (--tasks-file e.Dir/vgpusim-tasks.json),
+// switches the pool to each layout in turn ("" is back to day, the override removed),
+// and returns each switch's OnceCheck: the end-to-end count of what the switches did.
+func RunSwitchesOnce(ctx context.Context, e *Env, b BenchOptions, layouts []string) ([]OnceCheck, error) {
+	if _, err := e.benchSetUp(ctx, b); err != nil {
+		return nil, err
+	}
+	var out []OnceCheck
+	for i, l := range layouts {
+		_, tr, err := e.switchTo(ctx, l)
+		if err != nil {
+			return out, fmt.Errorf("switch %d to %q: %w", i+1, l, err)
+		}
+		out = append(out, onceCheck(fmt.Sprintf("switch %d to %s", i+1, cmp.Or(l, "day")), tr, 5*b.Hosts*b.GPUs))
+	}
+	return out, nil
 }

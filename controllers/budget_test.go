@@ -2,10 +2,17 @@ package controllers
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -88,4 +95,197 @@ func workerSteps(p *gpupoolv1.GPUPoolProfile) string {
 		out += w.VM + "=" + string(w.Step) + " "
 	}
 	return out
+}
+
+// TestPassBudgetSettles: a write taken from the budget and refused by the API server
+// goes back; one that succeeded is progress; one that may have been made stays spent.
+func TestPassBudgetSettles(t *testing.T) {
+	status := func(code int32) error {
+		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: code}}
+	}
+	tests := []struct {
+		name       string
+		err        error
+		left       int // node writes left of 2 after one taken and settled with err
+		progressed bool
+	}{
+		{"succeeded", nil, 1, true},
+		{"forbidden", apierrors.NewForbidden(corev1.Resource("nodes"), "n", errors.New("no")), 2, false},
+		{"conflict", apierrors.NewConflict(corev1.Resource("nodes"), "n", errors.New("changed")), 2, false},
+		{"gone", apierrors.NewNotFound(corev1.Resource("nodes"), "n"), 2, false},
+		{"refused by a PodDisruptionBudget", apierrors.NewTooManyRequests("budget", 10), 2, false},
+		{"request timeout, maybe applied", status(http.StatusRequestTimeout), 1, false},
+		{"server error, maybe applied", apierrors.NewInternalError(errors.New("etcd")), 1, false},
+		{"no answer", fmt.Errorf("patching node n: %w", context.DeadlineExceeded), 1, false},
+		{"wrapped refusal", fmt.Errorf("patching node n: %w", status(http.StatusUnprocessableEntity)), 2, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, kind := range []string{"node write", "eviction"} {
+				b := newPassBudget(2, 2)
+				take, done := b.nodeWrite, b.nodeWritten
+				if kind == "eviction" {
+					take, done = b.TakeEviction, b.EvictionDone
+				}
+				if !take() {
+					t.Fatalf("%s: no budget for the first write", kind)
+				}
+				done(tc.err)
+				left := 0
+				for take() {
+					left++
+				}
+				if left != tc.left || b.progressed() != tc.progressed || !b.wasCapped() {
+					t.Errorf("%s: %d left, progressed %v, capped %v; want %d left, progressed %v, capped", kind, left, b.progressed(), b.wasCapped(), tc.left, tc.progressed)
+				}
+			}
+		})
+	}
+
+	var none *passBudget
+	none.nodeWritten(errors.New("x"))
+	none.EvictionDone(nil)
+	none.nodeUnwritten()
+	if !none.nodeWrite() || !none.TakeEviction() || none.wasCapped() || !none.progressed() {
+		t.Error("a nil budget does not allow everything")
+	}
+
+	// Concurrent writes never take more than the cap, and the refused ones come back.
+	b := newPassBudget(8, 0)
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if b.nodeWrite() && i%2 == 0 {
+				b.nodeWritten(apierrors.NewForbidden(corev1.Resource("nodes"), "n", errors.New("no")))
+			}
+		}()
+	}
+	wg.Wait()
+	if left := b.nodeWrites.Load(); left < 0 || left > 8 {
+		t.Errorf("%d node writes left of 8", left)
+	}
+}
+
+// TestAfterCapped: a capped pass that made progress is followed at once; one that made
+// none backs off, doubling from requeueStep to maxCappedBackoff over the passes in a
+// row, whatever its phases ask; progress or an uncapped pass starts over.
+func TestAfterCapped(t *testing.T) {
+	tests := []struct {
+		name               string
+		after              time.Duration
+		capped, progressed bool
+		stalls             int
+		want               time.Duration
+		wantStalls         int
+	}{
+		{"not capped", 10 * time.Second, false, false, 3, 10 * time.Second, 0},
+		{"capped, progress", 10 * time.Second, true, true, 3, requeueCapped, 0},
+		{"capped, no progress, first", 0, true, false, 0, requeueStep, 1},
+		{"capped, no progress, third", time.Hour, true, false, 2, 4 * requeueStep, 3},
+		{"capped, no progress, bounded", 0, true, false, 40, maxCappedBackoff, 41},
+		{"capped, no progress, phases ask sooner", time.Second, true, false, 5, 32 * time.Second, 6},
+	}
+	for _, tc := range tests {
+		got, stalls := afterCapped(tc.after, tc.capped, tc.progressed, tc.stalls)
+		if got != tc.want || stalls != tc.wantStalls {
+			t.Errorf("%s: %v after %d stalls, want %v after %d", tc.name, got, stalls, tc.want, tc.wantStalls)
+		}
+	}
+
+	var c stallCount
+	stuck := newPassBudget(0, 0)
+	stuck.nodeWrite()
+	var got []time.Duration
+	for range 9 {
+		got = append(got, c.next("p", time.Hour, stuck))
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60, 60}
+	for i := range want {
+		if got[i] != want[i]*time.Second {
+			t.Fatalf("back-off %v, want %v seconds", got, want)
+		}
+	}
+	if c.next("other", time.Hour, stuck) != requeueStep {
+		t.Error("another pool's back-off did not start at requeueStep")
+	}
+	moving := newPassBudget(0, 0)
+	moving.nodeWrite()
+	moving.made.Add(1)
+	if got := c.next("p", time.Hour, moving); got != requeueCapped {
+		t.Errorf("a capped pass with progress comes back after %v", got)
+	}
+	if got := c.next("p", time.Hour, stuck); got != requeueStep {
+		t.Errorf("after progress the back-off starts at %v, want requeueStep", got)
+	}
+}
+
+// TestCappedPassWithoutProgressBacksOff: with a cap of two node writes a pass, a
+// day-to-night switch whose node patches the API server refuses is capped on every pass
+// and writes nothing. Its passes do not come back after requeueCapped, re-reading
+// vCenter every millisecond, but after a back-off that grows; once the patches go
+// through, capped passes follow at once again and the switch completes.
+func TestCappedPassWithoutProgressBacksOff(t *testing.T) {
+	h := newHarness(t, "capbo-")
+	var refuse atomic.Bool
+	h.client = func(c client.WithWatch) client.Client {
+		return interceptor.NewClient(c, interceptor.Funcs{
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				if _, isNode := obj.(*corev1.Node); isNode && refuse.Load() {
+					return apierrors.NewForbidden(corev1.Resource("nodes"), obj.GetName(), errors.New("refused by the test"))
+				}
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+		})
+	}
+	pool := h.dayNight()
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	h.converge(pool.Name, "day", 30)
+	rec := h.reconciler()
+	rec.maxNodeWrites = 2
+	refuse.Store(true)
+	h.clock.SetTime(monday1950)
+	var last time.Duration
+	for pass := range 8 {
+		res := h.reconcile(pool.Name)
+		if res.RequeueAfter < requeueStep || res.RequeueAfter > maxCappedBackoff {
+			t.Fatalf("pass %d with every node patch refused comes back after %v, want a back-off from %v to %v", pass, res.RequeueAfter, requeueStep, maxCappedBackoff)
+		}
+		if pass < 4 && res.RequeueAfter <= last {
+			t.Errorf("pass %d comes back after %v, after %v before: the back-off does not grow", pass, res.RequeueAfter, last)
+		}
+		if res.RequeueAfter < last {
+			t.Errorf("pass %d comes back after %v, sooner than the %v before", pass, res.RequeueAfter, last)
+		}
+		last = res.RequeueAfter
+		h.settle()
+		h.clock.Step(res.RequeueAfter)
+	}
+	if st := h.vm("day-1"); st.PowerState != "poweredOn" {
+		t.Fatalf("day-1 is %s although its node could not be cordoned", st.PowerState)
+	}
+	condition(t, h.get(pool.Name), gpupoolv1.ConditionDegraded, metav1.ConditionTrue, ReasonStepFailed, "refused by the test")
+
+	refuse.Store(false)
+	followed := 0
+	for pass := range 80 {
+		res := h.reconcile(pool.Name)
+		if res.RequeueAfter == requeueCapped {
+			followed++
+		}
+		p := h.get(pool.Name)
+		if p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == "night" {
+			if followed == 0 {
+				t.Error("no capped pass was followed at once after the patches went through")
+			}
+			t.Logf("recovered: night after %d passes, %d of them capped and followed at once", pass+1, followed)
+			return
+		}
+		h.settle()
+		h.clock.Step(testworld.Step(res))
+	}
+	p := h.get(pool.Name)
+	t.Fatalf("did not converge to night once the patches went through: phase %s, workers %s, %s", p.Status.Phase, workerSteps(p), testworld.Conditions(p))
 }

@@ -50,10 +50,12 @@ func (r *GPUPoolProfileReconciler) cordonNode(ctx context.Context, s *scope, nod
 	if !s.budget.nodeWrite() {
 		return errCapped
 	}
-	if err := r.patchNode(ctx, node, func(n *corev1.Node) {
+	err := r.patchNode(ctx, node, func(n *corev1.Node) {
 		nodes.Cordon(n)
 		nodes.SetManagedLabel(n, LabelPool, s.pool.Name)
-	}); err != nil {
+	})
+	s.budget.nodeWritten(err)
+	if err != nil {
 		return err
 	}
 	r.nodeEvent(s, node, corev1.EventTypeNormal, "Cordoned", "cordoned node %s to drain it", node.Name)
@@ -181,7 +183,9 @@ func (r *GPUPoolProfileReconciler) uncordonRunning(ctx context.Context, s *scope
 		if ws := s.worker(vm); ws.Task != nil || !s.budget.nodeWrite() {
 			continue
 		}
-		if err := r.patchNode(ctx, n, nodes.Uncordon); err != nil {
+		err := r.patchNode(ctx, n, nodes.Uncordon)
+		s.budget.nodeWritten(err)
+		if err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}
 	}

@@ -66,9 +66,14 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 		return r.startTask(ctx, s, ws, vm, vsphere.OpPowerOn, func() (string, error) { return s.vc.PowerOn(ctx, vm.Ref, host) })
 	case plan.WaitNodeReady:
 		return r.waitNodeReady(s, step, ws, node), nil
-	case plan.Relabel:
-		return r.relabel(ctx, s, step.VM, node)
-	case plan.Uncordon:
+	case plan.Relabel, plan.Uncordon:
+		// As patchNodesTogether, which runs them but when it has no budget left.
+		if !s.budget.nodeWrite() {
+			return 0, errCapped
+		}
+		if step.Action == plan.Relabel {
+			return r.relabel(ctx, s, step.VM, node)
+		}
 		return r.uncordonStep(ctx, s, node)
 	}
 	return 0, fmt.Errorf("unknown action %q", step.Action)
@@ -127,7 +132,7 @@ func (r *GPUPoolProfileReconciler) markParked(ctx context.Context, s *scope, vm 
 	case !nodes.HasMeta(node, nodes.ParkedMeta(s.pool.Name)) && !s.budget.nodeWrite():
 		err = errCapped
 	default:
-		err = r.parkNode(ctx, s.pool.Name, node)
+		err = r.parkNode(ctx, s.pool.Name, node, s.budget)
 	}
 	switch {
 	case err == nil:
@@ -142,19 +147,26 @@ func (r *GPUPoolProfileReconciler) markParked(ctx context.Context, s *scope, vm 
 	return false
 }
 
-// parkNode protects the node's Machine and marks the node parked by the pool. It
-// changes nothing in the scope, so that parkAhead may run it for many nodes at once.
-func (r *GPUPoolProfileReconciler) parkNode(ctx context.Context, pool string, node *corev1.Node) error {
+// parkNode protects the node's Machine and marks the node parked by the pool; the node
+// write was taken from b unless the node is marked already. It changes nothing in the
+// scope, so that parkAhead may run it for many nodes at once.
+func (r *GPUPoolProfileReconciler) parkNode(ctx context.Context, pool string, node *corev1.Node, b *passBudget) error {
+	marked := nodes.HasMeta(node, nodes.ParkedMeta(pool))
 	if err := r.protectMachine(ctx, node); err != nil {
+		if !marked {
+			b.nodeUnwritten()
+		}
 		if errors.Is(err, errMachineUnreadable) {
 			return err
 		}
 		return fmt.Errorf("protecting the Machine of node %s: %w", node.Name, err)
 	}
-	if nodes.HasMeta(node, nodes.ParkedMeta(pool)) {
+	if marked {
 		return nil
 	}
-	return r.patchNode(ctx, node, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(pool)) })
+	err := r.patchNode(ctx, node, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(pool)) })
+	b.nodeWritten(err)
+	return err
 }
 
 // parkAhead runs parkNode for the nodes of the due steps that will park their VM
@@ -184,7 +196,7 @@ func (r *GPUPoolProfileReconciler) parkAhead(ctx context.Context, s *scope, step
 	}
 	forEach(len(vms), maxConcurrentDrains, func(i int) {
 		if errs[i] == nil {
-			errs[i] = r.parkNode(ctx, s.pool.Name, s.nodes[vms[i]])
+			errs[i] = r.parkNode(ctx, s.pool.Name, s.nodes[vms[i]], s.budget)
 		}
 	})
 	s.parkedAhead = make(map[string]error, len(vms))
@@ -215,7 +227,9 @@ func (r *GPUPoolProfileReconciler) uncordonStep(ctx context.Context, s *scope, n
 	if node == nil {
 		return requeueNodeReady, nil
 	}
-	if err := r.patchNode(ctx, node, nodes.Uncordon); err != nil {
+	err := r.patchNode(ctx, node, nodes.Uncordon)
+	s.budget.nodeWritten(err)
+	if err != nil {
 		return 0, err
 	}
 	r.nodeEvent(s, node, corev1.EventTypeNormal, "Uncordoned", "uncordoned node %s", node.Name)
@@ -227,7 +241,9 @@ func (r *GPUPoolProfileReconciler) relabel(ctx context.Context, s *scope, vm str
 	if node == nil || !ok {
 		return requeueNodeReady, nil
 	}
-	if err := r.patchNode(ctx, node, func(n *corev1.Node) { nodes.ApplyMeta(n, m) }); err != nil {
+	err := r.patchNode(ctx, node, func(n *corev1.Node) { nodes.ApplyMeta(n, m) })
+	s.budget.nodeWritten(err)
+	if err != nil {
 		return 0, err
 	}
 	if err := r.releaseMachine(ctx, node); err != nil {

@@ -88,6 +88,9 @@ type GPUPoolProfileReconciler struct {
 	// maxNodeWrites and maxEvictions override maxNodeWritesPerPass and
 	// maxEvictionsPerPass when not 0 (tests, to cross the caps with few nodes).
 	maxNodeWrites, maxEvictions int
+	// stalls counts the capped passes in a row that made no write, per pool
+	// (afterCapped).
+	stalls stallCount
 }
 
 // Reconcile implements reconcile.Reconciler: observe, decide, act; then one function
@@ -98,6 +101,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err := r.APIReader.Get(ctx, req.NamespacedName, pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.tasks.watch(req.Name, nil, nil)
+			r.stalls.forget(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -143,9 +147,10 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		res.RequeueAfter = soonest(res.RequeueAfter, r.syncKueue(bodyCtx, s))
 	}
 	r.tasks.watch(pool.Name, s.vc, inFlight(pool))
-	if s.budget.wasCapped() && err == nil {
-		// The pass left writes for the next one: it follows at once.
-		res.RequeueAfter = requeueCapped
+	if err == nil {
+		// A pass that left writes for the next one is followed at once, or backs off
+		// when none of its writes went through.
+		res.RequeueAfter = r.stalls.next(pool.Name, res.RequeueAfter, s.budget)
 	}
 	return res, err
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,10 +35,14 @@ func (r *GPUPoolProfileReconciler) markedNodes(ctx context.Context, pool *gpupoo
 }
 
 // unmarkStale takes the pool's marks off the nodes it no longer matches to a worker: a
-// node whose VM left the spec, or that is no longer the VM's node. It reads the nodes
-// observe listed this pass.
+// node whose VM left the spec, or that is no longer the VM's node. A node whose VM
+// cannot be told (s.unsureNodes) keeps them: it may still be a worker's, and its VM is
+// held until a person says. It reads the nodes observe listed this pass.
 func (r *GPUPoolProfileReconciler) unmarkStale(ctx context.Context, s *scope) {
-	current := map[string]bool{}
+	current := maps.Clone(s.unsureNodes)
+	if current == nil {
+		current = map[string]bool{}
+	}
 	for _, n := range s.nodes {
 		current[n.Name] = true
 	}

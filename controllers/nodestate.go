@@ -79,6 +79,7 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 		})
 	})
 	for _, err := range errs {
+		s.budget.nodeWritten(err)
 		if err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}
@@ -164,12 +165,14 @@ func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope,
 		if !s.budget.nodeWrite() {
 			continue // warned in the next pass
 		}
-		if err := r.patchNode(ctx, n, func(n *corev1.Node) {
+		err := r.patchNode(ctx, n, func(n *corev1.Node) {
 			nodes.SetWarning(n, at, warn)
 			if warn {
 				nodes.SetMarksOwner(n, s.pool.Name)
 			}
-		}); err != nil {
+		})
+		s.budget.nodeWritten(err)
+		if err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}
 	}

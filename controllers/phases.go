@@ -272,7 +272,7 @@ func (r *GPUPoolProfileReconciler) actPhase(ctx context.Context, s *scope) (outc
 func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layout, error) {
 	d := s.decision
 	s.nodeStates = nodeStates(s, s.wanted)
-	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.inv, Nodes: s.nodeStates, InFlight: plannedInFlight(s.pool)})
+	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.inv, Nodes: s.nodeStates, InFlight: plannedInFlight(s.pool), Held: s.nodeHolds})
 	if err != nil {
 		return nil, nil, fmt.Errorf("planning: %w", err)
 	}
@@ -292,7 +292,7 @@ func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layo
 		return p, s.wanted, nil
 	}
 	from := layoutNamed(&s.pool.Spec, t.From)
-	back, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: t.From, Inventory: s.inv, Nodes: labelledFor(s, from, s.nodeStates), InFlight: plannedInFlight(s.pool)})
+	back, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: t.From, Inventory: s.inv, Nodes: labelledFor(s, from, s.nodeStates), InFlight: plannedInFlight(s.pool), Held: s.nodeHolds})
 	if err != nil || len(back.Problems) > 0 {
 		return p, s.wanted, nil //nolint:nilerr // the way back is not possible either: report the problems
 	}

@@ -54,7 +54,7 @@ func (r *GPUPoolProfileReconciler) planNext(s *scope) {
 	}
 	// The nodes' wanted labels are the next layout's while planning it.
 	nodes := labelledFor(s, layoutNamed(&s.pool.Spec, n.Layout), s.nodeStates)
-	next, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: n.Layout, Inventory: s.inv, Nodes: nodes, InFlight: plannedInFlight(s.pool)})
+	next, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: n.Layout, Inventory: s.inv, Nodes: nodes, InFlight: plannedInFlight(s.pool), Held: s.nodeHolds})
 	if err == nil {
 		s.nextPlan = next
 	}

@@ -44,7 +44,8 @@ func TestMatchNodes(t *testing.T) {
 		{VM: "twin"}, {VM: "headless", NoNode: true}, {VM: "missing"},
 	}
 	got := map[string]string{}
-	for vm, n := range matchNodes(workers, vms, nodes) {
+	matched, _ := matchNodes(workers, vms, nodes)
+	for vm, n := range matched {
 		got[vm] = n.Name
 	}
 	want := map[string]string{
@@ -66,14 +67,14 @@ func TestMatchNodes(t *testing.T) {
 
 	// One VM named two ways (by name in one layout, by path in another) keeps its node.
 	vm := &inventory.VM{Name: "gpu-day-2", Path: "/dc1/vm/gpu-day-2"}
-	same := matchNodes([]gpupoolv1.Worker{{VM: "gpu-day-2"}, {VM: "/dc1/vm/gpu-day-2"}},
+	same, _ := matchNodes([]gpupoolv1.Worker{{VM: "gpu-day-2"}, {VM: "/dc1/vm/gpu-day-2"}},
 		map[string]*inventory.VM{"gpu-day-2": vm, "/dc1/vm/gpu-day-2": vm}, nodes)
 	if same["gpu-day-2"] == nil {
 		t.Error("a VM named by name and by path lost its node")
 	}
 
 	// Two VMs that would take the same node get none.
-	shared := matchNodes([]gpupoolv1.Worker{{VM: "a", Node: "gpu-day-2"}, {VM: "GPU-DAY-2"}},
+	shared, _ := matchNodes([]gpupoolv1.Worker{{VM: "a", Node: "gpu-day-2"}, {VM: "GPU-DAY-2"}},
 		map[string]*inventory.VM{"a": {Name: "a"}, "GPU-DAY-2": {Name: "GPU-DAY-2"}}, nodes)
 	if len(shared) != 0 {
 		t.Errorf("a node claimed twice was given out: %v", shared)

@@ -45,6 +45,10 @@ type scope struct {
 	// nodes among them, by the VM's inventory name, as plan steps name VMs.
 	allNodes []corev1.Node
 	nodes    map[string]*corev1.Node
+	// nodeHolds hold the VMs whose node cannot be told (matchNodes), for every plan
+	// (plan.Input.Held); unsureNodes are the nodes they name, which are nobody's for now.
+	nodeHolds   []plan.Problem
+	unsureNodes map[string]bool
 	// nodeStates are what the planner reads of them (nodeStates, derived in decide);
 	// labelledFor re-derives Labelled for another layout.
 	nodeStates map[string]plan.NodeState

@@ -385,7 +385,8 @@ func problemsMessage(ps []plan.Problem) string {
 		msgs = append(msgs, p.Message)
 	}
 	sort.Strings(msgs)
-	return strings.Join(msgs, "; ")
+	// Note: the VMs of one shared node are held with one message.
+	return strings.Join(slices.Compact(msgs), "; ")
 }
 
 // gapsOf says what the node of a worker (by spec id) lacks, for messages.

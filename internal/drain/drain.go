@@ -35,6 +35,9 @@ const EvictionTimeout = 5 * time.Second
 type Budget interface {
 	// TakeEviction takes one eviction from the budget; false when none is left.
 	TakeEviction() bool
+	// EvictionDone settles an eviction taken, with the eviction request's error: the
+	// budget decides whether one that failed counts.
+	EvictionDone(err error)
 }
 
 // Helper drains nodes of one cluster.
@@ -160,7 +163,11 @@ func (h *Helper) Drain(ctx context.Context, node *corev1.Node, d gpupoolv1.Drain
 			res.Deferred++
 			continue
 		}
-		switch blocked, err := h.evict(ctx, p, d.GracePeriodSeconds); {
+		blocked, err := h.evict(ctx, p, d.GracePeriodSeconds)
+		if budget != nil {
+			budget.EvictionDone(err)
+		}
+		switch {
 		case err == nil:
 			res.Evicted++
 			res.Waiting = append(res.Waiting, id)

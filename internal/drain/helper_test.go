@@ -56,6 +56,8 @@ func (m *memCluster) Delete(_ context.Context, p *corev1.Pod, _ *int64) error {
 // budget allows n evictions.
 type budget struct{ n int }
 
+func (b *budget) EvictionDone(error) {}
+
 func (b *budget) TakeEviction() bool {
 	if b.n == 0 {
 		return false

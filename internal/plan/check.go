@@ -43,6 +43,10 @@ const (
 	// ReasonNodeNotFound: a running VM must be parked or reconfigured but its node was
 	// not found, so it cannot be drained; it is never parked under its pods.
 	ReasonNodeNotFound = "NodeNotFound"
+	// ReasonAmbiguousNode: the controller cannot tell which node is a VM's (two nodes
+	// carry the identity it matches nodes by, or two VMs match one node); it holds the
+	// VM (Input.Held) rather than drain one of them at a guess.
+	ReasonAmbiguousNode = "AmbiguousNode"
 	// ReasonSuspendedStateAtRisk: a suspended VM's profile must change, which powers it
 	// off and discards its memory state; spec.discardSuspendedState allows that.
 	ReasonSuspendedStateAtRisk = "SuspendedStateAtRisk"
@@ -67,7 +71,7 @@ const (
 //
 // spec and inv must not be nil.
 func Check(spec *gpupoolv1.GPUPoolProfileSpec, layout string, inv *inventory.Inventory) []Problem {
-	return analyse(spec, layout, inv, nil).problems
+	return analyse(spec, layout, inv, nil, nil).problems
 }
 
 // fate is what the wanted layout means for one VM of the pool.
@@ -148,13 +152,21 @@ type analysis struct {
 	noNode map[*inventory.VM]bool
 	// held are the VMs planHost holds back (see Plan.Held).
 	held []Problem
+	// given are the VMs the controller holds (Input.Held), by VM name.
+	given map[string]Problem
 }
 
 // analyse finds what the layout means for every VM of the pool. With nodes (Build), it
-// also holds back the VMs that must not be acted on (see Plan.Held).
-func analyse(spec *gpupoolv1.GPUPoolProfileSpec, layoutName string, inv *inventory.Inventory, nodes map[string]NodeState) *analysis {
+// also holds back the VMs that must not be acted on (see Plan.Held), given among them.
+func analyse(spec *gpupoolv1.GPUPoolProfileSpec, layoutName string, inv *inventory.Inventory, nodes map[string]NodeState, given []Problem) *analysis {
 	a := &analysis{spec: spec, inv: inv, vms: newVMIndex(inv), hostIndex: map[string]*inventory.Host{},
-		pool: map[*inventory.VM]bool{}, byHost: map[string]*hostAnalysis{}, noNode: map[*inventory.VM]bool{}}
+		pool: map[*inventory.VM]bool{}, byHost: map[string]*hostAnalysis{}, noNode: map[*inventory.VM]bool{},
+		given: make(map[string]Problem, len(given))}
+	for _, g := range given {
+		if _, seen := a.given[g.VM]; !seen {
+			a.given[g.VM] = g
+		}
+	}
 	for i := range inv.Hosts {
 		if _, taken := a.hostIndex[inv.Hosts[i].Name]; !taken {
 			a.hostIndex[inv.Hosts[i].Name] = &inv.Hosts[i]
@@ -355,10 +367,15 @@ func (a *analysis) nodeOf(nodes map[string]NodeState, vm *inventory.VM) NodeStat
 	return nodeOf(nodes, vm)
 }
 
-// hold tells whether a member must not be acted on now, and records why.
+// hold tells whether a member must not be acted on now, and records why. A VM the
+// controller holds is held whatever the layout wants of it, but a VM that stays parked:
+// nothing is done to that one anyway.
 func (a *analysis) hold(m *member, node NodeState) bool {
 	vm := m.vm
 	switch {
+	case a.given[vm.Name].Reason != "" && m.fate != parked:
+		a.held = append(a.held, a.given[vm.Name])
+		return true
 	case (m.fate == leaves || m.fate == reprofiles) && vm.PowerState == inventory.PoweredOn && !node.Exists && !a.noNode[vm]:
 		a.held = append(a.held, Problem{Reason: ReasonNodeNotFound, VM: vm.Name, Message: fmt.Sprintf(
 			"VM %s runs and must be %s, but no node was found for it (tried spec.providerID vsphere://%s, the node name %s case-insensitively, and the short name of nodes named by FQDN), so it cannot be drained; set its workers[].node, or workers[].noNode: true if it is no Kubernetes worker",

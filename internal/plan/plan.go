@@ -95,6 +95,10 @@ type Input struct {
 	// Reconfigure, PowerOn), by the VM's name or inventory path: the plan counts what
 	// those tasks are about to change (see settled).
 	InFlight map[string]Action
+	// Held are VMs the controller found must not be acted on, by Problem.VM (the VM's
+	// inventory name), such as a VM whose node it cannot tell (ReasonAmbiguousNode). The
+	// plan holds them as its own (Plan.Held), unless the layout leaves them parked.
+	Held []Problem
 }
 
 // NodeState is the observed state of a VM's Kubernetes node, as the controller sees it.
@@ -131,7 +135,7 @@ type Plan struct {
 	Problems []Problem
 	// Held are the VMs that must not be acted on now (their Problem names the VM): a
 	// running VM whose node cannot be found, a suspended VM whose state a profile change
-	// would discard. They get no steps; the other VMs go on, and the plan is not done.
+	// would discard, the VMs the controller holds (Input.Held). They get no steps; the other VMs go on, and the plan is not done.
 	Held []Problem
 }
 
@@ -202,7 +206,7 @@ func Build(in Input) (*Plan, error) {
 		nodes = map[string]NodeState{}
 	}
 	inv, starting := settled(in.Inventory, in.InFlight)
-	a := analyse(in.Spec, in.Layout, inv, nodes)
+	a := analyse(in.Spec, in.Layout, inv, nodes, in.Held)
 	a.starting = starting
 	p := &Plan{Layout: in.Layout, Held: a.held}
 	if len(a.problems) > 0 {

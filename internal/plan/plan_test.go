@@ -438,3 +438,54 @@ func TestBuildErrors(t *testing.T) {
 		t.Error("Build without an inventory: no error")
 	}
 }
+
+// TestHeldByTheController: a VM the controller holds (Input.Held) gets no step whatever
+// the layout wants of it (leaving, staying), unless it stays parked, and keeps the plan
+// from being done; the controller's problem is reported unchanged.
+func TestHeldByTheController(t *testing.T) {
+	held := func(vms ...string) []Problem {
+		var out []Problem
+		for _, vm := range vms {
+			out = append(out, Problem{Reason: ReasonAmbiguousNode, VM: vm, Message: "which node is " + vm + "'s?"})
+		}
+		return out
+	}
+	tests := []struct {
+		name, layout string
+		held         []Problem
+		want         []string // held, as "Reason VM"
+	}{
+		{"leaving", "night", held("gpu-day-2"), []string{"AmbiguousNode gpu-day-2"}},
+		{"staying", "day", held("gpu-day-2"), []string{"AmbiguousNode gpu-day-2"}},
+		{"staying parked", "day", held("gpu-night-1"), nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, w := sample(t, "day")
+			p, err := Build(Input{Spec: spec, Layout: tc.layout, Inventory: w.inv, Nodes: w.nodeStates(tc.layout), Held: tc.held})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, h := range p.Held {
+				got = append(got, h.Reason+" "+h.VM)
+				if h.Message != "which node is "+h.VM+"'s?" {
+					t.Errorf("held %s with message %q, want the controller's", h.VM, h.Message)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("held %v, want %v", got, tc.want)
+			}
+			for _, hp := range p.Hosts {
+				for _, s := range slices.Concat(hp.Steps, hp.Later) {
+					if len(tc.want) > 0 && s.VM == tc.held[0].VM {
+						t.Errorf("held VM %s has step %s", s.VM, s.Action)
+					}
+				}
+			}
+			if p.Done() != (tc.layout == "day" && len(tc.want) == 0) {
+				t.Errorf("Done = %v with held %v", p.Done(), got)
+			}
+		})
+	}
+}

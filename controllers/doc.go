@@ -4,8 +4,8 @@
 //
 // Where to look: Reconcile (gpupoolprofile_controller.go) fetches the pool, keeps the
 // finalizer, runs the pass and patches the status once; the pass is the list of phases
-// in phases.go (desire, paused, observe, tasks, keep-aborted, decide, settled, act), each
-// returning when to come back and whether the pass ends there. Observation is in
+// in phases.go (desire, paused, connect, tasks, observe, keep-aborted, decide, settled,
+// act), each returning when to come back and whether the pass ends there. Observation is in
 // observe.go (and demand.go for what a layout's demand is); the steps in act.go,
 // execute.go and tasks.go; drains in drain.go (the cordon, the concurrency and the
 // timeout here, the drain of one node in internal/drain); a transition's start and end

@@ -113,15 +113,13 @@ func demandInput(pool *gpupoolv1.GPUPoolProfile) *plan.DemandInput {
 		WarnAhead: warnAhead(&pool.Spec),
 	}
 	if t := st.Transition; t != nil {
-		// Note: an aborted switch counts as in flight: demand starts nothing over it.
+		// Note: an aborted switch stays in status.transition; Decide does not count it as
+		// in flight, and counts it once with its history entry (same ID).
 		in.InFlight = t.To
-		in.Switches = append(in.Switches, plan.PastSwitch{To: t.To, Reason: t.Reason, Start: t.StartTime.Time})
+		in.Switches = append(in.Switches, plan.PastSwitch{ID: t.ID, To: t.To, Reason: t.Reason, Start: t.StartTime.Time, Aborted: t.AbortedTime != nil})
 	}
 	for _, h := range st.History {
-		if t := st.Transition; t != nil && h.ID == t.ID {
-			continue // an aborted switch stays in status.transition: count it once
-		}
-		ps := plan.PastSwitch{To: h.To, Reason: h.Reason, Start: h.StartTime.Time}
+		ps := plan.PastSwitch{ID: h.ID, To: h.To, Reason: h.Reason, Start: h.StartTime.Time, Aborted: h.Result == gpupoolv1.TransitionAborted}
 		if h.Result == gpupoolv1.TransitionCompleted {
 			ps.End = h.EndTime.Time
 		}

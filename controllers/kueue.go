@@ -61,9 +61,11 @@ func kueueList(gvk schema.GroupVersionKind) *unstructured.UnstructuredList {
 }
 
 // layoutReady says whether the layout's nodes are ready for work: it is the active
-// layout and no switch is in flight.
+// layout and no switch is in flight. An aborted switch is not in flight: the active
+// layout keeps serving (its nodes were uncordoned), so its quota and checks stay.
 func layoutReady(pool *gpupoolv1.GPUPoolProfile, layout string) bool {
-	return pool.Status.ActiveLayout == layout && pool.Status.Transition == nil
+	t := pool.Status.Transition
+	return pool.Status.ActiveLayout == layout && (t == nil || t.AbortedTime != nil)
 }
 
 // leavingAt is when the active layout starts to be left: the next scheduled switch, or
@@ -454,6 +456,9 @@ func (r *GPUPoolProfileReconciler) setCheck(ctx context.Context, h heldWorkload,
 // "waiting for layout night at 20:00 (in 4h)", or a switch in progress.
 func waitingMessage(pool *gpupoolv1.GPUPoolProfile, layout string, now time.Time) string {
 	st := &pool.Status
+	if t := st.Transition; t != nil && t.To == layout && t.AbortedTime != nil {
+		return fmt.Sprintf("waiting for layout %s: the switch to it was aborted at %s (a drain timed out)", layout, clockTime(pool, t.AbortedTime.Time))
+	}
 	if t := st.Transition; t != nil && t.To == layout {
 		if st.DesiredReason == gpupoolv1.DesiredByDemand {
 			return fmt.Sprintf("waiting for layout %s: demand switch in progress", layout)

@@ -520,19 +520,37 @@ func toUnstructured(obj any) (map[string]any, error) {
 // kueueDemand is the demand of the Workloads gpupool's check holds: per layout that is not
 // ready for work, the GPUs they reserved on its flavors (Kueue's job integration keeps
 // their pods unsuspended only once admitted, so they are not counted as pods too).
-type kueueDemand struct{ c *GPUPoolProfileReconciler }
+//
+// Kueue not served or not readable is no Kueue demand (noDemandSeen), never no demand:
+// the pods' demand still counts. Whether Kueue is served is asked again at most once per
+// kueueRecheck (kueueWatch.ensure).
+type kueueDemand struct {
+	c   *GPUPoolProfileReconciler
+	now time.Time
+}
+
+// kueueNotObserved begins the status.demand message of a pass that could not read Kueue.
+const kueueNotObserved = "Kueue demand not observed"
 
 func (kd kueueDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, _ layoutShapes) (map[string]plan.LayoutDemand, error) {
 	if pool.Spec.Kueue == nil {
 		return nil, nil
 	}
+	none := func(err error) error { return &noDemandSeen{source: "Kueue", err: err} }
+	served, err := kd.c.kueueWatch.ensure(kd.now)
+	if err == nil && !served {
+		err = fmt.Errorf("the API server does not serve %s", KueueGroupVersion)
+	}
+	if err != nil {
+		return nil, none(err)
+	}
 	checks, err := kd.c.gpupoolChecks(ctx, false)
 	if err != nil {
-		return nil, err
+		return nil, none(err)
 	}
 	held, err := kd.c.heldWorkloads(ctx, pool, checks)
 	if err != nil {
-		return nil, err
+		return nil, none(err)
 	}
 	obs := map[string]plan.LayoutDemand{}
 	for _, h := range held {

@@ -219,6 +219,23 @@ func compilePolicy(dp *gpupoolv1.DemandPolicy, s *schedule) (*demandPolicy, erro
 	return p, nil
 }
 
+// IdleFor is how long a layout stays unused before demand lets it go: the idleFor of
+// its BringIn rule, else of its Skip rule, else DefaultIdleFor. No hold of the layout
+// lasts longer unused, not even one kept while the demand cannot be read.
+func IdleFor(dp *gpupoolv1.DemandPolicy, layout string) time.Duration {
+	if dp == nil {
+		return DefaultIdleFor
+	}
+	for _, action := range []gpupoolv1.DemandAction{gpupoolv1.DemandBringIn, gpupoolv1.DemandSkip} {
+		for _, r := range dp.Rules {
+			if r.Layout == layout && r.Action == action {
+				return durationOr(r.IdleFor, DefaultIdleFor)
+			}
+		}
+	}
+	return DefaultIdleFor
+}
+
 func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
 	if d == nil {
 		return def

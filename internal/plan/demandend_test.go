@@ -69,7 +69,7 @@ func TestDecideEndsCleanly(t *testing.T) {
 		layout: "night", reason: gpupoolv1.DesiredByDemand, message: "pod a/t1",
 	}, {
 		name: "demand does not keep a layout the schedule brought in", spec: nightByDefault(bringDay), now: at(20, 30),
-		in: DemandInput{Active: "day", Observed: map[string]LayoutDemand{"day": {RunningGPUs: 4}}, Switches: []PastSwitch{arrivedDay}},
+		in:     DemandInput{Active: "day", Observed: map[string]LayoutDemand{"day": {RunningGPUs: 4}}, Switches: []PastSwitch{arrivedDay}},
 		layout: "night", reason: gpupoolv1.DesiredByDefault,
 	}, {
 		name: "demand keeps a layout it brought in while in use", spec: nightByDefault(bringDay), now: at(20, 30),

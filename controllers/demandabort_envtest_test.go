@@ -1,14 +1,18 @@
 package controllers
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
@@ -93,5 +97,52 @@ func TestDemandAbortedSwitchEnds(t *testing.T) {
 	h.reconcile(pool.Name)
 	if p = h.get(pool.Name); p.Status.Transition != nil || p.Status.ActiveLayout != "day" || p.Status.DesiredLayout != "day" {
 		t.Fatalf("demand gone: active %s, desired %s (%s), transition %+v", p.Status.ActiveLayout, p.Status.DesiredLayout, p.Status.DesiredReason, p.Status.Transition)
+	}
+}
+
+// TestDemandKueueAbsentPodsStillCount: a pool with spec.kueue whose Kueue API cannot be
+// read (absent: every Kueue list fails with no match) still follows the pods' demand: a
+// pending training pod brings night in; status.demand says Kueue was not read, and one
+// event says so.
+func TestDemandKueueAbsentPodsStillCount(t *testing.T) {
+	h := newHarness(t, "dka-")
+	h.client = func(c client.WithWatch) client.Client {
+		return interceptor.NewClient(c, interceptor.Funcs{
+			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+				if u, ok := list.(*unstructured.UnstructuredList); ok && u.GroupVersionKind().Group == KueueGroupVersion.Group {
+					return &meta.NoKindMatchError{GroupKind: u.GroupVersionKind().GroupKind(), SearchedVersions: []string{KueueGroupVersion.Version}}
+				}
+				return c.List(ctx, list, opts...)
+			},
+		})
+	}
+	pool := h.demandPool()
+	pool.Spec.Kueue = &gpupoolv1.KueueSpec{Flavors: []gpupoolv1.KueueFlavor{
+		{Name: h.prefix + "day", Layout: "day", Quota: gpuList("4")}, {Name: h.prefix + "night", Layout: "night", Quota: gpuList("1")}}}
+	h.dayPastDwell(pool)
+
+	h.gpuPod("train-1", "", true, nil)
+	h.reconcile(pool.Name)
+	p := h.get(pool.Name)
+	if p.Status.Demand == nil {
+		t.Fatalf("no status.demand (desired %s, %s): the pods' demand was discarded", p.Status.DesiredLayout, p.Status.DesiredReason)
+	}
+	if msg := p.Status.Demand.Message; !strings.HasPrefix(msg, kueueNotObserved) || !strings.Contains(msg, "demand acts at") {
+		t.Fatalf("demand message %q, want Kueue not observed, then the pod's demand timing", msg)
+	}
+	h.clock.Step(2 * time.Minute)
+	h.reconcile(pool.Name)
+	if p = h.get(pool.Name); p.Status.DesiredLayout != "night" || p.Status.DesiredReason != gpupoolv1.DesiredByDemand {
+		t.Fatalf("pod pending for `for`: desired %s (%s), demand %q; want night by demand", p.Status.DesiredLayout, p.Status.DesiredReason, p.Status.Demand.Message)
+	}
+	h.converge(pool.Name, "night", 60)
+	n := 0
+	for _, e := range h.events() {
+		if strings.Contains(e, "KueueDemandNotObserved") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d KueueDemandNotObserved events, want 1", n)
 	}
 }

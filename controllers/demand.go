@@ -2,7 +2,9 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -50,8 +53,14 @@ func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.D
 	}
 	in := demandInput(pool)
 	shapes := shapesOf(pool)
-	for _, src := range r.demandSources() {
+	var missing []string
+	for _, src := range r.demandSources(s.now) {
 		obs, err := src.observeDemand(ctx, pool, shapes)
+		var none *noDemandSeen
+		if errors.As(err, &none) {
+			missing = append(missing, none.Error())
+			continue
+		}
 		if err != nil {
 			return r.unobserved(s, err)
 		}
@@ -61,20 +70,57 @@ func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.D
 			in.Observed[l] = sum
 		}
 	}
+	r.logMissing(ctx, pool, missing)
 	dec, err := plan.Decide(&pool.Spec, s.now, in)
 	if err != nil {
 		return plan.Decision{}, err
 	}
 	pool.Status.Demand = demandStatus(pool, in, dec)
 	s.demandRecheck = dec.Recheck
+	if len(missing) > 0 {
+		// The other sources decided; the missing one is looked at again soon.
+		pool.Status.Demand.Message = truncate(strings.Join(append(missing, dec.Message), "; "), maxDemandMessage)
+		if again := s.now.Add(requeueKueue); s.demandRecheck.IsZero() || again.Before(s.demandRecheck) {
+			s.demandRecheck = again
+		}
+	}
 	publishDemandMetrics(pool.Name, pool.Spec.Layouts, in.Observed)
 	return dec.Decision, nil
 }
 
+// noDemandSeen is a source whose demand could not be read and counts as none: Kueue's
+// API absent or failing must not discard the pods' demand, nor keep a layout demand
+// holds beyond its idleFor, as an unreadable pod cache does (unobserved).
+type noDemandSeen struct {
+	source string
+	err    error
+}
+
+func (e *noDemandSeen) Error() string {
+	return fmt.Sprintf("%s demand not observed, counted as none: %v", e.source, e.err)
+}
+
+func (e *noDemandSeen) Unwrap() error { return e.err }
+
+// logMissing logs the sources whose demand counts as none, when that starts (the status
+// message did not say it before): a failing source is logged once, not every pass.
+func (r *GPUPoolProfileReconciler) logMissing(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, missing []string) {
+	was := ""
+	if pool.Status.Demand != nil {
+		was = pool.Status.Demand.Message
+	}
+	for _, m := range missing {
+		if !strings.Contains(was, m) {
+			log.FromContext(ctx).Info("Demand source not observed; counting it as none", "reason", m)
+		}
+	}
+}
+
 // unobserved decides without the demand, which could not be read: the schedule, except
 // that a layout demand holds (the last decision was Demand) is kept as it is, so that one
-// failed read never drains the work demand keeps. The timers stay as they were; the pass
-// looks again soon.
+// failed read never drains the work demand keeps, but no longer than the layout's
+// idleFor from when its use was last seen (unobservedHold). The other timers stay as
+// they were; the pass looks again soon.
 func (r *GPUPoolProfileReconciler) unobserved(s *scope, err error) (plan.Decision, error) {
 	pool := s.pool
 	d, derr := plan.Desired(&pool.Spec, s.now)
@@ -86,7 +132,8 @@ func (r *GPUPoolProfileReconciler) unobserved(s *scope, err error) (plan.Decisio
 	if t := pool.Status.Transition; t != nil {
 		cur = t.To
 	}
-	if pool.Status.DesiredReason == gpupoolv1.DesiredByDemand && cur != "" && cur != d.Layout && d.Reason != gpupoolv1.DesiredByOverride {
+	if pool.Status.DesiredReason == gpupoolv1.DesiredByDemand && cur != "" && cur != d.Layout && d.Reason != gpupoolv1.DesiredByOverride &&
+		unobservedHold(pool, cur, s.now) {
 		d = plan.Decision{Layout: cur, Reason: gpupoolv1.DesiredByDemand, Window: -1,
 			Message: fmt.Sprintf("demand keeps layout %s while it cannot be observed (%v)", cur, err)}
 		msg += "; layout " + cur + " is kept"
@@ -98,8 +145,30 @@ func (r *GPUPoolProfileReconciler) unobserved(s *scope, err error) (plan.Decisio
 	return d, nil
 }
 
-func (r *GPUPoolProfileReconciler) demandSources() []demandSource {
-	return []demandSource{podDemand{c: r}, kueueDemand{c: r}}
+// unobservedHold says whether a layout demand holds may still be kept while the demand
+// cannot be read: unused (nothing seen in use) for less than its idleFor. Its idle timer
+// starts when the reads fail, if it had not, and is kept in status.demand, so that a
+// read that keeps failing cannot hold it for ever.
+func unobservedHold(pool *gpupoolv1.GPUPoolProfile, layout string, now time.Time) bool {
+	ds := pool.Status.Demand
+	if ds == nil {
+		ds = &gpupoolv1.DemandStatus{}
+		pool.Status.Demand = ds
+	}
+	i := slices.IndexFunc(ds.Layouts, func(l gpupoolv1.LayoutDemand) bool { return l.Layout == layout })
+	if i < 0 {
+		ds.Layouts = append(ds.Layouts, gpupoolv1.LayoutDemand{Layout: layout})
+		i = len(ds.Layouts) - 1
+	}
+	ld := &ds.Layouts[i]
+	if ld.IdleSince == nil {
+		ld.IdleSince = &metav1.Time{Time: now}
+	}
+	return now.Before(ld.IdleSince.Add(plan.IdleFor(pool.Spec.Demand, layout)))
+}
+
+func (r *GPUPoolProfileReconciler) demandSources(now time.Time) []demandSource {
+	return []demandSource{podDemand{c: r}, kueueDemand{c: r, now: now}}
 }
 
 // demandInput is what Decide needs from the pool's status: the layout active and in
@@ -113,15 +182,13 @@ func demandInput(pool *gpupoolv1.GPUPoolProfile) *plan.DemandInput {
 		WarnAhead: warnAhead(&pool.Spec),
 	}
 	if t := st.Transition; t != nil {
-		// Note: an aborted switch counts as in flight: demand starts nothing over it.
+		// Note: an aborted switch stays in status.transition; Decide does not count it as
+		// in flight, and counts it once with its history entry (same ID).
 		in.InFlight = t.To
-		in.Switches = append(in.Switches, plan.PastSwitch{To: t.To, Reason: t.Reason, Start: t.StartTime.Time})
+		in.Switches = append(in.Switches, plan.PastSwitch{ID: t.ID, To: t.To, Reason: t.Reason, Start: t.StartTime.Time, Aborted: t.AbortedTime != nil})
 	}
 	for _, h := range st.History {
-		if t := st.Transition; t != nil && h.ID == t.ID {
-			continue // an aborted switch stays in status.transition: count it once
-		}
-		ps := plan.PastSwitch{To: h.To, Reason: h.Reason, Start: h.StartTime.Time}
+		ps := plan.PastSwitch{ID: h.ID, To: h.To, Reason: h.Reason, Start: h.StartTime.Time, Aborted: h.Result == gpupoolv1.TransitionAborted}
 		if h.Result == gpupoolv1.TransitionCompleted {
 			ps.End = h.EndTime.Time
 		}
@@ -489,6 +556,9 @@ func (r *GPUPoolProfileReconciler) announceDemand(before, after *gpupoolv1.GPUPo
 			sw.Layout, sw.At.UTC().Format(time.RFC3339), sw.Message)
 	case sw == nil && wasSwitch != nil && (after.Status.Transition == nil || after.Status.Transition.To != wasSwitch.Layout):
 		r.emit(after, corev1.EventTypeNormal, "DemandSwitchCancelled", "%s", now.Message)
+	}
+	if strings.Contains(now.Message, kueueNotObserved) && !strings.Contains(wasMessage, kueueNotObserved) {
+		r.emit(after, corev1.EventTypeWarning, "KueueDemandNotObserved", "%s", now.Message)
 	}
 	if now.Message != wasMessage && strings.Contains(now.Message, "does not switch:") {
 		r.emit(after, corev1.EventTypeNormal, "DemandHeldBack", "%s", now.Message)

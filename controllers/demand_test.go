@@ -11,8 +11,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -261,5 +263,76 @@ func TestDemandUnobservedKeepsWhatDemandHolds(t *testing.T) {
 	pool.Status.DesiredReason = gpupoolv1.DesiredByDefault
 	if d, _ := r.desire(context.Background(), sc); d.Layout != "day" {
 		t.Fatalf("without a demand hold: %+v, want the default day", d)
+	}
+}
+
+// TestDemandUnobservedHoldEndsAfterIdleFor: a layout kept while the demand cannot be
+// read is kept no longer than its idleFor from when the reads began to fail.
+func TestDemandUnobservedHoldEndsAfterIdleFor(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = gpupoolv1.AddToScheme(s)
+	c := fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			return errors.New("the cache is not synced")
+		},
+	}).Build()
+	pool := demandTestPool()
+	pool.Spec.Demand = &gpupoolv1.DemandPolicy{Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn,
+		IdleFor: &metav1.Duration{Duration: 5 * time.Minute}}}}
+	pool.Status.ActiveLayout, pool.Status.DesiredLayout, pool.Status.DesiredReason = "night", "night", gpupoolv1.DesiredByDemand
+	pool.Status.Demand = &gpupoolv1.DemandStatus{}
+	r := &GPUPoolProfileReconciler{Client: c}
+	start := time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)
+	for i, tc := range []struct {
+		after time.Duration
+		want  string
+	}{{0, "night"}, {4 * time.Minute, "night"}, {5 * time.Minute, "day"}} {
+		d, err := r.desire(context.Background(), &scope{pool: pool, now: start.Add(tc.after)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Layout != tc.want {
+			t.Fatalf("pass %d, %s after the reads failed: %s (%s), want %s; demand %+v", i, tc.after, d.Layout, d.Reason, tc.want, pool.Status.Demand)
+		}
+		pool.Status.DesiredReason = d.Reason
+	}
+}
+
+// TestDemandKueueFailingCountsAsNone: with Kueue's API failing, the Kueue source counts
+// as no demand and the pods' demand still decides: a pending training pod held for `for`
+// brings night in, and status.demand says Kueue was not read.
+func TestDemandKueueFailingCountsAsNone(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = gpupoolv1.AddToScheme(s)
+	train := testPod("train", 1, pendingUnschedulable, selecting("workload", "training"), tolerating("training"))
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(train).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*unstructured.UnstructuredList); ok {
+				return errors.New("the server could not find the requested resource")
+			}
+			return cl.List(ctx, list, opts...)
+		},
+	}).Build()
+	now := time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)
+	pool := demandTestPool()
+	pool.Spec.Kueue = &gpupoolv1.KueueSpec{Flavors: []gpupoolv1.KueueFlavor{{Name: "night", Layout: "night"}}}
+	pool.Spec.Demand = &gpupoolv1.DemandPolicy{Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn}}}
+	pool.Status.Demand = &gpupoolv1.DemandStatus{Layouts: []gpupoolv1.LayoutDemand{{Layout: "night", PendingSince: &metav1.Time{Time: now.Add(-10 * time.Minute)}}}}
+	r := &GPUPoolProfileReconciler{Client: c, Recorder: events.NewFakeRecorder(10)}
+	sc := &scope{pool: pool, now: now}
+	d, err := r.desire(context.Background(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Layout != "night" || d.Reason != gpupoolv1.DesiredByDemand {
+		t.Fatalf("decision %s (%s), want night by demand from the pod; demand message %q", d.Layout, d.Reason, pool.Status.Demand.Message)
+	}
+	if msg := pool.Status.Demand.Message; !strings.HasPrefix(msg, kueueNotObserved) || !strings.Contains(msg, "pod ml/train") {
+		t.Fatalf("demand message %q, want Kueue not observed, then the pod's demand", msg)
+	}
+	if want := now.Add(requeueKueue); !sc.demandRecheck.Equal(want) {
+		t.Fatalf("recheck %s, want Kueue read again at %s", sc.demandRecheck, want)
 	}
 }

@@ -61,9 +61,11 @@ func kueueList(gvk schema.GroupVersionKind) *unstructured.UnstructuredList {
 }
 
 // layoutReady says whether the layout's nodes are ready for work: it is the active
-// layout and no switch is in flight.
+// layout and no switch is in flight. An aborted switch is not in flight: the active
+// layout keeps serving (its nodes were uncordoned), so its quota and checks stay.
 func layoutReady(pool *gpupoolv1.GPUPoolProfile, layout string) bool {
-	return pool.Status.ActiveLayout == layout && pool.Status.Transition == nil
+	t := pool.Status.Transition
+	return pool.Status.ActiveLayout == layout && (t == nil || t.AbortedTime != nil)
 }
 
 // leavingAt is when the active layout starts to be left: the next scheduled switch, or
@@ -454,6 +456,9 @@ func (r *GPUPoolProfileReconciler) setCheck(ctx context.Context, h heldWorkload,
 // "waiting for layout night at 20:00 (in 4h)", or a switch in progress.
 func waitingMessage(pool *gpupoolv1.GPUPoolProfile, layout string, now time.Time) string {
 	st := &pool.Status
+	if t := st.Transition; t != nil && t.To == layout && t.AbortedTime != nil {
+		return fmt.Sprintf("waiting for layout %s: the switch to it was aborted at %s (a drain timed out)", layout, clockTime(pool, t.AbortedTime.Time))
+	}
 	if t := st.Transition; t != nil && t.To == layout {
 		if st.DesiredReason == gpupoolv1.DesiredByDemand {
 			return fmt.Sprintf("waiting for layout %s: demand switch in progress", layout)
@@ -515,19 +520,37 @@ func toUnstructured(obj any) (map[string]any, error) {
 // kueueDemand is the demand of the Workloads gpupool's check holds: per layout that is not
 // ready for work, the GPUs they reserved on its flavors (Kueue's job integration keeps
 // their pods unsuspended only once admitted, so they are not counted as pods too).
-type kueueDemand struct{ c *GPUPoolProfileReconciler }
+//
+// Kueue not served or not readable is no Kueue demand (noDemandSeen), never no demand:
+// the pods' demand still counts. Whether Kueue is served is asked again at most once per
+// kueueRecheck (kueueWatch.ensure).
+type kueueDemand struct {
+	c   *GPUPoolProfileReconciler
+	now time.Time
+}
+
+// kueueNotObserved begins the status.demand message of a pass that could not read Kueue.
+const kueueNotObserved = "Kueue demand not observed"
 
 func (kd kueueDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, _ layoutShapes) (map[string]plan.LayoutDemand, error) {
 	if pool.Spec.Kueue == nil {
 		return nil, nil
 	}
+	none := func(err error) error { return &noDemandSeen{source: "Kueue", err: err} }
+	served, err := kd.c.kueueWatch.ensure(kd.now)
+	if err == nil && !served {
+		err = fmt.Errorf("the API server does not serve %s", KueueGroupVersion)
+	}
+	if err != nil {
+		return nil, none(err)
+	}
 	checks, err := kd.c.gpupoolChecks(ctx, false)
 	if err != nil {
-		return nil, err
+		return nil, none(err)
 	}
 	held, err := kd.c.heldWorkloads(ctx, pool, checks)
 	if err != nil {
-		return nil, err
+		return nil, none(err)
 	}
 	obs := map[string]plan.LayoutDemand{}
 	for _, h := range held {

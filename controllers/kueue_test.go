@@ -27,6 +27,7 @@ func TestFlavorQuota(t *testing.T) {
 	berlin := mustZone("Europe/Berlin")
 	now := time.Date(2031, 3, 17, 7, 0, 0, 0, berlin)
 	at := func(h, m int) metav1.Time { return metav1.NewTime(time.Date(2031, 3, 17, h, m, 0, 0, berlin)) }
+	at0650 := at(6, 50)
 	for _, tc := range []struct {
 		name      string
 		status    gpupoolv1.GPUPoolProfileStatus
@@ -40,6 +41,9 @@ func TestFlavorQuota(t *testing.T) {
 		{name: "day switching in", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night",
 			Transition: &gpupoolv1.TransitionStatus{To: "day"}}, day: "1", night: "0"},
 		{name: "day ready", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "day"}, day: "4", night: "0"},
+		// The aborted switch to night is not in flight: day still serves.
+		{name: "day serving after the switch to night aborted", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "day",
+			Transition: &gpupoolv1.TransitionStatus{To: "night", AbortedTime: &at0650}}, day: "4", night: "0"},
 		{name: "day ready, demand announced night", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "day",
 			Demand: &gpupoolv1.DemandStatus{Switch: &gpupoolv1.DemandSwitch{Layout: "night", At: at(7, 8)}}}, day: "1", night: "0"},
 	} {
@@ -76,6 +80,11 @@ func TestWaitingMessage(t *testing.T) {
 	pool.Status.Transition, pool.Status.DesiredReason = &gpupoolv1.TransitionStatus{To: "night"}, gpupoolv1.DesiredByDemand
 	if got, want := waitingMessage(pool, "night", now), "waiting for layout night: demand switch in progress"; got != want {
 		t.Errorf("in flight: %q, want %q", got, want)
+	}
+	aborted := metav1.NewTime(time.Date(2031, 3, 17, 15, 30, 0, 0, berlin))
+	pool.Status.Transition.AbortedTime = &aborted
+	if got, want := waitingMessage(pool, "night", now), "waiting for layout night: the switch to it was aborted at 15:30 (a drain timed out)"; got != want {
+		t.Errorf("aborted: %q, want %q", got, want)
 	}
 	pool.Status = gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "day"}
 	if got, want := waitingMessage(pool, "night", now), "waiting for layout night (no switch to it is scheduled)"; got != want {

@@ -77,16 +77,25 @@ type AnnouncedSwitch struct {
 
 // PastSwitch is a transition that started: status.transition and status.history.
 type PastSwitch struct {
+	// ID is the transition's id. Entries with the same ID are one switch, counted once:
+	// an aborted switch is in status.transition and in status.history, and a history may
+	// record one switch's end more than once (aborted, then superseded).
+	ID     string
 	To     string
 	Reason gpupoolv1.DesiredReason
 	Start  time.Time
 	// End is when it completed, zero if it did not (in progress, superseded, aborted).
 	End time.Time
+	// Aborted: a drain timed out and the switch was given up. An aborted switch is not in
+	// flight: it makes nothing and holds nothing.
+	Aborted bool
 }
 
 // DemandInput is what Decide needs besides the spec and the time.
 type DemandInput struct {
-	// Active is status.activeLayout; InFlight the layout of the transition in progress.
+	// Active is status.activeLayout; InFlight the layout of the transition in status.
+	// When that transition is aborted (its PastSwitch says so) it is not in flight:
+	// Decide then treats the pool as settled on Active.
 	Active, InFlight string
 	// Observed is the demand per layout this pass.
 	Observed map[string]LayoutDemand
@@ -149,7 +158,8 @@ func Decide(spec *gpupoolv1.GPUPoolProfileSpec, now time.Time, in *DemandInput) 
 	if err != nil {
 		return DemandDecision{}, err
 	}
-	r := &demandRun{policy: p, sched: s, spec: spec, now: now, in: in}
+	r := &demandRun{policy: p, sched: s, spec: spec, now: now, in: in, switches: distinctSwitches(in.Switches)}
+	r.inflight = r.inFlight()
 	r.timers = r.tick()
 	r.decide(&out)
 	out.Timers = r.timers
@@ -209,6 +219,23 @@ func compilePolicy(dp *gpupoolv1.DemandPolicy, s *schedule) (*demandPolicy, erro
 	return p, nil
 }
 
+// IdleFor is how long a layout stays unused before demand lets it go: the idleFor of
+// its BringIn rule, else of its Skip rule, else DefaultIdleFor. No hold of the layout
+// lasts longer unused, not even one kept while the demand cannot be read.
+func IdleFor(dp *gpupoolv1.DemandPolicy, layout string) time.Duration {
+	if dp == nil {
+		return DefaultIdleFor
+	}
+	for _, action := range []gpupoolv1.DemandAction{gpupoolv1.DemandBringIn, gpupoolv1.DemandSkip} {
+		for _, r := range dp.Rules {
+			if r.Layout == layout && r.Action == action {
+				return durationOr(r.IdleFor, DefaultIdleFor)
+			}
+		}
+	}
+	return DefaultIdleFor
+}
+
 func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
 	if d == nil {
 		return def
@@ -256,13 +283,19 @@ func (p *demandPolicy) threshold(layout string) int64 {
 
 // demandRun is one Decide call.
 type demandRun struct {
-	policy  *demandPolicy
-	sched   *schedule
-	spec    *gpupoolv1.GPUPoolProfileSpec
-	now     time.Time
-	in      *DemandInput
-	timers  DemandTimers
-	notes   []string
+	policy *demandPolicy
+	sched  *schedule
+	spec   *gpupoolv1.GPUPoolProfileSpec
+	now    time.Time
+	in     *DemandInput
+	// switches are in.Switches, one entry per switch (distinctSwitches); inflight is the
+	// layout of the switch in flight, "" when none is or it was aborted (inFlight).
+	switches []PastSwitch
+	inflight string
+	timers   DemandTimers
+	notes    []string
+	// whyNot is, per layout, why its demand does not act this pass (waits).
+	whyNot  map[string]string
 	recheck time.Time
 }
 

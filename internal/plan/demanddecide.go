@@ -34,7 +34,7 @@ func (r *demandRun) decide(out *DemandDecision) {
 		r.note("no layout active yet: demand acts once one is")
 		return
 	}
-	cur := cmp.Or(r.in.InFlight, r.in.Active)
+	cur := cmp.Or(r.inflight, r.in.Active)
 	if sw := r.timers.Switch; sw != nil && sw.Layout == cur {
 		r.timers.Switch = nil // it started
 	}
@@ -48,13 +48,17 @@ func (r *demandRun) decide(out *DemandDecision) {
 		r.cancel(fmt.Sprintf("the schedule wants layout %s", d.Layout))
 		return
 	}
-	if r.in.InFlight != "" {
-		r.cancel(fmt.Sprintf("a switch to layout %s is in progress", r.in.InFlight))
+	if r.inflight != "" {
+		r.cancel(fmt.Sprintf("a switch to layout %s is in progress", r.inflight))
 		return
 	}
 	mv := r.candidate(cur)
 	if mv == nil {
-		r.cancel("its demand is gone")
+		why := "its demand is gone"
+		if sw := r.timers.Switch; sw != nil && r.whyNot[sw.Layout] != "" {
+			why = r.whyNot[sw.Layout]
+		}
+		r.cancel(why)
 		return
 	}
 	if why := r.guards(mv); why != "" {
@@ -92,6 +96,17 @@ func (r *demandRun) decide(out *DemandDecision) {
 	r.note("demand switches to layout %s: %s", mv.layout, mv.why)
 }
 
+// waits notes why demand for a layout does not act this pass; an announced switch to
+// it that is cancelled gives that as its reason.
+func (r *demandRun) waits(layout, format string, args ...any) {
+	why := fmt.Sprintf(format, args...)
+	if r.whyNot == nil {
+		r.whyNot = map[string]string{}
+	}
+	r.whyNot[layout] = why
+	r.note("layout %s: %s", layout, why)
+}
+
 // cancel drops an announced switch that no longer holds, saying why.
 func (r *demandRun) cancel(why string) {
 	if sw := r.timers.Switch; sw != nil {
@@ -104,7 +119,9 @@ func (r *demandRun) cancel(why string) {
 // against the schedule's d, when a rule or the dwell of a layout demand brought says so.
 func (r *demandRun) hold(cur string, d Decision) (Decision, bool) {
 	h := Decision{Layout: cur, Reason: gpupoolv1.DesiredByDemand, Window: -1}
-	if ru := r.policy.find(cur, gpupoolv1.DemandBringIn); ru != nil {
+	// Note: only a layout demand brought in is held while in use; one the schedule or an
+	// override brought in leaves when the schedule says, whatever runs on it.
+	if ru := r.policy.find(cur, gpupoolv1.DemandBringIn); ru != nil && r.broughtByDemand(cur) {
 		if until, open := ru.openUntil(r.now); open && !r.heldFor(r.timers.IdleSince, cur, ru.idle) {
 			h.Message = fmt.Sprintf("demand keeps layout %s (demand.rules[%d]) over the schedule's %s: %s", cur, ru.index, d.Layout, r.use(cur, ru))
 			if !until.IsZero() {
@@ -128,13 +145,13 @@ func (r *demandRun) hold(cur string, d Decision) (Decision, bool) {
 			return h, true
 		}
 	}
-	if r.in.InFlight == cur && r.inFlightBy() == gpupoolv1.DesiredByDemand {
+	if r.inflight == cur && r.inFlightBy() == gpupoolv1.DesiredByDemand {
 		// A switch demand started goes on to its layout, which then stays its dwell.
 		h.Message = fmt.Sprintf("demand keeps the switch to layout %s it started; the layout then stays at least minDwell %s",
 			cur, shortDuration(r.policy.minDwell))
 		return h, true
 	}
-	if at, by := r.arrival(); cur == r.in.Active && r.in.InFlight == "" && by == gpupoolv1.DesiredByDemand && r.now.Before(at.Add(r.policy.minDwell)) {
+	if at, by := r.arrival(); cur == r.in.Active && r.inflight == "" && by == gpupoolv1.DesiredByDemand && r.now.Before(at.Add(r.policy.minDwell)) {
 		end := at.Add(r.policy.minDwell)
 		h.Message = fmt.Sprintf("demand keeps layout %s, which it brought in at %s, until its dwell ends at %s (minDwell %s)",
 			cur, r.format(at), r.format(end), shortDuration(r.policy.minDwell))
@@ -146,14 +163,21 @@ func (r *demandRun) hold(cur string, d Decision) (Decision, bool) {
 }
 
 // closesSoon says whether the rule's window closes before a layout brought in now (after
-// its warning, if it evicts) could stay minDwell: the schedule would take it back at once.
+// its warning, if it evicts; an announced switch at its announced start) could stay
+// minDwell: the schedule would take it back at once.
 func (r *demandRun) closesSoon(ru *rule, o LayoutDemand) bool {
 	until, open := ru.openUntil(r.now)
 	if !open || until.IsZero() {
 		return false
 	}
 	start := r.now
-	if r.in.WarnAhead > 0 && o.Evictions > 0 {
+	switch sw := r.timers.Switch; {
+	case sw != nil && sw.Layout == ru.layout:
+		// Announced: it starts at its announced start, which a later pass does not move.
+		if sw.At.After(start) {
+			start = sw.At
+		}
+	case r.in.WarnAhead > 0 && o.Evictions > 0:
 		start = start.Add(r.in.WarnAhead)
 	}
 	return until.Before(start.Add(r.policy.minDwell))
@@ -196,19 +220,17 @@ func (r *demandRun) candidate(cur string) *demandMove {
 		}
 		switch _, open := ru.openUntil(r.now); {
 		case !open:
-			r.note("layout %s: %d GPUs pending, outside the windows of demand.rules[%d]", ru.layout, o.PendingGPUs, ru.index)
-			for w := range ru.windows {
-				r.wakeAt(ru.windows[w].next(r.now)) // look again when a window opens
-			}
+			r.waits(ru.layout, "%d GPUs pending, outside the windows of demand.rules[%d]", o.PendingGPUs, ru.index)
+			r.wakeAtOpening(ru)
 		case o.PendingGPUs < ru.minGPUs:
-			r.note("layout %s: %d GPUs pending, below minGPUs %d", ru.layout, o.PendingGPUs, ru.minGPUs)
+			r.waits(ru.layout, "%d GPUs pending, below minGPUs %d", o.PendingGPUs, ru.minGPUs)
 		case r.closesSoon(ru, o):
 			until, _ := ru.openUntil(r.now)
-			r.note("layout %s: %d GPUs pending, but the window of demand.rules[%d] closes at %s, before the layout could stay its minDwell %s",
-				ru.layout, o.PendingGPUs, ru.index, r.format(until), shortDuration(r.policy.minDwell))
+			r.waits(ru.layout, "%d GPUs pending, but the window of demand.rules[%d] closes at %s, before the layout could stay its minDwell %s",
+				o.PendingGPUs, ru.index, r.format(until), shortDuration(r.policy.minDwell))
 		case !r.heldFor(r.timers.PendingSince, ru.layout, ru.hold):
 			since := r.timers.PendingSince[ru.layout]
-			r.note("layout %s: %d GPUs pending since %s, demand acts at %s (for %s)", ru.layout, o.PendingGPUs,
+			r.waits(ru.layout, "%d GPUs pending since %s, demand acts at %s (for %s)", o.PendingGPUs,
 				r.format(since), r.format(since.Add(ru.hold)), shortDuration(ru.hold))
 		case best == nil || o.PendingGPUs > bestGPUs:
 			best, bestGPUs = &demandMove{layout: ru.layout, action: ru.action, rule: ru,
@@ -228,6 +250,7 @@ func (r *demandRun) candidate(cur string) *demandMove {
 		return nil
 	}
 	if _, open := ru.openUntil(r.now); !open {
+		r.wakeAtOpening(ru) // an idle layout is ended once the rule's window opens
 		return nil
 	}
 	since, idle := r.timers.IdleSince[cur]
@@ -240,6 +263,14 @@ func (r *demandRun) candidate(cur string) *demandMove {
 	return &demandMove{layout: instead, action: gpupoolv1.DemandSkip, rule: ru,
 		why: fmt.Sprintf("ends layout %s (demand.rules[%d]): nothing pending for it or running on it since %s; layout %s instead",
 			cur, ru.index, r.format(since), instead)}
+}
+
+// wakeAtOpening makes the next opening of the rule's windows a recheck: demand that
+// waits for a window acts when it opens, not at the next resync.
+func (r *demandRun) wakeAtOpening(ru *rule) {
+	for w := range ru.windows {
+		r.wakeAt(ru.windows[w].next(r.now))
+	}
 }
 
 // guards returns why demand must not start mv now, "" when it may: the dwell of the
@@ -278,7 +309,7 @@ func (r *demandRun) guards(mv *demandMove) string {
 func (r *demandRun) arrival() (time.Time, gpupoolv1.DesiredReason) {
 	var at time.Time
 	var by gpupoolv1.DesiredReason
-	for _, s := range r.in.Switches {
+	for _, s := range r.switches {
 		if s.To == r.in.Active && !s.End.IsZero() && s.End.After(at) {
 			at, by = s.End, s.Reason
 		}
@@ -286,13 +317,70 @@ func (r *demandRun) arrival() (time.Time, gpupoolv1.DesiredReason) {
 	return at, by
 }
 
+// distinctSwitches merges the entries of one switch (same ID) into one: the earliest
+// start, the end if any entry has one, aborted if any entry says so, the first reason
+// given. Entries without an ID are each a switch of their own.
+func distinctSwitches(in []PastSwitch) []PastSwitch {
+	out := make([]PastSwitch, 0, len(in))
+	at := map[string]int{}
+	for _, s := range in {
+		i, seen := at[s.ID]
+		if s.ID == "" || !seen {
+			if s.ID != "" {
+				at[s.ID] = len(out)
+			}
+			out = append(out, s)
+			continue
+		}
+		m := &out[i]
+		if s.Start.Before(m.Start) {
+			m.Start = s.Start
+		}
+		if m.End.IsZero() {
+			m.End = s.End
+		}
+		m.Aborted = m.Aborted || s.Aborted
+		m.Reason = cmp.Or(m.Reason, s.Reason)
+	}
+	return out
+}
+
+// inFlight is the layout of the switch in flight: InFlight, unless the newest switch to
+// it that has not completed was aborted. An aborted switch makes nothing and holds
+// nothing, so that the schedule, demand's windows and idleness apply again; it still
+// counts toward the cooldown and the budget.
+func (r *demandRun) inFlight() string {
+	var newest *PastSwitch
+	for i := range r.switches {
+		s := &r.switches[i]
+		if s.To == r.in.InFlight && s.End.IsZero() && (newest == nil || !s.Start.Before(newest.Start)) {
+			newest = s
+		}
+	}
+	if newest != nil && newest.Aborted {
+		return ""
+	}
+	return r.in.InFlight
+}
+
+// broughtByDemand says whether demand brought layout cur in: the switch to it in flight
+// was started by demand, or, with none in flight, the newest completed switch to the
+// active layout was.
+func (r *demandRun) broughtByDemand(cur string) bool {
+	if r.inflight != "" {
+		return cur == r.inflight && r.inFlightBy() == gpupoolv1.DesiredByDemand
+	}
+	at, by := r.arrival()
+	return cur == r.in.Active && !at.IsZero() && by == gpupoolv1.DesiredByDemand
+}
+
 // inFlightBy is why the switch in flight started: the newest switch to InFlight that
 // has not ended.
 func (r *demandRun) inFlightBy() gpupoolv1.DesiredReason {
 	var at time.Time
 	var by gpupoolv1.DesiredReason
-	for _, s := range r.in.Switches {
-		if s.To == r.in.InFlight && s.End.IsZero() && !s.Start.Before(at) {
+	for _, s := range r.switches {
+		if s.To == r.inflight && s.End.IsZero() && !s.Start.Before(at) {
 			at, by = s.Start, s.Reason
 		}
 	}
@@ -302,7 +390,7 @@ func (r *demandRun) inFlightBy() gpupoolv1.DesiredReason {
 // lastStart is when the newest switch started, zero if none did.
 func (r *demandRun) lastStart() time.Time {
 	var last time.Time
-	for _, s := range r.in.Switches {
+	for _, s := range r.switches {
 		if s.Start.After(last) {
 			last = s.Start
 		}
@@ -314,7 +402,7 @@ func (r *demandRun) lastStart() time.Time {
 // more will be allowed (the instant enough of them are older than 24 hours).
 func (r *demandRun) budget() (int, time.Time) {
 	var starts []time.Time
-	for _, s := range r.in.Switches {
+	for _, s := range r.switches {
 		if s.Start.After(r.now.Add(-budgetPeriod)) {
 			starts = append(starts, s.Start)
 		}

@@ -25,6 +25,9 @@ type app struct {
 	// tz is --tz: the zone times are shown in; when empty, the pool's (screenFor).
 	tz  string
 	now func() time.Time
+	// wrapClient, when set, wraps the client every verb uses: tests put an interceptor
+	// there to change the pool between a verb's read and its write.
+	wrapClient func(client.Client) client.Client
 }
 
 func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -82,7 +85,11 @@ func (a *app) client() (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: a.scheme})
+	c, err := client.New(cfg, client.Options{Scheme: a.scheme})
+	if err != nil || a.wrapClient == nil {
+		return c, err
+	}
+	return a.wrapClient(c), nil
 }
 
 // get reads one pool.

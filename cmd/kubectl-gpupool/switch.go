@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,8 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
@@ -248,22 +245,6 @@ func pausedWord(paused bool) string {
 		return "paused"
 	}
 	return "unpaused"
-}
-
-// patchSpec merge-patches spec fields, on the resourceVersion the user saw: a change
-// made meanwhile (another switch) fails the patch instead of being overwritten.
-func patchSpec(ctx context.Context, c client.Client, p *gpupoolv1.GPUPoolProfile, spec map[string]any) error {
-	data, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": p.ResourceVersion},
-		"spec":     spec,
-	})
-	if err != nil {
-		return err
-	}
-	if err := c.Patch(ctx, p, client.RawPatch(types.MergePatchType, data)); err != nil {
-		return fmt.Errorf("patching pool %s: %w", p.Name, err)
-	}
-	return nil
 }
 
 func layoutOf(spec *gpupoolv1.GPUPoolProfileSpec, name string) *gpupoolv1.Layout {

@@ -137,6 +137,8 @@ type world struct {
 	sim   *vgpusim.Sim
 	clock *clocktesting.FakeClock
 	rec   *controllers.GPUPoolProfileReconciler
+	// wrap, when set, wraps the plugin's client (app.wrapClient).
+	wrap func(client.Client) client.Client
 }
 
 func newWorld(t *testing.T, prefix string) *world {
@@ -212,7 +214,9 @@ func (w *world) run(user, stdin string, args ...string) (string, error) {
 	w.t.Helper()
 	var out, errOut bytes.Buffer
 	streams := genericiooptions.IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errOut}
-	cmd := newApp(streams, w.clock.Now).command()
+	a := newApp(streams, w.clock.Now)
+	a.wrapClient = w.wrap
+	cmd := a.command()
 	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfigs[user]}, args...))
 	err := cmd.ExecuteContext(w.ctx)
 	if testing.Verbose() {

@@ -59,7 +59,9 @@ func TestSteerVerbsRetryOverStatusWrites(t *testing.T) {
 		check func(*gpupoolv1.GPUPoolProfile) bool
 	}{
 		{[]string{"switch", w.name, "night", "--for", "5m", "--yes"}, "override set",
-			func(p *gpupoolv1.GPUPoolProfile) bool { return p.Spec.Override != nil && p.Spec.Override.Layout == "night" }},
+			func(p *gpupoolv1.GPUPoolProfile) bool {
+				return p.Spec.Override != nil && p.Spec.Override.Layout == "night"
+			}},
 		{[]string{"pause", w.name}, "paused", func(p *gpupoolv1.GPUPoolProfile) bool { return p.Spec.Paused }},
 		{[]string{"unpause", w.name}, "unpaused", func(p *gpupoolv1.GPUPoolProfile) bool { return !p.Spec.Paused }},
 		{[]string{"resume", w.name}, "override to night removed", func(p *gpupoolv1.GPUPoolProfile) bool { return p.Spec.Override == nil }},

@@ -19,8 +19,9 @@ import (
 
 // Secrets are read only in the namespaces the credentials policy allows: the generated
 // Role below is namespaced (the operator's namespace, "system" before kustomize names
-// it); other namespaces need a Role and RoleBinding from an admin.
-// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get
+// it); other namespaces need a Role and RoleBinding from an admin. list and watch are
+// for the watch of credentials Secrets (credentials_watch.go), metadata only.
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch
 
 // ReasonCredentialsNotAllowed: the pool names a Secret outside the allowed namespaces.
 const ReasonCredentialsNotAllowed = "CredentialsNamespaceNotAllowed"
@@ -90,13 +91,24 @@ func (r *GPUPoolProfileReconciler) vcenterFailed(ctx context.Context, s *scope, 
 		if errors.As(err, &lre) {
 			retry = max(lre.RetryIn, time.Second) // the connector's clock, not r.Clock
 		}
-		s.facts.credentials = fmt.Sprintf("vCenter %s refused the credentials in Secret %s; they are not tried again for %s unless the Secret changes",
-			server, key, retry.Round(time.Second))
+		s.facts.credentials = r.refusedMessage(server, key, retry)
 		return retry
 	}
 	s.facts.vcenter = fmt.Sprintf("vCenter %s: %v", server, err)
 	log.FromContext(ctx).Info("vCenter unavailable", "server", server, "error", err.Error())
 	return requeueVCenter
+}
+
+// refusedMessage says when refused credentials are tried again: at once when their
+// Secret changes if it is watched (credentialsWatched), else at the end of the back-off
+// or at the pool's next reconcile after a change.
+func (r *GPUPoolProfileReconciler) refusedMessage(server string, key types.NamespacedName, retry time.Duration) string {
+	if r.credentialsWatched(key.Namespace) {
+		return fmt.Sprintf("vCenter %s refused the credentials in Secret %s; they are not tried again for %s unless the Secret changes",
+			server, key, retry.Round(time.Second))
+	}
+	return fmt.Sprintf("vCenter %s refused the credentials in Secret %s; they are tried again in %s, or at the pool's next reconcile once the Secret changes (only Secrets in namespace %q are watched)",
+		server, key, retry.Round(time.Second), r.Credentials.Namespace)
 }
 
 // displayServer is spec.vcenter.server as it may be shown in conditions, events and logs:

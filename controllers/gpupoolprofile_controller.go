@@ -248,6 +248,10 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfPodNode), builder.WithPredicates(podChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.demandPools), builder.WithPredicates(demandPodChanged())).
 		WatchesRawSource(source.Channel(r.tasks.events, &handler.EnqueueRequestForObject{}))
+	b, err := r.watchCredentials(mgr, b)
+	if err != nil {
+		return err
+	}
 	c, err := b.Named("gpupoolprofile").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
 		Build(r)

@@ -43,7 +43,7 @@ var used = map[string]string{
 	"manager-role kueue.x-k8s.io clusterqueues list,patch":                   "spec.kueue: the flavors' nominalQuota in opted-in ClusterQueues",
 	"manager-role kueue.x-k8s.io admissionchecks list":                       "spec.kueue: the AdmissionChecks with controllerName gpupool.dev/layout",
 	"manager-role kueue.x-k8s.io admissionchecks/status patch":               "spec.kueue: their Active condition",
-	"ns:manager-role  secrets get":                                           "vCenter credentials, operator namespace only",
+	"ns:manager-role  secrets get,list,watch":                                "vCenter credentials, operator namespace only; list, watch: a changed Secret wakes its pools (metadata only)",
 	// Leader election, in the operator's namespace.
 	"ns:leader-election-role coordination.k8s.io leases get,list,watch,create,update,patch,delete": "leader election",
 	"ns:leader-election-role  events create,patch":                                                 "leader election events",

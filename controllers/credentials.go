@@ -107,8 +107,12 @@ func (r *GPUPoolProfileReconciler) refusedMessage(server string, key types.Names
 		return fmt.Sprintf("vCenter %s refused the credentials in Secret %s; they are not tried again for %s unless the Secret changes",
 			server, key, retry.Round(time.Second))
 	}
-	return fmt.Sprintf("vCenter %s refused the credentials in Secret %s; they are tried again in %s, or at the pool's next reconcile once the Secret changes (only Secrets in namespace %q are watched)",
-		server, key, retry.Round(time.Second), r.Credentials.Namespace)
+	watched := fmt.Sprintf("only Secrets in namespace %q are watched", r.Credentials.Namespace)
+	if !r.secretsWatched {
+		watched = "Secrets are not watched: the manager may not list and watch them"
+	}
+	return fmt.Sprintf("vCenter %s refused the credentials in Secret %s; they are tried again in %s, or at the pool's next reconcile once the Secret changes (%s)",
+		server, key, retry.Round(time.Second), watched)
 }
 
 // displayServer is spec.vcenter.server as it may be shown in conditions, events and logs:

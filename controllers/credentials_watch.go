@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -48,6 +51,16 @@ func (r *GPUPoolProfileReconciler) watchCredentials(mgr ctrl.Manager, b *builder
 	if ns == "" {
 		return b, nil
 	}
+	// A watch the manager may not make would never sync and take the whole manager down
+	// at start-up (a Role made by an admin for a custom --credentials-namespace that
+	// grants get only, or an old Role with a new image): the watch is an optional
+	// wake-up, so without list and watch it is left out, and the messages say when a
+	// refused Secret is tried again instead (credentialsWatched).
+	if ok, why := mayWatchSecrets(context.Background(), mgr.GetConfig(), ns); !ok {
+		mgr.GetLogger().Info("Not watching credentials Secrets: a fixed Secret is tried again at the end of the login back-off", "namespace", ns, "reason", why)
+		return b, nil
+	}
+	r.secretsWatched = true
 	opts := credentialsCacheOptions(ns)
 	opts.HTTPClient, opts.Scheme, opts.Mapper = mgr.GetHTTPClient(), mgr.GetScheme(), mgr.GetRESTMapper()
 	c, err := cache.New(mgr.GetConfig(), opts)
@@ -79,5 +92,27 @@ func (r *GPUPoolProfileReconciler) poolsOfSecret(ctx context.Context, secret cli
 
 // credentialsWatched says whether a change of a Secret in namespace ns wakes its pools.
 func (r *GPUPoolProfileReconciler) credentialsWatched(ns string) bool {
-	return ns != "" && ns == r.Credentials.Namespace
+	return r.secretsWatched && ns != "" && ns == r.Credentials.Namespace
+}
+
+// mayWatchSecrets asks the API server (SelfSubjectAccessReview, which every
+// authenticated user may create) whether the manager may list and watch Secrets in ns;
+// when not, or when it cannot tell, it says why.
+func mayWatchSecrets(ctx context.Context, cfg *rest.Config, ns string) (bool, string) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, verb := range []string{"list", "watch"} {
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Resource: "secrets"}}}
+		got, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		if err != nil {
+			return false, "cannot ask whether Secrets may be watched: " + err.Error()
+		}
+		if !got.Status.Allowed {
+			return false, verb + " on Secrets is not allowed in namespace " + ns
+		}
+	}
+	return true, ""
 }

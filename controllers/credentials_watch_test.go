@@ -66,7 +66,7 @@ func TestCredentialsWatchScope(t *testing.T) {
 // TestRefusedMessageSaysWhenTriedAgain: "unless the Secret changes" only where a changed
 // Secret wakes the pool (the watched credentials namespace).
 func TestRefusedMessageSaysWhenTriedAgain(t *testing.T) {
-	r := &GPUPoolProfileReconciler{Credentials: secretpolicy.Parse("gpupool-system", "team-a")}
+	r := &GPUPoolProfileReconciler{Credentials: secretpolicy.Parse("gpupool-system", "team-a"), secretsWatched: true}
 	got := r.refusedMessage("vc.example.com", types.NamespacedName{Namespace: "gpupool-system", Name: "vc"}, 10*time.Minute)
 	if !strings.Contains(got, "not tried again for 10m0s unless the Secret changes") {
 		t.Errorf("watched namespace: %s", got)
@@ -74,5 +74,11 @@ func TestRefusedMessageSaysWhenTriedAgain(t *testing.T) {
 	got = r.refusedMessage("vc.example.com", types.NamespacedName{Namespace: "team-a", Name: "vc"}, 10*time.Minute)
 	if strings.Contains(got, "unless the Secret changes") || !strings.Contains(got, `only Secrets in namespace "gpupool-system" are watched`) {
 		t.Errorf("unwatched namespace: %s", got)
+	}
+	// Without the permission to watch, the watch was left out: no namespace is watched.
+	r.secretsWatched = false
+	got = r.refusedMessage("vc.example.com", types.NamespacedName{Namespace: "gpupool-system", Name: "vc"}, 10*time.Minute)
+	if strings.Contains(got, "unless the Secret changes") || !strings.Contains(got, "Secrets are not watched") {
+		t.Errorf("watch left out: %s", got)
 	}
 }

@@ -129,8 +129,8 @@ func (r *GPUPoolProfileReconciler) unobserved(s *scope, err error) (plan.Decisio
 	}
 	msg := "demand not observed: " + err.Error()
 	cur := pool.Status.ActiveLayout
-	if t := pool.Status.Transition; t != nil {
-		cur = t.To
+	if t := pool.Status.Transition; t != nil && t.AbortedTime == nil {
+		cur = t.To // an aborted switch is not what serves (docs/operations.md, "After an abort")
 	}
 	if pool.Status.DesiredReason == gpupoolv1.DesiredByDemand && cur != "" && cur != d.Layout && d.Reason != gpupoolv1.DesiredByOverride &&
 		unobservedHold(pool, cur, s.now) {

@@ -225,6 +225,7 @@ func (r *GPUPoolProfileReconciler) waitNodeReady(s *scope, step plan.Step, ws *g
 
 func (r *GPUPoolProfileReconciler) uncordonStep(ctx context.Context, s *scope, node *corev1.Node) (time.Duration, error) {
 	if node == nil {
+		s.budget.nodeUnwritten()
 		return requeueNodeReady, nil
 	}
 	err := r.patchNode(ctx, node, nodes.Uncordon)
@@ -239,6 +240,7 @@ func (r *GPUPoolProfileReconciler) uncordonStep(ctx context.Context, s *scope, n
 func (r *GPUPoolProfileReconciler) relabel(ctx context.Context, s *scope, vm string, node *corev1.Node) (time.Duration, error) {
 	m, ok := s.metaFor(s.layout, vm)
 	if node == nil || !ok {
+		s.budget.nodeUnwritten()
 		return requeueNodeReady, nil
 	}
 	err := r.patchNode(ctx, node, func(n *corev1.Node) { nodes.ApplyMeta(n, m) })

@@ -69,6 +69,9 @@ type GPUPoolProfileReconciler struct {
 	// Credentials says which namespaces credentials Secrets may be read from; the zero
 	// value allows none.
 	Credentials secretpolicy.Policy
+	// secretsWatched: the credentials namespace's Secrets wake their pools
+	// (watchCredentials could make the watch).
+	secretsWatched bool
 	// MaxConcurrentReconciles is how many pools are reconciled at once (default 4), so
 	// that one pool's long pass never holds another back. One pool is never reconciled
 	// twice at the same time.
@@ -118,7 +121,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		budget: newPassBudget(cmp.Or(r.maxNodeWrites, maxNodeWritesPerPass), cmp.Or(r.maxEvictions, maxEvictionsPerPass))}
 	before := pool.DeepCopy()
 	defer func() {
-		r.flushVMEvents(s)
+		r.flushVMEvents(s) // what observe did not tell (a paused pool's tasks): on the pool
 		summarize(s)
 		r.announce(before, pool)
 		r.updateWorkerMetrics(pool)

@@ -33,8 +33,8 @@ func (r *GPUPoolProfileReconciler) phases() []phase {
 		{"desire", r.desirePhase},            // the wanted layout, and when that changes next
 		{"paused", r.pausedPhase},            // a paused pool follows its tasks and stops
 		{"connect", r.connectPhase},          // the credentials and the vCenter session
-		{"tasks", r.tasksPhase},              // the vSphere tasks that ended; removed nodes
-		{"observe", r.observePhase},          // vSphere, the nodes and their pods
+		{"tasks", r.tasksPhase},              // the vSphere tasks that ended
+		{"observe", r.observePhase},          // vSphere, the nodes and their pods; removed nodes
 		{"keep-aborted", r.keepAbortedPhase}, // an aborted switch waits for a new spec
 		{"decide", r.decidePhase},            // the plan, to the wanted layout or back
 		{"settled", r.settledPhase},          // done, or blocked by problems: stop
@@ -128,15 +128,13 @@ func (r *GPUPoolProfileReconciler) connectPhase(ctx context.Context, s *scope) (
 	return outcome{}, nil
 }
 
-// tasksPhase records the vSphere tasks that ended and releases the nodes of VMs the
-// spec no longer names. It runs before observe, so that the inventory every decision of
+// tasksPhase records the vSphere tasks that ended. It runs before observe, so that the inventory every decision of
 // the pass uses was read after the pass knew which tasks are in flight: a task that ends
 // between the two reads is still in flight for this pass, and a task recorded as ended
 // ended before the inventory was read (the snapshot rule, docs/operations.md).
 func (r *GPUPoolProfileReconciler) tasksPhase(ctx context.Context, s *scope) (outcome, error) {
 	wait := r.checkTasks(ctx, s)
 	s.tasksInFlight = wait > 0
-	r.releaseRemoved(ctx, s)
 	return outcome{after: wait}, nil
 }
 
@@ -145,9 +143,16 @@ func (r *GPUPoolProfileReconciler) tasksPhase(ctx context.Context, s *scope) (ou
 // warnings stay only while their switch is still due. Once observed, the pass comes
 // back when the wanted layout changes at the latest.
 func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (outcome, error) {
-	if retry, ok := r.observe(ctx, s); !ok {
+	retry, ok := r.observe(ctx, s)
+	// The tasks that ended are told now, on the nodes observe matched, before this
+	// pass's own events (a transition it completes or starts, a VM's next task).
+	r.flushVMEvents(s)
+	if !ok {
 		return r.blind(ctx, s, retry), nil
 	}
+	// Nodes of VMs the spec no longer names are released once observe found no older
+	// pool claiming this pool's VMs (checkClaims): a pool held by a conflict touches no node.
+	r.releaseRemoved(ctx, s)
 	return outcome{after: r.untilBoundary(s)}, nil
 }
 
@@ -194,8 +199,10 @@ func (r *GPUPoolProfileReconciler) decidePhase(ctx context.Context, s *scope) (o
 		}
 	}
 	if s.facts.settling {
-		// The task wait, or a quick look once they ended, brings the next pass.
-		return outcome{after: requeueStep, stop: true}, nil
+		if s.tasksInFlight {
+			return outcome{stop: true}, nil // the task wait (tasksPhase) brings the next pass
+		}
+		return outcome{after: requeueStep, stop: true}, nil // they just ended: look again soon
 	}
 	s.plan, s.layout = p, making
 	// Index the layout being made here, in this goroutine: act's concurrent relabels

@@ -106,8 +106,8 @@ type facts struct {
 	fallback string
 	// done: nothing is left to do for the layout being made (wanted or fallback).
 	done bool
-	// settling: the wanted layout looked infeasible while vSphere tasks were in flight;
-	// the pass waits for them rather than believe a read taken between two states.
+	// settling: the wanted layout looked infeasible while vSphere tasks were in flight or
+	// had just ended; the pass waits rather than believe a read taken between two states.
 	settling bool
 	// drainBlocked and stepErrors name what kept steps from going on this pass.
 	drainBlocked []string

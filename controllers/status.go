@@ -188,7 +188,7 @@ func progressing(s *scope, stalledReason string, aborted bool) {
 	case !f.observed:
 		// Nothing was learnt: the last word stands.
 	case f.settling:
-		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonTransitioning, "waiting for the vSphere tasks in flight before deciding the next steps")
+		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonTransitioning, "waiting for the vSphere tasks in flight, or a read after those that just ended, before deciding the next steps")
 	case f.fallback != "" && !f.done:
 		setCond(p, gpupoolv1.ConditionProgressing, true, ReasonReverting, fmt.Sprintf("layout %s cannot be completed; bringing back layout %s%s", s.decision.Layout, f.fallback, extra))
 	case f.done || (stalledReason != "" && f.fallback == ""):

@@ -77,18 +77,19 @@ func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope) tim
 func (r *GPUPoolProfileReconciler) resolveIntents(ctx context.Context, s *scope) time.Duration {
 	var after time.Duration
 	var inv *inventory.Inventory
+	var readErr error
 	for i := range s.pool.Status.Workers {
 		ws := &s.pool.Status.Workers[i]
 		if ws.Task == nil || ws.Task.ID != "" {
 			continue
 		}
-		if inv == nil {
-			var err error
-			if inv, err = s.vc.Inventory(ctx, intentVMs(s.pool)...); err != nil {
-				ws.Message = fmt.Sprintf("cannot tell whether %s was started: %v", ws.Task.Operation, err)
-				after = soonest(after, requeueTask)
-				continue
-			}
+		if inv == nil && readErr == nil {
+			inv, readErr = s.vc.Inventory(ctx, intentVMs(s.pool)...)
+		}
+		if readErr != nil { // read once: a slow vCenter is not asked again per intent
+			ws.Message = fmt.Sprintf("cannot tell whether %s was started: %v", ws.Task.Operation, readErr)
+			after = soonest(after, requeueTask)
+			continue
 		}
 		if !r.resolveIntent(ctx, s, inv, ws) && ws.Task != nil {
 			after = soonest(after, requeueTask)

@@ -13,8 +13,11 @@ import (
 type OnceCheck struct {
 	Switch string `json:"switch"`
 	// PerChangedVM is the VM tasks started during the switch by method, divided by the
-	// VMs the switch changes.
+	// VMs the switch changes; Calls and VMs are those tasks and the VMs they were
+	// started on, by method (once each: Calls equals VMs).
 	PerChangedVM map[string]float64 `json:"perChangedVM"`
+	Calls        map[string]int     `json:"calls"`
+	VMs          map[string]int     `json:"vms"`
 	// CordonsPerNode is the cordons seen (a node going from schedulable to cordoned)
 	// divided by the nodes cordoned at least once.
 	CordonsPerNode float64 `json:"cordonsPerNode"`
@@ -26,7 +29,7 @@ type OnceCheck struct {
 // onceCheck derives the switch's OnceCheck from its trace; changed is how many VMs the
 // switch changes.
 func onceCheck(name string, tr *switchTrace, changed int) OnceCheck {
-	c := OnceCheck{Switch: name, PerChangedVM: map[string]float64{}}
+	c := OnceCheck{Switch: name, PerChangedVM: map[string]float64{}, Calls: map[string]int{}, VMs: map[string]int{}}
 	perVM := map[string]map[string]int{}
 	for _, t := range tr.Tasks {
 		vm := t.VMName
@@ -36,7 +39,11 @@ func onceCheck(name string, tr *switchTrace, changed int) OnceCheck {
 		if perVM[vm] == nil {
 			perVM[vm] = map[string]int{}
 		}
+		if perVM[vm][t.Method] == 0 {
+			c.VMs[t.Method]++
+		}
 		perVM[vm][t.Method]++
+		c.Calls[t.Method]++
 		c.PerChangedVM[t.Method] += 1 / float64(max(changed, 1))
 	}
 	for vm, methods := range perVM {
@@ -76,13 +83,13 @@ func FormatOnce(rs []*BenchResult) string {
 			slices.Sort(methods)
 			per := make([]string, len(methods))
 			for i, m := range methods {
-				per[i] = fmt.Sprintf("%s %.2f", m, c.PerChangedVM[m])
+				per[i] = fmt.Sprintf("%s %d on %d VMs (%.2f per changed VM)", m, c.Calls[m], c.VMs[m], c.PerChangedVM[m])
 			}
 			verdict := "no repeat"
 			if len(c.Repeats) > 0 {
 				verdict = fmt.Sprintf("REPEATED (%d): %s", len(c.Repeats), firstOf(c.Repeats, 8))
 			}
-			fmt.Fprintf(&b, "%d hosts, %s: per changed VM %s; cordons per drained node %.2f; %s\n",
+			fmt.Fprintf(&b, "%d hosts, %s: %s; cordons per drained node %.2f; %s\n",
 				r.Hosts, c.Switch, strings.Join(per, ", "), c.CordonsPerNode, verdict)
 		}
 	}

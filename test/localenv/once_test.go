@@ -16,7 +16,8 @@ func TestOnceCheck(t *testing.T) {
 		Cordons: map[string]int{"day-1": 1, "day-2": 1, "night-1": 0},
 	}
 	c := onceCheck("day>night", clean, 2)
-	if len(c.Repeats) != 0 || c.CordonsPerNode != 1 || c.PerChangedVM["SuspendVM_Task"] != 1 || c.PerChangedVM["PowerOnVM_Task"] != 0.5 {
+	if len(c.Repeats) != 0 || c.CordonsPerNode != 1 || c.PerChangedVM["SuspendVM_Task"] != 1 || c.PerChangedVM["PowerOnVM_Task"] != 0.5 ||
+		c.Calls["SuspendVM_Task"] != 2 || c.VMs["SuspendVM_Task"] != 2 {
 		t.Errorf("clean switch: %+v", c)
 	}
 	repeated := &switchTrace{
@@ -30,7 +31,7 @@ func TestOnceCheck(t *testing.T) {
 		t.Errorf("repeats %q, cordons per node %.2f; want %q and 1.50", c.Repeats, c.CordonsPerNode, want)
 	}
 	out := FormatOnce([]*BenchResult{{Hosts: 4, Once: []OnceCheck{c}}})
-	if !strings.Contains(out, "REPEATED (2)") || !strings.Contains(out, "SuspendVM_Task 1.50") {
+	if !strings.Contains(out, "REPEATED (2)") || !strings.Contains(out, "SuspendVM_Task 3 on 2 VMs (1.50 per changed VM)") {
 		t.Errorf("report does not flag the repeats:\n%s", out)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
@@ -17,6 +18,22 @@ type liveOptions struct {
 	enabled bool
 	at      string
 	layout  string
+	// credentialsNamespace is --credentials-namespace: when set, the only namespace the
+	// credentials Secret may be read from.
+	credentialsNamespace string
+}
+
+// credentialsPolicy is the namespace policy --live reads the credentials Secret under.
+// The operator's policy (its flags) is not known here, and need not be: the plugin reads
+// the Secret with the user's own kubeconfig, so the user's RBAC decides whether it may be
+// read. By default it trusts exactly the namespace the pool names; with
+// --credentials-namespace the user pins the namespace they expect, so a pool naming
+// another one is refused before any Secret is read or sent to the pool's vCenter.
+func (o liveOptions) credentialsPolicy(pool *gpupoolv1.GPUPoolProfile) secretpolicy.Policy {
+	if o.credentialsNamespace != "" {
+		return secretpolicy.Policy{Namespace: o.credentialsNamespace}
+	}
+	return secretpolicy.Policy{Namespace: pool.Spec.VCenter.CredentialsSecretRef.Namespace}
 }
 
 // livePlan observes the pool's world as the operator does (the credentials Secret, the
@@ -44,7 +61,7 @@ func (a *app) livePlan(ctx context.Context, name string, o liveOptions) error {
 	}
 	conn := vsphere.NewConnector()
 	defer func() { _ = conn.Close() }()
-	r := &controllers.GPUPoolProfileReconciler{Client: c, APIReader: c, VSphere: conn}
+	r := &controllers.GPUPoolProfileReconciler{Client: c, APIReader: c, VSphere: conn, Credentials: o.credentialsPolicy(&pool)}
 	pv, err := r.Preview(ctx, &pool, at, o.layout)
 	if err != nil {
 		return err

@@ -3,7 +3,7 @@
 //
 //	kubectl gpupool status [NAME]             # layout now, wanted, why, next switch, workers
 //	kubectl gpupool plan NAME                 # the steps gpupool planned (published in status)
-//	kubectl gpupool plan NAME --live          # plan from vCenter directly (needs the credentials)
+//	kubectl gpupool plan NAME --live          # plan from vCenter directly (needs read access to the credentials Secret)
 //	kubectl gpupool switch NAME LAYOUT --for 2h --reason "driver update"
 //	kubectl gpupool resume NAME               # remove the override
 //	kubectl gpupool pause NAME / unpause NAME

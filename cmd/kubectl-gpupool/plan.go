@@ -22,7 +22,9 @@ to the pool only.
 
 With --live it observes vCenter, the nodes and the pods itself, exactly as the operator
 does, and plans for the layout wanted now (or at --at, or --layout): this needs the
-credentials Secret and network access to vCenter.`,
+credentials Secret and network access to vCenter. The Secret is read with your own
+credentials, from the namespace the pool's spec.vcenter.credentialsSecretRef names
+(--credentials-namespace pins the namespace you expect; a pool naming another is refused).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if live.enabled {
@@ -46,6 +48,7 @@ credentials Secret and network access to vCenter.`,
 	cmd.Flags().BoolVar(&live.enabled, "live", false, "observe vCenter directly instead of reading status.plan (needs the credentials Secret)")
 	cmd.Flags().StringVar(&live.at, "at", "", "with --live: plan for the layout wanted at this time (RFC 3339); default now")
 	cmd.Flags().StringVar(&live.layout, "layout", "", "with --live: plan for this layout instead of the scheduled one")
+	cmd.Flags().StringVar(&live.credentialsNamespace, "credentials-namespace", "", "with --live: the only namespace the credentials Secret may be read from (default: the namespace the pool's credentialsSecretRef names; your RBAC decides whether you may read it)")
 	return cmd
 }
 

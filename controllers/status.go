@@ -96,6 +96,8 @@ func summarize(s *scope) {
 		setCond(p, gpupoolv1.ConditionReady, false, ReasonTransitioning, fmt.Sprintf("layout %s is wanted; layout %q is active", st.DesiredLayout, st.ActiveLayout))
 	}
 
+	st.Progress = progress(st.Workers)
+
 	switch {
 	case f.paused:
 		st.Phase = gpupoolv1.PhasePaused
@@ -108,6 +110,21 @@ func summarize(s *scope) {
 	case st.Phase == "" || st.Phase == gpupoolv1.PhasePaused || st.Phase == gpupoolv1.PhaseBlocked:
 		st.Phase = gpupoolv1.PhasePending
 	}
+}
+
+// progress is status.progress: the workers with no step left over all workers, empty
+// before any worker was observed.
+func progress(ws []gpupoolv1.WorkerStatus) string {
+	if len(ws) == 0 {
+		return ""
+	}
+	settled := 0
+	for _, w := range ws {
+		if w.Step == gpupoolv1.StepNone {
+			settled++
+		}
+	}
+	return fmt.Sprintf("%d/%d", settled, len(ws))
 }
 
 // stalled says what keeps the pool from going on until a person acts.

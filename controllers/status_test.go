@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -94,5 +95,29 @@ func TestSummarize(t *testing.T) {
 			check(gpupoolv1.ConditionStalled, tc.want.stalled, tc.want.stalledReason)
 			check(gpupoolv1.ConditionPaused, tc.want.paused, map[metav1.ConditionStatus]string{metav1.ConditionTrue: ReasonPaused, metav1.ConditionFalse: ReasonNotPaused}[tc.want.paused])
 		})
+	}
+}
+
+// TestProgress: status.progress, the WORKERS column of kubectl get gpp -o wide, counts
+// the workers with no step left.
+func TestProgress(t *testing.T) {
+	w := func(steps ...gpupoolv1.Step) []gpupoolv1.WorkerStatus {
+		var ws []gpupoolv1.WorkerStatus
+		for i, s := range steps {
+			ws = append(ws, gpupoolv1.WorkerStatus{VM: fmt.Sprintf("vm-%d", i), Step: s})
+		}
+		return ws
+	}
+	for _, tc := range []struct {
+		ws   []gpupoolv1.WorkerStatus
+		want string
+	}{
+		{nil, ""},
+		{w(gpupoolv1.StepNone, gpupoolv1.StepNone), "2/2"},
+		{w(gpupoolv1.StepNone, gpupoolv1.StepParkRequired, gpupoolv1.StepNone, gpupoolv1.StepWaitNodeReady, gpupoolv1.StepNone), "3/5"},
+	} {
+		if got := progress(tc.ws); got != tc.want {
+			t.Errorf("progress(%v) = %q, want %q", tc.ws, got, tc.want)
+		}
 	}
 }

@@ -611,6 +611,11 @@ type GPUPoolProfileStatus struct {
 	// +listType=map
 	// +listMapKey=vm
 	Workers []WorkerStatus `json:"workers,omitempty"`
+	// Progress is "settled/total" over Workers: how many workers have no step left
+	// (such as 3/5). It exists for the WORKERS column of kubectl get -o wide, which can
+	// only show a field, not count a list.
+	// +optional
+	Progress string `json:"progress,omitempty"`
 	// Conditions are Ready, Progressing, Reconciling, Degraded, Stalled and Paused.
 	// +optional
 	// +listType=map
@@ -760,6 +765,7 @@ type TransitionRecord struct {
 // +kubebuilder:printcolumn:name="Desired",type=string,JSONPath=`.status.desiredLayout`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Next",type=string,JSONPath=`.status.nextTransition.at`
+// +kubebuilder:printcolumn:name="Workers",type=string,JSONPath=`.status.progress`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type GPUPoolProfile struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -44,6 +44,7 @@ func TestReadVerbsAsViewer(t *testing.T) {
 		t.Errorf("plan -o yaml: %v %+v", err, pv)
 	}
 	w.ok("viewer", "", []string{"status", w.name, "-o", "jsonpath={.status.activeLayout}"}, "day")
+	w.ok("viewer", "", []string{"status", w.name, "-o", "jsonpath={.status.progress}"}, "5/5")
 
 	// The viewer may not steer, nor read the credentials --live needs.
 	before := w.get().ResourceVersion

@@ -2,9 +2,10 @@
 // On PATH it is the kubectl plugin `kubectl gpupool`:
 //
 //	kubectl gpupool status [NAME]             # layout now, wanted, why, next switch, workers
+//	kubectl gpupool status NAME -w            # and again on every change
 //	kubectl gpupool plan NAME                 # the steps gpupool planned (published in status)
 //	kubectl gpupool plan NAME --live          # plan from vCenter directly (needs read access to the credentials Secret)
-//	kubectl gpupool switch NAME LAYOUT --for 2h --reason "driver update"
+//	kubectl gpupool switch NAME LAYOUT --for 2h --reason "driver update" [--wait]
 //	kubectl gpupool resume NAME               # remove the override
 //	kubectl gpupool pause NAME / unpause NAME
 //	kubectl gpupool history NAME              # past transitions
@@ -19,6 +20,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/go-logr/logr"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -29,7 +32,11 @@ func main() {
 	// controller-runtime's client logs nothing a user needs; without a logger it warns.
 	ctrllog.SetLogger(logr.Discard())
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
-	if err := newRootCommand(streams).ExecuteContext(context.Background()); err != nil {
+	// An interrupt ends a watch (status -w, switch --wait) through the context.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCommand(streams).ExecuteContext(ctx)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "Error:", err)
 		os.Exit(1)
 	}

@@ -28,6 +28,9 @@ type app struct {
 	// wrapClient, when set, wraps the client every verb uses: tests put an interceptor
 	// there to change the pool between a verb's read and its write.
 	wrapClient func(client.Client) client.Client
+	// watched, when set, is told every pool state status -w and switch --wait saw, after
+	// they handled it: tests step the world from there and cancel after N updates.
+	watched func(*gpupoolv1.GPUPoolProfile)
 }
 
 func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {

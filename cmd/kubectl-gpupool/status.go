@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,11 +23,23 @@ const statusHistory = 3
 
 func (a *app) statusCommand() *cobra.Command {
 	var pf *genericclioptions.PrintFlags
+	var watchIt bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "status [NAME]",
 		Short: "Show the pools, or one pool: layout now and wanted, why, next switch, workers, conditions",
-		Args:  cobra.MaximumNArgs(1),
+		Long: `Show the pools, or one pool: layout now and wanted, why, next switch, workers, conditions.
+
+With -w (--watch) it prints the pool again on every change of what it shows, until
+interrupted or, with --timeout, for that long.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if watchIt {
+				if len(args) == 0 {
+					return errors.New("--watch needs a pool's NAME")
+				}
+				return a.watchStatus(cmd.Context(), args[0], pf, timeout)
+			}
 			if len(args) == 0 {
 				return a.list(cmd.Context(), pf)
 			}
@@ -39,7 +54,44 @@ func (a *app) statusCommand() *cobra.Command {
 		},
 	}
 	pf = a.outputFlags(cmd)
+	cmd.Flags().BoolVarP(&watchIt, "watch", "w", false, "print the pool again on every change, until interrupted or --timeout")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --watch: stop watching after this long (default: until interrupted)")
 	return cmd
+}
+
+// watchStatus prints the pool, then again on every change of what is printed (a status
+// write that changes nothing shown prints nothing), until ctx ends or timeout passes:
+// both end the watch as asked, without an error.
+func (a *app) watchStatus(ctx context.Context, name string, pf *genericclioptions.PrintFlags, timeout time.Duration) error {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	isHuman, wide := human(pf)
+	var last string
+	err := a.watchPool(ctx, name, func(p *gpupoolv1.GPUPoolProfile) (bool, error) {
+		var b bytes.Buffer
+		var err error
+		if isHuman {
+			err = a.describe(&b, p, wide)
+		} else {
+			err = printObject(pf, p, &b)
+		}
+		if err != nil || b.String() == last {
+			return err != nil, err
+		}
+		if last != "" && isHuman {
+			fmt.Fprintln(a.streams.Out)
+		}
+		last = b.String()
+		_, err = a.streams.Out.Write(b.Bytes())
+		return err != nil, err
+	})
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	return err
 }
 
 // list prints a line per pool, as kubectl get gpp with the reason and why.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -22,6 +23,9 @@ type switchOptions struct {
 	until    string
 	reason   string
 	yes      bool
+	// wait and timeout are --wait and --timeout: wait until the layout is reached.
+	wait    bool
+	timeout time.Duration
 }
 
 func (a *app) switchCommand() *cobra.Command {
@@ -44,8 +48,47 @@ before it sets the override, unless --yes.`,
 	cmd.Flags().StringVar(&o.until, "until", "", "when the override ends: RFC 3339, or 'YYYY-MM-DD HH:MM' in --tz (default: the pool's schedule.timeZone)")
 	cmd.Flags().StringVar(&o.reason, "reason", "", "why, shown in status and events")
 	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait until the layout is active and Ready for the new spec; fail if the pool stalls, is paused or --timeout passes")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 15*time.Minute, "with --wait: how long to wait")
 	cmd.MarkFlagsMutuallyExclusive("for", "until")
 	return cmd
+}
+
+// waitFor waits until the pool reaches layout (waitTarget), for at most timeout, and
+// says how it ended; on a timeout it says where the pool was.
+func (a *app) waitFor(ctx context.Context, name, layout string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	fmt.Fprintf(a.streams.Out, "pool %s: waiting up to %s for layout %s\n", name, timeout, layout)
+	var last *gpupoolv1.GPUPoolProfile
+	err := a.watchPool(ctx, name, func(p *gpupoolv1.GPUPoolProfile) (bool, error) {
+		last = p
+		return waitTarget(p, layout)
+	})
+	switch {
+	case err == nil:
+		_, err = fmt.Fprintf(a.streams.Out, "pool %s: layout %s is active and Ready\n", name, layout)
+		return err
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("pool %s: layout %s not reached within %s: %s", name, layout, timeout, whereIs(last))
+	}
+	return err
+}
+
+// whereIs says where a pool was when a wait gave up.
+func whereIs(p *gpupoolv1.GPUPoolProfile) string {
+	if p == nil {
+		return "the pool was not read"
+	}
+	st := &p.Status
+	where := fmt.Sprintf("layout %s active, phase %s, workers settled %s", or(st.ActiveLayout, "(none)"), or(string(st.Phase), "-"), or(st.Progress, "-"))
+	if st.ObservedGeneration != p.Generation {
+		return where + fmt.Sprintf("; gpupool has not acted on spec generation %d yet (observed %d)", p.Generation, st.ObservedGeneration)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, gpupoolv1.ConditionReady); c != nil {
+		where += fmt.Sprintf("; Ready=%s (%s): %s", c.Status, c.Reason, c.Message)
+	}
+	return where
 }
 
 func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions) error {
@@ -104,7 +147,11 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 	if err := patchSpec(ctx, c, p, map[string]any{"override": override}); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(out, "pool %s: override set; follow it with kubectl gpupool status %s\n", name, name)
+	if o.wait {
+		fmt.Fprintf(out, "pool %s: override set\n", name)
+		return a.waitFor(ctx, name, layout, o.timeout)
+	}
+	_, err = fmt.Fprintf(out, "pool %s: override set; follow it with kubectl gpupool status %s -w\n", name, name)
 	return err
 }
 

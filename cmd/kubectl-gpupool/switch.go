@@ -23,6 +23,8 @@ type switchOptions struct {
 	until    string
 	reason   string
 	yes      bool
+	// force is --force: switch to a layout status.plan says cannot be reached.
+	force bool
 	// wait and timeout are --wait and --timeout: wait until the layout is reached.
 	wait    bool
 	timeout time.Duration
@@ -48,6 +50,7 @@ before it sets the override, unless --yes.`,
 	cmd.Flags().StringVar(&o.until, "until", "", "when the override ends: RFC 3339, or 'YYYY-MM-DD HH:MM' in --tz (default: the pool's schedule.timeZone)")
 	cmd.Flags().StringVar(&o.reason, "reason", "", "why, shown in status and events")
 	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&o.force, "force", false, "set the override even when gpupool's plan says the layout cannot be reached")
 	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait until the layout is active and Ready for the new spec; fail if the pool stalls, is paused or --timeout passes")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 15*time.Minute, "with --wait: how long to wait")
 	cmd.MarkFlagsMutuallyExclusive("for", "until")
@@ -138,8 +141,8 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 		fmt.Fprintf(out, "then %s from %s\n", d.Next.Layout, sc.at(d.Next.At))
 	}
 	printChanges(out, p, layout, sc)
-	if p.Spec.Paused {
-		fmt.Fprintf(out, "note: the pool is paused: nothing changes until kubectl gpupool unpause %s\n", name)
+	if err := checkReachable(out, p, layout, o.force); err != nil {
+		return err
 	}
 	if !o.yes && !confirm(a.streams.In, out, "Set the override?") {
 		return errors.New("not confirmed: nothing changed (answer y at the prompt, or pass --yes to skip it)")
@@ -153,6 +156,25 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 	}
 	_, err = fmt.Fprintf(out, "pool %s: override set; follow it with kubectl gpupool status %s -w\n", name, name)
 	return err
+}
+
+// checkReachable refuses, unless force, a layout the operator's published plan says
+// cannot be reached (status.plan for that layout, of the spec shown, with problems):
+// the override would only stall the pool. It notes a paused pool.
+func checkReachable(out io.Writer, p *gpupoolv1.GPUPoolProfile, layout string, force bool) error {
+	if p.Spec.Paused {
+		fmt.Fprintf(out, "note: the pool is paused: nothing changes until kubectl gpupool unpause %s\n", p.Name)
+	}
+	pv := p.Status.Plan
+	if pv == nil || pv.Layout != layout || len(pv.Problems) == 0 || pv.Generation != p.Generation {
+		return nil
+	}
+	if force {
+		fmt.Fprintf(out, "note: --force: gpupool planned that layout %s cannot be reached\n", layout)
+		return nil
+	}
+	return fmt.Errorf("pool %s: gpupool planned that layout %s cannot be reached (%s): nothing changed; fix that first, or pass --force to set the override anyway",
+		p.Name, layout, strings.Join(pv.Problems, "; "))
 }
 
 // printChanges says which VMs start, stop or change profile, from the spec's layouts,

@@ -134,13 +134,22 @@ func TestSwitchWait(t *testing.T) {
 		t.Errorf("switch --wait that times out: %v\n%s", err, out)
 	}
 	w.operate("day")
+	w.ok("editor", "", []string{"resume", w.name}) // the schedule wants day too
 
 	// A layout with a VM vCenter does not have stalls the pool.
 	cur := w.get()
 	cur.Spec.Layouts[1].Workers[0].VM = "sa-night-missing"
 	w.must(admin.Update(w.ctx, cur))
 	w.operate("day")
-	r = w.start("editor", "switch", w.name, "night", "--yes", "--wait")
+	// switch refuses a layout the operator's plan says cannot be reached, unless --force.
+	if pv := w.get().Status.Plan; pv == nil || pv.Layout != "night" || len(pv.Problems) == 0 {
+		t.Fatalf("status.plan does not show night's problem: %+v", pv)
+	}
+	out, err = w.run("editor", "", "switch", w.name, "night", "--yes")
+	if err == nil || !strings.Contains(err.Error(), "layout night cannot be reached (") || !strings.Contains(err.Error(), "--force") || w.get().Spec.Override != nil {
+		t.Fatalf("switch to a layout that cannot be reached: %v\n%s", err, out)
+	}
+	r = w.start("editor", "switch", w.name, "night", "--yes", "--force", "--wait")
 	r.await("the override", func(p *gpupoolv1.GPUPoolProfile) bool { return p.Spec.Override != nil })
 	for range 5 {
 		w.pass()

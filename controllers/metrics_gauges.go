@@ -23,6 +23,9 @@ var (
 	transitionStartDesc = prometheus.NewDesc("gpupool_transition_start_timestamp_seconds",
 		"When the transition in progress started (Unix time); absent when none is.",
 		[]string{"pool", "from", "to"}, nil)
+	nextFeasibleDesc = prometheus.NewDesc("gpupool_next_layout_feasible",
+		"1 when the next scheduled switch's layout can be reached from the state observed now, 0 when its plan (status.plan) has problems; absent when no next switch is planned.",
+		[]string{"pool", "layout"}, nil)
 )
 
 // PoolCollector exports the pools' status as gauges at scrape time, read from the
@@ -40,6 +43,7 @@ func (c *PoolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- conditionDesc
 	ch <- nextTransitionDesc
 	ch <- transitionStartDesc
+	ch <- nextFeasibleDesc
 }
 
 // Collect implements prometheus.Collector. Before the cache has started it reports nothing.
@@ -70,5 +74,14 @@ func collectPool(ch chan<- prometheus.Metric, p *gpupoolv1.GPUPoolProfile) {
 	}
 	if t := st.Transition; t != nil && t.AbortedTime == nil {
 		ch <- prometheus.MustNewConstMetric(transitionStartDesc, prometheus.GaugeValue, float64(t.StartTime.Unix()), p.Name, t.From, t.To)
+	}
+	// A next layout that cannot be reached shows nowhere else before its switch starts:
+	// the pool is Ready at its current layout until then.
+	if pv := st.Plan; pv != nil && pv.For == gpupoolv1.PlanForNext {
+		feasible := 1.0
+		if len(pv.Problems) > 0 {
+			feasible = 0
+		}
+		ch <- prometheus.MustNewConstMetric(nextFeasibleDesc, prometheus.GaugeValue, feasible, p.Name, pv.Layout)
 	}
 }

@@ -25,6 +25,7 @@ func TestPoolCollectorExportsStatus(t *testing.T) {
 		ActiveLayout: "day", DesiredLayout: "night",
 		NextTransition: &gpupoolv1.NextTransition{Layout: "day", At: at},
 		Transition:     &gpupoolv1.TransitionStatus{ID: "t1", From: "day", To: "night", StartTime: start},
+		Plan:           &gpupoolv1.PlanPreview{For: gpupoolv1.PlanForNext, Layout: "day", At: &at, Problems: []string{"VMNotFound: VM day-1 not found"}},
 		Conditions: []metav1.Condition{
 			{Type: "Ready", Status: metav1.ConditionFalse, Reason: "Transitioning"},
 			{Type: "Degraded", Status: metav1.ConditionTrue, Reason: "VCenterUnavailable"},
@@ -39,6 +40,9 @@ gpupool_condition{pool="daynight",reason="VCenterUnavailable",status="True",type
 # HELP gpupool_layout_info Always 1: a pool's active and desired layout (equal when the pool is where it should be).
 # TYPE gpupool_layout_info gauge
 gpupool_layout_info{active="day",desired="night",pool="daynight"} 1
+# HELP gpupool_next_layout_feasible 1 when the next scheduled switch's layout can be reached from the state observed now, 0 when its plan (status.plan) has problems; absent when no next switch is planned.
+# TYPE gpupool_next_layout_feasible gauge
+gpupool_next_layout_feasible{layout="day",pool="daynight"} 0
 # HELP gpupool_next_transition_timestamp_seconds When the pool's next scheduled switch starts (Unix time), and to which layout.
 # TYPE gpupool_next_transition_timestamp_seconds gauge
 gpupool_next_transition_timestamp_seconds{layout="day",pool="daynight"} 1.8e+09

@@ -7,10 +7,8 @@ import (
 
 	vimtypes "github.com/vmware/govmomi/vim25/types"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -220,18 +218,7 @@ func TestPDBBlocksDrainAndAbortKeepsDay(t *testing.T) {
 	h.create(pool)
 	h.converge(pool.Name, "day", 30)
 
-	h.addPod("infer-a", h.prefix+"day-1", map[string]string{"app": "infer"})
-	one := intstr.FromInt32(1)
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "infer", Namespace: h.prefix + "apps"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "infer"}}},
-	}
-	h.must(k8s.Create(h.ctx, pdb))
-	// envtest runs no disruption controller: stand in for it, so the API server judges
-	// evictions against the budget (one pod, one must stay: no disruption allowed).
-	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 0,
-		CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
-	h.must(k8s.Status().Update(h.ctx, pdb))
+	h.blockDrain("day-1") // one pod, one must stay: no disruption allowed
 
 	h.clock.SetTime(monday1950)
 	var p *gpupoolv1.GPUPoolProfile

@@ -19,7 +19,6 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
@@ -36,7 +35,7 @@ const maxDemandMessage = 1024
 // a queue's workloads (Kueue) are meant to be another: sources are summed per layout
 // (plan.LayoutDemand.Add), so the decision does not know where demand came from.
 type demandSource interface {
-	observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, shapes layoutShapes) (map[string]plan.LayoutDemand, error)
+	observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, shapes layoutShapes, who demandScope) (map[string]plan.LayoutDemand, error)
 }
 
 // desire decides which layout is wanted now: plan.Desired, or with spec.demand,
@@ -51,18 +50,61 @@ func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.D
 		}
 		return plan.Desired(&pool.Spec, s.now)
 	}
+	v, err := r.viewDemand(ctx, pool, s.now)
+	if err != nil {
+		return plan.Decision{}, err
+	}
+	if v.unobserved != nil {
+		return r.unobserved(s, v.unobserved)
+	}
+	in, dec, missing := v.in, v.dec, v.missing
+	r.logMissing(ctx, pool, missing)
+	pool.Status.Demand = v.status
+	s.demandRecheck = dec.Recheck
+	if len(missing) > 0 {
+		// The other sources decided; the missing one is looked at again soon.
+		if again := s.now.Add(requeueKueue); s.demandRecheck.IsZero() || again.Before(s.demandRecheck) {
+			s.demandRecheck = again
+		}
+	}
+	publishDemandMetrics(pool.Name, pool.Spec.Layouts, in.Observed)
+	return dec.Decision, nil
+}
+
+// demandView is what demand decides from the demand observed now: the decision and the
+// status.demand it leaves. It reads the caches only, never vCenter, so that the demand
+// watch (demandwatch.go) can ask it for every pod event it lets through.
+type demandView struct {
+	in      *plan.DemandInput
+	dec     plan.DemandDecision
+	status  *gpupoolv1.DemandStatus
+	missing []string
+	// unobserved: the pods (or namespaces) could not be read; nothing was decided.
+	unobserved error
+}
+
+// viewDemand observes the demand of the pool's selected namespaces and decides. The
+// pool is not changed.
+func (r *GPUPoolProfileReconciler) viewDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time) (demandView, error) {
 	in := demandInput(pool)
 	shapes := shapesOf(pool)
+	who, err := r.demandScopeOf(ctx, pool)
+	if err != nil {
+		return demandView{unobserved: err}, nil
+	}
 	var missing []string
-	for _, src := range r.demandSources(s.now) {
-		obs, err := src.observeDemand(ctx, pool, shapes)
+	if who.unset {
+		missing = append(missing, errNoNamespaceSelector)
+	}
+	for _, src := range r.demandSources(now) {
+		obs, err := src.observeDemand(ctx, pool, shapes, who)
 		var none *noDemandSeen
 		if errors.As(err, &none) {
 			missing = append(missing, none.Error())
 			continue
 		}
 		if err != nil {
-			return r.unobserved(s, err)
+			return demandView{unobserved: err}, nil
 		}
 		for l, o := range obs {
 			sum := in.Observed[l]
@@ -70,22 +112,15 @@ func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.D
 			in.Observed[l] = sum
 		}
 	}
-	r.logMissing(ctx, pool, missing)
-	dec, err := plan.Decide(&pool.Spec, s.now, in)
+	dec, err := plan.Decide(&pool.Spec, now, in)
 	if err != nil {
-		return plan.Decision{}, err
+		return demandView{}, err
 	}
-	pool.Status.Demand = demandStatus(pool, in, dec)
-	s.demandRecheck = dec.Recheck
+	st := demandStatus(pool, in, dec)
 	if len(missing) > 0 {
-		// The other sources decided; the missing one is looked at again soon.
-		pool.Status.Demand.Message = truncate(strings.Join(append(missing, dec.Message), "; "), maxDemandMessage)
-		if again := s.now.Add(requeueKueue); s.demandRecheck.IsZero() || again.Before(s.demandRecheck) {
-			s.demandRecheck = again
-		}
+		st.Message = truncate(strings.Join(append(missing, dec.Message), "; "), maxDemandMessage)
 	}
-	publishDemandMetrics(pool.Name, pool.Spec.Layouts, in.Observed)
-	return dec.Decision, nil
+	return demandView{in: in, dec: dec, status: st, missing: missing}, nil
 }
 
 // noDemandSeen is a source whose demand could not be read and counts as none: Kueue's
@@ -293,15 +328,12 @@ func (ls layoutShapes) serves(layout string, p *corev1.Pod) bool {
 // a switch from the active layout would evict.
 type podDemand struct{ c *GPUPoolProfileReconciler }
 
-func (pd podDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, shapes layoutShapes) (map[string]plan.LayoutDemand, error) {
+func (pd podDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, shapes layoutShapes, who demandScope) (map[string]plan.LayoutDemand, error) {
 	var pods corev1.PodList
 	if err := pd.c.Client.List(ctx, &pods); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
-	res := corev1.ResourceName(nodes.GPUResource(pool.Spec.Readiness))
-	if res == "" {
-		res = nodes.DefaultGPUResource
-	}
+	res := who.gpu
 	active := pool.Status.ActiveLayout
 	layoutOf, err := pd.nodeLayouts(ctx, pool)
 	if err != nil {
@@ -317,9 +349,9 @@ func (pd podDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolPr
 			continue
 		}
 		gpus := podGPUs(p, res)
-		name := fmt.Sprintf("pod %s/%s", p.Namespace, p.Name)
+		name := who.named(p)
 		if p.Spec.NodeName == "" {
-			if gpus == 0 || !unschedulable(p) || (active != "" && shapes.serves(active, p)) {
+			if gpus == 0 || !who.counts(p) || !unschedulable(p) || (active != "" && shapes.serves(active, p)) {
 				continue
 			}
 			for _, l := range pool.Spec.Layouts {
@@ -333,8 +365,9 @@ func (pd podDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolPr
 			continue
 		}
 		// A pod on a node that every other layout keeps as it is does not use the
-		// layout it is labelled for: no switch would disrupt it.
-		if l, ok := layoutOf[p.Spec.NodeName]; ok && gpus > 0 && !kept[l][p.Spec.NodeName] {
+		// layout it is labelled for: no switch would disrupt it. Only the work of whom
+		// demand selects keeps a layout; every pod counts in what a switch would evict.
+		if l, ok := layoutOf[p.Spec.NodeName]; ok && gpus > 0 && who.counts(p) && !kept[l][p.Spec.NodeName] {
 			o := obs[l]
 			o.RunningGPUs += gpus
 			obs[l] = o
@@ -521,21 +554,6 @@ func keeps(l *gpupoolv1.Layout, w gpupoolv1.Worker) bool {
 		}
 	}
 	return false
-}
-
-// demandPools maps a pod event to the pools that watch demand (spec.demand).
-func (r *GPUPoolProfileReconciler) demandPools(ctx context.Context, _ client.Object) []reconcile.Request {
-	var pools gpupoolv1.GPUPoolProfileList
-	if err := r.Client.List(ctx, &pools); err != nil {
-		return nil
-	}
-	var reqs []reconcile.Request
-	for _, p := range pools.Items {
-		if p.Spec.Demand != nil {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-		}
-	}
-	return reqs
 }
 
 // announceDemand emits the events of demand's decisions on the pool: a switch announced

@@ -22,6 +22,7 @@ import (
 func (h *harness) demandPool() *gpupoolv1.GPUPoolProfile {
 	p := h.dayNight()
 	p.Spec.Demand = &gpupoolv1.DemandPolicy{
+		NamespaceSelector: &metav1.LabelSelector{},
 		Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn,
 			For: &metav1.Duration{Duration: 2 * time.Minute}, IdleFor: &metav1.Duration{Duration: 5 * time.Minute}}},
 		MinDwell: &metav1.Duration{Duration: 10 * time.Minute},

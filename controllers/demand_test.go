@@ -123,7 +123,7 @@ func TestPodDemand(t *testing.T) {
 	_ = gpupoolv1.AddToScheme(s)
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(append(pods, job)...).Build()
 	pool := demandTestPool()
-	obs, err := podDemand{c: &GPUPoolProfileReconciler{Client: c}}.observeDemand(context.Background(), pool, shapesOf(pool))
+	obs, err := podDemand{c: &GPUPoolProfileReconciler{Client: c}}.observeDemand(context.Background(), pool, shapesOf(pool), demandScope{all: true, gpu: nodes.DefaultGPUResource})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestPodDemandOnSharedNodes(t *testing.T) {
 			_ = clientgoscheme.AddToScheme(s)
 			c := fake.NewClientBuilder().WithScheme(s).WithObjects(node("node-n1", "night"), node("node-s1", "night"),
 				testPod("notebook", 1, onNode("node-s1")), testPod("train", 2, onNode("node-n1"))).Build()
-			obs, err := podDemand{c: &GPUPoolProfileReconciler{Client: c}}.observeDemand(context.Background(), pool, shapesOf(pool))
+			obs, err := podDemand{c: &GPUPoolProfileReconciler{Client: c}}.observeDemand(context.Background(), pool, shapesOf(pool), demandScope{all: true, gpu: nodes.DefaultGPUResource})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -247,7 +247,7 @@ func TestDemandUnobservedKeepsWhatDemandHolds(t *testing.T) {
 		},
 	}).Build()
 	pool := demandTestPool()
-	pool.Spec.Demand = &gpupoolv1.DemandPolicy{Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn}}}
+	pool.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{}, Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn}}}
 	pool.Status.ActiveLayout, pool.Status.DesiredLayout, pool.Status.DesiredReason = "night", "night", gpupoolv1.DesiredByDemand
 	pool.Status.Demand = &gpupoolv1.DemandStatus{}
 	r := &GPUPoolProfileReconciler{Client: c}
@@ -278,7 +278,7 @@ func TestDemandUnobservedHoldEndsAfterIdleFor(t *testing.T) {
 		},
 	}).Build()
 	pool := demandTestPool()
-	pool.Spec.Demand = &gpupoolv1.DemandPolicy{Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn,
+	pool.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{}, Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn,
 		IdleFor: &metav1.Duration{Duration: 5 * time.Minute}}}}
 	pool.Status.ActiveLayout, pool.Status.DesiredLayout, pool.Status.DesiredReason = "night", "night", gpupoolv1.DesiredByDemand
 	pool.Status.Demand = &gpupoolv1.DemandStatus{}
@@ -318,7 +318,7 @@ func TestDemandKueueFailingCountsAsNone(t *testing.T) {
 	now := time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)
 	pool := demandTestPool()
 	pool.Spec.Kueue = &gpupoolv1.KueueSpec{Flavors: []gpupoolv1.KueueFlavor{{Name: "night", Layout: "night"}}}
-	pool.Spec.Demand = &gpupoolv1.DemandPolicy{Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn}}}
+	pool.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{}, Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn}}}
 	pool.Status.Demand = &gpupoolv1.DemandStatus{Layouts: []gpupoolv1.LayoutDemand{{Layout: "night", PendingSince: &metav1.Time{Time: now.Add(-10 * time.Minute)}}}}
 	r := &GPUPoolProfileReconciler{Client: c, Recorder: events.NewFakeRecorder(10)}
 	sc := &scope{pool: pool, now: now}

@@ -245,12 +245,18 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		return reqs
 	})
 	r.tasks = newTaskWatch(ctx)
+	// Pods change demand through the demand watch, which wakes a pool only when its
+	// decision changes (demandwatch.go).
+	dw := newDemandWatch(r)
+	if err := dw.setup(mgr); err != nil {
+		return fmt.Errorf("setting up the demand watch: %w", err)
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&gpupoolv1.GPUPoolProfile{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Node{}, allPools, builder.WithPredicates(nodeChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfPodNode), builder.WithPredicates(podChanged())).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.demandPools), builder.WithPredicates(demandPodChanged())).
-		WatchesRawSource(source.Channel(r.tasks.events, &handler.EnqueueRequestForObject{}))
+		WatchesRawSource(source.Channel(r.tasks.events, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(dw.wake, &handler.EnqueueRequestForObject{}))
 	b, err := r.watchCredentials(mgr, b)
 	if err != nil {
 		return err

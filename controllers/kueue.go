@@ -532,7 +532,7 @@ type kueueDemand struct {
 // kueueNotObserved begins the status.demand message of a pass that could not read Kueue.
 const kueueNotObserved = "Kueue demand not observed"
 
-func (kd kueueDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, _ layoutShapes) (map[string]plan.LayoutDemand, error) {
+func (kd kueueDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, _ layoutShapes, who demandScope) (map[string]plan.LayoutDemand, error) {
 	if pool.Spec.Kueue == nil {
 		return nil, nil
 	}
@@ -554,6 +554,9 @@ func (kd kueueDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPool
 	}
 	obs := map[string]plan.LayoutDemand{}
 	for _, h := range held {
+		if !who.selects(h.obj.GetNamespace()) {
+			continue // only the Workloads of the namespaces demand selects count
+		}
 		for _, l := range h.layouts {
 			if layoutReady(pool, l) || l == pool.Status.ActiveLayout {
 				continue

@@ -21,10 +21,14 @@ var (
 		Name: "gpupool_demand_at_risk_pods",
 		Help: "Pods a switch from the active layout to the layout would disrupt, by kind: evicted (GPU pods evicted), do_not_disrupt, job_near_completion (spec.demand).",
 	}, []string{"pool", "layout", "kind"})
+	demandRechecks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpupool_demand_rechecks_total",
+		Help: "Demand rechecks of the demand watch after pod or pool events, by result: woken (the decision changed, the pool's pass runs), unchanged (no pass, no vCenter call), unobserved (spec.demand).",
+	}, []string{"pool", "result"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(demandPendingGPUs, demandRunningGPUs, demandAtRisk)
+	metrics.Registry.MustRegister(demandPendingGPUs, demandRunningGPUs, demandAtRisk, demandRechecks)
 }
 
 // publishDemandMetrics sets the demand gauges of a pool; forgetDemandMetrics drops them.

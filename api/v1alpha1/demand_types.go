@@ -27,8 +27,26 @@ const (
 // Demand is what gpupool sees in the cluster: pods that cannot be scheduled, that request
 // GPUs (readiness.gpuResource), and whose node selector or required node affinity matches
 // the labels of a layout's nodes (its nodeLabels, gpupool.dev/layout and
-// gpupool.dev/vgpu-profile) and not the active layout's. See docs/demand.md.
+// gpupool.dev/vgpu-profile) and not the active layout's. Only the pods (and Kueue
+// Workloads) of the namespaces namespaceSelector selects count: tenants elsewhere can
+// neither bring a layout in nor keep it. See docs/demand.md.
+// +kubebuilder:validation:XValidation:rule=`has(self.namespaceSelector)`,message=`spec.demand.namespaceSelector is required: it names the namespaces whose pods and Kueue Workloads may bring layouts in or keep them; write namespaceSelector: {matchLabels: {gpupool.dev/demand: "true"}} and label those namespaces, or namespaceSelector: {} to let the pods of every namespace count`
 type DemandPolicy struct {
+	// NamespaceSelector selects the namespaces whose pods and Kueue Workloads count as
+	// demand. Required: {} selects every namespace; to name namespaces, match the
+	// kubernetes.io/metadata.name label, such as {matchExpressions: [{key:
+	// kubernetes.io/metadata.name, operator: In, values: [ml-team]}]}. Pods of other
+	// namespaces neither bring a layout in, nor keep one, nor wake the pool; they are
+	// still counted (as counts per namespace, never by name) when a switch would evict
+	// them.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// PodSelector, when set, narrows demand to the pods (of the selected namespaces)
+	// whose labels it matches. Kueue Workloads are selected by namespace only.
+	// +optional
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+
 	// Rules say which layouts demand may bring in or skip, and when. At most one rule per
 	// layout and action.
 	// +kubebuilder:validation:MinItems=1
@@ -195,7 +213,8 @@ type LayoutDemand struct {
 	// PendingGPUs is how many GPUs they request.
 	// +optional
 	PendingGPUs int64 `json:"pendingGPUs,omitempty"`
-	// Pods names some of them ("pod namespace/name", "workload namespace/name"), at most 5.
+	// Pods names some of them ("pod namespace/name", "workload namespace/name"), at most
+	// 5; all are of namespaces spec.demand.namespaceSelector selects.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=5

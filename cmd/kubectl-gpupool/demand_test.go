@@ -22,7 +22,7 @@ func TestDescribeDemand(t *testing.T) {
 	p := &gpupoolv1.GPUPoolProfile{
 		ObjectMeta: metav1.ObjectMeta{Name: "lab"},
 		Spec: gpupoolv1.GPUPoolProfileSpec{DefaultLayout: "day", Layouts: []gpupoolv1.Layout{{Name: "day"}, {Name: "night"}},
-			Demand: &gpupoolv1.DemandPolicy{Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn}}}},
+			Demand: &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{}, Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn}}}},
 		Status: gpupoolv1.GPUPoolProfileStatus{
 			ActiveLayout: "day", DesiredLayout: "night", DesiredReason: gpupoolv1.DesiredByDemand, Phase: gpupoolv1.PhaseTransitioning,
 			Transition: &gpupoolv1.TransitionStatus{ID: "night-1", From: "day", To: "night", StartTime: at(-time.Minute),

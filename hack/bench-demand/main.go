@@ -24,6 +24,7 @@ import (
 func demandPolicy() *gpupoolv1.DemandPolicy {
 	m := func(n int) *metav1.Duration { return &metav1.Duration{Duration: time.Duration(n) * time.Minute} }
 	return &gpupoolv1.DemandPolicy{
+		NamespaceSelector: &metav1.LabelSelector{},
 		Rules: []gpupoolv1.DemandRule{
 			{Layout: demandsim.Night, Action: gpupoolv1.DemandBringIn, MinGPUs: ptr.To(int32(1)), For: m(5), IdleFor: m(15)},
 			{Layout: demandsim.Night, Action: gpupoolv1.DemandSkip, For: m(5), IdleFor: m(15),

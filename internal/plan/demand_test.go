@@ -24,7 +24,7 @@ func demandSpec(rules ...gpupoolv1.DemandRule) *gpupoolv1.GPUPoolProfileSpec {
 		DefaultLayout: "day",
 		Schedule: &gpupoolv1.Schedule{TimeZone: "Europe/Berlin", Windows: []gpupoolv1.Window{
 			{Layout: "night", Start: "0 20 * * *", Duration: metav1.Duration{Duration: 12 * time.Hour}}}},
-		Demand: &gpupoolv1.DemandPolicy{Rules: rules, MinDwell: minutes(30), Cooldown: minutes(15), MaxSwitchesPerDay: ptr.To(int32(4))},
+		Demand: &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{}, Rules: rules, MinDwell: minutes(30), Cooldown: minutes(15), MaxSwitchesPerDay: ptr.To(int32(4))},
 	}
 }
 

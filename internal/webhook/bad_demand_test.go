@@ -12,7 +12,7 @@ import (
 // withDemand gives the pool a valid demand policy, then lets change spoil it.
 func withDemand(change func(d *gpupoolv1.DemandPolicy)) func(*gpupoolv1.GPUPoolProfile) {
 	return func(p *gpupoolv1.GPUPoolProfile) {
-		p.Spec.Demand = &gpupoolv1.DemandPolicy{Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn,
+		p.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{}, Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn,
 			Windows: []gpupoolv1.DemandWindow{{Start: "0 12 * * 1-5", Duration: metav1.Duration{Duration: 8 * time.Hour}}}}}}
 		change(p.Spec.Demand)
 	}
@@ -21,7 +21,7 @@ func withDemand(change func(d *gpupoolv1.DemandPolicy)) func(*gpupoolv1.GPUPoolP
 // setDemand sets a field of spec.demand as sent, for values the Go types cannot carry.
 func setDemand(val any, path ...string) func(map[string]any) {
 	return func(u map[string]any) {
-		setField(map[string]any{"rules": []any{map[string]any{"layout": "night", "action": "BringIn"}}}, "spec", "demand")(u)
+		setField(map[string]any{"namespaceSelector": map[string]any{}, "rules": []any{map[string]any{"layout": "night", "action": "BringIn"}}}, "spec", "demand")(u)
 		setField(val, append([]string{"spec", "demand"}, path...)...)(u)
 	}
 }
@@ -29,6 +29,17 @@ func setDemand(val any, path ...string) func(map[string]any) {
 func demandCases() []badCase {
 	const r0 = "spec.demand.rules[0]"
 	return []badCase{
+		{name: "demand without a namespace selector", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) { d.NamespaceSelector = nil }),
+			path: "spec.demand", fix: "namespaceSelector: {} to let the pods of every namespace count"},
+		{name: "demand namespace selector with an unknown operator", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) {
+			d.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Equals", Values: []string{"ml"}}}}
+		}), path: "spec.demand.namespaceSelector.matchExpressions[0].operator", value: `"Equals"`},
+		{name: "demand namespace selector In without values", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) {
+			d.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn}}}
+		}), path: "spec.demand.namespaceSelector.matchExpressions[0].values", fix: "must be specified"},
+		{name: "demand pod selector with a bad label value", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) {
+			d.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "ml team"}}
+		}), path: "spec.demand.podSelector.matchLabels", value: `"ml team"`},
 		{name: "demand rule names no layout", mutate: withDemand(func(d *gpupoolv1.DemandPolicy) { d.Rules[0].Layout = "training" }),
 			path: r0 + ".layout", value: `"training"`, fix: `the layouts are "day", "night"`},
 		{name: "demand rule with an unknown action", raw: setDemand([]any{map[string]any{"layout": "night", "action": "Prefer"}}, "rules"),

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -17,6 +18,7 @@ func validateDemand(dp *field.Path, d *gpupoolv1.DemandPolicy, known func(*field
 	if len(d.Rules) == 0 {
 		errs = append(errs, field.Required(dp.Child("rules"), "name at least one rule, such as {layout: night, action: BringIn}, or remove spec.demand"))
 	}
+	errs = append(errs, validateDemandScope(dp, d)...)
 	seen := map[string]int{}
 	// One pendingSince is kept per layout, so the BringIn and Skip rules of a layout
 	// count demand with one threshold.
@@ -79,6 +81,26 @@ func validateDemand(dp *field.Path, d *gpupoolv1.DemandPolicy, known func(*field
 	}
 	if m := d.MaxEvictions; m != nil && *m < 0 {
 		errs = append(errs, field.Invalid(dp.Child("maxEvictions"), *m, "must not be negative; write 0 to reshape only nodes without GPU pods"))
+	}
+	return errs
+}
+
+// validateDemandScope checks who may ask: a namespace selector is required (demand is
+// not anyone's by default), and both selectors must parse.
+func validateDemandScope(dp *field.Path, d *gpupoolv1.DemandPolicy) field.ErrorList {
+	var errs field.ErrorList
+	if d.NamespaceSelector == nil {
+		errs = append(errs, field.Required(dp.Child("namespaceSelector"),
+			`name the namespaces whose pods and Kueue Workloads may bring layouts in or keep them, such as namespaceSelector: {matchLabels: {gpupool.dev/demand: "true"}} (and label those namespaces), or namespaceSelector: {} for every namespace`))
+	}
+	opts := metav1validation.LabelSelectorValidationOptions{}
+	for _, sel := range []struct {
+		name string
+		s    *metav1.LabelSelector
+	}{{"namespaceSelector", d.NamespaceSelector}, {"podSelector", d.PodSelector}} {
+		if sel.s != nil {
+			errs = append(errs, metav1validation.ValidateLabelSelector(sel.s, opts, dp.Child(sel.name))...)
+		}
 	}
 	return errs
 }

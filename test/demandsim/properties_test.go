@@ -75,6 +75,7 @@ func randomPolicy(rng *rand.Rand) *gpupoolv1.DemandPolicy {
 		return &metav1.Duration{Duration: time.Duration(rng.Intn(n)) * time.Minute}
 	}
 	p := &gpupoolv1.DemandPolicy{
+		NamespaceSelector: &metav1.LabelSelector{},
 		MinDwell:          minutes(120),
 		Cooldown:          minutes(60),
 		MaxSwitchesPerDay: ptr.To(int32(1 + rng.Intn(8))),

@@ -97,6 +97,7 @@ func (e *Env) DemandPoolSpec(now time.Time) *gpupoolv1.GPUPoolProfile {
 	p.Spec.Schedule.Windows[0].Start = fmt.Sprintf("0 %d * * *", start.Hour())
 	minGPUs, maxSwitches := int32(1), int32(4)
 	p.Spec.Demand = &gpupoolv1.DemandPolicy{
+		NamespaceSelector: &metav1.LabelSelector{},
 		Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn, MinGPUs: &minGPUs,
 			For: &metav1.Duration{Duration: DemandFor}, IdleFor: &metav1.Duration{Duration: DemandIdleFor}}},
 		MinDwell:          &metav1.Duration{Duration: DemandMinDwell},

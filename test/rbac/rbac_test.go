@@ -30,6 +30,7 @@ var used = map[string]string{
 	"manager-role  nodes get,list,watch,patch":                               "node labels, taints, cordon",
 	"manager-role  pods get,list,watch,delete":                               "drain; delete only for drain.mode Force",
 	"manager-role  pods/eviction create":                                     "drain",
+	"manager-role  namespaces get,list,watch":                                "spec.demand.namespaceSelector: the labels of namespaces, whose pods count as demand",
 	"manager-role batch jobs get,list,watch":                                 "spec.demand: a pod of a Job near completion holds a demand switch back",
 	"manager-role events.k8s.io events create,patch":                         "events on pools and their nodes",
 	"manager-role cluster.x-k8s.io machines get,patch":                       "pause remediation of parked machines",

@@ -1,0 +1,117 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nodes"
+)
+
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+
+// demandScope is who may ask (spec.demand.namespaceSelector and podSelector): a pod
+// counts as demand only in a selected namespace and, with a pod selector, only when its
+// labels match. Tenants who can only create pods cannot label namespaces, so they cannot
+// select themselves.
+type demandScope struct {
+	// namespaces are the selected namespaces; none when the selector is unset.
+	namespaces map[string]bool
+	// all: the selector is empty ({}), which selects every namespace.
+	all bool
+	// pods is the pod selector; nil selects every pod of the selected namespaces.
+	pods labels.Selector
+	// gpu is the pool's GPU resource (readiness.gpuResource): only pods that ask for it
+	// are demand, and only they wake the pool.
+	gpu corev1.ResourceName
+	// unset says that spec.demand has no namespaceSelector (an object stored before the
+	// field was required): nothing counts, and the status says why.
+	unset bool
+}
+
+// errNoNamespaceSelector is the reason no pod counts as demand.
+const errNoNamespaceSelector = "spec.demand.namespaceSelector is not set: no namespace's pods or Workloads count as demand (set it, such as namespaceSelector: {} for every namespace)"
+
+// demandScopeOf reads the namespaces' labels (metadata only, from the cache) and
+// selects the pool's.
+func (r *GPUPoolProfileReconciler) demandScopeOf(ctx context.Context, pool *gpupoolv1.GPUPoolProfile) (demandScope, error) {
+	var nss metav1.PartialObjectMetadataList
+	nss.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+	if d := pool.Spec.Demand; d != nil && d.NamespaceSelector != nil && !emptySelector(d.NamespaceSelector) {
+		if err := r.Client.List(ctx, &nss); err != nil {
+			return demandScope{}, fmt.Errorf("listing namespaces: %w", err)
+		}
+	}
+	return scopeOf(pool, nss.Items)
+}
+
+// scopeOf selects, among the namespaces given, those the pool's demand counts.
+func scopeOf(pool *gpupoolv1.GPUPoolProfile, nss []metav1.PartialObjectMetadata) (demandScope, error) {
+	ds := demandScope{namespaces: map[string]bool{}, gpu: gpuResourceOf(pool)}
+	d := pool.Spec.Demand
+	if d == nil || d.NamespaceSelector == nil {
+		ds.unset = true
+		return ds, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(d.NamespaceSelector)
+	if err != nil {
+		return ds, fmt.Errorf("spec.demand.namespaceSelector: %w", err)
+	}
+	ds.all = sel.Empty()
+	for _, ns := range nss {
+		if sel.Matches(labels.Set(ns.Labels)) {
+			ds.namespaces[ns.Name] = true
+		}
+	}
+	if d.PodSelector != nil {
+		if ds.pods, err = metav1.LabelSelectorAsSelector(d.PodSelector); err != nil {
+			return ds, fmt.Errorf("spec.demand.podSelector: %w", err)
+		}
+	}
+	return ds, nil
+}
+
+func emptySelector(s *metav1.LabelSelector) bool {
+	return len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0
+}
+
+// selects says whether demand counts the namespace's pods and Workloads.
+func (ds demandScope) selects(namespace string) bool {
+	return ds.all || ds.namespaces[namespace]
+}
+
+func gpuResourceOf(pool *gpupoolv1.GPUPoolProfile) corev1.ResourceName {
+	if res := nodes.GPUResource(pool.Spec.Readiness); res != "" {
+		return corev1.ResourceName(res)
+	}
+	return nodes.DefaultGPUResource
+}
+
+// counts says whether the pod's work counts as demand: pending, it may bring a layout
+// in; running, it keeps one.
+func (ds demandScope) counts(p *corev1.Pod) bool {
+	if !ds.selects(p.Namespace) {
+		return false
+	}
+	return ds.pods == nil || ds.pods.Matches(labels.Set(p.Labels))
+}
+
+// named is how status and events name a pod: by name in a selected namespace, otherwise
+// by its namespace only, because the pool is cluster-scoped and read by more people than
+// the tenants of a namespace demand does not select.
+func (ds demandScope) named(p *corev1.Pod) string {
+	if ds.selects(p.Namespace) {
+		return fmt.Sprintf("pod %s/%s", p.Namespace, p.Name)
+	}
+	return "a pod in namespace " + p.Namespace
+}
+
+// wakes says whether an event of the pod may change the pool's demand: it asks for the
+// pool's GPU resource and counts.
+func (ds demandScope) wakes(p *corev1.Pod) bool {
+	return podGPUs(p, ds.gpu) > 0 && ds.counts(p)
+}

@@ -1,0 +1,302 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/plan"
+)
+
+func namespaceMeta(name string, labels map[string]string) metav1.PartialObjectMetadata {
+	l := map[string]string{"kubernetes.io/metadata.name": name}
+	for k, v := range labels {
+		l[k] = v
+	}
+	return metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}
+}
+
+// TestScopeOfSelectsNamespaces: every kind of selector selects what Kubernetes' label
+// selectors select; an unset selector selects nothing (demand is nobody's by default).
+func TestScopeOfSelectsNamespaces(t *testing.T) {
+	nss := []metav1.PartialObjectMetadata{
+		namespaceMeta("ml", map[string]string{"gpupool.dev/demand": "lab"}),
+		namespaceMeta("ml-dev", map[string]string{"gpupool.dev/demand": "lab", "stage": "dev"}),
+		namespaceMeta("tenant-a", nil),
+		namespaceMeta("kube-system", nil),
+	}
+	for _, tc := range []struct {
+		name string
+		sel  *metav1.LabelSelector
+		want []string
+	}{
+		{"unset", nil, nil},
+		{"empty selects every namespace", &metav1.LabelSelector{}, []string{"kube-system", "ml", "ml-dev", "tenant-a"}},
+		{"matchLabels", &metav1.LabelSelector{MatchLabels: map[string]string{"gpupool.dev/demand": "lab"}}, []string{"ml", "ml-dev"}},
+		{"by name", &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{"tenant-a"}}}}, []string{"tenant-a"}},
+		{"NotIn and DoesNotExist", &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "gpupool.dev/demand", Operator: metav1.LabelSelectorOpExists},
+			{Key: "stage", Operator: metav1.LabelSelectorOpDoesNotExist}}}, []string{"ml"}},
+		{"matches nothing", &metav1.LabelSelector{MatchLabels: map[string]string{"gpupool.dev/demand": "other"}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := demandTestPool()
+			pool.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: tc.sel}
+			ds, err := scopeOf(pool, nss)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, ns := range nss {
+				if ds.selects(ns.Name) {
+					got = append(got, ns.Name)
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("selected %v, want %v", got, tc.want)
+			}
+			if ds.unset != (tc.sel == nil) {
+				t.Fatalf("unset = %v for selector %v", ds.unset, tc.sel)
+			}
+		})
+	}
+}
+
+// TestDemandScopeClassesOfPods: a pod counts, wakes the pool and is named only when it
+// is in a selected namespace, matches the pod selector and (to wake) asks for the pool's
+// GPU resource; every other pod is named by its namespace only.
+func TestDemandScopeClassesOfPods(t *testing.T) {
+	pool := demandTestPool()
+	pool.Spec.Demand = &gpupoolv1.DemandPolicy{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpupool.dev/demand": "lab"}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"queue": "training"}},
+	}
+	ds, err := scopeOf(pool, []metav1.PartialObjectMetadata{namespaceMeta("ml", map[string]string{"gpupool.dev/demand": "lab"}), namespaceMeta("tenant", nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelled := func(p *corev1.Pod) { p.Labels = map[string]string{"queue": "training"} }
+	inNamespace := func(ns string) podOpt { return func(p *corev1.Pod) { p.Namespace = ns } }
+	otherResource := func(p *corev1.Pod) {
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"example.com/fpga": resource.MustParse("1")}
+	}
+	for _, tc := range []struct {
+		name                 string
+		pod                  *corev1.Pod
+		counts, wakes, named bool
+	}{
+		{"selected namespace, matching labels, GPU", testPod("a", 1, labelled), true, true, true},
+		{"selected namespace, other labels", testPod("b", 1), false, false, true},
+		{"selected namespace, no GPU", testPod("c", 0, labelled), true, false, true},
+		{"selected namespace, another extended resource", testPod("d", 0, labelled, otherResource), true, false, true},
+		{"other namespace, matching labels, GPU", testPod("e", 1, labelled, inNamespace("tenant")), false, false, false},
+		{"unknown namespace", testPod("f", 1, labelled, inNamespace("new-ns")), false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ds.counts(tc.pod); got != tc.counts {
+				t.Errorf("counts = %v, want %v", got, tc.counts)
+			}
+			if got := ds.wakes(tc.pod); got != tc.wakes {
+				t.Errorf("wakes = %v, want %v", got, tc.wakes)
+			}
+			name := ds.named(tc.pod)
+			if shown := strings.Contains(name, "/"+tc.pod.Name); shown != tc.named || !strings.Contains(name, tc.pod.Namespace) {
+				t.Errorf("named %q; want the pod's name shown: %v, its namespace always", name, tc.named)
+			}
+		})
+	}
+}
+
+// TestPodDemandOnlyFromSelectedNamespaces: a tenant outside the selected namespaces
+// neither brings night in (pending) nor keeps day (running); its pods still count in
+// what a switch would evict, named by namespace only.
+func TestPodDemandOnlyFromSelectedNamespaces(t *testing.T) {
+	other := func(p *corev1.Pod) { p.Namespace = "tenant" }
+	objs := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml", Labels: map[string]string{"gpupool.dev/demand": "lab"}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-d1", Labels: map[string]string{LabelPool: "lab", LabelLayout: "day"}}},
+		testPod("train-ml", 2, pendingUnschedulable, selecting("workload", "training"), tolerating("training")),
+		testPod("train-tenant", 4, pendingUnschedulable, selecting("workload", "training"), tolerating("training"), other),
+		testPod("serve-tenant", 1, onNode("node-d1"), other, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{AnnotationDoNotDisrupt: "true"}
+		}),
+	}
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = gpupoolv1.AddToScheme(s)
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
+	pool := demandTestPool()
+	pool.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpupool.dev/demand": "lab"}}}
+	r := &GPUPoolProfileReconciler{Client: c}
+	who, err := r.demandScopeOf(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := podDemand{c: r}.observeDemand(context.Background(), pool, shapesOf(pool), who)
+	if err != nil {
+		t.Fatal(err)
+	}
+	night, day := obs["night"], obs["day"]
+	if night.PendingGPUs != 2 || !slices.Equal(night.Pending, []string{"pod ml/train-ml"}) {
+		t.Errorf("night pending %d %v, want only the selected namespace's 2 GPUs", night.PendingGPUs, night.Pending)
+	}
+	if day.RunningGPUs != 0 {
+		t.Errorf("day running GPUs %d: a pod of a namespace demand does not select must not keep a layout", day.RunningGPUs)
+	}
+	if night.Evictions != 1 || !slices.Equal(night.DoNotDisrupt, []string{"a pod in namespace tenant"}) {
+		t.Errorf("a switch to night: %d evictions, do-not-disrupt %v; want the tenant's pod counted, named by namespace only", night.Evictions, night.DoNotDisrupt)
+	}
+}
+
+// TestDemandWatchWakesOnlyOnAChangedDecision: the demand watch wakes the pool's pass
+// (which reads vCenter) when a pod starts a demand timer, and not for a pod that changes
+// no decision: one outside the selected namespaces, or one more above the threshold.
+func TestDemandWatchWakesOnlyOnAChangedDecision(t *testing.T) {
+	now := time.Date(2031, 3, 17, 15, 0, 0, 0, time.UTC)
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = gpupoolv1.AddToScheme(s)
+	pool := demandTestPool()
+	pool.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpupool.dev/demand": "lab"}},
+		Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn, For: &metav1.Duration{Duration: 2 * time.Minute}}}}
+	pool.Status.DesiredLayout, pool.Status.DesiredReason = "day", gpupoolv1.DesiredByDefault
+	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(pool).WithObjects(pool,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml", Labels: map[string]string{"gpupool.dev/demand": "lab"}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}).Build()
+	r := &GPUPoolProfileReconciler{Client: c, Clock: clocktesting.NewFakeClock(now)}
+	dw := newDemandWatch(r)
+	ctx := context.Background()
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pool)}
+	woken := func() bool {
+		t.Helper()
+		if _, err := dw.Reconcile(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case e := <-dw.wake:
+			if e.Object.GetName() != pool.Name {
+				t.Fatalf("woke %s", e.Object.GetName())
+			}
+			return true
+		default:
+			return false
+		}
+	}
+	create := func(p *corev1.Pod) {
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle := func() {
+		// The pass: it writes the decision the watch would make.
+		var cur gpupoolv1.GPUPoolProfile
+		if err := c.Get(ctx, req.NamespacedName, &cur); err != nil {
+			t.Fatal(err)
+		}
+		v, err := r.viewDemand(ctx, &cur, now)
+		if err != nil || v.unobserved != nil {
+			t.Fatal(err, v.unobserved)
+		}
+		cur.Status.Demand, cur.Status.DesiredLayout, cur.Status.DesiredReason = v.status, v.dec.Layout, v.dec.Reason
+		if err := c.Status().Update(ctx, &cur); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle()
+	if woken() {
+		t.Fatal("woken with nothing changed")
+	}
+	training := []podOpt{pendingUnschedulable, selecting("workload", "training"), tolerating("training")}
+	tenant := testPod("t", 8, training...)
+	tenant.Namespace = "tenant"
+	create(tenant)
+	if woken() {
+		t.Fatal("a pod of a namespace demand does not select woke the pool")
+	}
+	if reqs := r.demandPools(ctx, tenant); len(reqs) != 0 {
+		t.Fatalf("a tenant's pod maps to pools %v", reqs)
+	}
+	first := testPod("a", 1, training...)
+	create(first)
+	if reqs := r.demandPools(ctx, first); len(reqs) != 1 {
+		t.Fatalf("a selected pod maps to pools %v, want the pool", reqs)
+	}
+	if !woken() {
+		t.Fatal("a pending pod that starts night's pendingSince did not wake the pool")
+	}
+	settle()
+	create(testPod("b", 1, training...))
+	if woken() {
+		t.Fatal("one more pending pod above the threshold woke the pool: no decision changed")
+	}
+	if !demandChanged(pool, demandView{dec: dwDecision("night"), status: pool.Status.Demand}) {
+		t.Fatal("another layout wanted is a change")
+	}
+}
+
+func dwDecision(layout string) plan.DemandDecision {
+	return plan.DemandDecision{Decision: plan.Decision{Layout: layout}}
+}
+
+// TestDemandWatchCoalescesABurst: the events of a burst of pods are one recheck of the
+// pool, demandCoalesce after the first; pods that do not ask for the GPU are none.
+func TestDemandWatchCoalescesABurst(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = gpupoolv1.AddToScheme(s)
+	pool := demandTestPool()
+	pool.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{}}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(pool).Build()
+	dw := newDemandWatch(&GPUPoolProfileReconciler{Client: c})
+	fc := clocktesting.NewFakeClock(time.Date(2031, 3, 17, 15, 0, 0, 0, time.UTC))
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request](),
+		workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{Clock: fc})
+	defer q.ShutDown()
+	h := dw.podHandler()
+	for i := range 50 {
+		p := testPod(fmt.Sprintf("p-%d", i), 1, pendingUnschedulable)
+		h.Create(context.Background(), event.CreateEvent{Object: p}, q)
+		h.Update(context.Background(), event.UpdateEvent{ObjectOld: p, ObjectNew: p}, q)
+	}
+	h.Create(context.Background(), event.CreateEvent{Object: testPod("cpu", 0, pendingUnschedulable)}, q)
+	if n := q.Len(); n != 0 {
+		t.Fatalf("%d rechecks queued before demandCoalesce passed, want none", n)
+	}
+	fc.Step(demandCoalesce)
+	got := make(chan reconcile.Request, 1)
+	go func() {
+		r, _ := q.Get()
+		got <- r
+	}()
+	select {
+	case r := <-got:
+		if r.Name != pool.Name {
+			t.Fatalf("recheck of %q", r.Name)
+		}
+	case <-time.After(time.Minute): // a guard against a hang, not a measure
+		t.Fatal("no recheck after demandCoalesce")
+	}
+	if n := q.Len(); n != 0 {
+		t.Fatalf("%d more rechecks queued: the burst of 100 events must be one", n)
+	}
+}

@@ -1,0 +1,173 @@
+package controllers
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// demandCoalesce is how long a pod event waits before its pool's demand is looked at:
+// the events of a burst of pods (a pod-creation loop, a Job's pods) are one recheck.
+const demandCoalesce = 3 * time.Second
+
+// demandWatch re-decides a demand pool's layout when a pod that may change its demand
+// changes, from the caches only, and wakes the pool's pass (which reads vCenter) only
+// when the decision would change: the layout wanted, the switch announced, or a demand
+// timer started or stopped. A pod event that changes nothing costs a read of the caches,
+// at most one per pool per demandCoalesce, and no vCenter call. status.demand's counts
+// are refreshed by the passes (at least every resyncPeriod).
+//
+// It is a controller of its own, keyed by pool: it also looks again after every write of
+// the pool (status included), so that a decision made from an older status is never the
+// last word.
+type demandWatch struct {
+	r *GPUPoolProfileReconciler
+	// wake hands a pool to the pool controller's queue.
+	wake chan event.GenericEvent
+}
+
+func newDemandWatch(r *GPUPoolProfileReconciler) *demandWatch {
+	return &demandWatch{r: r, wake: make(chan event.GenericEvent, 256)}
+}
+
+// setup registers the demand watch with the manager.
+func (dw *demandWatch) setup(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("gpupool-demand").
+		For(&gpupoolv1.GPUPoolProfile{}).
+		Watches(&corev1.Pod{}, dw.podHandler(), builder.WithPredicates(demandPodChanged())).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		Complete(dw)
+}
+
+// podHandler maps a pod event to the demand pools it may concern (the pod asks for the
+// pool's GPU resource and is in a namespace the pool's demand selects), after
+// demandCoalesce: the queue keeps one entry per pool, so a burst is one recheck.
+func (dw *demandWatch) podHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	add := func(ctx context.Context, o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		p, ok := o.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		for _, req := range dw.r.demandPools(ctx, p) {
+			q.AddAfter(req, demandCoalesce)
+		}
+	}
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.ObjectNew, q)
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, q)
+		},
+	}
+}
+
+// demandPools are the pools with spec.demand whose demand the pod may change.
+func (r *GPUPoolProfileReconciler) demandPools(ctx context.Context, p *corev1.Pod) []reconcile.Request {
+	var pools gpupoolv1.GPUPoolProfileList
+	if err := r.Client.List(ctx, &pools); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range pools.Items {
+		pool := &pools.Items[i]
+		if pool.Spec.Demand == nil || pool.Spec.Paused {
+			continue
+		}
+		who, err := r.demandScopeOf(ctx, pool)
+		if err != nil || !who.wakes(p) {
+			continue
+		}
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: pool.Name}})
+	}
+	return reqs
+}
+
+// Reconcile decides the pool's demand from the caches and wakes the pool when the
+// decision differs from its status.
+func (dw *demandWatch) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var pool gpupoolv1.GPUPoolProfile
+	if err := dw.r.Client.Get(ctx, req.NamespacedName, &pool); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if pool.Spec.Demand == nil || pool.Spec.Paused || !pool.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	now := dw.r.Clock.Now()
+	v, err := dw.r.viewDemand(ctx, &pool, now)
+	switch {
+	case err != nil || v.unobserved != nil:
+		// The pass reports it; it looks again at requeueBlocked itself.
+		log.FromContext(ctx).V(1).Info("demand not decided", "err", err, "unobserved", v.unobserved)
+		demandRechecks.WithLabelValues(pool.Name, "unobserved").Inc()
+		return reconcile.Result{}, nil
+	case demandChanged(&pool, v):
+		demandRechecks.WithLabelValues(pool.Name, "woken").Inc()
+		select {
+		case dw.wake <- event.GenericEvent{Object: &pool}:
+		case <-ctx.Done():
+			return reconcile.Result{}, ctx.Err()
+		}
+	default:
+		demandRechecks.WithLabelValues(pool.Name, "unchanged").Inc()
+	}
+	var res reconcile.Result
+	if at := v.dec.Recheck; !at.IsZero() {
+		// A timer runs out (for, idleFor, a window): the decision may change then
+		// without any event.
+		res.RequeueAfter = max(at.Sub(now), time.Second)
+	}
+	return res, nil
+}
+
+// demandChanged says whether the decision of the view differs from the one the pool's
+// status records: the layout and reason wanted, the switch announced, or which demand
+// timers run. Counts alone (one more pending pod above the threshold) are no change.
+func demandChanged(pool *gpupoolv1.GPUPoolProfile, v demandView) bool {
+	if pool.Status.DesiredLayout != v.dec.Layout || pool.Status.DesiredReason != v.dec.Reason {
+		return true
+	}
+	return demandKey(pool.Status.Demand) != demandKey(v.status)
+}
+
+// demandKey is what of status.demand a pass acts on: the announced switch and which
+// layouts' pending and idle timers run (not since when: they are only ever started from
+// the status they are compared with).
+func demandKey(ds *gpupoolv1.DemandStatus) string {
+	if ds == nil {
+		return ""
+	}
+	var k []string
+	if sw := ds.Switch; sw != nil {
+		k = append(k, "switch="+sw.Layout+"@"+sw.At.UTC().Format(time.RFC3339))
+	}
+	for _, l := range ds.Layouts {
+		if l.PendingSince != nil {
+			k = append(k, "pending="+l.Layout)
+		}
+		if l.IdleSince != nil {
+			k = append(k, "idle="+l.Layout)
+		}
+	}
+	slices.Sort(k)
+	return strings.Join(k, ";")
+}

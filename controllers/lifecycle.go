@@ -189,6 +189,7 @@ func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1
 	}
 	workersByStep.DeletePartialMatch(prometheus.Labels{"pool": pool.Name})
 	forgetDemandMetrics(pool.Name)
+	demandRechecks.DeletePartialMatch(prometheus.Labels{"pool": pool.Name})
 	forgetKueueMetrics(pool.Name)
 	r.releaseSession(pool)
 	controllerutil.RemoveFinalizer(pool, FinalizerName)

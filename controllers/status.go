@@ -93,7 +93,11 @@ func summarize(s *scope) {
 	case aborted:
 		setCond(p, gpupoolv1.ConditionReady, false, ReasonDrainAborted, t.Message)
 	case f.observed:
-		setCond(p, gpupoolv1.ConditionReady, false, ReasonTransitioning, fmt.Sprintf("layout %s is wanted; layout %q is active", st.DesiredLayout, st.ActiveLayout))
+		active := fmt.Sprintf("layout %s is active", st.ActiveLayout)
+		if st.ActiveLayout == "" {
+			active = "no layout is active yet"
+		}
+		setCond(p, gpupoolv1.ConditionReady, false, ReasonTransitioning, fmt.Sprintf("layout %s is wanted; %s", st.DesiredLayout, active))
 	}
 
 	st.Progress = progress(st.Workers)
@@ -202,6 +206,10 @@ func progressing(s *scope, stalledReason string, aborted bool) {
 		setCond(p, gpupoolv1.ConditionProgressing, false, ReasonPaused, "paused")
 	case aborted:
 		setCond(p, gpupoolv1.ConditionProgressing, false, ReasonDrainAborted, st.Transition.Message)
+	case !f.observed && stalledReason != "":
+		setCond(p, gpupoolv1.ConditionProgressing, false, stalledReason, "waiting for a person: see the Stalled condition")
+	case !f.observed && f.vcenter != "":
+		setCond(p, gpupoolv1.ConditionProgressing, false, ReasonVCenterUnavailable, "waiting for vCenter: "+f.vcenter)
 	case !f.observed:
 		// Nothing was learnt: the last word stands.
 	case f.settling:

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +96,37 @@ func TestSummarize(t *testing.T) {
 			check(gpupoolv1.ConditionStalled, tc.want.stalled, tc.want.stalledReason)
 			check(gpupoolv1.ConditionPaused, tc.want.paused, map[metav1.ConditionStatus]string{metav1.ConditionTrue: ReasonPaused, metav1.ConditionFalse: ReasonNotPaused}[tc.want.paused])
 		})
+	}
+}
+
+// TestConditionsSayWhyNothingMoves: a pass that learnt nothing because vCenter refused
+// the login or could not be reached replaces an earlier "nothing to do" with the reason;
+// a new pool names no empty layout.
+func TestConditionsSayWhyNothingMoves(t *testing.T) {
+	now := time.Date(2031, 3, 17, 7, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name       string
+		facts      facts
+		wantReason string
+		wantMsg    string
+	}{
+		{"credentials refused", facts{credentials: "login refused"}, ReasonCredentials, "Stalled"},
+		{"vCenter unreachable", facts{vcenter: "dial tcp: connection refused"}, ReasonVCenterUnavailable, "connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := &gpupoolv1.GPUPoolProfile{Status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "day", DesiredLayout: "day"}}
+			setCond(pool, gpupoolv1.ConditionProgressing, false, ReasonIdle, "layout day: nothing to do")
+			summarize(&scope{pool: pool, now: now, facts: tc.facts, decision: plan.Decision{Layout: "day"}})
+			c := findCondition(pool, gpupoolv1.ConditionProgressing)
+			if c == nil || c.Reason != tc.wantReason || !strings.Contains(c.Message, tc.wantMsg) {
+				t.Fatalf("Progressing = %+v, want reason %s saying %q", c, tc.wantReason, tc.wantMsg)
+			}
+		})
+	}
+	pool := &gpupoolv1.GPUPoolProfile{Status: gpupoolv1.GPUPoolProfileStatus{DesiredLayout: "night"}}
+	summarize(&scope{pool: pool, now: now, facts: facts{observed: true}, decision: plan.Decision{Layout: "night"}})
+	if c := findCondition(pool, gpupoolv1.ConditionReady); c == nil || strings.Contains(c.Message, `""`) || !strings.Contains(c.Message, "no layout is active yet") {
+		t.Fatalf("Ready of a new pool = %+v, want no empty layout named", c)
 	}
 }
 

@@ -86,6 +86,12 @@ func TestSteerVerbsAsEditor(t *testing.T) {
 	if o == nil || o.Layout != "night" || o.Until == nil || !o.Until.Time.Equal(mondayMorning.Add(2*time.Hour)) || o.Reason != "driver update" {
 		t.Fatalf("override %+v", o)
 	}
+	// A second switch replaces the override whole: no --reason, no --for keeps neither.
+	w.ok("editor", "", []string{"switch", w.name, "night", "--yes"}, "override set")
+	if o := w.get().Spec.Override; o == nil || o.Layout != "night" || o.Until != nil || o.Reason != "" {
+		t.Fatalf("override after a switch without --reason and --for: %+v, want night with no reason and no end", o)
+	}
+	w.ok("editor", "", []string{"switch", w.name, "night", "--for", "2h", "--reason", "driver update", "--yes"}, "override set")
 	// Halfway: the transition, Reconciling, and the current plan.
 	w.pass()
 	w.ok("viewer", "", []string{"status", w.name}, "Transition:", "Reconciling  True    Transitioning")

@@ -147,7 +147,7 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 	if !o.yes && !confirm(a.streams.In, out, "Set the override?") {
 		return errors.New("not confirmed: nothing changed (answer y at the prompt, or pass --yes to skip it)")
 	}
-	if err := patchSpec(ctx, c, p, map[string]any{"override": override}); err != nil {
+	if err := patchSpec(ctx, c, p, map[string]any{"override": overridePatch(override)}); err != nil {
 		return err
 	}
 	if o.wait {
@@ -331,4 +331,18 @@ func layoutNames(spec *gpupoolv1.GPUPoolProfileSpec) []string {
 		out = append(out, l.Name)
 	}
 	return out
+}
+
+// overridePatch is the merge patch of a new override: it replaces the one in force as a
+// whole, so a field this switch does not set (no --reason, no --for or --until) is
+// removed, not kept from the previous override.
+func overridePatch(o *gpupoolv1.Override) map[string]any {
+	m := map[string]any{"layout": o.Layout, "reason": nil, "until": nil}
+	if o.Reason != "" {
+		m["reason"] = o.Reason
+	}
+	if o.Until != nil {
+		m["until"] = o.Until
+	}
+	return m
 }

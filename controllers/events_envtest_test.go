@@ -82,6 +82,11 @@ func TestEventsNameEveryNode(t *testing.T) {
 	containsAll(t, "TransitionCompleted", completed,
 		fmt.Sprintf("1 node (%[1]snight-1) serving it, 4 nodes (%[1]sday-1, %[1]sday-2, %[1]sday-3, %[1]sday-4) parked", p),
 		fmt.Sprintf("4 nodes (%[1]sday-1, %[1]sday-2, %[1]sday-3, %[1]sday-4) serving it, 1 node (%[1]snight-1) parked", p))
+	for _, n := range slices.Concat(started, completed) {
+		if strings.Contains(n, "\n") {
+			t.Errorf("a pool event of several lines (kubectl events prints a table): %q", n)
+		}
+	}
 	if len(started) != 2 || len(completed) != 2 {
 		t.Errorf("%d TransitionStarted and %d TransitionCompleted events on the pool, want one of each per transition (2)", len(started), len(completed))
 	}

@@ -50,8 +50,10 @@ func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 		Reason:     s.decision.Reason,
 		Cause:      truncate(s.decision.Message, 1024),
 	}
-	r.transitionEvent(s, st.Transition, corev1.EventTypeNormal, "TransitionStarted", "transition %s: switching from %s to %q (%s): %s; %s; plan:\n%s",
-		st.Transition.ID, fromWhat(st.ActiveLayout), s.decision.Layout, s.decision.Reason, s.decision.Message, planSummary(s, p), p.String())
+	// One line: kubectl events prints a table, which a multi-line note breaks. The
+	// plan's steps are in status.plan (kubectl gpupool plan).
+	r.transitionEvent(s, st.Transition, corev1.EventTypeNormal, "TransitionStarted", "transition %s: switching from %s to %q (%s): %s; %s; steps: kubectl gpupool plan %s",
+		st.Transition.ID, fromWhat(st.ActiveLayout), s.decision.Layout, s.decision.Reason, oneLine(s.decision.Message), planSummary(s, p), s.pool.Name)
 }
 
 // fromWhat names where a transition starts: the active layout, or, before any layout was
@@ -154,4 +156,9 @@ func transitionEndEvent(s *scope, t *gpupoolv1.TransitionStatus, result gpupoolv
 	default: // superseded
 		return corev1.EventTypeNormal, fmt.Sprintf("transition %s to %s superseded: %s is wanted now", t.ID, t.To, s.decision.Layout)
 	}
+}
+
+// oneLine joins the lines of a message, for an event's note.
+func oneLine(msg string) string {
+	return strings.Join(strings.Fields(msg), " ")
 }

@@ -239,10 +239,10 @@ func analyse(spec *gpupoolv1.GPUPoolProfileSpec, layoutName string, inv *invento
 func (a *analysis) resolveLayout() map[*inventory.VM]*member {
 	want := map[*inventory.VM]*member{}
 	namedAs := map[*inventory.VM]string{}
-	for _, w := range a.layout.Workers {
+	for j, w := range a.layout.Workers {
 		vm, ok := a.vms[w.VM]
 		if !ok {
-			a.problem(ReasonVMNotFound, "VM %s of layout %s is not in the inventory%s", w.VM, a.layout.Name, a.datacenter())
+			a.problem(ReasonVMNotFound, "VM %s of layout %s (%s) is not in the inventory%s: %s", w.VM, a.layout.Name, a.workerField(j), a.datacenter(), a.vmHint(w.VM))
 			continue
 		}
 		if first, dup := namedAs[vm]; dup {
@@ -392,6 +392,62 @@ func (a *analysis) hold(m *member, node NodeState) bool {
 
 func (a *analysis) problem(reason, format string, args ...any) {
 	a.problems = append(a.problems, Problem{Reason: reason, Message: fmt.Sprintf(format, args...)})
+}
+
+// workerField is the spec field that names the layout's j-th worker's VM.
+func (a *analysis) workerField(j int) string {
+	for i := range a.spec.Layouts {
+		if a.spec.Layouts[i].Name == a.layout.Name {
+			return fmt.Sprintf("spec.layouts[%d].workers[%d].vm", i, j)
+		}
+	}
+	return fmt.Sprintf("layout %s, workers[%d].vm", a.layout.Name, j)
+}
+
+// vmHint says how to fix a VM name the inventory lacks: the closest name it has, if one
+// is a typo away, and how to list the VMs.
+func (a *analysis) vmHint(name string) string {
+	best, bestD := "", 3
+	for i := range a.inv.VMs {
+		if d := editDistance(name, a.inv.VMs[i].Name, bestD); d < bestD {
+			best, bestD = a.inv.VMs[i].Name, d
+		}
+	}
+	list := "govc find / -type m lists the VMs"
+	if best != "" {
+		return fmt.Sprintf("did you mean %s? (%s)", best, list)
+	}
+	return "check the name (" + list + ")"
+}
+
+// editDistance is the Levenshtein distance of a and b, or limit when it is at least
+// limit (names differ in length by more, or the rows pass it).
+func editDistance(a, b string, limit int) int {
+	if d := len(a) - len(b); d >= limit || -d >= limit {
+		return limit
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		rowMin := cur[0]
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			rowMin = min(rowMin, cur[j])
+		}
+		if rowMin >= limit {
+			return limit
+		}
+		prev, cur = cur, prev
+	}
+	return min(prev[len(b)], limit)
 }
 
 func (a *analysis) datacenter() string {

@@ -62,7 +62,17 @@ func TestCheck(t *testing.T) {
 				return spec, w
 			},
 			layout: "night",
-			want:   []Problem{{Reason: ReasonVMNotFound, Message: "VM gpu-ghost of layout night is not in the inventory of datacenter dc1"}},
+			want:   []Problem{{Reason: ReasonVMNotFound, Message: "VM gpu-ghost of layout night (spec.layouts[1].workers[1].vm) is not in the inventory of datacenter dc1: check the name (govc find / -type m lists the VMs)"}},
+		},
+		{
+			name: "VM name with a typo",
+			setup: func(t *testing.T) (*gpupoolv1.GPUPoolProfileSpec, *world) {
+				spec, w := sample(t, "day")
+				spec.Layouts[1].Workers[0].VM = "gpu-nihgt-1"
+				return spec, w
+			},
+			layout: "night",
+			want:   []Problem{{Reason: ReasonVMNotFound, Message: "VM gpu-nihgt-1 of layout night (spec.layouts[1].workers[0].vm) is not in the inventory of datacenter dc1: did you mean gpu-night-1? (govc find / -type m lists the VMs)"}},
 		},
 		{
 			name: "VM named twice, by name and by path",
@@ -204,7 +214,7 @@ func TestCheck(t *testing.T) {
 			},
 			layout: "day",
 			want: []Problem{
-				{Reason: ReasonVMNotFound, Message: "VM gpu-ghost of layout day is not in the inventory of datacenter dc1"},
+				{Reason: ReasonVMNotFound, Message: "VM gpu-ghost of layout day (spec.layouts[0].workers[0].vm) is not in the inventory of datacenter dc1: check the name (govc find / -type m lists the VMs)"},
 				{Reason: ReasonProfileNotOffered, Message: "VM gpu-day-3: host esx-01 does not offer vGPU profile grid_p100-2q (it offers grid_p100-4q, grid_p100-8q, grid_p100-16q)"},
 			},
 		},

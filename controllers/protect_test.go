@@ -183,6 +183,43 @@ func TestCAPVVSphereVMIsPaused(t *testing.T) {
 	}
 }
 
+// TestCAPVVSphereVMOfAnotherOwnerIsNotPaused (issue 35): the VSphereVM is reached through
+// the VSphereMachine's ownership, not by name: a VSphereVM of the expected name that the
+// VSphereMachine does not own is not touched, while the Machine and VSphereMachine are
+// protected as before.
+func TestCAPVVSphereVMOfAnotherOwnerIsNotPaused(t *testing.T) {
+	h := newHarness(t, "cpo-")
+	ns := h.prefix + "apps"
+	vsm := &unstructured.Unstructured{}
+	vsm.SetAPIVersion("infrastructure.cluster.x-k8s.io/v1beta1")
+	vsm.SetKind("VSphereMachine")
+	vsm.SetNamespace(ns)
+	vsm.SetName("day-3")
+	h.must(k8s.Create(h.ctx, vsm))
+	stranger := vsm.DeepCopy()
+	stranger.SetKind("VSphereVM")
+	stranger.SetResourceVersion("")
+	stranger.SetUID("")
+	h.must(k8s.Create(h.ctx, stranger))
+	m := h.machineFor("day-3", "infrastructure.cluster.x-k8s.io", "VSphereMachine")
+
+	pool := h.dayNight()
+	h.clock.SetTime(monday1950)
+	h.create(pool)
+	h.converge(pool.Name, "night", 60)
+	var gm clusterv1.Machine
+	h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(m), &gm))
+	got := vsm.DeepCopy()
+	h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(vsm), got))
+	if !hasKey(gm.Annotations, clusterv1.MachineSkipRemediationAnnotation) || !hasKey(got.GetAnnotations(), clusterv1.PausedAnnotation) {
+		t.Errorf("the parked node's Machine or VSphereMachine is not protected: %v, %v", gm.Annotations, got.GetAnnotations())
+	}
+	h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(stranger), stranger))
+	if len(stranger.GetAnnotations()) != 0 {
+		t.Errorf("a VSphereVM the VSphereMachine does not own was annotated: %v", stranger.GetAnnotations())
+	}
+}
+
 // TestNodeAnnotationNamingAnotherMachine (issue 35): a node's annotations (which its own
 // kubelet can write) naming another node's Machine are ignored: nothing on that Machine,
 // its VSphereMachine or its VSphereVM changes, and the VM is held rather than parked

@@ -120,8 +120,9 @@ func guestShutdownTimeout(p *gpupoolv1.GPUPoolProfile) time.Duration {
 
 // markParked labels and taints a node as parked and shields its Cluster API Machine
 // before its VM goes down. It reports false when the VM must not be parked now: its
-// Machine cannot be read, so it could not be protected (the VM is held and Stalled says
-// why); a failed node patch is reported as a step error the same way.
+// Machine cannot be read, or the Machine its annotations name is not the node's, so it
+// could not be protected (the VM is held and Stalled says why); a failed node patch is
+// reported as a step error the same way.
 func (r *GPUPoolProfileReconciler) markParked(ctx context.Context, s *scope, vm string, node *corev1.Node) bool {
 	if node == nil {
 		return true
@@ -141,6 +142,8 @@ func (r *GPUPoolProfileReconciler) markParked(ctx context.Context, s *scope, vm 
 		// Parked in the next pass, which follows at once.
 	case errors.Is(err, errMachineUnreadable):
 		s.hold(vm, ReasonMachineUnreadable, fmt.Sprintf("VM %s is not parked: %v", vm, err))
+	case errors.Is(err, errMachineNotTrusted):
+		s.hold(vm, ReasonMachineNotTrusted, fmt.Sprintf("VM %s is not parked: %v", vm, err))
 	default:
 		s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 	}
@@ -156,7 +159,7 @@ func (r *GPUPoolProfileReconciler) parkNode(ctx context.Context, pool string, no
 		if !marked {
 			b.nodeUnwritten()
 		}
-		if errors.Is(err, errMachineUnreadable) {
+		if errors.Is(err, errMachineUnreadable) || errors.Is(err, errMachineNotTrusted) {
 			return err
 		}
 		return fmt.Errorf("protecting the Machine of node %s: %w", node.Name, err)

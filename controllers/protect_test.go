@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -82,26 +83,63 @@ func TestMatchNodes(t *testing.T) {
 }
 
 // machineFor makes a Cluster API Machine for the VM's node, whose infrastructure machine
-// is of the given group and kind, and annotates the node with it as Cluster API does.
+// is of the given group and kind, records the node in its status.nodeRef and annotates
+// the node with it, as Cluster API does.
 func (h *harness) machineFor(vm, infraGroup, infraKind string) *clusterv1.Machine {
 	h.t.Helper()
-	ns := h.prefix + "apps"
+	m := h.machine(vm, h.prefix+vm, infraGroup, infraKind)
+	h.annotateMachine(vm, m)
+	return m
+}
+
+// machine makes a Cluster API Machine named name whose status.nodeRef names node.
+func (h *harness) machine(name, node, infraGroup, infraKind string) *clusterv1.Machine {
+	h.t.Helper()
 	m := &clusterv1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Name: vm, Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.prefix + "apps"},
 		Spec: clusterv1.MachineSpec{
 			ClusterName: "lab",
 			Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptrTo("bootstrap")},
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
-				APIGroup: infraGroup, Kind: infraKind, Name: vm},
+				APIGroup: infraGroup, Kind: infraKind, Name: name},
 		},
 	}
 	h.must(k8s.Create(h.ctx, m))
+	before := m.DeepCopy()
+	m.Status.NodeRef = clusterv1.MachineNodeReference{Name: node}
+	h.must(k8s.Status().Patch(h.ctx, m, client.MergeFrom(before)))
+	return m
+}
+
+// annotateMachine names the Machine on the VM's node, as Cluster API (or anyone who can
+// write the node, its kubelet included) does.
+func (h *harness) annotateMachine(vm string, m *clusterv1.Machine) {
+	h.t.Helper()
 	n := h.node(vm)
 	before := n.DeepCopy()
-	n.Annotations[clusterv1.MachineAnnotation] = vm
-	n.Annotations[clusterv1.ClusterNamespaceAnnotation] = ns
+	n.Annotations[clusterv1.MachineAnnotation] = m.Name
+	n.Annotations[clusterv1.ClusterNamespaceAnnotation] = m.Namespace
 	h.must(k8s.Patch(h.ctx, n, client.MergeFrom(before)))
-	return m
+}
+
+// capvObjects makes a VSphereMachine named name and the VSphereVM it owns, as CAPV does.
+func (h *harness) capvObjects(name string) map[string]*unstructured.Unstructured {
+	h.t.Helper()
+	objs := map[string]*unstructured.Unstructured{}
+	for _, kind := range []string{"VSphereMachine", "VSphereVM"} {
+		o := &unstructured.Unstructured{}
+		o.SetAPIVersion("infrastructure.cluster.x-k8s.io/v1beta1")
+		o.SetKind(kind)
+		o.SetNamespace(h.prefix + "apps")
+		o.SetName(name)
+		if owner := objs["VSphereMachine"]; owner != nil {
+			o.SetOwnerReferences([]metav1.OwnerReference{{
+				APIVersion: owner.GetAPIVersion(), Kind: owner.GetKind(), Name: owner.GetName(), UID: owner.GetUID()}})
+		}
+		h.must(k8s.Create(h.ctx, o))
+		objs[kind] = o
+	}
+	return objs
 }
 
 // TestUnreadableMachineHoldsThePark (9): a node that names a Cluster API Machine whose
@@ -123,17 +161,7 @@ func TestUnreadableMachineHoldsThePark(t *testing.T) {
 // VSphereVM is paused too, and released when the VM is back.
 func TestCAPVVSphereVMIsPaused(t *testing.T) {
 	h := newHarness(t, "cpv-")
-	ns := h.prefix + "apps"
-	objs := map[string]*unstructured.Unstructured{}
-	for _, kind := range []string{"VSphereMachine", "VSphereVM"} {
-		o := &unstructured.Unstructured{}
-		o.SetAPIVersion("infrastructure.cluster.x-k8s.io/v1beta1")
-		o.SetKind(kind)
-		o.SetNamespace(ns)
-		o.SetName("day-2")
-		h.must(k8s.Create(h.ctx, o))
-		objs[kind] = o
-	}
+	objs := h.capvObjects("day-2")
 	h.machineFor("day-2", "infrastructure.cluster.x-k8s.io", "VSphereMachine")
 	paused := func() bool {
 		o := objs["VSphereVM"].DeepCopy()
@@ -152,6 +180,126 @@ func TestCAPVVSphereVMIsPaused(t *testing.T) {
 	h.converge(pool.Name, "day", 60)
 	if paused() {
 		t.Error("the VSphereVM stays paused after its VM came back")
+	}
+}
+
+// TestCAPVVSphereVMOfAnotherOwnerIsNotPaused (issue 35): the VSphereVM is reached through
+// the VSphereMachine's ownership, not by name: a VSphereVM of the expected name that the
+// VSphereMachine does not own is not touched, while the Machine and VSphereMachine are
+// protected as before.
+func TestCAPVVSphereVMOfAnotherOwnerIsNotPaused(t *testing.T) {
+	h := newHarness(t, "cpo-")
+	ns := h.prefix + "apps"
+	vsm := &unstructured.Unstructured{}
+	vsm.SetAPIVersion("infrastructure.cluster.x-k8s.io/v1beta1")
+	vsm.SetKind("VSphereMachine")
+	vsm.SetNamespace(ns)
+	vsm.SetName("day-3")
+	h.must(k8s.Create(h.ctx, vsm))
+	stranger := vsm.DeepCopy()
+	stranger.SetKind("VSphereVM")
+	stranger.SetResourceVersion("")
+	stranger.SetUID("")
+	h.must(k8s.Create(h.ctx, stranger))
+	m := h.machineFor("day-3", "infrastructure.cluster.x-k8s.io", "VSphereMachine")
+
+	pool := h.dayNight()
+	h.clock.SetTime(monday1950)
+	h.create(pool)
+	h.converge(pool.Name, "night", 60)
+	var gm clusterv1.Machine
+	h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(m), &gm))
+	got := vsm.DeepCopy()
+	h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(vsm), got))
+	if !hasKey(gm.Annotations, clusterv1.MachineSkipRemediationAnnotation) || !hasKey(got.GetAnnotations(), clusterv1.PausedAnnotation) {
+		t.Errorf("the parked node's Machine or VSphereMachine is not protected: %v, %v", gm.Annotations, got.GetAnnotations())
+	}
+	h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(stranger), stranger))
+	if len(stranger.GetAnnotations()) != 0 {
+		t.Errorf("a VSphereVM the VSphereMachine does not own was annotated: %v", stranger.GetAnnotations())
+	}
+}
+
+// TestNodeAnnotationNamingAnotherMachine (issue 35): a node's annotations (which its own
+// kubelet can write) naming another node's Machine are ignored: nothing on that Machine,
+// its VSphereMachine or its VSphereVM changes, and the VM is held rather than parked
+// unprotected, with a message naming the node and the Machine.
+func TestNodeAnnotationNamingAnotherMachine(t *testing.T) {
+	h := newHarness(t, "fmc-")
+	objs := h.capvObjects("elsewhere")
+	victim := h.machine("elsewhere", "worker-elsewhere", "infrastructure.cluster.x-k8s.io", "VSphereMachine")
+	h.annotateMachine("day-1", victim)
+	untouched := func(when string) {
+		t.Helper()
+		var m clusterv1.Machine
+		h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(victim), &m))
+		if len(m.Annotations) != 0 {
+			t.Errorf("%s: the other node's Machine was annotated: %v", when, m.Annotations)
+		}
+		for kind, o := range objs {
+			got := o.DeepCopy()
+			h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(o), got))
+			if len(got.GetAnnotations()) != 0 {
+				t.Errorf("%s: the other node's %s was annotated: %v", when, kind, got.GetAnnotations())
+			}
+		}
+	}
+
+	pool := h.dayNight()
+	h.clock.SetTime(monday1950)
+	h.create(pool)
+	p := h.passes(pool.Name, 25, 10*time.Second)
+	if st := h.vm("day-1"); st.PowerState != "poweredOn" {
+		t.Errorf("day-1 is %s: parked although the Machine its node names is not its own", st.PowerState)
+	}
+	for _, vm := range []string{"day-2", "day-3", "day-4"} {
+		if st := h.vm(vm); st.PowerState == "poweredOn" {
+			t.Errorf("%s is still on: one held node must not hold the others", vm)
+		}
+	}
+	condition(t, p, gpupoolv1.ConditionStalled, metav1.ConditionTrue, ReasonMachineNotTrusted,
+		"node "+h.prefix+"day-1 names Machine "+h.prefix+"apps/elsewhere", "names node worker-elsewhere")
+	untouched("night")
+
+	// Releasing the node (the day comes back) does not touch that Machine either.
+	h.clock.SetTime(tuesday0750)
+	h.passes(pool.Name, 25, 10*time.Second)
+	untouched("day")
+}
+
+// TestTrustMachine: a Machine is the node's only when its status.nodeRef names the node
+// (and its uid, when the Machine records one).
+func TestTrustMachine(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1", UID: "uid-1",
+		Annotations: map[string]string{clusterv1.MachineAnnotation: "m"}}}
+	for _, tc := range []struct {
+		name    string
+		nodeRef map[string]any
+		want    string // "" when trusted
+	}{
+		{"names the node", map[string]any{"name": "gpu-1"}, ""},
+		{"names the node and its uid", map[string]any{"name": "gpu-1", "uid": "uid-1"}, ""},
+		{"no nodeRef yet", nil, "names no node yet"},
+		{"another node", map[string]any{"name": "gpu-2"}, "whose status.nodeRef names node gpu-2"},
+		{"a former node of the same name", map[string]any{"name": "gpu-1", "uid": "uid-0"}, "with uid uid-0, not this node's uid-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &unstructured.Unstructured{Object: map[string]any{}}
+			m.SetNamespace("capi")
+			m.SetName("m")
+			if tc.nodeRef != nil {
+				m.Object["status"] = map[string]any{"nodeRef": tc.nodeRef}
+			}
+			err := trustMachine(m, node)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("not trusted: %v", err)
+			case tc.want != "" && (!errors.Is(err, errMachineNotTrusted) || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("error %v, want errMachineNotTrusted saying %q", err, tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), "node gpu-1 names Machine capi/m"):
+				t.Errorf("error %v does not name the node and the Machine", err)
+			}
+		})
 	}
 }
 

@@ -35,6 +35,7 @@ const (
 	ReasonCredentials        = "CredentialsUnavailable"
 	ReasonInvalidSpec        = "InvalidSpec"
 	ReasonMachineUnreadable  = "MachineUnreadable"
+	ReasonMachineNotTrusted  = "MachineNotTrusted"
 	ReasonPaused             = "Paused"
 	ReasonNotPaused          = "NotPaused"
 	ReasonAsExpected         = "AsExpected"

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/vsphere"
 )
 
 const vcenterCapacityInventory = `
@@ -28,8 +29,14 @@ vms:
 // big-2, but vCenter (DirectPathProfileManager.QueryCapacity, forced in the simulator)
 // says no 16Q vGPU remains on the host. The layout is refused before anything is
 // touched, with a message reporting the disagreement; once vCenter agrees, it is reached.
+// Note: nothing a read sees changes when the simulator is told to disagree, so the
+// session's last answer would be reused (vsphere/capacitymemo.go): the connector runs on
+// the test's clock, stepped past vsphere.CapacityMaxAge after each change of vCenter's
+// mind.
 func TestVCenterCapacityDisagreement(t *testing.T) {
 	h := newHarnessWith(t, "vc-", vcenterCapacityInventory)
+	h.conn = vsphere.NewConnector(vsphere.WithClock(h.clock))
+	t.Cleanup(func() { closeConnector(h.conn) })
 	pool := h.pool("vcap", h.layout("one", "big-1=grid_p100-16q"),
 		h.layout("two", "big-1=grid_p100-16q", "big-2=grid_p100-16q"))
 	h.clock.SetTime(monday1000)
@@ -37,6 +44,7 @@ func TestVCenterCapacityDisagreement(t *testing.T) {
 	h.converge(pool.Name, "one", 30)
 
 	h.sim.SetVCenterRemaining(h.prefix+"esx-01", "grid_p100-16q", 0)
+	h.clock.Step(vsphere.CapacityMaxAge)
 	h.switchTo(pool.Name, "two")
 	p := h.passes(pool.Name, 5, 10*time.Second)
 	condition(t, p, gpupoolv1.ConditionStalled, metav1.ConditionTrue, ReasonInfeasible,
@@ -56,6 +64,7 @@ func TestVCenterCapacityDisagreement(t *testing.T) {
 	}
 
 	h.sim.SetVCenterRemaining(h.prefix+"esx-01", "grid_p100-16q", -1)
+	h.clock.Step(vsphere.CapacityMaxAge)
 	h.converge(pool.Name, "two", 40)
 	if st := h.vm("big-2"); st.PowerState != "poweredOn" {
 		t.Errorf("big-2 %s once vCenter agrees, want poweredOn", st.PowerState)

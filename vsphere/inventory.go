@@ -209,6 +209,8 @@ func (c *client) convertHosts(ctx context.Context, o inventoryObjects, detailed 
 	gpusOf := map[types.ManagedObjectReference][]string{}
 	entering := enteringMaintenance(o.tasks)
 	var asked []mo.HostSystem // the hosts whose capacity vCenter is asked for, as hosts
+	var fps [][32]byte        // what the read saw of each of them (capacitymemo.go)
+	onHost := vmsByHost(o.vms)
 	for _, h := range o.hosts {
 		if detailed != nil && !detailed[h.Self] {
 			continue
@@ -222,9 +224,10 @@ func (c *client) convertHosts(ctx context.Context, o inventoryObjects, detailed 
 				gpusOf[ref] = append(gpusOf[ref], g.PCIID)
 			}
 		}
+		fps = append(fps, capacityFingerprint(host, h, onHost[h.Self]))
 		hosts = append(hosts, host)
 	}
-	c.vcenterCapacities(ctx, hosts, asked)
+	c.vcenterCapacities(ctx, hosts, asked, fps)
 	return hosts, gpusOf
 }
 

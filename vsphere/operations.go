@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/vmware/govmomi/fault"
@@ -13,6 +14,7 @@ import (
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
+	"k8s.io/utils/clock"
 )
 
 // Errors the controller can act on with errors.Is.
@@ -37,6 +39,10 @@ type client struct {
 	s   *vcSession
 	dc  datacenter
 	log logr.Logger
+	// clock is the connector's (WithClock): capacity answers' age and back-off.
+	clock clock.PassiveClock
+	// capacityTimeout is each capacity query's deadline.
+	capacityTimeout time.Duration
 }
 
 var _ Client = (*client)(nil)

@@ -55,6 +55,8 @@ type SessionCache struct {
 
 	clock   clock.PassiveClock
 	backoff time.Duration
+	// capacityTimeout is each capacity query's deadline (WithCapacityQueryTimeout).
+	capacityTimeout time.Duration
 
 	mu         sync.Mutex
 	sessions   map[sessionKey]*vcSession
@@ -75,15 +77,16 @@ type sessionKey struct {
 // NewConnector returns an empty session cache.
 func NewConnector(opts ...Option) *SessionCache {
 	c := &SessionCache{
-		log:        logr.Discard(),
-		keepAlive:  DefaultKeepAlive,
-		clock:      clock.RealClock{},
-		backoff:    LoginBackoff,
-		sessions:   map[sessionKey]*vcSession{},
-		owners:     map[string]sessionKey{},
-		refused:    map[refusalKey]time.Time{},
-		loginLocks: map[sessionKey]*sync.Mutex{},
-		identities: map[string]string{},
+		log:             logr.Discard(),
+		keepAlive:       DefaultKeepAlive,
+		clock:           clock.RealClock{},
+		backoff:         LoginBackoff,
+		capacityTimeout: CapacityQueryTimeout,
+		sessions:        map[sessionKey]*vcSession{},
+		owners:          map[string]sessionKey{},
+		refused:         map[refusalKey]time.Time{},
+		loginLocks:      map[sessionKey]*sync.Mutex{},
+		identities:      map[string]string{},
 	}
 	for _, o := range opts {
 		o(c)
@@ -132,7 +135,8 @@ func (c *SessionCache) Connect(ctx context.Context, cfg Config) (Client, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &client{s: s, dc: dc, log: c.log.WithValues("server", key.server, "datacenter", dc.name)}, nil
+	return &client{s: s, dc: dc, log: c.log.WithValues("server", key.server, "datacenter", dc.name),
+		clock: c.clock, capacityTimeout: c.capacityTimeout}, nil
 }
 
 // session returns the cached session of key if it was made with cfg, or logs in. Logins
@@ -287,6 +291,9 @@ type vcSession struct {
 	// scopes are the last scope of each scoped inventory read (scope.go), by pool VMs.
 	scopes map[string]inventoryScope
 	gone   bool
+
+	// capacity remembers vCenter's capacity answers per host, and a query that timed out.
+	capacity capacityMemo
 }
 
 type datacenter struct {

@@ -2,6 +2,7 @@ package vsphere
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -21,7 +22,8 @@ import (
 // but unused. gpupool asks once per host whose details an inventory read converts, with
 // the host as the target and one query spec per vGPU profile the host offers, by device
 // config (a DirectPathProfileManagerVmiopDirectPathConfig naming the vGPU type), so no
-// DirectPath profile has to be created in vCenter for gpupool's sake.
+// DirectPath profile has to be created in vCenter for gpupool's sake; an unchanged host's
+// last answer is reused, and each query has its own deadline (capacitymemo.go).
 //
 // The answer is a second opinion (internal/plan/vcentercapacity.go). An inventory read
 // never fails because of it: a vCenter without the manager is recorded as not offering
@@ -32,36 +34,57 @@ import (
 // host, so that a read of 64 hosts costs about as long as a few of them.
 const maxCapacityQueries = 8
 
-// vcenterCapacities fills hosts[i].VCenterCapacity from vCenter's answer for asked[i],
-// asking for up to maxCapacityQueries hosts at once.
-func (c *client) vcenterCapacities(ctx context.Context, hosts []inventory.Host, asked []mo.HostSystem) {
+// vcenterCapacities fills hosts[i].VCenterCapacity for asked[i], whose read had
+// fingerprint fps[i]: from the session's last answer when the host is unchanged
+// (capacitymemo.go), else from vCenter, asking for up to maxCapacityQueries hosts at once.
+func (c *client) vcenterCapacities(ctx context.Context, hosts []inventory.Host, asked []mo.HostSystem, fps [][32]byte) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxCapacityQueries)
 	for i := range hosts {
+		out, ask := c.capacityWithoutQuery(asked[i], hosts[i].Profiles, fps[i])
+		if !ask {
+			hosts[i].VCenterCapacity = out
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			hosts[i].VCenterCapacity = c.vcenterCapacity(ctx, asked[i], hosts[i].Profiles)
+			hosts[i].VCenterCapacity = c.vcenterCapacity(ctx, asked[i], hosts[i].Profiles, fps[i])
 		}()
 	}
 	wg.Wait()
 }
 
-// vcenterCapacity asks vCenter for the host's room per offered vGPU profile.
-func (c *client) vcenterCapacity(ctx context.Context, h mo.HostSystem, profiles []inventory.Profile) inventory.VCenterCapacity {
+// capacityWithoutQuery answers for the host when vCenter need not (or cannot) be asked:
+// no DirectPathProfileManager, a host that is not connected or offers no vGPU profile,
+// or an unchanged host whose last answer is fresh. ask is true otherwise.
+func (c *client) capacityWithoutQuery(h mo.HostSystem, profiles []inventory.Profile, fp [32]byte) (out inventory.VCenterCapacity, ask bool) {
 	mgr := c.s.vc.ServiceContent.DirectPathProfileManager
 	if mgr == nil || mgr.Value == "" {
-		return inventory.VCenterCapacity{State: inventory.CapacityNotOffered}
+		return inventory.VCenterCapacity{State: inventory.CapacityNotOffered}, false
 	}
 	if out := (inventory.Host{ConnectionState: string(h.Runtime.ConnectionState)}); !out.Reachable() {
-		return inventory.VCenterCapacity{State: inventory.CapacityFailed, Error: "not asked: host is " + string(h.Runtime.ConnectionState)}
+		return inventory.VCenterCapacity{State: inventory.CapacityFailed, Error: "not asked: host is " + string(h.Runtime.ConnectionState)}, false
 	}
 	if len(profiles) == 0 {
-		return inventory.VCenterCapacity{State: inventory.CapacityRead, Profiles: map[string]inventory.ProfileCapacity{}}
+		return inventory.VCenterCapacity{State: inventory.CapacityRead, Profiles: map[string]inventory.ProfileCapacity{}}, false
+	}
+	if said, ok := c.s.capacity.reuse(h.Self, fp, c.clock.Now(), CapacityMaxAge); ok {
+		return said, false
+	}
+	return inventory.VCenterCapacity{}, true
+}
+
+// vcenterCapacity asks vCenter for the host's room per offered vGPU profile, within the
+// query's own deadline, unless a query timed out lately (then it records why it did not
+// ask). An answer is remembered for the host's fingerprint.
+func (c *client) vcenterCapacity(ctx context.Context, h mo.HostSystem, profiles []inventory.Profile, fp [32]byte) inventory.VCenterCapacity {
+	if why := c.s.capacity.backingOff(c.clock.Now()); why != "" {
+		return inventory.VCenterCapacity{State: inventory.CapacityFailed, Error: why}
 	}
 	req := types.DirectPathProfileManagerQueryCapacity{
-		This:   *mgr,
+		This:   *c.s.vc.ServiceContent.DirectPathProfileManager,
 		Target: &types.DirectPathProfileManagerTargetHost{Host: h.Self},
 	}
 	for _, p := range profiles {
@@ -69,13 +92,24 @@ func (c *client) vcenterCapacity(ctx context.Context, h mo.HostSystem, profiles 
 			DeviceConfig: &types.DirectPathProfileManagerVmiopDirectPathConfig{VgpuProfile: p.Name},
 		})
 	}
-	res, err := methods.DirectPathProfileManagerQueryCapacity(ctx, c.s.vc, &req)
+	qctx, cancel := context.WithTimeout(ctx, c.capacityTimeout)
+	defer cancel()
+	res, err := methods.DirectPathProfileManagerQueryCapacity(qctx, c.s.vc, &req)
 	if err != nil {
+		msg := err.Error()
+		if ctx.Err() == nil && errors.Is(qctx.Err(), context.DeadlineExceeded) {
+			// The query's own deadline, not the caller's: vCenter's manager hangs.
+			msg = c.s.capacity.timedOut(h.Name, c.capacityTimeout, CapacityQueryBackoff, c.clock.Now())
+			msg = strings.TrimPrefix(msg, "not asked: ")
+		}
 		c.log.Info("vCenter's DirectPathProfileManager.QueryCapacity failed; planning with gpupool's own packing only",
-			"host", h.Name, "err", err.Error())
-		return inventory.VCenterCapacity{State: inventory.CapacityFailed, Error: err.Error()}
+			"host", h.Name, "err", msg)
+		c.s.capacity.remember(h.Self, fp, c.clock.Now(), inventory.VCenterCapacity{})
+		return inventory.VCenterCapacity{State: inventory.CapacityFailed, Error: msg}
 	}
-	return capacityOf(res.Returnval, profiles)
+	out := capacityOf(res.Returnval, profiles)
+	c.s.capacity.remember(h.Self, fp, c.clock.Now(), out)
+	return out
 }
 
 // capacityOf reads the query's results. Each result answers one query spec; a

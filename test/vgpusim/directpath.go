@@ -3,6 +3,7 @@ package vgpusim
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25"
@@ -39,8 +40,8 @@ import (
 // unusedReservation is 0. Hosts in maintenance mode are counted like the others.
 //
 // Options.NoDirectPathProfileManager leaves the manager out, as vCenters before 9.0 do;
-// SetVCenterRemaining forces an answer (a disagreement with the placement model) and
-// FailCapacityQueries makes queries fail.
+// SetVCenterRemaining forces an answer (a disagreement with the placement model),
+// FailCapacityQueries makes queries fail and HangCapacityQueries makes them hang.
 
 // dpmRef is the manager's managed object reference.
 var dpmRef = types.ManagedObjectReference{Type: "DirectPathProfileManager", Value: "DirectPathProfileManager"}
@@ -99,6 +100,22 @@ func (s *Sim) FailCapacityQueries(n int, fault types.BaseMethodFault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.dp.fail, s.dp.fault = n, fault
+}
+
+// HangCapacityQueries makes every DirectPathProfileManagerQueryCapacity call hang, as a
+// DirectPathProfileManager that does not answer, until release is called (idempotent;
+// call it in the test's cleanup, before the simulator stops). The call is counted
+// (Calls) before it hangs; a client that gives up leaves it hanging on the server only.
+func (s *Sim) HangCapacityQueries() (release func()) {
+	done := make(chan struct{})
+	var once sync.Once
+	s.OnCall("DirectPathProfileManagerQueryCapacity", func() { <-done })
+	return func() {
+		once.Do(func() {
+			s.OnCall("DirectPathProfileManagerQueryCapacity", nil)
+			close(done)
+		})
+	}
 }
 
 // DirectPathProfileManagerQueryCapacity counts the target's room per queried profile.

@@ -42,3 +42,28 @@ func TestMaxHoldRule(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxHoldWarning: a maxHold that leaves the evicted pods less than their grace
+// period (drain.gracePeriodSeconds) plus a minute before drain.timeout is admitted with
+// a warning; one that leaves enough, or no gracePeriodSeconds to reckon with, is not.
+func TestMaxHoldWarning(t *testing.T) {
+	dur := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+	secs := func(s int64) *int64 { return &s }
+	cases := []struct {
+		name  string
+		drain gpupoolv1.DrainSpec
+		warn  string
+	}{
+		{"no gracePeriodSeconds", gpupoolv1.DrainSpec{MaxHold: dur(9 * time.Minute)}, ""},
+		{"enough left", gpupoolv1.DrainSpec{MaxHold: dur(8*time.Minute + 30*time.Second), GracePeriodSeconds: secs(30)}, ""},
+		{"too little left", gpupoolv1.DrainSpec{MaxHold: dur(9 * time.Minute), GracePeriodSeconds: secs(30)},
+			"spec.drain.maxHold (9m0s) leaves 1m0s of drain.timeout (10m0s) to the pods it evicts, less than their grace period (drain.gracePeriodSeconds: 30) plus the minute a terminating pod is waited for: a held pod still runs the drain into its timeout; write a maxHold of at most 8m30s"},
+		{"not shorter than the timeout: refused, not warned", gpupoolv1.DrainSpec{MaxHold: dur(10 * time.Minute), GracePeriodSeconds: secs(30)}, ""},
+	}
+	for _, c := range cases {
+		got := strings.Join(maxHoldWarnings(c.drain), "\n")
+		if got != c.warn {
+			t.Errorf("%s: warnings %q, want %q", c.name, got, c.warn)
+		}
+	}
+}

@@ -62,7 +62,7 @@ func TestTerminatingWaitIgnoresClockOffset(t *testing.T) {
 			r := &GPUPoolProfileReconciler{Client: k8s, Clock: clk}
 			waiting := func(when string, want bool) {
 				t.Helper()
-				res, err := r.drainer().Drain(ctx, node, gpupoolv1.DrainSpec{}, clk.Now(), nil)
+				res, err := r.drainer().Drain(ctx, node, gpupoolv1.DrainSpec{}, clk.Now(), clk.Now(), nil)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -20,6 +20,10 @@ import (
 // drain package lists a node's pods by.
 const podNodeNameField = drain.PodNodeNameField
 
+// ReasonDrainHoldOverridden is the Warning event on the pool when drain.maxHold has
+// passed on a node and the pods that held its drain are evicted.
+const ReasonDrainHoldOverridden = "DrainHoldOverridden"
+
 // drainer is the drain of this reconciler's cluster, with the terminating-pod clock the
 // reconciler keeps from one pass to the next.
 func (r *GPUPoolProfileReconciler) drainer() *drain.Helper {
@@ -101,6 +105,14 @@ type drainOutcome struct {
 // that settleDrain can then record the outcomes one by one.
 func (r *GPUPoolProfileReconciler) evictAll(ctx context.Context, s *scope, steps []plan.Step) []drainOutcome {
 	out := make([]drainOutcome, len(steps))
+	// When each node's drain started (act stamps it before), read here because
+	// s.worker may add to the status, which the goroutines below must not.
+	started := make([]time.Time, len(steps))
+	for i, st := range steps {
+		if ws := s.worker(st.VM); ws.StepStartTime != nil {
+			started[i] = ws.StepStartTime.Time
+		}
+	}
 	forEach(len(steps), maxConcurrentDrains, func(i int) {
 		node := s.nodes[steps[i].VM]
 		if node == nil {
@@ -110,7 +122,7 @@ func (r *GPUPoolProfileReconciler) evictAll(ctx context.Context, s *scope, steps
 			out[i].err = err
 			return
 		}
-		out[i].res, out[i].err = r.drainer().Drain(ctx, node, s.pool.Spec.Drain, s.now, s.budget)
+		out[i].res, out[i].err = r.drainer().Drain(ctx, node, s.pool.Spec.Drain, started[i], s.now, s.budget)
 		podEvictions.WithLabelValues(s.pool.Name).Add(float64(out[i].res.Evicted))
 	})
 	return out
@@ -142,19 +154,24 @@ func (r *GPUPoolProfileReconciler) settleDrain(ctx context.Context, s *scope, ws
 	}
 	d, res := s.pool.Spec.Drain, o.res
 	ws.Message = "draining node " + node.Name + ": " + res.Message()
+	if n, byNS := res.OverriddenCount(); n > 0 {
+		r.record(s.pool, node, corev1.EventTypeWarning, ReasonDrainHoldOverridden, distinctAction(ReasonDrainHoldOverridden, node.Name), transitionTag(s)+fmt.Sprintf(
+			"drain of node %s held past spec.drain.maxHold (%s): requested eviction of %d held pod(s) (%s)", node.Name, d.MaxHold.Duration, n, byNS))
+	}
 	if res.Done {
 		return requeueStep, nil // the Drained event comes when the plan moves on (recordWorkers)
 	}
-	timeout := 10 * time.Minute
-	if d.Timeout != nil {
-		timeout = d.Timeout.Duration
-	}
+	timeout := drainTimeout(d)
 	elapsed := s.now.Sub(ws.StepStartTime.Time)
 	if elapsed < timeout {
 		if len(res.Blocked)+len(res.Holding) > 0 {
-			s.facts.drainBlocked = append(s.facts.drainBlocked, fmt.Sprintf("node %s: %s (timeout in %s)", node.Name, res.Message(), (timeout-elapsed).Round(time.Second)))
+			s.facts.drainBlocked = append(s.facts.drainBlocked, fmt.Sprintf("node %s: %s (%s)", node.Name, res.Message(), drainDeadlines(d, elapsed, timeout)))
 		}
-		return min(requeueDrain, timeout-elapsed), nil
+		wait := timeout - elapsed
+		if d.MaxHold != nil && elapsed < d.MaxHold.Duration {
+			wait = d.MaxHold.Duration - elapsed // the held pods are evicted then
+		}
+		return min(requeueDrain, wait), nil
 	}
 	if d.OnTimeout == gpupoolv1.DrainForce {
 		n, err := r.drainer().ForceDelete(ctx, node.Name, d)
@@ -169,6 +186,24 @@ func (r *GPUPoolProfileReconciler) settleDrain(ctx context.Context, s *scope, ws
 	}
 	r.abort(ctx, s, fmt.Sprintf("drain of node %s timed out after %s: %s", node.Name, timeout, res.Message()))
 	return 0, nil
+}
+
+// drainTimeout is spec.drain.timeout, 10 minutes when unset (as the CRD defaults it).
+func drainTimeout(d gpupoolv1.DrainSpec) time.Duration {
+	if d.Timeout != nil {
+		return d.Timeout.Duration
+	}
+	return 10 * time.Minute
+}
+
+// drainDeadlines says what ends the wait of a drain that has run for elapsed: the
+// timeout and, before it, drain.maxHold, after which the held pods are evicted.
+func drainDeadlines(d gpupoolv1.DrainSpec, elapsed, timeout time.Duration) string {
+	in := func(at time.Duration) string { return (at - elapsed).Round(time.Second).String() }
+	if d.MaxHold != nil && elapsed < d.MaxHold.Duration {
+		return "held pods evicted at drain.maxHold in " + in(d.MaxHold.Duration) + ", timeout in " + in(timeout)
+	}
+	return "timeout in " + in(timeout)
 }
 
 // uncordonRunning uncordons the nodes gpupool cordoned whose VMs run and have no task in

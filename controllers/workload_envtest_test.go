@@ -283,7 +283,7 @@ func TestJobPodsWaitCompleted(t *testing.T) {
 	r := h.reconciler()
 	wait := gpupoolv1.DrainSpec{JobPods: gpupoolv1.JobPodsWaitCompleted}
 
-	res, err := r.drainer().Drain(h.ctx, node, wait, h.clock.Now(), nil)
+	res, err := r.drainer().Drain(h.ctx, node, wait, h.clock.Now(), h.clock.Now(), nil)
 	h.must(err)
 	if res.Done || res.Evicted != 0 || len(res.Holding) != 1 || !strings.Contains(res.Message(), "waiting for 1 pod(s) to finish: "+h.prefix+"apps/train-0 (Job pod, drain.jobPods: WaitCompleted)") {
 		t.Fatalf("WaitCompleted on a running Job pod: %+v (%s)", res, res.Message())
@@ -298,7 +298,7 @@ func TestJobPodsWaitCompleted(t *testing.T) {
 	got.Status.Phase = corev1.PodSucceeded
 	h.must(k8s.Status().Update(h.ctx, &got))
 	// (The reconciler's client reads from the API server: the update is seen at once.)
-	if res, err = r.drainer().Drain(h.ctx, node, wait, h.clock.Now(), nil); err != nil || !res.Done {
+	if res, err = r.drainer().Drain(h.ctx, node, wait, h.clock.Now(), h.clock.Now(), nil); err != nil || !res.Done {
 		t.Fatalf("after the pod completed: %+v (%s), %v", res, res.Message(), err)
 	}
 
@@ -306,7 +306,7 @@ func TestJobPodsWaitCompleted(t *testing.T) {
 	pod2 := pod.DeepCopy()
 	pod2.Name, pod2.ResourceVersion, pod2.UID = "train-1", "", ""
 	h.must(k8s.Create(h.ctx, pod2))
-	res, err = r.drainer().Drain(h.ctx, node, gpupoolv1.DrainSpec{JobPods: gpupoolv1.JobPodsEvict}, h.clock.Now(), nil)
+	res, err = r.drainer().Drain(h.ctx, node, gpupoolv1.DrainSpec{JobPods: gpupoolv1.JobPodsEvict}, h.clock.Now(), h.clock.Now(), nil)
 	h.must(err)
 	if res.Evicted != 1 || len(res.Holding) != 0 {
 		t.Fatalf("Evict on a running Job pod: %+v (%s)", res, res.Message())
@@ -320,7 +320,7 @@ func TestJobPodsWaitCompleted(t *testing.T) {
 		p.Name, p.ResourceVersion, p.UID, p.Annotations = fmt.Sprintf("train-nr-%d", i), "", "", ann
 		h.must(k8s.Create(h.ctx, p))
 	}
-	res, err = r.drainer().Drain(h.ctx, node, wait, h.clock.Now(), nil)
+	res, err = r.drainer().Drain(h.ctx, node, wait, h.clock.Now(), h.clock.Now(), nil)
 	h.must(err)
 	if res.Evicted != 2 || len(res.Holding) != 0 {
 		t.Fatalf("WaitCompleted and do-not-disrupt on a NotReady node: %+v (%s), want both evicted", res, res.Message())

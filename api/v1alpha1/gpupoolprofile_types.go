@@ -383,6 +383,8 @@ const (
 )
 
 // DrainSpec controls how nodes are drained.
+//
+// +kubebuilder:validation:XValidation:rule=`!has(self.maxHold) || !has(self.timeout) || !self.maxHold.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || !self.timeout.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self.maxHold) < duration(self.timeout)`,fieldPath=`.maxHold`,message=`drain.maxHold must be shorter than drain.timeout, which bounds the whole drain: shorten maxHold (such as to half of timeout) or raise timeout above it`,messageExpression=`'drain.maxHold must be shorter than drain.timeout, which bounds the whole drain (held pods are evicted at maxHold and must then leave within timeout), not ' + strings.quote(self.maxHold) + ' with timeout ' + strings.quote(self.timeout) + ': write a maxHold below ' + strings.quote(self.timeout) + ' (such as half of it, leaving the evicted pods their grace period), or raise drain.timeout above ' + strings.quote(self.maxHold)`
 type DrainSpec struct {
 	// Timeout is how long a drain may take.
 	// +kubebuilder:default="10m"
@@ -406,7 +408,7 @@ type DrainSpec struct {
 	// JobPods says how the pods of Jobs are drained: Evict (the default) or
 	// WaitCompleted, which waits for them to finish instead, within timeout. A pod
 	// annotated gpupool.dev/do-not-disrupt: "true" is always waited for, whatever its
-	// owner, within timeout.
+	// owner, within timeout (within maxHold when it is set).
 	// +kubebuilder:default=Evict
 	// +optional
 	JobPods DrainJobPods `json:"jobPods,omitempty"`
@@ -415,6 +417,21 @@ type DrainSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	GracePeriodSeconds *int64 `json:"gracePeriodSeconds,omitempty"`
+	// MaxHold bounds how long the pods that hold a drain are waited for on one node,
+	// counted from when gpupool started that node's drain: pods annotated
+	// gpupool.dev/do-not-disrupt: "true", Job pods under jobPods: WaitCompleted, pods
+	// without a controller and pods with emptyDir volumes (without deleteEmptyDirData).
+	// After it they are evicted through the eviction API like any other pod, so a
+	// PodDisruptionBudget still applies, within timeout. Unset: they are honoured until
+	// timeout, and onTimeout decides. It must be shorter than timeout. Set it when
+	// tenants who may not stop a switch can create pods on the pool's nodes
+	// (docs/operations.md, "Bounding holds").
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$')`,message=`drain.maxHold must be a duration such as 5m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit)`,messageExpression=`'drain.maxHold must be a duration such as 5m, 90m or 1h30m (units h, m, s; no days, years or ISO 8601: write 24h for a day; at most 99999 per unit), not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self == '' ? ': leave it out to honour holds until drain.timeout' : self.trim() != self && self.trim().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': remove the whitespace around it (such as a pasted newline), write ' + strings.quote(self.trim()) : self.replace(' ', '').trim().lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.replace(' ', '').trim().lowerAscii()) : self.trim().matches('^[Pp]?[0-9]+[Dd]$') ? ': a day is 24h, a week 168h' : self.trim().matches('^[Pp][Tt]') && self.trim().substring(2).lowerAscii().matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') ? ': write ' + strings.quote(self.trim().substring(2).lowerAscii()) : '')`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) >= duration('0s')`,message=`drain.maxHold must be zero (holds never honoured) or positive, such as 5m`,messageExpression=`'drain.maxHold must be zero (holds never honoured) or positive, such as 5m, not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.startsWith('-') ? ': remove the minus sign' : '')`
+	// +optional
+	MaxHold *metav1.Duration `json:"maxHold,omitempty"`
 }
 
 // DesiredReason says why a layout is wanted.

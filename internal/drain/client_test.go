@@ -34,7 +34,7 @@ func TestFromClient(t *testing.T) {
 			},
 		}).Build()
 	h := &Helper{Cluster: FromClient(c), Terminating: &TerminatingClock{}}
-	res, err := h.Drain(ctx, readyNode(true), gpupoolv1.DrainSpec{}, t0, nil)
+	res, err := h.Drain(ctx, readyNode(true), gpupoolv1.DrainSpec{}, t0, t0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,11 @@ type Result struct {
 	// Deferred counts the pods this pass had no eviction left for (Budget): they are
 	// evicted in the next pass.
 	Deferred int
+	// Overridden counts, per namespace, the pods that held the drain (Holding, or
+	// Blocked for having no controller or an emptyDir volume) whose eviction this pass
+	// requested because drain.maxHold had passed (HoldExpired). Only counts: the pool
+	// is cluster-scoped and read by more people than the pods' owners.
+	Overridden map[string]int
 }
 
 // Message says what the drain waits for, for the worker's message and the pool's
@@ -91,6 +96,23 @@ func (r Result) Message() string {
 		return "drained"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// OverriddenCount says how many held pods Overridden counts and, per namespace in
+// name order, how many of them ("tenant-a: 2, tenant-b: 1"): the event's words.
+func (r Result) OverriddenCount() (int, string) {
+	nss := make([]string, 0, len(r.Overridden))
+	total := 0
+	for ns, n := range r.Overridden {
+		nss = append(nss, ns)
+		total += n
+	}
+	sort.Strings(nss)
+	parts := make([]string, len(nss))
+	for i, ns := range nss {
+		parts[i] = fmt.Sprintf("%s: %d", ns, r.Overridden[ns])
+	}
+	return total, strings.Join(parts, ", ")
 }
 
 // maxNamedPods bounds how many pods a drain message names, so that a crowded node
@@ -120,19 +142,34 @@ func skip(p *corev1.Pod) bool {
 	return false
 }
 
+// HoldExpired tells whether, at now, the pods that hold the drain of a node (a
+// do-not-disrupt annotation, drain.jobPods: WaitCompleted, no controller, an emptyDir
+// volume) are no longer honoured: drain.maxHold is set and has passed since started, when
+// gpupool started the node's drain. Both times are gpupool's own clock (started is
+// stamped into the pool's status by gpupool, never read from a pod or the API server), so
+// clock skew between the manager and the API server does not shorten or lengthen the
+// hold. A started in the future (a clock stepped back) has not expired: the hold then
+// lasts longer, never shorter.
+func HoldExpired(d gpupoolv1.DrainSpec, started, now time.Time) bool {
+	return d.MaxHold != nil && !started.IsZero() && now.Sub(started) >= d.MaxHold.Duration
+}
+
 // Drain looks at the pods on a node and asks for the eviction of those that must go.
 // It never waits: the caller requeues and calls it again until Done. Evictions go through
 // the eviction API, so PodDisruptionBudgets are respected; a refused eviction is reported
-// as blocking. A nil budget allows every eviction.
+// as blocking. A nil budget allows every eviction. started is when gpupool started the
+// node's drain, on the clock now is read from: once drain.maxHold has passed since, the
+// pods that hold the drain are evicted as any other (HoldExpired, Result.Overridden).
 //
 // Every eviction error counts as blocking (and so toward the caller's drain.timeout) and
 // is named; none stops the drain of the other pods.
-func (h *Helper) Drain(ctx context.Context, node *corev1.Node, d gpupoolv1.DrainSpec, now time.Time, budget Budget) (Result, error) {
+func (h *Helper) Drain(ctx context.Context, node *corev1.Node, d gpupoolv1.DrainSpec, started, now time.Time, budget Budget) (Result, error) {
 	pods, err := h.Cluster.PodsOnNode(ctx, node.Name)
 	if err != nil {
 		return Result{}, err
 	}
 	ready := nodes.Ready(node)
+	expired := HoldExpired(d, started, now)
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name })
 	var res Result
 	for i := range pods {
@@ -147,17 +184,18 @@ func (h *Helper) Drain(ctx context.Context, node *corev1.Node, d gpupoolv1.Drain
 			}
 			continue
 		}
+		held := false
 		if why := holdsUntilDone(p, d.JobPods, ready); why != "" {
-			res.Holding = append(res.Holding, id+" ("+why+")")
-			continue
+			if held = true; !expired {
+				res.Holding = append(res.Holding, id+" ("+why+")")
+				continue
+			}
 		}
-		if !d.DeleteEmptyDirData && usesEmptyDir(p) {
-			res.Blocked = append(res.Blocked, id+" uses emptyDir (set spec.drain.deleteEmptyDirData: true to evict it)")
-			continue
-		}
-		if metav1.GetControllerOf(p) == nil {
-			res.Blocked = append(res.Blocked, id+" has no controller and would not come back (delete it, or use drain.onTimeout: Force)")
-			continue
+		if why := blocksUnlessForced(p, d); why != "" {
+			if held = true; !expired {
+				res.Blocked = append(res.Blocked, id+" "+why)
+				continue
+			}
 		}
 		if budget != nil && !budget.TakeEviction() {
 			res.Deferred++
@@ -171,6 +209,12 @@ func (h *Helper) Drain(ctx context.Context, node *corev1.Node, d gpupoolv1.Drain
 		case err == nil:
 			res.Evicted++
 			res.Waiting = append(res.Waiting, id)
+			if held {
+				if res.Overridden == nil {
+					res.Overridden = map[string]int{}
+				}
+				res.Overridden[p.Namespace]++
+			}
 		case blocked != "":
 			res.Blocked = append(res.Blocked, id+" ("+blocked+")")
 		}
@@ -230,6 +274,19 @@ func holdsUntilDone(p *corev1.Pod, jobPods gpupoolv1.DrainJobPods, nodeReady boo
 	}
 	if c := metav1.GetControllerOf(p); jobPods == gpupoolv1.JobPodsWaitCompleted && c != nil && c.Kind == "Job" {
 		return "Job pod, drain.jobPods: WaitCompleted"
+	}
+	return ""
+}
+
+// blocksUnlessForced says why a drain does not evict a running pod that it could evict,
+// "" when it evicts it: its emptyDir data would be lost (without deleteEmptyDirData), or
+// it has no controller and would not come back.
+func blocksUnlessForced(p *corev1.Pod, d gpupoolv1.DrainSpec) string {
+	if !d.DeleteEmptyDirData && usesEmptyDir(p) {
+		return "uses emptyDir (set spec.drain.deleteEmptyDirData: true to evict it)"
+	}
+	if metav1.GetControllerOf(p) == nil {
+		return "has no controller and would not come back (delete it, or use drain.onTimeout: Force)"
 	}
 	return ""
 }

@@ -160,7 +160,7 @@ func TestDrainClasses(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			mc := &memCluster{pods: []corev1.Pod{c.pod}, refuse: map[string]error{c.pod.Name: c.refuse}}
 			h := &Helper{Cluster: mc, Terminating: &TerminatingClock{}}
-			got, err := h.Drain(context.Background(), readyNode(!c.notRdy), c.spec, t0, nil)
+			got, err := h.Drain(context.Background(), readyNode(!c.notRdy), c.spec, t0, t0, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -186,7 +186,7 @@ func TestTerminatingPodPastItsGrace(t *testing.T) {
 		after   time.Duration
 		waiting bool
 	}{{0, true}, {30*time.Second + TerminatingMargin - time.Second, true}, {30*time.Second + TerminatingMargin, false}} {
-		res, err := h.Drain(context.Background(), readyNode(true), gpupoolv1.DrainSpec{}, t0.Add(c.after), nil)
+		res, err := h.Drain(context.Background(), readyNode(true), gpupoolv1.DrainSpec{}, t0, t0.Add(c.after), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +205,7 @@ func TestTerminatingPodPastItsGrace(t *testing.T) {
 func TestBudgetExhausted(t *testing.T) {
 	mc := &memCluster{pods: []corev1.Pod{pod("a", "ReplicaSet"), pod("b", "ReplicaSet"), pod("c", "ReplicaSet"), pod("agent", "DaemonSet")}}
 	h := &Helper{Cluster: mc, Terminating: &TerminatingClock{}}
-	res, err := h.Drain(context.Background(), readyNode(true), gpupoolv1.DrainSpec{}, t0, &budget{n: 1})
+	res, err := h.Drain(context.Background(), readyNode(true), gpupoolv1.DrainSpec{}, t0, t0, &budget{n: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestBudgetExhausted(t *testing.T) {
 	if msg := res.Message(); msg != "waiting for 1 terminating pod(s): ns/a; requested eviction of 1 pod(s); 2 eviction(s) in the next pass" {
 		t.Errorf("Message = %q", msg)
 	}
-	res, _ = h.Drain(context.Background(), readyNode(true), gpupoolv1.DrainSpec{}, t0, &budget{n: 0})
+	res, _ = h.Drain(context.Background(), readyNode(true), gpupoolv1.DrainSpec{}, t0, t0, &budget{n: 0})
 	if res.Evicted != 0 || res.Deferred != 3 {
 		t.Errorf("with no budget left: %+v, want every eviction deferred", res)
 	}

@@ -62,6 +62,8 @@ func durationFields() []durationField {
 			"2m", "must be positive, such as 2m", "leave it out for the default of 2m"},
 		{"spec.drain.timeout", func(v string) func(map[string]any) { return setField(v, "spec", "drain", "timeout") },
 			"10m", "must be positive, such as 10m", "leave it out for the default of 10m"},
+		{"spec.drain.maxHold", func(v string) func(map[string]any) { return setField(v, "spec", "drain", "maxHold") },
+			"5m", "must be zero (holds never honoured) or positive, such as 5m", "leave it out to honour holds until drain.timeout"},
 		{"spec.schedule.leadTime", func(v string) func(map[string]any) { return setField(v, "spec", "schedule", "leadTime") },
 			"10m", "must be zero or positive, such as 10m", "leave it out for no lead time"},
 		{"spec.schedule.warnAhead", func(v string) func(map[string]any) { return setField(v, "spec", "schedule", "warnAhead") },

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -66,10 +67,34 @@ func ValidateSpec(spec *gpupoolv1.GPUPoolProfileSpec) field.ErrorList {
 	if d := spec.Drain.Timeout; d != nil && d.Duration <= 0 {
 		errs = append(errs, field.Invalid(specPath.Child("drain", "timeout"), d.Duration.String(), "must be a positive duration such as 10m"))
 	}
+	errs = append(errs, validateMaxHold(specPath.Child("drain"), spec.Drain)...)
 	if d := spec.NodeReadyTimeout; d != nil && d.Duration <= 0 {
 		errs = append(errs, field.Invalid(specPath.Child("nodeReadyTimeout"), d.Duration.String(), "must be a positive duration such as 10m"))
 	}
 	return errs
+}
+
+// validateMaxHold checks drain.maxHold against drain.timeout, as the CRD's CEL rule
+// does, for clients that reach the webhook with an older CRD: held pods are evicted at
+// maxHold, and must then leave within the timeout that bounds the whole drain.
+func validateMaxHold(path *field.Path, d gpupoolv1.DrainSpec) field.ErrorList {
+	if d.MaxHold == nil {
+		return nil
+	}
+	hold := d.MaxHold.Duration
+	if hold < 0 {
+		return field.ErrorList{field.Invalid(path.Child("maxHold"), hold.String(), "must be zero (holds never honoured) or positive, such as 5m: remove the minus sign")}
+	}
+	timeout := 10 * time.Minute
+	if d.Timeout != nil {
+		timeout = d.Timeout.Duration
+	}
+	if hold >= timeout {
+		return field.ErrorList{field.Invalid(path.Child("maxHold"), hold.String(), fmt.Sprintf(
+			"must be shorter than drain.timeout (%s), which bounds the whole drain: write a maxHold below %s (such as %s, leaving the evicted pods their grace period), or raise drain.timeout above %s",
+			timeout, timeout, timeout/2, hold))}
+	}
+	return nil
 }
 
 // ValidateName checks what gpupool writes of the object's name: the pool name is the

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/drain"
 )
 
 // Warnings are what admission lets through but tells the user about (kubectl prints
@@ -15,7 +16,28 @@ func Warnings(spec *gpupoolv1.GPUPoolProfileSpec, now time.Time) []string {
 	warns = append(warns, caseDuplicateWarnings(spec)...)
 	warns = append(warns, demandWarnings(spec)...)
 	warns = append(warns, gpuReplicasWarnings(spec)...)
+	warns = append(warns, maxHoldWarnings(spec.Drain)...)
 	return append(warns, scheduleWarnings(spec, now)...)
+}
+
+// maxHoldWarnings: a pod evicted at drain.maxHold is then waited for its grace period
+// plus a minute; when drain.gracePeriodSeconds makes that run past drain.timeout, the
+// hold that maxHold bounds still ends in onTimeout.
+func maxHoldWarnings(d gpupoolv1.DrainSpec) []string {
+	if d.MaxHold == nil || d.GracePeriodSeconds == nil {
+		return nil
+	}
+	timeout := 10 * time.Minute
+	if d.Timeout != nil {
+		timeout = d.Timeout.Duration
+	}
+	grace := time.Duration(*d.GracePeriodSeconds) * time.Second
+	left := timeout - d.MaxHold.Duration
+	if d.MaxHold.Duration >= timeout || left >= grace+drain.TerminatingMargin {
+		return nil // the first is refused; the second is fine
+	}
+	return []string{fmt.Sprintf("spec.drain.maxHold (%s) leaves %s of drain.timeout (%s) to the pods it evicts, less than their grace period (drain.gracePeriodSeconds: %d) plus the minute a terminating pod is waited for: a held pod still runs the drain into its timeout; write a maxHold of at most %s",
+		d.MaxHold.Duration, left, timeout, *d.GracePeriodSeconds, timeout-grace-drain.TerminatingMargin)}
 }
 
 // tlsWarnings follow vsphere's tlsConfig: a thumbprint pins the certificate and wins over

@@ -54,7 +54,7 @@ func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.D
 	in := demandInput(pool)
 	shapes := shapesOf(pool)
 	var missing []string
-	for _, src := range r.demandSources(s.now) {
+	for _, src := range r.demandSources(s) {
 		obs, err := src.observeDemand(ctx, pool, shapes)
 		var none *noDemandSeen
 		if errors.As(err, &none) {
@@ -167,8 +167,8 @@ func unobservedHold(pool *gpupoolv1.GPUPoolProfile, layout string, now time.Time
 	return now.Before(ld.IdleSince.Add(plan.IdleFor(pool.Spec.Demand, layout)))
 }
 
-func (r *GPUPoolProfileReconciler) demandSources(now time.Time) []demandSource {
-	return []demandSource{podDemand{c: r}, kueueDemand{c: r, now: now}}
+func (r *GPUPoolProfileReconciler) demandSources(s *scope) []demandSource {
+	return []demandSource{podDemand{c: r}, kueueDemand{c: r, now: s.now, view: &s.kueue}}
 }
 
 // demandInput is what Decide needs from the pool's status: the layout active and in

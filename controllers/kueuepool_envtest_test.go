@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
@@ -82,11 +84,23 @@ func (h *harness) checkOf(w kueueWorld, wl *unstructured.Unstructured) (state, m
 // TestKueueCheckIsThePoolsQueuesOnly: a pool answers gpupool's check only on the
 // Workloads admitted to a ClusterQueue labelled for it. Another tenant's Workload, in a
 // ClusterQueue labelled for another pool that lists the same check and flavor names, is
-// left as Kueue made it; the pool's own Workload on the same flavor is set Ready.
+// left as Kueue made it; the pool's own Workload on the same flavor is set Ready. A pass
+// with spec.demand and spec.kueue lists the Workloads once.
 func TestKueueCheckIsThePoolsQueuesOnly(t *testing.T) {
 	startKueue(t)
 	h := newHarness(t, "kqs-")
-	pool := h.dayNight()
+	var workloadLists atomic.Int32
+	h.client = func(c client.WithWatch) client.Client {
+		return interceptor.NewClient(c, interceptor.Funcs{
+			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+				if u, ok := list.(*unstructured.UnstructuredList); ok && u.GetKind() == kueueWorkload.Kind+"List" {
+					workloadLists.Add(1)
+				}
+				return c.List(ctx, list, opts...)
+			},
+		})
+	}
+	pool := h.demandPool()
 	pool.Spec.Kueue = h.kueuePoolSpec()
 	h.create(pool)
 	w := h.kueueWorld(pool.Name)
@@ -97,7 +111,11 @@ func TestKueueCheckIsThePoolsQueuesOnly(t *testing.T) {
 	mine := h.workloadIn(w, h.prefix+"apps", w.queue, "mine", "training", 1)
 	theirs := h.workloadIn(w, tenant, tenantQueue, "theirs", "training", 1)
 	_, before := h.checkOf(w, theirs)
+	workloadLists.Store(0)
 	h.reconcile(pool.Name)
+	if n := workloadLists.Load(); n != 1 {
+		t.Errorf("the pass listed the Workloads %d times, want once (demand and checks share the read)", n)
+	}
 	if st, msg := h.checkOf(w, mine); st != checkReady || msg != "layout night is ready for work" {
 		t.Fatalf("the pool's own Workload: check %s %q, want Ready", st, msg)
 	}

@@ -50,7 +50,7 @@ func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.D
 		}
 		return plan.Desired(&pool.Spec, s.now)
 	}
-	v, err := r.viewDemand(ctx, pool, s.now)
+	v, err := r.viewDemand(ctx, pool, s.now, &s.kueue)
 	if err != nil {
 		return plan.Decision{}, err
 	}
@@ -84,8 +84,8 @@ type demandView struct {
 }
 
 // viewDemand observes the demand of the pool's selected namespaces and decides. The
-// pool is not changed.
-func (r *GPUPoolProfileReconciler) viewDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time) (demandView, error) {
+// pool is not changed. kv is the pass's read of Kueue, filled here if not yet read.
+func (r *GPUPoolProfileReconciler) viewDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time, kv *kueueView) (demandView, error) {
 	in := demandInput(pool)
 	shapes := shapesOf(pool)
 	who, err := r.demandScopeOf(ctx, pool)
@@ -96,7 +96,7 @@ func (r *GPUPoolProfileReconciler) viewDemand(ctx context.Context, pool *gpupool
 	if who.unset {
 		missing = append(missing, errNoNamespaceSelector)
 	}
-	for _, src := range r.demandSources(now) {
+	for _, src := range r.demandSources(now, kv) {
 		obs, err := src.observeDemand(ctx, pool, shapes, who)
 		var none *noDemandSeen
 		if errors.As(err, &none) {
@@ -202,8 +202,8 @@ func unobservedHold(pool *gpupoolv1.GPUPoolProfile, layout string, now time.Time
 	return now.Before(ld.IdleSince.Add(plan.IdleFor(pool.Spec.Demand, layout)))
 }
 
-func (r *GPUPoolProfileReconciler) demandSources(now time.Time) []demandSource {
-	return []demandSource{podDemand{c: r}, kueueDemand{c: r, now: now}}
+func (r *GPUPoolProfileReconciler) demandSources(now time.Time, kv *kueueView) []demandSource {
+	return []demandSource{podDemand{c: r}, kueueDemand{c: r, now: now, view: kv}}
 }
 
 // demandInput is what Decide needs from the pool's status: the layout active and in

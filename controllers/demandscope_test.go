@@ -213,7 +213,7 @@ func TestDemandWatchWakesOnlyOnAChangedDecision(t *testing.T) {
 		if err := c.Get(ctx, req.NamespacedName, &cur); err != nil {
 			t.Fatal(err)
 		}
-		v, err := r.viewDemand(ctx, &cur, now)
+		v, err := r.viewDemand(ctx, &cur, now, &kueueView{})
 		if err != nil || v.unobserved != nil {
 			t.Fatal(err, v.unobserved)
 		}

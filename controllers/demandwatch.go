@@ -113,7 +113,7 @@ func (dw *demandWatch) Reconcile(ctx context.Context, req reconcile.Request) (re
 		return reconcile.Result{}, nil
 	}
 	now := dw.r.Clock.Now()
-	v, err := dw.r.viewDemand(ctx, &pool, now)
+	v, err := dw.r.viewDemand(ctx, &pool, now, &kueueView{})
 	switch {
 	case err != nil || v.unobserved != nil:
 		// The pass reports it; it looks again at requeueBlocked itself.

@@ -9,10 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,8 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/nodes"
-	"github.com/gpupool/gpupool/internal/plan"
 )
 
 // The Kueue bridge (spec.kueue, docs/kueue.md). gpupool reads and writes Kueue's objects
@@ -84,6 +79,16 @@ func leavingAt(pool *gpupoolv1.GPUPoolProfile) time.Time {
 	return at
 }
 
+// leavingFrom is when the active layout stops taking new work: warnAhead before it starts
+// to be left (zero: no switch away is known).
+func leavingFrom(pool *gpupoolv1.GPUPoolProfile) time.Time {
+	at := leavingAt(pool)
+	if at.IsZero() {
+		return at
+	}
+	return at.Add(-warnAhead(&pool.Spec))
+}
+
 // flavorQuota is the nominalQuota the flavor has now: its quota while its layout is ready
 // for work and not about to be left (warnAhead before the switch), else its waitingQuota.
 // It returns when that changes next by the clock alone (zero: not by the clock).
@@ -98,8 +103,7 @@ func flavorQuota(pool *gpupoolv1.GPUPoolProfile, f *gpupoolv1.KueueFlavor, now t
 	if !layoutReady(pool, f.Layout) {
 		return waiting, time.Time{}
 	}
-	if at := leavingAt(pool); !at.IsZero() {
-		lower := at.Add(-warnAhead(&pool.Spec))
+	if lower := leavingFrom(pool); !lower.IsZero() {
 		if !now.Before(lower) {
 			return waiting, time.Time{}
 		}
@@ -110,12 +114,16 @@ func flavorQuota(pool *gpupoolv1.GPUPoolProfile, f *gpupoolv1.KueueFlavor, now t
 
 // syncKueue applies spec.kueue: the flavors' quota in the opted-in ClusterQueues, gpupool's
 // AdmissionChecks marked active, and the state of the checks of the Workloads that wait
-// for a layout. It returns how soon to look again (0: no sooner than otherwise).
+// for a layout. Once spec.kueue is removed, it releases the checks the pool held. It
+// returns how soon to look again (0: no sooner than otherwise).
 func (r *GPUPoolProfileReconciler) syncKueue(ctx context.Context, s *scope) time.Duration {
 	pool := s.pool
 	if pool.Spec.Kueue == nil {
 		forgetKueueMetrics(pool.Name)
-		return 0
+		if pool.Status.Kueue == nil || pool.Spec.Paused {
+			return 0
+		}
+		return r.releaseRemovedKueue(ctx, s)
 	}
 	if pool.Spec.Paused {
 		return 0
@@ -130,10 +138,19 @@ func (r *GPUPoolProfileReconciler) syncKueue(ctx context.Context, s *scope) time
 		r.emit(pool, corev1.EventTypeWarning, "KueueNotServed", "spec.kueue is set but the API server does not serve %s: install Kueue (v0.15 or later)", KueueGroupVersion)
 		return kueueRecheck
 	}
+	if pool.Status.Kueue == nil {
+		// Set before any check is: it is what says, once spec.kueue is gone, that the
+		// pool's checks are to be released.
+		pool.Status.Kueue = &gpupoolv1.KueueStatus{}
+	}
 	var again time.Duration
-	next, err := r.syncQuota(ctx, pool, s.now)
+	var next time.Time
+	err = r.readKueue(ctx, pool, &s.kueue)
 	if err == nil {
-		err = r.syncChecks(ctx, pool, s.now)
+		next, err = r.syncQuota(ctx, pool, s.kueue.queues, s.now)
+	}
+	if err == nil {
+		err = r.syncChecks(ctx, pool, &s.kueue, s.now)
 	}
 	if err != nil {
 		logger.Error(err, "kueue: syncing quota and admission checks")
@@ -150,9 +167,9 @@ func (r *GPUPoolProfileReconciler) syncKueue(ctx context.Context, s *scope) time
 }
 
 // syncQuota sets the nominalQuota of the pool's flavors in the ClusterQueues labelled
-// gpupool.dev/pool=<pool>; other ClusterQueues are never read for writing. It returns when
-// a quota changes next by the clock.
-func (r *GPUPoolProfileReconciler) syncQuota(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time) (time.Time, error) {
+// gpupool.dev/pool=<pool> (queues); other ClusterQueues are never read for writing. It
+// returns when a quota changes next by the clock.
+func (r *GPUPoolProfileReconciler) syncQuota(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, queues []unstructured.Unstructured, now time.Time) (time.Time, error) {
 	want := map[string]corev1.ResourceList{}
 	var next time.Time
 	for i := range pool.Spec.Kueue.Flavors {
@@ -164,13 +181,9 @@ func (r *GPUPoolProfileReconciler) syncQuota(ctx context.Context, pool *gpupoolv
 		}
 	}
 	publishKueueQuota(pool.Name, want)
-	cqs := kueueList(kueueClusterQueue)
-	if err := r.Client.List(ctx, cqs, client.MatchingLabels{gpupoolv1.LabelKueuePool: pool.Name}); err != nil {
-		return next, fmt.Errorf("listing ClusterQueues: %w", err)
-	}
 	var errs []error
-	for i := range cqs.Items {
-		cq := &cqs.Items[i]
+	for i := range queues {
+		cq := &queues[i]
 		before := cq.DeepCopy()
 		changed, err := setQuota(cq, want)
 		if err != nil {
@@ -243,215 +256,6 @@ func quotaString(want map[string]corev1.ResourceList) string {
 	return strings.Join(parts, "; ")
 }
 
-// gpupoolChecks are the names of the AdmissionChecks gpupool answers (controllerName
-// gpupool.dev/layout). With mark, it sets their Active condition.
-func (r *GPUPoolProfileReconciler) gpupoolChecks(ctx context.Context, mark bool) (map[string]bool, error) {
-	acs := kueueList(kueueAdmissionCheck)
-	if err := r.Client.List(ctx, acs); err != nil {
-		return nil, fmt.Errorf("listing AdmissionChecks: %w", err)
-	}
-	out := map[string]bool{}
-	var errs []error
-	for i := range acs.Items {
-		ac := &acs.Items[i]
-		if c, _, _ := unstructured.NestedString(ac.Object, "spec", "controllerName"); c != gpupoolv1.KueueAdmissionCheckController {
-			continue
-		}
-		out[ac.GetName()] = true
-		if !mark {
-			continue
-		}
-		if err := r.markActive(ctx, ac); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return out, errors.Join(errs...)
-}
-
-// markActive sets the AdmissionCheck's Active condition: Kueue admits nothing through a
-// ClusterQueue whose checks are not active.
-func (r *GPUPoolProfileReconciler) markActive(ctx context.Context, ac *unstructured.Unstructured) error {
-	raw, _, _ := unstructured.NestedSlice(ac.Object, "status", "conditions")
-	conds := make([]metav1.Condition, 0, len(raw))
-	for _, c := range raw {
-		var mc metav1.Condition
-		if cm, ok := c.(map[string]any); ok {
-			if err := fromUnstructured(cm, &mc); err == nil {
-				conds = append(conds, mc)
-			}
-		}
-	}
-	if !meta.SetStatusCondition(&conds, metav1.Condition{Type: "Active", Status: metav1.ConditionTrue, Reason: "Active",
-		Message: "gpupool holds the Workloads of flavors whose layout is not ready for work", ObservedGeneration: ac.GetGeneration()}) {
-		return nil
-	}
-	before := ac.DeepCopy()
-	list := make([]any, 0, len(conds))
-	for _, c := range conds {
-		m, err := toUnstructured(&c)
-		if err != nil {
-			return err
-		}
-		list = append(list, m)
-	}
-	if err := unstructured.SetNestedSlice(ac.Object, list, "status", "conditions"); err != nil {
-		return err
-	}
-	if err := r.Client.Status().Patch(ctx, ac, client.MergeFrom(before)); err != nil {
-		return fmt.Errorf("marking AdmissionCheck %s active: %w", ac.GetName(), err)
-	}
-	return nil
-}
-
-// heldWorkload is a Workload with quota reserved on flavors of the pool, and the state of
-// its gpupool check.
-type heldWorkload struct {
-	obj *unstructured.Unstructured
-	// check is the index of gpupool's check in status.admissionChecks.
-	check int
-	// layouts are the layouts of the pool's flavors it was assigned; gpus what it asks
-	// of the GPU resource on them.
-	layouts []string
-	gpus    int64
-}
-
-// heldWorkloads lists the Workloads whose gpupool check concerns the pool: quota is
-// reserved (status.admission) on at least one of the pool's flavors, not yet admitted
-// or finished.
-func (r *GPUPoolProfileReconciler) heldWorkloads(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, checks map[string]bool) ([]heldWorkload, error) {
-	if len(checks) == 0 {
-		return nil, nil
-	}
-	wls := kueueList(kueueWorkload)
-	if err := r.Client.List(ctx, wls); err != nil {
-		return nil, fmt.Errorf("listing Workloads: %w", err)
-	}
-	layoutOf := map[string]string{}
-	for _, f := range pool.Spec.Kueue.Flavors {
-		layoutOf[f.Name] = f.Layout
-	}
-	res := corev1.ResourceName(nodes.GPUResource(pool.Spec.Readiness))
-	if res == "" {
-		res = nodes.DefaultGPUResource
-	}
-	var out []heldWorkload
-	for i := range wls.Items {
-		wl := &wls.Items[i]
-		if conditionTrue(wl, "Finished") || conditionTrue(wl, "Admitted") {
-			continue // admitted: the check has done its part; it is never taken back
-		}
-		states, _, _ := unstructured.NestedSlice(wl.Object, "status", "admissionChecks")
-		check := -1
-		for j, st := range states {
-			if m, ok := st.(map[string]any); ok && checks[fmt.Sprint(m["name"])] {
-				check = j
-				break
-			}
-		}
-		if check < 0 {
-			continue
-		}
-		psas, _, _ := unstructured.NestedSlice(wl.Object, "status", "admission", "podSetAssignments")
-		h := heldWorkload{obj: wl, check: check}
-		seen := map[string]bool{}
-		for _, psa := range psas {
-			pm, _ := psa.(map[string]any)
-			flavors, _ := pm["flavors"].(map[string]any)
-			usage, _ := pm["resourceUsage"].(map[string]any)
-			for rn, fv := range flavors {
-				l, ok := layoutOf[fmt.Sprint(fv)]
-				if !ok {
-					continue
-				}
-				if !seen[l] {
-					seen[l] = true
-					h.layouts = append(h.layouts, l)
-				}
-				if rn == string(res) {
-					if q, err := resource.ParseQuantity(fmt.Sprint(usage[rn])); err == nil {
-						h.gpus += q.Value()
-					}
-				}
-			}
-		}
-		if len(h.layouts) == 0 {
-			continue
-		}
-		sort.Strings(h.layouts)
-		out = append(out, h)
-	}
-	return out, nil
-}
-
-func conditionTrue(u *unstructured.Unstructured, typ string) bool {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == typ {
-			return m["status"] == string(metav1.ConditionTrue)
-		}
-	}
-	return false
-}
-
-// syncChecks marks gpupool's AdmissionChecks active and sets, on every Workload that
-// reserved one of the pool's flavors, gpupool's check: Ready when the flavors' layouts are
-// ready for work, else Pending with when the layout comes.
-func (r *GPUPoolProfileReconciler) syncChecks(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time) error {
-	checks, err := r.gpupoolChecks(ctx, true)
-	if err != nil {
-		return err
-	}
-	held, err := r.heldWorkloads(ctx, pool, checks)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	pending := 0
-	defer func() { publishKueueHeld(pool.Name, pending) }()
-	for _, h := range held {
-		state, msg := checkReady, "layout "+strings.Join(h.layouts, ", ")+" is ready for work"
-		for _, l := range h.layouts {
-			if !layoutReady(pool, l) {
-				state, msg = checkPending, waitingMessage(pool, l, now)
-				break
-			}
-		}
-		if state == checkPending {
-			pending++
-		}
-		if err := r.setCheck(ctx, h, state, msg, now); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// setCheck sets the state and message of gpupool's check on the Workload, if they changed.
-func (r *GPUPoolProfileReconciler) setCheck(ctx context.Context, h heldWorkload, state, msg string, now time.Time) error {
-	wl := h.obj
-	states, _, _ := unstructured.NestedSlice(wl.Object, "status", "admissionChecks")
-	m, _ := states[h.check].(map[string]any)
-	if m["state"] == state && m["message"] == msg {
-		return nil
-	}
-	before := wl.DeepCopy()
-	if m["state"] != state {
-		m["lastTransitionTime"] = now.UTC().Format(time.RFC3339)
-	}
-	m["state"], m["message"] = state, msg
-	if err := unstructured.SetNestedSlice(wl.Object, states, "status", "admissionChecks"); err != nil {
-		return err
-	}
-	// The list is replaced whole: the optimistic lock keeps Kueue's concurrent changes.
-	if err := r.Client.Status().Patch(ctx, wl, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return nil // seen again on the Workload's next event
-		}
-		return fmt.Errorf("setting the admission check of Workload %s/%s: %w", wl.GetNamespace(), wl.GetName(), err)
-	}
-	return nil
-}
-
 // waitingMessage says why a Workload waits for the layout, and until when:
 // "waiting for layout night at 20:00 (in 4h)", or a switch in progress.
 func waitingMessage(pool *gpupoolv1.GPUPoolProfile, layout string, now time.Time) string {
@@ -515,61 +319,4 @@ func fromUnstructured(m map[string]any, into any) error {
 
 func toUnstructured(obj any) (map[string]any, error) {
 	return runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-}
-
-// kueueDemand is the demand of the Workloads gpupool's check holds: per layout that is not
-// ready for work, the GPUs they reserved on its flavors (Kueue's job integration keeps
-// their pods unsuspended only once admitted, so they are not counted as pods too).
-//
-// Kueue not served or not readable is no Kueue demand (noDemandSeen), never no demand:
-// the pods' demand still counts. Whether Kueue is served is asked again at most once per
-// kueueRecheck (kueueWatch.ensure).
-type kueueDemand struct {
-	c   *GPUPoolProfileReconciler
-	now time.Time
-}
-
-// kueueNotObserved begins the status.demand message of a pass that could not read Kueue.
-const kueueNotObserved = "Kueue demand not observed"
-
-func (kd kueueDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, _ layoutShapes, who demandScope) (map[string]plan.LayoutDemand, error) {
-	if pool.Spec.Kueue == nil {
-		return nil, nil
-	}
-	none := func(err error) error { return &noDemandSeen{source: "Kueue", err: err} }
-	served, err := kd.c.kueueWatch.ensure(kd.now)
-	if err == nil && !served {
-		err = fmt.Errorf("the API server does not serve %s", KueueGroupVersion)
-	}
-	if err != nil {
-		return nil, none(err)
-	}
-	checks, err := kd.c.gpupoolChecks(ctx, false)
-	if err != nil {
-		return nil, none(err)
-	}
-	held, err := kd.c.heldWorkloads(ctx, pool, checks)
-	if err != nil {
-		return nil, none(err)
-	}
-	obs := map[string]plan.LayoutDemand{}
-	for _, h := range held {
-		if !who.selects(h.obj.GetNamespace()) {
-			continue // only the Workloads of the namespaces demand selects count
-		}
-		for _, l := range h.layouts {
-			if layoutReady(pool, l) || l == pool.Status.ActiveLayout {
-				continue
-			}
-			o := obs[l]
-			o.PendingGPUs += h.gpus
-			o.Pending = append(o.Pending, fmt.Sprintf("workload %s/%s", h.obj.GetNamespace(), h.obj.GetName()))
-			obs[l] = o
-		}
-	}
-	for l, o := range obs {
-		sort.Strings(o.Pending)
-		obs[l] = o
-	}
-	return obs, nil
 }

@@ -1,10 +1,14 @@
 package controllers
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/nodes"
@@ -95,5 +99,74 @@ func TestWaitingMessage(t *testing.T) {
 		if got := inDuration(d); got != want {
 			t.Errorf("inDuration(%s) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// TestCheckState: a Workload's check is Ready only while its layouts are ready for work
+// and not about to be left; from warnAhead before a switch away (scheduled or announced
+// by demand) it stays Pending, so that no work is admitted onto nodes drained minutes
+// later.
+func TestCheckState(t *testing.T) {
+	berlin := mustZone("Europe/Berlin")
+	now := time.Date(2031, 3, 17, 7, 0, 0, 0, berlin)
+	at := func(h, m int) metav1.Time { return metav1.NewTime(time.Date(2031, 3, 17, h, m, 0, 0, berlin)) }
+	for _, tc := range []struct {
+		name      string
+		status    gpupoolv1.GPUPoolProfileStatus
+		state     string
+		msgPrefix string
+	}{
+		{name: "night ready, day's switch far", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night",
+			NextTransition: &gpupoolv1.NextTransition{Layout: "day", At: at(7, 50)}}, state: checkReady, msgPrefix: "layout night is ready for work"},
+		{name: "night within warnAhead of the switch to day", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night",
+			NextTransition: &gpupoolv1.NextTransition{Layout: "day", At: at(7, 5)}}, state: checkPending,
+			msgPrefix: "waiting for layout night: a switch away from it starts at 07:05 (in 5m)"},
+		{name: "night with a demand switch to day announced", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night",
+			Demand: &gpupoolv1.DemandStatus{Switch: &gpupoolv1.DemandSwitch{Layout: "day", At: at(7, 8)}}}, state: checkPending,
+			msgPrefix: "waiting for layout night: a switch away from it starts at 07:08 (in 8m)"},
+		{name: "night switching out", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night",
+			Transition: &gpupoolv1.TransitionStatus{To: "day"}}, state: checkPending, msgPrefix: "waiting for layout night (no switch to it"},
+		{name: "night still switching in", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "day",
+			Transition: &gpupoolv1.TransitionStatus{To: "night"}}, state: checkPending, msgPrefix: "waiting for layout night: switch in progress"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := kueuePool()
+			pool.Status = tc.status
+			state, msg := checkState(pool, []string{"night"}, now)
+			if state != tc.state || !strings.HasPrefix(msg, tc.msgPrefix) {
+				t.Errorf("check %s %q, want %s %q...", state, msg, tc.state, tc.msgPrefix)
+			}
+		})
+	}
+}
+
+// TestHeldWorkloadsAreThePoolsQueues: the pool answers the check only on the Workloads
+// whose quota is reserved in a ClusterQueue labelled for it; a Workload of another
+// ClusterQueue that reserved a flavor of the same name is not the pool's.
+func TestHeldWorkloadsAreThePoolsQueues(t *testing.T) {
+	wl := func(name, cq string, conds ...string) unstructured.Unstructured {
+		var cs []any
+		for _, c := range conds {
+			cs = append(cs, map[string]any{"type": c, "status": "True"})
+		}
+		return unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": name, "namespace": "apps"},
+			"status": map[string]any{
+				"conditions":      cs,
+				"admissionChecks": []any{map[string]any{"name": "other-check", "state": "Pending"}, map[string]any{"name": "layout", "state": "Pending"}},
+				"admission": map[string]any{"clusterQueue": cq, "podSetAssignments": []any{map[string]any{
+					"flavors": map[string]any{"nvidia.com/gpu": "night"}, "resourceUsage": map[string]any{"nvidia.com/gpu": "2"}}}},
+			},
+		}}
+	}
+	v := &kueueView{read: true, checks: map[string]bool{"layout": true}, queueNames: map[string]bool{"training": true},
+		workloads: []unstructured.Unstructured{wl("mine", "training"), wl("tenant-b", "tenant-b-queue"), wl("done", "training", "Admitted"), wl("unreserved", "")}}
+	pool := kueuePool()
+	var got []string
+	for _, h := range heldWorkloads(pool, v) {
+		got = append(got, fmt.Sprintf("%s check %d layouts %v gpus %d", h.obj.GetName(), h.check, h.layouts, h.gpus))
+	}
+	if want := []string{"mine check 1 layouts [night] gpus 2"}; !slices.Equal(got, want) {
+		t.Errorf("held %q, want %q", got, want)
 	}
 }

@@ -73,8 +73,9 @@ const deletionTaskWait = 10 * time.Minute
 // pass first settles the pool's tasks in flight (records those that ended), and waits,
 // requeued and woken by the task watch, while any has not ended, each at most
 // deletionTaskWait; the wait shows in status (Ready=False, reason Deleting) and in an
-// event. Then finalize releases the nodes by their VMs' observed power states and
-// removes the finalizer.
+// event. Then the pool's Kueue admission checks are released (releaseDeletedKueue), and
+// finalize releases the nodes by their VMs' observed power states and removes the
+// finalizer.
 func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gpupoolv1.GPUPoolProfile) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(pool, FinalizerName) {
 		r.tasks.watch(pool.Name, nil, nil)
@@ -119,6 +120,11 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 		inv, _, _ = r.readInventory(ctx, s)
 	}
 	r.tasks.watch(pool.Name, nil, nil)
+	// The Workloads the pool's check holds are released before the finalizer goes:
+	// afterwards nothing answers them.
+	if again := r.releaseDeletedKueue(ctx, pool, s.now); again > 0 {
+		return ctrl.Result{RequeueAfter: again}, nil
+	}
 	return r.finalize(ctx, pool, inv)
 }
 

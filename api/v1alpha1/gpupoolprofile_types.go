@@ -614,6 +614,11 @@ type GPUPoolProfileStatus struct {
 	// Demand is the demand gpupool saw per layout and what it decided (spec.demand).
 	// +optional
 	Demand *DemandStatus `json:"demand,omitempty"`
+	// Kueue is what the pool holds in Kueue (spec.kueue): set from the first pass with
+	// spec.kueue, and kept after spec.kueue is removed until the pool's admission checks
+	// are released (docs/kueue.md).
+	// +optional
+	Kueue *KueueStatus `json:"kueue,omitempty"`
 	// NextTransition is the next scheduled change of the wanted layout.
 	// +optional
 	NextTransition *NextTransition `json:"nextTransition,omitempty"`

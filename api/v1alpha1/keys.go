@@ -126,7 +126,8 @@ const (
 	// LabelKueuePool opts a Kueue ClusterQueue in to the pool named by its value: gpupool
 	// sets the nominalQuota of the pool's flavors (spec.kueue.flavors) in that
 	// ClusterQueue only, so that a pool cannot grant quota to a queue that did not ask for
-	// it. Set by the cluster admin, read by the controller's Kueue code. The same key as
+	// it, and its AdmissionCheck acts only on the Workloads admitted to such a
+	// ClusterQueue, so that two pools never answer one Workload. Set by the cluster admin, read by the controller's Kueue code. The same key as
 	// LabelPool, on another kind of object.
 	LabelKueuePool = LabelPool
 	// KueueAdmissionCheckController is the spec.controllerName of the Kueue

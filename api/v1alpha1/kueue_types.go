@@ -44,3 +44,13 @@ type KueueFlavor struct {
 	// +optional
 	WaitingQuota corev1.ResourceList `json:"waitingQuota,omitempty"`
 }
+
+// KueueStatus is what the pool holds in Kueue. Its presence is what tells, once
+// spec.kueue is removed, that the pool's admission checks are still to be released:
+// that cannot be observed from the spec any more.
+type KueueStatus struct {
+	// HeldWorkloads is how many Workloads of the ClusterQueues labelled for the pool
+	// gpupool's AdmissionCheck held (Pending) for their layout on the last pass.
+	// +optional
+	HeldWorkloads int32 `json:"heldWorkloads,omitempty"`
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,6 +33,9 @@ const maxMessage = 2048
 func TestBadSpecsAreRejected(t *testing.T) {
 	ctx := context.Background()
 	owner := valid("owner")
+	// The owner maps a ResourceFlavor too: a pool that maps it is refused (kueueCases).
+	owner.Spec.Kueue = &gpupoolv1.KueueSpec{Flavors: []gpupoolv1.KueueFlavor{{Name: ownersFlavor, Layout: "night",
+		Quota: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")}}}}
 	if err := k8s.Create(ctx, owner); err != nil {
 		t.Fatal(err)
 	}

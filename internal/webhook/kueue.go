@@ -64,3 +64,65 @@ func validateQuota(p *field.Path, rl corev1.ResourceList) field.ErrorList {
 	}
 	return errs
 }
+
+// flavorsAdded tells whether an update maps a ResourceFlavor it did not map before: always
+// on create (old nil).
+func flavorsAdded(old, cur *gpupoolv1.GPUPoolProfileSpec) bool {
+	had := flavorNames(old)
+	for name := range flavorNames(cur) {
+		if !had[name] {
+			return true
+		}
+	}
+	return false
+}
+
+func flavorNames(s *gpupoolv1.GPUPoolProfileSpec) map[string]bool {
+	names := map[string]bool{}
+	if s == nil || s.Kueue == nil {
+		return names
+	}
+	for _, f := range s.Kueue.Flavors {
+		names[f.Name] = true
+	}
+	return names
+}
+
+// ValidateNewFlavors rejects the ResourceFlavors of cur's spec.kueue that another
+// GPUPoolProfile already maps, whatever its vCenter: a flavor is one cluster-wide Kueue
+// object, and two pools setting its quota and answering its checks would undo each
+// other every pass. Only the flavors an update adds are checked (old nil: create), so a
+// pool stored in conflict can still be edited or have the flavor removed.
+func ValidateNewFlavors(name string, old, cur *gpupoolv1.GPUPoolProfileSpec, others []gpupoolv1.GPUPoolProfile) field.ErrorList {
+	if cur.Kueue == nil {
+		return nil
+	}
+	type mapping struct {
+		pool  string
+		index int
+	}
+	mapped := map[string]mapping{}
+	for i := range others {
+		o := &others[i]
+		if o.Name == name || o.Spec.Kueue == nil {
+			continue
+		}
+		for j, f := range o.Spec.Kueue.Flavors {
+			if _, ok := mapped[f.Name]; !ok {
+				mapped[f.Name] = mapping{pool: o.Name, index: j}
+			}
+		}
+	}
+	had := flavorNames(old)
+	var errs field.ErrorList
+	for i, f := range cur.Kueue.Flavors {
+		m, taken := mapped[f.Name]
+		if !taken || had[f.Name] {
+			continue
+		}
+		errs = append(errs, field.Invalid(field.NewPath("spec", "kueue", "flavors").Index(i).Child("name"), shown(f.Name), fmt.Sprintf(
+			"ResourceFlavor is already mapped by GPUPoolProfile %q (spec.kueue.flavors[%d]); a flavor's quota and admission checks can follow one pool only: map a ResourceFlavor of this pool's own (its nodeLabels selecting this pool's nodes), or remove it from GPUPoolProfile %q first",
+			m.pool, m.index, m.pool)))
+	}
+	return errs
+}

@@ -1,8 +1,8 @@
 // Package webhook serves the GPUPoolProfile validating webhook. It checks what the CRD's
 // OpenAPI schema and CEL rules cannot express: cron expressions, IANA time zones, node
-// labels and taints as a Node's are checked, the vCenter server, VM paths and names,
-// and VMs claimed by another GPUPoolProfile. Every refusal names the field (with its
-// index), quotes the value (cut when long) and says what to write instead.
+// labels and taints as a Node's are checked, the vCenter server, VM paths and names, and
+// VMs and Kueue ResourceFlavors claimed by another GPUPoolProfile. Every refusal names the
+// field (with its index), quotes the value (cut when long) and says what to write instead.
 package webhook
 
 import (

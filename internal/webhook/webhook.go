@@ -71,10 +71,10 @@ func (v *Validator) ValidateDelete(context.Context, *gpupoolv1.GPUPoolProfile) (
 	return nil, nil
 }
 
-// validate checks obj, and its VM claims against the other pools when they are new:
-// on create, or on an update (old is set) that changes the server, the datacenter or
-// adds VMs. A pool that only keeps or drops VMs is not blocked by a conflict it already
-// had.
+// validate checks obj, and its VM and ResourceFlavor claims against the other pools when
+// they are new: on create, or on an update (old is set) that changes the server, the
+// datacenter or adds VMs, or maps a flavor it did not. A pool that only keeps or drops
+// VMs or flavors is not blocked by a conflict it already had.
 func (v *Validator) validate(ctx context.Context, old, obj *gpupoolv1.GPUPoolProfile) (admission.Warnings, error) {
 	errs := ValidateName(obj.Name)
 	errs = append(errs, ValidateSpec(&obj.Spec)...)
@@ -83,12 +83,13 @@ func (v *Validator) validate(ctx context.Context, old, obj *gpupoolv1.GPUPoolPro
 	if old != nil {
 		oldSpec = &old.Spec
 	}
-	if claimsChanged(oldSpec, &obj.Spec) {
+	if claimsChanged(oldSpec, &obj.Spec) || flavorsAdded(oldSpec, &obj.Spec) {
 		var others gpupoolv1.GPUPoolProfileList
 		if err := v.Reader.List(ctx, &others); err != nil {
-			return nil, fmt.Errorf("listing GPUPoolProfiles to check VM claims: %w", err)
+			return nil, fmt.Errorf("listing GPUPoolProfiles to check VM and flavor claims: %w", err)
 		}
 		errs = append(errs, ValidateNewClaims(obj.Name, oldSpec, &obj.Spec, others.Items)...)
+		errs = append(errs, ValidateNewFlavors(obj.Name, oldSpec, &obj.Spec, others.Items)...)
 	}
 	now := time.Now
 	if v.Now != nil {

@@ -261,7 +261,7 @@ func quotaString(want map[string]corev1.ResourceList) string {
 func waitingMessage(pool *gpupoolv1.GPUPoolProfile, layout string, now time.Time) string {
 	st := &pool.Status
 	if t := st.Transition; t != nil && t.To == layout && t.AbortedTime != nil {
-		return fmt.Sprintf("waiting for layout %s: the switch to it was aborted at %s (a drain timed out)", layout, clockTime(pool, t.AbortedTime.Time))
+		return fmt.Sprintf("waiting for layout %s: the switch to it was aborted at %s (a drain timed out)", layout, clockTime(pool, t.AbortedTime.Time, now))
 	}
 	if t := st.Transition; t != nil && t.To == layout {
 		if st.DesiredReason == gpupoolv1.DesiredByDemand {
@@ -270,27 +270,31 @@ func waitingMessage(pool *gpupoolv1.GPUPoolProfile, layout string, now time.Time
 		return fmt.Sprintf("waiting for layout %s: switch in progress", layout)
 	}
 	if d := st.Demand; d != nil && d.Switch != nil && d.Switch.Layout == layout {
-		return fmt.Sprintf("waiting for layout %s: demand switch at %s (%s)", layout, clockTime(pool, d.Switch.At.Time), inDuration(d.Switch.At.Sub(now)))
+		return fmt.Sprintf("waiting for layout %s: demand switch at %s (%s)", layout, clockTime(pool, d.Switch.At.Time, now), inDuration(d.Switch.At.Sub(now)))
 	}
 	if nt := st.NextTransition; nt != nil && nt.Layout == layout {
+		// nextTransition is when the switch starts (a window's start less leadTime, an
+		// override's end as it is): say that, not when the layout may be ready.
 		at := nt.At.Time
-		if sc := pool.Spec.Schedule; sc != nil && sc.LeadTime != nil {
-			at = at.Add(sc.LeadTime.Duration) // the window's start; the switch starts leadTime before
-		}
-		return fmt.Sprintf("waiting for layout %s at %s (%s)", layout, clockTime(pool, at), inDuration(at.Sub(now)))
+		return fmt.Sprintf("waiting for layout %s: the switch to it starts at %s (%s)", layout, clockTime(pool, at, now), inDuration(at.Sub(now)))
 	}
 	return fmt.Sprintf("waiting for layout %s (no switch to it is scheduled)", layout)
 }
 
-// clockTime is the time in the schedule's time zone, with the date when it is not today.
-func clockTime(pool *gpupoolv1.GPUPoolProfile, t time.Time) string {
+// clockTime is the time in the schedule's time zone, with the zone, and with the date
+// when it is not now's date there: "07:50 CET", "Tue 18 Mar 07:50 CET".
+func clockTime(pool *gpupoolv1.GPUPoolProfile, t, now time.Time) string {
 	loc := time.UTC
 	if sc := pool.Spec.Schedule; sc != nil && sc.TimeZone != "" {
 		if l, err := time.LoadLocation(sc.TimeZone); err == nil {
 			loc = l
 		}
 	}
-	return t.In(loc).Format("15:04")
+	t, now = t.In(loc), now.In(loc)
+	if y, m, d := t.Date(); y != now.Year() || m != now.Month() || d != now.Day() {
+		return t.Format("Mon 2 Jan 15:04 MST")
+	}
+	return t.Format("15:04 MST")
 }
 
 // inDuration says how far ahead d is, to the minute; under half a minute to the second,

@@ -78,8 +78,15 @@ func TestWaitingMessage(t *testing.T) {
 	pool := kueuePool()
 	pool.Status = gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "day",
 		NextTransition: &gpupoolv1.NextTransition{Layout: "night", At: metav1.NewTime(time.Date(2031, 3, 17, 19, 50, 0, 0, berlin))}}
-	if got, want := waitingMessage(pool, "night", now), "waiting for layout night at 20:00 (in 4h15m)"; got != want {
+	if got, want := waitingMessage(pool, "night", now), "waiting for layout night: the switch to it starts at 19:50 CET (in 4h5m)"; got != want {
 		t.Errorf("scheduled: %q, want %q", got, want)
+	}
+	// An override's end is when the switch starts, leadTime or not; another day names
+	// its date.
+	pool.Spec.Schedule.LeadTime = &metav1.Duration{Duration: 10 * time.Minute}
+	pool.Status.NextTransition.At = metav1.NewTime(time.Date(2031, 3, 18, 2, 12, 0, 0, berlin))
+	if got, want := waitingMessage(pool, "night", now), "waiting for layout night: the switch to it starts at Tue 18 Mar 02:12 CET (in 10h27m)"; got != want {
+		t.Errorf("tomorrow, with a leadTime: %q, want %q", got, want)
 	}
 	pool.Status.Transition, pool.Status.DesiredReason = &gpupoolv1.TransitionStatus{To: "night"}, gpupoolv1.DesiredByDemand
 	if got, want := waitingMessage(pool, "night", now), "waiting for layout night: demand switch in progress"; got != want {
@@ -87,7 +94,7 @@ func TestWaitingMessage(t *testing.T) {
 	}
 	aborted := metav1.NewTime(time.Date(2031, 3, 17, 15, 30, 0, 0, berlin))
 	pool.Status.Transition.AbortedTime = &aborted
-	if got, want := waitingMessage(pool, "night", now), "waiting for layout night: the switch to it was aborted at 15:30 (a drain timed out)"; got != want {
+	if got, want := waitingMessage(pool, "night", now), "waiting for layout night: the switch to it was aborted at 15:30 CET (a drain timed out)"; got != want {
 		t.Errorf("aborted: %q, want %q", got, want)
 	}
 	pool.Status = gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "day"}
@@ -120,10 +127,10 @@ func TestCheckState(t *testing.T) {
 			NextTransition: &gpupoolv1.NextTransition{Layout: "day", At: at(7, 50)}}, state: checkReady, msgPrefix: "layout night is ready for work"},
 		{name: "night within warnAhead of the switch to day", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night",
 			NextTransition: &gpupoolv1.NextTransition{Layout: "day", At: at(7, 5)}}, state: checkPending,
-			msgPrefix: "waiting for layout night: a switch away from it starts at 07:05 (in 5m)"},
+			msgPrefix: "waiting for layout night: a switch away from it starts at 07:05 CET (in 5m)"},
 		{name: "night with a demand switch to day announced", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night",
 			Demand: &gpupoolv1.DemandStatus{Switch: &gpupoolv1.DemandSwitch{Layout: "day", At: at(7, 8)}}}, state: checkPending,
-			msgPrefix: "waiting for layout night: a switch away from it starts at 07:08 (in 8m)"},
+			msgPrefix: "waiting for layout night: a switch away from it starts at 07:08 CET (in 8m)"},
 		{name: "night switching out", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night",
 			Transition: &gpupoolv1.TransitionStatus{To: "day"}}, state: checkPending, msgPrefix: "waiting for layout night (no switch to it"},
 		{name: "night still switching in", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "day",

@@ -218,7 +218,7 @@ func checkState(pool *gpupoolv1.GPUPoolProfile, layouts []string, now time.Time)
 	if from := leavingFrom(pool); !from.IsZero() && !now.Before(from) {
 		at := leavingAt(pool)
 		return checkPending, fmt.Sprintf("waiting for layout %s: a switch away from it starts at %s (%s)",
-			pool.Status.ActiveLayout, clockTime(pool, at), inDuration(at.Sub(now)))
+			pool.Status.ActiveLayout, clockTime(pool, at, now), inDuration(at.Sub(now)))
 	}
 	return checkReady, "layout " + strings.Join(layouts, ", ") + " is ready for work"
 }

@@ -225,8 +225,8 @@ func readPids(t *testing.T, dir string) map[string]int {
 // submitted then was admitted only once day was back and ready.
 func checkKueue(t *testing.T, res *localenv.DemoResult) {
 	t.Helper()
-	if !strings.HasPrefix(res.KueueHeld, "waiting for layout night at ") || !strings.Contains(res.KueueHeld, "(in ") {
-		t.Errorf("by day the training Workload's check said %q, want \"waiting for layout night at HH:MM (in ...)\"", res.KueueHeld)
+	if !strings.HasPrefix(res.KueueHeld, "waiting for layout night: the switch to it starts at ") || !strings.Contains(res.KueueHeld, "(in ") {
+		t.Errorf("by day the training Workload's check said %q, want \"waiting for layout night: the switch to it starts at HH:MM ZONE (in ...)\"", res.KueueHeld)
 	}
 	if res.KueueAdmittedWith != "night nodes ready for work: gpu-night-1" {
 		t.Errorf("the training Workload was first seen admitted with %q, want the night node ready for work", res.KueueAdmittedWith)

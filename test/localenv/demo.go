@@ -62,7 +62,7 @@ type DemoResult struct {
 	Warned []string
 
 	// With Options.Kueue, the training Job goes through Kueue:
-	// KueueHeld is the first "waiting for layout night at ..." message of gpupool's check
+	// KueueHeld is the first "waiting for layout night: the switch to it starts at ..." message of gpupool's check
 	// on its Workload, by day.
 	KueueHeld string
 	// KueueAdmittedWith is the state of the night nodes read just after its Workload was

@@ -294,7 +294,7 @@ func (k *kueueDemo) observe(ctx context.Context, e *Env, p *gpupoolv1.GPUPoolPro
 		if line := st + " " + msg; st != "" && line != k.trainingCheck {
 			say("  kueue: Workload of Job %s: check %s %s: %s", trainingJob, KueueCheck, st, msg)
 			k.trainingCheck = line
-			if st == "Pending" && strings.HasPrefix(msg, "waiting for layout night at ") && res.KueueHeld == "" {
+			if st == "Pending" && strings.HasPrefix(msg, "waiting for layout night: the switch to it starts at ") && res.KueueHeld == "" {
 				res.KueueHeld = msg
 			}
 		}

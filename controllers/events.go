@@ -194,3 +194,25 @@ func names(items []string, noun string) string {
 	}
 	return fmt.Sprintf("%d %s (%s)", len(items), noun, list)
 }
+
+// announceNextInfeasible records a Warning event when the next scheduled switch's layout
+// cannot be reached from what gpupool observes now (its status.plan has problems): the
+// pool is Ready on its current layout until the switch starts, so without it a person
+// learns of a typo in the other layout only when the switch stalls. Once per next switch
+// and set of problems.
+func (r *GPUPoolProfileReconciler) announceNextInfeasible(before, after *gpupoolv1.GPUPoolProfile) {
+	pv := after.Status.Plan
+	if pv == nil || pv.For != gpupoolv1.PlanForNext || len(pv.Problems) == 0 {
+		return
+	}
+	if was := before.Status.Plan; was != nil && was.For == pv.For && was.Layout == pv.Layout &&
+		was.At.Equal(pv.At) && slices.Equal(was.Problems, pv.Problems) {
+		return
+	}
+	when := "its next switch"
+	if pv.At != nil {
+		when = "the switch at " + clockTime(after, pv.At.Time, r.Clock.Now())
+	}
+	r.emit(after, corev1.EventTypeWarning, "NextLayoutInfeasible", "layout %s cannot be reached by %s from what gpupool sees now: %s; fix it before then (kubectl gpupool plan %s), or the switch will stall",
+		pv.Layout, when, strings.Join(pv.Problems, "; "), after.Name)
+}

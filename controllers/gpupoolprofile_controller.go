@@ -203,6 +203,7 @@ func (r *GPUPoolProfileReconciler) untilBoundary(s *scope) time.Duration {
 // another reason: events are how a person watching the cluster learns that they must act.
 func (r *GPUPoolProfileReconciler) announce(before, after *gpupoolv1.GPUPoolProfile) {
 	r.announceDemand(before, after)
+	r.announceNextInfeasible(before, after)
 	now := findCondition(after, gpupoolv1.ConditionStalled)
 	if now == nil || now.Status != metav1.ConditionTrue {
 		return

@@ -1,8 +1,11 @@
 package controllers
 
 import (
+	"strings"
+
 	"encoding/json"
 	"fmt"
+	"github.com/gpupool/gpupool/internal/testworld"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -156,4 +159,44 @@ func TestNewPoolWithoutVCenterIsReconciling(t *testing.T) {
 	p = h.converge(pool.Name, "day", 30)
 	condIs(t, p, gpupoolv1.ConditionReady, metav1.ConditionTrue)
 	condIs(t, p, gpupoolv1.ConditionReconciling, metav1.ConditionFalse)
+}
+
+// TestNextLayoutInfeasibleIsAnnouncedAhead: a typo in the layout of the next switch shows
+// before the switch: a Warning event naming the layout, the switch's time and the problem,
+// once (not again on every pass), and again when the problems change.
+func TestNextLayoutInfeasibleIsAnnouncedAhead(t *testing.T) {
+	h := newHarness(t, "nxi-")
+	pool := h.dayNight()
+	night := testworld.Layout(pool, "night")
+	night.Workers = append(night.Workers, gpupoolv1.Worker{VM: h.prefix + "nihgt-1", Profile: night.Workers[0].Profile})
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	p := h.converge(pool.Name, "day", 30)
+	condIs(t, p, gpupoolv1.ConditionReady, metav1.ConditionTrue)
+	warned := func() []string {
+		var out []string
+		for _, e := range h.events() {
+			if strings.Contains(e, "NextLayoutInfeasible") {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	got := warned()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning") || !strings.Contains(got[0], "layout night cannot be reached by the switch at 19:50 CET") ||
+		!strings.Contains(got[0], h.prefix+"nihgt-1") || !strings.Contains(got[0], "did you mean "+h.prefix+"night-1") {
+		t.Fatalf("NextLayoutInfeasible events %q, want one Warning naming night, 19:50 and the VM", got)
+	}
+	h.reconcile(pool.Name)
+	if got := warned(); len(got) != 0 {
+		t.Fatalf("warned again with nothing changed: %q", got)
+	}
+	// Another problem is news.
+	p = h.get(pool.Name)
+	testworld.Layout(p, "night").Workers[1].VM = h.prefix + "ghost"
+	h.must(k8s.Update(h.ctx, p))
+	h.reconcile(pool.Name)
+	if got := warned(); len(got) != 1 || !strings.Contains(got[0], h.prefix+"ghost") {
+		t.Fatalf("after the problem changed: %q, want one new warning", got)
+	}
 }

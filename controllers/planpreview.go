@@ -18,7 +18,9 @@ const (
 	previewMaxStepsPerHost = 8   // and per host
 	previewMaxHosts        = 16  // hosts listed
 	previewMaxProblems     = 8   // problems listed
-	previewMaxReason       = 120 // characters of a step's reason or a problem
+	previewMaxReason       = 120 // characters of a step's reason
+	// A problem says what to fix and how: cut it only where it would bloat the object.
+	previewMaxProblem = 512
 )
 
 // publishPlan puts a preview of the plan the pass built into status.plan. When there is
@@ -68,7 +70,7 @@ func previewOf(p *plan.Plan, kind gpupoolv1.PlanFor, at *metav1.Time, generation
 			pv.Truncated = fmt.Sprintf("+%d more problems", len(p.Problems)-i)
 			break
 		}
-		pv.Problems = append(pv.Problems, short(pr.Reason+": "+pr.Message))
+		pv.Problems = append(pv.Problems, truncate(pr.Reason+": "+pr.Message, previewMaxProblem))
 	}
 	shown, hiddenSteps, hiddenHosts := 0, 0, 0
 	for _, hp := range p.Hosts {

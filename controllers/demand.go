@@ -87,6 +87,8 @@ type demandView struct {
 // pool is not changed. kv is the pass's read of Kueue, filled here if not yet read.
 func (r *GPUPoolProfileReconciler) viewDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time, kv *kueueView) (demandView, error) {
 	in := demandInput(pool)
+	var token string
+	in.BudgetSince, token = budgetReset(pool, now)
 	shapes := shapesOf(pool)
 	who, err := r.demandScopeOf(ctx, pool)
 	if err != nil {
@@ -117,10 +119,41 @@ func (r *GPUPoolProfileReconciler) viewDemand(ctx context.Context, pool *gpupool
 		return demandView{}, err
 	}
 	st := demandStatus(pool, in, dec)
+	st.Budget = budgetStatus(dec.Budget, in.BudgetSince, token)
 	if len(missing) > 0 {
 		st.Message = truncate(strings.Join(append(missing, dec.Message), "; "), maxDemandMessage)
 	}
 	return demandView{in: in, dec: dec, status: st, missing: missing}, nil
+}
+
+// budgetReset is since when the switch budget counts and the reset token: an admin's
+// new gpupool.dev/reset-demand-budget value resets it now (gpupool's clock; the value is
+// never read as a time), otherwise the last reset in status stands.
+func budgetReset(pool *gpupoolv1.GPUPoolProfile, now time.Time) (time.Time, string) {
+	var b *gpupoolv1.DemandBudget
+	if pool.Status.Demand != nil {
+		b = pool.Status.Demand.Budget
+	}
+	ann := truncate(pool.Annotations[gpupoolv1.AnnotationResetDemandBudget], 256)
+	if ann != "" && (b == nil || b.ResetToken != ann) {
+		return now, ann
+	}
+	if b != nil && b.ResetTime != nil {
+		return b.ResetTime.Time, b.ResetToken
+	}
+	return time.Time{}, ""
+}
+
+// budgetStatus is status.demand.budget.
+func budgetStatus(b plan.DemandBudget, since time.Time, token string) *gpupoolv1.DemandBudget {
+	out := &gpupoolv1.DemandBudget{Used: int32(b.Used), Max: int32(b.Max), ResetToken: token}
+	if !b.FreeAt.IsZero() {
+		out.NextAt = &metav1.Time{Time: b.FreeAt}
+	}
+	if !since.IsZero() {
+		out.ResetTime = &metav1.Time{Time: since}
+	}
+	return out
 }
 
 // noDemandSeen is a source whose demand could not be read and counts as none: Kueue's

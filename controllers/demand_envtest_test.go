@@ -211,3 +211,43 @@ func TestDemandSwitchIsWarnedAhead(t *testing.T) {
 		t.Fatalf("at the announced start: desired %s (%s), transition %+v", p.Status.DesiredLayout, p.Status.DesiredReason, p.Status.Transition)
 	}
 }
+
+// TestDemandBudgetShownAndReset: a spent switch budget holds demand back and shows in
+// status.demand.budget with when it frees up; an admin's new
+// gpupool.dev/reset-demand-budget value resets it on gpupool's clock, and demand acts.
+func TestDemandBudgetShownAndReset(t *testing.T) {
+	h := newHarness(t, "dbr-")
+	pool := h.demandPool()
+	pool.Spec.Demand.MaxSwitchesPerDay = ptr.To(int32(2))
+	h.dayPastDwell(pool) // two switches: night, then day
+	h.gpuPod("train-1", "", true, nil)
+	h.reconcile(pool.Name)
+	h.clock.Step(2 * time.Minute)
+	h.reconcile(pool.Name)
+	p := h.get(pool.Name)
+	b := p.Status.Demand.Budget
+	if p.Status.DesiredLayout != "day" || b == nil || b.Used != 2 || b.Max != 2 || b.NextAt == nil || !strings.Contains(p.Status.Demand.Message, "switch budget spent") {
+		t.Fatalf("with the budget spent: desired %s, budget %+v, message %q", p.Status.DesiredLayout, b, p.Status.Demand.Message)
+	}
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[gpupoolv1.AnnotationResetDemandBudget] = "after the maintenance"
+	h.must(k8s.Update(h.ctx, p))
+	h.reconcile(pool.Name)
+	p = h.get(pool.Name)
+	b = p.Status.Demand.Budget
+	if b == nil || b.ResetToken != "after the maintenance" || b.ResetTime == nil || !b.ResetTime.Time.Equal(h.clock.Now()) {
+		t.Fatalf("after the reset: budget %+v, want reset now on gpupool's clock", b)
+	}
+	if p.Status.DesiredLayout != "night" || p.Status.DesiredReason != gpupoolv1.DesiredByDemand || b.Used != 0 {
+		t.Fatalf("after the reset: desired %s (%s), budget %+v; want night by demand, nothing counted yet", p.Status.DesiredLayout, p.Status.DesiredReason, b)
+	}
+	// The same value again resets nothing; the demand switch now counts.
+	at := b.ResetTime.Time
+	h.clock.Step(time.Minute)
+	h.reconcile(pool.Name)
+	if b := h.get(pool.Name).Status.Demand.Budget; b == nil || !b.ResetTime.Time.Equal(at) || b.Used != 1 {
+		t.Fatalf("an unchanged annotation: budget %+v, want the reset kept and the demand switch counted", b)
+	}
+}

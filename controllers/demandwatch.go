@@ -149,14 +149,17 @@ func demandChanged(pool *gpupoolv1.GPUPoolProfile, v demandView) bool {
 	return demandKey(pool.Status.Demand) != demandKey(v.status)
 }
 
-// demandKey is what of status.demand a pass acts on: the announced switch and which
-// layouts' pending and idle timers run (not since when: they are only ever started from
+// demandKey is what of status.demand a pass acts on: the announced switch, the budget's
+// last reset, and which layouts' pending and idle timers run (not since when: they are only ever started from
 // the status they are compared with).
 func demandKey(ds *gpupoolv1.DemandStatus) string {
 	if ds == nil {
 		return ""
 	}
 	var k []string
+	if b := ds.Budget; b != nil && b.ResetToken != "" {
+		k = append(k, "reset="+b.ResetToken)
+	}
 	if sw := ds.Switch; sw != nil {
 		k = append(k, "switch="+sw.Layout+"@"+sw.At.UTC().Format(time.RFC3339))
 	}

@@ -75,8 +75,10 @@ type DemandPolicy struct {
 	Cooldown *metav1.Duration `json:"cooldown,omitempty"`
 
 	// MaxSwitchesPerDay is the switch budget: demand starts no switch when this many
-	// switches, of any reason, started in the last 24 hours. At most 8, because
-	// status.history, from which the budget is counted, keeps 10.
+	// scheduled or demand switches started in the last 24 hours (overrides, a person's
+	// own decision, do not count; gpupool.dev/reset-demand-budget resets it; the count is
+	// in status.demand.budget). At most 8, because status.history, from which the budget
+	// is counted, keeps 10.
 	// +kubebuilder:default=4
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=8
@@ -177,12 +179,36 @@ type DemandStatus struct {
 	// to run out before it starts.
 	// +optional
 	Switch *DemandSwitch `json:"switch,omitempty"`
+	// Budget is the switch budget (spec.demand.maxSwitchesPerDay) as demand counted it.
+	// +optional
+	Budget *DemandBudget `json:"budget,omitempty"`
 	// Layouts is the demand for each layout of the pool.
 	// +optional
 	// +listType=map
 	// +listMapKey=layout
 	// +kubebuilder:validation:MaxItems=16
 	Layouts []LayoutDemand `json:"layouts,omitempty"`
+}
+
+// DemandBudget is the switch budget: how many switches count toward
+// maxSwitchesPerDay, and since when, after an admin's reset.
+type DemandBudget struct {
+	// Used is how many switches count: started in the last 24 hours (after the last
+	// reset), scheduled or demanded. Overrides do not count.
+	Used int32 `json:"used"`
+	// Max is spec.demand.maxSwitchesPerDay.
+	Max int32 `json:"max"`
+	// NextAt is, while the budget is spent, when one more switch is allowed.
+	// +optional
+	NextAt *metav1.Time `json:"nextAt,omitempty"`
+	// ResetTime is when gpupool saw the pool's gpupool.dev/reset-demand-budget
+	// annotation change (gpupool's clock): switches before it do not count.
+	// +optional
+	ResetTime *metav1.Time `json:"resetTime,omitempty"`
+	// ResetToken is the annotation's value at that reset, to see the next change.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	ResetToken string `json:"resetToken,omitempty"`
 }
 
 // DemandSwitch is a demand switch announced ahead.

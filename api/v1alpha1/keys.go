@@ -110,6 +110,12 @@ const (
 	// drain.timeout; then drain.onTimeout applies. Set by users on their pods; read by
 	// the controller's drain, its pod watch and its demand reader.
 	AnnotationDoNotDisrupt = KeyPrefix + "/do-not-disrupt"
+
+	// AnnotationResetDemandBudget on a pool resets demand's switch budget: when its value
+	// changes (any value, such as the time it was set; it is never read as a time),
+	// switches that started before gpupool saw the change no longer count toward
+	// maxSwitchesPerDay. kubectl gpupool reset-budget sets it.
+	AnnotationResetDemandBudget = KeyPrefix + "/reset-demand-budget"
 )
 
 // Keys on gpupool's own objects, Cluster API machines and Kueue objects.

@@ -32,6 +32,16 @@ func describeDemand(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool, sc sc
 	if ds.Message != "" {
 		fmt.Fprintf(out, "  %s\n", clip(sc.text(ds.Message), wide, 240))
 	}
+	if b := ds.Budget; b != nil {
+		line := fmt.Sprintf("  Switch budget: %d of %d switches in 24h (scheduled and demand; overrides do not count)", b.Used, b.Max)
+		if b.NextAt != nil {
+			line += ", spent until " + sc.at(b.NextAt.Time) + " (kubectl gpupool reset-budget " + p.Name + " resets it)"
+		}
+		if b.ResetTime != nil {
+			line += ", reset at " + sc.at(b.ResetTime.Time)
+		}
+		fmt.Fprintln(out, line)
+	}
 	if sw := ds.Switch; sw != nil {
 		fmt.Fprintf(out, "  Announced: switch to %s at %s: %s\n", sw.Layout, sc.at(sw.At.Time), clip(sc.text(sw.Message), wide, 160))
 	}

@@ -29,6 +29,7 @@ func TestDescribeDemand(t *testing.T) {
 				Reason: gpupoolv1.DesiredByDemand, Cause: "demand: brings layout night in (demand.rules[0]): 1 pods pending for it request 2 GPUs since ... (pod ml/train-1)"},
 			Demand: &gpupoolv1.DemandStatus{
 				Message: "demand switches to layout night: brings layout night in",
+				Budget:  &gpupoolv1.DemandBudget{Used: 4, Max: 4, NextAt: &since},
 				Layouts: []gpupoolv1.LayoutDemand{
 					{Layout: "day", RunningGPUs: 3},
 					{Layout: "night", PendingPods: 1, PendingGPUs: 2, Pods: []string{"pod ml/train-1"}, PendingSince: &since, Evictions: 3, DoNotDisrupt: 1},
@@ -47,6 +48,7 @@ func TestDescribeDemand(t *testing.T) {
 		"Wanted:", "night (demand: brings layout night in", "pod ml/train-1)",
 		"Demand:", "demand switches to layout night",
 		"night", "1 pods, 2 GPUs", "pending for 7m", "3 GPU pods, 1 do-not-disrupt",
+		"Switch budget: 4 of 4 switches in 24h", "kubectl gpupool reset-budget lab resets it",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output does not say %q:\n%s", want, got)

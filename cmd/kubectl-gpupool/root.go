@@ -66,7 +66,7 @@ gpupool-viewer); switch, resume, pause and unpause need patch (gpupool-editor).`
 	a.config.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().StringVar(&a.tz, "tz", "", "IANA time zone to show every time in, such as Europe/Berlin (default: the pool's schedule.timeZone; the local zone for pools of several zones)")
 	root.AddCommand(a.statusCommand(), a.planCommand(), a.switchCommand(), a.resumeCommand(),
-		a.pauseCommand(true), a.pauseCommand(false), a.historyCommand(), a.timelineCommand(), a.versionCommand())
+		a.pauseCommand(true), a.pauseCommand(false), a.resetBudgetCommand(), a.historyCommand(), a.timelineCommand(), a.versionCommand())
 	return root
 }
 

@@ -105,6 +105,18 @@ type DemandInput struct {
 	Switches []PastSwitch
 	// WarnAhead is how long a demand switch that evicts pods is announced ahead.
 	WarnAhead time.Duration
+	// BudgetSince is when an admin last reset the switch budget (zero: never): switches
+	// that started before it do not count.
+	BudgetSince time.Time
+}
+
+// DemandBudget is the switch budget (maxSwitchesPerDay) as Decide counted it.
+type DemandBudget struct {
+	// Used is how many switches count: started in the last 24 hours (and since
+	// BudgetSince), scheduled or demanded; overrides do not count.
+	Used, Max int
+	// FreeAt is when one more switch is allowed; zero while the budget is not spent.
+	FreeAt time.Time
 }
 
 // DemandDecision is Desired's answer with demand applied.
@@ -117,6 +129,8 @@ type DemandDecision struct {
 	// Recheck is the next instant at which a timer or a guard runs out, zero if none:
 	// the answer may change then without anything else changing.
 	Recheck time.Time
+	// Budget is the switch budget now.
+	Budget DemandBudget
 }
 
 // Decide returns the layout the pool should have at now, with demand applied within its
@@ -165,6 +179,11 @@ func Decide(spec *gpupoolv1.GPUPoolProfileSpec, now time.Time, in *DemandInput) 
 	out.Timers = r.timers
 	out.Message = strings.Join(r.notes, "; ")
 	out.Recheck = r.recheck
+	n, free := r.budget()
+	out.Budget = DemandBudget{Used: n, Max: p.maxSwitches}
+	if n >= p.maxSwitches {
+		out.Budget.FreeAt = free
+	}
 	return out, nil
 }
 

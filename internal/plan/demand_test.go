@@ -82,7 +82,24 @@ func TestDecide(t *testing.T) {
 		name: "the switch budget holds demand back", spec: demandSpec(bringNight), now: at(15, 0),
 		in: DemandInput{Active: "day", Observed: pending(2), Timers: DemandTimers{PendingSince: map[string]time.Time{"night": at(14, 0)}},
 			Switches: []PastSwitch{{To: "day", Start: at(1, 0)}, {To: "night", Start: at(2, 0)}, {To: "day", Start: at(3, 0)}, {To: "day", Start: at(4, 0), End: at(4, 10)}}},
-		layout: "day", reason: gpupoolv1.DesiredByDefault, message: "switch budget spent: 4 switches",
+		layout: "day", reason: gpupoolv1.DesiredByDefault, message: "switch budget spent: 4 scheduled and demand switches",
+	}, {
+		name: "overrides do not spend the switch budget", spec: demandSpec(bringNight), now: at(15, 0),
+		in: DemandInput{Active: "day", Observed: pending(2), Timers: DemandTimers{PendingSince: map[string]time.Time{"night": at(14, 0)}},
+			Switches: []PastSwitch{{To: "day", Start: at(1, 0), Reason: gpupoolv1.DesiredByOverride}, {To: "night", Start: at(2, 0), Reason: gpupoolv1.DesiredByOverride},
+				{To: "day", Start: at(3, 0), Reason: gpupoolv1.DesiredByOverride}, {To: "day", Start: at(4, 0), End: at(4, 10)}}},
+		layout: "night", reason: gpupoolv1.DesiredByDemand,
+	}, {
+		name: "an admin's reset forgets the switches before it", spec: demandSpec(bringNight), now: at(15, 0),
+		in: DemandInput{Active: "day", Observed: pending(2), Timers: DemandTimers{PendingSince: map[string]time.Time{"night": at(14, 0)}},
+			Switches:    []PastSwitch{{To: "day", Start: at(1, 0)}, {To: "night", Start: at(2, 0)}, {To: "day", Start: at(3, 0)}, {To: "day", Start: at(4, 0), End: at(4, 10)}},
+			BudgetSince: at(3, 30)},
+		layout: "night", reason: gpupoolv1.DesiredByDemand,
+	}, {
+		name: "a pending layout's wait says the budget is spent", spec: demandSpec(bringNight), now: at(15, 0),
+		in: DemandInput{Active: "day", Observed: pending(2), Timers: DemandTimers{PendingSince: map[string]time.Time{"night": at(14, 58)}},
+			Switches: []PastSwitch{{To: "day", Start: at(1, 0)}, {To: "night", Start: at(2, 0)}, {To: "day", Start: at(3, 0)}, {To: "day", Start: at(4, 0), End: at(4, 10)}}},
+		layout: "day", reason: gpupoolv1.DesiredByDefault, message: "but the switch budget is spent until",
 	}, {
 		name: "do-not-disrupt holds demand back", spec: demandSpec(bringNight), now: at(15, 0),
 		in: DemandInput{Active: "day", Observed: map[string]LayoutDemand{"night": {PendingGPUs: 2, DoNotDisrupt: []string{"pod a/serve"}, Evictions: 1}},
@@ -245,5 +262,25 @@ func TestDecideTimers(t *testing.T) {
 	d4, _ := Decide(demandSpec(afternoon), now, &DemandInput{Active: "day", Observed: map[string]LayoutDemand{"night": {PendingGPUs: 2}}})
 	if want := now.Add(time.Hour); !d4.Recheck.Equal(want) {
 		t.Fatalf("outside the window: recheck %s, want the window's start %s", d4.Recheck, want)
+	}
+}
+
+// TestDecideReportsTheBudget: the budget Decide counted is what status shows: used and
+// max, and while spent, when the next switch is allowed.
+func TestDecideReportsTheBudget(t *testing.T) {
+	at := func(h, m int) time.Time { return time.Date(2026, 12, 7, h, m, 0, 0, time.UTC) }
+	spec := demandSpec(bringNight)
+	in := &DemandInput{Active: "day", Observed: map[string]LayoutDemand{}, Timers: DemandTimers{PendingSince: map[string]time.Time{}, IdleSince: map[string]time.Time{}},
+		Switches: []PastSwitch{{To: "day", Start: at(1, 0)}, {To: "night", Start: at(2, 0), Reason: gpupoolv1.DesiredByOverride}}}
+	d, err := Decide(spec, at(15, 0), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Budget != (DemandBudget{Used: 1, Max: 4}) {
+		t.Fatalf("budget %+v, want 1 of 4 used (the override does not count), none spent", d.Budget)
+	}
+	in.Switches = append(in.Switches, PastSwitch{To: "day", Start: at(3, 0)}, PastSwitch{To: "night", Start: at(4, 0)}, PastSwitch{To: "day", Start: at(5, 0)})
+	if d, _ = Decide(spec, at(15, 0), in); d.Budget.Used != 4 || !d.Budget.FreeAt.Equal(at(1, 0).Add(24*time.Hour)) {
+		t.Fatalf("budget %+v, want 4 used, free again 24h after the oldest", d.Budget)
 	}
 }

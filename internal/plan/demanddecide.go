@@ -230,8 +230,12 @@ func (r *demandRun) candidate(cur string) *demandMove {
 				o.PendingGPUs, ru.index, r.format(until), shortDuration(r.policy.minDwell))
 		case !r.heldFor(r.timers.PendingSince, ru.layout, ru.hold):
 			since := r.timers.PendingSince[ru.layout]
-			r.waits(ru.layout, "%d GPUs pending since %s, demand acts at %s (for %s)", o.PendingGPUs,
+			msg := fmt.Sprintf("%d GPUs pending since %s, demand acts at %s (for %s)", o.PendingGPUs,
 				r.format(since), r.format(since.Add(ru.hold)), shortDuration(ru.hold))
+			if n, free := r.budget(); n >= r.policy.maxSwitches {
+				msg += fmt.Sprintf(", but the switch budget is spent until %s (%d switches in 24h, maxSwitchesPerDay %d)", r.format(free), n, r.policy.maxSwitches)
+			}
+			r.waits(ru.layout, "%s", msg)
 		case best == nil || o.PendingGPUs > bestGPUs:
 			best, bestGPUs = &demandMove{layout: ru.layout, action: ru.action, rule: ru,
 				why: fmt.Sprintf("brings layout %s in (demand.rules[%d]): %d pods pending for it request %d GPUs since %s (%s)",
@@ -289,7 +293,7 @@ func (r *demandRun) guards(mv *demandMove) string {
 	}
 	if n, free := r.budget(); n >= p.maxSwitches {
 		r.wakeAt(free)
-		return fmt.Sprintf("switch budget spent: %d switches started in the last 24h (maxSwitchesPerDay %d); the next may start at %s",
+		return fmt.Sprintf("switch budget spent: %d scheduled and demand switches started in the last 24h (maxSwitchesPerDay %d; overrides do not count); the next may start at %s (or reset it: kubectl gpupool reset-budget)",
 			n, p.maxSwitches, r.format(free))
 	}
 	o := r.in.Observed[mv.layout]
@@ -398,12 +402,15 @@ func (r *demandRun) lastStart() time.Time {
 	return last
 }
 
-// budget counts the switches that started in the last 24 hours and returns when one
-// more will be allowed (the instant enough of them are older than 24 hours).
+// budget counts the switches that started in the last 24 hours (and not before an
+// admin's reset) and returns when one more will be allowed (the instant enough of them
+// are older than 24 hours). Overrides do not count: they are a person's own decision,
+// and trying one must not silence demand for a day; the schedule's switches and
+// demand's own do.
 func (r *demandRun) budget() (int, time.Time) {
 	var starts []time.Time
 	for _, s := range r.switches {
-		if s.Start.After(r.now.Add(-budgetPeriod)) {
+		if s.Reason != gpupoolv1.DesiredByOverride && s.Start.After(r.now.Add(-budgetPeriod)) && !s.Start.Before(r.in.BudgetSince) {
 			starts = append(starts, s.Start)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -198,5 +199,35 @@ func TestNewPoolBeforeTheOperator(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("status lists %s without READY Unknown", w.name)
+	}
+}
+
+// TestResetBudget: reset-budget sets a new gpupool.dev/reset-demand-budget value each
+// time, as an editor; a pool without spec.demand has no budget to reset; a viewer may not.
+func TestResetBudget(t *testing.T) {
+	w := newWorld(t, "rb-")
+	p := w.pool()
+	p.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{},
+		Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn}}}
+	w.create(p)
+	w.ok("editor", "", []string{"reset-budget", w.name}, "switch budget reset")
+	first := w.get().Annotations[gpupoolv1.AnnotationResetDemandBudget]
+	if first == "" {
+		t.Fatal("reset-budget set no annotation")
+	}
+	w.ok("editor", "", []string{"reset-budget", w.name}, "switch budget reset")
+	if again := w.get().Annotations[gpupoolv1.AnnotationResetDemandBudget]; again == first {
+		t.Fatalf("a second reset kept the value %q: gpupool would not see it", again)
+	}
+	if _, err := w.run("viewer", "", "reset-budget", w.name); err == nil {
+		t.Error("a viewer reset the budget")
+	}
+	cur := w.get()
+	cur.Spec.Demand = nil
+	if err := admin.Update(w.ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.run("editor", "", "reset-budget", w.name); err == nil || !strings.Contains(err.Error(), "no spec.demand") {
+		t.Errorf("reset-budget of a pool without demand: %v", err)
 	}
 }

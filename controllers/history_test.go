@@ -1,17 +1,16 @@
 package controllers
 
 import (
-	"strings"
-
 	"encoding/json"
 	"fmt"
-	"github.com/gpupool/gpupool/internal/testworld"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/testworld"
 )
 
 func condIs(t *testing.T, p *gpupoolv1.GPUPoolProfile, typ string, want metav1.ConditionStatus) *metav1.Condition {

@@ -300,3 +300,41 @@ func TestDemandWatchCoalescesABurst(t *testing.T) {
 		t.Fatalf("%d more rechecks queued: the burst of 100 events must be one", n)
 	}
 }
+
+// TestDemandInputChanged: the demand watch looks again after the pool writes that may
+// change demand's decision, not after every status write of a transition.
+func TestDemandInputChanged(t *testing.T) {
+	pr := demandInputChanged()
+	base := demandTestPool()
+	for _, tc := range []struct {
+		name   string
+		change func(*gpupoolv1.GPUPoolProfile)
+		want   bool
+	}{
+		{"progress and conditions", func(p *gpupoolv1.GPUPoolProfile) {
+			p.Status.Progress = "3/5"
+			setCond(p, gpupoolv1.ConditionReady, false, ReasonTransitioning, "on its way")
+		}, false},
+		{"the plan preview", func(p *gpupoolv1.GPUPoolProfile) { p.Status.Plan = &gpupoolv1.PlanPreview{Layout: "night"} }, false},
+		{"the spec", func(p *gpupoolv1.GPUPoolProfile) { p.Generation++ }, true},
+		{"the budget reset annotation", func(p *gpupoolv1.GPUPoolProfile) {
+			p.Annotations = map[string]string{gpupoolv1.AnnotationResetDemandBudget: "now"}
+		}, true},
+		{"the layout wanted", func(p *gpupoolv1.GPUPoolProfile) { p.Status.DesiredLayout = "night" }, true},
+		{"a demand timer", func(p *gpupoolv1.GPUPoolProfile) {
+			p.Status.Demand = &gpupoolv1.DemandStatus{Layouts: []gpupoolv1.LayoutDemand{{Layout: "night", PendingSince: &metav1.Time{}}}}
+		}, true},
+		{"a transition starts", func(p *gpupoolv1.GPUPoolProfile) { p.Status.Transition = &gpupoolv1.TransitionStatus{To: "night"} }, true},
+		{"the history", func(p *gpupoolv1.GPUPoolProfile) {
+			p.Status.History = append(p.Status.History, gpupoolv1.TransitionRecord{To: "night"})
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := base.DeepCopy()
+			tc.change(n)
+			if got := pr.Update(event.UpdateEvent{ObjectOld: base, ObjectNew: n}); got != tc.want {
+				t.Errorf("looks again: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

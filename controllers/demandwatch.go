@@ -2,11 +2,14 @@ package controllers
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -16,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -49,7 +53,7 @@ func newDemandWatch(r *GPUPoolProfileReconciler) *demandWatch {
 func (dw *demandWatch) setup(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("gpupool-demand").
-		For(&gpupoolv1.GPUPoolProfile{}).
+		For(&gpupoolv1.GPUPoolProfile{}, builder.WithPredicates(demandInputChanged())).
 		Watches(&corev1.Pod{}, dw.podHandler(), builder.WithPredicates(demandPodChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
 		Complete(dw)
@@ -93,13 +97,31 @@ func (r *GPUPoolProfileReconciler) demandPools(ctx context.Context, p *corev1.Po
 		if pool.Spec.Demand == nil || pool.Spec.Paused {
 			continue
 		}
-		who, err := r.demandScopeOf(ctx, pool)
-		if err != nil || !who.wakes(p) {
+		if !r.wakes(ctx, pool, p) {
 			continue
 		}
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: pool.Name}})
 	}
 	return reqs
+}
+
+// wakes says whether an event of the pod may change the pool's demand: the pod asks for
+// the pool's GPU resource, its namespace is selected (its labels read from the cache, by
+// name: one namespace, not all of them, per event) and the pod selector matches.
+func (r *GPUPoolProfileReconciler) wakes(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, p *corev1.Pod) bool {
+	d := pool.Spec.Demand
+	if d == nil || d.NamespaceSelector == nil || podGPUs(p, gpuResourceOf(pool)) == 0 {
+		return false
+	}
+	var ns metav1.PartialObjectMetadata
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if !emptySelector(d.NamespaceSelector) {
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: p.Namespace}, &ns); err != nil {
+			return false
+		}
+	}
+	who, err := scopeOf(pool, []metav1.PartialObjectMetadata{ns})
+	return err == nil && who.wakes(p)
 }
 
 // Reconcile decides the pool's demand from the caches and wakes the pool when the
@@ -173,4 +195,25 @@ func demandKey(ds *gpupoolv1.DemandStatus) string {
 	}
 	slices.Sort(k)
 	return strings.Join(k, ";")
+}
+
+// demandInputChanged lets through the pool events that may change demand's decision or
+// the status it is compared with: a spec change (generation), an annotation (the budget
+// reset), and the status fields demand reads or writes. The pass's other status writes
+// (progress, conditions, plan) wake nothing here.
+func demandInputChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*gpupoolv1.GPUPoolProfile)
+			n, ok2 := e.ObjectNew.(*gpupoolv1.GPUPoolProfile)
+			if !ok1 || !ok2 {
+				return true
+			}
+			os, ns := &o.Status, &n.Status
+			return o.Generation != n.Generation || !maps.Equal(o.Annotations, n.Annotations) ||
+				os.ActiveLayout != ns.ActiveLayout || os.DesiredLayout != ns.DesiredLayout || os.DesiredReason != ns.DesiredReason ||
+				!equality.Semantic.DeepEqual(os.Demand, ns.Demand) || !equality.Semantic.DeepEqual(os.Transition, ns.Transition) ||
+				len(os.History) != len(ns.History) || !equality.Semantic.DeepEqual(os.History, ns.History)
+		},
+	}
 }

@@ -36,9 +36,9 @@ const demandCoalesce = 3 * time.Second
 // at most one per pool per demandCoalesce, and no vCenter call. status.demand's counts
 // are refreshed by the passes (at least every resyncPeriod).
 //
-// It is a controller of its own, keyed by pool: it also looks again after every write of
-// the pool (status included), so that a decision made from an older status is never the
-// last word.
+// It is a controller of its own, keyed by pool: it also looks again after the pool's
+// writes that demand reads (demandInputChanged), status included, so that a decision
+// made from an older status is never the last word.
 type demandWatch struct {
 	r *GPUPoolProfileReconciler
 	// wake hands a pool to the pool controller's queue.

@@ -133,7 +133,7 @@ func (r *GPUPoolProfileReconciler) syncKueue(ctx context.Context, s *scope) time
 	var again time.Duration
 	next, err := r.syncQuota(ctx, pool, s.now)
 	if err == nil {
-		err = r.syncChecks(ctx, pool, s.now)
+		err = r.syncChecks(ctx, pool, s.now, &s.workloads)
 	}
 	if err != nil {
 		logger.Error(err, "kueue: syncing quota and admission checks")
@@ -318,13 +318,13 @@ type heldWorkload struct {
 // heldWorkloads lists the Workloads whose gpupool check concerns the pool: quota is
 // reserved (status.admission) on at least one of the pool's flavors, not yet admitted
 // or finished.
-func (r *GPUPoolProfileReconciler) heldWorkloads(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, checks map[string]bool) ([]heldWorkload, error) {
+func (r *GPUPoolProfileReconciler) heldWorkloads(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, checks map[string]bool, pass *passWorkloads) ([]heldWorkload, error) {
 	if len(checks) == 0 {
 		return nil, nil
 	}
-	wls := kueueList(kueueWorkload)
-	if err := r.Client.List(ctx, wls); err != nil {
-		return nil, fmt.Errorf("listing Workloads: %w", err)
+	wls, err := pass.list(ctx, r.Client)
+	if err != nil {
+		return nil, err
 	}
 	layoutOf := map[string]string{}
 	for _, f := range pool.Spec.Kueue.Flavors {
@@ -396,12 +396,12 @@ func conditionTrue(u *unstructured.Unstructured, typ string) bool {
 // syncChecks marks gpupool's AdmissionChecks active and sets, on every Workload that
 // reserved one of the pool's flavors, gpupool's check: Ready when the flavors' layouts are
 // ready for work, else Pending with when the layout comes.
-func (r *GPUPoolProfileReconciler) syncChecks(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time) error {
+func (r *GPUPoolProfileReconciler) syncChecks(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time, wls *passWorkloads) error {
 	checks, err := r.gpupoolChecks(ctx, true)
 	if err != nil {
 		return err
 	}
-	held, err := r.heldWorkloads(ctx, pool, checks)
+	held, err := r.heldWorkloads(ctx, pool, checks, wls)
 	if err != nil {
 		return err
 	}
@@ -527,6 +527,8 @@ func toUnstructured(obj any) (map[string]any, error) {
 type kueueDemand struct {
 	c   *GPUPoolProfileReconciler
 	now time.Time
+	// wls are the pass's Workloads, listed once for demand and the checks.
+	wls *passWorkloads
 }
 
 // kueueNotObserved begins the status.demand message of a pass that could not read Kueue.
@@ -548,7 +550,7 @@ func (kd kueueDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPool
 	if err != nil {
 		return nil, none(err)
 	}
-	held, err := kd.c.heldWorkloads(ctx, pool, checks)
+	held, err := kd.c.heldWorkloads(ctx, pool, checks, kd.wls)
 	if err != nil {
 		return nil, none(err)
 	}

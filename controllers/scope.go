@@ -24,6 +24,8 @@ type scope struct {
 	// demandRecheck is when demand's timers or guards run out next (zero: none), a time
 	// to look again even if nothing else changes.
 	demandRecheck time.Time
+	// workloads are Kueue's Workloads, listed at most once in the pass (passWorkloads).
+	workloads passWorkloads
 	// wanted is the layout the decision wants (nil when the spec does not have it), set
 	// before observe: readiness is judged against it.
 	wanted *gpupoolv1.Layout

@@ -51,12 +51,16 @@ func transformPod(obj any) (any, error) {
 }
 
 // leanPod is the pod as the cache holds it: its identity, labels (a selector may read
-// them), the annotations gpupool reads, owners, deletion; the node it is bound to and
-// what a scheduler matches against a layout (node selector, required node affinity,
-// tolerations); per container only the extended resources it asks for; the emptyDir
-// volumes (by name only); the phase and the PodScheduled condition. Everything else
-// (images, env, probes, container statuses, managedFields) is most of a pod and never
-// read. It is idempotent.
+// them), the annotations gpupool reads, owners, deletion; the node it is bound to and,
+// until it is bound, what a scheduler matches against a layout (node selector, required
+// node affinity, tolerations); per container only the extended resources it asks for;
+// the emptyDir volumes (by name only); the phase and the PodScheduled condition.
+// Everything else (images, env, probes, container statuses, managedFields) is most of a
+// pod and never read. It is idempotent.
+//
+// Note: what is left is mostly corev1.Pod's own struct (about 1.2 KiB, empty): the
+// floor of a cache of every pod (docs/performance.md, "Memory against the cluster's
+// pods").
 func leanPod(p *corev1.Pod) *corev1.Pod {
 	out := &corev1.Pod{
 		TypeMeta: p.TypeMeta,
@@ -66,7 +70,7 @@ func leanPod(p *corev1.Pod) *corev1.Pod {
 			DeletionTimestamp: p.DeletionTimestamp, DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds,
 		},
 		Spec: corev1.PodSpec{
-			NodeName: p.Spec.NodeName, NodeSelector: p.Spec.NodeSelector, Tolerations: p.Spec.Tolerations,
+			NodeName:       p.Spec.NodeName,
 			Containers:     leanContainers(p.Spec.Containers),
 			InitContainers: leanContainers(p.Spec.InitContainers),
 		},
@@ -80,9 +84,14 @@ func leanPod(p *corev1.Pod) *corev1.Pod {
 			out.Annotations[k] = v
 		}
 	}
-	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-		out.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution}}
+	// What a scheduler matches is read of the pods not bound yet only (layoutShapes.serves):
+	// a bound pod's update drops it.
+	if p.Spec.NodeName == "" {
+		out.Spec.NodeSelector, out.Spec.Tolerations = p.Spec.NodeSelector, p.Spec.Tolerations
+		if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+			out.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution}}
+		}
 	}
 	for _, v := range p.Spec.Volumes {
 		if v.EmptyDir != nil {

@@ -197,6 +197,9 @@ func TestLeanPodDrops(t *testing.T) {
 	if !reflect.DeepEqual(l.Annotations, map[string]string{AnnotationDoNotDisrupt: "true"}) {
 		t.Errorf("annotations %v, want only those gpupool reads", l.Annotations)
 	}
+	if b := leanPod(richPod("bound", onNode("node-d1"), tolerating("training"), selecting("workload", "training"))); b.Spec.Tolerations != nil || b.Spec.NodeSelector != nil {
+		t.Errorf("a bound pod keeps what only a scheduler matches: %+v", b.Spec)
+	}
 	if len(leanPod(richPod("plain")).Spec.Containers) != 0 {
 		t.Error("a container without an extended resource is kept")
 	}

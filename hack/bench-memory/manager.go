@@ -86,8 +86,10 @@ func (w *world) measure(ctx context.Context, name, path string, o options) (r ro
 	if err := cmd.Start(); err != nil {
 		return r, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// exited is closed when the manager has exited, with waitErr set.
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	defer func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		select {
@@ -105,9 +107,8 @@ func (w *world) measure(ctx context.Context, name, path string, o options) (r ro
 			break
 		}
 		select {
-		case err := <-exited:
-			exited <- err
-			return r, fmt.Errorf("manager %s exited: %v (log: %s)", name, err, tailFile(logFile.Name()))
+		case <-exited:
+			return r, fmt.Errorf("manager %s exited: %w (log: %s)", name, waitErr, tailFile(logFile.Name()))
 		case <-ctx.Done():
 			return r, ctx.Err()
 		case <-time.After(time.Second):

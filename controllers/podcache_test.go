@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/drain"
@@ -329,5 +330,43 @@ func TestPendingPodsIndexed(t *testing.T) {
 	}
 	if got := names(false, nodes.DefaultGPUResource); len(got) != 7 {
 		t.Errorf("without the index: %v, want the 7 unbound pods", got)
+	}
+}
+
+// TestDemandListsNoClusterPods: a demand pass lists pods only by field (the pending ones,
+// a node's), never the cluster's pods, and the Job it reads comes from the API reader, not
+// the cache (which would start a Job informer of the whole cluster).
+func TestDemandListsNoClusterPods(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = gpupoolv1.AddToScheme(s)
+	objs := []client.Object{&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "sweep", Namespace: "ml"}}}
+	for _, name := range []string{"node-d1", "node-d2", "node-n1"} {
+		objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelPool: "lab", LabelLayout: "day"}}})
+	}
+	stored := withPodIndexes(fake.NewClientBuilder().WithScheme(s).WithObjects(append(objs, stored(leanTable())...)...)).Build()
+	var unselected, cachedJobs int
+	cached := interceptor.NewClient(stored, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			lo := (&client.ListOptions{}).ApplyOptions(opts)
+			if _, ok := list.(*corev1.PodList); ok && lo.FieldSelector == nil {
+				unselected++
+			}
+			return c.List(ctx, list, opts...)
+		},
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*batchv1.Job); ok {
+				cachedJobs++
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	pool := demandTestPool()
+	r := &GPUPoolProfileReconciler{Client: cached, APIReader: stored, podsIndexed: true}
+	if _, err := (podDemand{c: r}).observeDemand(context.Background(), pool, shapesOf(pool)); err != nil {
+		t.Fatal(err)
+	}
+	if unselected > 0 || cachedJobs > 0 {
+		t.Errorf("%d pod list(s) without a field selector, %d Job read(s) through the cache; want none", unselected, cachedJobs)
 	}
 }

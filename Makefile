@@ -118,6 +118,11 @@ bench: controlplane ## Run the benchmarks and print a table (BenchmarkPass: a pa
 	go test -run '^$$' -bench BenchmarkPass -benchmem -benchtime 5x ./controllers/
 
 DEMAND_SEEDS ?= 20
+BENCH_MEMORY_PODS ?= 20000,100000
+.PHONY: bench-memory
+bench-memory: controlplane build ## Measure the manager's RSS and Go heap at 20,000 and 100,000 pods (1 % GPU pods), with and without spec.demand, on a real API server, and print a table (BENCH_MEMORY_FLAGS: more flags, such as -manager before=<old binary>).
+	go run ./hack/bench-memory -pods $(BENCH_MEMORY_PODS) -manager after=$(BIN_DIR)/manager $(BENCH_MEMORY_FLAGS)
+
 .PHONY: bench-demand
 bench-demand: ## Simulate a week of a day/night pool on the pure demand decision, schedule only and with demand, and print a table.
 	go run ./hack/bench-demand -seeds $(DEMAND_SEEDS)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -26,7 +27,7 @@ import (
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get
 
 // maxDemandMessage bounds status.demand.message (the API allows 1024).
 const maxDemandMessage = 1024
@@ -362,22 +363,31 @@ func (ls layoutShapes) serves(layout string, p *corev1.Pod) bool {
 type podDemand struct{ c *GPUPoolProfileReconciler }
 
 func (pd podDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, shapes layoutShapes, who demandScope) (map[string]plan.LayoutDemand, error) {
-	var pods corev1.PodList
-	if err := pd.c.Client.List(ctx, &pods); err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
-	}
 	res := who.gpu
+	pods, err := pd.c.pendingPods(ctx, res)
+	if err != nil {
+		return nil, err
+	}
 	active := pool.Status.ActiveLayout
 	layoutOf, err := pd.nodeLayouts(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
 	drained := drainedBySwitch(pool)
+	// Only the pods on the pool's nodes count as running or evicted: they are listed
+	// node by node (the cache's index), never the cluster's pods.
+	for _, node := range demandNodes(layoutOf, drained) {
+		on, err := pd.c.podsOnNode(ctx, node)
+		if err != nil {
+			return nil, err
+		}
+		pods = append(pods, on...)
+	}
 	kept := keptByEveryOther(pool)
 	obs := map[string]plan.LayoutDemand{}
 	near := map[types.NamespacedName]bool{}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for i := range pods {
+		p := &pods[i]
 		if podFinished(p) {
 			continue
 		}
@@ -430,6 +440,21 @@ func (pd podDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolPr
 	return obs, nil
 }
 
+// demandNodes are the nodes whose pods demand reads, sorted: those serving a layout of
+// the pool and those a switch would drain.
+func demandNodes(layoutOf map[string]string, drained map[string]map[string]bool) []string {
+	set := map[string]bool{}
+	for n := range layoutOf {
+		set[n] = true
+	}
+	for _, ns := range drained {
+		for n := range ns {
+			set[n] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
 // nearCompletion says whether the pod belongs to a Job that has three quarters of its
 // completions (at least two) behind it: evicting it would throw most of a job away.
 func (pd podDemand) nearCompletion(ctx context.Context, p *corev1.Pod, memo map[types.NamespacedName]bool) bool {
@@ -441,9 +466,11 @@ func (pd podDemand) nearCompletion(ctx context.Context, p *corev1.Pod, memo map[
 	if v, ok := memo[key]; ok {
 		return v
 	}
+	// Note: read from the API server, not the cache: a Job informer would hold every
+	// Job of the cluster for the few whose pods a switch would evict.
 	var job batchv1.Job
 	v := false
-	switch err := pd.c.Client.Get(ctx, key, &job); {
+	switch err := pd.c.APIReader.Get(ctx, key, &job); {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		// Note: a Job that cannot be read may be near completion; the protection holds.

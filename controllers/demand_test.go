@@ -23,6 +23,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/plan"
 )
 
 // demandTestPool is a day layout of two 4Q workers and a night layout of one 16Q worker
@@ -121,12 +122,20 @@ func TestPodDemand(t *testing.T) {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = gpupoolv1.AddToScheme(s)
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(append(pods, job)...).Build()
-	pool := demandTestPool()
-	obs, err := podDemand{c: &GPUPoolProfileReconciler{Client: c}}.observeDemand(context.Background(), pool, shapesOf(pool), demandScope{all: true, gpu: nodes.DefaultGPUResource})
-	if err != nil {
-		t.Fatal(err)
+	c := withPodIndexes(fake.NewClientBuilder().WithScheme(s).WithObjects(append(pods, job)...)).Build()
+	// Through the cache's index, and as a client straight to the API server lists them.
+	for _, indexed := range []bool{true, false} {
+		pool := demandTestPool()
+		obs, err := podDemand{c: &GPUPoolProfileReconciler{Client: c, APIReader: c, podsIndexed: indexed}}.observeDemand(context.Background(), pool, shapesOf(pool), demandScope{all: true, gpu: nodes.DefaultGPUResource})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPodDemand(t, obs)
 	}
+}
+
+func checkPodDemand(t *testing.T, obs map[string]plan.LayoutDemand) {
+	t.Helper()
 	night, day := obs["night"], obs["day"]
 	wantPending := []string{"pod ml/init-gpus", "pod ml/train-affinity", "pod ml/train-memory", "pod ml/train-selector"}
 	if night.PendingGPUs != 7 || !equalStrings(night.Pending, wantPending) {
@@ -181,9 +190,9 @@ func TestPodDemandOnSharedNodes(t *testing.T) {
 			}
 			s := runtime.NewScheme()
 			_ = clientgoscheme.AddToScheme(s)
-			c := fake.NewClientBuilder().WithScheme(s).WithObjects(node("node-n1", "night"), node("node-s1", "night"),
-				testPod("notebook", 1, onNode("node-s1")), testPod("train", 2, onNode("node-n1"))).Build()
-			obs, err := podDemand{c: &GPUPoolProfileReconciler{Client: c}}.observeDemand(context.Background(), pool, shapesOf(pool), demandScope{all: true, gpu: nodes.DefaultGPUResource})
+			c := withPodIndexes(fake.NewClientBuilder().WithScheme(s).WithObjects(node("node-n1", "night"), node("node-s1", "night"),
+				testPod("notebook", 1, onNode("node-s1")), testPod("train", 2, onNode("node-n1")))).Build()
+			obs, err := podDemand{c: &GPUPoolProfileReconciler{Client: c, APIReader: c, podsIndexed: true}}.observeDemand(context.Background(), pool, shapesOf(pool), demandScope{all: true, gpu: nodes.DefaultGPUResource})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -307,7 +316,7 @@ func TestDemandKueueFailingCountsAsNone(t *testing.T) {
 	_ = clientgoscheme.AddToScheme(s)
 	_ = gpupoolv1.AddToScheme(s)
 	train := testPod("train", 1, pendingUnschedulable, selecting("workload", "training"), tolerating("training"))
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(train).WithInterceptorFuncs(interceptor.Funcs{
+	c := withPodIndexes(fake.NewClientBuilder().WithScheme(s).WithObjects(train)).WithInterceptorFuncs(interceptor.Funcs{
 		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 			if _, ok := list.(*unstructured.UnstructuredList); ok {
 				return errors.New("the server could not find the requested resource")
@@ -320,7 +329,7 @@ func TestDemandKueueFailingCountsAsNone(t *testing.T) {
 	pool.Spec.Kueue = &gpupoolv1.KueueSpec{Flavors: []gpupoolv1.KueueFlavor{{Name: "night", Layout: "night"}}}
 	pool.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{}, Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn}}}
 	pool.Status.Demand = &gpupoolv1.DemandStatus{Layouts: []gpupoolv1.LayoutDemand{{Layout: "night", PendingSince: &metav1.Time{Time: now.Add(-10 * time.Minute)}}}}
-	r := &GPUPoolProfileReconciler{Client: c, Recorder: events.NewFakeRecorder(10)}
+	r := &GPUPoolProfileReconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(10), podsIndexed: true}
 	sc := &scope{pool: pool, now: now}
 	d, err := r.desire(context.Background(), sc)
 	if err != nil {

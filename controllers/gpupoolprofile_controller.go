@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -76,6 +75,10 @@ type GPUPoolProfileReconciler struct {
 	// that one pool's long pass never holds another back. One pool is never reconciled
 	// twice at the same time.
 	MaxConcurrentReconciles int
+
+	// podsIndexed: Client reads pods from the manager's cache, which indexes them
+	// (indexPods); false for a client straight to the API server (pendingPods).
+	podsIndexed bool
 
 	// terminating measures how long pods have been terminating, on Clock (see
 	// drain.TerminatingClock): a drain waits for them a bounded time.
@@ -226,11 +229,10 @@ func (r *GPUPoolProfileReconciler) updateWorkerMetrics(p *gpupoolv1.GPUPoolProfi
 // changes a drain waits for (podChanged) and when one of their vSphere tasks ends
 // (taskWatch).
 func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podNodeNameField, func(o client.Object) []string {
-		return []string{o.(*corev1.Pod).Spec.NodeName}
-	}); err != nil {
-		return fmt.Errorf("indexing pods by node: %w", err)
+	if err := indexPods(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
 	}
+	r.podsIndexed = true
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
@@ -269,8 +271,10 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		return err
 	}
 	// Kueue's Workloads (spec.kueue), once Kueue is installed (now or later): a Workload
-	// that reserves quota needs its check set, and counts as demand.
-	wl := &unstructured.Unstructured{}
+	// that reserves quota needs its check set, and counts as demand. The watch only wakes
+	// pools (a pass lists the Workloads from the API server, once: readKueue), so
+	// its cache holds their metadata, not every Workload of the cluster whole.
+	wl := &metav1.PartialObjectMetadata{}
 	wl.SetGroupVersionKind(kueueWorkload)
 	r.kueueWatch = &kueueWatch{mapper: mgr.GetRESTMapper(), start: func() error {
 		return c.Watch(source.Kind[client.Object](mgr.GetCache(), wl, handler.EnqueueRequestsFromMapFunc(r.kueuePools)))

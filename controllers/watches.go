@@ -1,8 +1,6 @@
 package controllers
 
 import (
-	"strings"
-
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -76,7 +74,7 @@ func demandPodChanged() predicate.Predicate {
 func requestsExtended(p *corev1.Pod) bool {
 	extended := func(rl corev1.ResourceList) bool {
 		for name := range rl {
-			if n := string(name); strings.Contains(n, "/") && !strings.Contains(n, "kubernetes.io/") {
+			if isExtended(name) {
 				return true
 			}
 		}

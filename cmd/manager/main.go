@@ -13,7 +13,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -123,9 +122,9 @@ func newManager(o *options) (ctrl.Manager, error) {
 	restCfg.QPS, restCfg.Burst = float32(o.kubeQPS), o.kubeBurst
 	return ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme: scheme,
-		// The informers hold every Node and Pod (drains read pods by node); their
-		// managedFields are never read and are a large part of each object.
-		Cache:                   cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		// The informers hold every Node and Pod (drains read pods by node, demand the
+		// pending ones): managedFields are stripped, and pods kept to what gpupool reads.
+		Cache:                   controllers.CacheOptions(),
 		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir),
 		HealthProbeBindAddress:  o.probeAddr,
 		PprofBindAddress:        o.pprofAddr,

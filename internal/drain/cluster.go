@@ -13,7 +13,8 @@ import (
 // API, and a plain delete for drain.onTimeout: Force. It is this narrow so that a drain
 // can be tested against pods held in memory, and reused without the reconciler.
 type Cluster interface {
-	// PodsOnNode lists the pods bound to the node.
+	// PodsOnNode lists the pods bound to the node. They may be the cache's own objects
+	// (shared, not copied): read them, never change them.
 	PodsOnNode(ctx context.Context, node string) ([]corev1.Pod, error)
 	// Evict asks the eviction API to evict the pod, which honours its
 	// PodDisruptionBudgets. The error is the API server's: a refusal is a 429.
@@ -34,7 +35,9 @@ type clientCluster struct{ c client.Client }
 
 func (cc clientCluster) PodsOnNode(ctx context.Context, node string) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := cc.c.List(ctx, &pods, client.MatchingFields{PodNodeNameField: node}); err != nil {
+	// A drain and demand only read the pods: no deep copy of every pod on the node per
+	// pass (a client straight to the API server ignores the option).
+	if err := cc.c.List(ctx, &pods, client.MatchingFields{PodNodeNameField: node}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
 	return pods.Items, nil

@@ -31,7 +31,7 @@ var used = map[string]string{
 	"manager-role  pods get,list,watch,delete":                               "drain; delete only for drain.mode Force",
 	"manager-role  pods/eviction create":                                     "drain",
 	"manager-role  namespaces get,list,watch":                                "spec.demand.namespaceSelector: the labels of namespaces, whose pods count as demand",
-	"manager-role batch jobs get,list,watch":                                 "spec.demand: a pod of a Job near completion holds a demand switch back",
+	"manager-role batch jobs get":                                            "spec.demand: a pod of a Job near completion holds a demand switch back (read by name, not cached)",
 	"manager-role events.k8s.io events create,patch":                         "events on pools and their nodes",
 	"manager-role cluster.x-k8s.io machines get,patch":                       "pause remediation of parked machines",
 	"manager-role infrastructure.cluster.x-k8s.io vspheremachines get,patch": "the same on CAPV's infrastructure machine",

@@ -1,0 +1,199 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// The manager caches every pod of the cluster (a drain lists a node's pods, demand the
+// pending ones), so what it holds of a pod is what its memory grows with: leanPod keeps
+// only what the drain (internal/drain) and demand (demand.go, watches.go) read, and the
+// two field indexes below let them list the few pods they need instead of every pod.
+// docs/performance.md, "Memory against the cluster's pods", has the measurements.
+
+// podPendingResourceField indexes the pods not bound to a node, and not finished, by the
+// extended resources they request: demand lists the pods pending for the pool's GPU
+// resource through it, not the cluster's pods.
+const podPendingResourceField = "gpupool.dev/pending-extended-resource"
+
+// keptPodAnnotations are the pod annotations gpupool reads; the others are dropped from
+// the cache. A new annotation read of a pod must be added here (TestLeanPodKeeps fails
+// otherwise for the pods of its table).
+var keptPodAnnotations = []string{gpupoolv1.AnnotationDoNotDisrupt, corev1.MirrorPodAnnotationKey}
+
+// CacheOptions are the manager cache's options: managedFields stripped from every
+// object, and pods held lean (leanPod).
+func CacheOptions() cache.Options {
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Transform: transformPod},
+		},
+	}
+}
+
+// transformPod is leanPod as a cache transform; anything else (a tombstone is never
+// passed) goes through as it is.
+func transformPod(obj any) (any, error) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		return leanPod(p), nil
+	}
+	return obj, nil
+}
+
+// leanPod is the pod as the cache holds it: its identity, labels (a selector may read
+// them), the annotations gpupool reads, owners, deletion; the node it is bound to and,
+// until it is bound, what a scheduler matches against a layout (node selector, required
+// node affinity, tolerations); per container only the extended resources it asks for;
+// the emptyDir volumes (by name only); the phase and the PodScheduled condition.
+// Everything else (images, env, probes, container statuses, managedFields) is most of a
+// pod and never read. It is idempotent.
+//
+// Note: what is left is mostly corev1.Pod's own struct (about 1.2 KiB, empty): the
+// floor of a cache of every pod (docs/performance.md, "Memory against the cluster's
+// pods").
+func leanPod(p *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{
+		TypeMeta: p.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Labels: p.Labels, OwnerReferences: p.OwnerReferences,
+			DeletionTimestamp: p.DeletionTimestamp, DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds,
+		},
+		Spec: corev1.PodSpec{
+			NodeName:       p.Spec.NodeName,
+			Containers:     leanContainers(p.Spec.Containers),
+			InitContainers: leanContainers(p.Spec.InitContainers),
+		},
+		Status: corev1.PodStatus{Phase: p.Status.Phase},
+	}
+	for _, k := range keptPodAnnotations {
+		if v, ok := p.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	// What a scheduler matches is read of the pods not bound yet only (layoutShapes.serves):
+	// a bound pod's update drops it.
+	if p.Spec.NodeName == "" {
+		out.Spec.NodeSelector, out.Spec.Tolerations = p.Spec.NodeSelector, p.Spec.Tolerations
+		if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+			out.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution}}
+		}
+	}
+	for _, v := range p.Spec.Volumes {
+		if v.EmptyDir != nil {
+			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason}}
+			break
+		}
+	}
+	return out
+}
+
+// leanContainers keeps the containers that ask for an extended resource, with only those
+// resources: the GPU resource gpupool counts is one (readiness.gpuResource must name an
+// extended resource), and a container without any counts for nothing.
+func leanContainers(cs []corev1.Container) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range cs {
+		lim, req := extendedOnly(c.Resources.Limits), extendedOnly(c.Resources.Requests)
+		if lim == nil && req == nil {
+			continue
+		}
+		out = append(out, corev1.Container{Name: c.Name, Resources: corev1.ResourceRequirements{Limits: lim, Requests: req}})
+	}
+	return out
+}
+
+func extendedOnly(rl corev1.ResourceList) corev1.ResourceList {
+	var out corev1.ResourceList
+	for name, q := range rl {
+		if isExtended(name) {
+			if out == nil {
+				out = corev1.ResourceList{}
+			}
+			out[name] = q
+		}
+	}
+	return out
+}
+
+// isExtended says whether a resource name is an extended resource: a domain outside
+// kubernetes.io, such as nvidia.com/gpu.
+func isExtended(name corev1.ResourceName) bool {
+	n := string(name)
+	return strings.Contains(n, "/") && !strings.Contains(n, "kubernetes.io/")
+}
+
+// podNodeName is the podNodeNameField index: every pod by spec.nodeName ("" for the
+// pods not bound yet).
+func podNodeName(o client.Object) []string {
+	return []string{o.(*corev1.Pod).Spec.NodeName}
+}
+
+// podPendingResources is the podPendingResourceField index: the extended resources a pod
+// not bound to a node, and not finished, requests.
+func podPendingResources(o client.Object) []string {
+	p := o.(*corev1.Pod)
+	if p.Spec.NodeName != "" || podFinished(p) {
+		return nil
+	}
+	var out []string
+	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
+		for _, c := range cs {
+			for _, rl := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
+				for name := range rl {
+					if isExtended(name) && !slices.Contains(out, string(name)) {
+						out = append(out, string(name))
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// indexPods registers the pod indexes with the manager's cache.
+func indexPods(ctx context.Context, indexer client.FieldIndexer) error {
+	if err := indexer.IndexField(ctx, &corev1.Pod{}, podNodeNameField, podNodeName); err != nil {
+		return fmt.Errorf("indexing pods by node: %w", err)
+	}
+	if err := indexer.IndexField(ctx, &corev1.Pod{}, podPendingResourceField, podPendingResources); err != nil {
+		return fmt.Errorf("indexing pending pods by extended resource: %w", err)
+	}
+	return nil
+}
+
+// pendingPods lists the pods not bound to a node that may request res: through the
+// cache's index when the client reads from the manager's cache (podsIndexed), else
+// (a client straight to the API server: the tests that call Reconcile directly) every
+// unbound pod, by the spec.nodeName field selector the API server serves. The pods are
+// the cache's own: read them, never change them.
+func (r *GPUPoolProfileReconciler) pendingPods(ctx context.Context, res corev1.ResourceName) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	sel := client.MatchingFields{podNodeNameField: ""}
+	if r.podsIndexed {
+		sel = client.MatchingFields{podPendingResourceField: string(res)}
+	}
+	if err := r.Client.List(ctx, &pods, sel, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing pending pods: %w", err)
+	}
+	return pods.Items, nil
+}

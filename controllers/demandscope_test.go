@@ -144,10 +144,10 @@ func TestPodDemandOnlyFromSelectedNamespaces(t *testing.T) {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = gpupoolv1.AddToScheme(s)
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
+	c := withPodIndexes(fake.NewClientBuilder().WithScheme(s).WithObjects(objs...)).Build()
 	pool := demandTestPool()
 	pool.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpupool.dev/demand": "lab"}}}
-	r := &GPUPoolProfileReconciler{Client: c}
+	r := &GPUPoolProfileReconciler{Client: c, APIReader: c, podsIndexed: true}
 	who, err := r.demandScopeOf(context.Background(), pool)
 	if err != nil {
 		t.Fatal(err)
@@ -180,10 +180,10 @@ func TestDemandWatchWakesOnlyOnAChangedDecision(t *testing.T) {
 	pool.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpupool.dev/demand": "lab"}},
 		Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn, For: &metav1.Duration{Duration: 2 * time.Minute}}}}
 	pool.Status.DesiredLayout, pool.Status.DesiredReason = "day", gpupoolv1.DesiredByDefault
-	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(pool).WithObjects(pool,
+	c := withPodIndexes(fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(pool)).WithObjects(pool,
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml", Labels: map[string]string{"gpupool.dev/demand": "lab"}}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}).Build()
-	r := &GPUPoolProfileReconciler{Client: c, Clock: clocktesting.NewFakeClock(now)}
+	r := &GPUPoolProfileReconciler{Client: c, APIReader: c, podsIndexed: true, Clock: clocktesting.NewFakeClock(now)}
 	dw := newDemandWatch(r)
 	ctx := context.Background()
 	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pool)}

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -81,6 +82,8 @@ type Sim struct {
 	mu     sync.Mutex
 	hosts  map[types.ManagedObjectReference]*hostState
 	vmRefs map[string]types.ManagedObjectReference
+	// placements are the VMs' placement hints (VM.Placements), by VM.
+	placements map[types.ManagedObjectReference][]int
 	// poweredOn maps each powered-on VM to its host.
 	poweredOn map[types.ManagedObjectReference]types.ManagedObjectReference
 
@@ -116,14 +119,15 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 	}
 
 	s := &Sim{
-		Username:  opts.Username,
-		Password:  opts.Password,
-		inv:       inv,
-		log:       opts.Logger,
-		hosts:     map[types.ManagedObjectReference]*hostState{},
-		vmRefs:    map[string]types.ManagedObjectReference{},
-		poweredOn: map[types.ManagedObjectReference]types.ManagedObjectReference{},
-		ctl:       newControl(),
+		Username:   opts.Username,
+		Password:   opts.Password,
+		inv:        inv,
+		log:        opts.Logger,
+		hosts:      map[types.ManagedObjectReference]*hostState{},
+		vmRefs:     map[string]types.ManagedObjectReference{},
+		placements: map[types.ManagedObjectReference][]int{},
+		poweredOn:  map[types.ManagedObjectReference]types.ManagedObjectReference{},
+		ctl:        newControl(),
 	}
 	defer func() {
 		if err != nil {
@@ -309,6 +313,19 @@ func (s *Sim) VMRef(name string) (string, bool) {
 	defer s.mu.Unlock()
 	ref, ok := s.vmRefs[name]
 	return ref.Value, ok
+}
+
+// SetPlacements sets the placement IDs at which the named VM's vGPU devices start at its
+// next power-on (VM.Placements): a test draws the history of a GPU this way.
+func (s *Sim) SetPlacements(name string, ids []int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ref, ok := s.vmRefs[name]
+	if !ok {
+		return fmt.Errorf("no VM %s", name)
+	}
+	s.placements[ref] = slices.Clone(ids)
+	return nil
 }
 
 // VMState is what the simulator knows about one VM.

@@ -24,7 +24,7 @@ func (a *analysis) everySplit(ha *hostAnalysis, hs hostSplits, states []hostStat
 		if !packable(h, st.freed, ds) {
 			msg := a.shortage(ha, ds)
 			if a.fitsSome(h, states, ds) {
-				msg = a.splitRefusal(ha, hs, k, msg)
+				msg = a.stateRefusal(ha, hs, states, k, msg, func(st hostState) bool { return packable(h, st.freed, ds) })
 			}
 			return msg
 		}
@@ -36,11 +36,12 @@ func (a *analysis) everySplit(ha *hostAnalysis, hs hostSplits, states []hostStat
 			}
 			msg := fmt.Sprintf("host %s: the GPUs could hold layout %s's vGPUs, but gpupool found no power-on order in which vSphere's %s placement places them all (%s would find no GPU)",
 				h.Name, a.layout.Name, policy(h), strings.Join(names, ", "))
-			if len(states) > 1 && slices.ContainsFunc(states, func(st hostState) bool {
+			works := func(st hostState) bool {
 				_, stuck := powerOnOrder(h, st.freed, starting)
 				return len(stuck) == 0 && packable(h, st.freed, ds)
-			}) {
-				msg = a.splitRefusal(ha, hs, k, msg)
+			}
+			if len(states) > 1 && slices.ContainsFunc(states, works) {
+				msg = a.stateRefusal(ha, hs, states, k, msg, works)
 			}
 			return msg
 		}
@@ -53,8 +54,40 @@ func (a *analysis) everySplit(ha *hostAnalysis, hs hostSplits, states []hostStat
 			return ""
 		}
 	}
+	if len(states) > len(hs.splits) {
+		var vms []string
+		for _, st := range states {
+			for _, p := range st.where {
+				if !slices.Contains(vms, p.vm) {
+					vms = append(vms, p.vm)
+				}
+			}
+		}
+		return fmt.Sprintf("host %s: vSphere does not report where running vGPUs sit on a GPU in mixed-size mode; layout %s's vGPUs fit with each of the %d placements of them (and splits of devices) consistent with its report and NVIDIA's placement tables, but gpupool found no power-on order that vSphere's %s placement accepts with all of them, and does not start on a guess. %s",
+			h.Name, a.layout.Name, len(states), policy(h), a.placementHelp(vms))
+	}
 	return fmt.Sprintf("host %s: vSphere does not report which of the vGPUs of %s run on which GPU; layout %s's vGPUs fit under each of the %d splits consistent with its report, but gpupool found no power-on order that vSphere's %s placement accepts under all of them, and does not start on a guess. %s",
 		h.Name, vmList(hs.unknown), a.layout.Name, len(states), policy(h), splitHelp(hs.unknown))
+}
+
+// stateRefusal is msg, the reason the layout does not fit in state k, said as a
+// refusal that comes from not knowing where the running vGPUs sit (worlds.go) or which
+// split of devices holds.
+// The split is the cause when the layout fits in every placement world of another
+// split and in none of state k's; else the placement is (with the split, when that is
+// unknown too).
+func (a *analysis) stateRefusal(ha *hostAnalysis, hs hostSplits, states []hostState, k int, msg string, fits func(hostState) bool) string {
+	if len(states) == len(hs.splits) || len(states[k].where) == 0 {
+		return a.splitRefusal(ha, hs, states[k].split, msg)
+	}
+	splitFits := func(s int) bool {
+		return !slices.ContainsFunc(states, func(st hostState) bool { return st.split == s && !fits(st) })
+	}
+	someWorld := slices.ContainsFunc(states, func(st hostState) bool { return st.split == states[k].split && fits(st) })
+	if len(hs.unknown) > 0 && !someWorld && slices.ContainsFunc(states, func(st hostState) bool { return splitFits(st.split) }) {
+		return a.splitRefusal(ha, hs, states[k].split, msg)
+	}
+	return a.placementRefusal(ha, hs, states, k, msg)
 }
 
 // fitsSome tells whether the demands pack under some of the states.
@@ -66,7 +99,7 @@ func (a *analysis) fitsSome(h *inventory.Host, states []hostState, ds []demand) 
 // refusal that comes from not knowing the split.
 func (a *analysis) splitRefusal(ha *hostAnalysis, hs hostSplits, k int, msg string) string {
 	return fmt.Sprintf("host %s: vSphere does not report which of the vGPUs of %s run on which GPU, and layout %s fits under some of the %d splits consistent with its report but not under %s; gpupool starts a layout only if it fits under every such split. Under that split: %s. %s",
-		ha.host.Name, vmList(hs.unknown), a.layout.Name, len(ha.splits), a.describeSplit(ha.host, hs, k), msg, splitHelp(hs.unknown))
+		ha.host.Name, vmList(hs.unknown), a.layout.Name, len(hs.splits), a.describeSplit(ha.host, hs, k), msg, splitHelp(hs.unknown))
 }
 
 // describeSplit writes split k of the VMs whose split is unknown: "VM big with

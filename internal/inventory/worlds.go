@@ -1,0 +1,167 @@
+package inventory
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+)
+
+// Where the running vGPUs of a mixed-size GPU sit. vSphere does not report placement
+// IDs (docs/vgpu-model.md, "Where running vGPUs sit": none of HostGraphicsInfo,
+// VirtualPCIPassthroughVmiopBackingInfo, VirtualMachineVgpuProfileInfo or vSphere 9.0's
+// DirectPathProfileManager carries one), and NVIDIA's vGPU manager places a vGPU when it
+// starts, so after other vGPUs came and went a running vGPU may sit at any ID NVIDIA's
+// table lists for its size. A placement world is one such choice for every running vGPU
+// of a GPU, consistent among themselves (no two overlap). The planner asks that a layout
+// fit in every world; PlacementWorlds enumerates them, up to what matters for the
+// vGPUs to start.
+
+// Running is a vGPU that runs on a GPU at a placement gpupool cannot read.
+type Running struct {
+	Profile Profile
+	// Keep tells whether it keeps running while the layout starts (the pool's departing
+	// vGPUs do not): worlds are told apart by the room left with and without the others.
+	Keep bool
+}
+
+// PlacementIDs are the placement IDs NVIDIA's table for mixed-size GPU g lists for a
+// vGPU of fbMiB, and its placement size; false when g has no table or the table no
+// such size.
+func PlacementIDs(g GPU, fbMiB int64) (ids []int, size int, ok bool) {
+	t := placementTableOf(g)
+	if t == nil {
+		return nil, 0, false
+	}
+	r := t.row(fbMiB)
+	if r == nil {
+		return nil, 0, false
+	}
+	return r.ids, r.size, true
+}
+
+// PlacementWorlds are the placement worlds of the vGPUs running on mixed-size GPU g:
+// each world gives the placement ID of each running vGPU (indexed like running). Worlds
+// that leave the same placement IDs free for every size of starting (with all running
+// vGPUs, and with those that Keep) are one world to the vGPUs to start: one stands for
+// all. nil with ok when the running vGPUs have no world to choose from (a size without
+// a row, no table, MIG, or no consistent choice: the report contradicts the model, and
+// the caller keeps its worst-case count); ok is false when the search passed limit
+// steps.
+func PlacementWorlds(g GPU, running []Running, starting []Profile, limit int) (worlds [][]int, ok bool) {
+	t := placementTableOf(g)
+	if t == nil || !g.Mixed() || len(running) == 0 {
+		return nil, true
+	}
+	rows := make([]*placementRow, len(running))
+	for i, r := range running {
+		if rows[i] = t.row(r.Profile.FrameBufferMiB); rows[i] == nil || IsMIG(r.Profile.Name) {
+			return nil, true
+		}
+	}
+	var targets []*placementRow
+	for _, p := range starting {
+		if r := t.row(p.FrameBufferMiB); r != nil && !slices.Contains(targets, r) {
+			targets = append(targets, r)
+		}
+	}
+	// Largest first; equal sizes with the same Keep are interchangeable, so their IDs
+	// are taken in increasing order only.
+	order := make([]int, len(running))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(rows[y].size, rows[x].size) })
+	all, kept := make([]bool, t.region), make([]bool, t.region)
+	at := make([]int, len(running))
+	seen := map[string]bool{}
+	steps := 0
+	var rec func(k, from int) bool
+	rec = func(k, from int) bool {
+		if steps++; steps > limit {
+			return false
+		}
+		if k == len(order) {
+			if key := worldKey(targets, all, kept); !seen[key] {
+				seen[key] = true
+				worlds = append(worlds, slices.Clone(at))
+			}
+			return true
+		}
+		i := order[k]
+		r := rows[i]
+		for _, id := range r.ids {
+			if id < from || id+r.size > t.region || slices.Contains(all[id:id+r.size], true) {
+				continue
+			}
+			mark(all, id, r.size, true)
+			if running[i].Keep {
+				mark(kept, id, r.size, true)
+			}
+			at[i] = id
+			next := 0
+			if k+1 < len(order) {
+				if j := order[k+1]; rows[j].size == r.size && running[j].Keep == running[i].Keep {
+					next = id + r.size
+				}
+			}
+			ok := rec(k+1, next)
+			mark(all, id, r.size, false)
+			if running[i].Keep {
+				mark(kept, id, r.size, false)
+			}
+			if !ok {
+				return false
+			}
+		}
+		return true
+	}
+	if !rec(0, 0) {
+		return nil, false
+	}
+	return worlds, true
+}
+
+func mark(slots []bool, at, size int, v bool) {
+	for i := at; i < at+size; i++ {
+		slots[i] = v
+	}
+}
+
+// worldKey is what a world leaves to the vGPUs to start: per size, which of its IDs
+// are free with every running vGPU and with those that keep running.
+func worldKey(targets []*placementRow, all, kept []bool) string {
+	var b strings.Builder
+	for _, r := range targets {
+		for _, slots := range [][]bool{all, kept} {
+			for _, id := range r.ids {
+				if id+r.size <= len(slots) && !slices.Contains(slots[id:id+r.size], true) {
+					b.WriteByte('1')
+				} else {
+					b.WriteByte('0')
+				}
+			}
+			b.WriteByte('/')
+		}
+	}
+	return b.String()
+}
+
+// AddAt returns o with one more vGPU of p on mixed-size GPU g at placement ID at: a
+// vGPU whose placement is known (a placement world's), which the worst-case fit for
+// the vGPUs to start counts where it sits rather than wherever it could (Pinned).
+func (o Occupancy) AddAt(p Profile, g GPU, at int) Occupancy {
+	n := Occupancy{Profile: o.Profile, UsedMiB: o.UsedMiB + p.FrameBufferMiB, Count: o.Count + 1, Family: Family(p.Name), VMs: o.VMs, Sizes: slices.Clip(o.Sizes)}
+	if n.Profile == "" {
+		n.Profile = p.Name
+	}
+	n.Slots = o.slots(g)
+	n.Pinned = slices.Clone(o.Pinned)
+	if n.Pinned == nil {
+		n.Pinned = make([]bool, len(n.Slots))
+	}
+	size := placementSize(p, g)
+	for i := at; i < at+size && i < len(n.Slots); i++ {
+		n.Slots[i], n.Pinned[i] = true, true
+	}
+	return n
+}

@@ -2,8 +2,11 @@ package inventory
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Where the running vGPUs of a mixed-size GPU sit. vSphere does not report placement
@@ -48,6 +51,42 @@ func PlacementIDs(g GPU, fbMiB int64) (ids []int, size int, ok bool) {
 // the caller keeps its worst-case count); ok is false when the search passed limit
 // steps.
 func PlacementWorlds(g GPU, running []Running, starting []Profile, limit int) (worlds [][]int, ok bool) {
+	// Every pass plans from a fresh inventory read and asks the same few questions: the
+	// answers are kept (they depend on the table, the sizes and the limit only).
+	var key strings.Builder
+	fmt.Fprintf(&key, "%p/%t/%d|", placementTableOf(g), g.Mixed(), limit)
+	for _, r := range running {
+		fmt.Fprintf(&key, "%s:%d:%t,", r.Profile.Name, r.Profile.FrameBufferMiB, r.Keep)
+	}
+	key.WriteByte('|')
+	for _, p := range starting {
+		fmt.Fprintf(&key, "%d,", p.FrameBufferMiB)
+	}
+	if v, ok := worldCache.Load(key.String()); ok {
+		c := v.(cachedWorlds)
+		return c.worlds, c.ok
+	}
+	worlds, ok = placementWorlds(g, running, starting, limit)
+	if worldCacheSize.Add(1) < maxCachedWorlds {
+		worldCache.Store(key.String(), cachedWorlds{worlds, ok})
+	}
+	return worlds, ok
+}
+
+type cachedWorlds struct {
+	worlds [][]int
+	ok     bool
+}
+
+// maxCachedWorlds bounds the cache: a long-running manager sees few distinct GPUs.
+const maxCachedWorlds = 4096
+
+var (
+	worldCache     sync.Map
+	worldCacheSize atomic.Int64
+)
+
+func placementWorlds(g GPU, running []Running, starting []Profile, limit int) (worlds [][]int, ok bool) {
 	t := placementTableOf(g)
 	if t == nil || !g.Mixed() || len(running) == 0 {
 		return nil, true

@@ -18,17 +18,48 @@ func (a *analysis) everySplit(ha *hostAnalysis, hs hostSplits, states []hostStat
 			h.Name, vmList(hs.unknown), maxSplits, a.layout.Name, splitHelp(hs.unknown))
 	}
 	ds := demands(starting)
+	// States that leave the same freed occupancy answer alike: each is searched once
+	// (placement worlds make many such states).
+	packs, works := map[string]bool{}, map[string]bool{}
+	fits := func(st hostState) bool {
+		key := freedKey(h, st.freed)
+		ok, seen := packs[key]
+		if !seen {
+			ok = packable(h, st.freed, ds)
+			packs[key] = ok
+		}
+		return ok
+	}
+	orderWorks := func(st hostState) bool {
+		key := freedKey(h, st.freed)
+		ok, seen := works[key]
+		if !seen {
+			_, stuck := powerOnOrder(h, st.freed, starting)
+			ok = len(stuck) == 0 && fits(st)
+			works[key] = ok
+		}
+		return ok
+	}
 	var orders [][]*member
+	var distinct []hostState
+	seen := map[string]bool{}
 	for k, st := range states {
+		key := freedKey(h, st.freed)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		distinct = append(distinct, st)
 		ha.set(st)
-		if !packable(h, st.freed, ds) {
+		if !fits(st) {
 			msg := a.shortage(ha, ds)
-			if a.fitsSome(h, states, ds) {
-				msg = a.stateRefusal(ha, hs, states, k, msg, func(st hostState) bool { return packable(h, st.freed, ds) })
+			if len(states) > 1 && slices.ContainsFunc(states, fits) {
+				msg = a.stateRefusal(ha, hs, states, k, msg, fits)
 			}
 			return msg
 		}
 		order, stuck := powerOnOrder(h, st.freed, starting)
+		works[key] = len(stuck) == 0
 		if len(stuck) > 0 {
 			names := make([]string, len(stuck))
 			for i, m := range stuck {
@@ -36,19 +67,15 @@ func (a *analysis) everySplit(ha *hostAnalysis, hs hostSplits, states []hostStat
 			}
 			msg := fmt.Sprintf("host %s: the GPUs could hold layout %s's vGPUs, but gpupool found no power-on order in which vSphere's %s placement places them all (%s would find no GPU)",
 				h.Name, a.layout.Name, policy(h), strings.Join(names, ", "))
-			works := func(st hostState) bool {
-				_, stuck := powerOnOrder(h, st.freed, starting)
-				return len(stuck) == 0 && packable(h, st.freed, ds)
-			}
-			if len(states) > 1 && slices.ContainsFunc(states, works) {
-				msg = a.stateRefusal(ha, hs, states, k, msg, works)
+			if len(states) > 1 && slices.ContainsFunc(states, orderWorks) {
+				msg = a.stateRefusal(ha, hs, states, k, msg, orderWorks)
 			}
 			return msg
 		}
 		orders = append(orders, order)
 	}
 	for _, order := range orders {
-		if slices.IndexFunc(states, func(st hostState) bool { return !placesAll(h, st.freed, order) }) < 0 {
+		if slices.IndexFunc(distinct, func(st hostState) bool { return !placesAll(h, st.freed, order) }) < 0 {
 			ha.set(states[0])
 			ha.order = order
 			return ""
@@ -90,9 +117,15 @@ func (a *analysis) stateRefusal(ha *hostAnalysis, hs hostSplits, states []hostSt
 	return a.placementRefusal(ha, hs, states, k, msg)
 }
 
-// fitsSome tells whether the demands pack under some of the states.
-func (a *analysis) fitsSome(h *inventory.Host, states []hostState, ds []demand) bool {
-	return len(states) > 1 && slices.ContainsFunc(states, func(st hostState) bool { return packable(h, st.freed, ds) })
+// freedKey identifies a state's freed occupancy: what packing and the power-on order
+// depend on.
+func freedKey(h *inventory.Host, occ []inventory.Occupancy) string {
+	var b strings.Builder
+	for i, o := range occ {
+		b.WriteString(gpuKey(h.GPUs[i], o))
+		fmt.Fprintf(&b, "/%d/%d|", o.VMs, o.Count)
+	}
+	return b.String()
 }
 
 // splitRefusal is msg, the reason the layout does not fit under split k, said as a

@@ -23,10 +23,10 @@ import (
 
 // maxWorldStates bounds the host states (device splits times placement worlds)
 // checked; past it the layout is refused, saying so.
-const maxWorldStates = 256
+const maxWorldStates = 64
 
 // maxWorldSteps bounds the search for one GPU's placement worlds.
-const maxWorldSteps = 20_000
+const maxWorldSteps = 4_000
 
 // runningVGPU is a vGPU that runs on a GPU now: whose, its profile, and whether it keeps
 // running while the layout starts.

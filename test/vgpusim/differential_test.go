@@ -66,7 +66,7 @@ func TestDifferentialPlannerAgainstSimulator(t *testing.T) {
 		{"hostdisconnected", rare}, {"hostnotResponding", rare}, {"hostEntering", n / 20},
 		{"powerOnElsewhere", rare}, {"held", rare}, {"hostUnavailableProblem", rare}, {"agreedInfeasible", rare},
 		{"mixedDevicesVM", n / 10}, {"mixedDevicesStarted", rare}, {"mixedDevicesSpread", n / 10}, {"vmOnLocalDatastore", n / 10},
-		{"mixedBoardHost", n / 5}, {"powerOnMixedBoardHost", n / 10}, {"gpuUnknownBoard", rare},
+		{"mixedBoardHost", n / 5}, {"powerOnMixedBoardHost", n / 10}, {"gpuUnknownBoard", rare}, {"historyPlaced", n / 5},
 	} {
 		if stats[c.stat] < c.min {
 			t.Errorf("%s reached %d times in %d seeds, want at least %d: the generator stopped exercising it", c.stat, stats[c.stat], n, c.min)

@@ -417,6 +417,40 @@ func (s *Sim) GPUs(host string) map[string][]string {
 	return out
 }
 
+// Placement is where one running vGPU sits: its VM and its first placement slot in GB
+// (NVIDIA's placement ID on a GPU in mixed-size mode).
+type Placement struct {
+	VM string
+	ID int
+	// Mixed tells whether the GPU is in mixed-size mode (placement IDs matter there).
+	Mixed bool
+}
+
+// Placements reports, per PCI id of the named host's GPUs, where each running vGPU
+// sits: what vSphere does not report and a history decides (VM.Placements).
+func (s *Sim) Placements(host string) map[string][]Placement {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := map[types.ManagedObjectReference]string{}
+	for name, ref := range s.vmRefs {
+		names[ref] = name
+	}
+	out := map[string][]Placement{}
+	for _, h := range s.hosts {
+		if h.cfg.Name != host {
+			continue
+		}
+		for _, g := range h.gpus {
+			ps := []Placement{}
+			for _, v := range g.vgpus {
+				ps = append(ps, Placement{VM: names[v.vm], ID: v.start * slotMiB / 1024, Mixed: g.mode == modeMixedSize})
+			}
+			out[g.pciID] = ps
+		}
+	}
+	return out
+}
+
 // newContext is a locking context for work outside a SOAP call. Each call gets its own:
 // vcsim's object locks are shared by everything that holds the same context.
 func (s *Sim) newContext() *simulator.Context {

@@ -92,7 +92,11 @@ type historySim struct {
 
 func startHistorySim(t *testing.T, inv *vgpusim.Inventory) *historySim {
 	t.Helper()
-	sim, err := vgpusim.Start(inv, vgpusim.Options{})
+	// A vCenter before 9.0: vgpusim's DirectPathProfileManager counts from its own
+	// placements (the truth the planner cannot read), and gpupool follows it where it
+	// says less: it would hide the planner's errors (docs/vgpu-model.md, "vCenter's
+	// second opinion").
+	sim, err := vgpusim.Start(inv, vgpusim.Options{NoDirectPathProfileManager: true})
 	if err != nil {
 		t.Fatal(err)
 	}

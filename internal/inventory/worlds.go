@@ -103,29 +103,67 @@ func placementWorlds(g GPU, running []Running, starting []Profile, limit int) (w
 			targets = append(targets, r)
 		}
 	}
-	// Largest first; equal sizes with the same Keep are interchangeable, so their IDs
-	// are taken in increasing order only.
+	// The vGPUs that keep running first, then those that leave; largest first; equal
+	// sizes with the same Keep are interchangeable, so their IDs are taken in increasing
+	// order only.
+	//
+	// Note: the keepers' worlds are those consistent among the keepers alone. Were the
+	// leaving vGPUs to rule some out, the worlds would grow once they are down (gpupool
+	// re-reads what runs and remembers nothing), and a layout found feasible would be
+	// refused half way (the differential sweep's seed 1902). A keepers' world with no
+	// room for the leaving ones keeps them unplaced (-1): they are counted wherever they
+	// may sit (Occupancy.Add) while they still run.
 	order := make([]int, len(running))
+	nKeep := 0
 	for i := range order {
 		order[i] = i
+		if running[i].Keep {
+			nKeep++
+		}
 	}
-	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(rows[y].size, rows[x].size) })
+	slices.SortStableFunc(order, func(x, y int) int {
+		return cmp.Or(cmp.Compare(keepRank(running[x]), keepRank(running[y])), cmp.Compare(rows[y].size, rows[x].size))
+	})
 	all, kept := make([]bool, t.region), make([]bool, t.region)
 	at := make([]int, len(running))
 	seen := map[string]bool{}
 	steps := 0
-	var rec func(k, from int) bool
+	emitted := false
+	emit := func() {
+		emitted = true
+		if key := worldKey(targets, all, kept) + fmt.Sprint(slices.Contains(at, -1)); !seen[key] {
+			seen[key] = true
+			worlds = append(worlds, slices.Clone(at))
+		}
+	}
+	var rec, place func(k, from int) bool
 	rec = func(k, from int) bool {
 		if steps++; steps > limit {
 			return false
 		}
-		if k == len(order) {
-			if key := worldKey(targets, all, kept); !seen[key] {
-				seen[key] = true
-				worlds = append(worlds, slices.Clone(at))
+		switch {
+		case k == len(order):
+			emit()
+			return true
+		case k == nKeep:
+			// The leaving vGPUs: placed where the keepers leave room, else unplaced.
+			before := emitted
+			emitted = false
+			if !place(k, from) {
+				return false
 			}
+			if !emitted {
+				for _, i := range order[k:] {
+					at[i] = -1
+				}
+				emit()
+			}
+			emitted = emitted || before
 			return true
 		}
+		return place(k, from)
+	}
+	place = func(k, from int) bool {
 		i := order[k]
 		r := rows[i]
 		for _, id := range r.ids {
@@ -158,6 +196,14 @@ func placementWorlds(g GPU, running []Running, starting []Profile, limit int) (w
 		return nil, false
 	}
 	return worlds, true
+}
+
+// keepRank orders the vGPUs that keep running before those that leave.
+func keepRank(r Running) int {
+	if r.Keep {
+		return 0
+	}
+	return 1
 }
 
 func mark(slots []bool, at, size int, v bool) {

@@ -131,12 +131,20 @@ func (a *analysis) world(h *inventory.Host, st hostState, gpus []int, worlds [][
 		at := worlds[j][choice[j]]
 		cur, freed := inventory.Occupancy{VMs: st.current[i].VMs}, inventory.Occupancy{VMs: st.freed[i].VMs}
 		for k, r := range st.running[i] {
+			if at[k] < 0 {
+				continue // a leaving vGPU the keepers leave no room for: added below
+			}
 			cur = cur.AddAt(r.profile, g, at[k])
 			if r.keep {
 				freed = freed.AddAt(r.profile, g, at[k])
 			}
 			ids, _, _ := inventory.PlacementIDs(g, r.profile.FrameBufferMiB)
 			ns.where = append(ns.where, pinnedVGPU{gpu: i, vm: r.vm, profile: r.profile.Name, at: at[k], ids: ids})
+		}
+		for k, r := range st.running[i] {
+			if at[k] < 0 {
+				cur = cur.Add(r.profile, g) // counted wherever it may sit, while it runs
+			}
 		}
 		ns.current[i], ns.freed[i] = cur, freed
 	}

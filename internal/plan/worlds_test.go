@@ -210,3 +210,26 @@ func TestPlacementWorldsBound(t *testing.T) {
 		t.Fatalf("Check:\n%s", problemLines(ps))
 	}
 }
+
+// TestPlacementWorldsIgnoreLeaving: the keepers' placements are not narrowed by the
+// vGPUs that leave. Two outside 8Q next to the pool's 24Q: while the 24Q runs, the 8Q
+// sit on its other half and a 24Q fits once it is down; but gpupool forgets that once
+// the 24Q is down, and the 8Q may then sit at 16 and 24 for all it reads. Found by the
+// differential sweep (seed 1902: feasible at first, refused after the first power-off).
+func TestPlacementWorldsIgnoreLeaving(t *testing.T) {
+	inv := &inventory.Inventory{Hosts: []inventory.Host{{Name: "esx-01", Policy: inventory.PolicyPerformance,
+		Profiles: boardProfiles(a40q, 8, 24), GPUs: []inventory.GPU{a40("0000:3b:00.0", "a", "b", "old")}}},
+		VMs: []inventory.VM{running("a", a40q(8), "0000:3b:00.0"), running("b", a40q(8), "0000:3b:00.0"), running("old", a40q(24), "0000:3b:00.0")}}
+	spec := poolLayout(inv, a40q(24))
+	spec.Layouts = append(spec.Layouts, gpupoolv1.Layout{Name: "day", Workers: []gpupoolv1.Worker{{VM: "old", Profile: a40q(24)}}})
+	ps := Check(spec, "night", inv)
+	if len(ps) != 1 || !strings.Contains(ps[0].Message, "fits with some of these placements but not") {
+		t.Fatalf("want the placement refusal before the 24Q is down, Check:\n%s", problemLines(ps))
+	}
+	// Once it is down: the same answer.
+	inv.VMs[2].PowerState, inv.VMs[2].GPU, inv.VMs[2].GPUs = inventory.PoweredOff, "", nil
+	inv.Hosts[0].GPUs[0].VMs = []string{"a", "b"}
+	if ps := Check(spec, "night", inv); len(ps) != 1 {
+		t.Fatalf("want a refusal once the 24Q is down, Check:\n%s", problemLines(ps))
+	}
+}

@@ -48,8 +48,11 @@ type Occupancy struct {
 	VMs int
 	// Sizes are the placement sizes (in slots) of the vGPUs on a mixed-size GPU, for
 	// the worst-case fit (see fitsWherever); a vGPU that takes the GPU alone counts as
-	// the whole region.
+	// the whole region. A vGPU whose placement is known (AddAt) is in Pinned instead.
 	Sizes []int
+	// Pinned are the slots of the vGPUs whose placement ID is known (AddAt: a
+	// placement world's running vGPUs, PlacementWorlds); nil when there are none.
+	Pinned []bool
 }
 
 // MaxVGPUsPerGPU caps the vGPUs of one GPU in any mode: "The maximum vGPUs per GPU is
@@ -106,6 +109,7 @@ func (o Occupancy) Add(p Profile, g GPU) Occupancy {
 		return n
 	}
 	n.Slots = o.slots(g)
+	n.Pinned = o.Pinned // never written in place: AddAt clones it
 	n.Family = Family(p.Name)
 	at, size := o.placement(p, g), placementSize(p, g)
 	n.Sizes = append(slices.Clip(o.Sizes), size)

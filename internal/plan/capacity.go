@@ -43,6 +43,7 @@ func (a *analysis) capacity(ha *hostAnalysis) string {
 	states := make([]hostState, len(hs.splits))
 	for k, sp := range hs.splits {
 		states[k] = a.occupy(h, freeing, sp, hs.none)
+		states[k].split = k
 	}
 	ha.splits = states
 	ha.set(states[0])
@@ -54,6 +55,12 @@ func (a *analysis) capacity(ha *hostAnalysis) string {
 	if msg := a.unsureBoards(ha, starting); msg != "" {
 		return msg
 	}
+	if hs.tooMany {
+		return a.everySplit(ha, hs, states, starting)
+	}
+	states = a.placementWorlds(h, states, starting)
+	ha.splits = states
+	ha.set(states[0])
 	return a.everySplit(ha, hs, states, starting)
 }
 
@@ -62,6 +69,15 @@ func (a *analysis) capacity(ha *hostAnalysis) string {
 type hostState struct {
 	current, freed []inventory.Occupancy
 	keepers        [][]string
+	// split is the index of the state's split (hostSplits.splits).
+	split int
+	// running are, per GPU, the vGPUs of known profile that run there now; opaque marks
+	// a GPU with a vGPU gpupool cannot size (taken whole).
+	running [][]runningVGPU
+	opaque  []bool
+	// where is the state's placement world (worlds.go): where it has the running vGPUs
+	// of the GPUs on which their placement matters sit; nil in the worst-case count.
+	where []pinnedVGPU
 }
 
 func (ha *hostAnalysis) set(st hostState) {
@@ -71,7 +87,8 @@ func (ha *hostAnalysis) set(st hostState) {
 // occupy counts what runs on h's GPUs under split sp; the VMs of none take every GPU
 // that lists them whole.
 func (a *analysis) occupy(h *inventory.Host, freeing map[string]bool, sp split, none map[string]bool) hostState {
-	st := hostState{current: make([]inventory.Occupancy, len(h.GPUs)), freed: make([]inventory.Occupancy, len(h.GPUs)), keepers: make([][]string, len(h.GPUs))}
+	st := hostState{current: make([]inventory.Occupancy, len(h.GPUs)), freed: make([]inventory.Occupancy, len(h.GPUs)), keepers: make([][]string, len(h.GPUs)),
+		running: make([][]runningVGPU, len(h.GPUs)), opaque: make([]bool, len(h.GPUs))}
 	seen, devices := map[string]int{}, map[string]int{}
 	for i, g := range h.GPUs {
 		for _, name := range a.largestFirst(h, g.VMs) {
@@ -88,6 +105,11 @@ func (a *analysis) occupy(h *inventory.Host, freeing map[string]bool, sp split, 
 			}
 			seen[name]++
 			for _, p := range devs {
+				if prof, ok := a.runningProfile(h, g, name, p); ok {
+					st.running[i] = append(st.running[i], runningVGPU{vm: name, profile: prof, keep: !freeing[name]})
+				} else {
+					st.opaque[i] = true
+				}
 				st.current[i] = a.add(st.current[i], h, g, name, p)
 				if !freeing[name] {
 					st.freed[i] = a.add(st.freed[i], h, g, name, p)
@@ -156,16 +178,10 @@ func (a *analysis) startsOn(m *member) *inventory.Host {
 // add returns o with one vGPU of profile (of the VM called name) added, as running on
 // GPU g of h.
 func (a *analysis) add(o inventory.Occupancy, h *inventory.Host, g inventory.GPU, name, profile string) inventory.Occupancy {
-	if _, ok := a.vms[name]; !ok || profile == "" {
+	p, ok := a.runningProfile(h, g, name, profile)
+	if !ok {
 		// Note: an unknown vGPU takes the GPU whole: nothing is known to fit next to it.
 		return o.Full(g)
-	}
-	p, ok := offerOf(h, profile)
-	if !ok {
-		p = inventory.Profile{Name: profile, FrameBufferMiB: g.MemoryMiB}
-		if fb, err := inventory.ProfileFrameBufferMiB(profile); err == nil {
-			p.FrameBufferMiB = fb
-		}
 	}
 	if !o.FitsOn(p, g) {
 		// Note: what runs contradicts the GPU's mode (mixed profiles in same-size mode,
@@ -179,6 +195,22 @@ func (a *analysis) add(o inventory.Occupancy, h *inventory.Host, g inventory.GPU
 		return full
 	}
 	return o.Add(p, g)
+}
+
+// runningProfile is the profile a running vGPU of profile (of the VM called name) is
+// counted at on GPU g of h; false for an unknown VM or device, which takes the GPU whole.
+func (a *analysis) runningProfile(h *inventory.Host, g inventory.GPU, name, profile string) (inventory.Profile, bool) {
+	if _, ok := a.vms[name]; !ok || profile == "" {
+		return inventory.Profile{}, false
+	}
+	p, ok := offerOf(h, profile)
+	if !ok {
+		p = inventory.Profile{Name: profile, FrameBufferMiB: g.MemoryMiB}
+		if fb, err := inventory.ProfileFrameBufferMiB(profile); err == nil {
+			p.FrameBufferMiB = fb
+		}
+	}
+	return p, true
 }
 
 // demands counts the vGPUs to start by profile, largest frame buffer first.

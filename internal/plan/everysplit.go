@@ -18,17 +18,48 @@ func (a *analysis) everySplit(ha *hostAnalysis, hs hostSplits, states []hostStat
 			h.Name, vmList(hs.unknown), maxSplits, a.layout.Name, splitHelp(hs.unknown))
 	}
 	ds := demands(starting)
+	// States that leave the same freed occupancy answer alike: each is searched once
+	// (placement worlds make many such states).
+	packs, works := map[string]bool{}, map[string]bool{}
+	fits := func(st hostState) bool {
+		key := freedKey(h, st.freed)
+		ok, seen := packs[key]
+		if !seen {
+			ok = packable(h, st.freed, ds)
+			packs[key] = ok
+		}
+		return ok
+	}
+	orderWorks := func(st hostState) bool {
+		key := freedKey(h, st.freed)
+		ok, seen := works[key]
+		if !seen {
+			_, stuck := powerOnOrder(h, st.freed, starting)
+			ok = len(stuck) == 0 && fits(st)
+			works[key] = ok
+		}
+		return ok
+	}
 	var orders [][]*member
+	var distinct []hostState
+	seen := map[string]bool{}
 	for k, st := range states {
+		key := freedKey(h, st.freed)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		distinct = append(distinct, st)
 		ha.set(st)
-		if !packable(h, st.freed, ds) {
+		if !fits(st) {
 			msg := a.shortage(ha, ds)
-			if a.fitsSome(h, states, ds) {
-				msg = a.splitRefusal(ha, hs, k, msg)
+			if len(states) > 1 && slices.ContainsFunc(states, fits) {
+				msg = a.stateRefusal(ha, hs, states, k, msg, fits)
 			}
 			return msg
 		}
 		order, stuck := powerOnOrder(h, st.freed, starting)
+		works[key] = len(stuck) == 0
 		if len(stuck) > 0 {
 			names := make([]string, len(stuck))
 			for i, m := range stuck {
@@ -36,37 +67,72 @@ func (a *analysis) everySplit(ha *hostAnalysis, hs hostSplits, states []hostStat
 			}
 			msg := fmt.Sprintf("host %s: the GPUs could hold layout %s's vGPUs, but gpupool found no power-on order in which vSphere's %s placement places them all (%s would find no GPU)",
 				h.Name, a.layout.Name, policy(h), strings.Join(names, ", "))
-			if len(states) > 1 && slices.ContainsFunc(states, func(st hostState) bool {
-				_, stuck := powerOnOrder(h, st.freed, starting)
-				return len(stuck) == 0 && packable(h, st.freed, ds)
-			}) {
-				msg = a.splitRefusal(ha, hs, k, msg)
+			if len(states) > 1 && slices.ContainsFunc(states, orderWorks) {
+				msg = a.stateRefusal(ha, hs, states, k, msg, orderWorks)
 			}
 			return msg
 		}
 		orders = append(orders, order)
 	}
 	for _, order := range orders {
-		if slices.IndexFunc(states, func(st hostState) bool { return !placesAll(h, st.freed, order) }) < 0 {
+		if slices.IndexFunc(distinct, func(st hostState) bool { return !placesAll(h, st.freed, order) }) < 0 {
 			ha.set(states[0])
 			ha.order = order
 			return ""
 		}
 	}
+	if len(states) > len(hs.splits) {
+		var vms []string
+		for _, st := range states {
+			for _, p := range st.where {
+				if !slices.Contains(vms, p.vm) {
+					vms = append(vms, p.vm)
+				}
+			}
+		}
+		return fmt.Sprintf("host %s: vSphere does not report where running vGPUs sit on a GPU in mixed-size mode; layout %s's vGPUs fit with each of the %d placements of them (and splits of devices) consistent with its report and NVIDIA's placement tables, but gpupool found no power-on order that vSphere's %s placement accepts with all of them, and does not start on a guess. %s",
+			h.Name, a.layout.Name, len(states), policy(h), a.placementHelp(vms))
+	}
 	return fmt.Sprintf("host %s: vSphere does not report which of the vGPUs of %s run on which GPU; layout %s's vGPUs fit under each of the %d splits consistent with its report, but gpupool found no power-on order that vSphere's %s placement accepts under all of them, and does not start on a guess. %s",
 		h.Name, vmList(hs.unknown), a.layout.Name, len(states), policy(h), splitHelp(hs.unknown))
 }
 
-// fitsSome tells whether the demands pack under some of the states.
-func (a *analysis) fitsSome(h *inventory.Host, states []hostState, ds []demand) bool {
-	return len(states) > 1 && slices.ContainsFunc(states, func(st hostState) bool { return packable(h, st.freed, ds) })
+// stateRefusal is msg, the reason the layout does not fit in state k, said as a
+// refusal that comes from not knowing where the running vGPUs sit (worlds.go) or which
+// split of devices holds.
+// The split is the cause when the layout fits in every placement world of another
+// split and in none of state k's; else the placement is (with the split, when that is
+// unknown too).
+func (a *analysis) stateRefusal(ha *hostAnalysis, hs hostSplits, states []hostState, k int, msg string, fits func(hostState) bool) string {
+	if len(states) == len(hs.splits) || len(states[k].where) == 0 {
+		return a.splitRefusal(ha, hs, states[k].split, msg)
+	}
+	splitFits := func(s int) bool {
+		return !slices.ContainsFunc(states, func(st hostState) bool { return st.split == s && !fits(st) })
+	}
+	someWorld := slices.ContainsFunc(states, func(st hostState) bool { return st.split == states[k].split && fits(st) })
+	if len(hs.unknown) > 0 && !someWorld && slices.ContainsFunc(states, func(st hostState) bool { return splitFits(st.split) }) {
+		return a.splitRefusal(ha, hs, states[k].split, msg)
+	}
+	return a.placementRefusal(ha, hs, states, k, msg)
+}
+
+// freedKey identifies a state's freed occupancy: what packing and the power-on order
+// depend on.
+func freedKey(h *inventory.Host, occ []inventory.Occupancy) string {
+	var b strings.Builder
+	for i, o := range occ {
+		b.WriteString(gpuKey(h.GPUs[i], o))
+		fmt.Fprintf(&b, "/%d/%d|", o.VMs, o.Count)
+	}
+	return b.String()
 }
 
 // splitRefusal is msg, the reason the layout does not fit under split k, said as a
 // refusal that comes from not knowing the split.
 func (a *analysis) splitRefusal(ha *hostAnalysis, hs hostSplits, k int, msg string) string {
 	return fmt.Sprintf("host %s: vSphere does not report which of the vGPUs of %s run on which GPU, and layout %s fits under some of the %d splits consistent with its report but not under %s; gpupool starts a layout only if it fits under every such split. Under that split: %s. %s",
-		ha.host.Name, vmList(hs.unknown), a.layout.Name, len(ha.splits), a.describeSplit(ha.host, hs, k), msg, splitHelp(hs.unknown))
+		ha.host.Name, vmList(hs.unknown), a.layout.Name, len(hs.splits), a.describeSplit(ha.host, hs, k), msg, splitHelp(hs.unknown))
 }
 
 // describeSplit writes split k of the VMs whose split is unknown: "VM big with

@@ -278,7 +278,7 @@ const orderBudget = 20_000
 func orderKey(occ []inventory.Occupancy, groups []*orderGroup) string {
 	var b strings.Builder
 	for _, o := range occ {
-		fmt.Fprintf(&b, "%s/%d/%d/%d/%v/%v|", o.Profile, o.UsedMiB, o.Count, o.VMs, o.Slots, o.Sizes)
+		fmt.Fprintf(&b, "%s/%d/%d/%d/%v/%v/%v|", o.Profile, o.UsedMiB, o.Count, o.VMs, o.Slots, o.Sizes, o.Pinned)
 	}
 	for _, g := range groups {
 		for _, m := range g.queue {
@@ -376,10 +376,13 @@ func gpuKey(g inventory.GPU, o inventory.Occupancy) string {
 	// Sizes count too: the worst-case fit (inventory.Occupancy.fitsWherever) depends on
 	// the sizes that run, not only on the slots the packed model marks.
 	fmt.Fprintf(&b, "%s/%d/%s/%d/%s/%v/%s/%d/", g.Mode, g.MemoryMiB, o.Profile, o.UsedMiB, o.Family, slices.Sorted(slices.Values(o.Sizes)), g.Device, g.DeviceID)
-	for _, t := range o.Slots {
-		if t {
+	for k, t := range o.Slots {
+		switch {
+		case k < len(o.Pinned) && o.Pinned[k]:
+			b.WriteByte('p') // pinned slots block exactly (fitsWherever)
+		case t:
 			b.WriteByte('1')
-		} else {
+		default:
 			b.WriteByte('0')
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -144,6 +145,9 @@ func (s *Sim) createVMs(ctx context.Context, vmFolder *object.Folder, hostObjs m
 		}
 		ref := info.Result.(types.ManagedObjectReference)
 		s.vmRefs[v.Name] = ref
+		if len(v.Placements) > 0 {
+			s.placements[ref] = slices.Clone(v.Placements)
+		}
 		// Replace vcsim's VM by one whose power and reconfigure methods know about vGPUs.
 		s.model.Map().Put(&vgpuVM{VirtualMachine: s.vm(ref), sim: s})
 	}

@@ -115,6 +115,19 @@ func (d *diff) countWorld() {
 // countSpread counts the running VMs whose devices differ and run on several GPUs:
 // the splits vSphere does not report.
 func (d *diff) countSpread() {
+	hinted := map[string]bool{}
+	for _, vm := range d.w.inv.VMs {
+		hinted[vm.Name] = len(vm.Placements) > 0
+	}
+	for _, h := range d.w.inv.Hosts {
+		for _, ps := range d.sim.Placements(h.Name) {
+			for _, p := range ps {
+				if hinted[p.VM] && p.Mixed && p.ID > 0 {
+					d.stats["historyPlaced"]++
+				}
+			}
+		}
+	}
 	for _, vm := range d.w.inv.VMs {
 		if len(vm.Profiles) == 0 {
 			continue

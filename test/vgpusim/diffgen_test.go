@@ -178,6 +178,9 @@ func genWorld(r *rand.Rand, o genOptions) *world {
 		}
 	}
 	r.Shuffle(len(w.startOn), func(i, j int) { w.startOn[i], w.startOn[j] = w.startOn[j], w.startOn[i] })
+	if o.MixedSize {
+		drawHistories(rand.New(rand.NewPCG(r.Uint64(), 33)), w.inv)
+	}
 
 	w.spec = &gpupoolv1.GPUPoolProfileSpec{Parking: gpupoolv1.ParkingSuspend, DiscardSuspendedState: true}
 	if r.IntN(3) == 0 {
@@ -188,6 +191,26 @@ func genWorld(r *rand.Rand, o genOptions) *world {
 	}
 	w.spec.DefaultLayout = "l0"
 	return w
+}
+
+// drawHistories gives half the VMs with vGPUs a history's placements (vgpusim's
+// VM.Placements): on a GPU in mixed-size mode each of their vGPUs starts at the lowest
+// free ID at or above a random one, as if other vGPUs had come and gone, not where a
+// fresh GPU would put it. vSphere does not report it; the planner must hold wherever it
+// is. The pool's VMs keep theirs at every power-on, so the vGPUs gpupool starts land
+// anywhere too. Its own generator (seeded from the world's) leaves the world's draws as
+// they were.
+func drawHistories(r *rand.Rand, inv *vgpusim.Inventory) {
+	for i := range inv.VMs {
+		vm := &inv.VMs[i]
+		if vm.Profile == "" || r.IntN(2) == 0 {
+			continue
+		}
+		vm.Placements = make([]int, max(vm.VGPUs, len(vm.Profiles), 1))
+		for k := range vm.Placements {
+			vm.Placements[k] = r.IntN(48)
+		}
+	}
 }
 
 func genHost(r *rand.Rand, o genOptions, n int) vgpusim.Host {

@@ -110,6 +110,14 @@ type VM struct {
 	MemoryMiB int32 `json:"memoryMiB,omitempty"`
 	// CPUs is the VM's number of vCPUs; 2 when zero.
 	CPUs int32 `json:"cpus,omitempty"`
+	// Placements are a history's doing: the placement IDs (in GB, NVIDIA's "Supported
+	// Placement IDs") at which the VM's vGPU devices start on a GPU in mixed-size mode,
+	// in device order. NVIDIA's vGPU manager places a vGPU when it starts, so after
+	// other vGPUs came and went a running vGPU may sit at any listed ID, and vSphere does
+	// not report which. Each device starts at the lowest free listed ID at or above its
+	// entry, else (none free above) at the lowest free one; without an entry, at the
+	// lowest free one. The GPU is chosen as before: the entry only moves the vGPU on it.
+	Placements []int `json:"placements,omitempty"`
 }
 
 // LoadFile reads an inventory from a YAML file.
@@ -309,6 +317,11 @@ func (vm *VM) normalize(hosts map[string]*Host) []error {
 	case inventory.PoweredOn, inventory.PoweredOff, inventory.Suspended:
 	default:
 		errs = append(errs, fmt.Errorf("VM %s: powerState %q is not poweredOn, poweredOff or suspended", vm.Name, vm.PowerState))
+	}
+	for i, id := range vm.Placements {
+		if id < 0 {
+			errs = append(errs, fmt.Errorf("VM %s: placements[%d] %d is negative", vm.Name, i, id))
+		}
 	}
 	if vm.BIOSUUID == "" {
 		vm.BIOSUUID = uuid.NewSHA1(uuidNamespace, []byte(vm.Name)).String()

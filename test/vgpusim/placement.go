@@ -66,6 +66,9 @@ type placed struct {
 type request struct {
 	key     int32
 	profile Profile
+	// at is the placement ID (GB) the history leaves for it (VM.Placements), -1 for
+	// none: it starts at the lowest free listed ID at or above at, else the lowest.
+	at int
 }
 
 // assignment is where one request landed: the index of the GPU and the first slot.
@@ -85,7 +88,10 @@ func (g *gpuState) usedMiB() int64 {
 
 // fit returns the first slot at which a vGPU of p can start on g, or -1 and the rule
 // that refuses it.
-func (g *gpuState) fit(p Profile) (int, string) {
+func (g *gpuState) fit(p Profile) (int, string) { return g.fitAt(p, -1) }
+
+// fitAt is fit with a history's placement hint (request.at) for mixed-size GPUs.
+func (g *gpuState) fitAt(p Profile, at int) (int, string) {
 	size := int(p.frameBufferMiB() / slotMiB)
 	if why := g.boardRefuses(p); why != "" {
 		return -1, why
@@ -94,7 +100,7 @@ func (g *gpuState) fit(p Profile) (int, string) {
 		return -1, fmt.Sprintf("GPU %s runs %d vGPUs, NVIDIA's maximum per GPU (vGPU limit)", g.pciID, len(g.vgpus))
 	}
 	if g.mode == modeMixedSize {
-		return g.fitMixed(p, size)
+		return g.fitMixed(p, size, at)
 	}
 	// Same-size mode: the first vGPU decides the GPU's type; then frame buffer counts.
 	for _, v := range g.vgpus {
@@ -113,7 +119,7 @@ func (g *gpuState) fit(p Profile) (int, string) {
 // type's mixed-size maximum, at the lowest free placement ID NVIDIA's table for the GPU's
 // frame buffer lists for the type's size (boards.go), or, on a GPU without a table, at
 // the lowest free placement aligned to the type's size.
-func (g *gpuState) fitMixed(p Profile, size int) (int, string) {
+func (g *gpuState) fitMixed(p Profile, size, at int) (int, string) {
 	count := 0
 	for _, v := range g.vgpus {
 		if !mixable(v.profile.Name, p.Name) {
@@ -139,9 +145,11 @@ func (g *gpuState) fitMixed(p Profile, size int) (int, string) {
 	}
 	if table {
 		perGB := 1024 / slotMiB
-		for _, id := range ids {
-			if start := id * perGB; start+size <= len(taken) && free(taken[start:start+size]) {
-				return start, ""
+		for _, from := range []int{max(at, 0), 0} { // the history's ID or above, then any
+			for _, id := range ids {
+				if start := id * perGB; id >= from && start+size <= len(taken) && free(taken[start:start+size]) {
+					return start, ""
+				}
 			}
 		}
 		return -1, fmt.Sprintf("GPU %s has no free placement ID of NVIDIA's table for %d GB GPUs for %s (placement rule)",
@@ -216,7 +224,8 @@ func seriesFamily(series string) string {
 // Note: this compared the frame buffer in use first; the differential test found the
 // planner's count of VMs disagreeing on mixed-size GPUs, and the API text sides with
 // counting VMs.
-func choose(policy string, gpus []*gpuState, p Profile) (assignment, []string) {
+func choose(policy string, gpus []*gpuState, r request) (assignment, []string) {
+	p := r.profile
 	order := make([]int, len(gpus))
 	for i := range order {
 		order[i] = i
@@ -225,7 +234,7 @@ func choose(policy string, gpus []*gpuState, p Profile) (assignment, []string) {
 	best := assignment{gpu: -1}
 	var reasons []string
 	for _, i := range order {
-		start, why := gpus[i].fit(p)
+		start, why := gpus[i].fitAt(p, r.at)
 		if start < 0 {
 			reasons = append(reasons, why)
 			continue
@@ -250,7 +259,7 @@ func better(policy string, vms, bestVMs int) bool {
 func placeAll(policy string, gpus []*gpuState, vm types.ManagedObjectReference, reqs []request) ([]assignment, []string) {
 	var done []assignment
 	for _, r := range reqs {
-		a, reasons := choose(policy, gpus, r.profile)
+		a, reasons := choose(policy, gpus, r)
 		if a.gpu < 0 {
 			for _, d := range done {
 				gpus[d.gpu].vgpus = gpus[d.gpu].vgpus[:len(gpus[d.gpu].vgpus)-1]

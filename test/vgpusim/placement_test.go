@@ -266,3 +266,44 @@ func TestBoardsAndNVIDIAPlacements(t *testing.T) {
 		})
 	}
 }
+
+// TestPlacementHistory: a history's placement hint (VM.Placements) puts a vGPU at any
+// ID NVIDIA's table lists, the lowest free at or above the hint, and never at an ID the
+// table does not list. The 48 GB case: a 16 GiB vGPU sits at 0 or 32 (A.3.4), and
+// beside it a 24 GiB one still starts, wherever it sits.
+func TestPlacementHistory(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		gib     int64
+		running []request
+		want    []int // start slots (512 MiB) of the running vGPUs
+		next    Profile
+		fits    bool
+	}{
+		{"16 GiB hinted to 16 sits at 32", 48, []request{{profile: prof("grid_a40-16q", 16), at: 16}}, []int{64}, prof("grid_a40-24q", 24), true},
+		{"16 GiB hinted to 0 sits at 0", 48, []request{{profile: prof("grid_a40-16q", 16), at: 0}}, []int{0}, prof("grid_a40-24q", 24), true},
+		{"8 GiB at 16 and 24 block both 24 GiB IDs", 48, []request{{profile: prof("grid_a40-8q", 8), at: 16}, {profile: prof("grid_a40-8q", 8), at: 24}}, []int{32, 48}, prof("grid_a40-24q", 24), false},
+		{"hint past the last ID: the lowest free", 48, []request{{profile: prof("grid_a40-16q", 16), at: 40}}, []int{0}, prof("grid_a40-24q", 24), true},
+		{"4 GiB at 4 and 12 of 16 GB leave no 8 GiB ID", 16, []request{{profile: prof("grid_a16-4q", 4), at: 4}, {profile: prof("grid_a16-4q", 4), at: 12}}, []int{8, 24}, prof("grid_a16-8q", 8), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			gs := gpus(modeMixedSize, c.gib)
+			for i, r := range c.running {
+				r.key = int32(i)
+				if as, why := placeAll("performance", gs, vmRef(i), []request{r}); as == nil {
+					t.Fatalf("running vGPU %d refused: %v", i, why)
+				}
+			}
+			var got []int
+			for _, v := range gs[0].vgpus {
+				got = append(got, v.start)
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("running vGPUs start at slots %v, want %v", got, c.want)
+			}
+			if start, _ := gs[0].fit(c.next); (start >= 0) != c.fits {
+				t.Errorf("%s fits: %v, want %v", c.next.Name, start >= 0, c.fits)
+			}
+		})
+	}
+}

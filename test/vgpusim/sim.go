@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -81,6 +82,8 @@ type Sim struct {
 	mu     sync.Mutex
 	hosts  map[types.ManagedObjectReference]*hostState
 	vmRefs map[string]types.ManagedObjectReference
+	// placements are the VMs' placement hints (VM.Placements), by VM.
+	placements map[types.ManagedObjectReference][]int
 	// poweredOn maps each powered-on VM to its host.
 	poweredOn map[types.ManagedObjectReference]types.ManagedObjectReference
 
@@ -116,14 +119,15 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 	}
 
 	s := &Sim{
-		Username:  opts.Username,
-		Password:  opts.Password,
-		inv:       inv,
-		log:       opts.Logger,
-		hosts:     map[types.ManagedObjectReference]*hostState{},
-		vmRefs:    map[string]types.ManagedObjectReference{},
-		poweredOn: map[types.ManagedObjectReference]types.ManagedObjectReference{},
-		ctl:       newControl(),
+		Username:   opts.Username,
+		Password:   opts.Password,
+		inv:        inv,
+		log:        opts.Logger,
+		hosts:      map[types.ManagedObjectReference]*hostState{},
+		vmRefs:     map[string]types.ManagedObjectReference{},
+		placements: map[types.ManagedObjectReference][]int{},
+		poweredOn:  map[types.ManagedObjectReference]types.ManagedObjectReference{},
+		ctl:        newControl(),
 	}
 	defer func() {
 		if err != nil {
@@ -311,6 +315,19 @@ func (s *Sim) VMRef(name string) (string, bool) {
 	return ref.Value, ok
 }
 
+// SetPlacements sets the placement IDs at which the named VM's vGPU devices start at its
+// next power-on (VM.Placements): a test draws the history of a GPU this way.
+func (s *Sim) SetPlacements(name string, ids []int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ref, ok := s.vmRefs[name]
+	if !ok {
+		return fmt.Errorf("no VM %s", name)
+	}
+	s.placements[ref] = slices.Clone(ids)
+	return nil
+}
+
 // VMState is what the simulator knows about one VM.
 type VMState struct {
 	Ref        string
@@ -395,6 +412,40 @@ func (s *Sim) GPUs(host string) map[string][]string {
 				vms = append(vms, names[v.vm])
 			}
 			out[g.pciID] = vms
+		}
+	}
+	return out
+}
+
+// Placement is where one running vGPU sits: its VM and its first placement slot in GB
+// (NVIDIA's placement ID on a GPU in mixed-size mode).
+type Placement struct {
+	VM string
+	ID int
+	// Mixed tells whether the GPU is in mixed-size mode (placement IDs matter there).
+	Mixed bool
+}
+
+// Placements reports, per PCI id of the named host's GPUs, where each running vGPU
+// sits: what vSphere does not report and a history decides (VM.Placements).
+func (s *Sim) Placements(host string) map[string][]Placement {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := map[types.ManagedObjectReference]string{}
+	for name, ref := range s.vmRefs {
+		names[ref] = name
+	}
+	out := map[string][]Placement{}
+	for _, h := range s.hosts {
+		if h.cfg.Name != host {
+			continue
+		}
+		for _, g := range h.gpus {
+			ps := []Placement{}
+			for _, v := range g.vgpus {
+				ps = append(ps, Placement{VM: names[v.vm], ID: v.start * slotMiB / 1024, Mixed: g.mode == modeMixedSize})
+			}
+			out[g.pciID] = ps
 		}
 	}
 	return out

@@ -370,7 +370,11 @@ func (s *Sim) attach(h *hostState, vm types.ManagedObjectReference, devices []vg
 			return nil, withMessage(&types.GenericVmConfigFault{Reason: "vGPU profile not supported"},
 				fmt.Sprintf("Could not initialize plugin for vGPU %q: host %s does not offer this profile", d.profile, h.cfg.Name))
 		}
-		reqs = append(reqs, request{key: d.key, profile: p})
+		r := request{key: d.key, profile: p, at: -1}
+		if ids := s.placements[vm]; len(reqs) < len(ids) {
+			r.at = ids[len(reqs)]
+		}
+		reqs = append(reqs, r)
 	}
 	release(h.gpus, vm) // a VM resuming holds nothing; never count a vGPU twice
 	got, reasons := placeAll(h.cfg.Policy, h.gpus, vm, reqs)

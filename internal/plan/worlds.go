@@ -22,7 +22,8 @@ import (
 // where NVIDIA may put them (inventory.Occupancy.fitsWherever).
 
 // maxWorldStates bounds the host states (device splits times placement worlds)
-// checked; past it the layout is refused, saying so.
+// checked; past it the GPUs left out keep the worst-case count, which never says a vGPU
+// fits where some placement of the running vGPUs would refuse it (see placementWorlds).
 const maxWorldStates = 64
 
 // maxWorldSteps bounds the search for one GPU's placement worlds.

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
@@ -51,12 +52,26 @@ func newDemandWatch(r *GPUPoolProfileReconciler) *demandWatch {
 
 // setup registers the demand watch with the manager.
 func (dw *demandWatch) setup(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("gpupool-demand").
 		For(&gpupoolv1.GPUPoolProfile{}, builder.WithPredicates(demandInputChanged())).
 		Watches(&corev1.Pod{}, dw.podHandler(), builder.WithPredicates(demandPodChanged())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
-		Complete(dw)
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2})
+	if np := dw.r.nodePods; np != nil {
+		// The pods of the pools' nodes (nodepods.go): one that ends or goes may
+		// start a layout's idle timer.
+		b = b.WatchesRawSource(source.Channel(np.demand, coalesced()))
+	}
+	return b.Complete(dw)
+}
+
+// coalesced enqueues a pool demandCoalesce after an event, once however many come.
+func coalesced() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Name: e.Object.GetName()}}, demandCoalesce)
+		},
+	}
 }
 
 // podHandler maps a pod event to the demand pools it may concern (the pod asks for the

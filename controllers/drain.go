@@ -27,7 +27,12 @@ const ReasonDrainHoldOverridden = "DrainHoldOverridden"
 // drainer is the drain of this reconciler's cluster, with the terminating-pod clock the
 // reconciler keeps from one pass to the next.
 func (r *GPUPoolProfileReconciler) drainer() *drain.Helper {
-	return &drain.Helper{Cluster: drain.FromClient(r.Client), Terminating: &r.terminating}
+	c := drain.FromClient(r.Client)
+	if r.nodePods != nil {
+		// The manager's cache holds no bound pod: a node's pods come from its watch.
+		c = nodePodsCluster{Cluster: c, np: r.nodePods, reader: r.APIReader}
+	}
+	return &drain.Helper{Cluster: c, Terminating: &r.terminating}
 }
 
 // podsOnNode lists the pods bound to a node.

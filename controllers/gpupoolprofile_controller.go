@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -76,6 +77,10 @@ type GPUPoolProfileReconciler struct {
 	// twice at the same time.
 	MaxConcurrentReconciles int
 
+	// nodePods watches the pods of the pools' nodes (the manager's cache holds only
+	// unbound pods); nil (the tests that call Reconcile directly) lists them through
+	// Client.
+	nodePods *nodePods
 	// podsIndexed: Client reads pods from the manager's cache, which indexes them
 	// (indexPods); false for a client straight to the API server (pendingPods).
 	podsIndexed bool
@@ -226,7 +231,7 @@ func (r *GPUPoolProfileReconciler) updateWorkerMetrics(p *gpupoolv1.GPUPoolProfi
 
 // SetupWithManager registers the controller. Pools are reconciled on spec changes, on
 // node changes that matter (readiness, advertised GPUs, cordon, labels), on pod
-// changes a drain waits for (podChanged) and when one of their vSphere tasks ends
+// changes on their nodes a drain waits for (nodePods, podUpdateMatters), when demand changes (the demand watch) and when one of their vSphere tasks ends
 // (taskWatch).
 func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := indexPods(ctx, mgr.GetFieldIndexer()); err != nil {
@@ -248,6 +253,11 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		return reqs
 	})
 	r.tasks = newTaskWatch(ctx)
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("a client for the nodes' pod watches: %w", err)
+	}
+	r.nodePods = newNodePods(ctx, cs)
 	// Pods change demand through the demand watch, which wakes a pool only when its
 	// decision changes (demandwatch.go).
 	dw := newDemandWatch(r)
@@ -257,10 +267,10 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&gpupoolv1.GPUPoolProfile{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Node{}, allPools, builder.WithPredicates(nodeChanged())).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfPodNode), builder.WithPredicates(podChanged())).
+		WatchesRawSource(source.Channel(r.nodePods.wake, &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(r.tasks.events, &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(dw.wake, &handler.EnqueueRequestForObject{}))
-	b, err := r.watchCredentials(mgr, b)
+	b, err = r.watchCredentials(mgr, b)
 	if err != nil {
 		return err
 	}
@@ -293,29 +303,6 @@ func (r *GPUPoolProfileReconciler) kueuePools(ctx context.Context, _ client.Obje
 	for _, p := range pools.Items {
 		if p.Spec.Kueue != nil {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-		}
-	}
-	return reqs
-}
-
-// poolsOfPodNode maps a deleted or finished pod to the pools with a worker on its node: a drain
-// there may go on.
-func (r *GPUPoolProfileReconciler) poolsOfPodNode(ctx context.Context, o client.Object) []reconcile.Request {
-	node := o.(*corev1.Pod).Spec.NodeName
-	if node == "" {
-		return nil
-	}
-	var pools gpupoolv1.GPUPoolProfileList
-	if err := r.Client.List(ctx, &pools); err != nil {
-		return nil
-	}
-	var reqs []reconcile.Request
-	for _, p := range pools.Items {
-		for _, w := range p.Status.Workers {
-			if w.Node == node {
-				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-				break
-			}
 		}
 	}
 	return reqs

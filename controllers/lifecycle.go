@@ -194,6 +194,7 @@ func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1
 		}
 	}
 	workersByStep.DeletePartialMatch(prometheus.Labels{"pool": pool.Name})
+	r.nodePods.track(pool.Name, nil)
 	forgetDemandMetrics(pool.Name)
 	demandRechecks.DeletePartialMatch(prometheus.Labels{"pool": pool.Name})
 	forgetKueueMetrics(pool.Name)

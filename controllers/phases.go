@@ -153,6 +153,7 @@ func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (
 	// Nodes of VMs the spec no longer names are released once observe found no older
 	// pool claiming this pool's VMs (checkClaims): a pool held by a conflict touches no node.
 	r.releaseRemoved(ctx, s)
+	r.nodePods.track(s.pool.Name, matchedNodes(s))
 	return outcome{after: r.untilBoundary(s)}, nil
 }
 
@@ -306,4 +307,16 @@ func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layo
 	s.facts.fallback = t.From
 	s.facts.held = append(s.facts.held[:0:0], back.Held...)
 	return back, from, nil
+}
+
+// matchedNodes are the names of the nodes observe matched to the pool's VMs: the nodes
+// whose pods the pool's drains and demand read (nodePods).
+func matchedNodes(s *scope) []string {
+	out := make([]string, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		if n != nil {
+			out = append(out, n.Name)
+		}
+	}
+	return out
 }

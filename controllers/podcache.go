@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,7 +37,10 @@ func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Transform: transformPod},
+			// Only the pods no node has yet (demand's pending pods): the pods of the
+			// pools' nodes are watched node by node (nodePods), and no other bound pod
+			// of the cluster is held.
+			&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", ""), Transform: transformPod},
 		},
 	}
 }

@@ -8,24 +8,18 @@ import (
 	"github.com/gpupool/gpupool/internal/nodes"
 )
 
-// podChanged lets through the pod events a drain waits for: a deletion, and an update
-// that ends a pod a drain holds for (its phase becomes Succeeded or Failed) or changes
-// its gpupool.dev/do-not-disrupt annotation. Without the updates a drain waiting for a
-// held pod would notice only on its requeueDrain timer.
-func podChanged() predicate.Predicate {
-	return predicate.Funcs{
-		CreateFunc: func(event.CreateEvent) bool { return false },
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*corev1.Pod)
-			n, ok2 := e.ObjectNew.(*corev1.Pod)
-			if !ok1 || !ok2 {
-				return false
-			}
-			return (podFinished(n) && !podFinished(o)) || o.Annotations[AnnotationDoNotDisrupt] != n.Annotations[AnnotationDoNotDisrupt]
-		},
-		DeleteFunc:  func(event.DeleteEvent) bool { return true },
-		GenericFunc: func(event.GenericEvent) bool { return false },
+// podUpdateMatters tells whether a pod update on a pool's node is one a drain or demand
+// waits for (nodePods wakes the node's pools for it, and for every deletion): the pod
+// ended (its phase became Succeeded or Failed) or its gpupool.dev/do-not-disrupt
+// annotation changed. Without it a drain waiting for a held pod would notice only on its
+// requeueDrain timer.
+func podUpdateMatters(o, n any) bool {
+	op, ok1 := o.(*corev1.Pod)
+	np, ok2 := n.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		return false
 	}
+	return (podFinished(np) && !podFinished(op)) || op.Annotations[AnnotationDoNotDisrupt] != np.Annotations[AnnotationDoNotDisrupt]
 }
 
 func podFinished(p *corev1.Pod) bool {

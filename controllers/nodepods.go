@@ -1,0 +1,187 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/drain"
+)
+
+// nodePods holds the pods of the pools' nodes, one watch per node (a field selector
+// spec.nodeName=<node>, as each kubelet watches its own pods), started when a pass
+// matches the node to a pool and stopped when no pool has it any more. The manager's
+// own cache holds only the pods not bound to a node (CacheOptions): what gpupool holds
+// of pods follows the pools' nodes and the pending pods, not the cluster's pods.
+//
+// A pod on a pool's node that is deleted, finishes, or changes its do-not-disrupt
+// annotation wakes the pools of its node (a drain waits for it; demand counts it).
+type nodePods struct {
+	cs kubernetes.Interface
+	// ctx ends every watch (the manager's).
+	ctx context.Context
+	// wake hands the pools of a node to the pool controller and the demand watch.
+	wake, demand chan event.GenericEvent
+
+	mu      sync.Mutex
+	watches map[string]*nodePodsWatch
+}
+
+type nodePodsWatch struct {
+	inf   toolscache.SharedIndexInformer
+	stop  context.CancelFunc
+	pools map[string]bool
+}
+
+func newNodePods(ctx context.Context, cs kubernetes.Interface) *nodePods {
+	return &nodePods{cs: cs, ctx: ctx, watches: map[string]*nodePodsWatch{},
+		wake: make(chan event.GenericEvent, 1024), demand: make(chan event.GenericEvent, 1024)}
+}
+
+// track sets the nodes of a pool: watches start for its new nodes and stop for the
+// nodes no pool has any more. nil releases the pool (deleted).
+func (np *nodePods) track(pool string, nodes []string) {
+	if np == nil {
+		return
+	}
+	want := map[string]bool{}
+	for _, n := range nodes {
+		if n != "" {
+			want[n] = true
+		}
+	}
+	np.mu.Lock()
+	defer np.mu.Unlock()
+	for n, w := range np.watches {
+		if w.pools[pool] && !want[n] {
+			delete(w.pools, pool)
+			if len(w.pools) == 0 {
+				w.stop()
+				delete(np.watches, n)
+			}
+		}
+	}
+	for n := range want {
+		w := np.watches[n]
+		if w == nil {
+			w = np.start(n)
+			np.watches[n] = w
+		}
+		w.pools[pool] = true
+	}
+}
+
+// start begins the watch of a node's pods.
+func (np *nodePods) start(node string) *nodePodsWatch {
+	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return np.cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return np.cs.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
+		},
+	}
+	inf := toolscache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, toolscache.Indexers{})
+	_ = inf.SetTransform(transformPod)
+	ctx, cancel := context.WithCancel(np.ctx)
+	w := &nodePodsWatch{inf: inf, stop: cancel, pools: map[string]bool{}}
+	_, _ = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(o, n any) {
+			if podUpdateMatters(o, n) {
+				np.notify(node)
+			}
+		},
+		DeleteFunc: func(any) { np.notify(node) },
+	})
+	go inf.RunWithContext(ctx)
+	return w
+}
+
+// notify wakes the pools of the node, without blocking: a full channel already holds
+// wake-ups of those pools' passes to come.
+func (np *nodePods) notify(node string) {
+	np.mu.Lock()
+	var pools []string
+	if w := np.watches[node]; w != nil {
+		for p := range w.pools {
+			pools = append(pools, p)
+		}
+	}
+	np.mu.Unlock()
+	for _, p := range pools {
+		obj := &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: p}}
+		for _, ch := range []chan event.GenericEvent{np.wake, np.demand} {
+			select {
+			case ch <- event.GenericEvent{Object: obj}:
+			default:
+			}
+		}
+	}
+}
+
+// list returns the node's pods from its watch, if the node is watched and its list has
+// synced.
+func (np *nodePods) list(node string) ([]corev1.Pod, bool) {
+	if np == nil {
+		return nil, false
+	}
+	np.mu.Lock()
+	w := np.watches[node]
+	np.mu.Unlock()
+	if w == nil || !w.inf.HasSynced() {
+		return nil, false
+	}
+	items := w.inf.GetStore().List()
+	out := make([]corev1.Pod, 0, len(items))
+	for _, it := range items {
+		if p, ok := it.(*corev1.Pod); ok {
+			out = append(out, *p)
+		}
+	}
+	return out, true
+}
+
+// watched is how many nodes' pods are watched (a gauge, the tests).
+func (np *nodePods) watched() int {
+	np.mu.Lock()
+	defer np.mu.Unlock()
+	return len(np.watches)
+}
+
+// nodePodsCluster is the drain's view of the cluster with the pods of pool nodes read
+// from their watches, or, before a watch has synced (or without watches: the tests that
+// call Reconcile directly), listed by field selector from reader, which must not be the
+// manager's cache (it holds only unbound pods).
+type nodePodsCluster struct {
+	drain.Cluster
+	np     *nodePods
+	reader client.Reader
+}
+
+func (c nodePodsCluster) PodsOnNode(ctx context.Context, node string) ([]corev1.Pod, error) {
+	if pods, ok := c.np.list(node); ok {
+		return pods, nil
+	}
+	if c.reader == nil {
+		return c.Cluster.PodsOnNode(ctx, node)
+	}
+	var pods corev1.PodList
+	if err := c.reader.List(ctx, &pods, client.MatchingFields{drain.PodNodeNameField: node}); err != nil {
+		return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
+	}
+	return pods.Items, nil
+}

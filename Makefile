@@ -130,12 +130,13 @@ bench-demand: ## Simulate a week of a day/night pool on the pure demand decision
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager, vgpusim, the local-environment launcher, govc and the kubectl plugin into bin/.
+build: ## Build the manager, vgpusim, the local-environment launcher, govc and the kubectl plugin (and its completion script) into bin/.
 	go build -ldflags "$(LDFLAGS)" -o $(BIN_DIR)/manager ./cmd/manager
 	go build -o $(BIN_DIR)/vgpusim ./cmd/vgpusim
 	go build -o $(BIN_DIR)/gpupool-local ./cmd/gpupool-local
 	go build -o $(BIN_DIR)/govc ./test/vgpusim/internal/govc
 	go build -ldflags "$(LDFLAGS)" -o $(BIN_DIR)/kubectl-gpupool ./cmd/kubectl-gpupool
+	install -m 0755 hack/kubectl_complete-gpupool $(BIN_DIR)/kubectl_complete-gpupool
 
 # The image dist/install*.yaml name: the release by default, so that the committed files
 # stay stable between commits ('make build-installer INSTALL_IMG=$(IMG)' for your own).
@@ -170,8 +171,9 @@ plugin-archives: ## Build the kubectl plugin's release archives (hack/krew/gpupo
 	  os=$${p%/*}; arch=$${p#*/}; ext=; [ $$os = windows ] && ext=.exe; \
 	  dir=$(DIST_DIR)/plugin/.build-$$os-$$arch; mkdir -p $$dir; \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -ldflags "$(LDFLAGS)" -o $$dir/kubectl-gpupool$$ext ./cmd/kubectl-gpupool; \
-	  cp LICENSE $$dir/; \
-	  tar -C $$dir -czf $(DIST_DIR)/plugin/kubectl-gpupool_$(VERSION)_$${os}_$${arch}.tar.gz kubectl-gpupool$$ext LICENSE; \
+	  cp LICENSE $$dir/; files="kubectl-gpupool$$ext LICENSE"; \
+	  [ $$os = windows ] || { install -m 0755 hack/kubectl_complete-gpupool $$dir/; files="$$files kubectl_complete-gpupool"; }; \
+	  tar -C $$dir -czf $(DIST_DIR)/plugin/kubectl-gpupool_$(VERSION)_$${os}_$${arch}.tar.gz $$files; \
 	  rm -rf $$dir; echo "wrote $(DIST_DIR)/plugin/kubectl-gpupool_$(VERSION)_$${os}_$${arch}.tar.gz"; \
 	done
 

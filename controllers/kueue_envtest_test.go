@@ -504,7 +504,9 @@ func TestKueueDemandBringsNightIn(t *testing.T) {
 
 // TestKueueSampleIsAccepted: every object of samples/kueue.yaml is accepted by the API
 // server, Kueue's own webhooks included, and the sample's pool maps exactly the flavors
-// its opted-in ClusterQueue lists.
+// its opted-in ClusterQueue lists. Its Job is queued in the sample's LocalQueue, stays
+// suspended, asks for a GPU, and can only be given the night flavor: it selects the
+// night flavor's node labels and tolerates its taints.
 func TestKueueSampleIsAccepted(t *testing.T) {
 	startKueue(t)
 	ctx := context.Background()
@@ -514,7 +516,9 @@ func TestKueueSampleIsAccepted(t *testing.T) {
 	}
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	var pool *gpupoolv1.GPUPoolProfile
-	var cq *unstructured.Unstructured
+	var cq, job *unstructured.Unstructured
+	flavors := map[string]*unstructured.Unstructured{}
+	localQueues := map[string]bool{}
 	for {
 		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
@@ -537,8 +541,15 @@ func TestKueueSampleIsAccepted(t *testing.T) {
 			}
 		case "ClusterQueue":
 			cq = u
+		case "ResourceFlavor":
+			flavors[u.GetName()] = u
+		case "LocalQueue":
+			localQueues[u.GetNamespace()+"/"+u.GetName()] = true
+		case "Job":
+			job = u
 		}
 	}
+	checkSampleJob(t, job, localQueues, flavors)
 	if pool == nil || pool.Spec.Kueue == nil || cq == nil {
 		t.Fatal("samples/kueue.yaml needs a pool with spec.kueue and a ClusterQueue")
 	}
@@ -553,4 +564,68 @@ func TestKueueSampleIsAccepted(t *testing.T) {
 	if err != nil || !changed {
 		t.Errorf("the pool's quota would not change the ClusterQueue (changed %v, err %v): its flavors are not the pool's", changed, err)
 	}
+}
+
+// checkSampleJob checks the Job of samples/kueue.yaml: in a LocalQueue of the sample,
+// suspended (Kueue starts it), asking for a GPU, and fitting the night flavor only.
+func checkSampleJob(t *testing.T, u *unstructured.Unstructured, localQueues map[string]bool, flavors map[string]*unstructured.Unstructured) {
+	t.Helper()
+	if u == nil {
+		t.Fatal("samples/kueue.yaml has no Job")
+	}
+	job := &batchv1.Job{}
+	if err := fromUnstructured(u.Object, job); err != nil {
+		t.Fatal(err)
+	}
+	if q := job.Namespace + "/" + job.Labels["kueue.x-k8s.io/queue-name"]; !localQueues[q] {
+		t.Errorf("Job %s is queued in %s, not a LocalQueue of the sample (%v)", job.Name, q, localQueues)
+	}
+	if job.Spec.Suspend == nil || !*job.Spec.Suspend {
+		t.Errorf("Job %s is not suspended: it would start before Kueue admits it", job.Name)
+	}
+	pod := &job.Spec.Template.Spec
+	if len(pod.Containers) == 0 || pod.Containers[0].Resources.Limits.Name("nvidia.com/gpu", resource.DecimalSI).IsZero() {
+		t.Errorf("Job %s asks for no nvidia.com/gpu", job.Name)
+	}
+	for name, f := range flavors {
+		labels, _, _ := unstructured.NestedStringMap(f.Object, "spec", "nodeLabels")
+		taints, _, _ := unstructured.NestedSlice(f.Object, "spec", "nodeTaints")
+		fits := labelsSelect(pod.NodeSelector, labels) && toleratesAll(pod.Tolerations, taints)
+		if want := strings.HasPrefix(name, "night-"); fits != want {
+			t.Errorf("Job %s fits flavor %s: %v, want %v (nodeSelector %v, tolerations %v)", job.Name, name, fits, want, pod.NodeSelector, pod.Tolerations)
+		}
+	}
+}
+
+// labelsSelect says whether a nodeSelector matches nodes with these labels.
+func labelsSelect(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// toleratesAll says whether the tolerations tolerate every taint (unstructured).
+func toleratesAll(tolerations []corev1.Toleration, taints []any) bool {
+	for _, t := range taints {
+		m, _ := t.(map[string]any)
+		taint := corev1.Taint{Key: fmt.Sprint(m["key"]), Value: fmt.Sprint(m["value"]), Effect: corev1.TaintEffect(fmt.Sprint(m["effect"]))}
+		if !slices.ContainsFunc(tolerations, func(tol corev1.Toleration) bool { return tolerates(tol, taint) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// tolerates is the scheduler's toleration match for Equal and Exists.
+func tolerates(tol corev1.Toleration, taint corev1.Taint) bool {
+	if tol.Effect != "" && tol.Effect != taint.Effect {
+		return false
+	}
+	if tol.Operator == corev1.TolerationOpExists {
+		return tol.Key == "" || tol.Key == taint.Key
+	}
+	return tol.Key == taint.Key && tol.Value == taint.Value
 }

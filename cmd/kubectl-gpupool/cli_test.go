@@ -78,6 +78,9 @@ func TestSteerVerbsAsEditor(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--yes") || !strings.Contains(out, "parked: st-day-1, st-day-2, st-day-3, st-day-4") || !strings.Contains(out, "Set the override? [y/N]") {
 		t.Fatalf("switch answered no: %v\n%s", err, out)
 	}
+	if code := exitCode(err); code != exitDeclined {
+		t.Errorf("switch answered no exits %d, want %d (declined)", code, exitDeclined)
+	}
 	if w.get().Spec.Override != nil {
 		t.Fatal("override set without confirmation")
 	}

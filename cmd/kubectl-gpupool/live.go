@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -39,14 +38,6 @@ func (o liveOptions) credentialsPolicy(pool *gpupoolv1.GPUPoolProfile) secretpol
 // livePlan observes the pool's world as the operator does (the credentials Secret, the
 // inventory from vCenter, the nodes and pods) and plans, changing nothing.
 func (a *app) livePlan(ctx context.Context, name string, o liveOptions) error {
-	at := a.now()
-	if o.at != "" {
-		t, err := time.Parse(time.RFC3339, o.at)
-		if err != nil {
-			return fmt.Errorf("--at: %w", err)
-		}
-		at = t
-	}
 	c, err := a.client()
 	if err != nil {
 		return err
@@ -58,6 +49,13 @@ func (a *app) livePlan(ctx context.Context, name string, o liveOptions) error {
 	sc, err := a.screenFor(&pool.Spec)
 	if err != nil {
 		return err
+	}
+	// --at's wall-clock time is read in the zone the screen shows, as switch --until's.
+	at := sc.now
+	if o.at != "" {
+		if at, err = parseTime("--at", o.at, sc.loc); err != nil {
+			return err
+		}
 	}
 	conn := vsphere.NewConnector()
 	defer func() { _ = conn.Close() }()

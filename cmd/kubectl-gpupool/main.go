@@ -12,12 +12,16 @@
 //	kubectl gpupool timeline NAME --days 7    # which layout is wanted when (also -f pool.yaml)
 //	kubectl gpupool version
 //
+// It exits 0 on success, 3 when the user declined its prompt (nothing changed), and 1 on
+// any other error.
+//
 // Every verb but `plan --live` needs only the RBAC of config/rbac/gpupool_viewer_role.yaml
 // (reading) and gpupool_editor_role.yaml (switch, resume, pause, unpause).
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -38,6 +42,29 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "Error:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// Exit codes: a declined prompt is not a failure, and a script that asks (no --yes)
+// can tell the one from the other.
+const (
+	exitFailed   = 1
+	exitDeclined = 3
+)
+
+// declinedError is a prompt answered other than yes: nothing changed.
+type declinedError struct{ msg string }
+
+func (e *declinedError) Error() string { return e.msg }
+
+func errDeclined(msg string) error { return &declinedError{msg: msg} }
+
+// exitCode is the exit code for a verb's error.
+func exitCode(err error) int {
+	var declined *declinedError
+	if errors.As(err, &declined) {
+		return exitDeclined
+	}
+	return exitFailed
 }

@@ -46,7 +46,7 @@ credentials, from the namespace the pool's spec.vcenter.credentialsSecretRef nam
 	}
 	pf = a.outputFlags(cmd)
 	cmd.Flags().BoolVar(&live.enabled, "live", false, "observe vCenter directly instead of reading status.plan (needs the credentials Secret)")
-	cmd.Flags().StringVar(&live.at, "at", "", "with --live: plan for the layout wanted at this time (RFC 3339); default now")
+	cmd.Flags().StringVar(&live.at, "at", "", "with --live: plan for the layout wanted at this time: "+timeFormats+"; default now")
 	cmd.Flags().StringVar(&live.layout, "layout", "", "with --live: plan for this layout instead of the scheduled one")
 	cmd.Flags().StringVar(&live.credentialsNamespace, "credentials-namespace", "", "with --live: the only namespace the credentials Secret may be read from (default: the namespace the pool's credentialsSecretRef names; your RBAC decides whether you may read it)")
 	return cmd

@@ -40,6 +40,10 @@ func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 // newApp makes the plugin with a clock: tests pass a fixed one.
 func newApp(streams genericiooptions.IOStreams, now func() time.Time) *app {
 	a := &app{config: genericclioptions.NewConfigFlags(true), streams: streams, scheme: runtime.NewScheme(), now: now}
+	// Pools are cluster-scoped: a --namespace would be accepted and mean nothing (plan
+	// --live reads the credentials Secret from the namespace the pool names), so the
+	// plugin does not offer it.
+	a.config.Namespace = nil
 	_ = clientgoscheme.AddToScheme(a.scheme)
 	_ = gpupoolv1.AddToScheme(a.scheme)
 	return a
@@ -67,6 +71,7 @@ gpupool-viewer); switch, resume, pause and unpause need patch (gpupool-editor).`
 	root.PersistentFlags().StringVar(&a.tz, "tz", "", "IANA time zone to show every time in, such as Europe/Berlin (default: the pool's schedule.timeZone; the local zone for pools of several zones)")
 	root.AddCommand(a.statusCommand(), a.planCommand(), a.switchCommand(), a.resumeCommand(),
 		a.pauseCommand(true), a.pauseCommand(false), a.resetBudgetCommand(), a.historyCommand(), a.timelineCommand(), a.versionCommand())
+	a.registerCompletions(root)
 	return root
 }
 

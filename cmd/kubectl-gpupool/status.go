@@ -200,6 +200,7 @@ func (a *app) describe(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) er
 		return err
 	}
 	describeDemand(out, p, wide, sc)
+	describeKueue(out, p, sc)
 	describeWorkers(out, p, wide, sc)
 	describeConditions(out, p, wide, sc)
 	if len(st.History) > 0 {

@@ -47,7 +47,7 @@ before it sets the override, unless --yes.`,
 		},
 	}
 	cmd.Flags().DurationVar(&o.duration, "for", 0, "how long the override lasts, such as 2h")
-	cmd.Flags().StringVar(&o.until, "until", "", "when the override ends: RFC 3339, or 'YYYY-MM-DD HH:MM' in --tz (default: the pool's schedule.timeZone)")
+	cmd.Flags().StringVar(&o.until, "until", "", "when the override ends: "+timeFormats)
 	cmd.Flags().StringVar(&o.reason, "reason", "", "why, shown in status and events")
 	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	cmd.Flags().BoolVar(&o.force, "force", false, "set the override even when gpupool's plan says the layout cannot be reached")
@@ -113,7 +113,7 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 	case o.duration > 0:
 		override.Until = &metav1.Time{Time: now.Add(o.duration).Truncate(time.Second)}
 	case o.until != "":
-		t, err := parseUntil(o.until, sc.loc)
+		t, err := parseTime("--until", o.until, sc.loc)
 		if err != nil {
 			return err
 		}
@@ -145,7 +145,7 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 		return err
 	}
 	if !o.yes && !confirm(a.streams.In, out, "Set the override?") {
-		return errors.New("not confirmed: nothing changed (answer y at the prompt, or pass --yes to skip it)")
+		return errDeclined("not confirmed: nothing changed (answer y at the prompt, or pass --yes to skip it)")
 	}
 	if err := patchSpec(ctx, c, p, map[string]any{"override": overridePatch(override)}); err != nil {
 		return err
@@ -225,19 +225,6 @@ func confirm(in io.Reader, out io.Writer, question string) bool {
 	line, _ := bufio.NewReader(in).ReadString('\n')
 	answer := strings.ToLower(strings.TrimSpace(line))
 	return answer == "y" || answer == "yes"
-}
-
-// parseUntil reads --until: RFC 3339, or a wall-clock time in loc.
-func parseUntil(s string, loc *time.Location) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t, nil
-	}
-	for _, layout := range []string{"2006-01-02 15:04", "2006-01-02T15:04"} {
-		if t, err := time.ParseInLocation(layout, s, loc); err == nil {
-			return t, nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("--until %q: want RFC 3339 (2026-12-01T18:00:00+01:00) or 'YYYY-MM-DD HH:MM'", s)
 }
 
 func (a *app) resumeCommand() *cobra.Command {

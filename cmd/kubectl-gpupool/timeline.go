@@ -63,8 +63,8 @@ from a file, so a schedule can be checked before it is applied.`,
 			}
 			start := sc.now
 			if o.from != "" {
-				if start, err = time.Parse(time.RFC3339, o.from); err != nil {
-					return fmt.Errorf("--from: %w", err)
+				if start, err = parseTime("--from", o.from, sc.loc); err != nil {
+					return err
 				}
 			}
 			if o.days < 1 {
@@ -80,7 +80,7 @@ from a file, so a schedule can be checked before it is applied.`,
 	pf = a.outputFlags(cmd)
 	cmd.Flags().StringVarP(&o.file, "filename", "f", "", "read the pool from this YAML or JSON file instead of the cluster")
 	cmd.Flags().IntVar(&o.days, "days", 7, "how many days to show")
-	cmd.Flags().StringVar(&o.from, "from", "", "start at this time (RFC 3339) instead of now")
+	cmd.Flags().StringVar(&o.from, "from", "", "start at this time instead of now: "+timeFormats)
 	return cmd
 }
 

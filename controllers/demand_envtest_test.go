@@ -251,3 +251,57 @@ func TestDemandBudgetShownAndReset(t *testing.T) {
 		t.Fatalf("an unchanged annotation: budget %+v, want the reset kept and the demand switch counted", b)
 	}
 }
+
+// TestTenantOutsideTheSelectorCannotBringNightIn: two tenants' namespaces, one selected
+// by spec.demand.namespaceSelector: the other tenant's pending training pod, held well
+// past `for`, switches nothing and is not named; the same pod in the selected namespace
+// brings night in.
+func TestTenantOutsideTheSelectorCannotBringNightIn(t *testing.T) {
+	h := newHarness(t, "dtn-")
+	pool := h.demandPool()
+	pool.Spec.Demand.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"gpupool.dev/demand": h.prefix + "lab"}}
+	h.dayPastDwell(pool)
+	selected := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.prefix + "ml", Labels: map[string]string{"gpupool.dev/demand": h.prefix + "lab"}}}
+	tenant := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.prefix + "tenant"}}
+	for _, ns := range []*corev1.Namespace{selected, tenant} {
+		h.must(k8s.Create(h.ctx, ns))
+	}
+	pending := func(ns, name string) {
+		h.t.Helper()
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "train",
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{nodes.DefaultGPUResource: resource.MustParse("4")}}}},
+				NodeSelector: map[string]string{"lab.example/workload": "training"},
+				Tolerations:  []corev1.Toleration{{Key: "lab.example/training", Operator: corev1.TolerationOpExists}}},
+		}
+		h.must(k8s.Create(h.ctx, pod))
+		h.t.Cleanup(func() { _ = k8s.Delete(h.ctx, pod, client.GracePeriodSeconds(0)) })
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+		h.must(k8s.Status().Update(h.ctx, pod))
+	}
+	pending(tenant.Name, "train-elsewhere")
+	for range 3 {
+		h.reconcile(pool.Name)
+		h.clock.Step(5 * time.Minute)
+	}
+	h.reconcile(pool.Name)
+	p := h.get(pool.Name)
+	if p.Status.DesiredLayout != "day" || layoutDemand(p, "night").PendingPods != 0 {
+		t.Fatalf("an unselected tenant's pod: desired %s, night demand %+v; want day, nothing pending", p.Status.DesiredLayout, layoutDemand(p, "night"))
+	}
+	if strings.Contains(p.Status.Demand.Message, "train-elsewhere") {
+		t.Fatalf("the demand message names a pod of an unselected namespace: %q", p.Status.Demand.Message)
+	}
+	pending(selected.Name, "train-here")
+	h.reconcile(pool.Name)
+	h.clock.Step(2 * time.Minute)
+	h.reconcile(pool.Name)
+	p = h.get(pool.Name)
+	if p.Status.DesiredLayout != "night" || p.Status.DesiredReason != gpupoolv1.DesiredByDemand {
+		t.Fatalf("a selected namespace's pod held for `for`: desired %s (%s), demand %q", p.Status.DesiredLayout, p.Status.DesiredReason, p.Status.Demand.Message)
+	}
+	if d := layoutDemand(p, "night"); d.PendingPods != 1 || d.PendingGPUs != 4 {
+		t.Fatalf("night demand %+v, want only the selected namespace's pod", d)
+	}
+}

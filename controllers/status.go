@@ -209,7 +209,9 @@ func progressing(s *scope, stalledReason string, aborted bool) {
 		setCond(p, gpupoolv1.ConditionProgressing, false, ReasonDrainAborted, st.Transition.Message)
 	case !f.observed && stalledReason != "":
 		setCond(p, gpupoolv1.ConditionProgressing, false, stalledReason, "waiting for a person: see the Stalled condition")
-	case !f.observed && f.vcenter != "":
+	case !f.observed && f.vcenter != "" && findCondition(p, gpupoolv1.ConditionProgressing) != nil:
+		// An earlier pass's word ("nothing to do") no longer holds. A pool never
+		// observed has none: Reconciling stays True for it (reconciling).
 		setCond(p, gpupoolv1.ConditionProgressing, false, ReasonVCenterUnavailable, "waiting for vCenter: "+f.vcenter)
 	case !f.observed:
 		// Nothing was learnt: the last word stands.

@@ -335,8 +335,9 @@ func (r *GPUPoolProfileReconciler) releaseRemovedKueue(ctx context.Context, s *s
 
 // releaseDeletedKueue releases the checks of a pool being deleted (finalize). A failure
 // holds the deletion, looked at again shortly, for at most deletionTaskWait from the
-// deletion on gpupool's clock: a Kueue that cannot be written must not keep the pool for
-// ever. It returns how soon to look again (0: released or given up).
+// first failure on gpupool's clock (status.kueue.releaseFailingSince, written by the
+// caller): a Kueue that cannot be written must not keep the pool for ever. It returns
+// how soon to look again (0: released or given up).
 func (r *GPUPoolProfileReconciler) releaseDeletedKueue(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time) time.Duration {
 	if pool.Spec.Kueue == nil && pool.Status.Kueue == nil {
 		return 0
@@ -357,7 +358,17 @@ func (r *GPUPoolProfileReconciler) releaseDeletedKueue(ctx context.Context, pool
 		return 0
 	}
 	log.FromContext(ctx).Error(err, "kueue: releasing the admission checks of the pool being deleted")
-	if pool.DeletionTimestamp != nil && now.Sub(pool.DeletionTimestamp.Time) >= deletionTaskWait {
+	// Note: timed from the first failure, stamped by gpupool's own clock, never from
+	// the deletionTimestamp the API server stamped (the clocks may differ).
+	ks := pool.Status.Kueue
+	if ks == nil {
+		ks = &gpupoolv1.KueueStatus{}
+		pool.Status.Kueue = ks
+	}
+	if ks.ReleaseFailingSince == nil {
+		ks.ReleaseFailingSince = &metav1.Time{Time: now}
+	}
+	if now.Sub(ks.ReleaseFailingSince.Time) >= deletionTaskWait {
 		r.emit(pool, corev1.EventTypeWarning, "KueueReleaseAbandoned", "the pool is being deleted; its admission checks could not be released within %s and are left as they are: %s",
 			deletionTaskWait, truncate(err.Error(), maxDemandMessage))
 		return 0

@@ -123,6 +123,9 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 	// The Workloads the pool's check holds are released before the finalizer goes:
 	// afterwards nothing answers them.
 	if again := r.releaseDeletedKueue(ctx, pool, s.now); again > 0 {
+		if err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(s.persisted)); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, fmt.Errorf("patching status: %w", err)
+		}
 		return ctrl.Result{RequeueAfter: again}, nil
 	}
 	return r.finalize(ctx, pool, inv)

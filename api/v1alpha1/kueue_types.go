@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The keys gpupool uses on Kueue objects (LabelKueuePool,
@@ -53,4 +54,9 @@ type KueueStatus struct {
 	// gpupool's AdmissionCheck held (Pending) for their layout on the last pass.
 	// +optional
 	HeldWorkloads int32 `json:"heldWorkloads,omitempty"`
+	// ReleaseFailingSince is, while the pool is being deleted and its checks cannot be
+	// released, when that first failed, on gpupool's clock: the deletion waits for the
+	// release at most 10 minutes from then.
+	// +optional
+	ReleaseFailingSince *metav1.Time `json:"releaseFailingSince,omitempty"`
 }

@@ -16,8 +16,9 @@ import (
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
-// podNodeNameField indexes pods by spec.nodeName in the manager's cache: the field the
-// drain package lists a node's pods by.
+// podNodeNameField is the field the drain package lists a node's pods by (a field
+// selector the API server serves; not indexed in the manager's cache, which holds no
+// bound pod).
 const podNodeNameField = drain.PodNodeNameField
 
 // ReasonDrainHoldOverridden is the Warning event on the pool when drain.maxHold has

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -179,9 +178,5 @@ func (c nodePodsCluster) PodsOnNode(ctx context.Context, node string) ([]corev1.
 	if c.reader == nil {
 		return c.Cluster.PodsOnNode(ctx, node)
 	}
-	var pods corev1.PodList
-	if err := c.reader.List(ctx, &pods, client.MatchingFields{drain.PodNodeNameField: node}); err != nil {
-		return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
-	}
-	return pods.Items, nil
+	return drain.PodsOnNodeFrom(ctx, c.reader, node)
 }

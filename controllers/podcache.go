@@ -146,8 +146,8 @@ func isExtended(name corev1.ResourceName) bool {
 	return strings.Contains(n, "/") && !strings.Contains(n, "kubernetes.io/")
 }
 
-// podNodeName is the podNodeNameField index: every pod by spec.nodeName ("" for the
-// pods not bound yet).
+// podNodeName indexes pods by spec.nodeName ("" for the pods not bound yet), as the API
+// server's field selector does: the tests' fake clients serve podNodeNameField with it.
 func podNodeName(o client.Object) []string {
 	return []string{o.(*corev1.Pod).Spec.NodeName}
 }
@@ -176,9 +176,8 @@ func podPendingResources(o client.Object) []string {
 
 // indexPods registers the pod indexes with the manager's cache.
 func indexPods(ctx context.Context, indexer client.FieldIndexer) error {
-	if err := indexer.IndexField(ctx, &corev1.Pod{}, podNodeNameField, podNodeName); err != nil {
-		return fmt.Errorf("indexing pods by node: %w", err)
-	}
+	// Note: no index by spec.nodeName: the cache holds only unbound pods, and a node's
+	// pods come from nodePods (or the API server), never from this cache.
 	if err := indexer.IndexField(ctx, &corev1.Pod{}, podPendingResourceField, podPendingResources); err != nil {
 		return fmt.Errorf("indexing pending pods by extended resource: %w", err)
 	}

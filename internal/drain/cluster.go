@@ -23,9 +23,8 @@ type Cluster interface {
 	Delete(ctx context.Context, pod *corev1.Pod, gracePeriodSeconds *int64) error
 }
 
-// PodNodeNameField is the field index FromClient lists pods by. The manager's cache must
-// index pods by spec.nodeName under it (a direct client sends it as a field selector,
-// which the API server serves for pods).
+// PodNodeNameField is the field FromClient lists a node's pods by: a field selector the
+// API server serves for pods (a cache would need an index under that name).
 const PodNodeNameField = "spec.nodeName"
 
 // FromClient is the Cluster of a controller-runtime client.
@@ -34,10 +33,15 @@ func FromClient(c client.Client) Cluster { return clientCluster{c} }
 type clientCluster struct{ c client.Client }
 
 func (cc clientCluster) PodsOnNode(ctx context.Context, node string) ([]corev1.Pod, error) {
+	return PodsOnNodeFrom(ctx, cc.c, node)
+}
+
+// PodsOnNodeFrom lists the pods bound to node from r, by PodNodeNameField.
+func PodsOnNodeFrom(ctx context.Context, r client.Reader, node string) ([]corev1.Pod, error) {
 	var pods corev1.PodList
 	// A drain and demand only read the pods: no deep copy of every pod on the node per
 	// pass (a client straight to the API server ignores the option).
-	if err := cc.c.List(ctx, &pods, client.MatchingFields{PodNodeNameField: node}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.List(ctx, &pods, client.MatchingFields{PodNodeNameField: node}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
 	return pods.Items, nil

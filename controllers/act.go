@@ -53,7 +53,7 @@ func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Pl
 		timed("act:evict", func() { outcomes = r.evictAll(ctx, s, drains) })
 		for i, o := range outcomes {
 			step := drains[i]
-			wait, err := r.settleDrain(ctx, s, s.worker(step.VM), s.nodes[step.VM], o)
+			wait, err := r.settleDrain(ctx, s, s.worker(step.VM), s.w.Nodes[step.VM], o)
 			note(step, wait, err)
 			if aborted() {
 				return after
@@ -104,7 +104,7 @@ func (r *GPUPoolProfileReconciler) patchNodesTogether(ctx context.Context, s *sc
 	var nodeSteps, rest []plan.Step
 	for _, step := range steps {
 		ws := s.worker(step.VM)
-		_, found := s.vm(step.VM)
+		_, found := s.w.VM(step.VM)
 		plain := found && ws.Task == nil && (ws.NextRetryTime == nil || !s.now.Before(ws.NextRetryTime.Time))
 		if (step.Action == plan.Relabel || step.Action == plan.Uncordon) && plain {
 			if !s.budget.nodeWrite() {
@@ -126,7 +126,7 @@ func (r *GPUPoolProfileReconciler) patchNodesTogether(ctx context.Context, s *sc
 	out := make([]outcome, len(nodeSteps))
 	forEach(len(nodeSteps), maxConcurrentDrains, func(i int) {
 		step := nodeSteps[i]
-		node := s.nodes[step.VM]
+		node := s.w.Nodes[step.VM]
 		if step.Action == plan.Relabel {
 			out[i].after, out[i].err = r.relabel(ctx, s, step.VM, node)
 			return

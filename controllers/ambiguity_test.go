@@ -11,6 +11,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/world"
 )
 
 // TestMatchNodesAmbiguity: a VM whose identity two nodes carry, or whose node another VM
@@ -89,7 +90,7 @@ func TestMatchNodesAmbiguity(t *testing.T) {
 			}
 			// Either order of the node list gives the same answer.
 			for _, nodes := range [][]corev1.Node{tc.nodes, reversed(tc.nodes)} {
-				matched, ambiguous := matchNodes(workers, vms, nodes)
+				matched, ambiguous := world.MatchNodes(workers, vms, nodes)
 				got := map[string]string{}
 				for vm, n := range matched {
 					got[vm] = n.Name

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/world"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
@@ -23,7 +24,7 @@ const ReasonConflictingClaim = "ConflictingClaim"
 // compared as the objects this pool's vCenter resolves them to, and vCenters by their
 // instance UUID. The younger pool (later creationTimestamp, then the greater name) is
 // held with Stalled=ConflictingClaim before it acts; the older goes on.
-func (r *GPUPoolProfileReconciler) checkClaims(ctx context.Context, s *scope) (time.Duration, bool) {
+func (r *GPUPoolProfileReconciler) checkClaims(ctx context.Context, s *scope, w *world.World) (time.Duration, bool) {
 	pool := s.pool
 	var pools gpupoolv1.GPUPoolProfileList
 	if err := r.Client.List(ctx, &pools); err != nil {
@@ -32,8 +33,8 @@ func (r *GPUPoolProfileReconciler) checkClaims(ctx context.Context, s *scope) (t
 		return requeueBlocked, false
 	}
 	mine := map[string]string{} // VM moref -> the name this pool gives it
-	for _, id := range poolVMs(&pool.Spec) {
-		if vm, ok := s.index.FindVM(id); ok {
+	for _, id := range world.PoolVMs(&pool.Spec) {
+		if vm, ok := w.Index.FindVM(id); ok {
 			mine[vm.Ref] = vm.Name
 		}
 	}
@@ -43,8 +44,8 @@ func (r *GPUPoolProfileReconciler) checkClaims(ctx context.Context, s *scope) (t
 			continue
 		}
 		var shared []string
-		for _, id := range poolVMs(&o.Spec) {
-			if vm, ok := s.index.FindVM(id); ok && mine[vm.Ref] != "" {
+		for _, id := range world.PoolVMs(&o.Spec) {
+			if vm, ok := w.Index.FindVM(id); ok && mine[vm.Ref] != "" {
 				shared = append(shared, mine[vm.Ref])
 			}
 		}

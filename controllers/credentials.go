@@ -14,6 +14,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/world"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
@@ -70,7 +71,7 @@ func (r *GPUPoolProfileReconciler) connectVCenter(ctx context.Context, s *scope)
 // connectVCenter opened (s.vc). It reports false, with when to look again, as
 // connectVCenter does.
 func (r *GPUPoolProfileReconciler) readInventory(ctx context.Context, s *scope) (*inventory.Inventory, time.Duration, bool) {
-	inv, err := s.vc.Inventory(ctx, poolVMs(&s.pool.Spec)...)
+	inv, err := s.vc.Inventory(ctx, world.PoolVMs(&s.pool.Spec)...)
 	if err != nil {
 		return nil, r.vcenterFailed(ctx, s, err), false
 	}

@@ -81,7 +81,7 @@ func (r *GPUPoolProfileReconciler) cordonAhead(ctx context.Context, s *scope, p 
 	var toCordon []*corev1.Node
 	for _, hp := range p.Hosts {
 		for _, st := range hp.Steps {
-			if n := s.nodes[st.VM]; st.Action == plan.Drain && n != nil && (!n.Spec.Unschedulable || n.Labels[LabelPool] != s.pool.Name) {
+			if n := s.w.Nodes[st.VM]; st.Action == plan.Drain && n != nil && (!n.Spec.Unschedulable || n.Labels[LabelPool] != s.pool.Name) {
 				toCordon = append(toCordon, n)
 			}
 		}
@@ -120,7 +120,7 @@ func (r *GPUPoolProfileReconciler) evictAll(ctx context.Context, s *scope, steps
 		}
 	}
 	forEach(len(steps), maxConcurrentDrains, func(i int) {
-		node := s.nodes[steps[i].VM]
+		node := s.w.Nodes[steps[i].VM]
 		if node == nil {
 			return
 		}
@@ -216,8 +216,8 @@ func drainDeadlines(d gpupoolv1.DrainSpec, elapsed, timeout time.Duration) strin
 // flight: what an aborted transition gives back. It is repeated on every pass of an
 // aborted transition, so a node patch that failed once is retried.
 func (r *GPUPoolProfileReconciler) uncordonRunning(ctx context.Context, s *scope) {
-	for vm, n := range s.nodes {
-		v, ok := s.vm(vm)
+	for vm, n := range s.w.Nodes {
+		v, ok := s.w.VM(vm)
 		if !ok || v.PowerState != inventory.PoweredOn || !nodes.CordonedByUs(n) {
 			continue
 		}

@@ -34,8 +34,8 @@ func (r *GPUPoolProfileReconciler) nodeEvent(s *scope, node *corev1.Node, typ, r
 // vmEvent records an event about the VM of a worker (by its spec id, as status names
 // it): on the VM's node when it has one, else on the pool with the VM in the action.
 func (r *GPUPoolProfileReconciler) vmEvent(s *scope, vm, typ, reason, format string, args ...any) {
-	if v, ok := s.vms[vm]; ok {
-		if n := s.nodes[v.Name]; n != nil {
+	if v, ok := s.w.VMs[vm]; ok {
+		if n := s.w.Nodes[v.Name]; n != nil {
 			r.nodeEvent(s, n, typ, reason, format, args...)
 			return
 		}
@@ -117,7 +117,7 @@ func planSummary(s *scope, p *plan.Plan) string {
 	for _, hp := range p.Hosts {
 		for _, st := range slices.Concat(hp.Steps, hp.Later) {
 			name := st.VM
-			if n := s.nodes[st.VM]; n != nil && (st.Action == plan.Drain || st.Action == plan.Relabel || st.Action == plan.Uncordon) {
+			if n := s.w.Nodes[st.VM]; n != nil && (st.Action == plan.Drain || st.Action == plan.Relabel || st.Action == plan.Uncordon) {
 				name = n.Name
 			}
 			if !slices.Contains(byAction[st.Action], name) {
@@ -148,13 +148,13 @@ func outcomeSummary(s *scope) string {
 	inLayout := map[string]bool{}
 	if s.layout != nil {
 		for _, w := range s.layout.Workers {
-			if v, ok := s.vms[w.VM]; ok {
+			if v, ok := s.w.VMs[w.VM]; ok {
 				inLayout[v.Name] = true
 			}
 		}
 	}
 	var serving, parked []string
-	for vm, n := range s.nodes {
+	for vm, n := range s.w.Nodes {
 		switch {
 		case inLayout[vm]:
 			serving = append(serving, n.Name)

@@ -31,7 +31,7 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 	if ws.StepStartTime == nil {
 		ws.StepStartTime = ptrTime(s.now)
 	}
-	vm, ok := s.vm(step.VM)
+	vm, ok := s.w.VM(step.VM)
 	if !ok {
 		return requeueBlocked, nil
 	}
@@ -41,7 +41,7 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 		return requeueTask, nil
 	}
 
-	node := s.nodes[step.VM]
+	node := s.w.Nodes[step.VM]
 	switch step.Action {
 	case plan.Suspend:
 		if !r.markParked(ctx, s, step.VM, node) {
@@ -59,7 +59,7 @@ func (r *GPUPoolProfileReconciler) execute(ctx context.Context, s *scope, step p
 	case plan.Reconfigure:
 		return r.startTask(ctx, s, ws, vm, vsphere.OpReconfigure, func() (string, error) { return s.vc.SetProfile(ctx, vm.Ref, step.Profile, step.VGPUs) })
 	case plan.PowerOn:
-		host, err := powerOnHost(s.inv, vm, step)
+		host, err := powerOnHost(s.w.Inventory, vm, step)
 		if err != nil {
 			return r.failed(s, ws, "PowerOn not started", err.Error()), nil
 		}
@@ -179,10 +179,10 @@ func (r *GPUPoolProfileReconciler) parkAhead(ctx context.Context, s *scope, step
 	var vms []string
 	for _, st := range steps {
 		ws := s.worker(st.VM)
-		if _, ok := s.vm(st.VM); !ok {
+		if _, ok := s.w.VM(st.VM); !ok {
 			continue
 		}
-		if (st.Action != plan.Suspend && st.Action != plan.PowerOff) || s.nodes[st.VM] == nil || ws.Task != nil ||
+		if (st.Action != plan.Suspend && st.Action != plan.PowerOff) || s.w.Nodes[st.VM] == nil || ws.Task != nil ||
 			(ws.NextRetryTime != nil && s.now.Before(ws.NextRetryTime.Time)) {
 			continue
 		}
@@ -193,13 +193,13 @@ func (r *GPUPoolProfileReconciler) parkAhead(ctx context.Context, s *scope, step
 	}
 	errs := make([]error, len(vms))
 	for i, vm := range vms {
-		if !nodes.HasMeta(s.nodes[vm], nodes.ParkedMeta(s.pool.Name)) && !s.budget.nodeWrite() {
+		if !nodes.HasMeta(s.w.Nodes[vm], nodes.ParkedMeta(s.pool.Name)) && !s.budget.nodeWrite() {
 			errs[i] = errCapped
 		}
 	}
 	forEach(len(vms), maxConcurrentDrains, func(i int) {
 		if errs[i] == nil {
-			errs[i] = r.parkNode(ctx, s.pool.Name, s.nodes[vms[i]], s.budget)
+			errs[i] = r.parkNode(ctx, s.pool.Name, s.w.Nodes[vms[i]], s.budget)
 		}
 	})
 	s.parkedAhead = make(map[string]error, len(vms))
@@ -217,8 +217,8 @@ func (r *GPUPoolProfileReconciler) waitNodeReady(s *scope, step plan.Step, ws *g
 	waited := s.now.Sub(ws.StepStartTime.Time)
 	what := "to become Ready"
 	if node != nil {
-		what = "to be ready for work: " + nodes.WaitingFor(s.gaps[step.VM])
-		if gaps := s.gaps[step.VM]; len(gaps) > 0 {
+		what = "to be ready for work: " + nodes.WaitingFor(s.w.Gaps[step.VM])
+		if gaps := s.w.Gaps[step.VM]; len(gaps) > 0 {
 			s.facts.nodeWaits = append(s.facts.nodeWaits, fmt.Sprintf("node %s waits for %s", name, strings.Join(gaps, ", ")))
 		}
 	}
@@ -241,7 +241,7 @@ func (r *GPUPoolProfileReconciler) uncordonStep(ctx context.Context, s *scope, n
 }
 
 func (r *GPUPoolProfileReconciler) relabel(ctx context.Context, s *scope, vm string, node *corev1.Node) (time.Duration, error) {
-	m, ok := s.metaFor(s.layout, vm)
+	m, ok := s.w.MetaFor(s.pool.Name, s.layout, vm)
 	if node == nil || !ok {
 		s.budget.nodeUnwritten()
 		return requeueNodeReady, nil
@@ -300,13 +300,13 @@ func powerOnHost(inv *inventory.Inventory, vm *inventory.VM, step plan.Step) (st
 // its datastores and networks reachable). The failure itself (ws.Message, written by
 // failed) keeps the fault; the step is retried with the backoff.
 func sayMoved(s *scope, ws *gpupoolv1.WorkerStatus, step plan.Step) {
-	vm, ok := s.vm(step.VM)
+	vm, ok := s.w.VM(step.VM)
 	refused := strings.HasPrefix(ws.Message, "PowerOn failed") || strings.HasPrefix(ws.Message, "PowerOn could not start")
 	if step.Action != plan.PowerOn || !ok || step.Host == "" || step.Host == vm.Host || !refused {
 		return
 	}
 	why := "is unavailable"
-	if h, ok := s.inv.FindHost(vm.Host); ok && h.Unavailable() != "" {
+	if h, ok := s.w.Inventory.FindHost(vm.Host); ok && h.Unavailable() != "" {
 		why = h.Unavailable()
 	}
 	ws.Message = fmt.Sprintf("the power-on was moved to host %s (VM %s's host %s %s) and vCenter refused it there: %s",

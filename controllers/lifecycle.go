@@ -17,6 +17,7 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/world"
 )
 
 // releaseRemoved gives back the nodes of VMs that were removed from the spec: once their
@@ -24,7 +25,7 @@ import (
 // and on its Cluster API objects is removed, and the worker's status entry is dropped.
 func (r *GPUPoolProfileReconciler) releaseRemoved(ctx context.Context, s *scope) {
 	inSpec := map[string]bool{}
-	for _, id := range poolVMs(&s.pool.Spec) {
+	for _, id := range world.PoolVMs(&s.pool.Spec) {
 		inSpec[id] = true
 	}
 	for i := range s.pool.Status.Workers {

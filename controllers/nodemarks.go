@@ -36,17 +36,17 @@ func (r *GPUPoolProfileReconciler) markedNodes(ctx context.Context, pool *gpupoo
 
 // unmarkStale takes the pool's marks off the nodes it no longer matches to a worker: a
 // node whose VM left the spec, or that is no longer the VM's node. A node whose VM
-// cannot be told (s.unsureNodes) keeps them: it may still be a worker's, and its VM is
+// cannot be told (s.w.Unsure) keeps them: it may still be a worker's, and its VM is
 // held until a person says. It reads the nodes observe listed this pass.
 func (r *GPUPoolProfileReconciler) unmarkStale(ctx context.Context, s *scope) {
-	current := maps.Clone(s.unsureNodes)
+	current := maps.Clone(s.w.Unsure)
 	if current == nil {
 		current = map[string]bool{}
 	}
-	for _, n := range s.nodes {
+	for _, n := range s.w.Nodes {
 		current[n.Name] = true
 	}
-	for _, n := range nodes.MarkedBy(s.allNodes, s.pool.Name, statusNodes(s.pool)) {
+	for _, n := range nodes.MarkedBy(s.w.AllNodes, s.pool.Name, statusNodes(s.pool)) {
 		if current[n.Name] || !nodes.HasMarks(n) {
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/world"
 )
 
 // inLayout tells whether a VM (by inventory name) is a worker of the layout being made.
@@ -17,7 +18,7 @@ func (s *scope) inLayout(name string) bool {
 	if s.layout == nil {
 		return false
 	}
-	id := s.specID[name]
+	id := s.w.SpecID[name]
 	for _, w := range s.layout.Workers {
 		if w.VM == id {
 			return true
@@ -28,8 +29,8 @@ func (s *scope) inLayout(name string) bool {
 
 // readyForWork tells whether the node of a VM (by inventory name) was found ready for
 // work this pass (nodeStates observed it and nodes.ReadinessGaps found nothing missing).
-func (s *scope) readyForWork(name string) bool {
-	gaps, seen := s.gaps[name]
+func readyForWork(w *world.World, name string) bool {
+	gaps, seen := w.Gaps[name]
 	return seen && len(gaps) == 0
 }
 
@@ -44,9 +45,9 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 	}
 	var changed []*corev1.Node
 	var wants []string
-	for name, n := range s.nodes {
-		ws := findWorker(s.pool, s.specID[name])
-		vm, ok := s.vm(name)
+	for name, n := range s.w.Nodes {
+		ws := findWorker(s.pool, s.w.SpecID[name])
+		vm, ok := s.w.VM(name)
 		if ws == nil || !ok {
 			continue
 		}
@@ -54,9 +55,9 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 			InLayout:  s.inLayout(name),
 			PoweredOn: vm.PowerState == inventory.PoweredOn,
 			Step:      ws.Step,
-			Failed:    held[name] || held[ws.VM] || (ws.Attempts > 0 && ws.NextRetryTime != nil) || waitExpired(s, ws),
+			Failed:    held[name] || held[ws.VM] || (ws.Attempts > 0 && ws.NextRetryTime != nil) || waitExpired(s.pool, s.now, ws),
 			Aborted:   s.aborted,
-			NodeReady: s.readyForWork(name),
+			NodeReady: readyForWork(&s.w, name),
 		})
 		if n.Labels[LabelState] == want && n.Annotations[AnnotationMarkedBy] == s.pool.Name {
 			continue
@@ -150,14 +151,14 @@ func drainsOf(p *plan.Plan) []string {
 // warning off the others. It returns when the next warning starts (0: none pending).
 func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope, current *plan.Plan) time.Duration {
 	announced := map[string]time.Time{}
-	for name, n := range s.nodes {
+	for name, n := range s.w.Nodes {
 		if at, ok := nodes.DrainAt(n); ok {
 			announced[name] = at
 		}
 	}
 	horizon := warnAhead(&s.pool.Spec)
 	want := drainWarnings(s.now, s.decision.Next, horizon, drainsOf(s.nextPlan), drainsOf(current), announced)
-	for name, n := range s.nodes {
+	for name, n := range s.w.Nodes {
 		at, warn := want[name]
 		if warn == nodes.HasWarning(n, at) && (warn || !nodes.HasAnyWarning(n)) {
 			continue

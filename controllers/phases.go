@@ -134,7 +134,7 @@ func (r *GPUPoolProfileReconciler) connectPhase(ctx context.Context, s *scope) (
 // ended before the inventory was read (the snapshot rule, docs/operations.md).
 func (r *GPUPoolProfileReconciler) tasksPhase(ctx context.Context, s *scope) (outcome, error) {
 	wait := r.checkTasks(ctx, s)
-	s.tasksInFlight = wait > 0
+	s.tasks.inFlight = wait > 0
 	return outcome{after: wait}, nil
 }
 
@@ -200,15 +200,12 @@ func (r *GPUPoolProfileReconciler) decidePhase(ctx context.Context, s *scope) (o
 		}
 	}
 	if s.facts.settling {
-		if s.tasksInFlight {
+		if s.w.TasksInFlight {
 			return outcome{stop: true}, nil // the task wait (tasksPhase) brings the next pass
 		}
 		return outcome{after: requeueStep, stop: true}, nil // they just ended: look again soon
 	}
 	s.plan, s.layout = p, making
-	// Index the layout being made here, in this goroutine: act's concurrent relabels
-	// look its workers up (metaFor), and the index is filled on first use.
-	s.layoutWorkers(making)
 	r.recordWorkers(s, p)
 	r.publishPlan(ctx, s, p)
 	return outcome{}, nil
@@ -242,7 +239,7 @@ func (r *GPUPoolProfileReconciler) settledPhase(ctx context.Context, s *scope) (
 		o.after = soonest(o.after, requeueBlocked)
 	default:
 		s.facts.done = true
-		if !s.tasksInFlight {
+		if !s.w.TasksInFlight {
 			r.completeTransition(s)
 		}
 	}
@@ -279,12 +276,12 @@ func (r *GPUPoolProfileReconciler) actPhase(ctx context.Context, s *scope) (outc
 // before. Feasibility proper is decided on quiet reads (decidePhase).
 func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layout, error) {
 	d := s.decision
-	s.nodeStates = nodeStates(s, s.wanted)
-	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.inv, Nodes: s.nodeStates, InFlight: plannedInFlight(s.pool), Held: s.nodeHolds})
+	s.nodeStates = nodeStates(&s.w, s.pool, s.now, s.wanted)
+	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.w.Inventory, Nodes: s.nodeStates, InFlight: plannedInFlight(s.pool), Held: s.w.Holds})
 	if err != nil {
 		return nil, nil, fmt.Errorf("planning: %w", err)
 	}
-	if len(p.Problems) > 0 && (s.tasksInFlight || s.tasksEnded > 0) {
+	if len(p.Problems) > 0 && (s.w.TasksInFlight || s.w.TasksEnded > 0) {
 		s.facts.settling = true
 		if reportedInfeasible(s.persisted) {
 			// Reported on two quiet reads before these tasks: the report stands (no
@@ -300,7 +297,7 @@ func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layo
 		return p, s.wanted, nil
 	}
 	from := layoutNamed(&s.pool.Spec, t.From)
-	back, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: t.From, Inventory: s.inv, Nodes: labelledFor(s, from, s.nodeStates), InFlight: plannedInFlight(s.pool), Held: s.nodeHolds})
+	back, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: t.From, Inventory: s.w.Inventory, Nodes: labelledFor(&s.w, s.pool.Name, from, s.nodeStates), InFlight: plannedInFlight(s.pool), Held: s.w.Holds})
 	if err != nil || len(back.Problems) > 0 {
 		return p, s.wanted, nil //nolint:nilerr // the way back is not possible either: report the problems
 	}
@@ -312,8 +309,8 @@ func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layo
 // matchedNodes are the names of the nodes observe matched to the pool's VMs: the nodes
 // whose pods the pool's drains and demand read (nodePods).
 func matchedNodes(s *scope) []string {
-	out := make([]string, 0, len(s.nodes))
-	for _, n := range s.nodes {
+	out := make([]string, 0, len(s.w.Nodes))
+	for _, n := range s.w.Nodes {
 		if n != nil {
 			out = append(out, n.Name)
 		}

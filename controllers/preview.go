@@ -42,7 +42,7 @@ func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.
 	if _, ok := r.observe(ctx, s); !ok {
 		return nil, errors.New(cmp.Or(s.facts.credentials, s.facts.vcenter, "cannot observe the pool"))
 	}
-	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.inv, Nodes: nodeStates(s, s.wanted), InFlight: plannedInFlight(s.pool), Held: s.nodeHolds})
+	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.w.Inventory, Nodes: nodeStates(&s.w, s.pool, s.now, s.wanted), InFlight: plannedInFlight(s.pool), Held: s.w.Holds})
 	if err != nil {
 		return nil, err
 	}

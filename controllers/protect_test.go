@@ -17,6 +17,7 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/world"
 )
 
 // TestMatchNodes (5): how a VM finds its node, and that a node is never shared.
@@ -45,7 +46,7 @@ func TestMatchNodes(t *testing.T) {
 		{VM: "twin"}, {VM: "headless", NoNode: true}, {VM: "missing"},
 	}
 	got := map[string]string{}
-	matched, _ := matchNodes(workers, vms, nodes)
+	matched, _ := world.MatchNodes(workers, vms, nodes)
 	for vm, n := range matched {
 		got[vm] = n.Name
 	}
@@ -68,14 +69,14 @@ func TestMatchNodes(t *testing.T) {
 
 	// One VM named two ways (by name in one layout, by path in another) keeps its node.
 	vm := &inventory.VM{Name: "gpu-day-2", Path: "/dc1/vm/gpu-day-2"}
-	same, _ := matchNodes([]gpupoolv1.Worker{{VM: "gpu-day-2"}, {VM: "/dc1/vm/gpu-day-2"}},
+	same, _ := world.MatchNodes([]gpupoolv1.Worker{{VM: "gpu-day-2"}, {VM: "/dc1/vm/gpu-day-2"}},
 		map[string]*inventory.VM{"gpu-day-2": vm, "/dc1/vm/gpu-day-2": vm}, nodes)
 	if same["gpu-day-2"] == nil {
 		t.Error("a VM named by name and by path lost its node")
 	}
 
 	// Two VMs that would take the same node get none.
-	shared, _ := matchNodes([]gpupoolv1.Worker{{VM: "a", Node: "gpu-day-2"}, {VM: "GPU-DAY-2"}},
+	shared, _ := world.MatchNodes([]gpupoolv1.Worker{{VM: "a", Node: "gpu-day-2"}, {VM: "GPU-DAY-2"}},
 		map[string]*inventory.VM{"a": {Name: "a"}, "GPU-DAY-2": {Name: "GPU-DAY-2"}}, nodes)
 	if len(shared) != 0 {
 		t.Errorf("a node claimed twice was given out: %v", shared)

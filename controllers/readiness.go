@@ -5,6 +5,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/world"
 )
 
 // gpusWanted is what the node of a VM (by inventory name) must advertise. A node of
@@ -16,17 +17,17 @@ import (
 //
 // Note: the plan keeps such a node in WaitNodeReady after its Relabel step, and its
 // Uncordon step waits behind that: the node is uncordoned only with the replicas.
-func (s *scope) gpusWanted(name string, n *corev1.Node) nodes.GPUWant {
-	w, ok := s.workerSpec(name)
+func gpusWanted(wd *world.World, pool *gpupoolv1.GPUPoolProfile, wanted *gpupoolv1.Layout, name string, n *corev1.Node) nodes.GPUWant {
+	w, ok := workerSpec(wd, pool, wanted, name)
 	if !ok {
 		return nodes.GPUWant{Count: 1}
 	}
 	want := nodes.GPUWant{Count: nodes.ExpectedGPUs(w)}
-	if s.wanted == nil || s.wanted.GPUReplicas == nil {
+	if wanted == nil || wanted.GPUReplicas == nil {
 		return want
 	}
-	if m, ok := s.metaFor(s.wanted, name); ok && n != nil && nodes.HasMeta(n, m) {
-		want.Replicas = *s.wanted.GPUReplicas
+	if m, ok := wd.MetaFor(pool.Name, wanted, name); ok && n != nil && nodes.HasMeta(n, m) {
+		want.Replicas = *wanted.GPUReplicas
 		want.Count *= int64(want.Replicas)
 	}
 	return want
@@ -34,19 +35,17 @@ func (s *scope) gpusWanted(name string, n *corev1.Node) nodes.GPUWant {
 
 // workerSpec returns the worker spec a VM (by inventory name) has in the wanted layout,
 // else in the first layout that names it: what its node must advertise.
-func (s *scope) workerSpec(name string) (gpupoolv1.Worker, bool) {
-	id, ok := s.specID[name]
+func workerSpec(wd *world.World, pool *gpupoolv1.GPUPoolProfile, wanted *gpupoolv1.Layout, name string) (gpupoolv1.Worker, bool) {
+	id, ok := wd.SpecID[name]
 	if !ok {
 		return gpupoolv1.Worker{}, false
 	}
-	if s.wanted != nil {
-		if i, ok := s.layoutWorkers(s.wanted).byID[id]; ok {
-			return s.wanted.Workers[i], true
-		}
+	if w, ok := wd.WorkerByID(wanted, id); ok {
+		return w, true
 	}
-	for l := range s.pool.Spec.Layouts {
-		if i, ok := s.layoutWorkers(&s.pool.Spec.Layouts[l]).byID[id]; ok {
-			return s.pool.Spec.Layouts[l].Workers[i], true
+	for l := range pool.Spec.Layouts {
+		if w, ok := wd.WorkerByID(&pool.Spec.Layouts[l], id); ok {
+			return w, true
 		}
 	}
 	return gpupoolv1.Worker{}, false

@@ -10,6 +10,7 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/world"
 )
 
 // TestGPUsWanted: the replicas apply to the nodes of the wanted layout that carry
@@ -22,11 +23,11 @@ func TestGPUsWanted(t *testing.T) {
 	night := gpupoolv1.Layout{Name: "night", Workers: []gpupoolv1.Worker{{VM: "night-1", Profile: "grid_p100-16q"}}}
 	pool := &gpupoolv1.GPUPoolProfile{Spec: gpupoolv1.GPUPoolProfileSpec{Layouts: []gpupoolv1.Layout{day, night}}}
 	pool.Name = "lab"
-	s := &scope{pool: pool, wanted: &pool.Spec.Layouts[0], inv: &inventory.Inventory{},
-		vms: map[string]*inventory.VM{}, specID: map[string]string{}}
+	s := &scope{pool: pool, wanted: &pool.Spec.Layouts[0],
+		w: world.World{Inventory: &inventory.Inventory{}, VMs: map[string]*inventory.VM{}, SpecID: map[string]string{}}}
 	for _, vm := range []string{"day-1", "day-2", "night-1"} {
-		s.vms[vm] = &inventory.VM{Name: vm}
-		s.specID[vm] = vm
+		s.w.VMs[vm] = &inventory.VM{Name: vm}
+		s.w.SpecID[vm] = vm
 	}
 	cases := []struct {
 		name       string
@@ -44,16 +45,16 @@ func TestGPUsWanted(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			n := readyNode("1", nil)
-			if m, ok := s.metaFor(s.wanted, c.vm); ok && c.relabelled {
+			if m, ok := s.w.MetaFor(s.pool.Name, s.wanted, c.vm); ok && c.relabelled {
 				nodes.ApplyMeta(n, m)
 			}
-			if got := s.gpusWanted(c.vm, n); got != c.want {
+			if got := gpusWanted(&s.w, s.pool, s.wanted, c.vm, n); got != c.want {
 				t.Errorf("gpusWanted = %+v, want %+v", got, c.want)
 			}
 		})
 	}
 	s.wanted = &pool.Spec.Layouts[1]
-	if got := s.gpusWanted("night-1", readyNode("1", nil)); got != (nodes.GPUWant{Count: 1}) {
+	if got := gpusWanted(&s.w, s.pool, s.wanted, "night-1", readyNode("1", nil)); got != (nodes.GPUWant{Count: 1}) {
 		t.Errorf("a layout without gpuReplicas: gpusWanted = %+v, want at least one per vGPU", got)
 	}
 }

@@ -3,11 +3,9 @@ package controllers
 import (
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/world"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
@@ -36,34 +34,15 @@ type scope struct {
 	// plan is the plan decide built to layout.
 	plan *plan.Plan
 
-	vc  vsphere.Client
-	inv *inventory.Inventory
-	// index finds VMs of inv by name or path without scanning it (set with inv).
-	index *inventory.VMIndex
-	// vms are the pool's VMs by the name or path the spec gives them, resolved once per
-	// pass; specID maps a VM's inventory name back to that spec id (status key).
-	vms    map[string]*inventory.VM
-	specID map[string]string
-	// allNodes are the cluster's nodes as observe listed them; nodes are the pool VMs'
-	// nodes among them, by the VM's inventory name, as plan steps name VMs.
-	allNodes []corev1.Node
-	nodes    map[string]*corev1.Node
-	// nodeHolds hold the VMs whose node cannot be told (matchNodes), for every plan
-	// (plan.Input.Held); unsureNodes are the nodes they name, which are nobody's for now.
-	nodeHolds   []plan.Problem
-	unsureNodes map[string]bool
-	// nodeStates are what the planner reads of them (nodeStates, derived in decide);
-	// labelledFor re-derives Labelled for another layout.
+	vc vsphere.Client
+	// tasks is what the tasks phase found of the pool's vSphere tasks, before observe.
+	tasks taskLook
+	// w is the world observe read (empty before): nothing changes it afterwards
+	// (world.World); the executor reads it through &s.w.
+	w world.World
+	// nodeStates are what the planner reads of the nodes (nodeStates, derived in
+	// decide); labelledFor re-derives Labelled for another layout.
 	nodeStates map[string]plan.NodeState
-	// gaps are what each node (by VM name) lacks to be ready for work (nodes.ReadinessGaps),
-	// and drained whether a cordoned one has nothing left to evict (observeNodes).
-	gaps    map[string][]string
-	drained map[string]bool
-	// tasksInFlight: a task of the pool was still running when the pass looked
-	// (checkTasks); tasksEnded: how many ended at that look. Either way a shortfall seen
-	// by the pass is not believed (decide).
-	tasksInFlight bool
-	tasksEnded    int
 	// nextPlan is the plan of the next scheduled switch to another layout (planNext);
 	// nil when none is scheduled.
 	nextPlan *plan.Plan
@@ -80,8 +59,6 @@ type scope struct {
 	parkedAhead map[string]error
 	// budget is what the pass may still write (nil: no cap).
 	budget *passBudget
-	// layouts indexes each layout's workers once per pass (layoutWorkers).
-	layouts map[*gpupoolv1.Layout]*layoutIndex
 
 	facts facts
 }
@@ -125,19 +102,7 @@ type facts struct {
 
 // worker returns the status entry of the VM a plan step names.
 func (s *scope) worker(name string) *gpupoolv1.WorkerStatus {
-	if id, ok := s.specID[name]; ok {
-		return workerStatus(s.pool, id)
-	}
-	return workerStatus(s.pool, name)
-}
-
-// vm returns the inventory VM a plan step names.
-func (s *scope) vm(name string) (*inventory.VM, bool) {
-	if id, ok := s.specID[name]; ok {
-		vm, found := s.vms[id]
-		return vm, found
-	}
-	return nil, false
+	return workerStatus(s.pool, s.w.ID(name))
 }
 
 // hold records that a VM must not be acted on now.
@@ -145,33 +110,9 @@ func (s *scope) hold(vm, reason, msg string) {
 	s.facts.held = append(s.facts.held, plan.Problem{Reason: reason, Message: msg, VM: vm})
 }
 
-// layoutIndex is where each worker of a layout is in its list: the first worker by spec
-// id, and the first by the inventory name of the VM it resolved to (s.vms).
-type layoutIndex struct {
-	byID, byName map[string]int
-}
-
-// layoutWorkers indexes a layout's workers the first time a pass asks, so that looking
-// a worker up for every node of a large pool does not scan the layout each time. It
-// depends on s.vms, which observe sets once (and resets the index).
-func (s *scope) layoutWorkers(l *gpupoolv1.Layout) *layoutIndex {
-	if x, ok := s.layouts[l]; ok {
-		return x
-	}
-	x := &layoutIndex{byID: make(map[string]int, len(l.Workers)), byName: make(map[string]int, len(l.Workers))}
-	for i, w := range l.Workers {
-		if _, seen := x.byID[w.VM]; !seen {
-			x.byID[w.VM] = i
-		}
-		if v, ok := s.vms[w.VM]; ok {
-			if _, seen := x.byName[v.Name]; !seen {
-				x.byName[v.Name] = i
-			}
-		}
-	}
-	if s.layouts == nil {
-		s.layouts = map[*gpupoolv1.Layout]*layoutIndex{}
-	}
-	s.layouts[l] = x
-	return x
+// taskLook is what the tasks phase found: a task of the pool was still running when the
+// pass looked (inFlight), and how many ended at that look.
+type taskLook struct {
+	inFlight bool
+	ended    int
 }

@@ -15,6 +15,7 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/world"
 )
 
 // Condition reasons. The planner's problem reasons (plan.Reason*) are used unchanged
@@ -177,7 +178,7 @@ func degraded(s *scope) (string, string) {
 		}
 	}
 	for _, w := range st.Workers {
-		if waitExpired(s, &w) {
+		if waitExpired(s.pool, s.now, &w) {
 			add(ReasonNodeNotReady, fmt.Sprintf("VM %s is powered on but node %s is not ready for work after %s%s", w.VM, orNoNode(w.Node), nodeReadyTimeout(s.pool), s.gapsOf(w.VM)))
 		}
 	}
@@ -289,11 +290,11 @@ func (r *GPUPoolProfileReconciler) recordWorkers(s *scope, p *plan.Plan) {
 	}
 	inSpec := map[string]bool{}
 	keep := s.pool.Status.Workers[:0:0]
-	for _, id := range poolVMs(&s.pool.Spec) {
+	for _, id := range world.PoolVMs(&s.pool.Spec) {
 		inSpec[id] = true
 		ws := *workerStatus(s.pool, id)
 		name := id
-		if v, ok := s.vms[id]; ok {
+		if v, ok := s.w.VMs[id]; ok {
 			name = v.Name
 			ws.Host, ws.GPU, ws.Profile, ws.PowerState = v.Host, strings.Join(v.GPUs, ","), v.Profile, string(v.PowerState)
 			if ws.GPU == "" {
@@ -304,7 +305,7 @@ func (r *GPUPoolProfileReconciler) recordWorkers(s *scope, p *plan.Plan) {
 			ws.Message = "VM not found in vCenter"
 		}
 		ws.Node = ""
-		if n, ok := s.nodes[name]; ok {
+		if n, ok := s.w.Nodes[name]; ok {
 			ws.Node = n.Name
 		}
 		st, pending := next[name]
@@ -318,7 +319,7 @@ func (r *GPUPoolProfileReconciler) recordWorkers(s *scope, p *plan.Plan) {
 				ws.Message = ""
 			}
 		case st.Action != ws.Step:
-			if n, ok := s.nodes[name]; ok && ws.Step == gpupoolv1.StepDrainRequired {
+			if n, ok := s.w.Nodes[name]; ok && ws.Step == gpupoolv1.StepDrainRequired {
 				// Note: the drain ends here, when the plan moves on from it, whether the
 				// last eviction was seen in a drain pass or only by the planner (a node
 				// with nothing left to evict gets no drain step).
@@ -341,9 +342,9 @@ func (r *GPUPoolProfileReconciler) recordWorkers(s *scope, p *plan.Plan) {
 }
 
 // waitExpired tells whether a worker has waited spec.nodeReadyTimeout for its node.
-func waitExpired(s *scope, ws *gpupoolv1.WorkerStatus) bool {
+func waitExpired(pool *gpupoolv1.GPUPoolProfile, now time.Time, ws *gpupoolv1.WorkerStatus) bool {
 	return ws.Step == gpupoolv1.StepWaitNodeReady && ws.StepStartTime != nil &&
-		s.now.Sub(ws.StepStartTime.Time) >= nodeReadyTimeout(s.pool)
+		now.Sub(ws.StepStartTime.Time) >= nodeReadyTimeout(pool)
 }
 
 func nodeReadyTimeout(p *gpupoolv1.GPUPoolProfile) time.Duration {
@@ -419,8 +420,8 @@ func problemsMessage(ps []plan.Problem) string {
 
 // gapsOf says what the node of a worker (by spec id) lacks, for messages.
 func (s *scope) gapsOf(id string) string {
-	if v, ok := s.vms[id]; ok && len(s.gaps[v.Name]) > 0 {
-		return ": " + nodes.WaitingFor(s.gaps[v.Name])
+	if v, ok := s.w.VMs[id]; ok && len(s.w.Gaps[v.Name]) > 0 {
+		return ": " + nodes.WaitingFor(s.w.Gaps[v.Name])
 	}
 	return ""
 }

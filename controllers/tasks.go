@@ -34,7 +34,7 @@ import (
 // inventory (observe), so that a finished task is recorded even when its VM no longer
 // needs a step, and so that the read shows the effect of every task recorded as ended:
 // a task that ends after this check is still in flight for the pass. All tasks are
-// read in one call. It counts the tasks that ended in s.tasksEnded and returns when to
+// read in one call. It counts the tasks that ended in s.tasks.ended and returns when to
 // look again (0: nothing is in flight).
 func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope) time.Duration {
 	after := r.resolveIntents(ctx, s)
@@ -62,7 +62,7 @@ func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope) tim
 		if wait := r.recordTask(s, ws, info, found); wait > 0 {
 			after = soonest(after, wait)
 		} else {
-			s.tasksEnded++
+			s.tasks.ended++
 		}
 	}
 	return after

@@ -109,7 +109,7 @@ func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why stri
 // next scheduled switch still warns its nodes ahead.
 func (r *GPUPoolProfileReconciler) keepAborted(ctx context.Context, s *scope) time.Duration {
 	r.uncordonRunning(ctx, s)
-	s.nodeStates = nodeStates(s, s.wanted)
+	s.nodeStates = nodeStates(&s.w, s.pool, s.now, s.wanted)
 	r.planNext(s)
 	after := r.warnSchedulers(ctx, s, nil)
 	s.aborted = true

@@ -6,135 +6,79 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
-// act runs the due steps. Drains run their evictions concurrently, after every node the
-// plan will drain has been cordoned; the other steps run one by one, but the vSphere
-// tasks they start are started together at the end (startQueued).
+// act hands the plan's due steps to the executor (internal/execute) and takes its
+// Outcome into the pass's facts. A drain that timed out with spec.drain.onTimeout Abort
+// comes back as Outcome.Abort: the transition is aborted here, where transitions end.
 func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Plan) time.Duration {
-	var after time.Duration
-	note := func(step plan.Step, next time.Duration, err error) {
-		if errors.Is(err, errCapped) {
-			return // goes on in the next pass, which follows at once
-		}
-		if err != nil {
-			ws := s.worker(step.VM)
-			ws.Message = fmt.Sprintf("%s failed: %v", step.Action, err)
-			s.facts.stepErrors = append(s.facts.stepErrors, fmt.Sprintf("%s of VM %s: %v", step.Action, step.VM, err))
-			next = requeueDrain
-		}
-		after = soonest(after, next)
+	out := r.executor(s).Run(ctx, execute.Input{Pool: s.pool, Now: s.now, Plan: p, Layout: s.layout, World: &s.w, Budget: s.budget})
+	s.facts.stepErrors = append(s.facts.stepErrors, out.StepErrors...)
+	s.facts.drainBlocked = append(s.facts.drainBlocked, out.DrainBlocked...)
+	s.facts.nodeWaits = append(s.facts.nodeWaits, out.NodeWaits...)
+	s.facts.held = append(s.facts.held, out.Held...)
+	if out.Abort != "" {
+		r.abort(ctx, s, out.Abort)
 	}
-	aborted := func() bool { t := s.pool.Status.Transition; return t != nil && t.AbortedTime != nil }
-	var drains, others []plan.Step
-	for _, step := range p.Due(int(max(s.pool.Spec.MaxParallel, 1))) {
-		ws := s.worker(step.VM)
-		switch {
-		case step.Action != plan.Drain:
-			others = append(others, step)
-		case ws.NextRetryTime != nil && s.now.Before(ws.NextRetryTime.Time):
-			note(step, ws.NextRetryTime.Sub(s.now), nil)
-		default:
-			if ws.StepStartTime == nil {
-				ws.StepStartTime = ptrTime(s.now)
-			}
-			drains = append(drains, step)
-		}
-	}
-	// Nothing is evicted until every node to drain is cordoned (cordonAhead), even when
-	// that takes more than one pass.
-	cordoned := false
-	if len(drains) > 0 {
-		timed("act:cordon", func() { cordoned = r.cordonAhead(ctx, s, p) })
-	}
-	if cordoned {
-		var outcomes []drainOutcome
-		timed("act:evict", func() { outcomes = r.evictAll(ctx, s, drains) })
-		for i, o := range outcomes {
-			step := drains[i]
-			wait, err := r.settleDrain(ctx, s, s.worker(step.VM), s.w.Nodes[step.VM], o)
-			note(step, wait, err)
-			if aborted() {
-				return after
-			}
-		}
-	}
-	timed("act:node-steps", func() { others = r.patchNodesTogether(ctx, s, others, note) })
-	timed("act:park", func() { r.parkAhead(ctx, s, others) })
-	ran := false
-	timed("act:steps", func() { ran = r.runSteps(ctx, s, others, note, aborted) })
-	if ran {
-		timed("act:start", func() { r.startQueued(ctx, s, note) })
-	}
-	return after
+	return out.After
 }
 
-// runSteps executes the other due steps one by one; the vSphere tasks they queue are
-// started after them (startQueued). It reports false when a step aborted the
-// transition: then nothing queued was stored or started, and the steps are planned
-// again.
-func (r *GPUPoolProfileReconciler) runSteps(ctx context.Context, s *scope, steps []plan.Step, note func(plan.Step, time.Duration, error), aborted func() bool) bool {
-	for _, step := range steps {
-		queued := len(s.queued)
-		wait, err := r.execute(ctx, s, step)
-		for i := queued; i < len(s.queued); i++ {
-			s.queued[i].step = step
-		}
-		note(step, wait, err)
-		if aborted() {
-			for _, q := range s.queued {
-				if ws := findWorker(s.pool, q.worker); ws != nil {
-					ws.Task = nil
-				}
-			}
-			s.queued = nil
-			return false
-		}
+// executor is the pass's executor: it acts through this reconciler's clients, on the
+// pass's vCenter session, and tells its events on the pool's nodes.
+func (r *GPUPoolProfileReconciler) executor(s *scope) *execute.Executor {
+	return &execute.Executor{
+		Nodes:   nodeWriter{r},
+		Drainer: r.drainer(),
+		Events:  passEvents{r, s},
+		VSphere: s.vc,
+		Persist: func(ctx context.Context) error { return r.persist(ctx, s) },
+		Timed:   recordPhaseTime,
 	}
-	return true
 }
 
-// patchNodesTogether runs the due steps that only patch their node (Relabel, Uncordon)
-// concurrently (bounded): at the end of a transition every node of the new layout is
-// relabelled and uncordoned at about the same time. They read the scope and change
-// nothing in it, so their outcomes are noted one by one afterwards. It returns the other
-// steps.
-func (r *GPUPoolProfileReconciler) patchNodesTogether(ctx context.Context, s *scope, steps []plan.Step, note func(plan.Step, time.Duration, error)) []plan.Step {
-	var nodeSteps, rest []plan.Step
-	for _, step := range steps {
-		ws := s.worker(step.VM)
-		_, found := s.w.VM(step.VM)
-		plain := found && ws.Task == nil && (ws.NextRetryTime == nil || !s.now.Before(ws.NextRetryTime.Time))
-		if (step.Action == plan.Relabel || step.Action == plan.Uncordon) && plain {
-			if !s.budget.nodeWrite() {
-				continue // in the next pass
-			}
-			// As execute does for the steps it runs.
-			if ws.StepStartTime == nil {
-				ws.StepStartTime = ptrTime(s.now)
-			}
-			nodeSteps = append(nodeSteps, step)
-		} else {
-			rest = append(rest, step)
-		}
+// nodeWriter writes nodes and their Machines for the executor (execute.Nodes).
+type nodeWriter struct{ r *GPUPoolProfileReconciler }
+
+func (w nodeWriter) Patch(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error {
+	return w.r.patchNode(ctx, n, change)
+}
+
+// Protect shields the node's Machine; a Machine that cannot be read, or whose node is
+// not this one, holds the VM (execute.HoldError) with the reason Stalled gives.
+func (w nodeWriter) Protect(ctx context.Context, n *corev1.Node) error {
+	err := w.r.protectMachine(ctx, n)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errMachineUnreadable):
+		return &execute.HoldError{Reason: ReasonMachineUnreadable, Err: err}
+	case errors.Is(err, errMachineNotTrusted):
+		return &execute.HoldError{Reason: ReasonMachineNotTrusted, Err: err}
 	}
-	type outcome struct {
-		after time.Duration
-		err   error
-	}
-	out := make([]outcome, len(nodeSteps))
-	forEach(len(nodeSteps), maxConcurrentDrains, func(i int) {
-		step := nodeSteps[i]
-		node := s.w.Nodes[step.VM]
-		if step.Action == plan.Relabel {
-			out[i].after, out[i].err = r.relabel(ctx, s, step.VM, node)
-			return
-		}
-		out[i].after, out[i].err = r.uncordonStep(ctx, s, node)
-	})
-	for i, step := range nodeSteps {
-		note(step, out[i].after, out[i].err)
-	}
-	return rest
+	return fmt.Errorf("protecting the Machine of node %s: %w", n.Name, err)
+}
+
+func (w nodeWriter) Release(ctx context.Context, n *corev1.Node) error {
+	return w.r.releaseMachine(ctx, n)
+}
+
+// passEvents tells the executor's events (execute.Events), tagged with the pass's
+// transition.
+type passEvents struct {
+	r *GPUPoolProfileReconciler
+	s *scope
+}
+
+func (e passEvents) VM(vm, typ, reason, note string) { e.r.vmEvent(e.s, vm, typ, reason, "%s", note) }
+
+func (e passEvents) Node(n *corev1.Node, typ, reason, note string) {
+	e.r.nodeEvent(e.s, n, typ, reason, "%s", note)
+}
+
+func (e passEvents) Pool(n *corev1.Node, typ, reason, note string) {
+	e.r.record(e.s.pool, n, typ, reason, distinctAction(reason, n.Name), transitionTag(e.s)+note)
 }

@@ -1,13 +1,10 @@
 package controllers
 
 import (
-	"errors"
-	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"github.com/gpupool/gpupool/internal/execute"
 )
 
 // Per-pass caps. A pass that would write more waits for the next pass, which is asked
@@ -20,7 +17,7 @@ import (
 // multiplies it: measured with 64 on 'make bench-transition' at 16 hosts (320 nodes to
 // cordon, 256 pods to evict), the last cordon came at 53 s instead of 8.5 s and a switch
 // took 1m29s instead of 50 s. With 256 such a switch needs two passes per kind of write;
-// the writes still run maxConcurrentDrains (16) at a time, and a pool of 1,024 workers
+// the writes still run execute.MaxConcurrentWrites (16) at a time, and a pool of 1,024 workers
 // still ends a pass after at most 256 of each. The client's rate limiter (the manager's
 // QPS) paces the writes, not the cap.
 const (
@@ -32,104 +29,6 @@ const (
 	// maxCappedBackoff bounds the back-off of capped passes that make no progress.
 	maxCappedBackoff = time.Minute
 )
-
-// errCapped is the outcome of a write the pass had no budget left for: not a failure,
-// the step goes on in the next pass.
-var errCapped = errors.New("deferred to the next pass: this pass has made its share of writes")
-
-// passBudget counts what a pass may still write, and what it wrote. It is shared by the
-// goroutines a pass runs its writes on. A nil budget allows everything (passes that
-// tests build by hand).
-//
-// A write is taken from the budget before it is made (nodeWrite, TakeEviction), so that
-// the writes a pass runs concurrently never exceed the cap, and settled once it was
-// tried (nodeWritten, EvictionDone): one the API server refused goes back.
-type passBudget struct {
-	nodeWrites, evictions atomic.Int32
-	capped                atomic.Bool
-	// made counts the writes that succeeded.
-	made atomic.Int32
-}
-
-func newPassBudget(nodeWrites, evictions int) *passBudget {
-	b := &passBudget{}
-	b.nodeWrites.Store(int32(nodeWrites))
-	b.evictions.Store(int32(evictions))
-	return b
-}
-
-// nodeWrite takes one node write from the budget; false when none is left, and the
-// pass then asks to be followed soon (afterCapped).
-func (b *passBudget) nodeWrite() bool { return b == nil || b.take(&b.nodeWrites) }
-
-// nodeWritten settles a node write taken with nodeWrite, from the node patch's own error
-// (not that of the step it belongs to): see settle.
-func (b *passBudget) nodeWritten(err error) {
-	if b != nil {
-		b.settle(&b.nodeWrites, err)
-	}
-}
-
-// nodeUnwritten gives back a node write taken with nodeWrite that was not tried at all
-// (what it depended on failed first).
-func (b *passBudget) nodeUnwritten() {
-	if b != nil {
-		b.nodeWrites.Add(1)
-	}
-}
-
-// TakeEviction takes one eviction from the budget, as nodeWrite: the drain package's
-// drain.Budget.
-func (b *passBudget) TakeEviction() bool { return b == nil || b.take(&b.evictions) }
-
-// EvictionDone settles an eviction taken with TakeEviction (drain.Budget).
-func (b *passBudget) EvictionDone(err error) {
-	if b != nil {
-		b.settle(&b.evictions, err)
-	}
-}
-
-func (b *passBudget) take(left *atomic.Int32) bool {
-	if left.Add(-1) < 0 {
-		left.Add(1)
-		b.capped.Store(true)
-		return false
-	}
-	return true
-}
-
-// settle records a write's outcome. A write that succeeded is progress. One the API
-// server refused (it answered 4xx: forbidden, invalid, conflict, gone, too many
-// requests) changed nothing, and goes back to the budget: failures must not use up the
-// pass's share, nor make the pass look capped for nothing. One without such an answer
-// (a timeout, a lost connection, a 5xx) may have been made, and stays spent: the cap
-// bounds what a pass may have done to the cluster.
-func (b *passBudget) settle(left *atomic.Int32, err error) {
-	switch {
-	case err == nil:
-		b.made.Add(1)
-	case refused(err):
-		left.Add(1)
-	}
-}
-
-// refused tells whether the API server answered a write with an error that says it
-// made nothing of it: a 4xx status but 408 (the request timed out, maybe after it was
-// applied).
-func refused(err error) bool {
-	var st apierrors.APIStatus
-	if !errors.As(err, &st) {
-		return false
-	}
-	code := st.Status().Code
-	return code >= 400 && code < 500 && code != http.StatusRequestTimeout
-}
-
-// wasCapped tells whether the pass left writes for the next one.
-func (b *passBudget) wasCapped() bool { return b != nil && b.capped.Load() }
-
-// progressed tells whether a write of the pass succeeded.
-func (b *passBudget) progressed() bool { return b == nil || b.made.Load() > 0 }
 
 // afterCapped decides when a pass comes back, from the requeue its phases asked for
 // (after), whether it was capped and made progress, and how many capped passes in a
@@ -164,10 +63,10 @@ type stallCount struct {
 }
 
 // next applies afterCapped to a pass of pool and records the new count.
-func (c *stallCount) next(pool string, after time.Duration, b *passBudget) time.Duration {
+func (c *stallCount) next(pool string, after time.Duration, b *execute.Budget) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	after, n := afterCapped(after, b.wasCapped(), b.progressed(), c.n[pool])
+	after, n := afterCapped(after, b.Capped(), b.Progressed(), c.n[pool])
 	if n == 0 {
 		delete(c.n, pool)
 		return after

@@ -3,9 +3,6 @@ package controllers
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/testworld"
 )
 
@@ -97,77 +95,6 @@ func workerSteps(p *gpupoolv1.GPUPoolProfile) string {
 	return out
 }
 
-// TestPassBudgetSettles: a write taken from the budget and refused by the API server
-// goes back; one that succeeded is progress; one that may have been made stays spent.
-func TestPassBudgetSettles(t *testing.T) {
-	status := func(code int32) error {
-		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: code}}
-	}
-	tests := []struct {
-		name       string
-		err        error
-		left       int // node writes left of 2 after one taken and settled with err
-		progressed bool
-	}{
-		{"succeeded", nil, 1, true},
-		{"forbidden", apierrors.NewForbidden(corev1.Resource("nodes"), "n", errors.New("no")), 2, false},
-		{"conflict", apierrors.NewConflict(corev1.Resource("nodes"), "n", errors.New("changed")), 2, false},
-		{"gone", apierrors.NewNotFound(corev1.Resource("nodes"), "n"), 2, false},
-		{"refused by a PodDisruptionBudget", apierrors.NewTooManyRequests("budget", 10), 2, false},
-		{"request timeout, maybe applied", status(http.StatusRequestTimeout), 1, false},
-		{"server error, maybe applied", apierrors.NewInternalError(errors.New("etcd")), 1, false},
-		{"no answer", fmt.Errorf("patching node n: %w", context.DeadlineExceeded), 1, false},
-		{"wrapped refusal", fmt.Errorf("patching node n: %w", status(http.StatusUnprocessableEntity)), 2, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			for _, kind := range []string{"node write", "eviction"} {
-				b := newPassBudget(2, 2)
-				take, done := b.nodeWrite, b.nodeWritten
-				if kind == "eviction" {
-					take, done = b.TakeEviction, b.EvictionDone
-				}
-				if !take() {
-					t.Fatalf("%s: no budget for the first write", kind)
-				}
-				done(tc.err)
-				left := 0
-				for take() {
-					left++
-				}
-				if left != tc.left || b.progressed() != tc.progressed || !b.wasCapped() {
-					t.Errorf("%s: %d left, progressed %v, capped %v; want %d left, progressed %v, capped", kind, left, b.progressed(), b.wasCapped(), tc.left, tc.progressed)
-				}
-			}
-		})
-	}
-
-	var none *passBudget
-	none.nodeWritten(errors.New("x"))
-	none.EvictionDone(nil)
-	none.nodeUnwritten()
-	if !none.nodeWrite() || !none.TakeEviction() || none.wasCapped() || !none.progressed() {
-		t.Error("a nil budget does not allow everything")
-	}
-
-	// Concurrent writes never take more than the cap, and the refused ones come back.
-	b := newPassBudget(8, 0)
-	var wg sync.WaitGroup
-	for i := range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if b.nodeWrite() && i%2 == 0 {
-				b.nodeWritten(apierrors.NewForbidden(corev1.Resource("nodes"), "n", errors.New("no")))
-			}
-		}()
-	}
-	wg.Wait()
-	if left := b.nodeWrites.Load(); left < 0 || left > 8 {
-		t.Errorf("%d node writes left of 8", left)
-	}
-}
-
 // TestAfterCapped: a capped pass that made progress is followed at once; one that made
 // none backs off, doubling from requeueStep to maxCappedBackoff over the passes in a
 // row, whatever its phases ask; progress or an uncapped pass starts over.
@@ -195,8 +122,8 @@ func TestAfterCapped(t *testing.T) {
 	}
 
 	var c stallCount
-	stuck := newPassBudget(0, 0)
-	stuck.nodeWrite()
+	stuck := execute.NewBudget(0, 0)
+	stuck.NodeWrite()
 	var got []time.Duration
 	for range 9 {
 		got = append(got, c.next("p", time.Hour, stuck))
@@ -210,9 +137,10 @@ func TestAfterCapped(t *testing.T) {
 	if c.next("other", time.Hour, stuck) != requeueStep {
 		t.Error("another pool's back-off did not start at requeueStep")
 	}
-	moving := newPassBudget(0, 0)
-	moving.nodeWrite()
-	moving.made.Add(1)
+	moving := execute.NewBudget(1, 0)
+	moving.NodeWrite()
+	moving.NodeWritten(nil)
+	moving.NodeWrite() // capped
 	if got := c.next("p", time.Hour, moving); got != requeueCapped {
 		t.Errorf("a capped pass with progress comes back after %v", got)
 	}

@@ -43,16 +43,30 @@ func (r *GPUPoolProfileReconciler) vmEvent(s *scope, vm, typ, reason, format str
 	r.record(s.pool, nil, typ, reason, distinctAction(reason, vm), transitionTag(s)+fmt.Sprintf(format, args...))
 }
 
-// laterVMEvent keeps an event about a VM for flushVMEvents: the tasks phase, which
-// records the tasks that ended, runs before observe has matched the VMs to their nodes.
-func (s *scope) laterVMEvent(vm, typ, reason, format string, args ...any) {
-	s.vmEvents = append(s.vmEvents, vmEventNote{vm: vm, typ: typ, reason: reason, msg: fmt.Sprintf(format, args...)})
+// laterEvents keeps the events of the tasks phase for flushVMEvents: it runs before
+// observe has matched the VMs to their nodes (execute.Events).
+type laterEvents struct {
+	r *GPUPoolProfileReconciler
+	s *scope
 }
 
-// vmEventNote is an event laterVMEvent keeps.
+func (e laterEvents) VM(vm, typ, reason, note string) {
+	e.s.vmEvents = append(e.s.vmEvents, vmEventNote{vm: vm, typ: typ, reason: reason, msg: note})
+}
+
+// Node and Pool know their node already: they are told at once.
+func (e laterEvents) Node(n *corev1.Node, typ, reason, note string) {
+	passEvents(e).Node(n, typ, reason, note)
+}
+
+func (e laterEvents) Pool(n *corev1.Node, typ, reason, note string) {
+	passEvents(e).Pool(n, typ, reason, note)
+}
+
+// vmEventNote is an event laterEvents keeps.
 type vmEventNote struct{ vm, typ, reason, msg string }
 
-// flushVMEvents records the events laterVMEvent kept, on the VMs' nodes where the pass
+// flushVMEvents records the events laterEvents kept, on the VMs' nodes where the pass
 // matched them, else on the pool.
 func (r *GPUPoolProfileReconciler) flushVMEvents(s *scope) {
 	for _, e := range s.vmEvents {

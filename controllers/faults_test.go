@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 )
 
 // TestFaultMatrix runs a full day -> night -> day cycle under faults at every step
@@ -98,8 +99,8 @@ func TestFaultMatrix(t *testing.T) {
 					t.Errorf("%s issued %d times, want %d", m, n, want[m])
 				}
 			}
-			adopted := testutil.ToFloat64(intentsResolved.WithLabelValues(pool.Name, "adopted"))
-			notStarted := testutil.ToFloat64(intentsResolved.WithLabelValues(pool.Name, "not-started"))
+			adopted := testutil.ToFloat64(execute.IntentsResolved.WithLabelValues(pool.Name, "adopted"))
+			notStarted := testutil.ToFloat64(execute.IntentsResolved.WithLabelValues(pool.Name, "not-started"))
 			if tc.failPatch && adopted == 0 {
 				t.Error("no task was ever adopted from a recorded intent: the lost-task-id path was not exercised")
 			}

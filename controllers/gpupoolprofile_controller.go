@@ -28,6 +28,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/drain"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/vsphere"
 )
@@ -41,16 +42,14 @@ import (
 
 // Requeue intervals. A reconcile never waits: it starts work, records it and comes back.
 const (
-	requeueTask       = 2 * time.Second
-	requeueDrain      = 10 * time.Second
-	requeueNodeReady  = 5 * time.Second
-	requeueStep       = time.Second
-	requeueBlocked    = time.Minute
+	requeueTask       = execute.RequeueTask
+	requeueDrain      = execute.RequeueDrain
+	requeueNodeReady  = execute.RequeueNodeReady
+	requeueStep       = execute.RequeueStep
+	requeueBlocked    = execute.RequeueBlocked
 	requeueVCenter    = 30 * time.Second
 	requeueLoginError = 10 * time.Minute
 	resyncPeriod      = 5 * time.Minute
-	maxBackoff        = 5 * time.Minute
-	baseBackoff       = 5 * time.Second
 	reconcileTimeout  = 2 * time.Minute
 )
 
@@ -126,7 +125,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	}
 
 	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now(),
-		budget: newPassBudget(cmp.Or(r.maxNodeWrites, maxNodeWritesPerPass), cmp.Or(r.maxEvictions, maxEvictionsPerPass))}
+		budget: execute.NewBudget(cmp.Or(r.maxNodeWrites, maxNodeWritesPerPass), cmp.Or(r.maxEvictions, maxEvictionsPerPass))}
 	before := pool.DeepCopy()
 	defer func() {
 		r.flushVMEvents(s) // what observe did not tell (a paused pool's tasks): on the pool

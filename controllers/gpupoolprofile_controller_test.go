@@ -311,7 +311,7 @@ func TestPowerOnFailureIsRetriedWithBackoff(t *testing.T) {
 				if c := findCondition(p, gpupoolv1.ConditionDegraded); c == nil || c.Reason != ReasonTaskFailed {
 					t.Errorf("Degraded %+v, want %s", c, ReasonTaskFailed)
 				}
-				if res.RequeueAfter < baseBackoff/2 {
+				if res.RequeueAfter < 5*time.Second/2 {
 					t.Errorf("requeue %s after a failure, want a backoff", res.RequeueAfter)
 				}
 			}

@@ -9,57 +9,30 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/nodes"
-	"github.com/gpupool/gpupool/internal/world"
 )
 
-// releaseRemoved gives back the nodes of VMs that were removed from the spec: once their
-// last task has finished, everything gpupool put on the node (cordon, labels, taints)
-// and on its Cluster API objects is removed, and the worker's status entry is dropped.
+// releaseRemoved gives back the nodes of VMs that were removed from the spec
+// (execute.ReleaseRemoved).
 func (r *GPUPoolProfileReconciler) releaseRemoved(ctx context.Context, s *scope) {
-	inSpec := map[string]bool{}
-	for _, id := range world.PoolVMs(&s.pool.Spec) {
-		inSpec[id] = true
-	}
-	for i := range s.pool.Status.Workers {
-		ws := &s.pool.Status.Workers[i]
-		if inSpec[ws.VM] || ws.Task != nil || ws.Node == "" {
-			continue
-		}
+	get := func(ctx context.Context, name string) (*corev1.Node, error) {
 		var n corev1.Node
-		err := r.Client.Get(ctx, client.ObjectKey{Name: ws.Node}, &n)
-		if apierrors.IsNotFound(err) {
-			ws.Node = ""
-			continue
-		}
-		if err == nil {
-			err = r.releaseNode(ctx, &n)
-		}
-		if err != nil {
-			s.facts.stepErrors = append(s.facts.stepErrors, fmt.Sprintf("releasing node %s of VM %s, removed from the spec: %v", ws.Node, ws.VM, err))
-			continue
-		}
-		r.nodeEvent(s, &n, corev1.EventTypeNormal, "NodeReleased", "VM %s was removed from the spec: released node %s", ws.VM, ws.Node)
-		ws.Node = ""
+		return &n, r.Client.Get(ctx, client.ObjectKey{Name: name}, &n)
 	}
+	errs := r.executor(s).ReleaseRemoved(ctx, s.pool, get)
+	s.facts.stepErrors = append(s.facts.stepErrors, errs...)
 }
 
 // releaseNode removes what gpupool put on a node and on its Cluster API objects.
 func (r *GPUPoolProfileReconciler) releaseNode(ctx context.Context, n *corev1.Node) error {
-	if err := r.releaseMachine(ctx, n); err != nil {
-		return err
-	}
-	if n.Labels[LabelPool] == "" && !nodes.HasMarks(n) && n.Annotations[AnnotationCordoned] == "" && n.Annotations[AnnotationManagedLabels] == "" && n.Annotations[AnnotationManagedTaints] == "" {
-		return nil
-	}
-	return r.patchNode(ctx, n, nodes.RemoveMeta)
+	return execute.ReleaseNode(ctx, nodeWriter{r}, n)
 }
 
 // deletionTaskWait bounds how long a pool being deleted waits for each of its vSphere

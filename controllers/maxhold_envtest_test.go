@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 )
 
 // tenantPod puts a pod of a tenant (its own namespace, created here) on the VM's node,
@@ -148,7 +149,7 @@ func TestTenantDoNotDisruptBoundedByMaxHold(t *testing.T) {
 			h.clock.SetTime(monday1950)
 			start := h.clock.Now()
 			p := h.until(pool.Name, 30, "day-1 drain held by the tenant's pod", func(p *gpupoolv1.GPUPoolProfile) bool {
-				w := findWorker(p, h.prefix+"day-1")
+				w := execute.FindWorker(p, h.prefix+"day-1")
 				return w != nil && w.Step == gpupoolv1.StepDrainRequired && strings.Contains(w.Message, "waiting for 1 pod(s) to finish")
 			})
 			if c.maxHold > 0 {
@@ -202,13 +203,13 @@ func TestTenantBarePodsCannotVetoADemandSwitch(t *testing.T) {
 			h.reconcile(pool.Name)
 			h.clock.Step(2 * time.Minute) // the demand's `for`
 			p := h.until(pool.Name, 30, "the demand switch's drain of day-1 blocked by the tenants' pods", func(p *gpupoolv1.GPUPoolProfile) bool {
-				w := findWorker(p, h.prefix+"day-1")
+				w := execute.FindWorker(p, h.prefix+"day-1")
 				return w != nil && w.Step == gpupoolv1.StepDrainRequired && strings.Contains(w.Message, "has no controller")
 			})
 			if tr := p.Status.Transition; tr == nil || tr.Reason != gpupoolv1.DesiredByDemand || tr.To != "night" {
 				t.Fatalf("transition %+v, want the demand switch to night", tr)
 			}
-			start := findWorker(p, h.prefix+"day-1").StepStartTime.Time
+			start := execute.FindWorker(p, h.prefix+"day-1").StepStartTime.Time
 			if c.maxHold == 0 {
 				h.heldUntilTimeout(pool.Name, start, timeout, bare, cache)
 				return

@@ -19,21 +19,9 @@ var (
 		Name: "gpupool_workers",
 		Help: "Workers (VMs) of a pool by the step they are at; step is empty when nothing is due.",
 	}, []string{"pool", "step"})
-	vsphereTaskErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gpupool_vsphere_task_errors_total",
-		Help: "vSphere operations that failed, by operation.",
-	}, []string{"pool", "operation"})
-	intentsResolved = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gpupool_task_intents_resolved_total",
-		Help: "Recorded intents to start a vSphere task whose task id was lost (a crash or a failed status write), by what vCenter showed: adopted (the task had been started) or not-started.",
-	}, []string{"pool", "result"})
 	shortfallRereads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpupool_shortfall_rereads_total",
 		Help: "Passes that saw the wanted layout short on a quiet read (no task of the pool in flight or ending) and read the world a second time before believing it.",
-	}, []string{"pool"})
-	podEvictions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gpupool_pod_evictions_total",
-		Help: "Pods the pool's drains evicted (eviction API calls granted). Divided by the pods the drained nodes ran, it says how often a pod was evicted again from a node drained later.",
 	}, []string{"pool"})
 	// No pool label: the phases' cost is the operator's own, and a label per pool would
 	// multiply the series by the pools for a figure read across them.
@@ -45,5 +33,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(transitionsTotal, transitionDuration, workersByStep, vsphereTaskErrors, intentsResolved, shortfallRereads, podEvictions, phaseDuration)
+	metrics.Registry.MustRegister(transitionsTotal, transitionDuration, workersByStep, shortfallRereads, phaseDuration)
 }

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
@@ -46,7 +47,7 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 	var changed []*corev1.Node
 	var wants []string
 	for name, n := range s.w.Nodes {
-		ws := findWorker(s.pool, s.w.SpecID[name])
+		ws := execute.FindWorker(s.pool, s.w.SpecID[name])
 		vm, ok := s.w.VM(name)
 		if ws == nil || !ok {
 			continue
@@ -62,7 +63,7 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 		if n.Labels[LabelState] == want && n.Annotations[AnnotationMarkedBy] == s.pool.Name {
 			continue
 		}
-		if !s.budget.nodeWrite() {
+		if !s.budget.NodeWrite() {
 			continue // published in the next pass
 		}
 		changed, wants = append(changed, n), append(wants, want)
@@ -70,7 +71,7 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 	// A transition changes the state of every node it touches at once: patch them
 	// concurrently (bounded), not one after the other.
 	errs := make([]error, len(changed))
-	forEach(len(changed), maxConcurrentDrains, func(i int) {
+	execute.ForEach(len(changed), execute.MaxConcurrentWrites, func(i int) {
 		errs[i] = r.patchNode(ctx, changed[i], func(n *corev1.Node) {
 			if n.Labels == nil {
 				n.Labels = map[string]string{}
@@ -80,7 +81,7 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 		})
 	})
 	for _, err := range errs {
-		s.budget.nodeWritten(err)
+		s.budget.NodeWritten(err)
 		if err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}
@@ -163,7 +164,7 @@ func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope,
 		if warn == nodes.HasWarning(n, at) && (warn || !nodes.HasAnyWarning(n)) {
 			continue
 		}
-		if !s.budget.nodeWrite() {
+		if !s.budget.NodeWrite() {
 			continue // warned in the next pass
 		}
 		err := r.patchNode(ctx, n, func(n *corev1.Node) {
@@ -172,7 +173,7 @@ func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope,
 				nodes.SetMarksOwner(n, s.pool.Name)
 			}
 		})
-		s.budget.nodeWritten(err)
+		s.budget.NodeWritten(err)
 		if err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}

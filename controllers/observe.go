@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/internal/world"
@@ -81,7 +82,7 @@ func nodeStates(w *world.World, pool *gpupoolv1.GPUPoolProfile, now time.Time, l
 		out[vm] = ns
 	}
 	for name, id := range w.SpecID {
-		if ws := findWorker(pool, id); ws != nil && waitExpired(pool, now, ws) {
+		if ws := execute.FindWorker(pool, id); ws != nil && waitExpired(pool, now, ws) {
 			ns := out[name]
 			ns.WaitExpired = true
 			out[name] = ns

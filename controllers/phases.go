@@ -9,6 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
@@ -206,7 +207,7 @@ func (r *GPUPoolProfileReconciler) decidePhase(ctx context.Context, s *scope) (o
 		return outcome{after: requeueStep, stop: true}, nil // they just ended: look again soon
 	}
 	s.plan, s.layout = p, making
-	r.recordWorkers(s, p)
+	execute.Record(s.pool, p, &s.w, s.facts.held, passEvents{r, s})
 	r.publishPlan(ctx, s, p)
 	return outcome{}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/test/cluster"
 )
 
@@ -37,12 +38,12 @@ func TestFractionalGPUs(t *testing.T) {
 	h.patchNodeObj("day-1", func(n *corev1.Node) { n.Annotations[cluster.AnnotationSimGPUDelay] = "1h" })
 	h.clock.SetTime(monday0700.Add(50 * time.Minute))
 	h.until(pool.Name, 60, "day-1 waiting for its plugin", func(p *gpupoolv1.GPUPoolProfile) bool {
-		w := findWorker(p, h.prefix+"day-1")
+		w := execute.FindWorker(p, h.prefix+"day-1")
 		return w != nil && w.Step == gpupoolv1.StepWaitNodeReady && strings.Contains(w.Message, "nvidia.com/gpu (allocatable 0 of 1)")
 	})
 	h.advertise("day-1", "1") // the plugin starts with the configuration the node had
 	p := h.until(pool.Name, 30, "day-1 relabelled, waiting for its replicas", func(p *gpupoolv1.GPUPoolProfile) bool {
-		w := findWorker(p, h.prefix+"day-1")
+		w := execute.FindWorker(p, h.prefix+"day-1")
 		return w != nil && w.Step == gpupoolv1.StepWaitNodeReady &&
 			strings.Contains(w.Message, "nvidia.com/gpu (allocatable 1 of 4: 4 per vGPU, the layout's gpuReplicas)")
 	})

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
@@ -69,7 +70,7 @@ func (w *scaleWorld) pass(ctx context.Context, tb testing.TB, layout string) *sc
 		tb.Fatalf("decide: %v %v", err, p.Problems)
 	}
 	s.plan, s.layout = p, making
-	w.r.recordWorkers(s, p)
+	execute.Record(s.pool, p, &s.w, s.facts.held, passEvents{w.r, s})
 	w.r.publishPlan(ctx, s, p)
 	summarize(s)
 	return s

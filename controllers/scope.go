@@ -4,61 +4,57 @@ import (
 	"time"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/internal/world"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
-// scope is what one reconcile works on: the pool, what was observed of its world, and
-// the facts the pass established. Conditions and the phase are computed once, from the
-// facts, when the pass ends (summarize).
+// scope is what one pass works on. Each phase hands on what it established through the
+// fields it sets, named below by phase, and nothing after that phase changes them; what
+// the pass found out (facts) is turned into conditions and the phase once, when the pass
+// ends (summarize). The executor gets its Input from here and gives back an Outcome
+// (act), and the world observe read is one value (world.World).
 type scope struct {
-	pool *gpupoolv1.GPUPoolProfile
-	// persisted is the pool as last written to the API server, the base of the next
-	// status patch.
+	// Set by Reconcile for the whole pass: the pool (its status is what the pass
+	// writes), the pool as last written (persisted, the base of the next status patch:
+	// persist moves it), the pass's time and the writes it may still make (nil: no cap).
+	pool      *gpupoolv1.GPUPoolProfile
 	persisted *gpupoolv1.GPUPoolProfile
 	now       time.Time
-	decision  plan.Decision
+	budget    *execute.Budget
+
+	// desire: the decision, the layout it wants (nil when the spec does not have it:
+	// readiness is judged against it), and when demand's timers or guards run out next
+	// (zero: none), a time to look again even if nothing else changes.
+	decision      plan.Decision
+	wanted        *gpupoolv1.Layout
+	demandRecheck time.Time
 	// kueue is what the pass read of Kueue (spec.kueue), read once by the first of the
 	// demand and the checks that needs it.
 	kueue kueueView
-	// demandRecheck is when demand's timers or guards run out next (zero: none), a time
-	// to look again even if nothing else changes.
-	demandRecheck time.Time
-	// wanted is the layout the decision wants (nil when the spec does not have it), set
-	// before observe: readiness is judged against it.
-	wanted *gpupoolv1.Layout
-	// layout is the layout the pass makes, wanted or the fallback (decide), set once the
-	// plan is built; what relabel steps label for.
-	layout *gpupoolv1.Layout
-	// plan is the plan decide built to layout.
-	plan *plan.Plan
 
+	// connect: the vCenter session.
 	vc vsphere.Client
-	// tasks is what the tasks phase found of the pool's vSphere tasks, before observe.
-	tasks taskLook
-	// w is the world observe read (empty before): nothing changes it afterwards
-	// (world.World); the executor reads it through &s.w.
-	w world.World
-	// nodeStates are what the planner reads of the nodes (nodeStates, derived in
-	// decide); labelledFor re-derives Labelled for another layout.
-	nodeStates map[string]plan.NodeState
-	// nextPlan is the plan of the next scheduled switch to another layout (planNext);
-	// nil when none is scheduled.
-	nextPlan *plan.Plan
-	// aborted: the pass keeps an aborted switch; workers' recorded steps are stale
-	// (recordWorkers did not run), so node states come from what was observed.
-	aborted bool
-	// vmEvents are the events of tasks that ended, kept until the VMs' nodes are known
+	// tasks: what the tasks phase found of the pool's vSphere tasks, before observe, and
+	// the events of the tasks that ended, kept until observe has matched the VMs' nodes
 	// (flushVMEvents).
+	tasks    taskLook
 	vmEvents []vmEventNote
-	// queued are the tasks whose intents this pass recorded, for act to start together.
-	queued []queuedStart
-	// parkedAhead is what parkAhead found parking the nodes of the pass's due steps,
-	// by VM (nil: parked).
-	parkedAhead map[string]error
-	// budget is what the pass may still write (nil: no cap).
-	budget *passBudget
+	// observe: the world (empty before), read again only to confirm a shortfall.
+	w world.World
+	// decide: what the planner read of the nodes (labelledFor re-derives Labelled for
+	// another layout), the plan and the layout it makes (wanted or the fallback: what
+	// relabel steps label for). keep-aborted sets layout to wanted and nodeStates too.
+	nodeStates map[string]plan.NodeState
+	plan       *plan.Plan
+	layout     *gpupoolv1.Layout
+	// keep-aborted: the pass keeps an aborted switch (the workers' recorded steps are
+	// stale, so node states come from what was observed).
+	aborted bool
+	// decide or keep-aborted (planNext): the plan of the next scheduled switch to
+	// another layout; nil when none is scheduled.
+	nextPlan *plan.Plan
 
 	facts facts
 }
@@ -102,7 +98,7 @@ type facts struct {
 
 // worker returns the status entry of the VM a plan step names.
 func (s *scope) worker(name string) *gpupoolv1.WorkerStatus {
-	return workerStatus(s.pool, s.w.ID(name))
+	return execute.Worker(s.pool, s.w.ID(name))
 }
 
 // hold records that a VM must not be acted on now.

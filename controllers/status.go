@@ -8,14 +8,13 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
-	"github.com/gpupool/gpupool/internal/world"
 )
 
 // Condition reasons. The planner's problem reasons (plan.Reason*) are used unchanged
@@ -179,7 +178,7 @@ func degraded(s *scope) (string, string) {
 	}
 	for _, w := range st.Workers {
 		if waitExpired(s.pool, s.now, &w) {
-			add(ReasonNodeNotReady, fmt.Sprintf("VM %s is powered on but node %s is not ready for work after %s%s", w.VM, orNoNode(w.Node), nodeReadyTimeout(s.pool), s.gapsOf(w.VM)))
+			add(ReasonNodeNotReady, fmt.Sprintf("VM %s is powered on but node %s is not ready for work after %s%s", w.VM, orNoNode(w.Node), execute.NodeReadyTimeout(s.pool), s.gapsOf(w.VM)))
 		}
 	}
 	for _, e := range f.stepErrors {
@@ -272,86 +271,10 @@ func stepCounts(ws []gpupoolv1.WorkerStatus) string {
 	return strings.Join(parts, ", ")
 }
 
-// recordWorkers refreshes every worker's observed fields and its step: the first action
-// the plan has for it. Entries of VMs removed from the spec are kept while gpupool still
-// has a task or a node of theirs to finish (releaseRemoved drops them).
-func (r *GPUPoolProfileReconciler) recordWorkers(s *scope, p *plan.Plan) {
-	next := map[string]plan.Step{}
-	for _, h := range p.Hosts {
-		for _, st := range slices.Concat(h.Steps, h.Later) {
-			if _, seen := next[st.VM]; !seen {
-				next[st.VM] = st
-			}
-		}
-	}
-	held := map[string]plan.Problem{}
-	for _, h := range slices.Concat(p.Held, s.facts.held) {
-		held[h.VM] = h
-	}
-	inSpec := map[string]bool{}
-	keep := s.pool.Status.Workers[:0:0]
-	for _, id := range world.PoolVMs(&s.pool.Spec) {
-		inSpec[id] = true
-		ws := *workerStatus(s.pool, id)
-		name := id
-		if v, ok := s.w.VMs[id]; ok {
-			name = v.Name
-			ws.Host, ws.GPU, ws.Profile, ws.PowerState = v.Host, strings.Join(v.GPUs, ","), v.Profile, string(v.PowerState)
-			if ws.GPU == "" {
-				ws.GPU = v.GPU
-			}
-		} else {
-			ws.Host, ws.GPU, ws.Profile, ws.PowerState = "", "", "", ""
-			ws.Message = "VM not found in vCenter"
-		}
-		ws.Node = ""
-		if n, ok := s.w.Nodes[name]; ok {
-			ws.Node = n.Name
-		}
-		st, pending := next[name]
-		switch {
-		case held[name].Reason != "":
-			ws.Step, ws.StepStartTime, ws.Attempts, ws.NextRetryTime = gpupoolv1.StepNone, nil, 0, nil
-			ws.Message = held[name].Message
-		case !pending:
-			ws.Step, ws.StepStartTime, ws.Attempts, ws.NextRetryTime = gpupoolv1.StepNone, nil, 0, nil
-			if ws.Task == nil {
-				ws.Message = ""
-			}
-		case st.Action != ws.Step:
-			if n, ok := s.w.Nodes[name]; ok && ws.Step == gpupoolv1.StepDrainRequired {
-				// Note: the drain ends here, when the plan moves on from it, whether the
-				// last eviction was seen in a drain pass or only by the planner (a node
-				// with nothing left to evict gets no drain step).
-				r.nodeEvent(s, n, corev1.EventTypeNormal, "Drained", "node %s drained", n.Name)
-			}
-			ws.Step, ws.StepStartTime, ws.Attempts, ws.NextRetryTime = st.Action, nil, 0, nil
-			ws.GuestShutdownTime = nil
-			ws.Message = st.Reason
-		}
-		keep = append(keep, ws)
-	}
-	for _, ws := range s.pool.Status.Workers {
-		if !inSpec[ws.VM] && (ws.Task != nil || ws.Node != "") {
-			ws.Step = gpupoolv1.StepNone
-			ws.Message = "removed from the spec: gpupool finishes its task and releases its node"
-			keep = append(keep, ws)
-		}
-	}
-	s.pool.Status.Workers = keep
-}
-
 // waitExpired tells whether a worker has waited spec.nodeReadyTimeout for its node.
 func waitExpired(pool *gpupoolv1.GPUPoolProfile, now time.Time, ws *gpupoolv1.WorkerStatus) bool {
 	return ws.Step == gpupoolv1.StepWaitNodeReady && ws.StepStartTime != nil &&
-		now.Sub(ws.StepStartTime.Time) >= nodeReadyTimeout(pool)
-}
-
-func nodeReadyTimeout(p *gpupoolv1.GPUPoolProfile) time.Duration {
-	if t := p.Spec.NodeReadyTimeout; t != nil {
-		return t.Duration
-	}
-	return 10 * time.Minute
+		now.Sub(ws.StepStartTime.Time) >= execute.NodeReadyTimeout(pool)
 }
 
 func orNoNode(n string) string {
@@ -388,24 +311,6 @@ func cut(msg string) string {
 
 func findCondition(p *gpupoolv1.GPUPoolProfile, typ string) *metav1.Condition {
 	return meta.FindStatusCondition(p.Status.Conditions, typ)
-}
-
-// workerStatus returns the status entry of a VM, adding it when missing.
-func workerStatus(p *gpupoolv1.GPUPoolProfile, vm string) *gpupoolv1.WorkerStatus {
-	if ws := findWorker(p, vm); ws != nil {
-		return ws
-	}
-	p.Status.Workers = append(p.Status.Workers, gpupoolv1.WorkerStatus{VM: vm})
-	return &p.Status.Workers[len(p.Status.Workers)-1]
-}
-
-func findWorker(p *gpupoolv1.GPUPoolProfile, vm string) *gpupoolv1.WorkerStatus {
-	for i := range p.Status.Workers {
-		if p.Status.Workers[i].VM == vm {
-			return &p.Status.Workers[i]
-		}
-	}
-	return nil
 }
 
 func problemsMessage(ps []plan.Problem) string {

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
@@ -96,12 +97,7 @@ func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why stri
 	t.Generation = s.pool.Generation // retried when the spec changes from now on
 	t.Message = cut(fmt.Sprintf("transition %s to %s aborted: %s; the VMs keep running and the nodes gpupool cordoned are uncordoned. Fix the blocking pods or set spec.drain.onTimeout: Force; a spec change retries", t.ID, t.To, why))
 	r.endTransition(s, gpupoolv1.TransitionAborted, t.Message)
-	for i := range st.Workers {
-		w := &st.Workers[i]
-		if w.Step == gpupoolv1.StepDrainRequired {
-			w.Step, w.StepStartTime = gpupoolv1.StepNone, nil
-		}
-	}
+	execute.ForgetDrains(s.pool)
 }
 
 // keepAborted is a pass while an aborted switch waits for a new spec or another wanted

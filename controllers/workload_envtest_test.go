@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/testworld"
 	"github.com/gpupool/gpupool/test/cluster"
@@ -68,7 +69,7 @@ func TestNodeWaitsForItsGPUs(t *testing.T) {
 
 	h.clock.SetTime(monday1950)
 	p := h.until(pool.Name, 60, "night-1 waiting for its GPU", func(p *gpupoolv1.GPUPoolProfile) bool {
-		w := findWorker(p, h.prefix+"night-1")
+		w := execute.FindWorker(p, h.prefix+"night-1")
 		return w != nil && w.Step == gpupoolv1.StepWaitNodeReady && strings.Contains(w.Message, "nvidia.com/gpu (allocatable 0 of 1)")
 	})
 	n := h.node("night-1")
@@ -133,13 +134,13 @@ func TestReadinessLabelsAndConditions(t *testing.T) {
 
 	h.clock.SetTime(monday1950)
 	h.until(pool.Name, 60, "night-1 waiting for its label and condition", func(p *gpupoolv1.GPUPoolProfile) bool {
-		w := findWorker(p, h.prefix+"night-1")
+		w := execute.FindWorker(p, h.prefix+"night-1")
 		return w != nil && w.Step == gpupoolv1.StepWaitNodeReady &&
 			strings.Contains(w.Message, "label nvidia.com/vgpu.present=true (missing)") && strings.Contains(w.Message, "condition VGPULicensed=True (is missing)")
 	})
 	h.patchNodeObj("night-1", func(n *corev1.Node) { n.Labels["nvidia.com/vgpu.present"] = "true" })
 	h.until(pool.Name, 10, "night-1 waiting for its condition only", func(p *gpupoolv1.GPUPoolProfile) bool {
-		w := findWorker(p, h.prefix+"night-1")
+		w := execute.FindWorker(p, h.prefix+"night-1")
 		return w != nil && w.Step == gpupoolv1.StepWaitNodeReady && !strings.Contains(w.Message, "label") && strings.Contains(w.Message, "VGPULicensed")
 	})
 	n := h.node("night-1")
@@ -168,7 +169,7 @@ func TestDoNotDisruptHoldsTheDrain(t *testing.T) {
 	h.clock.SetTime(monday1950)
 	start := h.clock.Now()
 	p := h.until(pool.Name, 30, "day-1 drain held by its pod", func(p *gpupoolv1.GPUPoolProfile) bool {
-		w := findWorker(p, h.prefix+"day-1")
+		w := execute.FindWorker(p, h.prefix+"day-1")
 		return w != nil && w.Step == gpupoolv1.StepDrainRequired && strings.Contains(w.Message, "waiting for 1 pod(s) to finish: "+h.prefix+"apps/train-a ("+AnnotationDoNotDisrupt+")")
 	})
 	if c := findCondition(p, gpupoolv1.ConditionProgressing); c == nil || !strings.Contains(c.Message, "train-a") {

@@ -1,0 +1,31 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// patchNode applies change to a node with a merge patch that carries the node's
+// resourceVersion, so that a taint or label another controller set meanwhile is never
+// overwritten: on a conflict the node is read again and the change applied again.
+func (r *GPUPoolProfileReconciler) patchNode(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error {
+	const attempts = 5
+	for i := 0; ; i++ {
+		before := n.DeepCopy()
+		change(n)
+		err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsConflict(err) || i == attempts-1 {
+			return fmt.Errorf("patching node %s: %w", n.Name, err)
+		}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(n), n); err != nil {
+			return fmt.Errorf("reading node %s again after a conflict: %w", n.Name, err)
+		}
+	}
+}

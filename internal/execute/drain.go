@@ -1,0 +1,172 @@
+package execute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/workqueue"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/drain"
+	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/plan"
+)
+
+// ReasonDrainHoldOverridden is the Warning event on the pool when drain.maxHold has
+// passed on a node and the pods that held its drain are evicted.
+const ReasonDrainHoldOverridden = "DrainHoldOverridden"
+
+// cordonNode cordons a node for the pool and marks it with the pool label (which lets
+// deletion find every node gpupool touched). It is a no-op for a node already so.
+func (r *run) cordonNode(ctx context.Context, node *corev1.Node) error {
+	if node.Spec.Unschedulable && node.Labels[gpupoolv1.LabelPool] == r.Pool.Name {
+		return nil
+	}
+	if !r.Budget.NodeWrite() {
+		return ErrCapped
+	}
+	err := r.Nodes.Patch(ctx, node, func(n *corev1.Node) {
+		nodes.Cordon(n)
+		nodes.SetManagedLabel(n, gpupoolv1.LabelPool, r.Pool.Name)
+	})
+	r.Budget.NodeWritten(err)
+	if err != nil {
+		return err
+	}
+	r.Events.Node(node, corev1.EventTypeNormal, "Cordoned", fmt.Sprintf("cordoned node %s to drain it", node.Name))
+	return nil
+}
+
+// cordonAhead cordons, before anything is evicted, every node the plan will drain, on
+// every host: an evicted pod is then rescheduled onto a node that stays, and evicted
+// once, rather than onto a node whose drain comes later. It reports whether every one
+// is cordoned; when the pass's budget ran out first, the rest are cordoned in the next
+// pass and nothing is evicted before.
+func (r *run) cordonAhead(ctx context.Context) bool {
+	var toCordon []*corev1.Node
+	for _, hp := range r.Plan.Hosts {
+		for _, st := range hp.Steps {
+			if n := r.World.Nodes[st.VM]; st.Action == plan.Drain && n != nil && (!n.Spec.Unschedulable || n.Labels[gpupoolv1.LabelPool] != r.Pool.Name) {
+				toCordon = append(toCordon, n)
+			}
+		}
+	}
+	errs := make([]error, len(toCordon))
+	ForEach(len(toCordon), MaxConcurrentWrites, func(i int) { errs[i] = r.cordonNode(ctx, toCordon[i]) })
+	all := true
+	for _, err := range errs {
+		switch {
+		case errors.Is(err, ErrCapped):
+			all = false
+		case err != nil:
+			r.out.StepErrors = append(r.out.StepErrors, err.Error())
+		}
+	}
+	return all
+}
+
+// drainOutcome is what the eviction phase of one drain found.
+type drainOutcome struct {
+	res drain.Result
+	err error
+}
+
+// evictAll runs the cordon and eviction phase of the due drains concurrently (bounded):
+// it reads the scope and patches nodes and pods, but changes nothing in the scope, so
+// that settleDrain can then record the outcomes one by one.
+func (r *run) evictAll(ctx context.Context, steps []plan.Step) []drainOutcome {
+	out := make([]drainOutcome, len(steps))
+	// When each node's drain started (act stamps it before), read here because
+	// s.worker may add to the status, which the goroutines below must not.
+	started := make([]time.Time, len(steps))
+	for i, st := range steps {
+		if ws := r.worker(st.VM); ws.StepStartTime != nil {
+			started[i] = ws.StepStartTime.Time
+		}
+	}
+	ForEach(len(steps), MaxConcurrentWrites, func(i int) {
+		node := r.World.Nodes[steps[i].VM]
+		if node == nil {
+			return
+		}
+		if err := r.cordonNode(ctx, node); err != nil {
+			out[i].err = err
+			return
+		}
+		out[i].res, out[i].err = r.Drainer.Drain(ctx, node, r.Pool.Spec.Drain, started[i], r.Now, r.Budget)
+		PodEvictions.WithLabelValues(r.Pool.Name).Add(float64(out[i].res.Evicted))
+	})
+	return out
+}
+
+// ForEach calls f for 0..n-1 on at most limit goroutines and waits for all of them: the
+// one fan-out of a pass (client-go's workqueue.ParallelizeUntil).
+func ForEach(n, limit int, f func(int)) {
+	workqueue.ParallelizeUntil(context.Background(), limit, n, f)
+}
+
+// settleDrain records what a drain's eviction phase found and decides: done, wait, or
+// at drain.timeout ask for the abort of the transition (Outcome.Abort) or delete what is left, as the spec says.
+func (r *run) settleDrain(ctx context.Context, ws *gpupoolv1.WorkerStatus, node *corev1.Node, o drainOutcome) (time.Duration, error) {
+	if node == nil {
+		return RequeueStep, nil
+	}
+	if o.err != nil {
+		return 0, o.err
+	}
+	d, res := r.Pool.Spec.Drain, o.res
+	ws.Message = "draining node " + node.Name + ": " + res.Message()
+	if n, byNS := res.OverriddenCount(); n > 0 {
+		r.Events.Pool(node, corev1.EventTypeWarning, ReasonDrainHoldOverridden, fmt.Sprintf(
+			"drain of node %s held past spec.drain.maxHold (%s): requested eviction of %d held pod(s) (%s)", node.Name, d.MaxHold.Duration, n, byNS))
+	}
+	if res.Done {
+		return RequeueStep, nil // the Drained event comes when the plan moves on (recordWorkers)
+	}
+	timeout := drainTimeout(d)
+	elapsed := r.Now.Sub(ws.StepStartTime.Time)
+	if elapsed < timeout {
+		if len(res.Blocked)+len(res.Holding) > 0 {
+			r.out.DrainBlocked = append(r.out.DrainBlocked, fmt.Sprintf("node %s: %s (%s)", node.Name, res.Message(), drainDeadlines(d, elapsed, timeout)))
+		}
+		wait := timeout - elapsed
+		if d.MaxHold != nil && elapsed < d.MaxHold.Duration {
+			wait = d.MaxHold.Duration - elapsed // the held pods are evicted then
+		}
+		return min(RequeueDrain, wait), nil
+	}
+	if d.OnTimeout == gpupoolv1.DrainForce {
+		n, err := r.Drainer.ForceDelete(ctx, node.Name, d)
+		if err != nil {
+			return 0, err
+		}
+		r.out.DrainBlocked = append(r.out.DrainBlocked, fmt.Sprintf("node %s: drain timed out after %s; deleting what is left (%s)", node.Name, timeout, res.Message()))
+		if n > 0 {
+			r.Events.Node(node, corev1.EventTypeWarning, "DrainForced", fmt.Sprintf("drain of node %s timed out after %s; deleted %d pod(s) (%s)", node.Name, timeout, n, res.Message()))
+		}
+		return RequeueDrain, nil
+	}
+	r.out.Abort = fmt.Sprintf("drain of node %s timed out after %s: %s", node.Name, timeout, res.Message())
+	return 0, nil
+}
+
+// drainTimeout is spec.drain.timeout, 10 minutes when unset (as the CRD defaults it).
+func drainTimeout(d gpupoolv1.DrainSpec) time.Duration {
+	if d.Timeout != nil {
+		return d.Timeout.Duration
+	}
+	return 10 * time.Minute
+}
+
+// drainDeadlines says what ends the wait of a drain that has run for elapsed: the
+// timeout and, before it, drain.maxHold, after which the held pods are evicted.
+func drainDeadlines(d gpupoolv1.DrainSpec, elapsed, timeout time.Duration) string {
+	in := func(at time.Duration) string { return (at - elapsed).Round(time.Second).String() }
+	if d.MaxHold != nil && elapsed < d.MaxHold.Duration {
+		return "held pods evicted at drain.maxHold in " + in(d.MaxHold.Duration) + ", timeout in " + in(timeout)
+	}
+	return "timeout in " + in(timeout)
+}

@@ -1,0 +1,239 @@
+// Package execute runs the due steps of a pool's plan for one pass of the pool
+// controller: it drains, parks, reconfigures, powers on, waits for, relabels and
+// uncordons, through the small interfaces below (Nodes, Drainer, Events and a
+// vsphere.Client), and returns what happened as an Outcome. It decides nothing the plan
+// did not: the controller observes (world.World), decides (plan.Plan) and reads the
+// Outcome (conditions, phase, the abort of a transition).
+//
+// The executor writes the workers' status (status.workers) of the pool it is given:
+// progress that cannot be re-observed (task intents and ids, step start times, when the
+// guest was asked to shut down, retries). It writes nothing else of the pool.
+package execute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/drain"
+	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/world"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// Requeue intervals a step asks for. A step never waits: it starts work, records it and
+// says when to look again.
+const (
+	RequeueTask      = 2 * time.Second
+	RequeueDrain     = 10 * time.Second
+	RequeueNodeReady = 5 * time.Second
+	RequeueStep      = time.Second
+	RequeueBlocked   = time.Minute
+)
+
+// MaxConcurrentWrites bounds how many nodes are cordoned, evicted from or patched at the
+// same time in one pass: enough that a pass over hundreds of nodes takes about as long
+// as its slowest write, few enough not to flood the API server.
+const MaxConcurrentWrites = 16
+
+// Nodes writes the pool's nodes and shields their Cluster API Machines.
+type Nodes interface {
+	// Patch applies change to the node without overwriting what others set meanwhile;
+	// the node is refreshed from the API server's answer.
+	Patch(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error
+	// Protect shields the node's Machine before its VM goes down; a *HoldError when it
+	// must not go down now.
+	Protect(ctx context.Context, n *corev1.Node) error
+	// Release gives the node's Machine back to Cluster API once the node serves again.
+	Release(ctx context.Context, n *corev1.Node) error
+}
+
+// Drainer evicts a node's pods (internal/drain).
+type Drainer interface {
+	Drain(ctx context.Context, n *corev1.Node, d gpupoolv1.DrainSpec, started, now time.Time, b drain.Budget) (drain.Result, error)
+	ForceDelete(ctx context.Context, node string, d gpupoolv1.DrainSpec) (int, error)
+}
+
+// Events records what the steps did, for people.
+type Events interface {
+	// VM is about the VM of a worker (by spec id): on its node when it has one.
+	VM(vm, typ, reason, note string)
+	// Node is about one node of the pool.
+	Node(n *corev1.Node, typ, reason, note string)
+	// Pool is on the pool, related to node n, in a series of its own per n.
+	Pool(n *corev1.Node, typ, reason, note string)
+}
+
+// HoldError says that a VM must not be acted on now, and why (Reason: the Stalled
+// reason). Nodes.Protect returns it when the node's Machine cannot be protected.
+type HoldError struct {
+	Reason string
+	Err    error
+}
+
+func (e *HoldError) Error() string { return e.Err.Error() }
+func (e *HoldError) Unwrap() error { return e.Err }
+
+// Executor runs one pass's steps. Its fields are what it acts through; Persist stores
+// the pool's status (the task intents) before any task starts, and Timed records the
+// time a part of the run took (nil: not recorded).
+type Executor struct {
+	Nodes   Nodes
+	Drainer Drainer
+	Events  Events
+	VSphere vsphere.Client
+	Persist func(context.Context) error
+	Timed   func(part string, start time.Time)
+}
+
+// Input is what one run acts on: the pool (whose workers' status it writes), the time
+// of the pass, the plan and the layout it makes, the world the plan was made from, and
+// the writes the pass may still make (nil: no cap).
+type Input struct {
+	Pool   *gpupoolv1.GPUPoolProfile
+	Now    time.Time
+	Plan   *plan.Plan
+	Layout *gpupoolv1.Layout
+	World  *world.World
+	Budget *Budget
+}
+
+// Outcome is what a run did that the pass's summary needs: when to come back (0: no
+// requeue asked), what kept steps from going on, what nodes waited for, the VMs held,
+// and Abort, the reason to abort the transition (a drain timed out and
+// spec.drain.onTimeout is Abort): the run stopped there, and the controller aborts.
+type Outcome struct {
+	After        time.Duration
+	StepErrors   []string
+	DrainBlocked []string
+	NodeWaits    []string
+	Held         []plan.Problem
+	Abort        string
+}
+
+// run is one Run's state.
+type run struct {
+	*Executor
+	Input
+	out Outcome
+	// queued are the tasks whose intents the run recorded, started together at the end.
+	queued []queuedStart
+	// parkedAhead is what parkAhead found parking the nodes of the due steps, by VM
+	// (nil: parked).
+	parkedAhead map[string]error
+}
+
+// Run runs the plan's due steps. Drains run their evictions concurrently, after every
+// node the plan will drain has been cordoned; the other steps run one by one, but the
+// vSphere tasks they start are started together at the end (startQueued). A failing
+// step is reported and never stops the others; a drain that aborts the transition stops
+// the run.
+func (e *Executor) Run(ctx context.Context, in Input) Outcome {
+	r := &run{Executor: e, Input: in}
+	var drains, others []plan.Step
+	for _, step := range in.Plan.Due(int(max(in.Pool.Spec.MaxParallel, 1))) {
+		ws := r.worker(step.VM)
+		switch {
+		case step.Action != plan.Drain:
+			others = append(others, step)
+		case ws.NextRetryTime != nil && in.Now.Before(ws.NextRetryTime.Time):
+			r.note(step, ws.NextRetryTime.Sub(in.Now), nil)
+		default:
+			if ws.StepStartTime == nil {
+				ws.StepStartTime = ptrTime(in.Now)
+			}
+			drains = append(drains, step)
+		}
+	}
+	if r.drain(ctx, drains) {
+		return r.out
+	}
+	r.timed("act:node-steps", func() { others = r.patchNodesTogether(ctx, others) })
+	r.timed("act:park", func() { r.parkAhead(ctx, others) })
+	r.timed("act:steps", func() { r.runSteps(ctx, others) })
+	r.timed("act:start", func() { r.startQueued(ctx) })
+	return r.out
+}
+
+// drain cordons every node the plan will drain, then evicts from the due ones (nothing
+// is evicted until every node to drain is cordoned, even when that takes more than one
+// pass). It reports true when a drain aborted the transition.
+func (r *run) drain(ctx context.Context, drains []plan.Step) bool {
+	if len(drains) == 0 {
+		return false
+	}
+	cordoned := false
+	r.timed("act:cordon", func() { cordoned = r.cordonAhead(ctx) })
+	if !cordoned {
+		return false
+	}
+	var outcomes []drainOutcome
+	r.timed("act:evict", func() { outcomes = r.evictAll(ctx, drains) })
+	for i, o := range outcomes {
+		step := drains[i]
+		wait, err := r.settleDrain(ctx, r.worker(step.VM), r.World.Nodes[step.VM], o)
+		r.note(step, wait, err)
+		if r.out.Abort != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// note records a step's outcome: a failure in the worker's message and the step errors,
+// and when to look again.
+func (r *run) note(step plan.Step, next time.Duration, err error) {
+	if errors.Is(err, ErrCapped) {
+		return // goes on in the next pass, which follows at once
+	}
+	if err != nil {
+		ws := r.worker(step.VM)
+		ws.Message = fmt.Sprintf("%s failed: %v", step.Action, err)
+		r.out.StepErrors = append(r.out.StepErrors, fmt.Sprintf("%s of VM %s: %v", step.Action, step.VM, err))
+		next = RequeueDrain
+	}
+	r.out.After = soonest(r.out.After, next)
+}
+
+// hold records that a VM must not be acted on now.
+func (r *run) hold(vm, reason, msg string) {
+	r.out.Held = append(r.out.Held, plan.Problem{Reason: reason, Message: msg, VM: vm})
+}
+
+// runSteps executes the other due steps one by one; the vSphere tasks they queue are
+// started after them (startQueued).
+func (r *run) runSteps(ctx context.Context, steps []plan.Step) {
+	for _, step := range steps {
+		queued := len(r.queued)
+		wait, err := r.execute(ctx, step)
+		for i := queued; i < len(r.queued); i++ {
+			r.queued[i].step = step
+		}
+		r.note(step, wait, err)
+	}
+}
+
+// worker returns the status entry of the VM a plan step names.
+func (r *run) worker(name string) *gpupoolv1.WorkerStatus {
+	return Worker(r.Pool, r.World.ID(name))
+}
+
+func (r *run) timed(part string, f func()) {
+	start := time.Now()
+	f()
+	if r.Timed != nil {
+		r.Timed(part, start)
+	}
+}
+
+// soonest merges requeue delays: the lowest that is not zero (zero: no requeue asked).
+func soonest(a, b time.Duration) time.Duration {
+	if a <= 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
+}

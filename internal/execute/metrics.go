@@ -1,0 +1,29 @@
+package execute
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	// TaskErrors counts the vSphere operations that failed (to start, or as tasks: the
+	// controller counts those it finds ended in error).
+	TaskErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpupool_vsphere_task_errors_total",
+		Help: "vSphere operations that failed, by operation.",
+	}, []string{"pool", "operation"})
+	// PodEvictions counts the evictions the drains made.
+	PodEvictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpupool_pod_evictions_total",
+		Help: "Pods the pool's drains evicted (eviction API calls granted). Divided by the pods the drained nodes ran, it says how often a pod was evicted again from a node drained later.",
+	}, []string{"pool"})
+	// IntentsResolved counts the intents stored without a task id, by what vCenter showed.
+	IntentsResolved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpupool_task_intents_resolved_total",
+		Help: "Recorded intents to start a vSphere task whose task id was lost (a crash or a failed status write), by what vCenter showed: adopted (the task had been started) or not-started.",
+	}, []string{"pool", "result"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(TaskErrors, PodEvictions, IntentsResolved)
+}

@@ -1,0 +1,334 @@
+package execute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// execute does one due step of one worker, but a drain (act runs drains together),
+// without blocking and says when to look again.
+// Progress that cannot be re-observed (task intents and ids, step start times, when the
+// guest was asked to shut down) goes into the worker's status.
+func (r *run) execute(ctx context.Context, step plan.Step) (time.Duration, error) {
+	ws := r.worker(step.VM)
+	if ws.NextRetryTime != nil && r.Now.Before(ws.NextRetryTime.Time) {
+		r.sayMoved(ws, step)
+		return ws.NextRetryTime.Sub(r.Now), nil
+	}
+	if ws.StepStartTime == nil {
+		ws.StepStartTime = ptrTime(r.Now)
+	}
+	vm, ok := r.World.VM(step.VM)
+	if !ok {
+		return RequeueBlocked, nil
+	}
+	// Nothing new starts for a worker until its last vSphere task has finished
+	// (checkTasks looked at it at the start of this pass).
+	if ws.Task != nil {
+		return RequeueTask, nil
+	}
+
+	node := r.World.Nodes[step.VM]
+	switch step.Action {
+	case plan.Suspend:
+		if !r.markParked(ctx, step.VM, node) {
+			return RequeueBlocked, nil
+		}
+		return r.startTask(ws, vm, vsphere.OpSuspend, func() (string, error) { return r.VSphere.Suspend(ctx, vm.Ref) })
+	case plan.PowerOff:
+		if !r.markParked(ctx, step.VM, node) {
+			return RequeueBlocked, nil
+		}
+		if vm.PowerState == inventory.Suspended {
+			r.Events.VM(ws.VM, corev1.EventTypeWarning, "SuspendedStateDiscarded", fmt.Sprintf("powering off suspended VM %s to change its vGPU profile: its suspended memory state is lost (spec.discardSuspendedState)", ws.VM))
+		}
+		return r.powerOff(ctx, ws, vm)
+	case plan.Reconfigure:
+		return r.startTask(ws, vm, vsphere.OpReconfigure, func() (string, error) { return r.VSphere.SetProfile(ctx, vm.Ref, step.Profile, step.VGPUs) })
+	case plan.PowerOn:
+		host, err := powerOnHost(r.World.Inventory, vm, step)
+		if err != nil {
+			return r.failed(ws, "PowerOn not started", err.Error()), nil
+		}
+		return r.startTask(ws, vm, vsphere.OpPowerOn, func() (string, error) { return r.VSphere.PowerOn(ctx, vm.Ref, host) })
+	case plan.WaitNodeReady:
+		return r.waitNodeReady(step, ws, node), nil
+	case plan.Relabel, plan.Uncordon:
+		// As patchNodesTogether, which runs them but when it has no budget left.
+		if !r.Budget.NodeWrite() {
+			return 0, ErrCapped
+		}
+		if step.Action == plan.Relabel {
+			return r.relabel(ctx, step.VM, node)
+		}
+		return r.uncordonStep(ctx, node)
+	}
+	return 0, fmt.Errorf("unknown action %q", step.Action)
+}
+
+// powerOff shuts the guest down and powers the VM off hard only when the guest cannot
+// be asked (VMware Tools is not running, the VM is suspended) or has not shut down
+// within spec.guestShutdownTimeout. Any other error asking the guest is retried with a
+// backoff: a transient error is no reason to pull the plug.
+func (r *run) powerOff(ctx context.Context, ws *gpupoolv1.WorkerStatus, vm *inventory.VM) (time.Duration, error) {
+	hard := func() (string, error) { return r.VSphere.PowerOff(ctx, vm.Ref) }
+	if vm.PowerState != inventory.PoweredOn {
+		return r.startTask(ws, vm, vsphere.OpPowerOff, hard)
+	}
+	timeout := guestShutdownTimeout(r.Pool)
+	if t := ws.GuestShutdownTime; t != nil {
+		if waited := r.Now.Sub(t.Time); waited < timeout {
+			ws.Message = fmt.Sprintf("waiting for the guest to shut down (%s of %s)", waited.Round(time.Second), timeout)
+			return min(RequeueTask, timeout-waited), nil
+		}
+		r.Events.VM(ws.VM, corev1.EventTypeWarning, "GuestShutdownTimedOut", fmt.Sprintf("the guest of VM %s did not shut down within %s; powering off", ws.VM, timeout))
+		return r.startTask(ws, vm, vsphere.OpPowerOff, hard)
+	}
+	err := r.VSphere.ShutdownGuest(ctx, vm.Ref)
+	switch {
+	case errors.Is(err, vsphere.ErrToolsUnavailable) || errors.Is(err, vsphere.ErrInvalidPowerState):
+		r.Events.VM(ws.VM, corev1.EventTypeNormal, "GuestShutdownUnavailable", fmt.Sprintf("the guest of VM %s cannot be asked to shut down (%v); powering off", ws.VM, err))
+		return r.startTask(ws, vm, vsphere.OpPowerOff, hard)
+	case err != nil:
+		return r.failed(ws, "asking the guest to shut down", err.Error()), nil
+	}
+	ws.GuestShutdownTime = ptrTime(r.Now)
+	ws.Message = "asked the guest to shut down"
+	r.Events.VM(ws.VM, corev1.EventTypeNormal, "GuestShutdownRequested", fmt.Sprintf("asked the guest of VM %s to shut down", ws.VM))
+	return RequeueTask, nil
+}
+
+func guestShutdownTimeout(p *gpupoolv1.GPUPoolProfile) time.Duration {
+	if t := p.Spec.GuestShutdownTimeout; t != nil {
+		return t.Duration
+	}
+	return 2 * time.Minute
+}
+
+// markParked labels and taints a node as parked and shields its Cluster API Machine
+// before its VM goes down. It reports false when the VM must not be parked now: its
+// Machine cannot be read, or the Machine its annotations name is not the node's, so it
+// could not be protected (the VM is held and Stalled says why); a failed node patch is
+// reported as a step error the same way.
+func (r *run) markParked(ctx context.Context, vm string, node *corev1.Node) bool {
+	if node == nil {
+		return true
+	}
+	var held *HoldError
+	err, ahead := r.parkedAhead[vm]
+	switch {
+	case ahead:
+	case !nodes.HasMeta(node, nodes.ParkedMeta(r.Pool.Name)) && !r.Budget.NodeWrite():
+		err = ErrCapped
+	default:
+		err = r.parkNode(ctx, node)
+	}
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, ErrCapped):
+		// Parked in the next pass, which follows at once.
+	case errors.As(err, &held):
+		r.hold(vm, held.Reason, fmt.Sprintf("VM %s is not parked: %v", vm, err))
+	default:
+		r.out.StepErrors = append(r.out.StepErrors, err.Error())
+	}
+	return false
+}
+
+// parkNode protects the node's Machine and marks the node parked by the pool; the node
+// write was taken from b unless the node is marked already. It changes nothing in the
+// scope, so that parkAhead may run it for many nodes at once.
+func (r *run) parkNode(ctx context.Context, node *corev1.Node) error {
+	marked := nodes.HasMeta(node, nodes.ParkedMeta(r.Pool.Name))
+	if err := r.Nodes.Protect(ctx, node); err != nil {
+		if !marked {
+			r.Budget.NodeUnwritten()
+		}
+		if held := (*HoldError)(nil); errors.As(err, &held) {
+			return err
+		}
+		return fmt.Errorf("protecting the Machine of node %s: %w", node.Name, err)
+	}
+	if marked {
+		return nil
+	}
+	err := r.Nodes.Patch(ctx, node, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(r.Pool.Name)) })
+	r.Budget.NodeWritten(err)
+	return err
+}
+
+// parkAhead runs parkNode for the nodes of the due steps that will park their VM
+// (bounded, concurrently), so that a pass parking hundreds of VMs does not patch their
+// nodes one after the other; markParked then reads the outcome.
+func (r *run) parkAhead(ctx context.Context, steps []plan.Step) {
+	var vms []string
+	for _, st := range steps {
+		ws := r.worker(st.VM)
+		if _, ok := r.World.VM(st.VM); !ok {
+			continue
+		}
+		if (st.Action != plan.Suspend && st.Action != plan.PowerOff) || r.World.Nodes[st.VM] == nil || ws.Task != nil ||
+			(ws.NextRetryTime != nil && r.Now.Before(ws.NextRetryTime.Time)) {
+			continue
+		}
+		vms = append(vms, st.VM)
+	}
+	if len(vms) < 2 {
+		return
+	}
+	errs := make([]error, len(vms))
+	for i, vm := range vms {
+		if !nodes.HasMeta(r.World.Nodes[vm], nodes.ParkedMeta(r.Pool.Name)) && !r.Budget.NodeWrite() {
+			errs[i] = ErrCapped
+		}
+	}
+	ForEach(len(vms), MaxConcurrentWrites, func(i int) {
+		if errs[i] == nil {
+			errs[i] = r.parkNode(ctx, r.World.Nodes[vms[i]])
+		}
+	})
+	r.parkedAhead = make(map[string]error, len(vms))
+	for i, vm := range vms {
+		r.parkedAhead[vm] = errs[i]
+	}
+}
+
+func (r *run) waitNodeReady(step plan.Step, ws *gpupoolv1.WorkerStatus, node *corev1.Node) time.Duration {
+	timeout := NodeReadyTimeout(r.Pool)
+	name := "(no node yet)"
+	if node != nil {
+		name = node.Name
+	}
+	waited := r.Now.Sub(ws.StepStartTime.Time)
+	what := "to become Ready"
+	if node != nil {
+		what = "to be ready for work: " + nodes.WaitingFor(r.World.Gaps[step.VM])
+		if gaps := r.World.Gaps[step.VM]; len(gaps) > 0 {
+			r.out.NodeWaits = append(r.out.NodeWaits, fmt.Sprintf("node %s waits for %s", name, strings.Join(gaps, ", ")))
+		}
+	}
+	ws.Message = fmt.Sprintf("waiting for node %s %s (%s of %s)", name, what, waited.Round(time.Second), timeout)
+	return max(min(RequeueNodeReady, timeout-waited), RequeueStep)
+}
+
+func (r *run) uncordonStep(ctx context.Context, node *corev1.Node) (time.Duration, error) {
+	if node == nil {
+		r.Budget.NodeUnwritten()
+		return RequeueNodeReady, nil
+	}
+	err := r.Nodes.Patch(ctx, node, nodes.Uncordon)
+	r.Budget.NodeWritten(err)
+	if err != nil {
+		return 0, err
+	}
+	r.Events.Node(node, corev1.EventTypeNormal, "Uncordoned", fmt.Sprintf("uncordoned node %s", node.Name))
+	return RequeueStep, nil
+}
+
+func (r *run) relabel(ctx context.Context, vm string, node *corev1.Node) (time.Duration, error) {
+	m, ok := r.World.MetaFor(r.Pool.Name, r.Layout, vm)
+	if node == nil || !ok {
+		r.Budget.NodeUnwritten()
+		return RequeueNodeReady, nil
+	}
+	err := r.Nodes.Patch(ctx, node, func(n *corev1.Node) { nodes.ApplyMeta(n, m) })
+	r.Budget.NodeWritten(err)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.Nodes.Release(ctx, node); err != nil {
+		return 0, err
+	}
+	r.Events.Node(node, corev1.EventTypeNormal, "Relabelled", fmt.Sprintf("node %s labelled for layout %s", node.Name, r.Layout.Name))
+	return RequeueStep, nil
+}
+
+// powerOnHost is the ref of the host a power-on step names when it is not the VM's own
+// (the plan moves the power-on of a powered-off VM off an unavailable host), else "".
+// A host the step names that the inventory does not hold is an error, never "": that
+// would power the VM on on the unavailable host the plan moved it away from.
+func powerOnHost(inv *inventory.Inventory, vm *inventory.VM, step plan.Step) (string, error) {
+	if step.Host == "" || step.Host == vm.Host {
+		return "", nil
+	}
+	h, ok := inv.FindHost(step.Host)
+	if !ok || h.Ref == "" {
+		return "", fmt.Errorf("the plan moves the power-on of VM %s from host %s to host %s, which is not in the inventory", vm.Name, vm.Host, step.Host)
+	}
+	return h.Ref, nil
+}
+
+// sayMoved makes the message of a worker whose moved power-on failed say so: the
+// power-on was moved off the VM's unavailable host to the step's host, and vCenter
+// refused it there (a host argument of PowerOnVM_Task must be compatible with the VM:
+// its datastores and networks reachable). The failure itself (ws.Message, written by
+// failed) keeps the fault; the step is retried with the backoff.
+func (r *run) sayMoved(ws *gpupoolv1.WorkerStatus, step plan.Step) {
+	vm, ok := r.World.VM(step.VM)
+	refused := strings.HasPrefix(ws.Message, "PowerOn failed") || strings.HasPrefix(ws.Message, "PowerOn could not start")
+	if step.Action != plan.PowerOn || !ok || step.Host == "" || step.Host == vm.Host || !refused {
+		return
+	}
+	why := "is unavailable"
+	if h, ok := r.World.Inventory.FindHost(vm.Host); ok && h.Unavailable() != "" {
+		why = h.Unavailable()
+	}
+	ws.Message = fmt.Sprintf("the power-on was moved to host %s (VM %s's host %s %s) and vCenter refused it there: %s",
+		step.Host, vm.Name, vm.Host, why, ws.Message)
+}
+
+// patchNodesTogether runs the due steps that only patch their node (Relabel, Uncordon)
+// concurrently (bounded): at the end of a transition every node of the new layout is
+// relabelled and uncordoned at about the same time. They read the scope and change
+// nothing in it, so their outcomes are noted one by one afterwards. It returns the other
+// steps.
+func (r *run) patchNodesTogether(ctx context.Context, steps []plan.Step) []plan.Step {
+	var nodeSteps, rest []plan.Step
+	for _, step := range steps {
+		ws := r.worker(step.VM)
+		_, found := r.World.VM(step.VM)
+		plain := found && ws.Task == nil && (ws.NextRetryTime == nil || !r.Now.Before(ws.NextRetryTime.Time))
+		if (step.Action == plan.Relabel || step.Action == plan.Uncordon) && plain {
+			if !r.Budget.NodeWrite() {
+				continue // in the next pass
+			}
+			// As execute does for the steps it runs.
+			if ws.StepStartTime == nil {
+				ws.StepStartTime = ptrTime(r.Now)
+			}
+			nodeSteps = append(nodeSteps, step)
+		} else {
+			rest = append(rest, step)
+		}
+	}
+	type outcome struct {
+		after time.Duration
+		err   error
+	}
+	out := make([]outcome, len(nodeSteps))
+	ForEach(len(nodeSteps), MaxConcurrentWrites, func(i int) {
+		step := nodeSteps[i]
+		node := r.World.Nodes[step.VM]
+		if step.Action == plan.Relabel {
+			out[i].after, out[i].err = r.relabel(ctx, step.VM, node)
+			return
+		}
+		out[i].after, out[i].err = r.uncordonStep(ctx, node)
+	})
+	for i, step := range nodeSteps {
+		r.note(step, out[i].after, out[i].err)
+	}
+	return rest
+}

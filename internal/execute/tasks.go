@@ -1,0 +1,166 @@
+package execute
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// A vSphere operation happens once per step whatever fails in between: the intent of
+// every task the run queues is stored (Persist, one write for all of them) before
+// vCenter is asked to start it, and the controller resolves an intent stored without a
+// task id on its next pass (docs/operations.md, "Exactly once").
+
+// Backoff of a failed step: from baseBackoff, doubling, to maxBackoff.
+const (
+	baseBackoff = 5 * time.Second
+	maxBackoff  = 5 * time.Minute
+)
+
+// Failed records a failed attempt of the worker's step at now and when it may be
+// retried; it returns the wait.
+func Failed(ws *gpupoolv1.WorkerStatus, now time.Time, what, why string) time.Duration {
+	ws.Attempts++
+	wait := backoff(ws.Attempts)
+	ws.NextRetryTime = ptrTime(now.Add(wait))
+	ws.Message = fmt.Sprintf("%s (attempt %d, retry in %s): %s", what, ws.Attempts, wait, why)
+	return wait
+}
+
+func (r *run) failed(ws *gpupoolv1.WorkerStatus, what, why string) time.Duration {
+	return Failed(ws, r.Now, what, why)
+}
+
+// startTask records the intent to start a vSphere operation on a VM and queues the
+// start; act starts the queued tasks of the pass together (startQueued), once all their
+// intents are stored in one status write: see the comment at the top of this file.
+func (r *run) startTask(ws *gpupoolv1.WorkerStatus, vm *inventory.VM, op vsphere.Op, start func() (string, error)) (time.Duration, error) {
+	if ws.Task != nil {
+		return RequeueTask, nil
+	}
+	ws.Task = &gpupoolv1.TaskReference{Operation: string(op), StartTime: metav1.NewTime(r.Now), KnownTasks: vm.RecentTasks}
+	r.queued = append(r.queued, queuedStart{worker: ws.VM, host: vm.Host, op: op, start: start})
+	return RequeueTask, nil
+}
+
+// queuedStart is a vSphere task whose intent the pass recorded and that startQueued
+// starts.
+type queuedStart struct {
+	step plan.Step // the step that started it (runSteps sets it)
+	// worker is the worker's status key: a later step of the pass may add a worker
+	// status, which would leave a pointer into the list stale.
+	worker string
+	host   string
+	op     vsphere.Op
+	start  func() (string, error)
+	id     string
+	err    error
+}
+
+// maxConcurrentStarts bounds the task starts (groups of startGroups) run at once.
+const maxConcurrentStarts = 16
+
+// startQueued stores the intents of the tasks the pass queued in one status write and,
+// only if that succeeds, asks vCenter to start them, concurrently but for the
+// power-ons of one host (startGroups). A pass that
+// starts a task for every VM of a large pool thus costs one status write, not one per
+// VM. It reports, per queued start, its step and when to look again or the error.
+func (r *run) startQueued(ctx context.Context) {
+	queued := r.queued
+	r.queued = nil
+	if len(queued) == 0 {
+		return
+	}
+	if err := r.Persist(ctx); err != nil {
+		for _, q := range queued {
+			if ws := FindWorker(r.Pool, q.worker); ws != nil {
+				ws.Task = nil
+			}
+			r.note(q.step, 0, fmt.Errorf("recording the intent to %s: %w", q.op, err))
+		}
+		return
+	}
+	groups := startGroups(queued)
+	ForEach(len(groups), maxConcurrentStarts, func(g int) {
+		for _, i := range groups[g] {
+			queued[i].id, queued[i].err = queued[i].start()
+		}
+	})
+	for _, q := range queued {
+		r.note(q.step, r.started(ctx, q), nil)
+	}
+}
+
+// startGroups groups the queued starts that must go one after the other: the power-ons
+// of one host, in the plan's order, which placement may need (vSphere places a vGPU at
+// power-on). A park or a reconfigure takes no GPU, so each is a group of its own: a pass
+// that parks the twenty VMs of a host does not wait for twenty calls in a row. A
+// power-on never needs a park of the same pass: the plan frees GPUs only when it sees
+// the parked VM off.
+func startGroups(queued []queuedStart) [][]int {
+	var groups [][]int
+	hostGroup := map[string]int{}
+	for i, q := range queued {
+		if q.op != vsphere.OpPowerOn {
+			groups = append(groups, []int{i})
+			continue
+		}
+		// The host the VM is powered on on: the plan's when it moves the power-on off
+		// the VM's own (powerOnHost).
+		host := cmp.Or(q.step.Host, q.host)
+		g, ok := hostGroup[host]
+		if !ok {
+			g = len(groups)
+			hostGroup[host] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// started records what vCenter answered to one start. An empty task id means the VM was
+// already in the target state.
+func (r *run) started(ctx context.Context, q queuedStart) time.Duration {
+	ws, op := FindWorker(r.Pool, q.worker), string(q.op)
+	if ws == nil || ws.Task == nil {
+		return RequeueStep // cannot happen: nothing removes a worker or its intent within a pass
+	}
+	if q.err != nil {
+		// Note: the intent stays. The call may have failed after vCenter queued the task
+		// (a deadline, a reset connection); the next pass asks vCenter (resolveIntent)
+		// before the step is planned again.
+		TaskErrors.WithLabelValues(r.Pool.Name, op).Inc()
+		wait := r.failed(ws, op+" could not start", q.err.Error())
+		r.Events.VM(ws.VM, corev1.EventTypeWarning, op+"Failed", fmt.Sprintf("%s of VM %s could not start: %v", op, ws.VM, q.err))
+		return wait
+	}
+	if q.id == "" {
+		ws.Task = nil
+		return RequeueStep
+	}
+	ws.Task.ID = q.id
+	ws.Message = fmt.Sprintf("%s started (task %s)", op, q.id)
+	log.FromContext(ctx).Info("Started vSphere task", "vm", ws.VM, "operation", op, "task", q.id)
+	r.Events.VM(ws.VM, corev1.EventTypeNormal, op+"Started", fmt.Sprintf("%s of VM %s started (task %s)", op, ws.VM, q.id))
+	return RequeueTask
+}
+
+// backoff is how long to wait before the n-th retry of a failed step.
+func backoff(n int32) time.Duration {
+	d := baseBackoff
+	for i := int32(1); i < n && d < maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxBackoff)
+}

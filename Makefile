@@ -51,6 +51,10 @@ manifests: ## Generate the CRD, RBAC role and webhook configuration.
 flags-doc: ## Write the manager's flags, from its --help, into docs/operations.md.
 	go run ./hack/gen-flags docs/operations.md
 
+.PHONY: structure
+structure: ## Print the pool controller's structure (files, lines, the file graph's cycles and back arrows, the reconciler's methods, who takes the scope and who writes the workers' status).
+	go run ./hack/structure ./controllers
+
 .PHONY: fmt
 fmt: ## Format the code.
 	gofmt -w $$(git ls-files '*.go')

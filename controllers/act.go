@@ -65,20 +65,3 @@ func (w nodeWriter) Protect(ctx context.Context, n *corev1.Node) error {
 func (w nodeWriter) Release(ctx context.Context, n *corev1.Node) error {
 	return w.r.releaseMachine(ctx, n)
 }
-
-// passEvents tells the executor's events (execute.Events), tagged with the pass's
-// transition.
-type passEvents struct {
-	r *GPUPoolProfileReconciler
-	s *scope
-}
-
-func (e passEvents) VM(vm, typ, reason, note string) { e.r.vmEvent(e.s, vm, typ, reason, "%s", note) }
-
-func (e passEvents) Node(n *corev1.Node, typ, reason, note string) {
-	e.r.nodeEvent(e.s, n, typ, reason, "%s", note)
-}
-
-func (e passEvents) Pool(n *corev1.Node, typ, reason, note string) {
-	e.r.record(e.s.pool, n, typ, reason, distinctAction(reason, n.Name), transitionTag(e.s)+note)
-}

@@ -10,6 +10,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/world"
 )
 
 // Events go on the object they concern, as Karpenter's and Cluster API's do: a step on a
@@ -27,8 +28,8 @@ import (
 
 // nodeEvent records an event about one node of the pool: regarding the node, related
 // the pool.
-func (r *GPUPoolProfileReconciler) nodeEvent(s *scope, node *corev1.Node, typ, reason, format string, args ...any) {
-	r.record(node, s.pool, typ, reason, reason, transitionTag(s)+fmt.Sprintf(format, args...))
+func (r *GPUPoolProfileReconciler) nodeEvent(pool *gpupoolv1.GPUPoolProfile, node *corev1.Node, typ, reason, format string, args ...any) {
+	r.record(node, pool, typ, reason, reason, transitionTag(pool)+fmt.Sprintf(format, args...))
 }
 
 // vmEvent records an event about the VM of a worker (by its spec id, as status names
@@ -36,11 +37,11 @@ func (r *GPUPoolProfileReconciler) nodeEvent(s *scope, node *corev1.Node, typ, r
 func (r *GPUPoolProfileReconciler) vmEvent(s *scope, vm, typ, reason, format string, args ...any) {
 	if v, ok := s.w.VMs[vm]; ok {
 		if n := s.w.Nodes[v.Name]; n != nil {
-			r.nodeEvent(s, n, typ, reason, format, args...)
+			r.nodeEvent(s.pool, n, typ, reason, format, args...)
 			return
 		}
 	}
-	r.record(s.pool, nil, typ, reason, distinctAction(reason, vm), transitionTag(s)+fmt.Sprintf(format, args...))
+	r.record(s.pool, nil, typ, reason, distinctAction(reason, vm), transitionTag(s.pool)+fmt.Sprintf(format, args...))
 }
 
 // laterEvents keeps the events of the tasks phase for flushVMEvents: it runs before
@@ -63,9 +64,6 @@ func (e laterEvents) Pool(n *corev1.Node, typ, reason, note string) {
 	passEvents(e).Pool(n, typ, reason, note)
 }
 
-// vmEventNote is an event laterEvents keeps.
-type vmEventNote struct{ vm, typ, reason, msg string }
-
 // flushVMEvents records the events laterEvents kept, on the VMs' nodes where the pass
 // matched them, else on the pool.
 func (r *GPUPoolProfileReconciler) flushVMEvents(s *scope) {
@@ -86,8 +84,8 @@ func distinctAction(reason, what string) string {
 	return a
 }
 
-func transitionTag(s *scope) string {
-	if t := s.pool.Status.Transition; t != nil {
+func transitionTag(pool *gpupoolv1.GPUPoolProfile) string {
+	if t := pool.Status.Transition; t != nil {
 		return "[" + t.ID + "] "
 	}
 	return ""
@@ -103,8 +101,8 @@ const (
 // transitionEvent records an event about a transition on the pool. Its action names
 // the transition, so that each transition's events are a series of their own and keep
 // their notes (the summaries), however close together the transitions come.
-func (r *GPUPoolProfileReconciler) transitionEvent(s *scope, t *gpupoolv1.TransitionStatus, typ, reason, format string, args ...any) {
-	r.record(s.pool, nil, typ, reason, distinctAction(reason, t.ID), fmt.Sprintf(format, args...))
+func (r *GPUPoolProfileReconciler) transitionEvent(pool *gpupoolv1.GPUPoolProfile, t *gpupoolv1.TransitionStatus, typ, reason, format string, args ...any) {
+	r.record(pool, nil, typ, reason, distinctAction(reason, t.ID), fmt.Sprintf(format, args...))
 }
 
 // emit records an event on the pool; the reason doubles as the event's action.
@@ -126,12 +124,12 @@ const maxNamesShown = 8
 
 // planSummary says in one line what a plan does to which nodes and VMs, for the
 // TransitionStarted event: the steps each node's own events then tell in detail.
-func planSummary(s *scope, p *plan.Plan) string {
+func planSummary(w *world.World, p *plan.Plan) string {
 	byAction := map[plan.Action][]string{}
 	for _, hp := range p.Hosts {
 		for _, st := range slices.Concat(hp.Steps, hp.Later) {
 			name := st.VM
-			if n := s.w.Nodes[st.VM]; n != nil && (st.Action == plan.Drain || st.Action == plan.Relabel || st.Action == plan.Uncordon) {
+			if n := w.Nodes[st.VM]; n != nil && (st.Action == plan.Drain || st.Action == plan.Relabel || st.Action == plan.Uncordon) {
 				name = n.Name
 			}
 			if !slices.Contains(byAction[st.Action], name) {
@@ -229,4 +227,21 @@ func (r *GPUPoolProfileReconciler) announceNextInfeasible(before, after *gpupool
 	}
 	r.emit(after, corev1.EventTypeWarning, "NextLayoutInfeasible", "layout %s cannot be reached by %s from what gpupool sees now: %s; fix it before then (kubectl gpupool plan %s), or the switch will stall",
 		pv.Layout, when, strings.Join(pv.Problems, "; "), after.Name)
+}
+
+// passEvents tells the executor's events (execute.Events), tagged with the pass's
+// transition.
+type passEvents struct {
+	r *GPUPoolProfileReconciler
+	s *scope
+}
+
+func (e passEvents) VM(vm, typ, reason, note string) { e.r.vmEvent(e.s, vm, typ, reason, "%s", note) }
+
+func (e passEvents) Node(n *corev1.Node, typ, reason, note string) {
+	e.r.nodeEvent(e.s.pool, n, typ, reason, "%s", note)
+}
+
+func (e passEvents) Pool(n *corev1.Node, typ, reason, note string) {
+	e.r.record(e.s.pool, n, typ, reason, distinctAction(reason, n.Name), transitionTag(e.s.pool)+note)
 }

@@ -32,9 +32,9 @@ func recordHistory(s *scope, result gpupoolv1.TransitionResult, message string) 
 		message = message[:maxHistoryMessage-len(" [...]")] + " [...]"
 	}
 	rec := gpupoolv1.TransitionRecord{
-		ID: t.ID, From: t.From, To: t.To, Reason: reasonFor(s, t.To),
+		ID: t.ID, From: t.From, To: t.To, Reason: reasonFor(s.decision, t.To),
 		StartTime: t.StartTime, EndTime: metav1.NewTime(s.now), Result: result,
-		SlowestWorker: slowestWorker(s), Message: message,
+		SlowestWorker: slowestWorker(s.persisted), Message: message,
 	}
 	// An aborted transition stays in status.transition until it is retried or replaced;
 	// record it once.
@@ -50,9 +50,9 @@ func recordHistory(s *scope, result gpupoolv1.TransitionResult, message string) 
 // reasonFor is why a layout is wanted, when it is the one the pass decided on. A
 // transition that ends because another layout is wanted (superseded) does not know why
 // its own layout was wanted any more.
-func reasonFor(s *scope, layout string) gpupoolv1.DesiredReason {
-	if s.decision.Layout == layout {
-		return s.decision.Reason
+func reasonFor(d plan.Decision, layout string) gpupoolv1.DesiredReason {
+	if d.Layout == layout {
+		return d.Reason
 	}
 	return ""
 }
@@ -61,9 +61,9 @@ func reasonFor(s *scope, layout string) gpupoolv1.DesiredReason {
 // still had a step when the previous pass ended (the status as persisted), the one
 // furthest behind (earliest step in a host's order), then by name. Those are the
 // workers the end waited for; a worker that finished earlier cannot have taken longer.
-func slowestWorker(s *scope) string {
+func slowestWorker(persisted *gpupoolv1.GPUPoolProfile) string {
 	var busy []gpupoolv1.WorkerStatus
-	for _, w := range s.persisted.Status.Workers {
+	for _, w := range persisted.Status.Workers {
 		if w.Step != gpupoolv1.StepNone {
 			busy = append(busy, w)
 		}

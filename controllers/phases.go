@@ -68,20 +68,6 @@ func runPhases(ctx context.Context, s *scope, phases []phase) (ctrl.Result, erro
 	return ctrl.Result{RequeueAfter: after}, nil
 }
 
-// recordPhaseTime records the time a phase (or a part of act, "act:<part>") took since
-// start, on the wall clock: this measures the operator's own time, and a test's fake
-// clock does not move within a pass.
-func recordPhaseTime(name string, start time.Time) {
-	phaseDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
-}
-
-// timed runs f as a part of a phase and records its time (recordPhaseTime).
-func timed(name string, f func()) {
-	start := time.Now()
-	f()
-	recordPhaseTime(name, start)
-}
-
 // desirePhase decides which layout is wanted now and when that changes next (with
 // spec.demand, as demand moves it within its limits: the demand, pending pods and Kueue
 // Workloads in the cache, is read here, as what observe judges depends on the layout
@@ -154,7 +140,7 @@ func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (
 	// Nodes of VMs the spec no longer names are released once observe found no older
 	// pool claiming this pool's VMs (checkClaims): a pool held by a conflict touches no node.
 	r.releaseRemoved(ctx, s)
-	r.nodePods.track(s.pool.Name, matchedNodes(s))
+	r.nodePods.track(s.pool.Name, s.w.Matched())
 	return outcome{after: r.untilBoundary(s)}, nil
 }
 
@@ -188,17 +174,12 @@ func (r *GPUPoolProfileReconciler) keepAbortedPhase(ctx context.Context, s *scop
 // the next (settling), and one seen on a quiet read is checked against a second read of
 // the world (confirmShortfall) before it is reported or any step goes back.
 func (r *GPUPoolProfileReconciler) decidePhase(ctx context.Context, s *scope) (outcome, error) {
-	p, making, err := r.decide(s)
+	p, making, retry, ok, err := r.decideConfirmed(ctx, s)
 	if err != nil {
 		return outcome{}, err
 	}
-	if len(p.Problems) > 0 && !s.facts.settling {
-		if retry, ok := r.confirmShortfall(ctx, s); !ok {
-			return r.blind(ctx, s, retry), nil
-		}
-		if p, making, err = r.decide(s); err != nil {
-			return outcome{}, err
-		}
+	if !ok {
+		return r.blind(ctx, s, retry), nil
 	}
 	if s.facts.settling {
 		if s.w.TasksInFlight {
@@ -210,6 +191,22 @@ func (r *GPUPoolProfileReconciler) decidePhase(ctx context.Context, s *scope) (o
 	execute.Record(s.pool, p, &s.w, s.facts.held, passEvents{r, s})
 	r.publishPlan(ctx, s, p)
 	return outcome{}, nil
+}
+
+// decideConfirmed decides (decide) and, when the plan falls short on a quiet read,
+// reads the world a second time (confirmShortfall) and decides again: the pass and the
+// preview plan the same way. It reports false, with when to look again, when the second
+// read failed.
+func (r *GPUPoolProfileReconciler) decideConfirmed(ctx context.Context, s *scope) (*plan.Plan, *gpupoolv1.Layout, time.Duration, bool, error) {
+	p, making, err := r.decide(s)
+	if err != nil || len(p.Problems) == 0 || s.facts.settling {
+		return p, making, 0, true, err
+	}
+	if retry, ok := r.confirmShortfall(ctx, s); !ok {
+		return nil, nil, retry, false, nil
+	}
+	p, making, err = r.decide(s)
+	return p, making, 0, true, err
 }
 
 // confirmShortfall reads the world a second time (observe) for a shortfall seen on a
@@ -305,16 +302,4 @@ func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layo
 	s.facts.fallback = t.From
 	s.facts.held = append(s.facts.held[:0:0], back.Held...)
 	return back, from, nil
-}
-
-// matchedNodes are the names of the nodes observe matched to the pool's VMs: the nodes
-// whose pods the pool's drains and demand read (nodePods).
-func matchedNodes(s *scope) []string {
-	out := make([]string, 0, len(s.w.Nodes))
-	for _, n := range s.w.Nodes {
-		if n != nil {
-			out = append(out, n.Name)
-		}
-	}
-	return out
 }

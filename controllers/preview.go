@@ -11,18 +11,21 @@ import (
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
-// Preview is what a pool would do, computed without acting: the layout wanted at a time
-// and the plan from the state observed now.
+// Preview is what a pool would do, computed without acting: the layout wanted at a time,
+// the plan from the state observed now, and the layout that plan makes (the wanted one,
+// or the one a transition that cannot finish goes back to).
 type Preview struct {
 	Decision plan.Decision
 	Plan     *plan.Plan
+	Layout   string
 }
 
-// Preview observes the pool's world as a reconcile does and plans, but changes nothing:
-// no node, no VM, no status. With layout set, it plans for that layout instead of the
-// one the schedule wants at the given time.
+// Preview observes the pool's world and decides as a pass does, through the pass's own
+// functions (its tasks in flight, observe, decideConfirmed), but changes nothing: no
+// node, no VM, no status, no event. With layout set, it plans for that layout instead
+// of the one the schedule wants at the given time.
 func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, at time.Time, layout string) (*Preview, error) {
-	s := &scope{pool: pool.DeepCopy(), now: at}
+	s := &scope{pool: pool.DeepCopy(), persisted: pool, now: at}
 	d, err := plan.Desired(&s.pool.Spec, at)
 	if err != nil {
 		return nil, err
@@ -31,20 +34,30 @@ func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.
 		d = plan.Decision{Layout: layout, Reason: gpupoolv1.DesiredByOverride, Message: "layout " + layout + " asked for by the preview", Window: -1}
 	}
 	s.decision = d
-	for i := range s.pool.Spec.Layouts {
-		if s.pool.Spec.Layouts[i].Name == d.Layout {
-			s.wanted = &s.pool.Spec.Layouts[i]
-		}
-	}
+	s.wanted = layoutNamed(&s.pool.Spec, d.Layout)
 	if s.wanted == nil {
 		return nil, fmt.Errorf("pool %s has no layout %q", pool.Name, d.Layout)
 	}
-	if _, ok := r.observe(ctx, s); !ok {
-		return nil, errors.New(cmp.Or(s.facts.credentials, s.facts.vcenter, "cannot observe the pool"))
+	unseen := func() error {
+		return errors.New(cmp.Or(s.facts.credentials, s.facts.vcenter, s.facts.conflict, "cannot observe the pool"))
 	}
-	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.w.Inventory, Nodes: nodeStates(&s.w, s.pool, s.now, s.wanted), InFlight: plannedInFlight(s.pool), Held: s.w.Holds})
+	vcc, _, ok := r.connectVCenter(ctx, s)
+	if !ok {
+		return nil, unseen()
+	}
+	s.vc = vcc
+	// The tasks in flight are known before the inventory is read, as in a pass; what
+	// the check records stays in this copy of the pool.
+	s.tasks.inFlight = r.checkTasks(ctx, s) > 0
+	if _, ok := r.observe(ctx, s); !ok {
+		return nil, unseen()
+	}
+	p, making, _, ok, err := r.decideConfirmed(ctx, s)
 	if err != nil {
 		return nil, err
 	}
-	return &Preview{Decision: d, Plan: p}, nil
+	if !ok {
+		return nil, unseen()
+	}
+	return &Preview{Decision: d, Plan: p, Layout: making.Name}, nil
 }

@@ -101,14 +101,12 @@ func (s *scope) worker(name string) *gpupoolv1.WorkerStatus {
 	return execute.Worker(s.pool, s.w.ID(name))
 }
 
-// hold records that a VM must not be acted on now.
-func (s *scope) hold(vm, reason, msg string) {
-	s.facts.held = append(s.facts.held, plan.Problem{Reason: reason, Message: msg, VM: vm})
-}
-
 // taskLook is what the tasks phase found: a task of the pool was still running when the
 // pass looked (inFlight), and how many ended at that look.
 type taskLook struct {
 	inFlight bool
 	ended    int
 }
+
+// vmEventNote is an event laterEvents keeps.
+type vmEventNote struct{ vm, typ, reason, msg string }

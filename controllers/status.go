@@ -15,6 +15,7 @@ import (
 	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/world"
 )
 
 // Condition reasons. The planner's problem reasons (plan.Reason*) are used unchanged
@@ -178,7 +179,7 @@ func degraded(s *scope) (string, string) {
 	}
 	for _, w := range st.Workers {
 		if waitExpired(s.pool, s.now, &w) {
-			add(ReasonNodeNotReady, fmt.Sprintf("VM %s is powered on but node %s is not ready for work after %s%s", w.VM, orNoNode(w.Node), execute.NodeReadyTimeout(s.pool), s.gapsOf(w.VM)))
+			add(ReasonNodeNotReady, fmt.Sprintf("VM %s is powered on but node %s is not ready for work after %s%s", w.VM, orNoNode(w.Node), execute.NodeReadyTimeout(s.pool), gapsOf(&s.w, w.VM)))
 		}
 	}
 	for _, e := range f.stepErrors {
@@ -324,9 +325,9 @@ func problemsMessage(ps []plan.Problem) string {
 }
 
 // gapsOf says what the node of a worker (by spec id) lacks, for messages.
-func (s *scope) gapsOf(id string) string {
-	if v, ok := s.w.VMs[id]; ok && len(s.w.Gaps[v.Name]) > 0 {
-		return ": " + nodes.WaitingFor(s.w.Gaps[v.Name])
+func gapsOf(w *world.World, id string) string {
+	if v, ok := w.VMs[id]; ok && len(w.Gaps[v.Name]) > 0 {
+		return ": " + nodes.WaitingFor(w.Gaps[v.Name])
 	}
 	return ""
 }

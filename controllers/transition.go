@@ -53,8 +53,8 @@ func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 	}
 	// One line: kubectl events prints a table, which a multi-line note breaks. The
 	// plan's steps are in status.plan (kubectl gpupool plan).
-	r.transitionEvent(s, st.Transition, corev1.EventTypeNormal, "TransitionStarted", "transition %s: switching from %s to %q (%s): %s; %s; steps: kubectl gpupool plan %s",
-		st.Transition.ID, fromWhat(st.ActiveLayout), s.decision.Layout, s.decision.Reason, oneLine(s.decision.Message), planSummary(s, p), s.pool.Name)
+	r.transitionEvent(s.pool, st.Transition, corev1.EventTypeNormal, "TransitionStarted", "transition %s: switching from %s to %q (%s): %s; %s; steps: kubectl gpupool plan %s",
+		st.Transition.ID, fromWhat(st.ActiveLayout), s.decision.Layout, s.decision.Reason, oneLine(s.decision.Message), planSummary(&s.w, p), s.pool.Name)
 }
 
 // fromWhat names where a transition starts: the active layout, or, before any layout was
@@ -127,7 +127,7 @@ func (r *GPUPoolProfileReconciler) endTransition(s *scope, result gpupoolv1.Tran
 		transitionDuration.WithLabelValues(s.pool.Name).Observe(s.now.Sub(t.StartTime.Time).Seconds())
 	}
 	typ, note := transitionEndEvent(s, t, result, message)
-	r.transitionEvent(s, t, typ, "Transition"+string(result), "%s", note)
+	r.transitionEvent(s.pool, t, typ, "Transition"+string(result), "%s", note)
 	if result != gpupoolv1.TransitionAborted {
 		st.Transition = nil
 	}

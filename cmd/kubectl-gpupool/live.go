@@ -66,6 +66,9 @@ func (a *app) livePlan(ctx context.Context, name string, o liveOptions) error {
 	}
 	out := a.streams.Out
 	fmt.Fprintf(out, "pool %s at %s, times in %s: wants %s (%s: %s)\n", name, sc.at(at), sc.zone(), pv.Decision.Layout, pv.Decision.Reason, sc.text(pv.Decision.Message))
+	if pv.Layout != "" && pv.Layout != pv.Decision.Layout {
+		fmt.Fprintf(out, "%s cannot be completed: the plan goes back to %s, the layout the transition started from\n", pv.Decision.Layout, pv.Layout)
+	}
 	if n := pv.Decision.Next; n != nil && o.layout == "" {
 		fmt.Fprintf(out, "next: %s at %s\n", n.Layout, sc.at(n.At))
 	}

@@ -35,6 +35,8 @@ type wanted struct {
 	// that counted as none.
 	observed map[string]plan.LayoutDemand
 	missing  []string
+	// unobserved: the demand could not be read; the schedule decided (demand.Unobserved).
+	unobserved error
 }
 
 // want decides which layout is wanted at now: plan.Desired, or with spec.demand,
@@ -54,7 +56,7 @@ func (r *GPUPoolProfileReconciler) want(ctx context.Context, pool *gpupoolv1.GPU
 	if v.Unobserved != nil {
 		d, st, err := demand.Unobserved(pool, now, v.Unobserved)
 		// The pass looks again soon.
-		return wanted{decision: d, demand: st, recheck: now.Add(requeueBlocked)}, err
+		return wanted{decision: d, demand: st, recheck: now.Add(requeueBlocked), unobserved: v.Unobserved}, err
 	}
 	w := wanted{decision: v.Decision.Decision, demand: v.Status, recheck: v.Decision.Recheck, observed: v.In.Observed, missing: v.Missing}
 	if len(v.Missing) > 0 {

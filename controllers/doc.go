@@ -6,7 +6,7 @@
 // finalizer, runs the pass and patches the status once; the pass is the list of phases
 // in phases.go (desire, paused, connect, tasks, observe, keep-aborted, decide, settled,
 // act), each returning when to come back and whether the pass ends there. Observation is in
-// observe.go (and demand.go for what a layout's demand is); the steps in act.go,
+// observe.go (and internal/demand for what a layout's demand is); the steps in act.go,
 // execute.go and tasks.go; drains in drain.go (the cordon, the concurrency and the
 // timeout here, the drain of one node in internal/drain); a transition's start and end
 // in transition.go (every end through endTransition); node release and pool deletion in

@@ -53,7 +53,7 @@ func testPod(name string, gpus int64, opts ...podOpt) *corev1.Pod {
 func pendingUnschedulable(p *corev1.Pod) {
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
 }
-func onNode(n string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
+func onNode(n string) podOpt       { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
 func inNamespace(ns string) podOpt { return func(p *corev1.Pod) { p.Namespace = ns } }
 func selecting(k, v string) podOpt {
 	return func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{k: v} }

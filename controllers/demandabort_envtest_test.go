@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
 )
 
 // blockDrain puts a pod on the VM's node that a PodDisruptionBudget allows no
@@ -127,7 +128,7 @@ func TestDemandKueueAbsentPodsStillCount(t *testing.T) {
 	if p.Status.Demand == nil {
 		t.Fatalf("no status.demand (desired %s, %s): the pods' demand was discarded", p.Status.DesiredLayout, p.Status.DesiredReason)
 	}
-	if msg := p.Status.Demand.Message; !strings.HasPrefix(msg, kueueNotObserved) || !strings.Contains(msg, "demand acts at") {
+	if msg := p.Status.Demand.Message; !strings.HasPrefix(msg, demand.WorkloadsNotObserved) || !strings.Contains(msg, "demand acts at") {
 		t.Fatalf("demand message %q, want Kueue not observed, then the pod's demand timing", msg)
 	}
 	h.clock.Step(2 * time.Minute)

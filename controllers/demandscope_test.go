@@ -3,13 +3,10 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -22,151 +19,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/plan"
 )
-
-func namespaceMeta(name string, labels map[string]string) metav1.PartialObjectMetadata {
-	l := map[string]string{"kubernetes.io/metadata.name": name}
-	for k, v := range labels {
-		l[k] = v
-	}
-	return metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}
-}
-
-// TestScopeOfSelectsNamespaces: every kind of selector selects what Kubernetes' label
-// selectors select; an unset selector selects nothing (demand is nobody's by default).
-func TestScopeOfSelectsNamespaces(t *testing.T) {
-	nss := []metav1.PartialObjectMetadata{
-		namespaceMeta("ml", map[string]string{"gpupool.dev/demand": "lab"}),
-		namespaceMeta("ml-dev", map[string]string{"gpupool.dev/demand": "lab", "stage": "dev"}),
-		namespaceMeta("tenant-a", nil),
-		namespaceMeta("kube-system", nil),
-	}
-	for _, tc := range []struct {
-		name string
-		sel  *metav1.LabelSelector
-		want []string
-	}{
-		{"unset", nil, nil},
-		{"empty selects every namespace", &metav1.LabelSelector{}, []string{"kube-system", "ml", "ml-dev", "tenant-a"}},
-		{"matchLabels", &metav1.LabelSelector{MatchLabels: map[string]string{"gpupool.dev/demand": "lab"}}, []string{"ml", "ml-dev"}},
-		{"by name", &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-			{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{"tenant-a"}}}}, []string{"tenant-a"}},
-		{"NotIn and DoesNotExist", &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-			{Key: "gpupool.dev/demand", Operator: metav1.LabelSelectorOpExists},
-			{Key: "stage", Operator: metav1.LabelSelectorOpDoesNotExist}}}, []string{"ml"}},
-		{"matches nothing", &metav1.LabelSelector{MatchLabels: map[string]string{"gpupool.dev/demand": "other"}}, nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			pool := demandTestPool()
-			pool.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: tc.sel}
-			ds, err := scopeOf(pool, nss)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, ns := range nss {
-				if ds.selects(ns.Name) {
-					got = append(got, ns.Name)
-				}
-			}
-			slices.Sort(got)
-			if !slices.Equal(got, tc.want) {
-				t.Fatalf("selected %v, want %v", got, tc.want)
-			}
-			if ds.unset != (tc.sel == nil) {
-				t.Fatalf("unset = %v for selector %v", ds.unset, tc.sel)
-			}
-		})
-	}
-}
-
-// TestDemandScopeClassesOfPods: a pod counts, wakes the pool and is named only when it
-// is in a selected namespace, matches the pod selector and (to wake) asks for the pool's
-// GPU resource; every other pod is named by its namespace only.
-func TestDemandScopeClassesOfPods(t *testing.T) {
-	pool := demandTestPool()
-	pool.Spec.Demand = &gpupoolv1.DemandPolicy{
-		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpupool.dev/demand": "lab"}},
-		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"queue": "training"}},
-	}
-	ds, err := scopeOf(pool, []metav1.PartialObjectMetadata{namespaceMeta("ml", map[string]string{"gpupool.dev/demand": "lab"}), namespaceMeta("tenant", nil)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	labelled := func(p *corev1.Pod) { p.Labels = map[string]string{"queue": "training"} }
-	inNamespace := func(ns string) podOpt { return func(p *corev1.Pod) { p.Namespace = ns } }
-	otherResource := func(p *corev1.Pod) {
-		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"example.com/fpga": resource.MustParse("1")}
-	}
-	for _, tc := range []struct {
-		name                 string
-		pod                  *corev1.Pod
-		counts, wakes, named bool
-	}{
-		{"selected namespace, matching labels, GPU", testPod("a", 1, labelled), true, true, true},
-		{"selected namespace, other labels", testPod("b", 1), false, false, true},
-		{"selected namespace, no GPU", testPod("c", 0, labelled), true, false, true},
-		{"selected namespace, another extended resource", testPod("d", 0, labelled, otherResource), true, false, true},
-		{"other namespace, matching labels, GPU", testPod("e", 1, labelled, inNamespace("tenant")), false, false, false},
-		{"unknown namespace", testPod("f", 1, labelled, inNamespace("new-ns")), false, false, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := ds.counts(tc.pod); got != tc.counts {
-				t.Errorf("counts = %v, want %v", got, tc.counts)
-			}
-			if got := ds.wakes(tc.pod); got != tc.wakes {
-				t.Errorf("wakes = %v, want %v", got, tc.wakes)
-			}
-			name := ds.named(tc.pod)
-			if shown := strings.Contains(name, "/"+tc.pod.Name); shown != tc.named || !strings.Contains(name, tc.pod.Namespace) {
-				t.Errorf("named %q; want the pod's name shown: %v, its namespace always", name, tc.named)
-			}
-		})
-	}
-}
-
-// TestPodDemandOnlyFromSelectedNamespaces: a tenant outside the selected namespaces
-// neither brings night in (pending) nor keeps day (running); its pods still count in
-// what a switch would evict, named by namespace only.
-func TestPodDemandOnlyFromSelectedNamespaces(t *testing.T) {
-	other := func(p *corev1.Pod) { p.Namespace = "tenant" }
-	objs := []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml", Labels: map[string]string{"gpupool.dev/demand": "lab"}}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}},
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-d1", Labels: map[string]string{LabelPool: "lab", LabelLayout: "day"}}},
-		testPod("train-ml", 2, pendingUnschedulable, selecting("workload", "training"), tolerating("training")),
-		testPod("train-tenant", 4, pendingUnschedulable, selecting("workload", "training"), tolerating("training"), other),
-		testPod("serve-tenant", 1, onNode("node-d1"), other, func(p *corev1.Pod) {
-			p.Annotations = map[string]string{AnnotationDoNotDisrupt: "true"}
-		}),
-	}
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = gpupoolv1.AddToScheme(s)
-	c := withPodIndexes(fake.NewClientBuilder().WithScheme(s).WithObjects(objs...)).Build()
-	pool := demandTestPool()
-	pool.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpupool.dev/demand": "lab"}}}
-	r := &GPUPoolProfileReconciler{Client: c, APIReader: c, podsIndexed: true}
-	who, err := r.demandScopeOf(context.Background(), pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	obs, err := podDemand{c: r}.observeDemand(context.Background(), pool, shapesOf(pool), who)
-	if err != nil {
-		t.Fatal(err)
-	}
-	night, day := obs["night"], obs["day"]
-	if night.PendingGPUs != 2 || !slices.Equal(night.Pending, []string{"pod ml/train-ml"}) {
-		t.Errorf("night pending %d %v, want only the selected namespace's 2 GPUs", night.PendingGPUs, night.Pending)
-	}
-	if day.RunningGPUs != 0 {
-		t.Errorf("day running GPUs %d: a pod of a namespace demand does not select must not keep a layout", day.RunningGPUs)
-	}
-	if night.Evictions != 1 || !slices.Equal(night.DoNotDisrupt, []string{"a pod in namespace tenant"}) {
-		t.Errorf("a switch to night: %d evictions, do-not-disrupt %v; want the tenant's pod counted, named by namespace only", night.Evictions, night.DoNotDisrupt)
-	}
-}
 
 // TestDemandWatchWakesOnlyOnAChangedDecision: the demand watch wakes the pool's pass
 // (which reads vCenter) when a pod starts a demand timer, and not for a pod that changes
@@ -214,10 +69,10 @@ func TestDemandWatchWakesOnlyOnAChangedDecision(t *testing.T) {
 			t.Fatal(err)
 		}
 		v, err := r.viewDemand(ctx, &cur, now, &kueueView{})
-		if err != nil || v.unobserved != nil {
-			t.Fatal(err, v.unobserved)
+		if err != nil || v.Unobserved != nil {
+			t.Fatal(err, v.Unobserved)
 		}
-		cur.Status.Demand, cur.Status.DesiredLayout, cur.Status.DesiredReason = v.status, v.dec.Layout, v.dec.Reason
+		cur.Status.Demand, cur.Status.DesiredLayout, cur.Status.DesiredReason = v.Status, v.Decision.Layout, v.Decision.Reason
 		if err := c.Status().Update(ctx, &cur); err != nil {
 			t.Fatal(err)
 		}
@@ -249,7 +104,7 @@ func TestDemandWatchWakesOnlyOnAChangedDecision(t *testing.T) {
 	if woken() {
 		t.Fatal("one more pending pod above the threshold woke the pool: no decision changed")
 	}
-	if !demandChanged(pool, demandView{dec: dwDecision("night"), status: pool.Status.Demand}) {
+	if !demandChanged(pool, demand.View{Decision: dwDecision("night"), Status: pool.Status.Demand}) {
 		t.Fatal("another layout wanted is a change")
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
 )
 
 // demandCoalesce is how long a pod event waits before its pool's demand is looked at:
@@ -125,18 +126,18 @@ func (r *GPUPoolProfileReconciler) demandPools(ctx context.Context, p *corev1.Po
 // name: one namespace, not all of them, per event) and the pod selector matches.
 func (r *GPUPoolProfileReconciler) wakes(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, p *corev1.Pod) bool {
 	d := pool.Spec.Demand
-	if d == nil || d.NamespaceSelector == nil || podGPUs(p, gpuResourceOf(pool)) == 0 {
+	if d == nil || d.NamespaceSelector == nil || demand.PodGPUs(p, demand.GPUResource(pool)) == 0 {
 		return false
 	}
 	var ns metav1.PartialObjectMetadata
 	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
-	if !emptySelector(d.NamespaceSelector) {
+	if !demand.EmptySelector(d.NamespaceSelector) {
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: p.Namespace}, &ns); err != nil {
 			return false
 		}
 	}
-	who, err := scopeOf(pool, []metav1.PartialObjectMetadata{ns})
-	return err == nil && who.wakes(p)
+	who, err := demand.ScopeOf(pool, []metav1.PartialObjectMetadata{ns})
+	return err == nil && who.Wakes(p)
 }
 
 // Reconcile decides the pool's demand from the caches and wakes the pool when the
@@ -152,9 +153,9 @@ func (dw *demandWatch) Reconcile(ctx context.Context, req reconcile.Request) (re
 	now := dw.r.Clock.Now()
 	v, err := dw.r.viewDemand(ctx, &pool, now, &kueueView{})
 	switch {
-	case err != nil || v.unobserved != nil:
+	case err != nil || v.Unobserved != nil:
 		// The pass reports it; it looks again at requeueBlocked itself.
-		log.FromContext(ctx).V(1).Info("demand not decided", "err", err, "unobserved", v.unobserved)
+		log.FromContext(ctx).V(1).Info("demand not decided", "err", err, "unobserved", v.Unobserved)
 		demandRechecks.WithLabelValues(pool.Name, "unobserved").Inc()
 		return reconcile.Result{}, nil
 	case demandChanged(&pool, v):
@@ -168,7 +169,7 @@ func (dw *demandWatch) Reconcile(ctx context.Context, req reconcile.Request) (re
 		demandRechecks.WithLabelValues(pool.Name, "unchanged").Inc()
 	}
 	var res reconcile.Result
-	if at := v.dec.Recheck; !at.IsZero() {
+	if at := v.Decision.Recheck; !at.IsZero() {
 		// A timer runs out (for, idleFor, a window): the decision may change then
 		// without any event.
 		res.RequeueAfter = max(at.Sub(now), time.Second)
@@ -179,11 +180,11 @@ func (dw *demandWatch) Reconcile(ctx context.Context, req reconcile.Request) (re
 // demandChanged says whether the decision of the view differs from the one the pool's
 // status records: the layout and reason wanted, the switch announced, or which demand
 // timers run. Counts alone (one more pending pod above the threshold) are no change.
-func demandChanged(pool *gpupoolv1.GPUPoolProfile, v demandView) bool {
-	if pool.Status.DesiredLayout != v.dec.Layout || pool.Status.DesiredReason != v.dec.Reason {
+func demandChanged(pool *gpupoolv1.GPUPoolProfile, v demand.View) bool {
+	if pool.Status.DesiredLayout != v.Decision.Layout || pool.Status.DesiredReason != v.Decision.Reason {
 		return true
 	}
-	return demandKey(pool.Status.Demand) != demandKey(v.status)
+	return demandKey(pool.Status.Demand) != demandKey(v.Status)
 }
 
 // demandKey is what of status.demand a pass acts on: the announced switch, the budget's

@@ -19,7 +19,6 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/nodes"
-	"github.com/gpupool/gpupool/internal/plan"
 )
 
 // gpupool's AdmissionCheck (docs/kueue.md): which Workloads a pool answers, what it
@@ -375,58 +374,4 @@ func (r *GPUPoolProfileReconciler) releaseDeletedKueue(ctx context.Context, pool
 	}
 	r.emit(pool, corev1.EventTypeWarning, "KueueReleaseFailed", "the pool is being deleted; releasing its admission checks: %s", truncate(err.Error(), maxDemandMessage))
 	return requeueKueue
-}
-
-// kueueDemand is the demand of the Workloads gpupool's check holds: per layout that is not
-// ready for work, the GPUs they reserved on its flavors (Kueue's job integration keeps
-// their pods unsuspended only once admitted, so they are not counted as pods too).
-//
-// Kueue not served or not readable is no Kueue demand (noDemandSeen), never no demand:
-// the pods' demand still counts. Whether Kueue is served is asked again at most once per
-// kueueRecheck (kueueWatch.ensure).
-type kueueDemand struct {
-	c   *GPUPoolProfileReconciler
-	now time.Time
-	// view is the pass's read of Kueue, shared with syncChecks.
-	view *kueueView
-}
-
-// kueueNotObserved begins the status.demand message of a pass that could not read Kueue.
-const kueueNotObserved = "Kueue demand not observed"
-
-func (kd kueueDemand) observeDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, _ layoutShapes, who demandScope) (map[string]plan.LayoutDemand, error) {
-	if pool.Spec.Kueue == nil {
-		return nil, nil
-	}
-	none := func(err error) error { return &noDemandSeen{source: "Kueue", err: err} }
-	served, err := kd.c.kueueWatch.ensure(kd.now)
-	if err == nil && !served {
-		err = fmt.Errorf("the API server does not serve %s", KueueGroupVersion)
-	}
-	if err != nil {
-		return nil, none(err)
-	}
-	if err := kd.c.readKueue(ctx, pool, kd.view); err != nil {
-		return nil, none(err)
-	}
-	obs := map[string]plan.LayoutDemand{}
-	for _, h := range heldWorkloads(pool, kd.view) {
-		if !who.selects(h.obj.GetNamespace()) {
-			continue // only the Workloads of the namespaces demand selects count
-		}
-		for _, l := range h.layouts {
-			if layoutReady(pool, l) || l == pool.Status.ActiveLayout {
-				continue
-			}
-			o := obs[l]
-			o.PendingGPUs += h.gpus
-			o.Pending = append(o.Pending, fmt.Sprintf("workload %s/%s", h.obj.GetNamespace(), h.obj.GetName()))
-			obs[l] = o
-		}
-	}
-	for l, o := range obs {
-		sort.Strings(o.Pending)
-		obs[l] = o
-	}
-	return obs, nil
 }

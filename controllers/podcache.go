@@ -13,11 +13,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
 )
 
 // The manager caches every pod of the cluster (a drain lists a node's pods, demand the
 // pending ones), so what it holds of a pod is what its memory grows with: leanPod keeps
-// only what the drain (internal/drain) and demand (demand.go, watches.go) read, and the
+// only what the drain (internal/drain) and demand (internal/demand, watches.go) read, and the
 // two field indexes below let them list the few pods they need instead of every pod.
 // docs/performance.md, "Memory against the cluster's pods", has the measurements.
 
@@ -88,7 +89,7 @@ func leanPod(p *corev1.Pod) *corev1.Pod {
 			out.Annotations[k] = v
 		}
 	}
-	// What a scheduler matches is read of the pods not bound yet only (layoutShapes.serves):
+	// What a scheduler matches is read of the pods not bound yet only (demand.Shapes.Serves):
 	// a bound pod's update drops it.
 	if p.Spec.NodeName == "" {
 		out.Spec.NodeSelector, out.Spec.Tolerations = p.Spec.NodeSelector, p.Spec.Tolerations
@@ -156,7 +157,7 @@ func podNodeName(o client.Object) []string {
 // not bound to a node, and not finished, requests.
 func podPendingResources(o client.Object) []string {
 	p := o.(*corev1.Pod)
-	if p.Spec.NodeName != "" || podFinished(p) {
+	if p.Spec.NodeName != "" || demand.Finished(p) {
 		return nil
 	}
 	var out []string

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/drain"
 	"github.com/gpupool/gpupool/internal/nodes"
 )
@@ -134,7 +135,7 @@ func leanAll(pods []*corev1.Pod) []*corev1.Pod {
 func TestLeanPodKeeps(t *testing.T) {
 	full, lean := leanTable(), leanAll(leanTable())
 	pool := demandTestPool()
-	shapes := shapesOf(pool)
+	shapes := demand.ShapesOf(pool)
 	// holdsAfter is whether a terminating pod, first seen at t0, still holds a drain d later.
 	t0 := time.Date(2026, 11, 30, 15, 5, 0, 0, time.UTC)
 	holdsAfter := func(p *corev1.Pod, d time.Duration) bool {
@@ -148,13 +149,13 @@ func TestLeanPodKeeps(t *testing.T) {
 			what      string
 			got, want any
 		}{
-			{"podGPUs", podGPUs(l, nodes.DefaultGPUResource), podGPUs(f, nodes.DefaultGPUResource)},
+			{"podGPUs", demand.PodGPUs(l, nodes.DefaultGPUResource), demand.PodGPUs(f, nodes.DefaultGPUResource)},
 			{"requestsExtended", requestsExtended(l), requestsExtended(f)},
-			{"unschedulable", unschedulable(l), unschedulable(f)},
-			{"podFinished", podFinished(l), podFinished(f)},
-			{"evictable", evictable(l), evictable(f)},
-			{"serves day", shapes.serves("day", l), shapes.serves("day", f)},
-			{"serves night", shapes.serves("night", l), shapes.serves("night", f)},
+			{"unschedulable", demand.Unschedulable(l), demand.Unschedulable(f)},
+			{"podFinished", demand.Finished(l), demand.Finished(f)},
+			{"evictable", demand.Evictable(l), demand.Evictable(f)},
+			{"serves day", shapes.Serves("day", l), shapes.Serves("day", f)},
+			{"serves night", shapes.Serves("night", l), shapes.Serves("night", f)},
 			{"pending index", podPendingResources(l), podPendingResources(f)},
 			{"node index", podNodeName(l), podNodeName(f)},
 			{"controller", metav1.GetControllerOf(l), metav1.GetControllerOf(f)},
@@ -216,7 +217,7 @@ func TestLeanPodDrops(t *testing.T) {
 	}
 }
 
-// observePods is podDemand's observation of pods (and the sweep Job, near completion) for
+// observePods is the pod source's observation of pods (and the sweep Job, near completion) for
 // demandTestPool, through the pod indexes.
 func observePods(t *testing.T, pods []*corev1.Pod) any {
 	t.Helper()
@@ -230,7 +231,8 @@ func observePods(t *testing.T, pods []*corev1.Pod) any {
 	}
 	c := withPodIndexes(fake.NewClientBuilder().WithScheme(s).WithObjects(append(objs, stored(pods)...)...)).Build()
 	pool := demandTestPool()
-	obs, err := podDemand{c: &GPUPoolProfileReconciler{Client: c, APIReader: c, podsIndexed: true}}.observeDemand(context.Background(), pool, shapesOf(pool), demandScope{all: true, gpu: nodes.DefaultGPUResource})
+	r := &GPUPoolProfileReconciler{Client: c, APIReader: c, podsIndexed: true}
+	obs, err := r.podSource().Observe(context.Background(), pool, demand.ShapesOf(pool), demand.Everyone(nodes.DefaultGPUResource))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +365,7 @@ func TestDemandListsNoClusterPods(t *testing.T) {
 	})
 	pool := demandTestPool()
 	r := &GPUPoolProfileReconciler{Client: cached, APIReader: stored, podsIndexed: true}
-	if _, err := (podDemand{c: r}).observeDemand(context.Background(), pool, shapesOf(pool), demandScope{all: true, gpu: nodes.DefaultGPUResource}); err != nil {
+	if _, err := r.podSource().Observe(context.Background(), pool, demand.ShapesOf(pool), demand.Everyone(nodes.DefaultGPUResource)); err != nil {
 		t.Fatal(err)
 	}
 	if unselected > 0 || cachedJobs > 0 {

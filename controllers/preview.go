@@ -18,20 +18,31 @@ type Preview struct {
 	Decision plan.Decision
 	Plan     *plan.Plan
 	Layout   string
+	// Demand is status.demand as the pass would write it with the decision (nil: the
+	// pool has no spec.demand, or it is paused).
+	Demand *gpupoolv1.DemandStatus
 }
 
 // Preview observes the pool's world and decides as a pass does, through the pass's own
-// functions (its tasks in flight, observe, decideConfirmed), but changes nothing: no
-// node, no VM, no status, no event. With layout set, it plans for that layout instead
-// of the one the schedule wants at the given time.
+// functions (want: the schedule, and with spec.demand the demand observed now, from the
+// pool's status timers; its tasks in flight, observe, decideConfirmed), but changes
+// nothing: no node, no VM, no status, no event, no metric. With layout set, it plans
+// for that layout instead of the one wanted at the given time.
+//
+// Note: a demand that cannot be read is an error here, where the pass would go on by
+// the schedule: a preview from less than the operator sees would not be its decision.
 func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, at time.Time, layout string) (*Preview, error) {
 	s := &scope{pool: pool.DeepCopy(), persisted: pool, now: at}
-	d, err := plan.Desired(&s.pool.Spec, at)
+	w, err := r.want(ctx, s.pool, at, &s.kueue)
 	if err != nil {
 		return nil, err
 	}
-	if layout != "" {
+	d := w.decision
+	switch {
+	case layout != "":
 		d = plan.Decision{Layout: layout, Reason: gpupoolv1.DesiredByOverride, Message: "layout " + layout + " asked for by the preview", Window: -1}
+	case w.unobserved != nil:
+		return nil, fmt.Errorf("the demand of pool %s cannot be read: %w", pool.Name, w.unobserved)
 	}
 	s.decision = d
 	s.wanted = layoutNamed(&s.pool.Spec, d.Layout)
@@ -59,5 +70,5 @@ func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.
 	if !ok {
 		return nil, unseen()
 	}
-	return &Preview{Decision: d, Plan: p, Layout: making.Name}, nil
+	return &Preview{Decision: d, Plan: p, Layout: making.Name, Demand: w.demand}, nil
 }

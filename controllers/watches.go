@@ -5,6 +5,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
+	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/nodes"
 )
 
@@ -19,11 +20,7 @@ func podUpdateMatters(o, n any) bool {
 	if !ok1 || !ok2 {
 		return false
 	}
-	return (podFinished(np) && !podFinished(op)) || op.Annotations[AnnotationDoNotDisrupt] != np.Annotations[AnnotationDoNotDisrupt]
-}
-
-func podFinished(p *corev1.Pod) bool {
-	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	return (demand.Finished(np) && !demand.Finished(op)) || op.Annotations[AnnotationDoNotDisrupt] != np.Annotations[AnnotationDoNotDisrupt]
 }
 
 // nodeChanged lets through only the node updates that change what a pool reads of a
@@ -53,7 +50,7 @@ func demandPodChanged() predicate.Predicate {
 			if !ok1 || !ok2 || !requestsExtended(n) {
 				return false
 			}
-			return o.Spec.NodeName != n.Spec.NodeName || unschedulable(o) != unschedulable(n) || podFinished(o) != podFinished(n)
+			return o.Spec.NodeName != n.Spec.NodeName || demand.Unschedulable(o) != demand.Unschedulable(n) || demand.Finished(o) != demand.Finished(n)
 		},
 		DeleteFunc: func(e event.DeleteEvent) bool {
 			p, ok := e.Object.(*corev1.Pod)

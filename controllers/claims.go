@@ -14,9 +14,6 @@ import (
 	"github.com/gpupool/gpupool/vsphere"
 )
 
-// ReasonConflictingClaim: an older pool claims a VM of this one on the same vCenter.
-const ReasonConflictingClaim = "ConflictingClaim"
-
 // checkClaims is the final guard against two pools driving one VM. The webhook refuses
 // a pool that claims another pool's VM, but it lists and then admits, so two pools
 // created at the same moment can both get through, and it cannot see that two spellings

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -178,4 +179,21 @@ func (r *GPUPoolProfileReconciler) announceDemand(before, after *gpupoolv1.GPUPo
 	if now.Message != wasMessage && strings.Contains(now.Message, "does not switch:") {
 		r.emit(after, corev1.EventTypeNormal, "DemandHeldBack", "%s", now.Message)
 	}
+}
+
+// pendingPods lists the pods not bound to a node that may request res: through the
+// cache's index when the client reads from the manager's cache (podsIndexed), else
+// (a client straight to the API server: the tests that call Reconcile directly) every
+// unbound pod, by the spec.nodeName field selector the API server serves. The pods are
+// the cache's own: read them, never change them.
+func (r *GPUPoolProfileReconciler) pendingPods(ctx context.Context, res corev1.ResourceName) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	sel := client.MatchingFields{podNodeNameField: ""}
+	if r.podsIndexed {
+		sel = client.MatchingFields{podPendingResourceField: string(res)}
+	}
+	if err := r.Client.List(ctx, &pods, sel, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing pending pods: %w", err)
+	}
+	return pods.Items, nil
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -27,10 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/drain"
 	"github.com/gpupool/gpupool/internal/execute"
-	"github.com/gpupool/gpupool/internal/secretpolicy"
-	"github.com/gpupool/gpupool/vsphere"
 )
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
@@ -39,69 +34,6 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;patch
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=vspheremachines;vspherevms,verbs=get;patch
-
-// Requeue intervals. A reconcile never waits: it starts work, records it and comes back.
-const (
-	requeueTask       = execute.RequeueTask
-	requeueDrain      = execute.RequeueDrain
-	requeueNodeReady  = execute.RequeueNodeReady
-	requeueStep       = execute.RequeueStep
-	requeueBlocked    = execute.RequeueBlocked
-	requeueVCenter    = 30 * time.Second
-	requeueLoginError = 10 * time.Minute
-	resyncPeriod      = 5 * time.Minute
-	reconcileTimeout  = 2 * time.Minute
-)
-
-// GPUPoolProfileReconciler makes a GPUPoolProfile true: the wanted layout's VMs run with
-// their vGPU profiles and their nodes are Ready and labelled, the other VMs are parked.
-type GPUPoolProfileReconciler struct {
-	// Client reads from the manager's cache and writes to the API server.
-	Client client.Client
-	// APIReader reads the pool itself uncached, so a reconcile never acts on a status
-	// older than its own last write (which would start a vSphere task twice).
-	APIReader client.Reader
-	Recorder  events.EventRecorder
-	// Clock is injected so tests can step time across window boundaries.
-	Clock   clock.PassiveClock
-	VSphere vsphere.Connector
-	// Credentials says which namespaces credentials Secrets may be read from; the zero
-	// value allows none.
-	Credentials secretpolicy.Policy
-	// secretsWatched: the credentials namespace's Secrets wake their pools
-	// (watchCredentials could make the watch).
-	secretsWatched bool
-	// MaxConcurrentReconciles is how many pools are reconciled at once (default 4), so
-	// that one pool's long pass never holds another back. One pool is never reconciled
-	// twice at the same time.
-	MaxConcurrentReconciles int
-
-	// nodePods watches the pods of the pools' nodes (the manager's cache holds only
-	// unbound pods); nil (the tests that call Reconcile directly) lists them through
-	// Client.
-	nodePods *nodePods
-	// podsIndexed: Client reads pods from the manager's cache, which indexes them
-	// (indexPods); false for a client straight to the API server (pendingPods).
-	podsIndexed bool
-
-	// terminating measures how long pods have been terminating, on Clock (see
-	// drain.TerminatingClock): a drain waits for them a bounded time.
-	terminating drain.TerminatingClock
-
-	// tasks wakes a pool when one of its vSphere tasks ends; nil (the tests that call
-	// Reconcile directly) leaves the waits to the requeue.
-	tasks *taskWatch
-	// kueueWatch starts the watch of Kueue's Workloads once Kueue is installed; nil (the
-	// tests that call Reconcile directly) watches nothing.
-	kueueWatch *kueueWatch
-
-	// maxNodeWrites and maxEvictions override maxNodeWritesPerPass and
-	// maxEvictionsPerPass when not 0 (tests, to cross the caps with few nodes).
-	maxNodeWrites, maxEvictions int
-	// stalls counts the capped passes in a row that made no write, per pool
-	// (afterCapped).
-	stalls stallCount
-}
 
 // Reconcile implements reconcile.Reconciler: observe, decide, act; then one function
 // computes the conditions and the phase from what the pass found, and one patch writes
@@ -163,47 +95,6 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		res.RequeueAfter = r.stalls.next(pool.Name, res.RequeueAfter, s.budget)
 	}
 	return res, err
-}
-
-// reportedInfeasible tells whether the pool already reports its layout infeasible: then
-// a shortfall is not new (it is the one being reverted around), and waiting for tasks
-// would only make the conditions flap.
-func reportedInfeasible(p *gpupoolv1.GPUPoolProfile) bool {
-	c := findCondition(p, gpupoolv1.ConditionStalled)
-	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonInfeasible
-}
-
-func layoutNamed(spec *gpupoolv1.GPUPoolProfileSpec, name string) *gpupoolv1.Layout {
-	for i := range spec.Layouts {
-		if spec.Layouts[i].Name == name {
-			return &spec.Layouts[i]
-		}
-	}
-	return nil
-}
-
-// untilBoundary is how long until the wanted layout changes, capped by the resync period.
-// soonest merges requeue delays: the lowest that is not zero (zero: no requeue asked),
-// as Cluster API's LowestNonZeroResult does.
-func soonest(ds ...time.Duration) time.Duration {
-	var out time.Duration
-	for _, d := range ds {
-		if d > 0 && (out == 0 || d < out) {
-			out = d
-		}
-	}
-	return out
-}
-
-func (r *GPUPoolProfileReconciler) untilBoundary(s *scope) time.Duration {
-	next := resyncPeriod
-	if s.decision.Next != nil {
-		next = min(s.decision.Next.At.Sub(s.now), next)
-	}
-	if !s.demandRecheck.IsZero() {
-		next = min(s.demandRecheck.Sub(s.now), next)
-	}
-	return max(next, time.Second)
 }
 
 // announce records a Warning event when the pool becomes Stalled, or Stalled for

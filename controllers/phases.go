@@ -303,3 +303,23 @@ func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layo
 	s.facts.held = append(s.facts.held[:0:0], back.Held...)
 	return back, from, nil
 }
+
+// untilBoundary is how long until the wanted layout changes, capped by the resync period.
+func (r *GPUPoolProfileReconciler) untilBoundary(s *scope) time.Duration {
+	next := resyncPeriod
+	if s.decision.Next != nil {
+		next = min(s.decision.Next.At.Sub(s.now), next)
+	}
+	if !s.demandRecheck.IsZero() {
+		next = min(s.demandRecheck.Sub(s.now), next)
+	}
+	return max(next, time.Second)
+}
+
+// reportedInfeasible tells whether the pool already reports its layout infeasible: then
+// a shortfall is not new (it is the one being reverted around), and waiting for tasks
+// would only make the conditions flap.
+func reportedInfeasible(p *gpupoolv1.GPUPoolProfile) bool {
+	c := findCondition(p, gpupoolv1.ConditionStalled)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonInfeasible
+}

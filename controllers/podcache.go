@@ -148,7 +148,7 @@ func isExtended(name corev1.ResourceName) bool {
 }
 
 // podNodeName indexes pods by spec.nodeName ("" for the pods not bound yet), as the API
-// server's field selector does: the tests' fake clients serve podNodeNameField with it.
+// server's field selector does: the tests' fake clients serve drain.PodNodeNameField with it.
 func podNodeName(o client.Object) []string {
 	return []string{o.(*corev1.Pod).Spec.NodeName}
 }
@@ -183,21 +183,4 @@ func indexPods(ctx context.Context, indexer client.FieldIndexer) error {
 		return fmt.Errorf("indexing pending pods by extended resource: %w", err)
 	}
 	return nil
-}
-
-// pendingPods lists the pods not bound to a node that may request res: through the
-// cache's index when the client reads from the manager's cache (podsIndexed), else
-// (a client straight to the API server: the tests that call Reconcile directly) every
-// unbound pod, by the spec.nodeName field selector the API server serves. The pods are
-// the cache's own: read them, never change them.
-func (r *GPUPoolProfileReconciler) pendingPods(ctx context.Context, res corev1.ResourceName) ([]corev1.Pod, error) {
-	var pods corev1.PodList
-	sel := client.MatchingFields{podNodeNameField: ""}
-	if r.podsIndexed {
-		sel = client.MatchingFields{podPendingResourceField: string(res)}
-	}
-	if err := r.Client.List(ctx, &pods, sel, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing pending pods: %w", err)
-	}
-	return pods.Items, nil
 }

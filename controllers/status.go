@@ -20,6 +20,9 @@ import (
 
 // Condition reasons. The planner's problem reasons (plan.Reason*) are used unchanged
 // when a problem is what stalls the pool.
+// ReasonConflictingClaim: an older pool claims a VM of this one on the same vCenter.
+const ReasonConflictingClaim = "ConflictingClaim"
+
 const (
 	ReasonLayoutActive       = "LayoutActive"
 	ReasonTransitioning      = "Transitioning"

@@ -57,15 +57,6 @@ func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 		st.Transition.ID, fromWhat(st.ActiveLayout), s.decision.Layout, s.decision.Reason, oneLine(s.decision.Message), planSummary(&s.w, p), s.pool.Name)
 }
 
-// fromWhat names where a transition starts: the active layout, or, before any layout was
-// active, the VMs as gpupool found them.
-func fromWhat(active string) string {
-	if active == "" {
-		return "the VMs as found (no layout active yet)"
-	}
-	return fmt.Sprintf("%q", active)
-}
-
 // completeTransition ends the transition in status, if any, as completed, and makes the
 // decided layout the active one.
 func (r *GPUPoolProfileReconciler) completeTransition(s *scope) {

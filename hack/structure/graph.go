@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/types"
 	"sort"
+	"strings"
 )
 
 // arrow is file From using a package-level name (func, type, var, const) or a method that
@@ -18,6 +19,8 @@ type fileGraph struct {
 	nodes  []string
 	arrows []arrow // sorted by From, To
 	out    map[string]map[string]int
+	// names are the names each arrow stands for: names[from][to][name].
+	names map[string]map[string]map[string]bool
 }
 
 // buildGraph draws an arrow from every file to each other file declaring a name it uses.
@@ -26,7 +29,7 @@ type fileGraph struct {
 // a file reading a struct's fields almost always names the type, or calls something
 // returning it, in the same file).
 func buildGraph(p *pkg) *fileGraph {
-	g := &fileGraph{nodes: p.names, out: map[string]map[string]int{}}
+	g := &fileGraph{nodes: p.names, out: map[string]map[string]int{}, names: map[string]map[string]map[string]bool{}}
 	for _, from := range p.names {
 		ast.Inspect(p.files[from], func(n ast.Node) bool {
 			id, ok := n.(*ast.Ident)
@@ -45,6 +48,13 @@ func buildGraph(p *pkg) *fileGraph {
 				g.out[from] = map[string]int{}
 			}
 			g.out[from][to]++
+			if g.names[from] == nil {
+				g.names[from] = map[string]map[string]bool{}
+			}
+			if g.names[from][to] == nil {
+				g.names[from][to] = map[string]bool{}
+			}
+			g.names[from][to][obj.Name()] = true
 			return true
 		})
 	}
@@ -270,4 +280,24 @@ func (g *fileGraph) improve(order []string) []string {
 		}
 	}
 	return order
+}
+
+// uses lists, for file f, the names it uses from each other file and the names each
+// other file uses from it ("a.go -> b.go: x, y"), sorted.
+func (g *fileGraph) uses(f string) []string {
+	var out []string
+	line := func(from, to string) string {
+		var ns []string
+		for n := range g.names[from][to] {
+			ns = append(ns, n)
+		}
+		sort.Strings(ns)
+		return from + " -> " + to + ": " + strings.Join(ns, ", ")
+	}
+	for _, a := range g.arrows {
+		if a.From == f || a.To == f {
+			out = append(out, line(a.From, a.To))
+		}
+	}
+	return out
 }

@@ -25,6 +25,7 @@ func main() {
 	structName := flag.String("struct", "scope", "find the functions taking this struct or a pointer to it (empty: skip)")
 	paths := flag.String("writes", "Status.Workers,facts.stepErrors", "comma-separated field paths whose writers to find (empty: skip)")
 	brief := flag.Bool("brief", false, "print the table only, not the lists after it")
+	uses := flag.String("uses", "", "print only the arrows from and to this file (such as phases.go) with the names they stand for")
 	flag.Usage = func() {
 		fmt.Fprintln(flag.CommandLine.Output(), "usage: structure [flags] PACKAGE_DIR (such as ./controllers)")
 		flag.PrintDefaults()
@@ -37,6 +38,17 @@ func main() {
 	var writes []string
 	if *paths != "" {
 		writes = strings.Split(*paths, ",")
+	}
+	if *uses != "" {
+		p, err := load(flag.Arg(0))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		for _, l := range buildGraph(p).uses(*uses) {
+			fmt.Println(l)
+		}
+		return
 	}
 	m, err := measure(flag.Arg(0), *typeName, *structName, writes)
 	if err != nil {

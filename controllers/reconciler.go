@@ -1,0 +1,61 @@
+package controllers
+
+import (
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpupool/gpupool/internal/drain"
+	"github.com/gpupool/gpupool/internal/secretpolicy"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// GPUPoolProfileReconciler makes a GPUPoolProfile true: the wanted layout's VMs run with
+// their vGPU profiles and their nodes are Ready and labelled, the other VMs are parked.
+type GPUPoolProfileReconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
+	// APIReader reads the pool itself uncached, so a reconcile never acts on a status
+	// older than its own last write (which would start a vSphere task twice).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// Clock is injected so tests can step time across window boundaries.
+	Clock   clock.PassiveClock
+	VSphere vsphere.Connector
+	// Credentials says which namespaces credentials Secrets may be read from; the zero
+	// value allows none.
+	Credentials secretpolicy.Policy
+	// secretsWatched: the credentials namespace's Secrets wake their pools
+	// (watchCredentials could make the watch).
+	secretsWatched bool
+	// MaxConcurrentReconciles is how many pools are reconciled at once (default 4), so
+	// that one pool's long pass never holds another back. One pool is never reconciled
+	// twice at the same time.
+	MaxConcurrentReconciles int
+
+	// nodePods watches the pods of the pools' nodes (the manager's cache holds only
+	// unbound pods); nil (the tests that call Reconcile directly) lists them through
+	// Client.
+	nodePods *nodePods
+	// podsIndexed: Client reads pods from the manager's cache, which indexes them
+	// (indexPods); false for a client straight to the API server (pendingPods).
+	podsIndexed bool
+
+	// terminating measures how long pods have been terminating, on Clock (see
+	// drain.TerminatingClock): a drain waits for them a bounded time.
+	terminating drain.TerminatingClock
+
+	// tasks wakes a pool when one of its vSphere tasks ends; nil (the tests that call
+	// Reconcile directly) leaves the waits to the requeue.
+	tasks *taskWatch
+	// kueueWatch starts the watch of Kueue's Workloads once Kueue is installed; nil (the
+	// tests that call Reconcile directly) watches nothing.
+	kueueWatch *kueueWatch
+
+	// maxNodeWrites and maxEvictions override maxNodeWritesPerPass and
+	// maxEvictionsPerPass when not 0 (tests, to cross the caps with few nodes).
+	maxNodeWrites, maxEvictions int
+	// stalls counts the capped passes in a row that made no write, per pool
+	// (afterCapped).
+	stalls stallCount
+}

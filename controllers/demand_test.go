@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,61 +20,20 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
-	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/testpods"
 )
 
-// demandTestPool is a day layout of two 4Q workers and a night layout of one 16Q worker
-// with a taint, day active.
-func demandTestPool() *gpupoolv1.GPUPoolProfile {
-	return &gpupoolv1.GPUPoolProfile{
-		ObjectMeta: metav1.ObjectMeta{Name: "lab"},
-		Spec: gpupoolv1.GPUPoolProfileSpec{
-			DefaultLayout: "day",
-			Layouts: []gpupoolv1.Layout{
-				{Name: "day", NodeLabels: map[string]string{"workload": "inference"},
-					Workers: []gpupoolv1.Worker{{VM: "d1", Profile: "grid_p100-4q"}, {VM: "d2", Profile: "grid_p100-4q"}, {VM: "n1", Profile: "grid_p100-4q"}}},
-				{Name: "night", NodeLabels: map[string]string{"workload": "training"},
-					NodeTaints: []corev1.Taint{{Key: "training", Value: "true", Effect: corev1.TaintEffectNoSchedule}},
-					Workers:    []gpupoolv1.Worker{{VM: "n1", Profile: "grid_p100-16q"}}},
-			},
-		},
-		Status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "day", Workers: []gpupoolv1.WorkerStatus{
-			{VM: "d1", Node: "node-d1"}, {VM: "d2", Node: "node-d2"}, {VM: "n1", Node: "node-n1"}}},
-	}
-}
+type podOpt = testpods.Opt
 
-type podOpt func(*corev1.Pod)
-
-func testPod(name string, gpus int64, opts ...podOpt) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
-	if gpus > 0 {
-		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{nodes.DefaultGPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}
-	}
-	for _, o := range opts {
-		o(p)
-	}
-	return p
-}
-
-func pendingUnschedulable(p *corev1.Pod) {
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
-}
-func onNode(n string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
-func selecting(k, v string) podOpt {
-	return func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{k: v} }
-}
-func tolerating(key string) podOpt {
-	return func(p *corev1.Pod) {
-		p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists})
-	}
-}
-func requiring(key string, op corev1.NodeSelectorOperator, values ...string) podOpt {
-	return func(p *corev1.Pod) {
-		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: op, Values: values}}}}}}}
-	}
-}
+var (
+	demandTestPool       = testpods.DayNightPool
+	testPod              = testpods.Pod
+	pendingUnschedulable = testpods.PendingUnschedulable
+	onNode               = testpods.OnNode
+	selecting            = testpods.Selecting
+	tolerating           = testpods.Tolerating
+	requiring            = testpods.Requiring
+)
 
 // TestDemandPodChanged: only pods that ask for an extended resource wake demand pools,
 // and only on the changes demand reads.

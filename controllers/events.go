@@ -10,6 +10,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/text"
 	"github.com/gpupool/gpupool/internal/world"
 )
 
@@ -113,9 +114,7 @@ func (r *GPUPoolProfileReconciler) emit(pool *gpupoolv1.GPUPoolProfile, typ, rea
 // record hands an event to the recorder. Notes are cut to what the events API accepts,
 // or the API server would drop the event.
 func (r *GPUPoolProfileReconciler) record(regarding, related runtime.Object, typ, reason, action, note string) {
-	if len(note) > maxEventNote {
-		note = note[:maxEventNote-len(" [...]")] + " [...]"
-	}
+	note = text.Cut(note, maxEventNote)
 	r.Recorder.Eventf(regarding, related, typ, reason, action, "%s", note)
 }
 

@@ -7,6 +7,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/text"
 )
 
 // maxHistory is how many past transitions status.history keeps. Ten covers a few days
@@ -28,9 +29,7 @@ func recordHistory(s *scope, result gpupoolv1.TransitionResult, message string) 
 		// A switch demand caused keeps its cause: the pods that caused it.
 		message = t.Cause
 	}
-	if len(message) > maxHistoryMessage {
-		message = message[:maxHistoryMessage-len(" [...]")] + " [...]"
-	}
+	message = text.Cut(message, maxHistoryMessage)
 	rec := gpupoolv1.TransitionRecord{
 		ID: t.ID, From: t.From, To: t.To, Reason: reasonFor(s.decision, t.To),
 		StartTime: t.StartTime, EndTime: metav1.NewTime(s.now), Result: result,

@@ -8,6 +8,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/text"
 )
 
 // Bounds of status.plan. A pool of 256 VMs has up to ~1000 steps; the preview keeps
@@ -70,7 +71,7 @@ func previewOf(p *plan.Plan, kind gpupoolv1.PlanFor, at *metav1.Time, generation
 			pv.Truncated = fmt.Sprintf("+%d more problems", len(p.Problems)-i)
 			break
 		}
-		pv.Problems = append(pv.Problems, truncate(pr.Reason+": "+pr.Message, previewMaxProblem))
+		pv.Problems = append(pv.Problems, text.Cut(pr.Reason+": "+pr.Message, previewMaxProblem))
 	}
 	shown, hiddenSteps, hiddenHosts := 0, 0, 0
 	for _, hp := range p.Hosts {
@@ -89,7 +90,7 @@ func previewOf(p *plan.Plan, kind gpupoolv1.PlanFor, at *metav1.Time, generation
 					h.More++
 					continue
 				}
-				h.Steps = append(h.Steps, gpupoolv1.PlanStepPreview{VM: st.VM, Action: st.Action, Profile: st.Profile, Reason: short(st.Reason), WaitsForGPUs: waits})
+				h.Steps = append(h.Steps, gpupoolv1.PlanStepPreview{VM: st.VM, Action: st.Action, Profile: st.Profile, Reason: text.CutWith(st.Reason, previewMaxReason, "..."), WaitsForGPUs: waits})
 				shown++
 			}
 		}
@@ -105,11 +106,4 @@ func previewOf(p *plan.Plan, kind gpupoolv1.PlanFor, at *metav1.Time, generation
 		}
 	}
 	return pv
-}
-
-func short(s string) string {
-	if len(s) <= previewMaxReason {
-		return s
-	}
-	return s[:previewMaxReason-3] + "..."
 }

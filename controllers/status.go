@@ -15,6 +15,7 @@ import (
 	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/text"
 	"github.com/gpupool/gpupool/internal/world"
 )
 
@@ -307,10 +308,7 @@ func setCond(p *gpupoolv1.GPUPoolProfile, typ string, status bool, reason, msg s
 
 // cut keeps a message under maxConditionMessage.
 func cut(msg string) string {
-	if len(msg) <= maxConditionMessage {
-		return msg
-	}
-	return msg[:maxConditionMessage-len(" [...]")] + " [...]"
+	return text.Cut(msg, maxConditionMessage)
 }
 
 func findCondition(p *gpupoolv1.GPUPoolProfile, typ string) *metav1.Condition {

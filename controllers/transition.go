@@ -12,6 +12,7 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/text"
 )
 
 // The transition lifecycle, in one place. A transition (status.transition) starts when
@@ -49,7 +50,7 @@ func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 		StartTime:  metav1.NewTime(s.now),
 		Generation: s.pool.Generation,
 		Reason:     s.decision.Reason,
-		Cause:      truncate(s.decision.Message, 1024),
+		Cause:      text.Cut(s.decision.Message, 1024),
 	}
 	// One line: kubectl events prints a table, which a multi-line note breaks. The
 	// plan's steps are in status.plan (kubectl gpupool plan).

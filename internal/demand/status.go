@@ -7,6 +7,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/text"
 )
 
 // Input is what plan.Decide needs from the pool's status: the layout active and in
@@ -51,10 +52,10 @@ func Input(pool *gpupoolv1.GPUPoolProfile, warnAhead time.Duration) *plan.Demand
 // Status is status.demand after a decision: every layout's demand, the timers and the
 // announced switch, and demand's own account.
 func Status(pool *gpupoolv1.GPUPoolProfile, in *plan.DemandInput, dec plan.DemandDecision) *gpupoolv1.DemandStatus {
-	ds := &gpupoolv1.DemandStatus{Message: Truncate(dec.Message, MaxMessage)}
+	ds := &gpupoolv1.DemandStatus{Message: text.Cut(dec.Message, MaxMessage)}
 	if sw := dec.Timers.Switch; sw != nil {
 		ds.Switch = &gpupoolv1.DemandSwitch{Layout: sw.Layout, Action: sw.Action, DecidedTime: metav1.NewTime(sw.Decided),
-			At: metav1.NewTime(sw.At), Message: Truncate(sw.Message, MaxMessage)}
+			At: metav1.NewTime(sw.At), Message: text.Cut(sw.Message, MaxMessage)}
 	}
 	for _, l := range pool.Spec.Layouts {
 		o := in.Observed[l.Name]
@@ -83,7 +84,7 @@ func BudgetReset(pool *gpupoolv1.GPUPoolProfile, now time.Time) (time.Time, stri
 	if pool.Status.Demand != nil {
 		b = pool.Status.Demand.Budget
 	}
-	ann := Truncate(pool.Annotations[gpupoolv1.AnnotationResetDemandBudget], 256)
+	ann := text.Cut(pool.Annotations[gpupoolv1.AnnotationResetDemandBudget], 256)
 	if ann != "" && (b == nil || b.ResetToken != ann) {
 		return now, ann
 	}

@@ -11,6 +11,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/text"
 )
 
 // MaxMessage bounds status.demand.message (the API allows 1024).
@@ -67,7 +68,7 @@ func (o Observer) View(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now 
 	st := Status(pool, in, dec)
 	st.Budget = BudgetStatus(dec.Budget, in.BudgetSince, token)
 	if len(missing) > 0 {
-		st.Message = Truncate(strings.Join(append(missing, dec.Message), "; "), MaxMessage)
+		st.Message = text.Cut(strings.Join(append(missing, dec.Message), "; "), MaxMessage)
 	}
 	return View{In: in, Decision: dec, Status: st, Missing: missing}, nil
 }
@@ -99,7 +100,7 @@ func Unobserved(pool *gpupoolv1.GPUPoolProfile, now time.Time, err error) (plan.
 		}
 	}
 	if ds != nil {
-		ds.Message = Truncate(msg, MaxMessage)
+		ds.Message = text.Cut(msg, MaxMessage)
 	}
 	return d, ds, nil
 }
@@ -123,12 +124,4 @@ func unobservedHold(ds *gpupoolv1.DemandStatus, policy *gpupoolv1.DemandPolicy, 
 		ld.IdleSince = &metav1.Time{Time: now}
 	}
 	return now.Before(ld.IdleSince.Add(plan.IdleFor(policy, layout)))
-}
-
-// Truncate cuts s to n bytes, marking the cut.
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-len(" [...]")] + " [...]"
 }

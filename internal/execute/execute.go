@@ -140,7 +140,7 @@ func (e *Executor) Run(ctx context.Context, in Input) Outcome {
 		switch {
 		case step.Action != plan.Drain:
 			others = append(others, step)
-		case ws.NextRetryTime != nil && in.Now.Before(ws.NextRetryTime.Time):
+		case backingOff(ws, in.Now):
 			r.note(step, ws.NextRetryTime.Sub(in.Now), nil)
 		default:
 			if ws.StepStartTime == nil {

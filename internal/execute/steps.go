@@ -22,7 +22,7 @@ import (
 // guest was asked to shut down) goes into the worker's status.
 func (r *run) execute(ctx context.Context, step plan.Step) (time.Duration, error) {
 	ws := r.worker(step.VM)
-	if ws.NextRetryTime != nil && r.Now.Before(ws.NextRetryTime.Time) {
+	if backingOff(ws, r.Now) {
 		r.sayMoved(ws, step)
 		return ws.NextRetryTime.Sub(r.Now), nil
 	}
@@ -180,7 +180,7 @@ func (r *run) parkAhead(ctx context.Context, steps []plan.Step) {
 			continue
 		}
 		if (st.Action != plan.Suspend && st.Action != plan.PowerOff) || r.World.Nodes[st.VM] == nil || ws.Task != nil ||
-			(ws.NextRetryTime != nil && r.Now.Before(ws.NextRetryTime.Time)) {
+			backingOff(ws, r.Now) {
 			continue
 		}
 		vms = append(vms, st.VM)
@@ -299,7 +299,7 @@ func (r *run) patchNodesTogether(ctx context.Context, steps []plan.Step) []plan.
 	for _, step := range steps {
 		ws := r.worker(step.VM)
 		_, found := r.World.VM(step.VM)
-		plain := found && ws.Task == nil && (ws.NextRetryTime == nil || !r.Now.Before(ws.NextRetryTime.Time))
+		plain := found && ws.Task == nil && !backingOff(ws, r.Now)
 		if (step.Action == plan.Relabel || step.Action == plan.Uncordon) && plain {
 			if !r.Budget.NodeWrite() {
 				continue // in the next pass

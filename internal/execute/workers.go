@@ -41,3 +41,8 @@ func ptrTime(t time.Time) *metav1.Time {
 	mt := metav1.NewTime(t)
 	return &mt
 }
+
+// backingOff tells whether a worker's failed step waits for its retry at now.
+func backingOff(ws *gpupoolv1.WorkerStatus, now time.Time) bool {
+	return ws.NextRetryTime != nil && now.Before(ws.NextRetryTime.Time)
+}

@@ -52,20 +52,25 @@ func Pod(name string, gpus int64, opts ...Opt) *corev1.Pod {
 func PendingUnschedulable(p *corev1.Pod) {
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
 }
+
 // OnNode is a pod option of the demand tests.
-func OnNode(n string) Opt       { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
+func OnNode(n string) Opt { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
+
 // InNamespace is a pod option of the demand tests.
 func InNamespace(ns string) Opt { return func(p *corev1.Pod) { p.Namespace = ns } }
+
 // Selecting is a pod option of the demand tests.
 func Selecting(k, v string) Opt {
 	return func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{k: v} }
 }
+
 // Tolerating is a pod option of the demand tests.
 func Tolerating(key string) Opt {
 	return func(p *corev1.Pod) {
 		p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists})
 	}
 }
+
 // Requiring is a pod option of the demand tests.
 func Requiring(key string, op corev1.NodeSelectorOperator, values ...string) Opt {
 	return func(p *corev1.Pod) {
@@ -73,12 +78,14 @@ func Requiring(key string, op corev1.NodeSelectorOperator, values ...string) Opt
 			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: op, Values: values}}}}}}}
 	}
 }
+
 // OwnedBy is a pod option of the demand tests.
 func OwnedBy(kind, apiVersion, name string) Opt {
 	return func(p *corev1.Pod) {
 		p.OwnerReferences = []metav1.OwnerReference{{Kind: kind, APIVersion: apiVersion, Name: name, UID: "u", Controller: ptr.To(true)}}
 	}
 }
+
 // Annotated is a pod option of the demand tests.
 func Annotated(k, v string) Opt {
 	return func(p *corev1.Pod) { p.Annotations = map[string]string{k: v} }

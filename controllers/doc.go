@@ -22,8 +22,8 @@
 // act), each returning when to come back and whether the pass ends there; scope.go says
 // which phase sets which field of the pass's scope. Observation is in observe.go (the
 // World and the matching of VMs to nodes in internal/world; what a layout's demand is
-// in internal/demand); the steps in internal/execute (act.go hands them over and takes the Outcome: the executor is the
-// only writer of the workers' status); drains of one node in internal/drain; a
+// in internal/demand); the steps in internal/execute (act.go hands them over and
+// takes the Outcome: the executor is the only writer of the workers' status); drains of one node in internal/drain; a
 // transition's start and end in transition.go (every end through endTransition, an
 // abort when the Outcome asks); node release and pool deletion in lifecycle.go; when
 // nodes are marked in nodestate.go and nodemarks.go, and what they carry (meta, cordon,

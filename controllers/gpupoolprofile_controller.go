@@ -71,7 +71,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			return
 		}
 		// Note: a failed patch loses only what can be re-observed: task ids are found
-		// again through the intent persisted before each task (see startTask).
+		// again through the intent persisted before each task (see internal/execute: Run, Follower).
 		if err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(s.persisted)); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
 		}

@@ -246,7 +246,7 @@ func (r *GPUPoolProfileReconciler) settledPhase(ctx context.Context, s *scope) (
 
 // actPhase runs the due steps, one per worker; a failing step is reported and never
 // stops the others. After the steps, whose writes (a cordon first of all) come first in
-// the pass's budget (passBudget), the draining-soon warnings and the node states: a
+// the pass's budget (execute.Budget), the draining-soon warnings and the node states: a
 // warning of a node this pass cordoned is moot anyway.
 func (r *GPUPoolProfileReconciler) actPhase(ctx context.Context, s *scope) (outcome, error) {
 	if s.facts.fallback == "" {

@@ -75,7 +75,7 @@ type drainOutcome struct {
 }
 
 // evictAll runs the cordon and eviction phase of the due drains concurrently (bounded):
-// it reads the scope and patches nodes and pods, but changes nothing in the scope, so
+// it reads the run's input and patches nodes and pods, but changes nothing in the run, so
 // that settleDrain can then record the outcomes one by one.
 func (r *run) evictAll(ctx context.Context, steps []plan.Step) []drainOutcome {
 	out := make([]drainOutcome, len(steps))
@@ -124,7 +124,7 @@ func (r *run) settleDrain(ctx context.Context, ws *gpupoolv1.WorkerStatus, node 
 			"drain of node %s held past spec.drain.maxHold (%s): requested eviction of %d held pod(s) (%s)", node.Name, d.MaxHold.Duration, n, byNS))
 	}
 	if res.Done {
-		return RequeueStep, nil // the Drained event comes when the plan moves on (recordWorkers)
+		return RequeueStep, nil // the Drained event comes when the plan moves on (Record)
 	}
 	timeout := drainTimeout(d)
 	elapsed := r.Now.Sub(ws.StepStartTime.Time)

@@ -148,8 +148,8 @@ func (r *run) markParked(ctx context.Context, vm string, node *corev1.Node) bool
 }
 
 // parkNode protects the node's Machine and marks the node parked by the pool; the node
-// write was taken from b unless the node is marked already. It changes nothing in the
-// scope, so that parkAhead may run it for many nodes at once.
+// write was taken from the budget unless the node is marked already. It changes nothing in the
+// run, so that parkAhead may run it for many nodes at once.
 func (r *run) parkNode(ctx context.Context, node *corev1.Node) error {
 	marked := nodes.HasMeta(node, nodes.ParkedMeta(r.Pool.Name))
 	if err := r.Nodes.Protect(ctx, node); err != nil {
@@ -291,7 +291,7 @@ func (r *run) sayMoved(ws *gpupoolv1.WorkerStatus, step plan.Step) {
 
 // patchNodesTogether runs the due steps that only patch their node (Relabel, Uncordon)
 // concurrently (bounded): at the end of a transition every node of the new layout is
-// relabelled and uncordoned at about the same time. They read the scope and change
+// relabelled and uncordoned at about the same time. They read the run's input and change
 // nothing in it, so their outcomes are noted one by one afterwards. It returns the other
 // steps.
 func (r *run) patchNodesTogether(ctx context.Context, steps []plan.Step) []plan.Step {

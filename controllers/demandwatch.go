@@ -50,8 +50,9 @@ func newDemandWatch(r *GPUPoolProfileReconciler) *demandWatch {
 	return &demandWatch{r: r, wake: make(chan event.GenericEvent, 256)}
 }
 
-// setup registers the demand watch with the manager.
-func (dw *demandWatch) setup(mgr ctrl.Manager) error {
+// setup registers the demand watch with the manager. The controller it returns is
+// where the Kueue controller adds the watch of Workloads once Kueue is served.
+func (dw *demandWatch) setup(mgr ctrl.Manager) (controller.Controller, error) {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("gpupool-demand").
 		For(&gpupoolv1.GPUPoolProfile{}, builder.WithPredicates(demandInputChanged())).
@@ -62,7 +63,7 @@ func (dw *demandWatch) setup(mgr ctrl.Manager) error {
 		// start a layout's idle timer.
 		b = b.WatchesRawSource(source.Channel(np.demand, coalesced()))
 	}
-	return b.Complete(dw)
+	return b.Build(dw)
 }
 
 // coalesced enqueues a pool demandCoalesce after an event, once however many come.

@@ -1,0 +1,220 @@
+package controllers
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// switchAt is a time of the harness's Monday (Europe/Berlin).
+func (h *harness) switchAt(hour, minute int) metav1.Time {
+	return metav1.NewTime(time.Date(monday0700.Year(), monday0700.Month(), monday0700.Day(), hour, minute, 0, 0, monday0700.Location()))
+}
+
+// setPoolStatus writes the pool's status as a pool pass would have persisted it.
+func (h *harness) setPoolStatus(name string, change func(*gpupoolv1.GPUPoolProfileStatus)) *gpupoolv1.GPUPoolProfile {
+	h.t.Helper()
+	p := h.get(name)
+	before := p.DeepCopy()
+	change(&p.Status)
+	h.must(k8s.Status().Patch(h.ctx, p, client.MergeFrom(before)))
+	return h.get(name)
+}
+
+// TestKueueControllerAloneFollowsThePoolsStatus: the Kueue controller, with no pool pass
+// ever run, sets the quota and the checks from the pool's persisted status (written here
+// by the test) and the clock, looks again when a quota changes by the clock, and writes
+// of the pool status.kueue only.
+func TestKueueControllerAloneFollowsThePoolsStatus(t *testing.T) {
+	startKueue(t)
+	h := newHarness(t, "kqc-")
+	pool := h.dayNight()
+	pool.Spec.Kueue = h.kueuePoolSpec()
+	h.create(pool)
+	w := h.kueueWorld(pool.Name)
+
+	// Night serves; the switch to day starts at 07:50, warnAhead (leadTime, 10m) before.
+	written := h.setPoolStatus(pool.Name, func(st *gpupoolv1.GPUPoolProfileStatus) {
+		st.ActiveLayout, st.DesiredLayout, st.DesiredReason = "night", "night", gpupoolv1.DesiredBySchedule
+		st.NextTransition = &gpupoolv1.NextTransition{Layout: "day", At: h.switchAt(7, 50)}
+	})
+	res := h.reconcileKueue(pool.Name)
+	if got, want := h.quotas(w), "opted-in day=2 night=2, other day=9 night=9"; got != want {
+		t.Fatalf("quota with night ready: %s, want %s", got, want)
+	}
+	if want := 40 * time.Minute; res.RequeueAfter != want {
+		t.Errorf("looks again in %s, want %s (night drops to its waiting quota at 07:40)", res.RequeueAfter, want)
+	}
+	ac := kueueObject(`{apiVersion: kueue.x-k8s.io/v1beta2, kind: AdmissionCheck}`)
+	h.must(k8s.Get(h.ctx, client.ObjectKey{Name: w.check}, ac))
+	if !conditionTrue(ac, "Active") {
+		t.Fatalf("AdmissionCheck %s not marked Active: %v", w.check, ac.Object["status"])
+	}
+	got := h.get(pool.Name)
+	if got.Status.Kueue == nil {
+		t.Fatal("status.kueue not set by the Kueue controller")
+	}
+	// Of the pool, the Kueue controller writes status.kueue and nothing else.
+	onlyKueue := got.Status.DeepCopy()
+	onlyKueue.Kueue = nil
+	if !equality.Semantic.DeepEqual(*onlyKueue, written.Status) {
+		t.Fatalf("the Kueue controller changed the pool's status beyond status.kueue:\n%+v\nwant\n%+v", *onlyKueue, written.Status)
+	}
+
+	// A day Workload by night is held until day's switch.
+	wl := h.workloadIn(w, h.prefix+"apps", w.queue, "train", "inference", 1)
+	h.reconcileKueue(pool.Name)
+	if st, msg := h.checkOf(w, wl); st != checkPending || msg != "waiting for layout day: the switch to it starts at 07:50 CET (in 50m)" {
+		t.Fatalf("day Workload by night: check %s %q, want Pending until day's switch", st, msg)
+	}
+	if p := h.get(pool.Name); p.Status.Kueue == nil || p.Status.Kueue.HeldWorkloads != 1 {
+		t.Fatalf("status.kueue %+v, want 1 held Workload", p.Status.Kueue)
+	}
+
+	// The clock passes warnAhead: night drops to its waiting quota, with no status change.
+	h.clock.SetTime(monday0700.Add(40 * time.Minute))
+	h.reconcileKueue(pool.Name)
+	if got, want := h.quotas(w), "opted-in day=2 night=1, other day=9 night=9"; got != want {
+		t.Fatalf("quota at warnAhead before day: %s, want %s", got, want)
+	}
+
+	// Day's switch is in flight, then done: the status alone moves the quota and checks.
+	h.clock.SetTime(monday0700.Add(50 * time.Minute))
+	h.setPoolStatus(pool.Name, func(st *gpupoolv1.GPUPoolProfileStatus) {
+		st.DesiredLayout = "day"
+		st.NextTransition = &gpupoolv1.NextTransition{Layout: "night", At: h.switchAt(19, 50)}
+		st.Transition = &gpupoolv1.TransitionStatus{ID: "t1", From: "night", To: "day", StartTime: h.switchAt(7, 50), Reason: gpupoolv1.DesiredBySchedule}
+	})
+	h.reconcileKueue(pool.Name)
+	if st, msg := h.checkOf(w, wl); st != checkPending || msg != "waiting for layout day: switch in progress" {
+		t.Fatalf("during the switch to day: check %s %q", st, msg)
+	}
+	h.setPoolStatus(pool.Name, func(st *gpupoolv1.GPUPoolProfileStatus) {
+		st.ActiveLayout, st.Transition = "day", nil
+	})
+	h.reconcileKueue(pool.Name)
+	if got, want := h.quotas(w), "opted-in day=4 night=1, other day=9 night=9"; got != want {
+		t.Fatalf("quota with day ready: %s, want %s", got, want)
+	}
+	if st, msg := h.checkOf(w, wl); st != checkReady || msg != "layout day is ready for work" {
+		t.Fatalf("check with day ready: %s %q, want Ready", st, msg)
+	}
+	h.untilKueue(wl, "admitted by Kueue", func(o *unstructured.Unstructured) bool { return conditionTrue(o, "Admitted") })
+	if p := h.get(pool.Name); p.Status.Kueue == nil || p.Status.Kueue.HeldWorkloads != 0 {
+		t.Fatalf("status.kueue %+v, want set, holding none", p.Status.Kueue)
+	}
+}
+
+// TestPoolPassDoesNotReadKueue: a pool with spec.kueue (and no spec.demand, which reads
+// the Workloads as demand) converges without one request for a Kueue object: Kueue is
+// the Kueue controller's, and a pool pass never waits for it.
+func TestPoolPassDoesNotReadKueue(t *testing.T) {
+	h := newHarness(t, "kqn-")
+	var requests atomic.Int32
+	isKueue := func(o runtime.Object) bool {
+		gvk := o.GetObjectKind().GroupVersionKind()
+		return gvk.Group == KueueGroupVersion.Group
+	}
+	h.client = func(c client.WithWatch) client.Client {
+		return interceptor.NewClient(c, interceptor.Funcs{
+			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+				if isKueue(list) {
+					requests.Add(1)
+				}
+				return c.List(ctx, list, opts...)
+			},
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if isKueue(obj) {
+					requests.Add(1)
+				}
+				return c.Get(ctx, key, obj, opts...)
+			},
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				if isKueue(obj) {
+					requests.Add(1)
+				}
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if isKueue(obj) {
+					requests.Add(1)
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		})
+	}
+	pool := h.dayNight()
+	pool.Spec.Kueue = h.kueuePoolSpec()
+	h.create(pool)
+	h.converge(pool.Name, "night", 40)
+	h.reconcile(pool.Name)
+	if n := requests.Load(); n != 0 {
+		t.Fatalf("the pool passes made %d requests for Kueue objects, want none", n)
+	}
+	if p := h.get(pool.Name); p.Status.Kueue != nil {
+		t.Fatalf("the pool pass wrote status.kueue %+v; it is the Kueue controller's", p.Status.Kueue)
+	}
+}
+
+// TestKueueInputs: the Kueue controller is woken by the pool's spec and by the status
+// fields it decides from, not by the pool pass's other writes nor by its own.
+func TestKueueInputs(t *testing.T) {
+	at := func(h int) metav1.Time { return metav1.NewTime(time.Date(2031, 3, 17, h, 0, 0, 0, time.UTC)) }
+	base := func() *gpupoolv1.GPUPoolProfile {
+		p := kueuePool()
+		p.Generation = 3
+		p.Status = gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night", DesiredLayout: "night", DesiredReason: gpupoolv1.DesiredBySchedule,
+			NextTransition: &gpupoolv1.NextTransition{Layout: "day", At: at(7)}}
+		return p
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*gpupoolv1.GPUPoolProfile)
+		wakes  bool
+	}{
+		{"spec (generation)", func(p *gpupoolv1.GPUPoolProfile) { p.Generation++ }, true},
+		{"deletion", func(p *gpupoolv1.GPUPoolProfile) { p.DeletionTimestamp = ptrTime(at(8).Time) }, true},
+		{"active layout", func(p *gpupoolv1.GPUPoolProfile) { p.Status.ActiveLayout = "day" }, true},
+		{"transition starts", func(p *gpupoolv1.GPUPoolProfile) {
+			p.Status.Transition = &gpupoolv1.TransitionStatus{ID: "t", To: "day", StartTime: at(7)}
+		}, true},
+		{"transition aborted", func(p *gpupoolv1.GPUPoolProfile) {
+			p.Status.Transition = &gpupoolv1.TransitionStatus{ID: "t", To: "day", StartTime: at(7), AbortedTime: ptrTime(at(8).Time)}
+		}, true},
+		{"next transition moves", func(p *gpupoolv1.GPUPoolProfile) { p.Status.NextTransition.At = at(9) }, true},
+		{"demand announces a switch", func(p *gpupoolv1.GPUPoolProfile) {
+			p.Status.Demand = &gpupoolv1.DemandStatus{Switch: &gpupoolv1.DemandSwitch{Layout: "day", At: at(9)}}
+		}, true},
+		{"desired reason", func(p *gpupoolv1.GPUPoolProfile) { p.Status.DesiredReason = gpupoolv1.DesiredByDemand }, true},
+		{"workers", func(p *gpupoolv1.GPUPoolProfile) {
+			p.Status.Workers = []gpupoolv1.WorkerStatus{{VM: "gpu-1", Step: "Drain"}}
+		}, false},
+		{"conditions", func(p *gpupoolv1.GPUPoolProfile) {
+			meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: gpupoolv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Steady"})
+		}, false},
+		{"demand's counts", func(p *gpupoolv1.GPUPoolProfile) {
+			p.Status.Demand = &gpupoolv1.DemandStatus{Layouts: []gpupoolv1.LayoutDemand{{Layout: "day", PendingGPUs: 3}}}
+		}, false},
+		{"its own status.kueue", func(p *gpupoolv1.GPUPoolProfile) { p.Status.Kueue = &gpupoolv1.KueueStatus{HeldWorkloads: 2} }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old, changed := base(), base()
+			tc.change(changed)
+			if got := kueueInputChanged().Update(event.UpdateEvent{ObjectOld: old, ObjectNew: changed}); got != tc.wakes {
+				t.Errorf("wakes the Kueue controller: %v, want %v", got, tc.wakes)
+			}
+		})
+	}
+}

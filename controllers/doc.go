@@ -14,6 +14,14 @@
 // carry (meta, cordon, state label, warning, readiness) in internal/nodes, under the
 // keys of api/v1alpha1/keys.go (aliased in keys.go); conditions and phase in status.go
 // (summarize, the only place that sets them).
+//
+// Beside the pool reconciler, SetupWithManager registers two controllers of their own,
+// keyed by pool, that never slow its pass: the demand watch (demandwatch.go), which wakes
+// the pass when demand's decision changes, and the Kueue controller (KueueReconciler,
+// kueuecontroller.go; the quota in kueue.go, the admission checks in kueuechecks.go),
+// which reads the pool's persisted status and the clock and writes only Kueue's objects
+// and status.kueue. Kueue's events wake those two, never the pool pass; the pool's
+// deletion pass calls the Kueue controller's release before its finalizer goes.
 package controllers
 
 // +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolprofiles,verbs=get;list;watch;update

@@ -21,8 +21,8 @@ type scope struct {
 	persisted *gpupoolv1.GPUPoolProfile
 	now       time.Time
 	decision  plan.Decision
-	// kueue is what the pass read of Kueue (spec.kueue), read once by the first of the
-	// demand and the checks that needs it.
+	// kueue is what the pass's demand read of Kueue (spec.kueue); the quota and the
+	// checks are the Kueue controller's (KueueReconciler), which reads its own.
 	kueue kueueView
 	// demandRecheck is when demand's timers or guards run out next (zero: none), a time
 	// to look again even if nothing else changes.

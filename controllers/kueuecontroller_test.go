@@ -11,9 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
@@ -54,8 +59,8 @@ func TestKueueControllerAloneFollowsThePoolsStatus(t *testing.T) {
 	if got, want := h.quotas(w), "opted-in day=2 night=2, other day=9 night=9"; got != want {
 		t.Fatalf("quota with night ready: %s, want %s", got, want)
 	}
-	if want := 40 * time.Minute; res.RequeueAfter != want {
-		t.Errorf("looks again in %s, want %s (night drops to its waiting quota at 07:40)", res.RequeueAfter, want)
+	if res.RequeueAfter != resyncPeriod {
+		t.Errorf("looks again in %s, want %s (the resync; night's quota changes at 07:40)", res.RequeueAfter, resyncPeriod)
 	}
 	ac := kueueObject(`{apiVersion: kueue.x-k8s.io/v1beta2, kind: AdmissionCheck}`)
 	h.must(k8s.Get(h.ctx, client.ObjectKey{Name: w.check}, ac))
@@ -83,7 +88,12 @@ func TestKueueControllerAloneFollowsThePoolsStatus(t *testing.T) {
 		t.Fatalf("status.kueue %+v, want 1 held Workload", p.Status.Kueue)
 	}
 
-	// The clock passes warnAhead: night drops to its waiting quota, with no status change.
+	// Close to warnAhead, the pass looks again when night's quota changes; then the
+	// clock alone, with no status change, drops night to its waiting quota.
+	h.clock.SetTime(monday0700.Add(37 * time.Minute))
+	if res := h.reconcileKueue(pool.Name); res.RequeueAfter != 3*time.Minute {
+		t.Errorf("at 07:37 looks again in %s, want 3m (night drops to its waiting quota at 07:40)", res.RequeueAfter)
+	}
 	h.clock.SetTime(monday0700.Add(40 * time.Minute))
 	h.reconcileKueue(pool.Name)
 	if got, want := h.quotas(w), "opted-in day=2 night=1, other day=9 night=9"; got != want {
@@ -217,4 +227,90 @@ func TestKueueInputs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKueueControllerInTheManager: registered in a manager (as SetupWithManager does,
+// with the operator's generated RBAC), the Kueue controller is woken by Kueue's objects
+// (an opted-in ClusterQueue and gpupool's AdmissionCheck created) and by the pool's
+// status, with no pool pass, and its passes are counted under its own name in
+// controller-runtime's metrics.
+func TestKueueControllerInTheManager(t *testing.T) {
+	startKueue(t)
+	h := newHarness(t, "kqm-")
+	pool := h.dayNight()
+	pool.Spec.Kueue = h.kueuePoolSpec()
+	h.create(pool)
+	h.setPoolStatus(pool.Name, func(st *gpupoolv1.GPUPoolProfileStatus) {
+		st.ActiveLayout, st.DesiredLayout, st.DesiredReason = "night", "night", gpupoolv1.DesiredBySchedule
+		st.NextTransition = &gpupoolv1.NextTransition{Layout: "day", At: h.switchAt(7, 50)}
+	})
+
+	mgr, err := ctrl.NewManager(operatorConfig, ctrl.Options{Scheme: testScheme, Cache: CacheOptions(),
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
+	h.must(err)
+	k := &KueueReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: h.recorder, Clock: h.clock}
+	h.must(k.SetupWithManager(mgr, nil))
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	// until polls, with a deadline: the manager runs on its own.
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not happen within 60s", what)
+			}
+		}
+	}
+	// Its first pass (the pool's create event) finds no ClusterQueue yet.
+	until("status.kueue set by the first pass", func() bool { return h.get(pool.Name).Status.Kueue != nil })
+
+	// An opted-in ClusterQueue (and the check) is created: its event wakes the controller.
+	w := h.kueueWorld(pool.Name)
+	until("the opted-in ClusterQueue's quota set", func() bool {
+		return h.quotas(w) == "opted-in day=2 night=2, other day=9 night=9"
+	})
+
+	// The pool's status says day is ready: the status change wakes it.
+	h.setPoolStatus(pool.Name, func(st *gpupoolv1.GPUPoolProfileStatus) {
+		st.ActiveLayout, st.DesiredLayout = "day", "day"
+		st.NextTransition = &gpupoolv1.NextTransition{Layout: "night", At: h.switchAt(19, 50)}
+	})
+	until("the quota following the status", func() bool {
+		return h.quotas(w) == "opted-in day=4 night=1, other day=9 night=9"
+	})
+	if n := reconcileTotal(t, KueueControllerName); n == 0 {
+		t.Errorf("controller_runtime_reconcile_total{controller=%q} is 0", KueueControllerName)
+	}
+}
+
+// reconcileTotal sums controller-runtime's reconcile counter of the named controller.
+func reconcileTotal(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == name {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
 }

@@ -84,6 +84,11 @@ func (k *KueueReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if !pool.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil // the pool's finalizer releases the checks (see the note above)
 	}
+	if specUnreadable(pool) {
+		// The pool pass cannot read the schedule, so its status says nothing of what
+		// comes: Kueue is left as last set until a pass can (kueueInputs wakes us then).
+		return ctrl.Result{}, nil
+	}
 	now := k.Clock.Now()
 	before := pool.DeepCopy()
 	again := k.syncKueue(ctx, pool, now)
@@ -231,6 +236,13 @@ func (k *KueueReconciler) workloadDemandPools() handler.TypedEventHandler[client
 	}
 }
 
+// specUnreadable says whether the pool's last pass could not read its schedule
+// (Stalled, InvalidSpec): its persisted status is no word on which layout comes when.
+func specUnreadable(p *gpupoolv1.GPUPoolProfile) bool {
+	c := findCondition(p, gpupoolv1.ConditionStalled)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonInvalidSpec
+}
+
 // kueueInputChanged lets through the pool events that may change what the Kueue
 // controller writes (kueueInputs differ); the pool pass's other status writes (workers,
 // conditions, plan, demand's counts) wake nothing here.
@@ -249,15 +261,16 @@ func kueueInputChanged() predicate.Predicate {
 
 // kueueInputs is what of the pool the Kueue controller decides from, as a key: the spec
 // (its generation: spec.kueue, paused, the schedule's time zone and warnAhead), whether
-// it is being deleted, and the persisted status that says which layout is ready for work
-// and when it is left (activeLayout, the transition's target and abort, nextTransition,
-// the demand switch announced, and the desired reason the hold message names). Its own
-// status.kueue is not an input.
+// it is being deleted, whether its last pass could read the schedule (specUnreadable),
+// and the persisted status that says which layout is ready for work and when it is left
+// (activeLayout, the transition's target and abort, nextTransition, the demand switch
+// announced, and the desired reason the hold message names). Its own status.kueue is
+// not an input.
 func kueueInputs(p *gpupoolv1.GPUPoolProfile) string {
 	st := &p.Status
 	at := func(t metav1.Time) string { return t.UTC().Format(time.RFC3339) }
 	k := []string{fmt.Sprintf("generation=%d", p.Generation), fmt.Sprintf("deleting=%v", !p.DeletionTimestamp.IsZero()),
-		"active=" + st.ActiveLayout, "reason=" + string(st.DesiredReason)}
+		fmt.Sprintf("unreadable=%v", specUnreadable(p)), "active=" + st.ActiveLayout, "reason=" + string(st.DesiredReason)}
 	if t := st.Transition; t != nil {
 		k = append(k, "to="+t.To)
 		if t.AbortedTime != nil {

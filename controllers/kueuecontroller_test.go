@@ -11,9 +11,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -218,6 +221,9 @@ func TestKueueInputs(t *testing.T) {
 			p.Status.Demand = &gpupoolv1.DemandStatus{Layouts: []gpupoolv1.LayoutDemand{{Layout: "day", PendingGPUs: 3}}}
 		}, false},
 		{"its own status.kueue", func(p *gpupoolv1.GPUPoolProfile) { p.Status.Kueue = &gpupoolv1.KueueStatus{HeldWorkloads: 2} }, false},
+		{"the schedule cannot be read", func(p *gpupoolv1.GPUPoolProfile) {
+			meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: gpupoolv1.ConditionStalled, Status: metav1.ConditionTrue, Reason: ReasonInvalidSpec})
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old, changed := base(), base()
@@ -313,4 +319,35 @@ func reconcileTotal(t *testing.T, name string) float64 {
 		}
 	}
 	return n
+}
+
+// TestKueueStandsAsideOnAnUnreadableSpec: while the pool's last pass could not read its
+// schedule (Stalled, InvalidSpec), the Kueue controller reads and writes nothing of Kueue,
+// as the pool pass did not sync Kueue then: Kueue is left as last set.
+func TestKueueStandsAsideOnAnUnreadableSpec(t *testing.T) {
+	pool := kueuePool()
+	pool.Name = "lab"
+	meta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: gpupoolv1.ConditionStalled, Status: metav1.ConditionTrue,
+		Reason: ReasonInvalidSpec, Message: "unknown time zone"})
+	var kueueCalls atomic.Int32
+	c := fake.NewClientBuilder().WithScheme(testScheme).WithObjects(pool).WithStatusSubresource(pool).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*unstructured.UnstructuredList); ok {
+				kueueCalls.Add(1)
+			}
+			return c.List(ctx, list, opts...)
+		},
+	}).Build()
+	k := &KueueReconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(10), Clock: clocktesting.NewFakeClock(monday0700)}
+	res, err := k.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pool)})
+	if err != nil || res.RequeueAfter != 0 {
+		t.Fatalf("Reconcile: %+v, %v; want no requeue", res, err)
+	}
+	if n := kueueCalls.Load(); n != 0 {
+		t.Errorf("%d lists of Kueue objects for a pool whose schedule cannot be read", n)
+	}
+	got := &gpupoolv1.GPUPoolProfile{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(pool), got); err != nil || got.Status.Kueue != nil {
+		t.Errorf("status.kueue %+v (%v), want untouched", got.Status.Kueue, err)
+	}
 }

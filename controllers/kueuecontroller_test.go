@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
@@ -349,5 +353,46 @@ func TestKueueStandsAsideOnAnUnreadableSpec(t *testing.T) {
 	got := &gpupoolv1.GPUPoolProfile{}
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(pool), got); err != nil || got.Status.Kueue != nil {
 		t.Errorf("status.kueue %+v (%v), want untouched", got.Status.Kueue, err)
+	}
+}
+
+// recordingQueue records what is added to it, and when.
+type recordingQueue struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	added []string
+}
+
+func (q *recordingQueue) AddAfter(r reconcile.Request, d time.Duration) {
+	q.added = append(q.added, fmt.Sprintf("%s after %s", r.Name, d))
+}
+
+// TestWorkloadEventsWakeDemand: a Workload event wakes, in the demand watch, the pools
+// whose demand counts Workloads (spec.demand and spec.kueue, not paused), after the
+// same coalescing as a pod's; the pool pass runs only if their decision changes.
+func TestWorkloadEventsWakeDemand(t *testing.T) {
+	pool := func(name string, kueue, demand, paused bool) *gpupoolv1.GPUPoolProfile {
+		p := kueuePool()
+		p.Name = name
+		if !kueue {
+			p.Spec.Kueue = nil
+		}
+		if demand {
+			p.Spec.Demand = &gpupoolv1.DemandPolicy{}
+		}
+		p.Spec.Paused = paused
+		return p
+	}
+	c := fake.NewClientBuilder().WithScheme(testScheme).WithObjects(
+		pool("both", true, true, false), pool("kueue-only", true, false, false),
+		pool("demand-only", false, true, false), pool("paused", true, true, true)).Build()
+	k := &KueueReconciler{Client: c}
+	wl := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "apps"}}
+	q := &recordingQueue{}
+	k.workloadDemandPools().Create(context.Background(), event.TypedCreateEvent[client.Object]{Object: wl}, q)
+	if got, want := strings.Join(q.added, "; "), "both after "+demandCoalesce.String(); got != want {
+		t.Errorf("woken: %q, want %q", got, want)
+	}
+	if got := k.kueuePools(context.Background(), wl); len(got) != 3 {
+		t.Errorf("the Kueue controller woken for %v, want the 3 pools with spec.kueue", got)
 	}
 }

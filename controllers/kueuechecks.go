@@ -255,15 +255,16 @@ func (k *KueueReconciler) syncChecks(ctx context.Context, pool *gpupoolv1.GPUPoo
 		if state == checkPending {
 			pending++
 		}
-		if err := k.setCheck(ctx, h.obj, h.check, state, msg, now); err != nil {
-			errs = append(errs, err)
+		if err := k.setCheck(ctx, h.obj, h.check, state, msg, now); err != nil && !apierrors.IsConflict(err) {
+			errs = append(errs, err) // a conflict is seen again on the Workload's next event
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // setCheck sets the state and message of gpupool's check (status.admissionChecks[check])
-// on the Workload, if they changed.
+// on the Workload, if they changed. A Workload gone is no error; one changed since it
+// was read is a conflict (apierrors.IsConflict), which the caller weighs.
 func (k *KueueReconciler) setCheck(ctx context.Context, wl *unstructured.Unstructured, check int, state, msg string, now time.Time) error {
 	states, _, _ := unstructured.NestedSlice(wl.Object, "status", "admissionChecks")
 	m, _ := states[check].(map[string]any)
@@ -280,8 +281,8 @@ func (k *KueueReconciler) setCheck(ctx context.Context, wl *unstructured.Unstruc
 	}
 	// The list is replaced whole: the optimistic lock keeps Kueue's concurrent changes.
 	if err := k.Client.Status().Patch(ctx, wl, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return nil // seen again on the Workload's next event
+		if apierrors.IsNotFound(err) {
+			return nil
 		}
 		return fmt.Errorf("setting the admission check of Workload %s/%s: %w", wl.GetNamespace(), wl.GetName(), err)
 	}
@@ -295,7 +296,26 @@ func (k *KueueReconciler) setCheck(ctx context.Context, wl *unstructured.Unstruc
 // whose next reservation lists the same check, which nobody answers any more; Ready
 // leaves the Workload to Kueue's quota alone, as if gpupool had never held it. It returns
 // how many it released.
+//
+// Note: a Workload changed since it was listed (by Kueue, or by the Kueue controller's
+// pass that read the pool just before its deletion or spec change) is not released by
+// that patch: the Workloads are listed again, at most releaseAttempts times. Taking the
+// conflict for a release would leave it Pending for ever once the finalizer is gone.
 func (k *KueueReconciler) releaseChecks(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, why string, now time.Time) (int, error) {
+	for range releaseAttempts - 1 {
+		if n, err := k.releaseOnce(ctx, pool, why, now); !apierrors.IsConflict(err) {
+			return n, err
+		}
+	}
+	return k.releaseOnce(ctx, pool, why, now)
+}
+
+// releaseAttempts bounds how often a release lists the Workloads again after a conflict.
+const releaseAttempts = 3
+
+// releaseOnce is one attempt of releaseChecks. Its error is a conflict (IsConflict) when
+// a Workload's patch conflicted and nothing else failed.
+func (k *KueueReconciler) releaseOnce(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, why string, now time.Time) (int, error) {
 	var v kueueView
 	if err := readKueueView(ctx, k.Client, pool, &v); err != nil {
 		return 0, err
@@ -303,19 +323,26 @@ func (k *KueueReconciler) releaseChecks(ctx context.Context, pool *gpupoolv1.GPU
 	msg := why + ": gpupool no longer holds it for a layout"
 	released := 0
 	var errs []error
+	var conflict error
 	for i := range v.workloads {
 		wl := &v.workloads[i]
 		check := pendingCheck(wl, &v)
 		if check < 0 {
 			continue
 		}
-		if err := k.setCheck(ctx, wl, check, checkReady, msg, now); err != nil {
+		if err := k.setCheck(ctx, wl, check, checkReady, msg, now); apierrors.IsConflict(err) {
+			conflict = err
+			continue
+		} else if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		released++
 	}
-	return released, errors.Join(errs...)
+	if len(errs) > 0 {
+		return released, errors.Join(errs...)
+	}
+	return released, conflict
 }
 
 // releaseRemovedKueue releases the pool's checks once spec.kueue is removed, then forgets

@@ -45,8 +45,8 @@ const KueueControllerName = "gpupool-kueue"
 // settled, checks released, nodes given back), and a manager that runs without this
 // controller cannot strand a pool behind a second finalizer. For a pool being deleted
 // this controller writes nothing; a check it set Pending concurrently with the release
-// carries the Workload's resourceVersion, so one of the two patches is refused, and the
-// release reads the Workload again.
+// carries the Workload's resourceVersion, so one of the two patches is refused, and a
+// refused release lists the Workloads again (releaseChecks).
 type KueueReconciler struct {
 	// Client lists Kueue's objects from the API server (unstructured reads are not
 	// cached) and writes them and the pool's status.kueue.

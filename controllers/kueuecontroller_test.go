@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -9,10 +10,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -394,5 +397,52 @@ func TestWorkloadEventsWakeDemand(t *testing.T) {
 	}
 	if got := k.kueuePools(context.Background(), wl); len(got) != 3 {
 		t.Errorf("the Kueue controller woken for %v, want the 3 pools with spec.kueue", got)
+	}
+}
+
+// TestKueueReleaseRetriesAConflict: a Workload that changed between the release's list
+// and its patch (one conflict injected here, as when Kueue or the Kueue controller's last
+// pass wrote it in between) is listed again and released: the pool's deletion does not
+// take the conflict for a release and leave the Workload Pending behind its finalizer.
+func TestKueueReleaseRetriesAConflict(t *testing.T) {
+	startKueue(t)
+	h := newHarness(t, "kqx-")
+	h.kueueFollows = true
+	var inject atomic.Bool
+	h.client = func(c client.WithWatch) client.Client {
+		return interceptor.NewClient(c, interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if u, ok := obj.(*unstructured.Unstructured); ok && u.GetKind() == kueueWorkload.Kind && inject.CompareAndSwap(true, false) {
+					return apierrors.NewConflict(schema.GroupResource{Group: KueueGroupVersion.Group, Resource: "workloads"}, u.GetName(), errors.New("the object has been modified"))
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		})
+	}
+	pool := h.dayNight()
+	pool.Spec.Kueue = h.kueuePoolSpec()
+	h.create(pool)
+	w := h.kueueWorld(pool.Name)
+	h.converge(pool.Name, "night", 40)
+	wl := h.workloadIn(w, h.prefix+"apps", w.queue, "held", "inference", 1)
+	h.reconcile(pool.Name)
+	if st, _ := h.checkOf(w, wl); st != checkPending {
+		t.Fatalf("day Workload by night: check %s, want Pending", st)
+	}
+
+	inject.Store(true)
+	h.must(k8s.Delete(h.ctx, h.get(pool.Name)))
+	for i := 0; i < 10 && !h.gone(pool.Name); i++ {
+		h.reconcile(pool.Name)
+	}
+	if !h.gone(pool.Name) {
+		t.Fatal("the pool was not finalized within 10 passes")
+	}
+	if inject.Load() {
+		t.Fatal("no conflict was injected")
+	}
+	want := "GPUPoolProfile " + pool.Name + " was deleted: gpupool no longer holds it for a layout"
+	if st, msg := h.checkOf(w, wl); st != checkReady || msg != want {
+		t.Fatalf("after the pool was deleted: check %s %q, want Ready %q", st, msg, want)
 	}
 }

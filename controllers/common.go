@@ -1,8 +1,13 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
@@ -50,4 +55,20 @@ func fromWhat(active string) string {
 		return "the VMs as found (no layout active yet)"
 	}
 	return fmt.Sprintf("%q", active)
+}
+
+// poolsWhere maps an event to the pools that keep selects (nil: every pool), listed
+// from c: the one mapping of the controllers' watches from an object to pools.
+func poolsWhere(ctx context.Context, c client.Reader, keep func(*gpupoolv1.GPUPoolProfile) bool) []reconcile.Request {
+	var pools gpupoolv1.GPUPoolProfileList
+	if err := c.List(ctx, &pools); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(pools.Items))
+	for i := range pools.Items {
+		if keep == nil || keep(&pools.Items[i]) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: pools.Items[i].Name}})
+		}
+	}
+	return reqs
 }

@@ -7,7 +7,6 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -76,18 +75,10 @@ func (r *GPUPoolProfileReconciler) watchCredentials(mgr ctrl.Manager, b *builder
 // poolsOfSecret maps a credentials Secret's event (created, changed, deleted) to the
 // pools whose spec.vcenter.credentialsSecretRef names it.
 func (r *GPUPoolProfileReconciler) poolsOfSecret(ctx context.Context, secret client.Object) []reconcile.Request {
-	var pools gpupoolv1.GPUPoolProfileList
-	if err := r.Client.List(ctx, &pools); err != nil {
-		return nil
-	}
-	var reqs []reconcile.Request
-	for _, p := range pools.Items {
+	return poolsWhere(ctx, r.Client, func(p *gpupoolv1.GPUPoolProfile) bool {
 		ref := p.Spec.VCenter.CredentialsSecretRef
-		if ref.Namespace == secret.GetNamespace() && ref.Name == secret.GetName() {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-		}
-	}
-	return reqs
+		return ref.Namespace == secret.GetNamespace() && ref.Name == secret.GetName()
+	})
 }
 
 // credentialsWatched says whether a change of a Secret in namespace ns wakes its pools.

@@ -13,7 +13,6 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/plan"
-	"github.com/gpupool/gpupool/internal/text"
 )
 
 // The controller's side of demand (spec.demand): what to read it through, and what a
@@ -152,8 +151,6 @@ func (r *GPUPoolProfileReconciler) logMissing(ctx context.Context, pool *gpupool
 		}
 	}
 }
-
-func truncate(s string, n int) string { return text.Cut(s, n) }
 
 // announceDemand emits the events of demand's decisions on the pool: a switch announced
 // ahead, an announced switch cancelled, and demand held back by a guard rail, each once.

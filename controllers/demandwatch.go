@@ -51,8 +51,9 @@ func newDemandWatch(r *GPUPoolProfileReconciler) *demandWatch {
 	return &demandWatch{r: r, wake: make(chan event.GenericEvent, 256)}
 }
 
-// setup registers the demand watch with the manager.
-func (dw *demandWatch) setup(mgr ctrl.Manager) error {
+// setup registers the demand watch with the manager. The controller it returns is
+// where the Kueue controller adds the watch of Workloads once Kueue is served.
+func (dw *demandWatch) setup(mgr ctrl.Manager) (controller.Controller, error) {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("gpupool-demand").
 		For(&gpupoolv1.GPUPoolProfile{}, builder.WithPredicates(demandInputChanged())).
@@ -63,7 +64,7 @@ func (dw *demandWatch) setup(mgr ctrl.Manager) error {
 		// start a layout's idle timer.
 		b = b.WatchesRawSource(source.Channel(np.demand, coalesced()))
 	}
-	return b.Complete(dw)
+	return b.Build(dw)
 }
 
 // coalesced enqueues a pool demandCoalesce after an event, once however many come.
@@ -103,22 +104,9 @@ func (dw *demandWatch) podHandler() handler.TypedEventHandler[client.Object, rec
 
 // demandPools are the pools with spec.demand whose demand the pod may change.
 func (r *GPUPoolProfileReconciler) demandPools(ctx context.Context, p *corev1.Pod) []reconcile.Request {
-	var pools gpupoolv1.GPUPoolProfileList
-	if err := r.Client.List(ctx, &pools); err != nil {
-		return nil
-	}
-	var reqs []reconcile.Request
-	for i := range pools.Items {
-		pool := &pools.Items[i]
-		if pool.Spec.Demand == nil || pool.Spec.Paused {
-			continue
-		}
-		if !r.wakes(ctx, pool, p) {
-			continue
-		}
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: pool.Name}})
-	}
-	return reqs
+	return poolsWhere(ctx, r.Client, func(pool *gpupoolv1.GPUPoolProfile) bool {
+		return pool.Spec.Demand != nil && !pool.Spec.Paused && r.wakes(ctx, pool, p)
+	})
 }
 
 // wakes says whether an event of the pod may change the pool's demand: the pod asks for

@@ -23,14 +23,22 @@
 // which phase sets which field of the pass's scope. Observation is in observe.go (the
 // World and the matching of VMs to nodes in internal/world; what a layout's demand is
 // in internal/demand); the steps in internal/execute (act.go hands them over and
-// takes the Outcome: the executor is the only writer of the workers' status); drains of one node in internal/drain; a
-// transition's start and end in transition.go (every end through endTransition, an
-// abort when the Outcome asks); node release and pool deletion in lifecycle.go; when
+// takes the Outcome: the executor is the only writer of the workers' status); drains of
+// one node in internal/drain; a transition's start and end in transition.go (every end
+// through endTransition, an abort when the Outcome asks); node release and pool deletion in lifecycle.go; when
 // nodes are marked in nodestate.go and nodemarks.go, and what they carry (meta, cordon,
 // state label, warning, readiness) in internal/nodes, under the keys of
 // api/v1alpha1/keys.go (aliased in keys.go); conditions and phase in status.go
 // (summarize, the only place that sets them). `make structure` measures the package's
 // file graph (hack/structure).
+//
+// Beside the pool reconciler, SetupWithManager registers two controllers of their own,
+// keyed by pool, that never slow its pass: the demand watch (demandwatch.go), which wakes
+// the pass when demand's decision changes, and the Kueue controller (KueueReconciler,
+// kueuecontroller.go; the quota in kueue.go, the admission checks in kueuechecks.go),
+// which reads the pool's persisted status and the clock and writes only Kueue's objects
+// and status.kueue. Kueue's events wake those two, never the pool pass; the pool's
+// deletion pass calls the Kueue controller's release before its finalizer goes.
 package controllers
 
 // +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolprofiles,verbs=get;list;watch;update

@@ -114,8 +114,12 @@ func (r *GPUPoolProfileReconciler) emit(pool *gpupoolv1.GPUPoolProfile, typ, rea
 // record hands an event to the recorder. Notes are cut to what the events API accepts,
 // or the API server would drop the event.
 func (r *GPUPoolProfileReconciler) record(regarding, related runtime.Object, typ, reason, action, note string) {
-	note = text.Cut(note, maxEventNote)
-	r.Recorder.Eventf(regarding, related, typ, reason, action, "%s", note)
+	r.Recorder.Eventf(regarding, related, typ, reason, action, "%s", cutNote(note))
+}
+
+// cutNote cuts an event's note to what the events API accepts.
+func cutNote(note string) string {
+	return text.Cut(note, maxEventNote)
 }
 
 // maxNamesShown is how many nodes or VMs a summary names before it counts the rest.

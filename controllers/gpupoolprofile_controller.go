@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -81,13 +80,9 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	// gets a deadline, the status patch above does not.
 	bodyCtx, cancel := context.WithTimeout(ctx, reconcileTimeout)
 	defer cancel()
+	// Kueue's quota and checks are the Kueue controller's (KueueReconciler): it follows
+	// the status this pass writes, and the pass never waits for Kueue's API.
 	res, err := r.reconcile(bodyCtx, s)
-	// Kueue follows every pass that could read the schedule, whichever phase ended it
-	// (paused, vCenter unreachable): its quota and checks follow the decision and the
-	// status, not a phase of the pass.
-	if err == nil && s.facts.invalidSpec == "" {
-		res.RequeueAfter = soonest(res.RequeueAfter, r.syncKueue(bodyCtx, s))
-	}
 	r.tasks.watch(pool.Name, s.vc, inFlight(pool))
 	if err == nil {
 		// A pass that left writes for the next one is followed at once, or backs off
@@ -122,7 +117,8 @@ func (r *GPUPoolProfileReconciler) updateWorkerMetrics(p *gpupoolv1.GPUPoolProfi
 // SetupWithManager registers the controller. Pools are reconciled on spec changes, on
 // node changes that matter (readiness, advertised GPUs, cordon, labels), on pod
 // changes on their nodes a drain waits for (nodePods, podUpdateMatters), when demand changes (the demand watch) and when one of their vSphere tasks ends
-// (taskWatch).
+// (taskWatch). Beside it, it registers the demand watch and the Kueue controller
+// (KueueReconciler); Kueue's events wake those, never the pool pass.
 func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := indexPods(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -132,15 +128,7 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		r.Clock = clock.RealClock{}
 	}
 	allPools := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-		var pools gpupoolv1.GPUPoolProfileList
-		if err := r.Client.List(ctx, &pools); err != nil {
-			return nil
-		}
-		reqs := make([]reconcile.Request, 0, len(pools.Items))
-		for _, p := range pools.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-		}
-		return reqs
+		return poolsWhere(ctx, r.Client, nil)
 	})
 	r.tasks = newTaskWatch(ctx)
 	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
@@ -151,7 +139,8 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	// Pods change demand through the demand watch, which wakes a pool only when its
 	// decision changes (demandwatch.go).
 	dw := newDemandWatch(r)
-	if err := dw.setup(mgr); err != nil {
+	demandCtrl, err := dw.setup(mgr)
+	if err != nil {
 		return fmt.Errorf("setting up the demand watch: %w", err)
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -164,36 +153,17 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	if err != nil {
 		return err
 	}
-	c, err := b.Named("gpupoolprofile").
+	if err := b.Named("gpupoolprofile").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
-		Build(r)
-	if err != nil {
+		Complete(r); err != nil {
 		return err
 	}
-	// Kueue's Workloads (spec.kueue), once Kueue is installed (now or later): a Workload
-	// that reserves quota needs its check set, and counts as demand. The watch only wakes
-	// pools (a pass lists the Workloads from the API server, once: readKueue), so
-	// its cache holds their metadata, not every Workload of the cluster whole.
-	wl := &metav1.PartialObjectMetadata{}
-	wl.SetGroupVersionKind(kueueWorkload)
-	r.kueueWatch = &kueueWatch{mapper: mgr.GetRESTMapper(), start: func() error {
-		return c.Watch(source.Kind[client.Object](mgr.GetCache(), wl, handler.EnqueueRequestsFromMapFunc(r.kueuePools)))
-	}}
-	_, err = r.kueueWatch.ensure(r.Clock.Now())
-	return err
-}
-
-// kueuePools maps a Workload event to the pools that set spec.kueue.
-func (r *GPUPoolProfileReconciler) kueuePools(ctx context.Context, _ client.Object) []reconcile.Request {
-	var pools gpupoolv1.GPUPoolProfileList
-	if err := r.Client.List(ctx, &pools); err != nil {
-		return nil
+	// Kueue (spec.kueue) is a controller of its own, registered here so that the
+	// manager's setup stays one call; it shares the watch of Kueue's API with demand.
+	r.kueue = &KueueReconciler{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock}
+	if err := r.kueue.SetupWithManager(mgr, demandCtrl); err != nil {
+		return fmt.Errorf("setting up the Kueue controller: %w", err)
 	}
-	var reqs []reconcile.Request
-	for _, p := range pools.Items {
-		if p.Spec.Kueue != nil {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-		}
-	}
-	return reqs
+	r.kueueWatch = r.kueue.watch
+	return nil
 }

@@ -17,18 +17,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/text"
 )
 
-// The Kueue bridge (spec.kueue, docs/kueue.md). gpupool reads and writes Kueue's objects
-// as unstructured ones, so that it needs neither Kueue's Go module nor Kueue installed
-// when no pool sets spec.kueue. Unstructured reads are not cached: lists go to the API
-// server (no get), and only Workloads are watched. ClusterQueues are listed by the
-// opt-in label only, and patched only when listed so.
+// The Kueue bridge (spec.kueue, docs/kueue.md), run by the Kueue controller
+// (kueuecontroller.go). gpupool reads and writes Kueue's objects as unstructured ones,
+// so that it needs neither Kueue's Go module nor Kueue installed when no pool sets
+// spec.kueue. Unstructured reads are not cached: lists go to the API server (no get);
+// Workloads, ClusterQueues and AdmissionChecks are watched as metadata only, to wake the
+// Kueue controller. ClusterQueues are listed by the opt-in label only, and patched only
+// when listed so.
 //
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads,verbs=list;watch
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads/status,verbs=patch
-// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=clusterqueues,verbs=list;patch
-// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=admissionchecks,verbs=list
+// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=clusterqueues,verbs=list;watch;patch
+// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=admissionchecks,verbs=list;watch
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=admissionchecks/status,verbs=patch
 
 // KueueGroupVersion is the Kueue API gpupool speaks (Kueue v0.15 and later).
@@ -46,7 +49,8 @@ const (
 	checkReady   = "Ready"
 )
 
-// requeueKueue is how soon a pass looks again when Kueue could not be read or written.
+// requeueKueue is how soon a pass (the Kueue controller's, or demand's) looks again when
+// Kueue could not be read or written.
 const requeueKueue = 30 * time.Second
 
 func kueueList(gvk schema.GroupVersionKind) *unstructured.UnstructuredList {
@@ -115,27 +119,27 @@ func flavorQuota(pool *gpupoolv1.GPUPoolProfile, f *gpupoolv1.KueueFlavor, now t
 // syncKueue applies spec.kueue: the flavors' quota in the opted-in ClusterQueues, gpupool's
 // AdmissionChecks marked active, and the state of the checks of the Workloads that wait
 // for a layout. Once spec.kueue is removed, it releases the checks the pool held. It
-// returns how soon to look again (0: no sooner than otherwise).
-func (r *GPUPoolProfileReconciler) syncKueue(ctx context.Context, s *scope) time.Duration {
-	pool := s.pool
+// changes only pool.Status.Kueue of the pool (the caller patches it) and returns how
+// soon to look again (0: no sooner than otherwise).
+func (k *KueueReconciler) syncKueue(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time) time.Duration {
 	if pool.Spec.Kueue == nil {
 		forgetKueueMetrics(pool.Name)
 		if pool.Status.Kueue == nil || pool.Spec.Paused {
 			return 0
 		}
-		return r.releaseRemovedKueue(ctx, s)
+		return k.releaseRemovedKueue(ctx, pool, now)
 	}
 	if pool.Spec.Paused {
 		return 0
 	}
 	logger := log.FromContext(ctx)
-	served, err := r.kueueWatch.ensure(s.now)
+	served, err := k.watch.ensure(now)
 	if err != nil {
 		logger.Error(err, "kueue: starting the watch of Workloads")
 	}
 	if !served && err == nil {
 		// Not installed (yet): nothing to read or write; look again when the watch does.
-		r.emit(pool, corev1.EventTypeWarning, "KueueNotServed", "spec.kueue is set but the API server does not serve %s: install Kueue (v0.15 or later)", KueueGroupVersion)
+		k.emit(pool, corev1.EventTypeWarning, "KueueNotServed", "spec.kueue is set but the API server does not serve %s: install Kueue (v0.15 or later)", KueueGroupVersion)
 		return kueueRecheck
 	}
 	if pool.Status.Kueue == nil {
@@ -145,21 +149,22 @@ func (r *GPUPoolProfileReconciler) syncKueue(ctx context.Context, s *scope) time
 	}
 	var again time.Duration
 	var next time.Time
-	err = r.readKueue(ctx, pool, &s.kueue)
+	var v kueueView
+	err = readKueueView(ctx, k.Client, pool, &v)
 	if err == nil {
-		next, err = r.syncQuota(ctx, pool, s.kueue.queues, s.now)
+		next, err = k.syncQuota(ctx, pool, v.queues, now)
 	}
 	if err == nil {
-		err = r.syncChecks(ctx, pool, &s.kueue, s.now)
+		err = k.syncChecks(ctx, pool, &v, now)
 	}
 	if err != nil {
 		logger.Error(err, "kueue: syncing quota and admission checks")
-		r.emit(pool, corev1.EventTypeWarning, "KueueSyncFailed", "%s", truncate(err.Error(), maxDemandMessage))
+		k.emit(pool, corev1.EventTypeWarning, "KueueSyncFailed", "%s", text.Cut(err.Error(), maxDemandMessage))
 		kueueSyncErrors.WithLabelValues(pool.Name).Inc()
 		again = requeueKueue
 	}
 	if !next.IsZero() {
-		if d := next.Sub(s.now); d > 0 && (again == 0 || d < again) {
+		if d := next.Sub(now); d > 0 && (again == 0 || d < again) {
 			again = d
 		}
 	}
@@ -169,7 +174,7 @@ func (r *GPUPoolProfileReconciler) syncKueue(ctx context.Context, s *scope) time
 // syncQuota sets the nominalQuota of the pool's flavors in the ClusterQueues labelled
 // gpupool.dev/pool=<pool> (queues); other ClusterQueues are never read for writing. It
 // returns when a quota changes next by the clock.
-func (r *GPUPoolProfileReconciler) syncQuota(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, queues []unstructured.Unstructured, now time.Time) (time.Time, error) {
+func (k *KueueReconciler) syncQuota(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, queues []unstructured.Unstructured, now time.Time) (time.Time, error) {
 	want := map[string]corev1.ResourceList{}
 	var next time.Time
 	for i := range pool.Spec.Kueue.Flavors {
@@ -193,11 +198,11 @@ func (r *GPUPoolProfileReconciler) syncQuota(ctx context.Context, pool *gpupoolv
 		if !changed {
 			continue
 		}
-		if err := r.Client.Patch(ctx, cq, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		if err := k.Client.Patch(ctx, cq, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			errs = append(errs, fmt.Errorf("patching the quota of ClusterQueue %s: %w", cq.GetName(), err))
 			continue
 		}
-		r.emit(pool, corev1.EventTypeNormal, "KueueQuotaSet", "ClusterQueue %s: %s", cq.GetName(), quotaString(want))
+		k.emit(pool, corev1.EventTypeNormal, "KueueQuotaSet", "ClusterQueue %s: %s", cq.GetName(), quotaString(want))
 	}
 	return next, errors.Join(errs...)
 }

@@ -288,6 +288,7 @@ func gpuList(q string) corev1.ResourceList {
 func TestKueueBridge(t *testing.T) {
 	startKueue(t)
 	h := newHarness(t, "kq-")
+	h.kueueFollows = true // the Kueue controller follows each pool pass, as in the manager
 	pool := h.demandPool()
 	pool.Spec.Kueue = &gpupoolv1.KueueSpec{Flavors: []gpupoolv1.KueueFlavor{
 		{Name: h.prefix + "day", Layout: "day", Quota: gpuList("4"), WaitingQuota: gpuList("1")},
@@ -439,6 +440,7 @@ func containsString(list []string, s string) bool {
 func TestKueueDemandBringsNightIn(t *testing.T) {
 	startKueue(t)
 	h := newHarness(t, "kqd-")
+	h.kueueFollows = true // the Kueue controller follows each pool pass, as in the manager
 	pool := h.demandPool()
 	pool.Spec.Kueue = &gpupoolv1.KueueSpec{Flavors: []gpupoolv1.KueueFlavor{
 		{Name: h.prefix + "day", Layout: "day", Quota: gpuList("4")},

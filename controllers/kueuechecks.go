@@ -19,13 +19,15 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/text"
 )
 
 // gpupool's AdmissionCheck (docs/kueue.md): which Workloads a pool answers, what it
 // answers, and what it releases when it stops answering.
 
-// kueueView is what a pass reads of Kueue for the pool, each kind listed once: the demand
-// (before the decision) and the checks (after it) read the same Workloads.
+// kueueView is what one pass reads of Kueue for the pool, each kind listed once: the
+// Kueue controller's pass (quota and checks) and, separately, the pool pass's demand
+// (kueueDemand) each read one.
 type kueueView struct {
 	read bool
 	// checks are the names of gpupool's AdmissionChecks (controllerName
@@ -41,17 +43,25 @@ type kueueView struct {
 	workloads []unstructured.Unstructured
 }
 
-// readKueue fills v once per pass; a failed read is tried again by the next reader.
+// readKueue fills v once per pass for demand (kueueDemand); a failed read is tried again
+// by the next reader. It is readKueueView through the pool reconciler's client.
 func (r *GPUPoolProfileReconciler) readKueue(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, v *kueueView) error {
+	return readKueueView(ctx, r.Client, pool, v)
+}
+
+// readKueueView fills v once per pass: gpupool's AdmissionChecks, the ClusterQueues
+// labelled for the pool and, when there are both, every Workload, listed from the API
+// server (unstructured reads are not cached).
+func readKueueView(ctx context.Context, c client.Reader, pool *gpupoolv1.GPUPoolProfile, v *kueueView) error {
 	if v.read {
 		return nil
 	}
 	acs := kueueList(kueueAdmissionCheck)
-	if err := r.Client.List(ctx, acs); err != nil {
+	if err := c.List(ctx, acs); err != nil {
 		return fmt.Errorf("listing AdmissionChecks: %w", err)
 	}
 	cqs := kueueList(kueueClusterQueue)
-	if err := r.Client.List(ctx, cqs, client.MatchingLabels{gpupoolv1.LabelKueuePool: pool.Name}); err != nil {
+	if err := c.List(ctx, cqs, client.MatchingLabels{gpupoolv1.LabelKueuePool: pool.Name}); err != nil {
 		return fmt.Errorf("listing ClusterQueues: %w", err)
 	}
 	out := kueueView{checks: map[string]bool{}, queueNames: map[string]bool{}, queues: cqs.Items}
@@ -66,7 +76,7 @@ func (r *GPUPoolProfileReconciler) readKueue(ctx context.Context, pool *gpupoolv
 	}
 	if len(out.checks) > 0 && len(out.queues) > 0 {
 		wls := kueueList(kueueWorkload)
-		if err := r.Client.List(ctx, wls); err != nil {
+		if err := c.List(ctx, wls); err != nil {
 			return fmt.Errorf("listing Workloads: %w", err)
 		}
 		out.workloads = wls.Items
@@ -78,7 +88,7 @@ func (r *GPUPoolProfileReconciler) readKueue(ctx context.Context, pool *gpupoolv
 
 // markActive sets the AdmissionCheck's Active condition: Kueue admits nothing through a
 // ClusterQueue whose checks are not active.
-func (r *GPUPoolProfileReconciler) markActive(ctx context.Context, ac *unstructured.Unstructured) error {
+func (k *KueueReconciler) markActive(ctx context.Context, ac *unstructured.Unstructured) error {
 	raw, _, _ := unstructured.NestedSlice(ac.Object, "status", "conditions")
 	conds := make([]metav1.Condition, 0, len(raw))
 	for _, c := range raw {
@@ -105,7 +115,7 @@ func (r *GPUPoolProfileReconciler) markActive(ctx context.Context, ac *unstructu
 	if err := unstructured.SetNestedSlice(ac.Object, list, "status", "conditions"); err != nil {
 		return err
 	}
-	if err := r.Client.Status().Patch(ctx, ac, client.MergeFrom(before)); err != nil {
+	if err := k.Client.Status().Patch(ctx, ac, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("marking AdmissionCheck %s active: %w", ac.GetName(), err)
 	}
 	return nil
@@ -225,10 +235,10 @@ func checkState(pool *gpupoolv1.GPUPoolProfile, layouts []string, now time.Time)
 // syncChecks marks gpupool's AdmissionChecks active and sets gpupool's check on every
 // Workload the pool answers (heldWorkloads): checkState. It records how many it holds in
 // status.kueue.
-func (r *GPUPoolProfileReconciler) syncChecks(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, v *kueueView, now time.Time) error {
+func (k *KueueReconciler) syncChecks(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, v *kueueView, now time.Time) error {
 	var errs []error
 	for i := range v.acs {
-		if err := r.markActive(ctx, &v.acs[i]); err != nil {
+		if err := k.markActive(ctx, &v.acs[i]); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -245,16 +255,17 @@ func (r *GPUPoolProfileReconciler) syncChecks(ctx context.Context, pool *gpupool
 		if state == checkPending {
 			pending++
 		}
-		if err := r.setCheck(ctx, h.obj, h.check, state, msg, now); err != nil {
-			errs = append(errs, err)
+		if err := k.setCheck(ctx, h.obj, h.check, state, msg, now); err != nil && !apierrors.IsConflict(err) {
+			errs = append(errs, err) // a conflict is seen again on the Workload's next event
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // setCheck sets the state and message of gpupool's check (status.admissionChecks[check])
-// on the Workload, if they changed.
-func (r *GPUPoolProfileReconciler) setCheck(ctx context.Context, wl *unstructured.Unstructured, check int, state, msg string, now time.Time) error {
+// on the Workload, if they changed. A Workload gone is no error; one changed since it
+// was read is a conflict (apierrors.IsConflict), which the caller weighs.
+func (k *KueueReconciler) setCheck(ctx context.Context, wl *unstructured.Unstructured, check int, state, msg string, now time.Time) error {
 	states, _, _ := unstructured.NestedSlice(wl.Object, "status", "admissionChecks")
 	m, _ := states[check].(map[string]any)
 	if m["state"] == state && m["message"] == msg {
@@ -269,9 +280,9 @@ func (r *GPUPoolProfileReconciler) setCheck(ctx context.Context, wl *unstructure
 		return err
 	}
 	// The list is replaced whole: the optimistic lock keeps Kueue's concurrent changes.
-	if err := r.Client.Status().Patch(ctx, wl, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return nil // seen again on the Workload's next event
+	if err := k.Client.Status().Patch(ctx, wl, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
 		}
 		return fmt.Errorf("setting the admission check of Workload %s/%s: %w", wl.GetNamespace(), wl.GetName(), err)
 	}
@@ -285,73 +296,105 @@ func (r *GPUPoolProfileReconciler) setCheck(ctx context.Context, wl *unstructure
 // whose next reservation lists the same check, which nobody answers any more; Ready
 // leaves the Workload to Kueue's quota alone, as if gpupool had never held it. It returns
 // how many it released.
-func (r *GPUPoolProfileReconciler) releaseChecks(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, why string, now time.Time) (int, error) {
+//
+// Note: a Workload changed since it was listed (by Kueue, or by the Kueue controller's
+// pass that read the pool just before its deletion or spec change) is not released by
+// that patch: the Workloads are listed again, at most releaseAttempts times. Taking the
+// conflict for a release would leave it Pending for ever once the finalizer is gone.
+func (k *KueueReconciler) releaseChecks(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, why string, now time.Time) (int, error) {
+	for range releaseAttempts - 1 {
+		if n, err := k.releaseOnce(ctx, pool, why, now); !apierrors.IsConflict(err) {
+			return n, err
+		}
+	}
+	return k.releaseOnce(ctx, pool, why, now)
+}
+
+// releaseAttempts bounds how often a release lists the Workloads again after a conflict.
+const releaseAttempts = 3
+
+// releaseOnce is one attempt of releaseChecks. Its error is a conflict (IsConflict) when
+// a Workload's patch conflicted and nothing else failed.
+func (k *KueueReconciler) releaseOnce(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, why string, now time.Time) (int, error) {
 	var v kueueView
-	if err := r.readKueue(ctx, pool, &v); err != nil {
+	if err := readKueueView(ctx, k.Client, pool, &v); err != nil {
 		return 0, err
 	}
 	msg := why + ": gpupool no longer holds it for a layout"
 	released := 0
 	var errs []error
+	var conflict error
 	for i := range v.workloads {
 		wl := &v.workloads[i]
 		check := pendingCheck(wl, &v)
 		if check < 0 {
 			continue
 		}
-		if err := r.setCheck(ctx, wl, check, checkReady, msg, now); err != nil {
+		if err := k.setCheck(ctx, wl, check, checkReady, msg, now); apierrors.IsConflict(err) {
+			conflict = err
+			continue
+		} else if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		released++
 	}
-	return released, errors.Join(errs...)
+	if len(errs) > 0 {
+		return released, errors.Join(errs...)
+	}
+	return released, conflict
 }
 
 // releaseRemovedKueue releases the pool's checks once spec.kueue is removed, then forgets
 // that it held any (status.kueue). The quota it wrote is left as last set.
-func (r *GPUPoolProfileReconciler) releaseRemovedKueue(ctx context.Context, s *scope) time.Duration {
-	pool := s.pool
-	served, err := r.kueueWatch.ensure(s.now)
+func (k *KueueReconciler) releaseRemovedKueue(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time) time.Duration {
+	served, err := k.watch.ensure(now)
 	if err == nil && !served {
 		pool.Status.Kueue = nil // Kueue is gone, and with it the Workloads the checks held
 		return 0
 	}
 	n := 0
 	if err == nil {
-		n, err = r.releaseChecks(ctx, pool, "spec.kueue was removed from GPUPoolProfile "+pool.Name, s.now)
+		n, err = k.releaseChecks(ctx, pool, "spec.kueue was removed from GPUPoolProfile "+pool.Name, now)
 	}
 	if err != nil {
 		log.FromContext(ctx).Error(err, "kueue: releasing the admission checks of the pool")
-		r.emit(pool, corev1.EventTypeWarning, "KueueReleaseFailed", "spec.kueue was removed; releasing its admission checks: %s", truncate(err.Error(), maxDemandMessage))
+		k.emit(pool, corev1.EventTypeWarning, "KueueReleaseFailed", "spec.kueue was removed; releasing its admission checks: %s", text.Cut(err.Error(), maxDemandMessage))
 		return requeueKueue
 	}
 	pool.Status.Kueue = nil
-	r.emit(pool, corev1.EventTypeNormal, "KueueReleased", "spec.kueue was removed: gpupool's admission check set Ready on %d Workload(s) it held; the quota of the ClusterQueues labelled %s=%s is left as last set",
+	k.emit(pool, corev1.EventTypeNormal, "KueueReleased", "spec.kueue was removed: gpupool's admission check set Ready on %d Workload(s) it held; the quota of the ClusterQueues labelled %s=%s is left as last set",
 		n, gpupoolv1.LabelKueuePool, pool.Name)
 	return 0
 }
 
-// releaseDeletedKueue releases the checks of a pool being deleted (finalize). A failure
+// releaseDeletedKueue releases the checks of a pool being deleted: the pool's deletion
+// pass calls it before its finalizer goes (reconcileDelete), through the Kueue
+// controller's code (kueueBridge), so that one finalizer orders the deletion.
+func (r *GPUPoolProfileReconciler) releaseDeletedKueue(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time) time.Duration {
+	return r.kueueBridge().releaseDeleted(ctx, pool, now)
+}
+
+// releaseDeleted releases the checks of a pool being deleted (finalize). A failure
 // holds the deletion, looked at again shortly, for at most deletionTaskWait from the
 // first failure on gpupool's clock (status.kueue.releaseFailingSince, written by the
-// caller): a Kueue that cannot be written must not keep the pool for ever. It returns
-// how soon to look again (0: released or given up).
-func (r *GPUPoolProfileReconciler) releaseDeletedKueue(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time) time.Duration {
+// caller's status patch): a Kueue that cannot be written must not keep the pool for
+// ever. It returns how soon to look again (0: released or given up).
+func (k *KueueReconciler) releaseDeleted(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time) time.Duration {
 	if pool.Spec.Kueue == nil && pool.Status.Kueue == nil {
 		return 0
 	}
-	served, err := r.kueueWatch.ensure(now)
+	served, err := k.watch.ensure(now)
 	if err == nil && !served {
 		return 0
 	}
 	n := 0
 	if err == nil {
-		n, err = r.releaseChecks(ctx, pool, "GPUPoolProfile "+pool.Name+" was deleted", now)
+		n, err = k.releaseChecks(ctx, pool, "GPUPoolProfile "+pool.Name+" was deleted", now)
 	}
 	if err == nil {
 		if n > 0 {
-			r.emit(pool, corev1.EventTypeNormal, "KueueReleased", "the pool is being deleted: gpupool's admission check set Ready on %d Workload(s) it held; the quota of the ClusterQueues labelled %s=%s is left as last set",
+			k.emit(pool, corev1.EventTypeNormal, "KueueReleased", "the pool is being deleted: gpupool's admission check set Ready on %d Workload(s) it held; the quota of the ClusterQueues labelled %s=%s is left as last set",
 				n, gpupoolv1.LabelKueuePool, pool.Name)
 		}
 		return 0
@@ -368,10 +411,10 @@ func (r *GPUPoolProfileReconciler) releaseDeletedKueue(ctx context.Context, pool
 		ks.ReleaseFailingSince = &metav1.Time{Time: now}
 	}
 	if now.Sub(ks.ReleaseFailingSince.Time) >= deletionTaskWait {
-		r.emit(pool, corev1.EventTypeWarning, "KueueReleaseAbandoned", "the pool is being deleted; its admission checks could not be released within %s and are left as they are: %s",
-			deletionTaskWait, truncate(err.Error(), maxDemandMessage))
+		k.emit(pool, corev1.EventTypeWarning, "KueueReleaseAbandoned", "the pool is being deleted; its admission checks could not be released within %s and are left as they are: %s",
+			deletionTaskWait, text.Cut(err.Error(), maxDemandMessage))
 		return 0
 	}
-	r.emit(pool, corev1.EventTypeWarning, "KueueReleaseFailed", "the pool is being deleted; releasing its admission checks: %s", truncate(err.Error(), maxDemandMessage))
+	k.emit(pool, corev1.EventTypeWarning, "KueueReleaseFailed", "the pool is being deleted; releasing its admission checks: %s", text.Cut(err.Error(), maxDemandMessage))
 	return requeueKueue
 }

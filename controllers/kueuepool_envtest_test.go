@@ -84,11 +84,13 @@ func (h *harness) checkOf(w kueueWorld, wl *unstructured.Unstructured) (state, m
 // TestKueueCheckIsThePoolsQueuesOnly: a pool answers gpupool's check only on the
 // Workloads admitted to a ClusterQueue labelled for it. Another tenant's Workload, in a
 // ClusterQueue labelled for another pool that lists the same check and flavor names, is
-// left as Kueue made it; the pool's own Workload on the same flavor is set Ready. A pass
-// with spec.demand and spec.kueue lists the Workloads once.
+// left as Kueue made it; the pool's own Workload on the same flavor is set Ready. With
+// spec.demand and spec.kueue, the pool pass and the Kueue controller's pass list the
+// Workloads once each.
 func TestKueueCheckIsThePoolsQueuesOnly(t *testing.T) {
 	startKueue(t)
 	h := newHarness(t, "kqs-")
+	h.kueueFollows = true // the Kueue controller follows each pool pass, as in the manager
 	var workloadLists atomic.Int32
 	h.client = func(c client.WithWatch) client.Client {
 		return interceptor.NewClient(c, interceptor.Funcs{
@@ -111,11 +113,20 @@ func TestKueueCheckIsThePoolsQueuesOnly(t *testing.T) {
 	mine := h.workloadIn(w, h.prefix+"apps", w.queue, "mine", "training", 1)
 	theirs := h.workloadIn(w, tenant, tenantQueue, "theirs", "training", 1)
 	_, before := h.checkOf(w, theirs)
+	// The pool pass reads the Workloads for demand, the Kueue controller's pass for the
+	// checks: once each.
+	h.kueueFollows = false
 	workloadLists.Store(0)
 	h.reconcile(pool.Name)
 	if n := workloadLists.Load(); n != 1 {
-		t.Errorf("the pass listed the Workloads %d times, want once (demand and checks share the read)", n)
+		t.Errorf("the pool pass listed the Workloads %d times, want once (demand)", n)
 	}
+	workloadLists.Store(0)
+	h.reconcileKueue(pool.Name)
+	if n := workloadLists.Load(); n != 1 {
+		t.Errorf("the Kueue controller's pass listed the Workloads %d times, want once", n)
+	}
+	h.kueueFollows = true
 	if st, msg := h.checkOf(w, mine); st != checkReady || msg != "layout night is ready for work" {
 		t.Fatalf("the pool's own Workload: check %s %q, want Ready", st, msg)
 	}
@@ -137,6 +148,7 @@ func TestKueueCheckIsThePoolsQueuesOnly(t *testing.T) {
 func TestKueueLeavingFlavorIsHeld(t *testing.T) {
 	startKueue(t)
 	h := newHarness(t, "kql-")
+	h.kueueFollows = true // the Kueue controller follows each pool pass, as in the manager
 	pool := h.dayNight()
 	pool.Spec.Kueue = h.kueuePoolSpec()
 	h.create(pool)
@@ -168,6 +180,7 @@ func TestKueueLeavingFlavorIsHeld(t *testing.T) {
 func TestKueueChecksReleased(t *testing.T) {
 	startKueue(t)
 	h := newHarness(t, "kqr-")
+	h.kueueFollows = true // the Kueue controller follows each pool pass, as in the manager
 	pool := h.dayNight()
 	pool.Spec.Kueue = h.kueuePoolSpec()
 	h.create(pool)

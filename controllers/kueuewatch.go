@@ -13,14 +13,16 @@ import (
 // served when it was not: one discovery request per period, whatever the passes.
 const kueueRecheck = time.Minute
 
-// kueueWatch starts the watch of Kueue's Workloads once Kueue's API is served: when the
-// manager starts, or on a pass of a pool with spec.kueue after Kueue was installed later,
-// so that installing Kueue after gpupool needs no restart. The watch is started once.
+// kueueWatch starts the watches of Kueue's objects (the Kueue controller's, and the
+// demand watch's of Workloads) once Kueue's API is served: when the manager starts, or
+// on a pass of a pool with spec.kueue (the Kueue controller's, or demand's) after Kueue
+// was installed later, so that installing Kueue after gpupool needs no restart. The
+// watches are started once.
 type kueueWatch struct {
 	mapper meta.RESTMapper
 	// gvk is the kind watched (zero: Kueue's Workload).
 	gvk schema.GroupVersionKind
-	// start adds the Workload watch to the controller.
+	// start adds the watches to the controllers.
 	start func() error
 
 	mu        sync.Mutex

@@ -160,11 +160,11 @@ func TestSyncKueueWithoutKueue(t *testing.T) {
 		},
 	}).Build()
 	rec := events.NewFakeRecorder(10)
-	r := &GPUPoolProfileReconciler{Client: c, Recorder: rec,
-		kueueWatch: &kueueWatch{mapper: meta.NewDefaultRESTMapper(nil), start: func() error { t.Fatal("watch started"); return nil }}}
+	k := &KueueReconciler{Client: c, Recorder: rec,
+		watch: &kueueWatch{mapper: meta.NewDefaultRESTMapper(nil), start: func() error { t.Fatal("watch started"); return nil }}}
 	pool := &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: "lab"}, Spec: gpupoolv1.GPUPoolProfileSpec{
 		Kueue: &gpupoolv1.KueueSpec{Flavors: []gpupoolv1.KueueFlavor{{Name: "night", Layout: "night", Quota: gpuList("1")}}}}}
-	if again := r.syncKueue(context.Background(), &scope{pool: pool, now: time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)}); again != kueueRecheck {
+	if again := k.syncKueue(context.Background(), pool, time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)); again != kueueRecheck {
 		t.Errorf("looks again in %s, want %s", again, kueueRecheck)
 	}
 	if calls != 0 {

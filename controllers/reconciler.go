@@ -48,9 +48,13 @@ type GPUPoolProfileReconciler struct {
 	// tasks wakes a pool when one of its vSphere tasks ends; nil (the tests that call
 	// Reconcile directly) leaves the waits to the requeue.
 	tasks *taskWatch
-	// kueueWatch starts the watch of Kueue's Workloads once Kueue is installed; nil (the
-	// tests that call Reconcile directly) watches nothing.
+	// kueueWatch starts the watches of Kueue's objects once Kueue is installed; demand
+	// asks it whether Kueue is served. nil (the tests that call Reconcile directly)
+	// watches nothing.
 	kueueWatch *kueueWatch
+	// kueue is the Kueue controller SetupWithManager registers beside this one; the
+	// deletion pass releases the pool's checks through it (kueueBridge).
+	kueue *KueueReconciler
 
 	// maxNodeWrites and maxEvictions override maxNodeWritesPerPass and
 	// maxEvictionsPerPass when not 0 (tests, to cross the caps with few nodes).

@@ -30,8 +30,8 @@ type scope struct {
 	decision      plan.Decision
 	wanted        *gpupoolv1.Layout
 	demandRecheck time.Time
-	// kueue is what the pass read of Kueue (spec.kueue), read once by the first of the
-	// demand and the checks that needs it.
+	// kueue is what the pass's demand read of Kueue (spec.kueue); the quota and the
+	// checks are the Kueue controller's (KueueReconciler), which reads its own.
 	kueue kueueView
 
 	// connect: the vCenter session.

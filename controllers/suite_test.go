@@ -179,6 +179,9 @@ type harness struct {
 	tolerateErrors bool
 	restarts       int
 	crashes        int
+	// kueueFollows: every pool pass (reconcile) is followed by a pass of the Kueue
+	// controller, as the manager's watch of the pool's status would wake it.
+	kueueFollows bool
 }
 
 func newHarness(t *testing.T, prefix string) *harness {
@@ -312,6 +315,9 @@ func (h *harness) reconcile(name string) ctrl.Result {
 			h.t.Fatalf("reconcile: %v", err)
 		}
 	}
+	if h.kueueFollows {
+		h.reconcileKueue(name)
+	}
 	var p gpupoolv1.GPUPoolProfile
 	if err := k8s.Get(h.ctx, client.ObjectKey{Name: name}, &p); err != nil {
 		return res // deleted
@@ -323,6 +329,34 @@ func (h *harness) reconcile(name string) ctrl.Result {
 		e := w.VM + ":" + string(w.Step)
 		if n := len(h.steps); n == 0 || !slices.Contains(h.steps[max(0, n-8):], e) {
 			h.steps = append(h.steps, e)
+		}
+	}
+	return res
+}
+
+// kueueReconciler is a Kueue controller on the harness's client and clock, as
+// SetupWithManager registers beside the pool reconciler (it keeps no state between
+// passes, so each pass may have a new one).
+func (h *harness) kueueReconciler() *KueueReconciler {
+	c := client.Client(operator)
+	if h.client != nil {
+		c = h.client(operator)
+	}
+	var rec events.EventRecorder = h.recorder
+	if h.eventSink != nil {
+		rec = h.eventSink
+	}
+	return &KueueReconciler{Client: c, APIReader: operator, Recorder: rec, Clock: h.clock}
+}
+
+// reconcileKueue runs one pass of the Kueue controller on the pool.
+func (h *harness) reconcileKueue(name string) ctrl.Result {
+	h.t.Helper()
+	res, err := h.kueueReconciler().Reconcile(h.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: name}})
+	if err != nil {
+		h.errors++
+		if !h.tolerateErrors {
+			h.t.Fatalf("reconcile (Kueue): %v", err)
 		}
 	}
 	return res

@@ -51,7 +51,8 @@ type KueueFlavor struct {
 // that cannot be observed from the spec any more.
 type KueueStatus struct {
 	// HeldWorkloads is how many Workloads of the ClusterQueues labelled for the pool
-	// gpupool's AdmissionCheck held (Pending) for their layout on the last pass.
+	// gpupool's AdmissionCheck held (Pending) for their layout on the last pass of
+	// gpupool's Kueue controller.
 	// +optional
 	HeldWorkloads int32 `json:"heldWorkloads,omitempty"`
 	// ReleaseFailingSince is, while the pool is being deleted and its checks cannot be

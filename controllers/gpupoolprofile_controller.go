@@ -160,10 +160,11 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	}
 	// Kueue (spec.kueue) is a controller of its own, registered here so that the
 	// manager's setup stays one call; it shares the watch of Kueue's API with demand.
-	r.kueue = &KueueReconciler{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock}
-	if err := r.kueue.SetupWithManager(mgr, demandCtrl); err != nil {
+	kueue := &KueueReconciler{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock}
+	r.kueue = kueue
+	if err := kueue.SetupWithManager(mgr, demandCtrl); err != nil {
 		return fmt.Errorf("setting up the Kueue controller: %w", err)
 	}
-	r.kueueWatch = r.kueue.watch
+	r.kueueWatch = kueue.watch
 	return nil
 }

@@ -34,15 +34,6 @@ import (
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=admissionchecks,verbs=list;watch
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=admissionchecks/status,verbs=patch
 
-// KueueGroupVersion is the Kueue API gpupool speaks (Kueue v0.15 and later).
-var KueueGroupVersion = schema.GroupVersion{Group: "kueue.x-k8s.io", Version: "v1beta2"}
-
-var (
-	kueueWorkload       = KueueGroupVersion.WithKind("Workload")
-	kueueClusterQueue   = KueueGroupVersion.WithKind("ClusterQueue")
-	kueueAdmissionCheck = KueueGroupVersion.WithKind("AdmissionCheck")
-)
-
 // Kueue's AdmissionCheck states.
 const (
 	checkPending = "Pending"

@@ -112,7 +112,7 @@ func (k *KueueReconciler) emit(pool *gpupoolv1.GPUPoolProfile, typ, reason, form
 // kueueBridge is the Kueue controller's code for the pool reconciler's deletion pass:
 // the controller SetupWithManager registered, or, for the tests that call Reconcile
 // directly, one on the pool reconciler's client.
-func (r *GPUPoolProfileReconciler) kueueBridge() *KueueReconciler {
+func (r *GPUPoolProfileReconciler) kueueBridge() kueueReleaser {
 	if r.kueue != nil {
 		return r.kueue
 	}

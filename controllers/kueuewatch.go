@@ -60,3 +60,12 @@ func (w *kueueWatch) ensure(now time.Time) (bool, error) {
 	w.started = true
 	return true, nil
 }
+
+// KueueGroupVersion is the Kueue API gpupool speaks (Kueue v0.15 and later).
+var KueueGroupVersion = schema.GroupVersion{Group: "kueue.x-k8s.io", Version: "v1beta2"}
+
+var (
+	kueueWorkload       = KueueGroupVersion.WithKind("Workload")
+	kueueClusterQueue   = KueueGroupVersion.WithKind("ClusterQueue")
+	kueueAdmissionCheck = KueueGroupVersion.WithKind("AdmissionCheck")
+)

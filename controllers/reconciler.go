@@ -1,10 +1,14 @@
 package controllers
 
 import (
+	"context"
+	"time"
+
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/drain"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/vsphere"
@@ -54,7 +58,7 @@ type GPUPoolProfileReconciler struct {
 	kueueWatch *kueueWatch
 	// kueue is the Kueue controller SetupWithManager registers beside this one; the
 	// deletion pass releases the pool's checks through it (kueueBridge).
-	kueue *KueueReconciler
+	kueue kueueReleaser
 
 	// maxNodeWrites and maxEvictions override maxNodeWritesPerPass and
 	// maxEvictionsPerPass when not 0 (tests, to cross the caps with few nodes).
@@ -62,4 +66,10 @@ type GPUPoolProfileReconciler struct {
 	// stalls counts the capped passes in a row that made no write, per pool
 	// (afterCapped).
 	stalls stallCount
+}
+
+// kueueReleaser releases the admission checks a pool being deleted holds (the Kueue
+// controller, KueueReconciler), so that the deletion pass can wait for it.
+type kueueReleaser interface {
+	releaseDeleted(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time) time.Duration
 }

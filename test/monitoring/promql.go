@@ -116,10 +116,10 @@ func isIdentByte(c byte) bool { return isIdentStart(c) || ('0' <= c && c <= '9')
 
 func (l *lexer) skipSpace() {
 	for l.pos < len(l.src) {
-		switch c := l.src[l.pos]; {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		switch l.src[l.pos] {
+		case ' ', '\t', '\n', '\r':
 			l.pos++
-		case c == '#': // a comment, to the end of the line
+		case '#': // a comment, to the end of the line
 			for l.pos < len(l.src) && l.src[l.pos] != '\n' {
 				l.pos++
 			}

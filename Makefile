@@ -104,11 +104,23 @@ KUEUE_VERSION ?= v0.17.0
 kueue: ## Build Kueue's manager (pinned) from source into bin/kueue-$(KUEUE_VERSION) and copy its CRDs (cached).
 	BIN_DIR=$(BIN_DIR) KUEUE_VERSION=$(KUEUE_VERSION) hack/build-kueue.sh
 
+# Prometheus's promtool, for the tests of the alert rules (test/monitoring). A Prometheus
+# release; hack/build-promtool.sh builds its Go module (v0.3xx.y for release 3.xx.y).
+PROMTOOL_VERSION ?= v3.16.0
+PROMTOOL ?= $(BIN_DIR)/promtool-$(PROMTOOL_VERSION)
+.PHONY: promtool
+promtool: ## Build Prometheus's promtool (pinned) from source into bin/promtool-$(PROMTOOL_VERSION) (cached).
+	BIN_DIR=$(BIN_DIR) PROMTOOL_VERSION=$(PROMTOOL_VERSION) hack/build-promtool.sh
+
+.PHONY: test-alerts
+test-alerts: promtool ## Check the alert rules and run their promtool unit tests (test/monitoring/rules_test.yaml), and check the metric names the alerts and the dashboard query (part of make test).
+	PROMTOOL=$(PROMTOOL) go test -count=1 ./test/monitoring/
+
 # TEST_CLOCK_BASE (RFC 3339) moves the date of the suites' fake clocks, such as
 # 'make test TEST_CLOCK_BASE=2031-03-15T07:00:00+01:00' (internal/testclock).
 .PHONY: test
-test: controlplane kueue $(HELM) ## Run the unit, envtest, chart and install tests with -race, the differential tests and the fault matrix (not test-e2e nor the benchmarks), building the control plane, Kueue and helm first if needed.
-	HELM=$(HELM) go test $(GO_TEST_FLAGS) -skip '^(TestFaultMatrix|TestDifferential.*)$$' ./...
+test: controlplane kueue promtool $(HELM) ## Run the unit, envtest, chart, install and alert-rule tests with -race, the differential tests and the fault matrix (not test-e2e nor the benchmarks), building the control plane, Kueue, promtool and helm first if needed.
+	HELM=$(HELM) PROMTOOL=$(PROMTOOL) go test $(GO_TEST_FLAGS) -skip '^(TestFaultMatrix|TestDifferential.*)$$' ./...
 	@# The differential tests compare the planner with vgpusim over many random worlds: the
 	@# models, not concurrency, are under test (vgpusim's concurrency is tested with -race
 	@# above), and the race detector made them the slowest part of the suite.

@@ -87,7 +87,9 @@ func dayCosts(w *world) Costs {
 	return costs
 }
 
-func gpuName(h, g int) string { return fmt.Sprintf("esx-%02d %s", h+1, fmt.Sprintf("0000:%02x:00.0", 0x3b+g*0x20)) }
+func gpuName(h, g int) string {
+	return fmt.Sprintf("esx-%02d %s", h+1, fmt.Sprintf("0000:%02x:00.0", 0x3b+g*0x20))
+}
 
 func choiceNames(gs []GPUChoice) []string {
 	out := make([]string, len(gs))
@@ -181,6 +183,11 @@ func TestConvertChoosesLeastCost(t *testing.T) {
 			}
 			if pods != tc.evicted {
 				t.Errorf("the chosen GPUs hold %d GPU pods, want %d", pods, tc.evicted)
+			}
+			for _, g := range r.Chosen {
+				if g.Host == "esx-04" && g.GPU == "0000:7b:00.0" && !strings.Contains(g.Why, "evicts 1 GPU pod (cost 2: 1 do-not-disrupt pod at weight 1)") {
+					t.Errorf("esx-04's GPU 2 chosen because %q, want its do-not-disrupt pod and weight named", g.Why)
+				}
 			}
 			if tc.weights.DoNotDisrupt == 0 {
 				for _, vm := range drained(p) {

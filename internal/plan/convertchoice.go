@@ -39,6 +39,18 @@ type hostConv struct {
 	maxGPUs int
 	// best is the least-cost pick for each number of GPUs converted.
 	best []hostPick
+	// vms are the inventory's VMs on the host; base the base layout's workers whose VM
+	// is on it, with their VMs; pool the workers that make the host's VMs of the pool
+	// the pool of hostCheck's spec; inv the host and its VMs alone, for hostCheck.
+	vms  []*inventory.VM
+	base []baseWorker
+	pool []gpupoolv1.Worker
+	inv  *inventory.Inventory
+}
+
+type baseWorker struct {
+	w  gpupoolv1.Worker
+	vm *inventory.VM
 }
 
 // hostPick is a set of a host's GPUs to convert and what it means for the host.
@@ -72,7 +84,39 @@ func (c *converter) indexHosts() {
 			continue
 		}
 		names[h.Name] = false // the first host of a name, as findHost
-		c.hosts = append(c.hosts, c.hostConv(h))
+		hc := c.hostConv(h)
+		hc.inv = &inventory.Inventory{Hosts: []inventory.Host{*h}}
+		for j := range c.inv.VMs {
+			if vm := &c.inv.VMs[j]; vm.Host == h.Name {
+				hc.vms = append(hc.vms, vm)
+				hc.inv.VMs = append(hc.inv.VMs, *vm)
+			}
+		}
+		c.hosts = append(c.hosts, hc)
+	}
+	byHost := map[string]*hostConv{}
+	for _, hc := range c.hosts {
+		byHost[hc.host.Name] = hc
+	}
+	seen := map[*inventory.VM]bool{}
+	addPool := func(w gpupoolv1.Worker) {
+		if vm, ok := c.vms[w.VM]; ok && byHost[vm.Host] != nil && !seen[vm] {
+			seen[vm] = true
+			byHost[vm.Host].pool = append(byHost[vm.Host].pool, w)
+		}
+	}
+	for _, l := range c.spec.Layouts {
+		for _, w := range l.Workers {
+			addPool(w)
+		}
+	}
+	for _, cd := range c.conv.Candidates {
+		addPool(c.candidateWorker(c.vms[cd.VM]))
+	}
+	for _, w := range c.base.Workers {
+		if vm, ok := c.vms[w.VM]; ok && byHost[vm.Host] != nil {
+			byHost[vm.Host].base = append(byHost[vm.Host].base, baseWorker{w, vm})
+		}
 	}
 	slices.SortFunc(c.hosts, func(x, y *hostConv) int { return cmp.Compare(x.host.Name, y.host.Name) })
 }
@@ -205,7 +249,7 @@ func (c *converter) bestPicks(hc *hostConv) {
 			if j == maxCheckedPicks {
 				break
 			}
-			if probs := c.hostCheck(hc.host, append(slices.Clone(p.keep), c.assignedWorkers(p)...)); len(probs) > 0 {
+			if probs := c.hostCheck(hc, append(slices.Clone(p.keep), c.assignedWorkers(p)...)); len(probs) > 0 {
 				if best.refusal == "" {
 					best.refusal = probs[0].Message
 				}
@@ -285,9 +329,9 @@ func (c *converter) evaluate(hc *hostConv, set []int) hostPick {
 			staying[vm] = true
 		}
 	}
-	for _, w := range c.base.Workers {
-		vm, ok := c.vms[w.VM]
-		if !ok || vm.Host != h.Name || slices.Contains(p.assigned, vm) {
+	for _, b := range hc.base {
+		w, vm := b.w, b.vm
+		if slices.Contains(p.assigned, vm) {
 			continue
 		}
 		switch {
@@ -300,9 +344,8 @@ func (c *converter) evaluate(hc *hostConv, set []int) hostPick {
 			}
 		}
 	}
-	for i := range c.inv.VMs {
-		vm := &c.inv.VMs[i]
-		if vm.Host != h.Name || !c.pool[vm] || vm.PowerState != inventory.PoweredOn || staying[vm] {
+	for _, vm := range hc.vms {
+		if !c.pool[vm] || vm.PowerState != inventory.PoweredOn || staying[vm] {
 			continue
 		}
 		p.displaced = append(p.displaced, vm.Name)
@@ -334,27 +377,12 @@ func (c *converter) assignedWorkers(p hostPick) []gpupoolv1.Worker {
 }
 
 // hostCheck is Check of workers on one host alone: a spec whose pool is the pool's VMs
-// on that host, so that the answer does not depend on the other hosts' choices.
-func (c *converter) hostCheck(h *inventory.Host, workers []gpupoolv1.Worker) []Problem {
-	pool := gpupoolv1.Layout{Name: c.conv.Layout + poolSuffix}
-	seen := map[*inventory.VM]bool{}
-	add := func(w gpupoolv1.Worker) {
-		if vm, ok := c.vms[w.VM]; ok && vm.Host == h.Name && !seen[vm] {
-			seen[vm] = true
-			pool.Workers = append(pool.Workers, w)
-		}
-	}
-	for _, l := range c.spec.Layouts {
-		for _, w := range l.Workers {
-			add(w)
-		}
-	}
-	for _, cd := range c.conv.Candidates {
-		add(c.candidateWorker(c.vms[cd.VM]))
-	}
+// on that host and an inventory of the host and its VMs, so that the answer does not
+// depend on the other hosts' choices (and costs what one host costs).
+func (c *converter) hostCheck(hc *hostConv, workers []gpupoolv1.Worker) []Problem {
 	s := *c.spec
-	s.Layouts = []gpupoolv1.Layout{{Name: c.conv.Layout, Workers: workers}, pool}
-	return Check(&s, c.conv.Layout, c.inv)
+	s.Layouts = []gpupoolv1.Layout{{Name: c.conv.Layout, Workers: workers}, {Name: c.conv.Layout + poolSuffix, Workers: hc.pool}}
+	return Check(&s, c.conv.Layout, hc.inv)
 }
 
 // workers are the resolved layout's workers: the base workers that stay, in the base
@@ -378,7 +406,7 @@ func (c *converter) workers(picks []hostPick) []gpupoolv1.Worker {
 		// count brings the base workers back.
 		ws := append(slices.Clone(p.keep), c.assignedWorkers(p)...)
 		for _, w := range p.deferred {
-			if len(c.hostCheck(hc.host, append(slices.Clone(ws), w))) == 0 {
+			if len(c.hostCheck(hc, append(slices.Clone(ws), w))) == 0 {
 				ws = append(ws, w)
 				keep[w.VM] = true
 			}

@@ -37,7 +37,7 @@ func (c *converter) explain(r *Resolution, picks []hostPick) {
 			case len(g.Displaced) == 0:
 				g.Why = "chosen: free, evicts nothing"
 			default:
-				g.Why = fmt.Sprintf("chosen: evicts %d GPU %s (%s)", g.Pods, plural(g.Pods, "pod"), vmList(g.Displaced))
+				g.Why = "chosen: " + c.disrupts(g)
 			}
 			r.Chosen = append(r.Chosen, g)
 		}
@@ -67,13 +67,35 @@ func (c *converter) whyNot(hc *hostConv, p hostPick, g GPUChoice, maxChosen int6
 	case len(single.forbidden) > 0:
 		return fmt.Sprintf("not chosen: emptying it disrupts %s (%s), which the disruption weights forbid", vmList(single.forbidden), c.describeCost(single.forbidden[0]))
 	case g.Cost > maxChosen:
-		return fmt.Sprintf("not chosen: evicts %d GPU %s (%s), more than any chosen GPU (at most %d)", g.Pods, plural(g.Pods, "pod"), vmList(g.Displaced), maxChosen)
+		return fmt.Sprintf("not chosen: costs %d, more than any chosen GPU (at most %d); %s", g.Cost, maxChosen, c.disrupts(g))
 	case len(p.gpus) > 0 && len(p.gpus) >= hc.maxGPUs:
 		return fmt.Sprintf("not chosen: the host's %d candidate VMs fill its chosen GPUs", len(c.cands[hc.host.Name]))
 	case len(p.gpus) == 0 && hostsUsed > 0:
 		return "not chosen: costs no less than the chosen GPUs, which keep the converted GPUs on fewer hosts"
 	}
 	return "not chosen: costs no less than the chosen GPUs; between equals gpupool takes hosts and GPUs in name order"
+}
+
+// disrupts writes what emptying a GPU disrupts: "evicts 3 GPU pods (cost 4: 1
+// do-not-disrupt pod at weight 1), displaces VMs a, b".
+func (c *converter) disrupts(g GPUChoice) string {
+	dnd, jobs := 0, 0
+	for _, vm := range g.Displaced {
+		dnd += c.costs[vm].DoNotDisrupt
+		jobs += c.costs[vm].JobsNearCompletion
+	}
+	var weighed []string
+	if dnd > 0 {
+		weighed = append(weighed, fmt.Sprintf("%d do-not-disrupt %s at weight %d", dnd, plural(dnd, "pod"), c.conv.Disruption.DoNotDisrupt))
+	}
+	if jobs > 0 {
+		weighed = append(weighed, fmt.Sprintf("%d %s near completion at weight %d", jobs, plural(jobs, "Job"), c.conv.Disruption.JobNearCompletion))
+	}
+	s := fmt.Sprintf("evicts %d GPU %s", g.Pods, plural(g.Pods, "pod"))
+	if len(weighed) > 0 {
+		s += fmt.Sprintf(" (cost %d: %s)", g.Cost, strings.Join(weighed, ", "))
+	}
+	return s + ", displaces " + vmList(g.Displaced)
 }
 
 func indexOf(h *inventory.Host, pciID string) int {

@@ -183,6 +183,10 @@ func newConverter(spec *gpupoolv1.GPUPoolProfileSpec, conv Conversion, inv *inve
 		}
 	}
 	switch {
+	case conv.Layout == "":
+		return nil, errors.New("layout by count: no name; name the layout it makes, such as night")
+	case conv.VGPUs < 0 || conv.VGPUs > 16:
+		return nil, fmt.Errorf("%s: vgpus must be between 1 and 16 vGPUs of %s per candidate, not %d; leave it out for one vGPU", field, conv.Profile, conv.VGPUs)
 	case conv.Base == conv.Layout:
 		return nil, fmt.Errorf("%s: base %q is the layout itself; name the layout whose workers run outside the converted GPUs, one of %s", field, conv.Base, strings.Join(names, ", "))
 	case c.base == nil:

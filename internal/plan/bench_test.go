@@ -107,3 +107,27 @@ func BenchmarkDesired(b *testing.B) {
 		now = now.Add(17 * time.Minute)
 	}
 }
+
+// BenchmarkResolve resolves night by count on bigPool (500 GPUs, 2,000 VMs): count GPUs
+// converted to grid_p100-16q from the day VMs themselves (night's workers).
+func BenchmarkResolve(b *testing.B) {
+	spec, w := bigPool()
+	costs := Costs{}
+	for i, vm := range w.inv.VMs {
+		costs[vm.Name] = VMCost{GPUPods: i % 5}
+	}
+	for _, count := range []int{4, 100} {
+		b.Run(fmt.Sprintf("count-%d", count), func(b *testing.B) {
+			conv := Conversion{Layout: "night-count", Base: "day", Count: count, Profile: "grid_p100-16q"}
+			for _, wk := range spec.Layouts[1].Workers {
+				conv.Candidates = append(conv.Candidates, Candidate{VM: wk.VM})
+			}
+			for b.Loop() {
+				r, err := Resolve(spec, conv, w.inv, costs)
+				if err != nil || len(r.Problems) > 0 {
+					b.Fatal(err, r.Problems)
+				}
+			}
+		})
+	}
+}

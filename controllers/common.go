@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/execute"
 )
 
@@ -72,3 +73,72 @@ func poolsWhere(ctx context.Context, c client.Reader, keep func(*gpupoolv1.GPUPo
 	}
 	return reqs
 }
+
+// clockTime is the time in the schedule's time zone, with the zone, and with the date
+// when it is not now's date there: "07:50 CET", "Tue 18 Mar 07:50 CET".
+func clockTime(pool *gpupoolv1.GPUPoolProfile, t, now time.Time) string {
+	loc := time.UTC
+	if sc := pool.Spec.Schedule; sc != nil && sc.TimeZone != "" {
+		if l, err := time.LoadLocation(sc.TimeZone); err == nil {
+			loc = l
+		}
+	}
+	t, now = t.In(loc), now.In(loc)
+	if y, m, d := t.Date(); y != now.Year() || m != now.Month() || d != now.Day() {
+		return t.Format("Mon 2 Jan 15:04 MST")
+	}
+	return t.Format("15:04 MST")
+}
+
+// inDuration says how far ahead d is, to the minute; under half a minute to the second,
+// so that a switch 20s ahead does not read as now.
+func inDuration(d time.Duration) string {
+	s := d.Round(time.Second)
+	if s > 0 && s < 30*time.Second {
+		return fmt.Sprintf("in %ds", int(s/time.Second))
+	}
+	d = s.Round(time.Minute)
+	h, m := int(d/time.Hour), int(d%time.Hour/time.Minute)
+	switch {
+	case d <= 0:
+		return "now"
+	case h > 0 && m > 0:
+		return fmt.Sprintf("in %dh%dm", h, m)
+	case h > 0:
+		return fmt.Sprintf("in %dh", h)
+	}
+	return fmt.Sprintf("in %dm", m)
+}
+
+// requeueKueue is how soon a pass (the Kueue controller's, or demand's) looks again when
+// Kueue could not be read or written.
+const requeueKueue = 30 * time.Second
+
+// deletionTaskWait bounds how long a pool being deleted waits for each of its vSphere
+// tasks in flight, from when gpupool started it (on its own clock): long enough for any
+// power operation or reconfigure vCenter finishes, short enough that a task vCenter lost
+// track of, or a vCenter that cannot be reached, does not keep the pool forever.
+const deletionTaskWait = 10 * time.Minute
+
+// defaultWarnAhead is the scheduler warning horizon (TaintDrainingSoon) when neither
+// schedule.warnAhead nor a positive schedule.leadTime is set.
+const defaultWarnAhead = 15 * time.Minute
+
+// warnAhead is how long before a scheduled switch starts its nodes are warned.
+func warnAhead(spec *gpupoolv1.GPUPoolProfileSpec) time.Duration {
+	sc := spec.Schedule
+	switch {
+	case sc != nil && sc.WarnAhead != nil:
+		return sc.WarnAhead.Duration
+	case sc != nil && sc.LeadTime != nil && sc.LeadTime.Duration > 0:
+		return sc.LeadTime.Duration
+	}
+	return defaultWarnAhead
+}
+
+// demandCoalesce is how long a pod event waits before its pool's demand is looked at:
+// the events of a burst of pods (a pod-creation loop, a Job's pods) are one recheck.
+const demandCoalesce = 3 * time.Second
+
+// maxDemandMessage bounds status.demand.message (the API allows 1024).
+const maxDemandMessage = demand.MaxMessage

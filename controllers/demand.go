@@ -19,9 +19,6 @@ import (
 // pass does with the decision (status, metrics, logs, events). Observing the demand and
 // turning it into plan.Decide's input and status.demand is internal/demand's.
 
-// maxDemandMessage bounds status.demand.message (the API allows 1024).
-const maxDemandMessage = demand.MaxMessage
-
 // wanted is the layout wanted now, and what demand leaves for the pass to publish.
 type wanted struct {
 	decision plan.Decision
@@ -73,7 +70,8 @@ func (r *GPUPoolProfileReconciler) want(ctx context.Context, pool *gpupoolv1.GPU
 // demand metrics.
 func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.Decision, error) {
 	pool := s.pool
-	w, err := r.want(ctx, pool, s.now, &s.kueue)
+	var kv kueueView // what demand reads of Kueue, once a pass
+	w, err := r.want(ctx, pool, s.now, &kv)
 	if err != nil {
 		return w.decision, err
 	}

@@ -27,10 +27,6 @@ import (
 	"github.com/gpupool/gpupool/internal/demand"
 )
 
-// demandCoalesce is how long a pod event waits before its pool's demand is looked at:
-// the events of a burst of pods (a pod-creation loop, a Job's pods) are one recheck.
-const demandCoalesce = 3 * time.Second
-
 // demandWatch re-decides a demand pool's layout when a pod that may change its demand
 // changes, from the caches only, and wakes the pool's pass (which reads vCenter) only
 // when the decision would change: the layout wanted, the switch announced, or a demand

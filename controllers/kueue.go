@@ -40,10 +40,6 @@ const (
 	checkReady   = "Ready"
 )
 
-// requeueKueue is how soon a pass (the Kueue controller's, or demand's) looks again when
-// Kueue could not be read or written.
-const requeueKueue = 30 * time.Second
-
 func kueueList(gvk schema.GroupVersionKind) *unstructured.UnstructuredList {
 	l := &unstructured.UnstructuredList{}
 	l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
@@ -275,42 +271,6 @@ func waitingMessage(pool *gpupoolv1.GPUPoolProfile, layout string, now time.Time
 		return fmt.Sprintf("waiting for layout %s: the switch to it starts at %s (%s)", layout, clockTime(pool, at, now), inDuration(at.Sub(now)))
 	}
 	return fmt.Sprintf("waiting for layout %s (no switch to it is scheduled)", layout)
-}
-
-// clockTime is the time in the schedule's time zone, with the zone, and with the date
-// when it is not now's date there: "07:50 CET", "Tue 18 Mar 07:50 CET".
-func clockTime(pool *gpupoolv1.GPUPoolProfile, t, now time.Time) string {
-	loc := time.UTC
-	if sc := pool.Spec.Schedule; sc != nil && sc.TimeZone != "" {
-		if l, err := time.LoadLocation(sc.TimeZone); err == nil {
-			loc = l
-		}
-	}
-	t, now = t.In(loc), now.In(loc)
-	if y, m, d := t.Date(); y != now.Year() || m != now.Month() || d != now.Day() {
-		return t.Format("Mon 2 Jan 15:04 MST")
-	}
-	return t.Format("15:04 MST")
-}
-
-// inDuration says how far ahead d is, to the minute; under half a minute to the second,
-// so that a switch 20s ahead does not read as now.
-func inDuration(d time.Duration) string {
-	s := d.Round(time.Second)
-	if s > 0 && s < 30*time.Second {
-		return fmt.Sprintf("in %ds", int(s/time.Second))
-	}
-	d = s.Round(time.Minute)
-	h, m := int(d/time.Hour), int(d%time.Hour/time.Minute)
-	switch {
-	case d <= 0:
-		return "now"
-	case h > 0 && m > 0:
-		return fmt.Sprintf("in %dh%dm", h, m)
-	case h > 0:
-		return fmt.Sprintf("in %dh", h)
-	}
-	return fmt.Sprintf("in %dm", m)
 }
 
 func fromUnstructured(m map[string]any, into any) error {

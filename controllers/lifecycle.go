@@ -35,12 +35,6 @@ func (r *GPUPoolProfileReconciler) releaseNode(ctx context.Context, n *corev1.No
 	return execute.ReleaseNode(ctx, nodeWriter{r}, n)
 }
 
-// deletionTaskWait bounds how long a pool being deleted waits for each of its vSphere
-// tasks in flight, from when gpupool started it (on its own clock): long enough for any
-// power operation or reconfigure vCenter finishes, short enough that a task vCenter lost
-// track of, or a vCenter that cannot be reached, does not keep the pool forever.
-const deletionTaskWait = 10 * time.Minute
-
 // reconcileDelete is a pass over a pool being deleted. A node can only be given back
 // according to what its VM is, and a task in flight changes that: a VM being powered on
 // will run, its node must be uncordoned and unmarked; a VM being parked will not. So the

@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/nodes"
@@ -87,22 +86,6 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 		}
 	}
 	r.unmarkStale(ctx, s)
-}
-
-// defaultWarnAhead is the scheduler warning horizon (TaintDrainingSoon) when neither
-// schedule.warnAhead nor a positive schedule.leadTime is set.
-const defaultWarnAhead = 15 * time.Minute
-
-// warnAhead is how long before a scheduled switch starts its nodes are warned.
-func warnAhead(spec *gpupoolv1.GPUPoolProfileSpec) time.Duration {
-	sc := spec.Schedule
-	switch {
-	case sc != nil && sc.WarnAhead != nil:
-		return sc.WarnAhead.Duration
-	case sc != nil && sc.LeadTime != nil && sc.LeadTime.Duration > 0:
-		return sc.LeadTime.Duration
-	}
-	return defaultWarnAhead
 }
 
 // drainWarnings decides which nodes (by VM name) carry the draining-soon warning, and

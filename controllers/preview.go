@@ -33,7 +33,8 @@ type Preview struct {
 // the schedule: a preview from less than the operator sees would not be its decision.
 func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, at time.Time, layout string) (*Preview, error) {
 	s := &scope{pool: pool.DeepCopy(), persisted: pool, now: at}
-	w, err := r.want(ctx, s.pool, at, &s.kueue)
+	var kv kueueView
+	w, err := r.want(ctx, s.pool, at, &kv)
 	if err != nil {
 		return nil, err
 	}

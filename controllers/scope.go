@@ -30,9 +30,6 @@ type scope struct {
 	decision      plan.Decision
 	wanted        *gpupoolv1.Layout
 	demandRecheck time.Time
-	// kueue is what the pass's demand read of Kueue (spec.kueue); the quota and the
-	// checks are the Kueue controller's (KueueReconciler), which reads its own.
-	kueue kueueView
 
 	// connect: the vCenter session.
 	vc vsphere.Client

@@ -37,18 +37,6 @@ func layoutNamed(spec *gpupoolv1.GPUPoolProfileSpec, name string) *gpupoolv1.Lay
 	return nil
 }
 
-// soonest merges requeue delays: the lowest that is not zero (zero: no requeue asked),
-// as Cluster API's LowestNonZeroResult does.
-func soonest(ds ...time.Duration) time.Duration {
-	var out time.Duration
-	for _, d := range ds {
-		if d > 0 && (out == 0 || d < out) {
-			out = d
-		}
-	}
-	return out
-}
-
 // fromWhat names where a transition starts: the active layout, or, before any layout was
 // active, the VMs as gpupool found them.
 func fromWhat(active string) string {

@@ -202,18 +202,11 @@ func demandKey(ds *gpupoolv1.DemandStatus) string {
 // reset), and the status fields demand reads or writes. The pass's other status writes
 // (progress, conditions, plan) wake nothing here.
 func demandInputChanged() predicate.Predicate {
-	return predicate.Funcs{
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*gpupoolv1.GPUPoolProfile)
-			n, ok2 := e.ObjectNew.(*gpupoolv1.GPUPoolProfile)
-			if !ok1 || !ok2 {
-				return true
-			}
-			os, ns := &o.Status, &n.Status
-			return o.Generation != n.Generation || !maps.Equal(o.Annotations, n.Annotations) ||
-				os.ActiveLayout != ns.ActiveLayout || os.DesiredLayout != ns.DesiredLayout || os.DesiredReason != ns.DesiredReason ||
-				!equality.Semantic.DeepEqual(os.Demand, ns.Demand) || !equality.Semantic.DeepEqual(os.Transition, ns.Transition) ||
-				len(os.History) != len(ns.History) || !equality.Semantic.DeepEqual(os.History, ns.History)
-		},
-	}
+	return poolUpdated(func(o, n *gpupoolv1.GPUPoolProfile) bool {
+		os, ns := &o.Status, &n.Status
+		return o.Generation != n.Generation || !maps.Equal(o.Annotations, n.Annotations) ||
+			os.ActiveLayout != ns.ActiveLayout || os.DesiredLayout != ns.DesiredLayout || os.DesiredReason != ns.DesiredReason ||
+			!equality.Semantic.DeepEqual(os.Demand, ns.Demand) || !equality.Semantic.DeepEqual(os.Transition, ns.Transition) ||
+			len(os.History) != len(ns.History) || !equality.Semantic.DeepEqual(os.History, ns.History)
+	})
 }

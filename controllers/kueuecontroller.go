@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 )
 
 // KueueControllerName names the Kueue controller in controller-runtime's metrics
@@ -99,7 +100,7 @@ func (k *KueueReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 	}
 	if pool.Spec.Kueue != nil && !pool.Spec.Paused {
-		again = soonest(again, resyncPeriod)
+		again = execute.Soonest(again, resyncPeriod)
 	}
 	return ctrl.Result{RequeueAfter: again}, nil
 }
@@ -233,16 +234,7 @@ func specUnreadable(p *gpupoolv1.GPUPoolProfile) bool {
 // controller writes (kueueInputs differ); the pool pass's other status writes (workers,
 // conditions, plan, demand's counts) wake nothing here.
 func kueueInputChanged() predicate.Predicate {
-	return predicate.Funcs{
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*gpupoolv1.GPUPoolProfile)
-			n, ok2 := e.ObjectNew.(*gpupoolv1.GPUPoolProfile)
-			if !ok1 || !ok2 {
-				return true
-			}
-			return kueueInputs(o) != kueueInputs(n)
-		},
-	}
+	return poolUpdated(func(o, n *gpupoolv1.GPUPoolProfile) bool { return kueueInputs(o) != kueueInputs(n) })
 }
 
 // kueueInputs is what of the pool the Kueue controller decides from, as a key: the spec

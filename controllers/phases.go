@@ -28,7 +28,7 @@ type phase struct {
 }
 
 // phases are the pass in order, as Cluster API's doReconcile lists its phases. Each may
-// end the pass; their requeues merge to the soonest (soonest).
+// end the pass; their requeues merge to the soonest (execute.Soonest).
 func (r *GPUPoolProfileReconciler) phases() []phase {
 	return []phase{
 		{"desire", r.desirePhase},            // the wanted layout, and when that changes next
@@ -60,7 +60,7 @@ func runPhases(ctx context.Context, s *scope, phases []phase) (ctrl.Result, erro
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("%s: %w", ph.name, err)
 		}
-		after = soonest(after, o.after)
+		after = execute.Soonest(after, o.after)
 		if o.stop {
 			break
 		}
@@ -231,10 +231,10 @@ func (r *GPUPoolProfileReconciler) settledPhase(ctx context.Context, s *scope) (
 	r.publishStates(ctx, s)
 	switch {
 	case !p.Done():
-		o.after = soonest(o.after, requeueBlocked)
+		o.after = execute.Soonest(o.after, requeueBlocked)
 	case s.facts.fallback != "":
 		s.facts.done = true
-		o.after = soonest(o.after, requeueBlocked)
+		o.after = execute.Soonest(o.after, requeueBlocked)
 	default:
 		s.facts.done = true
 		if !s.w.TasksInFlight {
@@ -253,10 +253,10 @@ func (r *GPUPoolProfileReconciler) actPhase(ctx context.Context, s *scope) (outc
 		r.startTransition(s, s.plan)
 	}
 	after := r.act(ctx, s, s.plan)
-	timed("act:warn", func() { after = soonest(after, r.warnSchedulers(ctx, s, s.plan)) })
+	timed("act:warn", func() { after = execute.Soonest(after, r.warnSchedulers(ctx, s, s.plan)) })
 	timed("act:states", func() { r.publishStates(ctx, s) })
 	if len(s.facts.held) > 0 {
-		after = soonest(after, requeueBlocked)
+		after = execute.Soonest(after, requeueBlocked)
 	}
 	return outcome{after: after}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/nodes"
 )
@@ -79,4 +80,17 @@ func requestsExtended(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// poolUpdated lets through a pool's creations, deletions and generic events, and its
+// updates for which changed(old, new) holds: the predicates of the watches that follow
+// part of a pool.
+func poolUpdated(changed func(o, n *gpupoolv1.GPUPoolProfile) bool) predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*gpupoolv1.GPUPoolProfile)
+			n, ok2 := e.ObjectNew.(*gpupoolv1.GPUPoolProfile)
+			return !ok1 || !ok2 || changed(o, n)
+		},
+	}
 }

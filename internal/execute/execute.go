@@ -196,7 +196,7 @@ func (r *run) note(step plan.Step, next time.Duration, err error) {
 		r.out.StepErrors = append(r.out.StepErrors, fmt.Sprintf("%s of VM %s: %v", step.Action, step.VM, err))
 		next = RequeueDrain
 	}
-	r.out.After = soonest(r.out.After, next)
+	r.out.After = Soonest(r.out.After, next)
 }
 
 // hold records that a VM must not be acted on now.
@@ -230,10 +230,14 @@ func (r *run) timed(part string, f func()) {
 	}
 }
 
-// soonest merges requeue delays: the lowest that is not zero (zero: no requeue asked).
-func soonest(a, b time.Duration) time.Duration {
-	if a <= 0 || (b > 0 && b < a) {
-		return b
+// Soonest merges requeue delays: the lowest that is not zero (zero: no requeue asked),
+// as Cluster API's LowestNonZeroResult does.
+func Soonest(ds ...time.Duration) time.Duration {
+	var out time.Duration
+	for _, d := range ds {
+		if d > 0 && (out == 0 || d < out) {
+			out = d
+		}
 	}
-	return a
+	return out
 }

@@ -62,12 +62,12 @@ func (f *Follower) Check(ctx context.Context) time.Duration {
 		}
 		if err != nil {
 			ws.Message = fmt.Sprintf("cannot check %s task %s: %v", ws.Task.Operation, ws.Task.ID, err)
-			after = soonest(after, RequeueTask) // look again; never re-issue while the task may still run
+			after = Soonest(after, RequeueTask) // look again; never re-issue while the task may still run
 			continue
 		}
 		info, found := infos[ws.Task.ID]
 		if wait := f.recordTask(ws, info, found); wait > 0 {
-			after = soonest(after, wait)
+			after = Soonest(after, wait)
 		} else {
 			f.Ended++
 		}
@@ -95,11 +95,11 @@ func (f *Follower) resolveIntents(ctx context.Context) time.Duration {
 		}
 		if readErr != nil { // read once: a slow vCenter is not asked again per intent
 			ws.Message = fmt.Sprintf("cannot tell whether %s was started: %v", ws.Task.Operation, readErr)
-			after = soonest(after, RequeueTask)
+			after = Soonest(after, RequeueTask)
 			continue
 		}
 		if !f.resolveIntent(ctx, inv, ws) && ws.Task != nil {
-			after = soonest(after, RequeueTask)
+			after = Soonest(after, RequeueTask)
 		}
 	}
 	return after

@@ -14,7 +14,6 @@ import (
 	"github.com/gpupool/gpupool/internal/testpods"
 )
 
-type podOpt = testpods.Opt
 
 var (
 	testPool             = testpods.DayNightPool

@@ -14,7 +14,6 @@ import (
 	"github.com/gpupool/gpupool/internal/testpods"
 )
 
-
 var (
 	testPool             = testpods.DayNightPool
 	testPod              = testpods.Pod

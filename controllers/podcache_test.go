@@ -24,6 +24,7 @@ import (
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/drain"
 	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/testpods"
 )
 
 // withPodIndexes registers on a fake client the pod indexes the manager's cache has.
@@ -107,6 +108,8 @@ func leanTable() []*corev1.Pod {
 				p.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{}
 			}),
 		richPod("train-untolerated", unbound, gpuLimit(1), selecting("workload", "training")),
+		richPod("train-claim", unbound, selecting("workload", "training"), tolerating("training"), testpods.FromTemplate("vgpu")),
+		richPod("serve-claim", onNode("node-d1"), testpods.WithClaim("vgpu-shared")),
 		richPod("serve-waits", unbound, gpuLimit(1), selecting("workload", "inference")),
 		richPod("init-gpus", unbound, selecting("workload", "training"), tolerating("training"), func(p *corev1.Pod) {
 			p.Spec.InitContainers = []corev1.Container{{Name: "i", Image: "init", Resources: corev1.ResourceRequirements{
@@ -157,6 +160,7 @@ func TestLeanPodKeeps(t *testing.T) {
 			{"serves day", shapes.Serves("day", l), shapes.Serves("day", f)},
 			{"serves night", shapes.Serves("night", l), shapes.Serves("night", f)},
 			{"pending index", podPendingResources(l), podPendingResources(f)},
+			{"resource claims", l.Spec.ResourceClaims, f.Spec.ResourceClaims},
 			{"node index", podNodeName(l), podNodeName(f)},
 			{"controller", metav1.GetControllerOf(l), metav1.GetControllerOf(f)},
 			{"terminating holds after 5m", holdsAfter(l, 5*time.Minute), holdsAfter(f, 5*time.Minute)},

@@ -310,7 +310,8 @@ func drainPods(t *testing.T, pods []*corev1.Pod, node string, ready bool, d gpup
 }
 
 // TestPendingPodsIndexed: the index lists the unbound, unfinished pods by the extended
-// resources they request, so demand reads the pods pending for its GPU resource only;
+// resources they request (and those with resource claims under pendingClaimsKey), so
+// demand reads the pods pending for its GPU resource (or with claims) only;
 // without it (a client straight to the API server) every unbound pod is listed.
 func TestPendingPodsIndexed(t *testing.T) {
 	s := runtime.NewScheme()
@@ -334,8 +335,15 @@ func TestPendingPodsIndexed(t *testing.T) {
 	if got, want := names(true, "example.com/fpga"), []string{"other-device"}; !slices.Equal(got, want) {
 		t.Errorf("pending for example.com/fpga: %v, want %v", got, want)
 	}
-	if got := names(false, nodes.DefaultGPUResource); len(got) != 7 {
-		t.Errorf("without the index: %v, want the 7 unbound pods", got)
+	if got, want := names(true, pendingClaimsKey), []string{"train-claim"}; !slices.Equal(got, want) {
+		t.Errorf("pending with resource claims: %v, want %v", got, want)
+	}
+	claimPods, err := (&GPUPoolProfileReconciler{Client: c, podsIndexed: true}).pendingClaimPods(context.Background())
+	if err != nil || len(claimPods) != 1 || claimPods[0].Name != "train-claim" {
+		t.Errorf("pendingClaimPods = %d pods (%v), want train-claim", len(claimPods), err)
+	}
+	if got := names(false, nodes.DefaultGPUResource); len(got) != 8 {
+		t.Errorf("without the index: %v, want the 8 unbound pods", got)
 	}
 }
 

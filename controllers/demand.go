@@ -103,6 +103,7 @@ func (r *GPUPoolProfileReconciler) viewDemand(ctx context.Context, pool *gpupool
 func (r *GPUPoolProfileReconciler) demandSources(now time.Time, kv *kueueView) []demand.Source {
 	return []demand.Source{
 		r.podSource(),
+		r.claimSource(),
 		demand.Workloads{Held: func(ctx context.Context, pool *gpupoolv1.GPUPoolProfile) ([]demand.Held, error) {
 			return r.heldForDemand(ctx, pool, now, kv)
 		}},

@@ -106,11 +106,11 @@ func (r *GPUPoolProfileReconciler) demandPools(ctx context.Context, p *corev1.Po
 }
 
 // wakes says whether an event of the pod may change the pool's demand: the pod asks for
-// the pool's GPU resource, its namespace is selected (its labels read from the cache, by
+// the pool's GPU resource (or has resource claims, with readiness.dra), its namespace is selected (its labels read from the cache, by
 // name: one namespace, not all of them, per event) and the pod selector matches.
 func (r *GPUPoolProfileReconciler) wakes(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, p *corev1.Pod) bool {
 	d := pool.Spec.Demand
-	if d == nil || d.NamespaceSelector == nil || demand.PodGPUs(p, demand.GPUResource(pool)) == 0 {
+	if d == nil || d.NamespaceSelector == nil || !demand.AsksGPUs(pool, p) {
 		return false
 	}
 	var ns metav1.PartialObjectMetadata

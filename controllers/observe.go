@@ -61,7 +61,7 @@ func (r *GPUPoolProfileReconciler) observeNodes(ctx context.Context, s *scope, w
 		// Note: the plan's Ready is readiness for work (Ready and advertising the GPUs,
 		// labels and conditions the spec names), so that the plan keeps the worker in
 		// WaitNodeReady, within nodeReadyTimeout, until the node can take GPU pods.
-		w.Gaps[vm] = nodes.ReadinessGaps(n, s.pool.Spec.Readiness, gpusWanted(w, s.pool, s.wanted, vm, n))
+		w.Gaps[vm] = nodes.ReadinessGaps(n, s.pool.Spec.Readiness, gpusWanted(w, s.pool, s.wanted, vm, n), r.publishedDevices(ctx, s.pool, n))
 		if n.Spec.Unschedulable {
 			pods, err := r.podsOnNode(ctx, n.Name)
 			w.Drained[vm] = err == nil && !r.anyToEvict(pods, nodes.Ready(n), s.now)

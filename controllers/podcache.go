@@ -59,7 +59,8 @@ func transformPod(obj any) (any, error) {
 // them), the annotations gpupool reads, owners, deletion; the node it is bound to and,
 // until it is bound, what a scheduler matches against a layout (node selector, required
 // node affinity, tolerations); per container only the extended resources it asks for;
-// the emptyDir volumes (by name only); the phase and the PodScheduled condition.
+// the resource claims it names (demand reads what they ask for, readiness.dra); the
+// emptyDir volumes (by name only); the phase and the PodScheduled condition.
 // Everything else (images, env, probes, container statuses, managedFields) is most of a
 // pod and never read. It is idempotent.
 //
@@ -76,6 +77,7 @@ func leanPod(p *corev1.Pod) *corev1.Pod {
 		},
 		Spec: corev1.PodSpec{
 			NodeName:       p.Spec.NodeName,
+			ResourceClaims: p.Spec.ResourceClaims,
 			Containers:     leanContainers(p.Spec.Containers),
 			InitContainers: leanContainers(p.Spec.InitContainers),
 		},
@@ -153,14 +155,23 @@ func podNodeName(o client.Object) []string {
 	return []string{o.(*corev1.Pod).Spec.NodeName}
 }
 
+// pendingClaimsKey is the podPendingResourceField value of the pods with resource claims
+// (what they ask for is in the claims): no extended resource is named so, as those have a
+// domain prefix.
+const pendingClaimsKey = "resourceclaims"
+
 // podPendingResources is the podPendingResourceField index: the extended resources a pod
-// not bound to a node, and not finished, requests.
+// not bound to a node, and not finished, requests, and pendingClaimsKey if it has
+// resource claims.
 func podPendingResources(o client.Object) []string {
 	p := o.(*corev1.Pod)
 	if p.Spec.NodeName != "" || demand.Finished(p) {
 		return nil
 	}
 	var out []string
+	if len(p.Spec.ResourceClaims) > 0 {
+		out = append(out, pendingClaimsKey)
+	}
 	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
 		for _, c := range cs {
 			for _, rl := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {

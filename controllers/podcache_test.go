@@ -24,6 +24,7 @@ import (
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/drain"
 	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/testpods"
 )
 
 // withPodIndexes registers on a fake client the pod indexes the manager's cache has.
@@ -107,6 +108,8 @@ func leanTable() []*corev1.Pod {
 				p.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{}
 			}),
 		richPod("train-untolerated", unbound, gpuLimit(1), selecting("workload", "training")),
+		richPod("train-claim", unbound, selecting("workload", "training"), tolerating("training"), testpods.FromTemplate("vgpu")),
+		richPod("serve-claim", onNode("node-d1"), testpods.WithClaim("vgpu-shared")),
 		richPod("serve-waits", unbound, gpuLimit(1), selecting("workload", "inference")),
 		richPod("init-gpus", unbound, selecting("workload", "training"), tolerating("training"), func(p *corev1.Pod) {
 			p.Spec.InitContainers = []corev1.Container{{Name: "i", Image: "init", Resources: corev1.ResourceRequirements{
@@ -157,6 +160,7 @@ func TestLeanPodKeeps(t *testing.T) {
 			{"serves day", shapes.Serves("day", l), shapes.Serves("day", f)},
 			{"serves night", shapes.Serves("night", l), shapes.Serves("night", f)},
 			{"pending index", podPendingResources(l), podPendingResources(f)},
+			{"resource claims", l.Spec.ResourceClaims, f.Spec.ResourceClaims},
 			{"node index", podNodeName(l), podNodeName(f)},
 			{"controller", metav1.GetControllerOf(l), metav1.GetControllerOf(f)},
 			{"terminating holds after 5m", holdsAfter(l, 5*time.Minute), holdsAfter(f, 5*time.Minute)},
@@ -306,7 +310,8 @@ func drainPods(t *testing.T, pods []*corev1.Pod, node string, ready bool, d gpup
 }
 
 // TestPendingPodsIndexed: the index lists the unbound, unfinished pods by the extended
-// resources they request, so demand reads the pods pending for its GPU resource only;
+// resources they request (and those with resource claims under pendingClaimsKey), so
+// demand reads the pods pending for its GPU resource (or with claims) only;
 // without it (a client straight to the API server) every unbound pod is listed.
 func TestPendingPodsIndexed(t *testing.T) {
 	s := runtime.NewScheme()
@@ -330,8 +335,15 @@ func TestPendingPodsIndexed(t *testing.T) {
 	if got, want := names(true, "example.com/fpga"), []string{"other-device"}; !slices.Equal(got, want) {
 		t.Errorf("pending for example.com/fpga: %v, want %v", got, want)
 	}
-	if got := names(false, nodes.DefaultGPUResource); len(got) != 7 {
-		t.Errorf("without the index: %v, want the 7 unbound pods", got)
+	if got, want := names(true, pendingClaimsKey), []string{"train-claim"}; !slices.Equal(got, want) {
+		t.Errorf("pending with resource claims: %v, want %v", got, want)
+	}
+	claimPods, err := (&GPUPoolProfileReconciler{Client: c, podsIndexed: true}).pendingClaimPods(context.Background())
+	if err != nil || len(claimPods) != 1 || claimPods[0].Name != "train-claim" {
+		t.Errorf("pendingClaimPods = %d pods (%v), want train-claim", len(claimPods), err)
+	}
+	if got := names(false, nodes.DefaultGPUResource); len(got) != 8 {
+		t.Errorf("without the index: %v, want the 8 unbound pods", got)
 	}
 }
 

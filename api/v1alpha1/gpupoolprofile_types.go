@@ -368,6 +368,35 @@ type ReadinessSpec struct {
 	// +listType=set
 	// +optional
 	NodeConditions []string `json:"nodeConditions,omitempty"`
+
+	// DRA names the GPUs as Dynamic Resource Allocation publishes them, for nodes whose
+	// GPUs a DRA driver publishes in ResourceSlices instead of (or as well as) a device
+	// plugin advertising gpuResource. A node is then ready for work when either its
+	// allocatable gpuResource or the devices its driver's ResourceSlices publish reach the
+	// VM's vGPU count, and pending pods whose ResourceClaims ask for devices of the class
+	// count as demand (docs/demand.md, "Claims").
+	// +optional
+	DRA *DRASpec `json:"dra,omitempty"`
+}
+
+// DRASpec names a pool's GPUs in Dynamic Resource Allocation (resource.k8s.io/v1).
+type DRASpec struct {
+	// DeviceClassName is the DeviceClass the pods' ResourceClaims ask for the pool's GPUs
+	// with, such as gpu.nvidia.com: a claim's request (exactly, or an alternative of
+	// firstAvailable) of this class counts as demand for the layouts whose nodes could
+	// take the pod.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')`,message=`readiness.dra.deviceClassName must be a DeviceClass name (a DNS subdomain, such as gpu.nvidia.com)`,messageExpression=`'readiness.dra.deviceClassName must be a DeviceClass name (a DNS subdomain: lower case letters, digits, - and ., such as gpu.nvidia.com), not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.trim().lowerAscii() != self && self.trim().lowerAscii().matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$') ? ': write ' + strings.quote(self.trim().lowerAscii()) : '')`
+	DeviceClassName string `json:"deviceClassName"`
+
+	// Driver is the DRA driver whose ResourceSlices publish a node's GPUs (spec.driver of
+	// the slices, such as gpu.nvidia.com): the devices of the node's slices of this
+	// driver, in each pool's newest generation, are the GPUs it publishes.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')`,message=`readiness.dra.driver must be a DRA driver name (a DNS subdomain of at most 63 characters, such as gpu.nvidia.com)`,messageExpression=`'readiness.dra.driver must be a DRA driver name (a DNS subdomain of at most 63 characters: lower case letters, digits, - and ., such as gpu.nvidia.com), not ' + strings.quote(self) + (self.trim().lowerAscii() != self && self.trim().lowerAscii().matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$') ? ': write ' + strings.quote(self.trim().lowerAscii()) : '')`
+	Driver string `json:"driver"`
 }
 
 // DrainJobPods says how a drain treats the pods of Jobs.

@@ -43,7 +43,7 @@ func (pd Pods) Observe(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, shap
 	if err != nil {
 		return Observed{}, err
 	}
-	layoutOf, err := pd.nodeLayouts(ctx, pool)
+	layoutOf, err := nodeLayouts(ctx, pd.Nodes, pool)
 	if err != nil {
 		return Observed{}, err
 	}
@@ -164,9 +164,9 @@ func (pd Pods) nearCompletion(ctx context.Context, p *corev1.Pod, memo map[types
 // label gpupool sets when a node is ready for work and removes when it is parked. Nodes
 // of a layout being switched to count as soon as they serve it, before the switch has
 // completed, so that work already running there keeps the layout.
-func (pd Pods) nodeLayouts(ctx context.Context, pool *gpupoolv1.GPUPoolProfile) (map[string]string, error) {
+func nodeLayouts(ctx context.Context, r client.Reader, pool *gpupoolv1.GPUPoolProfile) (map[string]string, error) {
 	var nodes corev1.NodeList
-	if err := pd.Nodes.List(ctx, &nodes, client.MatchingLabels{gpupoolv1.LabelPool: pool.Name}); err != nil {
+	if err := r.List(ctx, &nodes, client.MatchingLabels{gpupoolv1.LabelPool: pool.Name}); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	out := map[string]string{}

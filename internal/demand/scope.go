@@ -29,6 +29,9 @@ type Scope struct {
 	// GPU is the pool's GPU resource (readiness.gpuResource): only pods that ask for it
 	// are demand, and only they wake the pool.
 	GPU corev1.ResourceName
+	// Claims: the pool names its GPUs' DeviceClass (readiness.dra), so pods with
+	// resource claims may be demand too (the Claims source reads what they ask for).
+	Claims bool
 	// Unset says that spec.demand has no namespaceSelector (an object stored before the
 	// field was required): nothing counts, and the status says why.
 	Unset bool
@@ -58,7 +61,7 @@ func ReadScope(ctx context.Context, r client.Reader, pool *gpupoolv1.GPUPoolProf
 
 // ScopeOf selects, among the namespaces given, those the pool's demand counts.
 func ScopeOf(pool *gpupoolv1.GPUPoolProfile, nss []metav1.PartialObjectMetadata) (Scope, error) {
-	ds := Scope{namespaces: map[string]bool{}, GPU: GPUResource(pool)}
+	ds := Scope{namespaces: map[string]bool{}, GPU: GPUResource(pool), Claims: pool.Spec.Readiness.DRA != nil}
 	d := pool.Spec.Demand
 	if d == nil || d.NamespaceSelector == nil {
 		ds.Unset = true
@@ -120,7 +123,7 @@ func (ds Scope) Named(p *corev1.Pod) string {
 }
 
 // Wakes says whether an event of the pod may change the pool's demand: it asks for the
-// pool's GPU resource and counts.
+// pool's GPU resource (or, with readiness.dra, has resource claims) and counts.
 func (ds Scope) Wakes(p *corev1.Pod) bool {
-	return PodGPUs(p, ds.GPU) > 0 && ds.Counts(p)
+	return (PodGPUs(p, ds.GPU) > 0 || (ds.Claims && len(p.Spec.ResourceClaims) > 0)) && ds.Counts(p)
 }

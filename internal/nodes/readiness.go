@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
@@ -42,9 +43,10 @@ type GPUWant struct {
 // for the worker's message; none when it is ready. A node is ready for work when its
 // Ready condition is True, it advertises the GPU resource gpus wants (a kubelet reports
 // a node Ready before the device plugin has registered, and pods asking for a GPU would
-// stay Pending there), and it carries the labels and True conditions the spec names
-// (such as GPU feature discovery's nvidia.com/vgpu.present).
-func ReadinessGaps(n *corev1.Node, r gpupoolv1.ReadinessSpec, gpus GPUWant) []string {
+// stay Pending there) or, with readiness.dra, its DRA driver publishes the VM's vGPUs
+// as devices (published, from PublishedDevices), and it carries the labels and True
+// conditions the spec names (such as GPU feature discovery's nvidia.com/vgpu.present).
+func ReadinessGaps(n *corev1.Node, r gpupoolv1.ReadinessSpec, gpus GPUWant, published int64) []string {
 	if n == nil {
 		return []string{"node not registered"}
 	}
@@ -52,10 +54,8 @@ func ReadinessGaps(n *corev1.Node, r gpupoolv1.ReadinessSpec, gpus GPUWant) []st
 	if !Ready(n) {
 		gaps = append(gaps, "Ready")
 	}
-	if res := GPUResource(r); res != "" && gpus.Count > 0 {
-		if gap := gpuGap(n, res, gpus); gap != "" {
-			gaps = append(gaps, gap)
-		}
+	if gap := gpusGap(n, r, gpus, published); gap != "" {
+		gaps = append(gaps, gap)
 	}
 	keys := make([]string, 0, len(r.NodeLabels))
 	for k := range r.NodeLabels {
@@ -77,6 +77,61 @@ func ReadinessGaps(n *corev1.Node, r gpupoolv1.ReadinessSpec, gpus GPUWant) []st
 		}
 	}
 	return gaps
+}
+
+// gpusGap says how the node falls short of the GPUs gpus wants, "" when it does not:
+// its allocatable GPU resource, or, with readiness.dra, the devices its driver publishes
+// (one per vGPU: gpuReplicas shares a GPU through the device plugin's configuration,
+// not through DRA). Either suffices, so a pool moving from the device plugin to a DRA
+// driver needs no change of gpuResource.
+func gpusGap(n *corev1.Node, r gpupoolv1.ReadinessSpec, gpus GPUWant, published int64) string {
+	if gpus.Count <= 0 {
+		return ""
+	}
+	res := GPUResource(r)
+	resGap := ""
+	if res != "" {
+		resGap = gpuGap(n, res, gpus)
+	}
+	if r.DRA == nil {
+		return resGap
+	}
+	vgpus := gpus.Count / int64(max(gpus.Replicas, 1))
+	if published >= vgpus {
+		return ""
+	}
+	devGap := fmt.Sprintf("devices of %s (published %d of %d)", r.DRA.Driver, published, vgpus)
+	switch {
+	case res == "":
+		return devGap
+	case resGap == "":
+		return ""
+	}
+	return resGap + " or " + devGap
+}
+
+// PublishedDevices is how many devices driver publishes for node in slices (the
+// node's ResourceSlices; others are ignored): per resource pool, the devices of the
+// slices of its newest generation, as the scheduler reads them (a driver that
+// republishes a pool bumps its generation, and the older slices are stale until
+// deleted).
+func PublishedDevices(slices []resourcev1.ResourceSlice, driver, node string) int64 {
+	newest := map[string]int64{}
+	mine := func(s *resourcev1.ResourceSlice) bool {
+		return s.Spec.Driver == driver && s.Spec.NodeName != nil && *s.Spec.NodeName == node
+	}
+	for i := range slices {
+		if s := &slices[i]; mine(s) {
+			newest[s.Spec.Pool.Name] = max(newest[s.Spec.Pool.Name], s.Spec.Pool.Generation)
+		}
+	}
+	var n int64
+	for i := range slices {
+		if s := &slices[i]; mine(s) && s.Spec.Pool.Generation == newest[s.Spec.Pool.Name] {
+			n += int64(len(s.Spec.Devices))
+		}
+	}
+	return n
 }
 
 // gpuGap says how the node's allocatable res falls short of gpus, "" when it does not.

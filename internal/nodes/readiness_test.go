@@ -1,10 +1,12 @@
 package nodes
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -52,7 +54,7 @@ func TestReadinessGaps(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := ReadinessGaps(c.node, c.spec, GPUWant{Count: c.gpus}); !reflect.DeepEqual(got, c.want) {
+			if got := ReadinessGaps(c.node, c.spec, GPUWant{Count: c.gpus}, 0); !reflect.DeepEqual(got, c.want) {
 				t.Errorf("ReadinessGaps = %q, want %q", got, c.want)
 			}
 		})
@@ -86,9 +88,69 @@ func TestGPUReplicasGaps(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := ReadinessGaps(readyNode(c.gpus, nil), gpupoolv1.ReadinessSpec{}, c.want); !reflect.DeepEqual(got, c.gaps) {
+			if got := ReadinessGaps(readyNode(c.gpus, nil), gpupoolv1.ReadinessSpec{}, c.want, 0); !reflect.DeepEqual(got, c.gaps) {
 				t.Errorf("ReadinessGaps = %q, want %q", got, c.gaps)
 			}
 		})
+	}
+}
+
+// TestDRAGaps: with readiness.dra, a node whose driver publishes the VM's vGPUs is ready
+// for work whether or not it advertises the extended resource; short of both, the gap
+// names both.
+func TestDRAGaps(t *testing.T) {
+	str := func(s string) *string { return &s }
+	dra := &gpupoolv1.DRASpec{DeviceClassName: "vgpu.gpupool.dev", Driver: "vgpu.gpupool.dev"}
+	cases := []struct {
+		name      string
+		gpus      string
+		spec      gpupoolv1.ReadinessSpec
+		want      GPUWant
+		published int64
+		gaps      []string
+	}{
+		{name: "published, no plugin", spec: gpupoolv1.ReadinessSpec{DRA: dra}, want: GPUWant{Count: 1}, published: 1},
+		{name: "plugin, nothing published", gpus: "1", spec: gpupoolv1.ReadinessSpec{DRA: dra}, want: GPUWant{Count: 1}},
+		{name: "neither", spec: gpupoolv1.ReadinessSpec{DRA: dra}, want: GPUWant{Count: 2}, published: 1,
+			gaps: []string{"nvidia.com/gpu (allocatable 0 of 2) or devices of vgpu.gpupool.dev (published 1 of 2)"}},
+		{name: "DRA only", spec: gpupoolv1.ReadinessSpec{GPUResource: str(""), DRA: dra}, want: GPUWant{Count: 2}, published: 0,
+			gaps: []string{"devices of vgpu.gpupool.dev (published 0 of 2)"}},
+		{name: "DRA only, published", spec: gpupoolv1.ReadinessSpec{GPUResource: str(""), DRA: dra}, want: GPUWant{Count: 2}, published: 2},
+		{name: "replicas: one device per vGPU", spec: gpupoolv1.ReadinessSpec{DRA: dra}, want: GPUWant{Count: 8, Replicas: 4}, published: 2},
+		{name: "without dra, published devices do not count", want: GPUWant{Count: 1}, published: 1,
+			gaps: []string{"nvidia.com/gpu (allocatable 0 of 1)"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := ReadinessGaps(readyNode(c.gpus, nil), c.spec, c.want, c.published); !reflect.DeepEqual(got, c.gaps) {
+				t.Errorf("ReadinessGaps = %q, want %q", got, c.gaps)
+			}
+		})
+	}
+}
+
+func TestPublishedDevices(t *testing.T) {
+	slice := func(driver, node, pool string, gen int64, devices int) resourcev1.ResourceSlice {
+		s := resourcev1.ResourceSlice{Spec: resourcev1.ResourceSliceSpec{Driver: driver, NodeName: &node,
+			Pool: resourcev1.ResourcePool{Name: pool, Generation: gen, ResourceSliceCount: 1}}}
+		for i := range devices {
+			s.Spec.Devices = append(s.Spec.Devices, resourcev1.Device{Name: fmt.Sprintf("gpu-%d", i)})
+		}
+		return s
+	}
+	slices := []resourcev1.ResourceSlice{
+		slice("gpu.example.com", "n1", "n1", 1, 4), // stale generation
+		slice("gpu.example.com", "n1", "n1", 2, 2),
+		slice("gpu.example.com", "n1", "n1-extra", 1, 1),
+		slice("nic.example.com", "n1", "n1", 3, 8), // another driver
+		slice("gpu.example.com", "n2", "n2", 1, 5), // another node
+	}
+	for _, c := range []struct {
+		driver, node string
+		want         int64
+	}{{"gpu.example.com", "n1", 3}, {"gpu.example.com", "n2", 5}, {"nic.example.com", "n1", 8}, {"gpu.example.com", "n3", 0}} {
+		if got := PublishedDevices(slices, c.driver, c.node); got != c.want {
+			t.Errorf("PublishedDevices(%s, %s) = %d, want %d", c.driver, c.node, got, c.want)
+		}
 	}
 }

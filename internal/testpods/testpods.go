@@ -90,3 +90,18 @@ func OwnedBy(kind, apiVersion, name string) Opt {
 func Annotated(k, v string) Opt {
 	return func(p *corev1.Pod) { p.Annotations = map[string]string{k: v} }
 }
+
+// FromTemplate is a pod option of the DRA demand tests: a resource claim made from the
+// ResourceClaimTemplate named.
+func FromTemplate(template string) Opt {
+	return func(p *corev1.Pod) {
+		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)})
+	}
+}
+
+// WithClaim is a pod option of the DRA demand tests: the ResourceClaim named.
+func WithClaim(claim string) Opt {
+	return func(p *corev1.Pod) {
+		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: "shared", ResourceClaimName: ptr.To(claim)})
+	}
+}

@@ -182,6 +182,15 @@ func nameCELCases() []badCase {
 		gpu("with a trailing newline", "nvidia.com/gpu\n", `not "nvidia.com/gpu\n"`, `remove the whitespace around it (such as a pasted newline), write "nvidia.com/gpu"`),
 		gpu("in the quota form", "requests.nvidia.com/gpu", `not "requests.nvidia.com/gpu"`, `that is the ResourceQuota form, write "nvidia.com/gpu"`),
 		gpu("without a domain", "gpu", `not "gpu"`, "add the device plugin's domain, such as nvidia.com/gpu"),
+		{name: "readiness.dra.deviceClassName in upper case", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Readiness.DRA = &gpupoolv1.DRASpec{DeviceClassName: "GPU.nvidia.com", Driver: "gpu.nvidia.com"}
+		}, path: "spec.readiness.dra.deviceClassName: Invalid value", value: `not "GPU.nvidia.com"`, fix: `write "gpu.nvidia.com"`},
+		{name: "readiness.dra.deviceClassName with a slash", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Readiness.DRA = &gpupoolv1.DRASpec{DeviceClassName: "nvidia.com/gpu", Driver: "gpu.nvidia.com"}
+		}, path: "spec.readiness.dra.deviceClassName: Invalid value", value: `not "nvidia.com/gpu"`, fix: "a DeviceClass name (a DNS subdomain"},
+		{name: "readiness.dra.driver with a trailing newline", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Readiness.DRA = &gpupoolv1.DRASpec{DeviceClassName: "gpu.nvidia.com", Driver: "gpu.nvidia.com\n"}
+		}, path: "spec.readiness.dra.driver: Invalid value", value: `not "gpu.nvidia.com\n"`, fix: `write "gpu.nvidia.com"`},
 		{name: "vgpus zero", raw: setWorker(0, 0, "vgpus", int64(0)), path: "spec.layouts[0].workers[0].vgpus", fix: "between 1 and 16 vGPUs of the profile per VM, not 0; leave it out for one vGPU"},
 		{name: "vgpus negative", raw: setWorker(0, 0, "vgpus", int64(-3)), path: "spec.layouts[0].workers[0].vgpus", value: "-3", fix: "not negative"},
 		{name: "vgpus 17", raw: setWorker(0, 1, "vgpus", int64(17)), path: "spec.layouts[0].workers[1].vgpus", value: "17", fix: "not more than 16"},

@@ -42,6 +42,38 @@ func TestDemandBringsNightInOnLocalCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkDemandCycle(ctx, t, env, res)
+}
+
+// TestDemandClaimBringsNightInOnLocalCluster is TestDemandBringsNightInOnLocalCluster with
+// Dynamic Resource Allocation: the pool names the simulated DRA driver (readiness.dra),
+// the training Job's pod asks for its vGPU through a ResourceClaimTemplate, and the night
+// node is ready for work once the driver's ResourceSlice publishes its device; the
+// scheduler allocates the claim there.
+func TestDemandClaimBringsNightInOnLocalCluster(t *testing.T) {
+	root := testenv.Root()
+	dir := t.TempDir()
+	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"),
+		Inventory: filepath.Join(root, "test", "vgpusim", "testdata", "daynight.yaml"), Log: os.Stdout,
+		Image: filepath.Join(root, "dist", "image")}
+	ctx := context.Background()
+	env, err := localenv.Up(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = localenv.Down(opts) })
+
+	res, err := localenv.RunDemandClaimDemo(ctx, env, os.Stdout, 12*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDemandCycle(ctx, t, env, res)
+}
+
+// checkDemandCycle checks what the demand demo saw: the pod pending and counted, night
+// brought in by demand, the Job run on the night node, day back, and the latency.
+func checkDemandCycle(ctx context.Context, t *testing.T, env *localenv.Env, res *localenv.DemandResult) {
+	t.Helper()
 	if got := strings.Join(res.Layouts, ","); got != "day,night,day" {
 		t.Errorf("layouts %s, want day,night,day", got)
 	}

@@ -12,9 +12,11 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -107,6 +109,28 @@ func (e *Env) DemandPoolSpec(now time.Time) *gpupoolv1.GPUPoolProfile {
 	return p
 }
 
+// claimTemplate is the ResourceClaimTemplate the claim-based training Job's pod asks for
+// its vGPU with: one device of the simulated DRA driver's class.
+const claimTemplate = "one-vgpu"
+
+// demandClaimTemplate is the ResourceClaimTemplate of the claim-based demo.
+func demandClaimTemplate() *resourcev1.ResourceClaimTemplate {
+	return &resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: claimTemplate, Namespace: DemoNamespace},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "vgpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cluster.DeviceClassName}}}}}}}
+}
+
+// demandClaimJob is demandJob asking for its vGPU through a ResourceClaimTemplate
+// (Dynamic Resource Allocation) instead of the extended resource: the scheduler allocates
+// it from the ResourceSlice the simulated driver publishes for the night node.
+func demandClaimJob() *batchv1.Job {
+	j := demandJob()
+	ps := &j.Spec.Template.Spec
+	ps.Containers[0].Resources = corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "vgpu"}}}
+	ps.ResourceClaims = []corev1.PodResourceClaim{{Name: "vgpu", ResourceClaimTemplateName: ptr.To(claimTemplate)}}
+	return j
+}
+
 // demandJob is the training Job of the demand demo: one pod that selects the night
 // layout's nodes, tolerates their taint, asks for one GPU and runs DemandTrainingRuns.
 func demandJob() *batchv1.Job {
@@ -158,9 +182,20 @@ func (c *cordonWatch) first() (time.Time, string) {
 // from the demand crossing its threshold to the first drain (the first day node
 // cordoned), and returns what it saw.
 func RunDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Duration) (*DemandResult, error) {
+	return runDemandDemo(ctx, e, out, timeout, false)
+}
+
+// RunDemandClaimDemo is RunDemandDemo with the pool's GPUs named for Dynamic Resource
+// Allocation (readiness.dra: the simulated driver's class and driver) and a training Job
+// whose pod asks for its vGPU through a ResourceClaimTemplate, not the extended resource.
+func RunDemandClaimDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Duration) (*DemandResult, error) {
+	return runDemandDemo(ctx, e, out, timeout, true)
+}
+
+func runDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Duration, claims bool) (*DemandResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	r := &demandRun{e: e, log: newDemoLog(out), res: &DemandResult{}, pw: newPodWatch()}
+	r := &demandRun{e: e, log: newDemoLog(out), res: &DemandResult{}, pw: newPodWatch(), claims: claims}
 	res := r.res
 	if err := r.setUp(ctx); err != nil {
 		return nil, err
@@ -193,6 +228,8 @@ type demandRun struct {
 	log *demoLog
 	res *DemandResult
 	pw  *podWatch
+	// claims: the Job asks for its vGPU through a ResourceClaimTemplate (readiness.dra).
+	claims bool
 	// submitted says whether the training Job was submitted.
 	submitted bool
 	// lastDemand and lastPod are the demand message and the training pod's line last
@@ -203,6 +240,9 @@ type demandRun struct {
 // setUp creates the demand pool, waits for day and applies the inference workload.
 func (r *demandRun) setUp(ctx context.Context) error {
 	pool := r.e.DemandPoolSpec(time.Now())
+	if r.claims {
+		pool.Spec.Readiness.DRA = &gpupoolv1.DRASpec{DeviceClassName: cluster.DeviceClassName, Driver: cluster.DRADriver}
+	}
 	r.res.NightWindow = pool.Spec.Schedule.Windows[0].Start
 	r.log.say("applying GPUPoolProfile %s: day by default, night window %q (UTC, hours away); demand: night BringIn for %s (minGPUs 1), idleFor %s, minDwell %s, cooldown %s, maxEvictions 0 (GPU pods)",
 		pool.Name, r.res.NightWindow, DemandFor, DemandIdleFor, DemandMinDwell, DemandCooldown)
@@ -260,9 +300,16 @@ func (r *demandRun) submitJob(ctx context.Context, p *gpupoolv1.GPUPoolProfile) 
 			return err
 		}
 	}
-	r.log.say("submitting Job %s/%s: one pod, nodeSelector lab.example/workload=training, tolerates lab.example/training, nvidia.com/gpu: 1, runs %s",
-		DemoNamespace, trainingJob, DemandTrainingRuns)
-	if err := r.e.Client.Create(ctx, demandJob()); err != nil {
+	job, asks := demandJob(), "nvidia.com/gpu: 1"
+	if r.claims {
+		if err := r.e.Client.Create(ctx, demandClaimTemplate()); client.IgnoreAlreadyExists(err) != nil {
+			return fmt.Errorf("creating the ResourceClaimTemplate: %w", err)
+		}
+		job, asks = demandClaimJob(), "a ResourceClaimTemplate "+claimTemplate+" of one "+cluster.DeviceClassName+" device"
+	}
+	r.log.say("submitting Job %s/%s: one pod, nodeSelector lab.example/workload=training, tolerates lab.example/training, %s, runs %s",
+		DemoNamespace, trainingJob, asks, DemandTrainingRuns)
+	if err := r.e.Client.Create(ctx, job); err != nil {
 		return fmt.Errorf("creating the training Job: %w", err)
 	}
 	return nil

@@ -587,6 +587,10 @@ func (e *Env) createBasics(ctx context.Context) error {
 	if err := cluster.CreateNodes(ctx, e.Client, inv); err != nil {
 		return err
 	}
+	// The class of the devices the simulated DRA driver publishes (cluster.SyncSlices).
+	if err := e.Client.Create(ctx, cluster.DeviceClass()); client.IgnoreAlreadyExists(err) != nil {
+		return err
+	}
 	// A CPU node outside the pool: where workloads that can do without a GPU go at night.
 	cpu := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu-1",
 		Annotations: map[string]string{cluster.AnnotationKwokNode: "fake", cluster.AnnotationSimPower: "poweredOn"},

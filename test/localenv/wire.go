@@ -30,7 +30,8 @@ const wirePeriod = 200 * time.Millisecond
 const maxWireBackoff = time.Second
 
 // RunWire is the power wire: until ctx ends it copies every VM's power state from
-// vgpusim onto its node, where kwok's stages turn it into node readiness. Nodes are read
+// vgpusim onto its node, where kwok's stages turn it into node readiness, and plays the
+// DRA driver of the Ready nodes (cluster.SyncSlices). Nodes are read
 // from a watch-fed cache, so a pass costs one inventory read and a patch per changed
 // node, whatever the number of nodes.
 func RunWire(ctx context.Context, e *Env) error {
@@ -57,6 +58,10 @@ func RunWire(ctx context.Context, e *Env) error {
 			inv, ierr := vc.Inventory(ctx)
 			if ierr == nil {
 				_, err = cluster.SyncPower(ctx, c, inv)
+				if err == nil {
+					// The simulated DRA driver: Ready nodes publish their vGPUs.
+					_, err = cluster.SyncSlices(ctx, c, "")
+				}
 			} else {
 				err = ierr
 			}

@@ -194,3 +194,24 @@ func (r *GPUPoolProfileReconciler) pendingPods(ctx context.Context, res corev1.R
 	}
 	return pods.Items, nil
 }
+
+// claimSource is the demand of pods with resource claims (readiness.dra): pending ones
+// from the lean pod cache (pendingClaimPods), the nodes' from their watches, the claims
+// and templates from the API server.
+func (r *GPUPoolProfileReconciler) claimSource() demand.Claims {
+	return demand.Claims{Nodes: r.Client, Claims: r.APIReader, Pending: r.pendingClaimPods, OnNode: r.podsOnNode}
+}
+
+// pendingClaimPods lists the pods not bound to a node that have resource claims, through
+// the cache's index as pendingPods does, else every unbound pod (a client straight to
+// the API server), which the Claims source filters. The pods are the cache's own.
+func (r *GPUPoolProfileReconciler) pendingClaimPods(ctx context.Context) ([]corev1.Pod, error) {
+	if !r.podsIndexed {
+		return r.pendingPods(ctx, "")
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.MatchingFields{podPendingResourceField: pendingClaimsKey}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	return pods.Items, nil
+}

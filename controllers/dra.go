@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 
-	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -17,29 +16,36 @@ import (
 
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices,verbs=list
 
-// ResourceSlices are listed node by node with these field selectors, which the API
-// server serves for resource.k8s.io/v1 ResourceSlices.
-const (
-	sliceNodeNameField = "spec.nodeName"
-	sliceDriverField   = "spec.driver"
-)
+// ResourceSlices are listed by driver with this field selector, which the API server
+// serves for resource.k8s.io/v1 ResourceSlices.
+const sliceDriverField = "spec.driver"
 
-// publishedDevices is how many devices the pool's DRA driver publishes for the node
-// (nodes.PublishedDevices), 0 without readiness.dra. The slices are listed from the API
-// server by node and driver: the manager caches no ResourceSlice, as a cache would hold
-// every slice of the cluster (every node, every driver) for the few pool nodes read.
-// A list that fails (resource.k8s.io not served, no permission) publishes nothing: the
-// node then waits for the extended resource, and the worker's message says what it
-// lacks.
-func (r *GPUPoolProfileReconciler) publishedDevices(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, n *corev1.Node) int64 {
+// publishedDevices is how many devices the pool's DRA driver publishes for each node
+// (nodes.PublishedDevices), by node name; nil without readiness.dra. The driver's slices
+// are listed from the API server once a pass: the manager caches no ResourceSlice, as a
+// cache would hold every slice of the cluster (every node, every driver), and one list
+// by driver costs one request however many nodes the pool has. A list that fails
+// (resource.k8s.io not served, no permission) publishes nothing: the nodes then wait
+// for the extended resource, and the workers' messages say what they lack.
+func (r *GPUPoolProfileReconciler) publishedDevices(ctx context.Context, pool *gpupoolv1.GPUPoolProfile) map[string]int64 {
 	dra := pool.Spec.Readiness.DRA
-	if dra == nil || n == nil {
-		return 0
+	if dra == nil {
+		return nil
 	}
 	var slices resourcev1.ResourceSliceList
-	if err := r.APIReader.List(ctx, &slices, client.MatchingFields{sliceNodeNameField: n.Name, sliceDriverField: dra.Driver}); err != nil {
-		log.FromContext(ctx).V(1).Info("Listing ResourceSlices failed; the node publishes no devices", "node", n.Name, "driver", dra.Driver, "error", err.Error())
-		return 0
+	if err := r.APIReader.List(ctx, &slices, client.MatchingFields{sliceDriverField: dra.Driver}); err != nil {
+		log.FromContext(ctx).V(1).Info("Listing ResourceSlices failed; the nodes publish no devices", "driver", dra.Driver, "error", err.Error())
+		return nil
 	}
-	return nodes.PublishedDevices(slices.Items, dra.Driver, n.Name)
+	byNode := map[string][]resourcev1.ResourceSlice{}
+	for _, sl := range slices.Items {
+		if sl.Spec.NodeName != nil {
+			byNode[*sl.Spec.NodeName] = append(byNode[*sl.Spec.NodeName], sl)
+		}
+	}
+	out := make(map[string]int64, len(byNode))
+	for node, sls := range byNode {
+		out[node] = nodes.PublishedDevices(sls, dra.Driver, node)
+	}
+	return out
 }

@@ -57,11 +57,12 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.
 func (r *GPUPoolProfileReconciler) observeNodes(ctx context.Context, s *scope, w *world.World) {
 	w.Gaps = make(map[string][]string, len(w.Nodes))
 	w.Drained = map[string]bool{}
+	published := r.publishedDevices(ctx, s.pool)
 	for vm, n := range w.Nodes {
 		// Note: the plan's Ready is readiness for work (Ready and advertising the GPUs,
 		// labels and conditions the spec names), so that the plan keeps the worker in
 		// WaitNodeReady, within nodeReadyTimeout, until the node can take GPU pods.
-		w.Gaps[vm] = nodes.ReadinessGaps(n, s.pool.Spec.Readiness, gpusWanted(w, s.pool, s.wanted, vm, n), r.publishedDevices(ctx, s.pool, n))
+		w.Gaps[vm] = nodes.ReadinessGaps(n, s.pool.Spec.Readiness, gpusWanted(w, s.pool, s.wanted, vm, n), published[n.Name])
 		if n.Spec.Unschedulable {
 			pods, err := r.podsOnNode(ctx, n.Name)
 			w.Drained[vm] = err == nil && !r.anyToEvict(pods, nodes.Ready(n), s.now)

@@ -14,6 +14,8 @@ import (
 	"github.com/gpupool/gpupool/internal/testpods"
 )
 
+type podOpt = testpods.Opt
+
 var (
 	testPool             = testpods.DayNightPool
 	testPod              = testpods.Pod

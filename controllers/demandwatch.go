@@ -135,7 +135,13 @@ func (dw *demandWatch) Reconcile(ctx context.Context, req reconcile.Request) (re
 		return reconcile.Result{}, nil
 	}
 	now := dw.r.Clock.Now()
-	v, err := dw.r.viewDemand(ctx, &pool, now, &kueueView{})
+	// As the pass decides: with the pool's requests applied (a request in force is the
+	// decision, whatever the demand).
+	_, reqs, err := dw.r.resolveRequests(ctx, &pool, now)
+	if err != nil || reqs.Paused() {
+		return reconcile.Result{}, nil //nolint:nilerr // the pass reads the requests itself and reports
+	}
+	v, err := dw.r.viewDemand(ctx, effective(&pool, reqs), now, &kueueView{})
 	switch {
 	case err != nil || v.Unobserved != nil:
 		// The pass reports it; it looks again at requeueBlocked itself.

@@ -176,4 +176,3 @@ func managedBy(t *testing.T, mf []metav1.ManagedFieldsEntry, manager string) str
 	}
 	return b.String()
 }
-

@@ -24,8 +24,8 @@ import (
 // pause as spec.paused), and their status, events and garbage collection. What they
 // mean is internal/requests' (Resolve), a pure function.
 
-// +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolrequests,verbs=get;list;watch;delete
-// +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolrequests/status,verbs=get;patch
+// +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolrequests,verbs=list;watch;delete
+// +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolrequests/status,verbs=patch
 
 // DefaultRequestRetention is how long a request stays after it reached a final phase
 // (Completed, Expired, Superseded) when RequestRetention is 0: long enough to read what

@@ -39,6 +39,8 @@ var used = map[string]string{
 	"manager-role gpupool.dev gpupoolprofiles get,list,watch,update":         "read pools, the finalizer",
 	"manager-role gpupool.dev gpupoolprofiles/status patch":                  "status",
 	"manager-role gpupool.dev gpupoolprofiles/finalizers update":             "owner references on clusters that enforce them",
+	"manager-role gpupool.dev gpupoolrequests list,watch,delete":             "the pools' GPUPoolRequests; delete: --request-retention after they ended",
+	"manager-role gpupool.dev gpupoolrequests/status patch":                  "the requests' phase",
 	"manager-role kueue.x-k8s.io workloads list,watch":                       "spec.kueue: Workloads that wait for a layout (the check, demand)",
 	"manager-role kueue.x-k8s.io workloads/status patch":                     "spec.kueue: gpupool's admission check state on a Workload",
 	"manager-role kueue.x-k8s.io clusterqueues list,patch":                   "spec.kueue: the flavors' nominalQuota in opted-in ClusterQueues",
@@ -53,8 +55,10 @@ var used = map[string]string{
 	"metrics-auth-role authorization.k8s.io subjectaccessreviews create": "authorize scrapers",
 	"metrics-reader  /metrics get":                                       "granted to scrapers",
 	// For people using kubectl gpupool, not the operator (bound by an admin).
-	"viewer gpupool.dev gpupoolprofiles get,list,watch": "kubectl gpupool status, plan, history, timeline",
-	"editor gpupool.dev gpupoolprofiles patch":          "kubectl gpupool switch, resume, pause, unpause",
+	"viewer gpupool.dev gpupoolprofiles get,list,watch":                  "kubectl gpupool status, plan, history, timeline",
+	"viewer gpupool.dev gpupoolrequests get,list,watch":                  "kubectl get gpr, kubectl gpupool status",
+	"editor gpupool.dev gpupoolprofiles patch":                           "kubectl gpupool switch, resume, pause, unpause --in-spec",
+	"requester gpupool.dev gpupoolrequests create,delete,get,list,watch": "kubectl gpupool switch, resume, pause, unpause (GPUPoolRequests)",
 }
 
 func allowed() map[grant]bool {

@@ -89,8 +89,8 @@ func setUpUsers(env *envtest.Environment, dir string) error {
 		roles[f] = role.Name
 	}
 	bindings := map[string][]string{
-		"viewer": {roles["gpupool_viewer_role.yaml"]},
-		"editor": {roles["gpupool_viewer_role.yaml"], roles["gpupool_editor_role.yaml"]},
+		"viewer":    {roles["gpupool_viewer_role.yaml"]},
+		"editor":    {roles["gpupool_viewer_role.yaml"], roles["gpupool_editor_role.yaml"]},
 		"requester": {roles["gpupool_viewer_role.yaml"], roles["gpupool_requester_role.yaml"]},
 	}
 	for user, rs := range bindings {

@@ -22,7 +22,7 @@ const inSpecFlag = "write the pool's spec (spec.override, spec.paused) instead o
 
 // poolRequests are the pool's requests and what they mean at now, as the operator
 // decides it (internal/requests).
-func poolRequests(ctx context.Context, c client.Client, p *gpupoolv1.GPUPoolProfile, now time.Time) (requests.Result, error) {
+func poolRequests(ctx context.Context, c client.Reader, p *gpupoolv1.GPUPoolProfile, now time.Time) (requests.Result, error) {
 	var all gpupoolv1.GPUPoolRequestList
 	if err := c.List(ctx, &all); err != nil {
 		return requests.Result{}, fmt.Errorf("listing the requests of pool %s: %w", p.Name, err)
@@ -34,6 +34,20 @@ func poolRequests(ctx context.Context, c client.Client, p *gpupoolv1.GPUPoolProf
 		}
 	}
 	return requests.Resolve(&p.Spec, mine, now), nil
+}
+
+// liveRequests are the pool's requests at now for status (a.requests; the zero Result
+// when it is not set or the requests cannot be read, such as for a user bound to an
+// older viewer role: status then shows the spec only).
+func (a *app) liveRequests(p *gpupoolv1.GPUPoolProfile, now time.Time) requests.Result {
+	if a.requests == nil {
+		return requests.Result{}
+	}
+	live, err := poolRequests(context.Background(), a.requests, p, now)
+	if err != nil {
+		return requests.Result{}
+	}
+	return live
 }
 
 // createRequest creates a request for the pool, named after the pool and the action.

@@ -48,6 +48,8 @@ func TestSteerVerbsByRequest(t *testing.T) {
 	if p.Generation != gen || p.Spec.Override != nil {
 		t.Fatalf("the pool's spec changed (generation %d to %d, override %+v)", gen, p.Generation, p.Spec.Override)
 	}
+	w.ok("viewer", "", []string{"status", w.name}, "Wanted:      night (override to layout night until "+w.shownAt(until)+": request "+qs[0].Name+": driver update)",
+		"Request:     "+qs[0].Name+": switch to night until "+w.shownAt(until))
 	w.ok("viewer", "", []string{"history", w.name, "-o", "json"}, `"to": "night"`, `"reason": "Override"`, "request "+qs[0].Name+": driver update")
 
 	// The requester may not write the pool's spec.
@@ -69,6 +71,7 @@ func TestSteerVerbsByRequest(t *testing.T) {
 	if p = w.get(); !meta.IsStatusConditionTrue(p.Status.Conditions, gpupoolv1.ConditionPaused) || p.Spec.Paused {
 		t.Fatalf("after pause: Paused condition %v, spec.paused %t; want paused by the request only", meta.IsStatusConditionTrue(p.Status.Conditions, gpupoolv1.ConditionPaused), p.Spec.Paused)
 	}
+	w.ok("viewer", "", []string{"status", w.name}, "Paused:      yes (request "+w.name+"-pause-")
 	w.ok("requester", "", []string{"pause", w.name}, "already paused")
 	w.ok("requester", "", []string{"unpause", w.name}, "unpaused (request "+w.name+"-unpause-")
 	w.pass()

@@ -31,6 +31,9 @@ type app struct {
 	// watched, when set, is told every pool state status -w and switch --wait saw, after
 	// they handled it: tests step the world from there and cancel after N updates.
 	watched func(*gpupoolv1.GPUPoolProfile)
+	// requests, when set, reads the pools' GPUPoolRequests for status (nil: status shows
+	// the spec only).
+	requests client.Reader
 }
 
 func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {

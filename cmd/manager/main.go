@@ -70,7 +70,12 @@ func main() {
 		fail(nil, "No namespace to read credentials from: set --credentials-namespace")
 	}
 	if o.enableWebhook {
-		if err := setupWebhook(mgr, o.certOpts, o.certDir, func() error { return (&gpwebhook.Validator{Credentials: creds}).SetupWithManager(mgr) }); err != nil {
+		if err := setupWebhook(mgr, o.certOpts, o.certDir, func() error {
+			if err := (&gpwebhook.Validator{Credentials: creds}).SetupWithManager(mgr); err != nil {
+				return err
+			}
+			return (&gpwebhook.RequestValidator{}).SetupWithManager(mgr)
+		}); err != nil {
 			fail(err, "Unable to set up webhook")
 		}
 	}

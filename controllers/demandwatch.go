@@ -101,7 +101,7 @@ func (dw *demandWatch) podHandler() handler.TypedEventHandler[client.Object, rec
 // demandPools are the pools with spec.demand whose demand the pod may change.
 func (r *GPUPoolProfileReconciler) demandPools(ctx context.Context, p *corev1.Pod) []reconcile.Request {
 	return poolsWhere(ctx, r.Client, func(pool *gpupoolv1.GPUPoolProfile) bool {
-		return pool.Spec.Demand != nil && !pool.Spec.Paused && r.wakes(ctx, pool, p)
+		return pool.Spec.Demand != nil && !poolPaused(pool) && r.wakes(ctx, pool, p)
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -163,6 +164,13 @@ func (r *GPUPoolProfileReconciler) announceRequest(pool *gpupoolv1.GPUPoolProfil
 	note := fmt.Sprintf("%s request %s: %s", q.Spec.Action, q.Name, q.Status.Message)
 	r.record(q, pool, typ, reason, reason, note)
 	r.record(pool, q, typ, reason, reason, note)
+}
+
+// poolPaused tells whether the pool is paused: spec.paused, or a Pause request as the
+// pool's last pass found it (its Paused condition). The Kueue controller and the demand
+// watch read it: a pool paused by a request changes no quota and no check either.
+func poolPaused(pool *gpupoolv1.GPUPoolProfile) bool {
+	return pool.Spec.Paused || meta.IsStatusConditionTrue(pool.Status.Conditions, gpupoolv1.ConditionPaused)
 }
 
 // requestPools maps a request's creation or deletion to its pool.

@@ -95,7 +95,7 @@ func TestGitOpsApplierLeavesGpupoolsFieldsAlone(t *testing.T) {
 	git := &gitApplier{h: h, manifests: []*unstructured.Unstructured{gitManifest(t, pool), cq}}
 	git.sync()
 
-	p := git.converge(pool.Name, "day", 40)
+	git.converge(pool.Name, "day", 40)
 	h.reconcile(pool.Name)
 	if got, want := h.quotas(w), "opted-in day=4 night=0, other day=9 night=9"; got != want {
 		t.Fatalf("quota by day: %s, want %s", got, want)
@@ -104,7 +104,7 @@ func TestGitOpsApplierLeavesGpupoolsFieldsAlone(t *testing.T) {
 	// A switch by request, the Git manifests applied all along.
 	until := monday1000.Add(time.Hour)
 	q := h.request("night", pool.Name, gpupoolv1.RequestSwitch, "night", until)
-	p = git.converge(pool.Name, "night", 60)
+	p := git.converge(pool.Name, "night", 60)
 	h.checkNight(p)
 	for range 3 { // the override holds through further syncs
 		git.sync()
@@ -171,7 +171,7 @@ func managedBy(t *testing.T, mf []metav1.ManagedFieldsEntry, manager string) str
 	var b strings.Builder
 	for _, e := range mf {
 		if e.Manager == manager && e.FieldsV1 != nil {
-			b.Write(e.FieldsV1.Raw)
+			b.WriteString(e.FieldsV1.GetRawString())
 		}
 	}
 	return b.String()

@@ -91,7 +91,7 @@ func ends(a, b gpupoolv1.RequestAction) bool {
 
 // later orders requests from earliest to latest (see the package comment).
 func later(a, b *gpupoolv1.GPUPoolRequest) int {
-	if c := a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time); c != 0 {
+	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 		return c
 	}
 	rank := func(q *gpupoolv1.GPUPoolRequest) int {

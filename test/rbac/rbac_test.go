@@ -43,8 +43,8 @@ var used = map[string]string{
 	"manager-role gpupool.dev gpupoolrequests/status patch":                  "the requests' phase",
 	"manager-role kueue.x-k8s.io workloads list,watch":                       "spec.kueue: Workloads that wait for a layout (the check, demand)",
 	"manager-role kueue.x-k8s.io workloads/status patch":                     "spec.kueue: gpupool's admission check state on a Workload",
-	"manager-role kueue.x-k8s.io clusterqueues list,patch":                   "spec.kueue: the flavors' nominalQuota in opted-in ClusterQueues",
-	"manager-role kueue.x-k8s.io admissionchecks list":                       "spec.kueue: the AdmissionChecks with controllerName gpupool.dev/layout",
+	"manager-role kueue.x-k8s.io clusterqueues list,watch,patch":             "spec.kueue: the flavors' nominalQuota in opted-in ClusterQueues (watched as metadata: a new opted-in queue gets its quota at once)",
+	"manager-role kueue.x-k8s.io admissionchecks list,watch":                 "spec.kueue: the AdmissionChecks with controllerName gpupool.dev/layout (watched as metadata)",
 	"manager-role kueue.x-k8s.io admissionchecks/status patch":               "spec.kueue: their Active condition",
 	"ns:manager-role  secrets get,list,watch":                                "vCenter credentials, operator namespace only; list, watch: a changed Secret wakes its pools (metadata only)",
 	// Leader election, in the operator's namespace.

@@ -121,3 +121,28 @@ func historyText(p *gpupoolv1.GPUPoolProfile) string {
 	}
 	return b.String()
 }
+
+// TestPoolPausedReadsRequestsThroughTheStatus: the Kueue controller and the demand watch
+// take a pool as paused when its spec says so or when its last pass found a Pause
+// request (the Paused condition), so that a pause by request freezes Kueue's quota too.
+func TestPoolPausedReadsRequestsThroughTheStatus(t *testing.T) {
+	cond := func(s metav1.ConditionStatus) []metav1.Condition {
+		return []metav1.Condition{{Type: gpupoolv1.ConditionPaused, Status: s}}
+	}
+	for _, tc := range []struct {
+		name   string
+		spec   bool
+		conds  []metav1.Condition
+		paused bool
+	}{
+		{"neither", false, nil, false},
+		{"spec", true, nil, true},
+		{"request", false, cond(metav1.ConditionTrue), true},
+		{"unpaused", false, cond(metav1.ConditionFalse), false},
+	} {
+		p := &gpupoolv1.GPUPoolProfile{Spec: gpupoolv1.GPUPoolProfileSpec{Paused: tc.spec}, Status: gpupoolv1.GPUPoolProfileStatus{Conditions: tc.conds}}
+		if got := poolPaused(p); got != tc.paused {
+			t.Errorf("%s: paused %t, want %t", tc.name, got, tc.paused)
+		}
+	}
+}

@@ -166,6 +166,22 @@ func (r *GPUPoolProfileReconciler) announceRequest(pool *gpupoolv1.GPUPoolProfil
 	r.record(pool, q, typ, reason, reason, note)
 }
 
+// deleteRequests deletes the requests of a pool being deleted: nothing else would
+// (their retention is the pool's pass), and a pool created again under the name must
+// not inherit them.
+func (r *GPUPoolProfileReconciler) deleteRequests(ctx context.Context, pool string) error {
+	reqs, err := r.poolRequests(ctx, pool)
+	if err != nil {
+		return err
+	}
+	for i := range reqs {
+		if err := r.Client.Delete(ctx, &reqs[i]); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting request %s: %w", reqs[i].Name, err)
+		}
+	}
+	return nil
+}
+
 // poolPaused tells whether the pool is paused: spec.paused, or a Pause request as the
 // pool's last pass found it (its Paused condition). The Kueue controller and the demand
 // watch read it: a pool paused by a request changes no quota and no check either.

@@ -111,6 +111,17 @@ func TestRequestPauseHoldsUntilUnpause(t *testing.T) {
 	if got := h.requestNow(unpause); got.Status.Phase != gpupoolv1.RequestCompleted {
 		t.Errorf("unpause request %+v, want Completed", got.Status)
 	}
+
+	// Deleting the pool deletes its requests.
+	h.must(k8s.Delete(h.ctx, h.get(pool.Name)))
+	for i := 0; i < 10 && !h.gone(pool.Name); i++ {
+		h.reconcile(pool.Name)
+		h.settle()
+		h.clock.Step(requeueTask)
+	}
+	if !h.gone(pool.Name) || h.requestNow(pause) != nil || h.requestNow(unpause) != nil {
+		t.Errorf("pool gone %t; requests left: pause %t, unpause %t", h.gone(pool.Name), h.requestNow(pause) != nil, h.requestNow(unpause) != nil)
+	}
 }
 
 // historyText is the pool's transition reasons and messages, for a test to search.

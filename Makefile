@@ -196,11 +196,12 @@ plugin-archives: ## Build the kubectl plugin's release archives (hack/krew/gpupo
 CHART_DIR := charts/gpupool
 .PHONY: chart
 chart: ## Copy the generated CRD, RBAC rules, webhook rules, alerts and dashboard from config/ into the Helm chart.
-	cp config/crd/bases/gpupool.dev_gpupoolprofiles.yaml $(CHART_DIR)/crds/
+	cp config/crd/bases/gpupool.dev_gpupoolprofiles.yaml config/crd/bases/gpupool.dev_gpupoolrequests.yaml $(CHART_DIR)/crds/
 	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
 	cp config/rbac/leader_election_role.yaml $(CHART_DIR)/files/leader-election-role.yaml
 	cp config/rbac/gpupool_viewer_role.yaml $(CHART_DIR)/files/viewer-role.yaml
 	cp config/rbac/gpupool_editor_role.yaml $(CHART_DIR)/files/editor-role.yaml
+	cp config/rbac/gpupool_requester_role.yaml $(CHART_DIR)/files/requester-role.yaml
 	cp config/webhook/manifests.yaml $(CHART_DIR)/files/webhook.yaml
 	cp config/prometheus/rules.yaml $(CHART_DIR)/files/prometheus-rules.yaml
 	cp config/prometheus/dashboard.json $(CHART_DIR)/files/dashboard.json

@@ -71,7 +71,8 @@ func (r *GPUPoolProfileReconciler) want(ctx context.Context, pool *gpupoolv1.GPU
 func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.Decision, error) {
 	pool := s.pool
 	var kv kueueView // what demand reads of Kueue, once a pass
-	w, err := r.want(ctx, pool, s.now, &kv)
+	// The decision reads the spec with the pool's requests applied (requestsPhase).
+	w, err := r.want(ctx, effective(pool, s.requests), s.now, &kv)
 	if err != nil {
 		return w.decision, err
 	}

@@ -101,7 +101,7 @@ func (dw *demandWatch) podHandler() handler.TypedEventHandler[client.Object, rec
 // demandPools are the pools with spec.demand whose demand the pod may change.
 func (r *GPUPoolProfileReconciler) demandPools(ctx context.Context, p *corev1.Pod) []reconcile.Request {
 	return poolsWhere(ctx, r.Client, func(pool *gpupoolv1.GPUPoolProfile) bool {
-		return pool.Spec.Demand != nil && !pool.Spec.Paused && r.wakes(ctx, pool, p)
+		return pool.Spec.Demand != nil && !poolPaused(pool) && r.wakes(ctx, pool, p)
 	})
 }
 
@@ -135,7 +135,13 @@ func (dw *demandWatch) Reconcile(ctx context.Context, req reconcile.Request) (re
 		return reconcile.Result{}, nil
 	}
 	now := dw.r.Clock.Now()
-	v, err := dw.r.viewDemand(ctx, &pool, now, &kueueView{})
+	// As the pass decides: with the pool's requests applied (a request in force is the
+	// decision, whatever the demand).
+	_, reqs, err := dw.r.resolveRequests(ctx, &pool, now)
+	if err != nil || reqs.Paused() {
+		return reconcile.Result{}, nil //nolint:nilerr // the pass reads the requests itself and reports
+	}
+	v, err := dw.r.viewDemand(ctx, effective(&pool, reqs), now, &kueueView{})
 	switch {
 	case err != nil || v.Unobserved != nil:
 		// The pass reports it; it looks again at requeueBlocked itself.

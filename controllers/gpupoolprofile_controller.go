@@ -146,6 +146,9 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&gpupoolv1.GPUPoolProfile{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Node{}, allPools, builder.WithPredicates(nodeChanged())).
+		// A request's spec never changes: its creation and deletion wake its pool, its
+		// status (the pool's own writes) does not.
+		Watches(&gpupoolv1.GPUPoolRequest{}, r.requestPools(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.nodePods.wake, &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(r.tasks.events, &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(dw.wake, &handler.EnqueueRequestForObject{}))
@@ -160,7 +163,9 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	}
 	// Kueue (spec.kueue) is a controller of its own, registered here so that the
 	// manager's setup stays one call; it shares the watch of Kueue's API with demand.
-	kueue := &KueueReconciler{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock}
+	// Its writes (ClusterQueues' quota, Workloads' checks, the pool's status.kueue) go
+	// under a field manager of their own (docs/gitops.md).
+	kueue := &KueueReconciler{Client: client.WithFieldOwner(r.Client, FieldOwnerKueue), APIReader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock}
 	r.kueue = kueue
 	if err := kueue.SetupWithManager(mgr, demandCtrl); err != nil {
 		return fmt.Errorf("setting up the Kueue controller: %w", err)

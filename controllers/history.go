@@ -25,8 +25,9 @@ func recordHistory(s *scope, result gpupoolv1.TransitionResult, message string) 
 	if t == nil {
 		return
 	}
-	if message == "" && t.Reason == gpupoolv1.DesiredByDemand {
-		// A switch demand caused keeps its cause: the pods that caused it.
+	if message == "" && (t.Reason == gpupoolv1.DesiredByDemand || t.Reason == gpupoolv1.DesiredByOverride) {
+		// A switch demand caused keeps its cause: the pods that caused it; an override's,
+		// its reason and, for a GPUPoolRequest, the request's name.
 		message = t.Cause
 	}
 	message = text.Cut(message, maxHistoryMessage)

@@ -111,12 +111,12 @@ func flavorQuota(pool *gpupoolv1.GPUPoolProfile, f *gpupoolv1.KueueFlavor, now t
 func (k *KueueReconciler) syncKueue(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time) time.Duration {
 	if pool.Spec.Kueue == nil {
 		forgetKueueMetrics(pool.Name)
-		if pool.Status.Kueue == nil || pool.Spec.Paused {
+		if pool.Status.Kueue == nil || poolPaused(pool) {
 			return 0
 		}
 		return k.releaseRemovedKueue(ctx, pool, now)
 	}
-	if pool.Spec.Paused {
+	if poolPaused(pool) {
 		return 0
 	}
 	logger := log.FromContext(ctx)

@@ -99,7 +99,7 @@ func (k *KueueReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			return ctrl.Result{}, fmt.Errorf("patching status.kueue: %w", err)
 		}
 	}
-	if pool.Spec.Kueue != nil && !pool.Spec.Paused {
+	if pool.Spec.Kueue != nil && !poolPaused(pool) {
 		again = execute.Soonest(again, resyncPeriod)
 	}
 	return ctrl.Result{RequeueAfter: again}, nil
@@ -205,7 +205,7 @@ func queuePool(_ context.Context, o client.Object) []reconcile.Request {
 func (k *KueueReconciler) workloadDemandPools() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	add := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		for _, req := range poolsWhere(ctx, k.Client, func(p *gpupoolv1.GPUPoolProfile) bool {
-			return p.Spec.Kueue != nil && p.Spec.Demand != nil && !p.Spec.Paused
+			return p.Spec.Kueue != nil && p.Spec.Demand != nil && !poolPaused(p)
 		}) {
 			q.AddAfter(req, demandCoalesce)
 		}

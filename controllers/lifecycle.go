@@ -170,6 +170,9 @@ func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1
 	demandRechecks.DeletePartialMatch(prometheus.Labels{"pool": pool.Name})
 	forgetKueueMetrics(pool.Name)
 	r.releaseSession(pool)
+	if err := r.deleteRequests(ctx, pool.Name); err != nil {
+		return ctrl.Result{}, err
+	}
 	controllerutil.RemoveFinalizer(pool, FinalizerName)
 	if err := r.Client.Update(ctx, pool); client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)

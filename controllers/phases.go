@@ -31,6 +31,7 @@ type phase struct {
 // end the pass; their requeues merge to the soonest (execute.Soonest).
 func (r *GPUPoolProfileReconciler) phases() []phase {
 	return []phase{
+		{"requests", r.requestsPhase},        // the pool's GPUPoolRequests: in force, ended, deleted
 		{"desire", r.desirePhase},            // the wanted layout, and when that changes next
 		{"paused", r.pausedPhase},            // a paused pool follows its tasks and stops
 		{"connect", r.connectPhase},          // the credentials and the vCenter session
@@ -96,7 +97,7 @@ func (r *GPUPoolProfileReconciler) desirePhase(ctx context.Context, s *scope) (o
 // warnings, which announce drains that will not happen while paused. It still records
 // the end of tasks started before the pause.
 func (r *GPUPoolProfileReconciler) pausedPhase(ctx context.Context, s *scope) (outcome, error) {
-	if !s.pool.Spec.Paused {
+	if !s.pool.Spec.Paused && !s.requests.Paused() {
 		return outcome{}, nil
 	}
 	s.facts.paused = true

@@ -34,7 +34,11 @@ type Preview struct {
 func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, at time.Time, layout string) (*Preview, error) {
 	s := &scope{pool: pool.DeepCopy(), persisted: pool, now: at}
 	var kv kueueView
-	w, err := r.want(ctx, s.pool, at, &kv)
+	_, res, err := r.resolveRequests(ctx, s.pool, at)
+	if err != nil {
+		return nil, err
+	}
+	w, err := r.want(ctx, effective(s.pool, res), at, &kv)
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,9 @@ type GPUPoolProfileReconciler struct {
 	// that one pool's long pass never holds another back. One pool is never reconciled
 	// twice at the same time.
 	MaxConcurrentReconciles int
+	// RequestRetention is how long a GPUPoolRequest stays after it reached a final
+	// phase; 0: DefaultRequestRetention.
+	RequestRetention time.Duration
 
 	// nodePods watches the pods of the pools' nodes (the manager's cache holds only
 	// unbound pods); nil (the tests that call Reconcile directly) lists them through

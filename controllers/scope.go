@@ -6,6 +6,7 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/requests"
 	"github.com/gpupool/gpupool/internal/world"
 	"github.com/gpupool/gpupool/vsphere"
 )
@@ -27,6 +28,10 @@ type scope struct {
 	// desire: the decision, the layout it wants (nil when the spec does not have it:
 	// readiness is judged against it), and when demand's timers or guards run out next
 	// (zero: none), a time to look again even if nothing else changes.
+	// requests: what the pool's GPUPoolRequests mean now (the zero Result: none, or
+	// they could not be read).
+	requests requests.Result
+
 	decision      plan.Decision
 	wanted        *gpupoolv1.Layout
 	demandRecheck time.Time
@@ -59,6 +64,8 @@ type scope struct {
 // facts are what a pass found out; summarize turns them into conditions and a phase.
 type facts struct {
 	paused bool
+	// pausedBy names the Pause request that pauses the pool ("": spec.paused, if any).
+	pausedBy string
 	// invalidSpec: the schedule cannot be evaluated.
 	invalidSpec string
 	// credentials: the Secret may not or cannot be read, or vCenter refused it (a person

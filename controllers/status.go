@@ -61,6 +61,9 @@ func summarize(s *scope) {
 
 	if f.paused {
 		msg := "spec.paused is true: no node is drained and no VM is changed"
+		if f.pausedBy != "" && !p.Spec.Paused {
+			msg = f.pausedBy + " pauses the pool: no node is drained and no VM is changed"
+		}
 		if len(f.pausedTasks) > 0 {
 			msg += fmt.Sprintf("; %d vSphere task(s) started before the pause are followed until they end: %s", len(f.pausedTasks), firstFew(f.pausedTasks, ", "))
 		}

@@ -279,7 +279,8 @@ func (h *harness) reconciler() *GPUPoolProfileReconciler {
 		if h.eventSink != nil {
 			rec = h.eventSink
 		}
-		h.rec = &GPUPoolProfileReconciler{Client: c, APIReader: operator, Recorder: rec, Clock: h.clock, VSphere: h.conn,
+		// The field managers the manager's clients write under (cmd/manager, SetupWithManager).
+		h.rec = &GPUPoolProfileReconciler{Client: client.WithFieldOwner(c, FieldOwner), APIReader: operator, Recorder: rec, Clock: h.clock, VSphere: h.conn,
 			Credentials: secretpolicy.Policy{Namespace: h.prefix + "apps"}}
 	}
 	return h.rec
@@ -346,7 +347,7 @@ func (h *harness) kueueReconciler() *KueueReconciler {
 	if h.eventSink != nil {
 		rec = h.eventSink
 	}
-	return &KueueReconciler{Client: c, APIReader: operator, Recorder: rec, Clock: h.clock}
+	return &KueueReconciler{Client: client.WithFieldOwner(c, FieldOwnerKueue), APIReader: operator, Recorder: rec, Clock: h.clock}
 }
 
 // reconcileKueue runs one pass of the Kueue controller on the pool.

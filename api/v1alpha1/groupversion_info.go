@@ -23,7 +23,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &GPUPoolProfile{}, &GPUPoolProfileList{})
+	s.AddKnownTypes(GroupVersion, &GPUPoolProfile{}, &GPUPoolProfileList{}, &GPUPoolRequest{}, &GPUPoolRequestList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

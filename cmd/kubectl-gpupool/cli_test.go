@@ -74,7 +74,7 @@ func TestSteerVerbsAsEditor(t *testing.T) {
 	w.operate("day")
 
 	// No answer, no change.
-	out, err := w.run("editor", "n\n", "switch", w.name, "night", "--for", "2h", "--reason", "driver update")
+	out, err := w.run("editor", "n\n", "switch", w.name, "night", "--for", "2h", "--reason", "driver update", "--in-spec")
 	if err == nil || !strings.Contains(err.Error(), "--yes") || !strings.Contains(out, "parked: st-day-1, st-day-2, st-day-3, st-day-4") || !strings.Contains(out, "Set the override? [y/N]") {
 		t.Fatalf("switch answered no: %v\n%s", err, out)
 	}
@@ -84,18 +84,18 @@ func TestSteerVerbsAsEditor(t *testing.T) {
 	if w.get().Spec.Override != nil {
 		t.Fatal("override set without confirmation")
 	}
-	w.ok("editor", "y\n", []string{"switch", w.name, "night", "--for", "2h", "--reason", "driver update"},
+	w.ok("editor", "y\n", []string{"switch", w.name, "night", "--for", "2h", "--reason", "driver update", "--in-spec"},
 		"will want night (override to layout night until "+w.shownAt(mondayMorning.Add(2*time.Hour))+": driver update)", "then day from "+w.shownAt(mondayMorning.Add(2*time.Hour)), "gpupool planned these steps for layout night", "override set")
 	o := w.get().Spec.Override
 	if o == nil || o.Layout != "night" || o.Until == nil || !o.Until.Time.Equal(mondayMorning.Add(2*time.Hour)) || o.Reason != "driver update" {
 		t.Fatalf("override %+v", o)
 	}
 	// A second switch replaces the override whole: no --reason, no --for keeps neither.
-	w.ok("editor", "", []string{"switch", w.name, "night", "--yes"}, "override set")
+	w.ok("editor", "", []string{"switch", w.name, "night", "--yes", "--in-spec"}, "override set")
 	if o := w.get().Spec.Override; o == nil || o.Layout != "night" || o.Until != nil || o.Reason != "" {
 		t.Fatalf("override after a switch without --reason and --for: %+v, want night with no reason and no end", o)
 	}
-	w.ok("editor", "", []string{"switch", w.name, "night", "--for", "2h", "--reason", "driver update", "--yes"}, "override set")
+	w.ok("editor", "", []string{"switch", w.name, "night", "--for", "2h", "--reason", "driver update", "--yes", "--in-spec"}, "override set")
 	// Halfway: the transition, Reconciling, and the current plan.
 	w.pass()
 	w.ok("viewer", "", []string{"status", w.name}, "Transition:", "Reconciling  True    Transitioning")
@@ -104,7 +104,7 @@ func TestSteerVerbsAsEditor(t *testing.T) {
 	w.ok("viewer", "", []string{"history", w.name}, "day", "night", "Override", "Completed", "st-")
 	w.ok("viewer", "", []string{"status", w.name}, "Override:    night until "+shown(mondayMorning.Add(2*time.Hour)), "Last transitions")
 
-	w.ok("editor", "", []string{"resume", w.name}, "override to night removed; day is wanted")
+	w.ok("editor", "", []string{"resume", w.name, "--in-spec"}, "override to night removed; day is wanted")
 	if w.get().Spec.Override != nil {
 		t.Fatal("resume left the override")
 	}
@@ -115,18 +115,18 @@ func TestSteerVerbsAsEditor(t *testing.T) {
 		t.Errorf("history -o json: %v %+v", err, hs)
 	}
 
-	w.ok("editor", "", []string{"pause", w.name}, "paused")
+	w.ok("editor", "", []string{"pause", w.name, "--in-spec"}, "paused")
 	if !w.get().Spec.Paused {
 		t.Fatal("pause did not set spec.paused")
 	}
 	w.operate("day")
 	w.ok("viewer", "", []string{"status", w.name}, "Paused:", "Ready:       False (Paused)")
-	w.ok("editor", "", []string{"pause", w.name}, "already paused")
-	w.ok("editor", "", []string{"unpause", w.name}, "unpaused")
+	w.ok("editor", "", []string{"pause", w.name, "--in-spec"}, "already paused")
+	w.ok("editor", "", []string{"unpause", w.name, "--in-spec"}, "unpaused")
 	if w.get().Spec.Paused {
 		t.Fatal("unpause left spec.paused")
 	}
-	if _, err := w.run("editor", "", "switch", w.name, "weekend", "--yes"); err == nil {
+	if _, err := w.run("editor", "", "switch", w.name, "weekend", "--yes", "--in-spec"); err == nil {
 		t.Error("switch to a layout the pool lacks worked")
 	}
 }

@@ -159,9 +159,15 @@ func completionContext(ctx context.Context) (context.Context, context.CancelFunc
 
 // Filters for the verbs that change one thing: resume offers the pools with an override,
 // pause those not paused, unpause the paused ones.
-func hasOverride(p *gpupoolv1.GPUPoolProfile) bool { return p.Spec.Override != nil }
-func isPaused(p *gpupoolv1.GPUPoolProfile) bool    { return p.Spec.Paused }
-func notPaused(p *gpupoolv1.GPUPoolProfile) bool   { return !p.Spec.Paused }
+// A switch or pause by GPUPoolRequest shows in the status (desiredReason Override, the
+// Paused condition), which completion reads rather than listing the requests.
+func hasOverride(p *gpupoolv1.GPUPoolProfile) bool {
+	return p.Spec.Override != nil || p.Status.DesiredReason == gpupoolv1.DesiredByOverride
+}
+func isPaused(p *gpupoolv1.GPUPoolProfile) bool {
+	return p.Spec.Paused || meta.IsStatusConditionTrue(p.Status.Conditions, gpupoolv1.ConditionPaused)
+}
+func notPaused(p *gpupoolv1.GPUPoolProfile) bool { return !isPaused(p) }
 
 // zoneNames are the IANA zones --tz offers: the system's list of canonical zones
 // (zone1970.tab, which Linux and macOS ship with their zoneinfo) when there is one, else

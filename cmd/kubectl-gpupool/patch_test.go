@@ -58,13 +58,13 @@ func TestSteerVerbsRetryOverStatusWrites(t *testing.T) {
 		want  string
 		check func(*gpupoolv1.GPUPoolProfile) bool
 	}{
-		{[]string{"switch", w.name, "night", "--for", "5m", "--yes"}, "override set",
+		{[]string{"switch", w.name, "night", "--for", "5m", "--yes", "--in-spec"}, "override set",
 			func(p *gpupoolv1.GPUPoolProfile) bool {
 				return p.Spec.Override != nil && p.Spec.Override.Layout == "night"
 			}},
-		{[]string{"pause", w.name}, "paused", func(p *gpupoolv1.GPUPoolProfile) bool { return p.Spec.Paused }},
-		{[]string{"unpause", w.name}, "unpaused", func(p *gpupoolv1.GPUPoolProfile) bool { return !p.Spec.Paused }},
-		{[]string{"resume", w.name}, "override to night removed", func(p *gpupoolv1.GPUPoolProfile) bool { return p.Spec.Override == nil }},
+		{[]string{"pause", w.name, "--in-spec"}, "paused", func(p *gpupoolv1.GPUPoolProfile) bool { return p.Spec.Paused }},
+		{[]string{"unpause", w.name, "--in-spec"}, "unpaused", func(p *gpupoolv1.GPUPoolProfile) bool { return !p.Spec.Paused }},
+		{[]string{"resume", w.name, "--in-spec"}, "override to night removed", func(p *gpupoolv1.GPUPoolProfile) bool { return p.Spec.Override == nil }},
 	}
 	for i, s := range steps {
 		cp := w.changeBefore(func() { w.bumpStatus(i) })
@@ -92,7 +92,7 @@ func TestSteerVerbsRefuseSpecChanges(t *testing.T) {
 
 	// Someone else switches to day while this user switches to night.
 	w.changeBefore(setSpec(`{"override":{"layout":"day","reason":"other"}}`))
-	out, err := w.run("editor", "", "switch", w.name, "night", "--for", "5m", "--yes")
+	out, err := w.run("editor", "", "switch", w.name, "night", "--for", "5m", "--yes", "--in-spec")
 	if err == nil || !strings.Contains(err.Error(), `spec.override changed from none to day ("other") since the command read it; run it again`) {
 		t.Fatalf("switch over another's override: %v\n%s", err, out)
 	}
@@ -102,7 +102,7 @@ func TestSteerVerbsRefuseSpecChanges(t *testing.T) {
 
 	// Someone pauses the pool while this user resumes it.
 	w.changeBefore(setSpec(`{"paused":true}`))
-	out, err = w.run("editor", "", "resume", w.name)
+	out, err = w.run("editor", "", "resume", w.name, "--in-spec")
 	if err == nil || !strings.Contains(err.Error(), "spec.paused changed from false to true since the command read it") {
 		t.Fatalf("resume over a pause: %v\n%s", err, out)
 	}

@@ -31,6 +31,9 @@ type app struct {
 	// watched, when set, is told every pool state status -w and switch --wait saw, after
 	// they handled it: tests step the world from there and cancel after N updates.
 	watched func(*gpupoolv1.GPUPoolProfile)
+	// requests, when set, reads the pools' GPUPoolRequests for status (nil: status shows
+	// the spec only).
+	requests client.Reader
 }
 
 func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -87,6 +90,9 @@ func (a *app) versionCommand() *cobra.Command {
 	}
 }
 
+// fieldOwner is the field manager of the plugin's writes.
+const fieldOwner = "kubectl-gpupool"
+
 // client is a client for the current kubeconfig, context and user.
 func (a *app) client() (client.Client, error) {
 	cfg, err := a.config.ToRESTConfig()
@@ -94,8 +100,13 @@ func (a *app) client() (client.Client, error) {
 		return nil, err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: a.scheme})
-	if err != nil || a.wrapClient == nil {
-		return c, err
+	if err != nil {
+		return nil, err
+	}
+	// The plugin's writes go under a field manager of their own (docs/gitops.md).
+	c = client.WithFieldOwner(c, fieldOwner)
+	if a.wrapClient == nil {
+		return c, nil
 	}
 	return a.wrapClient(c), nil
 }

@@ -16,6 +16,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/requests"
 )
 
 // statusHistory is how many past transitions status shows; history shows all.
@@ -43,10 +44,11 @@ interrupted or, with --timeout, for that long.`,
 			if len(args) == 0 {
 				return a.list(cmd.Context(), pf)
 			}
-			p, _, err := a.get(cmd.Context(), args[0])
+			p, c, err := a.get(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
+			a.requests = c
 			if ok, wide := human(pf); ok {
 				return a.describe(a.streams.Out, p, wide)
 			}
@@ -69,6 +71,9 @@ func (a *app) watchStatus(ctx context.Context, name string, pf *genericclioption
 		defer cancel()
 	}
 	isHuman, wide := human(pf)
+	if c, err := a.client(); err == nil {
+		a.requests = c
+	}
 	var last string
 	err := a.watchPool(ctx, name, func(p *gpupoolv1.GPUPoolProfile) (bool, error) {
 		var b bytes.Buffer
@@ -162,23 +167,33 @@ func (a *app) describe(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) er
 	fmt.Fprintf(tw, "Times in:\t%s\n", sc.zone())
 	fmt.Fprintf(tw, "Layout now:\t%s\n", or(st.ActiveLayout, "(none yet)"))
 	why := string(st.DesiredReason)
-	// The operator's words for why, from the same function it decides with.
-	if d, err := plan.Desired(&p.Spec, now); err == nil && d.Layout == st.DesiredLayout {
+	// The operator's words for why, from the same function it decides with, on the
+	// spec with the pool's requests applied.
+	live := a.liveRequests(p, now)
+	spec := requests.Effective(&p.Spec, live)
+	if d, err := plan.Desired(spec, now); err == nil && d.Layout == st.DesiredLayout {
 		why = d.Message
 	}
 	if st.DesiredReason == gpupoolv1.DesiredByDemand {
 		why = demandWhy(st)
 	}
 	fmt.Fprintf(tw, "Wanted:\t%s (%s)\n", or(st.DesiredLayout, "(not decided yet)"), or(sc.text(why), "-"))
+	if q := live.Switch; q != nil {
+		fmt.Fprintf(tw, "Request:\t%s: switch to %s until %s (kubectl gpupool resume %s ends it)\n", q.Name, q.Spec.Layout, sc.at(spec.Override.Until.Time), p.Name)
+	}
 	if o := p.Spec.Override; o != nil {
-		until := "until removed (kubectl gpupool resume " + p.Name + ")"
+		until := "until removed (kubectl gpupool resume " + p.Name + " --in-spec)"
 		if o.Until != nil {
 			until = "until " + sc.at(o.Until.Time)
 		}
 		fmt.Fprintf(tw, "Override:\t%s %s%s\n", o.Layout, until, reasonSuffix(o.Reason))
 	}
-	if p.Spec.Paused {
-		fmt.Fprintf(tw, "Paused:\tyes: nothing is changed until kubectl gpupool unpause %s\n", p.Name)
+	switch {
+	case p.Spec.Paused:
+		fmt.Fprintf(tw, "Paused:\tyes (spec.paused): nothing is changed until kubectl gpupool unpause %s --in-spec\n", p.Name)
+	case live.Paused():
+		q := live.Pausing[len(live.Pausing)-1]
+		fmt.Fprintf(tw, "Paused:\tyes (request %s, until %s): nothing is changed until kubectl gpupool unpause %s\n", q.Name, sc.at(requests.Expiry(q)), p.Name)
 	}
 	fmt.Fprintf(tw, "Phase:\t%s\n", or(string(st.Phase), "(not reconciled yet)"))
 	if c := meta.FindStatusCondition(st.Conditions, gpupoolv1.ConditionReady); c != nil {

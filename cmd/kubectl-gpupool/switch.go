@@ -16,6 +16,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/requests"
 )
 
 type switchOptions struct {
@@ -28,17 +29,21 @@ type switchOptions struct {
 	// wait and timeout are --wait and --timeout: wait until the layout is reached.
 	wait    bool
 	timeout time.Duration
+	// inSpec is --in-spec: set spec.override instead of creating a request.
+	inSpec bool
 }
 
 func (a *app) switchCommand() *cobra.Command {
 	var o switchOptions
 	cmd := &cobra.Command{
 		Use:   "switch NAME LAYOUT",
-		Short: "Switch the pool to a layout now (sets spec.override), for a while or until removed",
-		Long: `Switch the pool to a layout now, regardless of the schedule, by setting spec.override.
-With --for or --until the override expires by itself and the schedule applies again;
-without, it stays until 'kubectl gpupool resume NAME'. It shows what changes and asks
-before it sets the override, unless --yes.`,
+		Short: "Switch the pool to a layout now, for a while (a GPUPoolRequest, or spec.override with --in-spec)",
+		Long: `Switch the pool to a layout now, regardless of the schedule, by creating a
+GPUPoolRequest: an object of its own, so that a GitOps tool syncing the pool's manifest
+does not revert it (docs/gitops.md). It beats the pool's spec.override and ends at
+--until, after --for, or after 8h; 'kubectl gpupool resume NAME' ends it sooner.
+With --in-spec it sets spec.override instead, which without --for or --until stays until
+'kubectl gpupool resume NAME --in-spec'. It shows what changes and asks first, unless --yes.`,
 		Example: `  kubectl gpupool switch daynight night --for 2h --reason "driver update"
   kubectl gpupool switch daynight day --until 2026-12-01T18:00:00+01:00 --yes`,
 		Args: cobra.ExactArgs(2),
@@ -46,8 +51,9 @@ before it sets the override, unless --yes.`,
 			return a.switchTo(cmd.Context(), args[0], args[1], o)
 		},
 	}
-	cmd.Flags().DurationVar(&o.duration, "for", 0, "how long the override lasts, such as 2h")
-	cmd.Flags().StringVar(&o.until, "until", "", "when the override ends: "+timeFormats)
+	cmd.Flags().DurationVar(&o.duration, "for", 0, "how long the switch lasts, such as 2h (a request: 8h by default)")
+	cmd.Flags().StringVar(&o.until, "until", "", "when the switch ends: "+timeFormats)
+	cmd.Flags().BoolVar(&o.inSpec, "in-spec", false, inSpecFlag)
 	cmd.Flags().StringVar(&o.reason, "reason", "", "why, shown in status and events")
 	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	cmd.Flags().BoolVar(&o.force, "force", false, "set the override even when gpupool's plan says the layout cannot be reached")
@@ -125,6 +131,13 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 	if layoutOf(&p.Spec, layout) == nil {
 		return fmt.Errorf("pool %s has no layout %q; it has %s", name, layout, strings.Join(layoutNames(&p.Spec), ", "))
 	}
+	var live requests.Result
+	if !o.inSpec {
+		if live, err = poolRequests(ctx, c, p, now); err != nil {
+			return err
+		}
+		override.Until = requestUntil(now, o.duration, override.Until)
+	}
 	spec := p.Spec.DeepCopy()
 	spec.Override = override
 	d, err := plan.Desired(spec, now)
@@ -133,28 +146,49 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 	}
 	out := a.streams.Out
 	fmt.Fprintf(out, "pool %s: layout %s now", name, or(p.Status.ActiveLayout, "(none yet)"))
-	if p.Spec.Override != nil {
+	switch {
+	case live.Switch != nil:
+		fmt.Fprintf(out, ", request %s to %s in force (superseded)", live.Switch.Name, live.Switch.Spec.Layout)
+	case p.Spec.Override != nil && o.inSpec:
 		fmt.Fprintf(out, ", override to %s in force (replaced)", p.Spec.Override.Layout)
+	case p.Spec.Override != nil:
+		fmt.Fprintf(out, ", spec.override to %s (set aside while the request lasts)", p.Spec.Override.Layout)
 	}
 	fmt.Fprintf(out, "\nwill want %s (%s)\n", d.Layout, sc.text(d.Message))
 	if d.Next != nil {
 		fmt.Fprintf(out, "then %s from %s\n", d.Next.Layout, sc.at(d.Next.At))
 	}
 	printChanges(out, p, layout, sc)
+	if live.Paused() {
+		fmt.Fprintf(out, "note: request %s pauses the pool: nothing changes until kubectl gpupool unpause %s\n", live.Pausing[0].Name, p.Name)
+	}
 	if err := checkReachable(out, p, layout, o.force); err != nil {
 		return err
 	}
-	if !o.yes && !confirm(a.streams.In, out, "Set the override?") {
+	question := "Create the request?"
+	if o.inSpec {
+		question = "Set the override?"
+	}
+	if !o.yes && !confirm(a.streams.In, out, question) {
 		return errDeclined("not confirmed: nothing changed (answer y at the prompt, or pass --yes to skip it)")
 	}
-	if err := patchSpec(ctx, c, p, map[string]any{"override": overridePatch(override)}); err != nil {
-		return err
+	done := "override set"
+	if o.inSpec {
+		if err := patchSpec(ctx, c, p, map[string]any{"override": overridePatch(override)}); err != nil {
+			return err
+		}
+	} else {
+		q, err := createRequest(ctx, c, name, gpupoolv1.GPUPoolRequestSpec{Action: gpupoolv1.RequestSwitch, Layout: layout, Until: override.Until, Reason: o.reason})
+		if err != nil {
+			return err
+		}
+		done = "request " + q.Name + " created"
 	}
 	if o.wait {
-		fmt.Fprintf(out, "pool %s: override set\n", name)
+		fmt.Fprintf(out, "pool %s: %s\n", name, done)
 		return a.waitFor(ctx, name, layout, o.timeout)
 	}
-	_, err = fmt.Fprintf(out, "pool %s: override set; follow it with kubectl gpupool status %s -w\n", name, name)
+	_, err = fmt.Fprintf(out, "pool %s: %s; follow it with kubectl gpupool status %s -w\n", name, done, name)
 	return err
 }
 
@@ -225,82 +259,6 @@ func confirm(in io.Reader, out io.Writer, question string) bool {
 	line, _ := bufio.NewReader(in).ReadString('\n')
 	answer := strings.ToLower(strings.TrimSpace(line))
 	return answer == "y" || answer == "yes"
-}
-
-func (a *app) resumeCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "resume NAME",
-		Short: "Remove the override: the schedule applies again",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			p, c, err := a.get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if p.Spec.Override == nil {
-				_, err := fmt.Fprintf(a.streams.Out, "pool %s has no override\n", p.Name)
-				return err
-			}
-			was := p.Spec.Override.Layout
-			sc, err := a.screenFor(&p.Spec)
-			if err != nil {
-				return err
-			}
-			d, err := plan.Desired(specWithout(p), sc.now)
-			if err != nil {
-				return err
-			}
-			if err := patchSpec(cmd.Context(), c, p, map[string]any{"override": nil}); err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(a.streams.Out, "pool %s: override to %s removed; %s is wanted (%s)\n", p.Name, was, d.Layout, sc.text(d.Message))
-			return err
-		},
-	}
-}
-
-func specWithout(p *gpupoolv1.GPUPoolProfile) *gpupoolv1.GPUPoolProfileSpec {
-	s := p.Spec.DeepCopy()
-	s.Override = nil
-	return s
-}
-
-func (a *app) pauseCommand(pause bool) *cobra.Command {
-	use, short := "pause NAME", "Pause the pool: gpupool changes nothing (no drain, no VM) until unpause"
-	if !pause {
-		use, short = "unpause NAME", "Unpause the pool: gpupool acts again"
-	}
-	return &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			p, c, err := a.get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if p.Spec.Paused == pause {
-				_, err := fmt.Fprintf(a.streams.Out, "pool %s is already %s\n", p.Name, pausedWord(pause))
-				return err
-			}
-			var v any // unpause removes the field, as it is omitted when false
-			if pause {
-				v = true
-			}
-			if err := patchSpec(cmd.Context(), c, p, map[string]any{"paused": v}); err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(a.streams.Out, "pool %s %s\n", p.Name, pausedWord(pause))
-			return err
-		},
-	}
-}
-
-func pausedWord(paused bool) string {
-	if paused {
-		return "paused"
-	}
-	return "unpaused"
 }
 
 func layoutOf(spec *gpupoolv1.GPUPoolProfileSpec, name string) *gpupoolv1.Layout {

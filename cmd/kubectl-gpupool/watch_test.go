@@ -85,7 +85,7 @@ func TestStatusWatch(t *testing.T) {
 
 	r := w.start("viewer", "status", w.name, "-w")
 	r.await("the pool", anyPool)
-	w.ok("editor", "", []string{"pause", w.name})
+	w.ok("editor", "", []string{"pause", w.name, "--in-spec"})
 	w.pass()
 	r.await("the pool paused", func(p *gpupoolv1.GPUPoolProfile) bool { return p.Status.Phase == gpupoolv1.PhasePaused })
 	r.cancel()
@@ -117,7 +117,7 @@ func TestSwitchWait(t *testing.T) {
 	w.create(p)
 	w.operate("day")
 
-	r := w.start("editor", "switch", w.name, "night", "--yes", "--wait", "--timeout", "10m")
+	r := w.start("editor", "switch", w.name, "night", "--yes", "--wait", "--timeout", "10m", "--in-spec")
 	// Ready=True from before the switch must not count.
 	r.await("the override", func(p *gpupoolv1.GPUPoolProfile) bool { return p.Spec.Override != nil })
 	w.operate("night")
@@ -129,12 +129,12 @@ func TestSwitchWait(t *testing.T) {
 		t.Errorf("switch --wait returned with layout %s, transition %v", got.Status.ActiveLayout, got.Status.Transition)
 	}
 
-	out, err = w.run("editor", "", "switch", w.name, "day", "--yes", "--wait", "--timeout", "100ms")
+	out, err = w.run("editor", "", "switch", w.name, "day", "--yes", "--wait", "--timeout", "100ms", "--in-spec")
 	if err == nil || !strings.Contains(err.Error(), "layout day not reached within 100ms") || !strings.Contains(err.Error(), "gpupool has not acted on spec generation") {
 		t.Errorf("switch --wait that times out: %v\n%s", err, out)
 	}
 	w.operate("day")
-	w.ok("editor", "", []string{"resume", w.name}) // the schedule wants day too
+	w.ok("editor", "", []string{"resume", w.name, "--in-spec"}) // the schedule wants day too
 
 	// A layout with a VM vCenter does not have stalls the pool.
 	cur := w.get()
@@ -145,11 +145,11 @@ func TestSwitchWait(t *testing.T) {
 	if pv := w.get().Status.Plan; pv == nil || pv.Layout != "night" || len(pv.Problems) == 0 {
 		t.Fatalf("status.plan does not show night's problem: %+v", pv)
 	}
-	out, err = w.run("editor", "", "switch", w.name, "night", "--yes")
+	out, err = w.run("editor", "", "switch", w.name, "night", "--yes", "--in-spec")
 	if err == nil || !strings.Contains(err.Error(), "layout night cannot be reached (") || !strings.Contains(err.Error(), "--force") || w.get().Spec.Override != nil {
 		t.Fatalf("switch to a layout that cannot be reached: %v\n%s", err, out)
 	}
-	r = w.start("editor", "switch", w.name, "night", "--yes", "--force", "--wait")
+	r = w.start("editor", "switch", w.name, "night", "--yes", "--force", "--wait", "--in-spec")
 	r.await("the override", func(p *gpupoolv1.GPUPoolProfile) bool { return p.Spec.Override != nil })
 	for range 5 {
 		w.pass()

@@ -38,7 +38,8 @@ var (
 	scheme = testworld.Scheme()
 	admin  client.Client
 	// kubeconfigs are files per user: admin (system:masters), viewer (gpupool-viewer),
-	// editor (gpupool-viewer and gpupool-editor), nobody (no role).
+	// editor (gpupool-viewer and gpupool-editor), requester (gpupool-viewer and
+	// gpupool-requester), nobody (no role).
 	kubeconfigs = map[string]string{}
 	assets      string
 )
@@ -72,7 +73,7 @@ func TestMain(m *testing.M) {
 func setUpUsers(env *envtest.Environment, dir string) error {
 	ctx := context.Background()
 	roles := map[string]string{}
-	for _, f := range []string{"gpupool_viewer_role.yaml", "gpupool_editor_role.yaml"} {
+	for _, f := range []string{"gpupool_viewer_role.yaml", "gpupool_editor_role.yaml", "gpupool_requester_role.yaml"} {
 		clusterRoles, _, err := testworld.ReadRBAC(f)
 		if err != nil {
 			return err
@@ -88,8 +89,9 @@ func setUpUsers(env *envtest.Environment, dir string) error {
 		roles[f] = role.Name
 	}
 	bindings := map[string][]string{
-		"viewer": {roles["gpupool_viewer_role.yaml"]},
-		"editor": {roles["gpupool_viewer_role.yaml"], roles["gpupool_editor_role.yaml"]},
+		"viewer":    {roles["gpupool_viewer_role.yaml"]},
+		"editor":    {roles["gpupool_viewer_role.yaml"], roles["gpupool_editor_role.yaml"]},
+		"requester": {roles["gpupool_viewer_role.yaml"], roles["gpupool_requester_role.yaml"]},
 	}
 	for user, rs := range bindings {
 		for _, r := range rs {
@@ -98,7 +100,7 @@ func setUpUsers(env *envtest.Environment, dir string) error {
 			}
 		}
 	}
-	for user, groups := range map[string][]string{"admin": {"system:masters"}, "viewer": nil, "editor": nil, "nobody": nil} {
+	for user, groups := range map[string][]string{"admin": {"system:masters"}, "viewer": nil, "editor": nil, "requester": nil, "nobody": nil} {
 		u, err := env.AddUser(envtest.User{Name: user, Groups: groups}, nil)
 		if err != nil {
 			return err

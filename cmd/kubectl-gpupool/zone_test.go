@@ -93,7 +93,7 @@ func TestOneZonePerScreen(t *testing.T) {
 	w := newWorld(t, "tz-")
 	w.create(w.pool())
 	w.operate("day")
-	w.ok("editor", "", []string{"switch", w.name, "night", "--for", "2h", "--reason", "driver update", "--yes"})
+	w.ok("editor", "", []string{"switch", w.name, "night", "--for", "2h", "--reason", "driver update", "--yes", "--in-spec"})
 	w.operate("night")
 
 	until := mondayMorning.Add(2 * time.Hour)

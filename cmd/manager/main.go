@@ -7,12 +7,14 @@ import (
 	"crypto/tls"
 	"flag"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -44,6 +46,7 @@ type options struct {
 	kubeQPS                         float64
 	pprofAddr                       string
 	kubeBurst                       int
+	requestRetention                time.Duration
 	certOpts                        *webhookCertOptions
 	zap                             zap.Options
 }
@@ -67,12 +70,17 @@ func main() {
 		fail(nil, "No namespace to read credentials from: set --credentials-namespace")
 	}
 	if o.enableWebhook {
-		if err := setupWebhook(mgr, o.certOpts, o.certDir, func() error { return (&gpwebhook.Validator{Credentials: creds}).SetupWithManager(mgr) }); err != nil {
+		if err := setupWebhook(mgr, o.certOpts, o.certDir, func() error {
+			if err := (&gpwebhook.Validator{Credentials: creds}).SetupWithManager(mgr); err != nil {
+				return err
+			}
+			return (&gpwebhook.RequestValidator{}).SetupWithManager(mgr)
+		}); err != nil {
 			fail(err, "Unable to set up webhook")
 		}
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := setupControllers(ctx, mgr, creds); err != nil {
+	if err := setupControllers(ctx, mgr, creds, o.requestRetention); err != nil {
 		fail(err, "Unable to set up controllers")
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -108,6 +116,7 @@ func parseFlags() *options {
 	// protects the cluster).
 	flag.Float64Var(&o.kubeQPS, "kube-api-qps", 200, "Requests a second to the Kubernetes API the operator allows itself (client-side).")
 	flag.IntVar(&o.kubeBurst, "kube-api-burst", 300, "Burst of requests to the Kubernetes API above --kube-api-qps.")
+	flag.DurationVar(&o.requestRetention, "request-retention", controllers.DefaultRequestRetention, "How long a GPUPoolRequest is kept after it completed, expired or was superseded; then the manager deletes it.")
 	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address Go's pprof profiles are served on (such as 127.0.0.1:8082); empty: off. Serve it on loopback only: profiles are unauthenticated.")
 	o.certOpts = bindWebhookCertFlags(flag.CommandLine)
 	o.zap.BindFlags(flag.CommandLine)
@@ -141,7 +150,7 @@ func newManager(o *options) (ctrl.Manager, error) {
 }
 
 // setupControllers registers the reconcilers with the manager.
-func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.Policy) error {
+func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.Policy, retention time.Duration) error {
 	if err := registerPoolMetrics(mgr); err != nil {
 		return err
 	}
@@ -152,13 +161,16 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.
 		return err
 	}
 	r := &controllers.GPUPoolProfileReconciler{
-		Client:                  mgr.GetClient(),
+		// Every write goes under gpupool's own field manager (the Kueue controller's
+		// under gpupool-kueue), so that GitOps tools can tell them apart (docs/gitops.md).
+		Client:                  client.WithFieldOwner(mgr.GetClient(), controllers.FieldOwner),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("gpupool"),
 		Clock:                   clock.RealClock{},
 		VSphere:                 conn,
 		Credentials:             creds,
 		MaxConcurrentReconciles: *maxConcurrentReconciles,
+		RequestRetention:        retention,
 	}
 	return r.SetupWithManager(ctx, mgr)
 }

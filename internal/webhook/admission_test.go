@@ -85,6 +85,9 @@ func serveWebhook(s *testworld.Suite) error {
 	if err := (&gpwebhook.Validator{Credentials: policy, Now: func() time.Time { return fixedNow }}).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	if err := (&gpwebhook.RequestValidator{Now: func() time.Time { return fixedNow }}).SetupWithManager(mgr); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

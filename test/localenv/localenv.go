@@ -672,13 +672,14 @@ func (e *Env) startOperator(ctx context.Context) error {
 	if err := e.waitManagerReady(ctx); err != nil {
 		return err
 	}
-	// The webhook, pointed at the operator on loopback.
-	webhookURL := fmt.Sprintf("https://127.0.0.1:%d/validate-gpupool-dev-v1alpha1-gpupoolprofile", port)
+	// The webhooks (the pools', the requests'), pointed at the operator on loopback,
+	// each at its own path.
 	return e.applyFile(ctx, filepath.Join(e.Root, "config", "webhook", "manifests.yaml"), func(u *unstructured.Unstructured) {
 		hooks, _, _ := unstructured.NestedSlice(u.Object, "webhooks")
 		for i := range hooks {
 			h := hooks[i].(map[string]any)
-			h["clientConfig"] = map[string]any{"url": webhookURL, "caBundle": caPEM}
+			path, _, _ := unstructured.NestedString(h, "clientConfig", "service", "path")
+			h["clientConfig"] = map[string]any{"url": fmt.Sprintf("https://127.0.0.1:%d%s", port, path), "caBundle": caPEM}
 		}
 		_ = unstructured.SetNestedSlice(u.Object, hooks, "webhooks")
 	})

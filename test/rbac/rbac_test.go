@@ -39,11 +39,16 @@ var used = map[string]string{
 	"manager-role gpupool.dev gpupoolprofiles get,list,watch,update":         "read pools, the finalizer",
 	"manager-role gpupool.dev gpupoolprofiles/status patch":                  "status",
 	"manager-role gpupool.dev gpupoolprofiles/finalizers update":             "owner references on clusters that enforce them",
+	"manager-role gpupool.dev gpupoolrequests list,watch,delete":             "the pools' GPUPoolRequests; delete: --request-retention after they ended",
+	"manager-role gpupool.dev gpupoolrequests/status patch":                  "the requests' phase",
 	"manager-role kueue.x-k8s.io workloads list,watch":                       "spec.kueue: Workloads that wait for a layout (the check, demand)",
 	"manager-role kueue.x-k8s.io workloads/status patch":                     "spec.kueue: gpupool's admission check state on a Workload",
-	"manager-role kueue.x-k8s.io clusterqueues list,patch":                   "spec.kueue: the flavors' nominalQuota in opted-in ClusterQueues",
-	"manager-role kueue.x-k8s.io admissionchecks list":                       "spec.kueue: the AdmissionChecks with controllerName gpupool.dev/layout",
+	"manager-role kueue.x-k8s.io clusterqueues list,watch,patch":             "spec.kueue: the flavors' nominalQuota in opted-in ClusterQueues (watched as metadata: a new opted-in queue gets its quota at once)",
+	"manager-role kueue.x-k8s.io admissionchecks list,watch":                 "spec.kueue: the AdmissionChecks with controllerName gpupool.dev/layout (watched as metadata)",
 	"manager-role kueue.x-k8s.io admissionchecks/status patch":               "spec.kueue: their Active condition",
+	"manager-role resource.k8s.io resourceclaims get":                        "readiness.dra: the devices a pending pod's claims ask for (demand)",
+	"manager-role resource.k8s.io resourceclaimtemplates get":                "readiness.dra: the devices a pod's claim template asks for (demand)",
+	"manager-role resource.k8s.io resourceslices list":                       "readiness.dra: the devices the driver publishes for the pool's nodes (readiness for work)",
 	"ns:manager-role  secrets get,list,watch":                                "vCenter credentials, operator namespace only; list, watch: a changed Secret wakes its pools (metadata only)",
 	// Leader election, in the operator's namespace.
 	"ns:leader-election-role coordination.k8s.io leases get,list,watch,create,update,patch,delete": "leader election",
@@ -53,8 +58,10 @@ var used = map[string]string{
 	"metrics-auth-role authorization.k8s.io subjectaccessreviews create": "authorize scrapers",
 	"metrics-reader  /metrics get":                                       "granted to scrapers",
 	// For people using kubectl gpupool, not the operator (bound by an admin).
-	"viewer gpupool.dev gpupoolprofiles get,list,watch": "kubectl gpupool status, plan, history, timeline",
-	"editor gpupool.dev gpupoolprofiles patch":          "kubectl gpupool switch, resume, pause, unpause",
+	"viewer gpupool.dev gpupoolprofiles get,list,watch":                  "kubectl gpupool status, plan, history, timeline",
+	"viewer gpupool.dev gpupoolrequests get,list,watch":                  "kubectl get gpr, kubectl gpupool status",
+	"editor gpupool.dev gpupoolprofiles patch":                           "kubectl gpupool switch, resume, pause, unpause --in-spec",
+	"requester gpupool.dev gpupoolrequests create,delete,get,list,watch": "kubectl gpupool switch, resume, pause, unpause (GPUPoolRequests)",
 }
 
 func allowed() map[grant]bool {

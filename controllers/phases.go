@@ -13,13 +13,6 @@ import (
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
-// outcome is what one phase of a pass returns: when to come back (0: this phase asks
-// for no requeue) and whether the pass ends with this phase.
-type outcome struct {
-	after time.Duration
-	stop  bool
-}
-
 // phase is one part of a pass ("step" is a worker's, plan.Step). Phases read and write the scope in order; what one
 // establishes (the decision, the observed world, the plan) is in the scope for the next.
 type phase struct {

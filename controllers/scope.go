@@ -114,3 +114,10 @@ type taskLook struct {
 
 // vmEventNote is an event laterEvents keeps.
 type vmEventNote struct{ vm, typ, reason, msg string }
+
+// outcome is what one phase of a pass returns: when to come back (0: this phase asks
+// for no requeue) and whether the pass ends with this phase.
+type outcome struct {
+	after time.Duration
+	stop  bool
+}

@@ -132,7 +132,8 @@ func (r *GPUPoolProfileReconciler) recordRequests(ctx context.Context, pool *gpu
 }
 
 // setRequestStatus sets the request's status to the verdict and tells whether it
-// changed. StartTime is when it first took effect, EndTime when it reached a final phase.
+// changed. StartTime is when gpupool first took it into account, EndTime when it reached
+// a final phase.
 func setRequestStatus(st *gpupoolv1.GPUPoolRequestStatus, v requests.Verdict, now time.Time) bool {
 	before := st.DeepCopy()
 	st.Phase, st.Message = v.Phase, text.Cut(v.Message, 1024)
@@ -141,8 +142,8 @@ func setRequestStatus(st *gpupoolv1.GPUPoolRequestStatus, v requests.Verdict, no
 		st.ExpiresAt = &metav1.Time{Time: *v.ExpiresAt}
 	}
 	t := metav1.NewTime(now)
-	if st.StartTime == nil && (v.Phase == gpupoolv1.RequestActive || v.Phase == gpupoolv1.RequestCompleted) {
-		st.StartTime = &t
+	if st.StartTime == nil {
+		st.StartTime = &t // a duration counts from here (requests.Expiry)
 	}
 	if st.EndTime == nil && v.Phase != gpupoolv1.RequestActive && v.Phase != gpupoolv1.RequestInvalid {
 		st.EndTime = &t

@@ -99,11 +99,12 @@ type GPUPoolRequestStatus struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Message string `json:"message,omitempty"`
-	// ExpiresAt is when a Switch or Pause request expires (until, or the creation plus
-	// duration or 8h).
+	// ExpiresAt is when a Switch or Pause request expires: until, or startTime plus
+	// duration or 8h, on gpupool's clock.
 	// +optional
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
-	// StartTime is when the request first took effect.
+	// StartTime is when gpupool first took the request into account (on its own clock,
+	// not the API server's creationTimestamp): a duration counts from then.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 	// EndTime is when the request reached a final phase (Completed, Expired or

@@ -193,7 +193,7 @@ func (a *app) describe(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) er
 		fmt.Fprintf(tw, "Paused:\tyes (spec.paused): nothing is changed until kubectl gpupool unpause %s --in-spec\n", p.Name)
 	case live.Paused():
 		q := live.Pausing[len(live.Pausing)-1]
-		fmt.Fprintf(tw, "Paused:\tyes (request %s, until %s): nothing is changed until kubectl gpupool unpause %s\n", q.Name, sc.at(requests.Expiry(q)), p.Name)
+		fmt.Fprintf(tw, "Paused:\tyes (request %s, until %s): nothing is changed until kubectl gpupool unpause %s\n", q.Name, sc.at(requestExpiry(q, sc.now)), p.Name)
 	}
 	fmt.Fprintf(tw, "Phase:\t%s\n", or(string(st.Phase), "(not reconciled yet)"))
 	if c := meta.FindStatusCondition(st.Conditions, gpupoolv1.ConditionReady); c != nil {
@@ -328,4 +328,13 @@ func reasonSuffix(r string) string {
 		return ""
 	}
 	return ": " + r
+}
+
+// requestExpiry is when a live request expires as gpupool recorded it
+// (status.expiresAt), else as it would count it from now.
+func requestExpiry(q *gpupoolv1.GPUPoolRequest, now time.Time) time.Time {
+	if q.Status.ExpiresAt != nil {
+		return q.Status.ExpiresAt.Time
+	}
+	return requests.Expiry(q, now)
 }

@@ -55,9 +55,14 @@ type Result struct {
 // Paused tells whether a Pause request is live.
 func (r Result) Paused() bool { return len(r.Pausing) > 0 }
 
-// Expiry is when a Switch or Pause request expires: spec.until, or its creation plus
-// spec.duration or DefaultRequestDuration. Resume and Unpause do not expire (zero).
-func Expiry(q *gpupoolv1.GPUPoolRequest) time.Time {
+// Expiry is when a Switch or Pause request expires: spec.until, or spec.duration (or
+// DefaultRequestDuration) from when it took effect (status.startTime, stamped on
+// gpupool's clock), or from now for one that has not yet. Resume and Unpause do not
+// expire (zero).
+//
+// Note: not from its creationTimestamp, which the API server's clock stamped: gpupool
+// compares expiries with its own clock, and the two may be apart.
+func Expiry(q *gpupoolv1.GPUPoolRequest, now time.Time) time.Time {
 	s := &q.Spec
 	if s.Action != gpupoolv1.RequestSwitch && s.Action != gpupoolv1.RequestPause {
 		return time.Time{}
@@ -69,7 +74,10 @@ func Expiry(q *gpupoolv1.GPUPoolRequest) time.Time {
 	if s.Duration != nil {
 		d = s.Duration.Duration
 	}
-	return q.CreationTimestamp.Add(d)
+	if st := q.Status.StartTime; st != nil {
+		return st.Add(d)
+	}
+	return now.Add(d)
 }
 
 // final tells whether a recorded phase is final: a request that reached one stays
@@ -115,7 +123,7 @@ func Resolve(spec *gpupoolv1.GPUPoolProfileSpec, reqs []gpupoolv1.GPUPoolRequest
 	var res Result
 	for i, q := range order {
 		v := Verdict{Name: q.Name}
-		if at := Expiry(q); !at.IsZero() {
+		if at := Expiry(q, now); !at.IsZero() {
 			v.ExpiresAt = &at
 		}
 		v.Phase, v.Message = phase(spec, q, order[i+1:], v.ExpiresAt, now)

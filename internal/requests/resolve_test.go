@@ -16,11 +16,13 @@ func spec() *gpupoolv1.GPUPoolProfileSpec {
 	return &gpupoolv1.GPUPoolProfileSpec{DefaultLayout: "day", Layouts: []gpupoolv1.Layout{{Name: "day"}, {Name: "night"}}}
 }
 
-// req is a request created at t0+at; opts adjust it.
+// req is a request created at t0+at, and taken into account by gpupool then
+// (status.startTime, from which a duration counts); opts adjust it.
 func req(name string, act gpupoolv1.RequestAction, at time.Duration, opts ...func(*gpupoolv1.GPUPoolRequest)) gpupoolv1.GPUPoolRequest {
 	q := gpupoolv1.GPUPoolRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(t0.Add(at))},
 		Spec:       gpupoolv1.GPUPoolRequestSpec{Pool: "p", Action: act},
+		Status:     gpupoolv1.GPUPoolRequestStatus{StartTime: &metav1.Time{Time: t0.Add(at)}},
 	}
 	if act == gpupoolv1.RequestSwitch {
 		q.Spec.Layout = "night"
@@ -149,5 +151,25 @@ func TestEffectiveLeavesTheSpecAlone(t *testing.T) {
 	}
 	if Effective(s, Resolve(s, nil, t0)) != s {
 		t.Fatal("without requests the spec itself is not used")
+	}
+}
+
+// TestDurationCountsOnGpupoolsClock: a request's duration counts from when gpupool took
+// it into account (status.startTime, its own clock), never from the creationTimestamp
+// the API server stamped: a request first seen with the API server's clock an hour
+// ahead or behind, or after the manager was down, still lasts its whole duration.
+func TestDurationCountsOnGpupoolsClock(t *testing.T) {
+	now := t0.Add(10 * time.Hour)
+	for _, created := range []time.Time{now.Add(-3 * time.Hour), now.Add(-time.Hour), now.Add(time.Hour)} {
+		q := req("a", gpupoolv1.RequestSwitch, created.Sub(t0), lasting(2*time.Hour))
+		q.Status.StartTime = nil // not yet taken into account
+		res := Resolve(spec(), []gpupoolv1.GPUPoolRequest{q}, now)
+		if v := res.Verdicts[0]; v.Phase != gpupoolv1.RequestActive || v.ExpiresAt == nil || !v.ExpiresAt.Equal(now.Add(2*time.Hour)) {
+			t.Errorf("created at %s, first seen at %s: %s until %v, want Active until %s", created, now, v.Phase, v.ExpiresAt, now.Add(2*time.Hour))
+		}
+		q.Status.StartTime = &metav1.Time{Time: now}
+		if v := Resolve(spec(), []gpupoolv1.GPUPoolRequest{q}, now.Add(2*time.Hour)).Verdicts[0]; v.Phase != gpupoolv1.RequestExpired {
+			t.Errorf("created at %s: %s two hours after gpupool took it, want Expired", created, v.Phase)
+		}
 	}
 }

@@ -198,11 +198,11 @@ func (a *app) pauseByRequest(ctx context.Context, c client.Client, p *gpupoolv1.
 		until = &metav1.Time{Time: t}
 	}
 	until = requestUntil(sc.now, o.duration, until)
-	q, err := createRequest(ctx, c, p.Name, gpupoolv1.GPUPoolRequestSpec{Action: gpupoolv1.RequestPause, Until: until})
+	q, err := createRequest(ctx, c, p.Name, gpupoolv1.GPUPoolRequestSpec{Action: gpupoolv1.RequestPause, Until: explicitUntil(until, o.until), Duration: lasting(o.duration, o.until)})
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(out, "pool %s paused until %s (request %s)\n", p.Name, sc.at(until.Time), q.Name)
+	_, err = fmt.Fprintf(out, "pool %s paused until about %s (request %s)\n", p.Name, sc.at(until.Time), q.Name)
 	return err
 }
 

@@ -60,9 +60,8 @@ func createRequest(ctx context.Context, c client.Client, pool string, spec gpupo
 	return q, nil
 }
 
-// requestUntil is when a request made now ends: --for, --until (already parsed), or
-// the default of 8h. The request names the time itself, so that what the command shows
-// is what the operator applies.
+// requestUntil is when a request made now ends, for what the command shows: --until
+// (already parsed), --for, or the default of 8h.
 func requestUntil(now time.Time, d time.Duration, until *metav1.Time) *metav1.Time {
 	switch {
 	case until != nil:
@@ -71,4 +70,26 @@ func requestUntil(now time.Time, d time.Duration, until *metav1.Time) *metav1.Ti
 		return &metav1.Time{Time: now.Add(d).Truncate(time.Second)}
 	}
 	return &metav1.Time{Time: now.Add(gpupoolv1.DefaultRequestDuration).Truncate(time.Second)}
+}
+
+// lasting is how long a request made with --for (or the default) lasts: the request
+// names the duration, which gpupool counts on its own clock from when it takes the
+// request into account, not an end this machine's clock would stamp. With --until it
+// names that time (nil here).
+func lasting(d time.Duration, until string) *metav1.Duration {
+	switch {
+	case until != "":
+		return nil
+	case d > 0:
+		return &metav1.Duration{Duration: d}
+	}
+	return &metav1.Duration{Duration: gpupoolv1.DefaultRequestDuration}
+}
+
+// explicitUntil is the --until a request names (nil with --for or the default).
+func explicitUntil(until *metav1.Time, flag string) *metav1.Time {
+	if flag == "" {
+		return nil
+	}
+	return until
 }

@@ -178,7 +178,7 @@ func (a *app) switchTo(ctx context.Context, name, layout string, o switchOptions
 			return err
 		}
 	} else {
-		q, err := createRequest(ctx, c, name, gpupoolv1.GPUPoolRequestSpec{Action: gpupoolv1.RequestSwitch, Layout: layout, Until: override.Until, Reason: o.reason})
+		q, err := createRequest(ctx, c, name, gpupoolv1.GPUPoolRequestSpec{Action: gpupoolv1.RequestSwitch, Layout: layout, Until: explicitUntil(override.Until, o.until), Duration: lasting(o.duration, o.until), Reason: o.reason})
 		if err != nil {
 			return err
 		}

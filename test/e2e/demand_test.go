@@ -26,18 +26,7 @@ import (
 // It checks each step from the API and logs the latency from the demand crossing its
 // threshold to the first drain.
 func TestDemandBringsNightInOnLocalCluster(t *testing.T) {
-	root := testenv.Root()
-	dir := t.TempDir()
-	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"),
-		Inventory: filepath.Join(root, "test", "vgpusim", "testdata", "daynight.yaml"), Log: os.Stdout,
-		Image: filepath.Join(root, "dist", "image")}
-	ctx := context.Background()
-	env, err := localenv.Up(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = localenv.Down(opts) })
-
+	ctx, env := upDayNight(t)
 	res, err := localenv.RunDemandDemo(ctx, env, os.Stdout, 12*time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +40,17 @@ func TestDemandBringsNightInOnLocalCluster(t *testing.T) {
 // node is ready for work once the driver's ResourceSlice publishes its device; the
 // scheduler allocates the claim there.
 func TestDemandClaimBringsNightInOnLocalCluster(t *testing.T) {
+	ctx, env := upDayNight(t)
+	res, err := localenv.RunDemandClaimDemo(ctx, env, os.Stdout, 12*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDemandCycle(ctx, t, env, res)
+}
+
+// upDayNight starts the local environment on the day/night inventory, taken down when
+// the test ends.
+func upDayNight(t *testing.T) (context.Context, *localenv.Env) {
 	root := testenv.Root()
 	dir := t.TempDir()
 	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"),
@@ -62,12 +62,7 @@ func TestDemandClaimBringsNightInOnLocalCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = localenv.Down(opts) })
-
-	res, err := localenv.RunDemandClaimDemo(ctx, env, os.Stdout, 12*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkDemandCycle(ctx, t, env, res)
+	return ctx, env
 }
 
 // checkDemandCycle checks what the demand demo saw: the pod pending and counted, night

@@ -137,10 +137,17 @@ func Up(ctx context.Context, o Options) (_ *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// 3. The CRD, the credentials, and one Node per VM (plus a CPU node outside the pool).
-	o.logf("==> installing the GPUPoolProfile CRD and creating one node per VM")
-	if err := e.applyFile(ctx, filepath.Join(o.Root, "config", "crd", "bases", "gpupool.dev_gpupoolprofiles.yaml"), nil); err != nil {
-		return nil, err
+	// 3. gpupool's CRDs (GPUPoolProfile, GPUPoolRequest: the manager watches both), the
+	// credentials, and one Node per VM (plus a CPU node outside the pool).
+	o.logf("==> installing gpupool's CRDs and creating one node per VM")
+	crds, err := filepath.Glob(filepath.Join(o.Root, "config", "crd", "bases", "gpupool.dev_*.yaml"))
+	if err != nil || len(crds) == 0 {
+		return nil, fmt.Errorf("finding gpupool's CRDs in config/crd/bases: %v", err)
+	}
+	for _, crd := range crds {
+		if err := e.applyFile(ctx, crd, nil); err != nil {
+			return nil, err
+		}
 	}
 	if err := e.createBasics(ctx); err != nil {
 		return nil, err

@@ -141,8 +141,11 @@ func Up(ctx context.Context, o Options) (_ *Env, err error) {
 	// credentials, and one Node per VM (plus a CPU node outside the pool).
 	o.logf("==> installing gpupool's CRDs and creating one node per VM")
 	crds, err := filepath.Glob(filepath.Join(o.Root, "config", "crd", "bases", "gpupool.dev_*.yaml"))
-	if err != nil || len(crds) == 0 {
-		return nil, fmt.Errorf("finding gpupool's CRDs in config/crd/bases: %v", err)
+	if err != nil {
+		return nil, fmt.Errorf("finding gpupool's CRDs in config/crd/bases: %w", err)
+	}
+	if len(crds) == 0 {
+		return nil, errors.New("no gpupool CRD in config/crd/bases: run make manifests")
 	}
 	for _, crd := range crds {
 		if err := e.applyFile(ctx, crd, nil); err != nil {

@@ -64,8 +64,9 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint.
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (on test/fluxapply, a module of its own, too).
 	$(GOLANGCI_LINT) run ./...
+	cd test/fluxapply && $(GOLANGCI_LINT) run ./...
 
 $(HELM):
 	mkdir -p $(BIN_DIR)
@@ -77,11 +78,12 @@ $(GOLANGCI_LINT):
 	GOBIN=$(BIN_DIR)/.golangci go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(BIN_DIR)/.golangci/golangci-lint $@ && rm -rf $(BIN_DIR)/.golangci
 
-VERIFY_PATHS := api config test/crds go.mod go.sum dist/install.yaml dist/install-cert-manager.yaml charts docs/operations.md
+VERIFY_PATHS := api config test/crds go.mod go.sum test/fluxapply/go.mod test/fluxapply/go.sum dist/install.yaml dist/install-cert-manager.yaml charts docs/operations.md
 .PHONY: verify
 verify: ## Fail when generated files (manifests, chart, the flags list in docs/operations.md) or go.mod/go.sum are stale, a relative link in the docs is broken, the chart's values schema and values.yaml disagree, or build-installer ignores INSTALL_IMG.
 	$(MAKE) generate manifests build-installer chart flags-doc
 	go mod tidy
+	cd test/fluxapply && go mod tidy
 	@git diff --exit-code -- $(VERIFY_PATHS) || { echo "generated files or go.mod/go.sum are stale: run 'make generate manifests build-installer chart flags-doc' and 'go mod tidy', then commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(VERIFY_PATHS))" || { git status --porcelain -- $(VERIFY_PATHS); echo "untracked generated files: commit them"; exit 1; }
 	@# Every relative link in README.md, CHANGELOG.md and docs/ resolves.

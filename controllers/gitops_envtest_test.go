@@ -3,33 +3,87 @@ package controllers
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/testworld"
 )
 
-// gitApplier stands in for Flux's kustomize-controller: it server-side applies the Git
-// manifests, forcing ownership, under its field manager, as fluxcd/pkg/ssa's
-// ResourceManager does. (fluxcd/pkg/ssa itself needs the k8s.io v0.37 libraries and
-// controller-runtime v0.25, past this module's pins: docs/gitops.md.)
+// gitApplier is Flux's kustomize-controller as far as applying goes: it runs
+// test/fluxapply, which applies the Git manifests with Flux's own server-side apply
+// engine (github.com/fluxcd/pkg/ssa) and kustomize-controller's options. It is a module
+// of its own (fluxcd/pkg/ssa needs newer k8s.io libraries than this module pins), built
+// once per test binary.
 type gitApplier struct {
-	h         *harness
-	manifests []*unstructured.Unstructured
-	applies   int
+	h          *harness
+	kubeconfig string
+	files      []string
+	applies    int
 }
 
+var (
+	fluxapplyOnce sync.Once
+	fluxapplyBin  string
+	fluxapplyErr  error
+)
+
+// fluxapply builds test/fluxapply.
+func fluxapply(t *testing.T) string {
+	t.Helper()
+	fluxapplyOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fluxapply-")
+		if err != nil {
+			fluxapplyErr = err
+			return
+		}
+		fluxapplyBin = filepath.Join(dir, "fluxapply")
+		cmd := exec.Command("go", "build", "-o", fluxapplyBin, ".")
+		cmd.Dir = filepath.Join("..", "test", "fluxapply")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fluxapplyErr = fmt.Errorf("building test/fluxapply: %w\n%s", err, out)
+		}
+	})
+	if fluxapplyErr != nil {
+		t.Fatal(fluxapplyErr)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(fluxapplyBin)) })
+	return fluxapplyBin
+}
+
+func newGitApplier(h *harness, manifests ...*unstructured.Unstructured) *gitApplier {
+	h.t.Helper()
+	dir := h.t.TempDir()
+	g := &gitApplier{h: h, kubeconfig: filepath.Join(dir, "kubeconfig")}
+	h.must(os.WriteFile(g.kubeconfig, suiteEnv.KubeConfig, 0o600))
+	for i, m := range manifests {
+		data, err := yaml.Marshal(m.Object)
+		h.must(err)
+		f := filepath.Join(dir, fmt.Sprintf("%02d.yaml", i))
+		h.must(os.WriteFile(f, data, 0o600))
+		g.files = append(g.files, f)
+	}
+	return g
+}
+
+// sync applies the Git manifests once, as a Kustomization's interval does.
 func (g *gitApplier) sync() {
 	g.h.t.Helper()
-	for _, m := range g.manifests {
-		g.h.must(k8s.Apply(g.h.ctx, client.ApplyConfigurationFromUnstructured(m.DeepCopy()), client.FieldOwner("kustomize-controller"), client.ForceOwnership))
+	cmd := exec.Command(fluxapply(g.h.t), append([]string{"-kubeconfig", g.kubeconfig}, g.files...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		g.h.t.Fatalf("flux apply: %v\n%s", err, out)
 	}
 	g.applies++
 }
@@ -92,7 +146,7 @@ func TestGitOpsApplierLeavesGpupoolsFieldsAlone(t *testing.T) {
 	// quota of the flavors gpupool manages (docs/gitops.md, Flux).
 	cq := kueueObject(fmt.Sprintf(`{apiVersion: kueue.x-k8s.io/v1beta2, kind: ClusterQueue, metadata: {name: %s, labels: {%s: %s, team: ml}},
   spec: {namespaceSelector: {}, admissionChecksStrategy: {admissionChecks: [{name: %s}]}}}`, w.optedIn, gpupoolv1.LabelKueuePool, pool.Name, w.check))
-	git := &gitApplier{h: h, manifests: []*unstructured.Unstructured{gitManifest(t, pool), cq}}
+	git := newGitApplier(h, gitManifest(t, pool), cq)
 	git.sync()
 
 	git.converge(pool.Name, "day", 40)
@@ -117,6 +171,7 @@ func TestGitOpsApplierLeavesGpupoolsFieldsAlone(t *testing.T) {
 		t.Fatalf("after syncs: active %s, spec.override %+v; want night with no override in the spec", p.Status.ActiveLayout, p.Spec.Override)
 	}
 	h.checkManagedFields(t, q.Spec.Pool, w.optedIn)
+	checkAnnotationsThroughSync(t, h, git, pool.Name)
 
 	// The request expires: the schedule takes over.
 	h.clock.SetTime(until)
@@ -175,4 +230,31 @@ func managedBy(t *testing.T, mf []metav1.ManagedFieldsEntry, manager string) str
 		}
 	}
 	return b.String()
+}
+
+// checkAnnotationsThroughSync: an annotation the plugin wrote (kubectl gpupool
+// reset-budget, under gpupool's CLI manager) survives Flux's next apply; one written by
+// kubectl annotate does not, because kustomize-controller takes over the fields of
+// managers named kubectl... and removes what Git does not hold. The second half is
+// Flux's behaviour, checked so that the first half cannot pass against an applier that
+// removes nothing.
+func checkAnnotationsThroughSync(t *testing.T, h *harness, git *gitApplier, pool string) {
+	t.Helper()
+	const kubectlKey = "example.com/set-by-kubectl"
+	annotate := func(manager, key string) {
+		p := h.get(pool)
+		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"t1"}}}`, key))
+		h.must(k8s.Patch(h.ctx, p, patch, client.FieldOwner(manager)))
+	}
+	annotate(gpupoolv1.FieldManagerCLI, gpupoolv1.AnnotationResetDemandBudget)
+	annotate("kubectl-annotate", kubectlKey)
+	git.sync()
+	git.sync()
+	got := h.get(pool).Annotations
+	if got[gpupoolv1.AnnotationResetDemandBudget] != "t1" {
+		t.Errorf("the plugin's %s did not survive a Flux apply: annotations %v", gpupoolv1.AnnotationResetDemandBudget, got)
+	}
+	if _, ok := got[kubectlKey]; ok {
+		t.Errorf("kubectl annotate's %s survived a Flux apply: the applier is not Flux's (annotations %v)", kubectlKey, got)
+	}
 }

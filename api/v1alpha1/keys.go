@@ -142,3 +142,9 @@ const (
 	// layout's nodes are ready. Set by the cluster admin, read by the controller.
 	KueueAdmissionCheckController = KeyPrefix + "/layout"
 )
+
+// FieldManagerCLI is the field manager of kubectl gpupool's writes (requests, the
+// reset-budget annotation). Its name does not start with "kubectl": Flux's
+// kustomize-controller takes over the fields of every manager whose name does, and
+// removes them at its next apply when Git does not hold them (docs/gitops.md).
+const FieldManagerCLI = "gpupool-cli"

@@ -20,7 +20,8 @@ func (a *app) resetBudgetCommand() *cobra.Command {
 		Use:   "reset-budget NAME",
 		Short: "Reset demand's switch budget (spec.demand.maxSwitchesPerDay): earlier switches no longer count",
 		Example: `  kubectl gpupool reset-budget daynight
-  # the same without the plugin:
+  # the same without the plugin (where Flux applies the pool, its next apply removes
+  # kubectl's annotation; the plugin's stays: docs/gitops.md):
   kubectl annotate gpp daynight gpupool.dev/reset-demand-budget="$(date -u +%FT%TZ)" --overwrite`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

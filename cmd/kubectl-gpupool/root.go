@@ -91,7 +91,7 @@ func (a *app) versionCommand() *cobra.Command {
 }
 
 // fieldOwner is the field manager of the plugin's writes.
-const fieldOwner = "kubectl-gpupool"
+const fieldOwner = gpupoolv1.FieldManagerCLI
 
 // client is a client for the current kubeconfig, context and user.
 func (a *app) client() (client.Client, error) {

@@ -54,6 +54,8 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 		}
 	}
+	// A pass plans on an enumerated copy of the spec (layouts by count: convert.go).
+	r.expandSpec(pool)
 
 	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now(),
 		budget: execute.NewBudget(cmp.Or(r.maxNodeWrites, maxNodeWritesPerPass), cmp.Or(r.maxEvictions, maxEvictionsPerPass))}

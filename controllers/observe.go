@@ -44,6 +44,9 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.
 		return requeueDrain, false
 	}
 	w.Match(&pool.Spec, nodes.Items)
+	if plan.HasConversions(&pool.Spec) {
+		w = r.resolveConversions(ctx, s, inv, w, nodes.Items)
+	}
 	r.observeNodes(ctx, s, w)
 	s.w = *w
 	s.facts.observed = true

@@ -33,6 +33,7 @@ func (r *GPUPoolProfileReconciler) publishPlan(ctx context.Context, s *scope, p 
 	r.planNext(s)
 	if !p.Done() || len(p.Problems) > 0 {
 		st.Plan = previewOf(p, gpupoolv1.PlanForCurrent, nil, s.pool.Generation)
+		st.Plan.Conversion = conversionPreview(s.conversions.Resolutions[p.Layout])
 		return
 	}
 	if s.nextPlan == nil || s.nextPlan.Layout == p.Layout {
@@ -41,6 +42,7 @@ func (r *GPUPoolProfileReconciler) publishPlan(ctx context.Context, s *scope, p 
 	}
 	at := metav1.NewTime(s.decision.Next.At)
 	st.Plan = previewOf(s.nextPlan, gpupoolv1.PlanForNext, &at, s.pool.Generation)
+	st.Plan.Conversion = conversionPreview(s.conversions.Resolutions[s.nextPlan.Layout])
 }
 
 // planNext plans the next scheduled switch into s.nextPlan, whatever the state of the
@@ -59,6 +61,9 @@ func (r *GPUPoolProfileReconciler) planNext(s *scope) {
 	nodes := labelledFor(&s.w, s.pool.Name, layoutNamed(&s.pool.Spec, n.Layout), s.nodeStates)
 	next, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: n.Layout, Inventory: s.w.Inventory, Nodes: nodes, InFlight: plannedInFlight(s.pool), Held: s.w.Holds})
 	if err == nil {
+		if pr, ok := conversionProblem(s, n.Layout); ok {
+			next.Hosts, next.Problems = nil, append(next.Problems, pr)
+		}
 		s.nextPlan = next
 	}
 }

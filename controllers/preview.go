@@ -32,7 +32,9 @@ type Preview struct {
 // Note: a demand that cannot be read is an error here, where the pass would go on by
 // the schedule: a preview from less than the operator sees would not be its decision.
 func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, at time.Time, layout string) (*Preview, error) {
-	s := &scope{pool: pool.DeepCopy(), persisted: pool, now: at}
+	s := &scope{pool: pool.DeepCopy(), persisted: pool.DeepCopy(), now: at}
+	r.expandSpec(s.pool)
+	s.persisted.Spec = *s.pool.Spec.DeepCopy()
 	var kv kueueView
 	_, res, err := r.resolveRequests(ctx, s.pool, at)
 	if err != nil {

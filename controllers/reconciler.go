@@ -69,6 +69,9 @@ type GPUPoolProfileReconciler struct {
 	// stalls counts the capped passes in a row that made no write, per pool
 	// (afterCapped).
 	stalls stallCount
+	// conversions remembers what each pool's layouts by count last resolved to, so that
+	// a pass starts from that choice (expandSpec).
+	conversions conversionMemo
 }
 
 // kueueReleaser releases the admission checks a pool being deleted holds (the Kueue

@@ -43,8 +43,10 @@ type scope struct {
 	// (flushVMEvents).
 	tasks    taskLook
 	vmEvents []vmEventNote
-	// observe: the world (empty before), read again only to confirm a shortfall.
-	w world.World
+	// observe: the world (empty before), read again only to confirm a shortfall; what
+	// the layouts by count resolved to on it (s.pool.Spec is then the resolved spec).
+	w           world.World
+	conversions plan.SpecResolution
 	// decide: what the planner read of the nodes (labelledFor re-derives Labelled for
 	// another layout), the plan and the layout it makes (wanted or the fallback: what
 	// relabel steps label for). keep-aborted sets layout to wanted and nodeStates too.

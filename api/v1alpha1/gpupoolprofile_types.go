@@ -177,7 +177,11 @@ type SecretReference struct {
 	Namespace string `json:"namespace"`
 }
 
-// Layout is one shape of the pool.
+// Layout is one shape of the pool: the workers it lists, or a conversion of some GPUs
+// of another layout (convert).
+//
+// +kubebuilder:validation:XValidation:rule=`has(self.convert) || (has(self.workers) && size(self.workers) > 0)`,fieldPath=`.workers`,reason=FieldValueRequired,message=`a layout lists its workers (the VMs it runs, each with its vGPU profile), or converts GPUs of another layout (convert)`,messageExpression=`'layout ' + self.name + ' has no workers: list the VMs it runs, each with its vGPU profile, or convert GPUs of another layout (convert: base, count, profile, candidates)'`
+// +kubebuilder:validation:XValidation:rule=`!has(self.convert) || !has(self.workers) || size(self.workers) == 0`,fieldPath=`.workers`,reason=FieldValueForbidden,message=`a layout by count (convert) lists no workers: it runs convert.base's workers and convert.candidates; remove workers or convert`
 type Layout struct {
 	// Name identifies the layout in windows, defaultLayout and override: a DNS label of at
 	// most 63 characters. The CEL rule checks the length, so that a name a little too long
@@ -187,11 +191,20 @@ type Layout struct {
 	// +kubebuilder:validation:XValidation:rule=`self.size() <= 63 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')`,message=`layout name must be a DNS label: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit, such as night or day-small`,messageExpression=`'layout name must be a DNS label: at most 63 lower-case letters, digits and \'-\', starting and ending with a letter or digit, such as night or day-small, not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.size() > 63 ? ': it is longer than 63 characters, shorten it' : self.trim().lowerAscii().replace(' ', '-').replace('_', '-').matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') ? ': write ' + strings.quote(self.trim().lowerAscii().replace(' ', '-').replace('_', '-')) + ' (and use that name in defaultLayout, windows and override)' : '')`
 	Name string `json:"name"`
 
-	// Workers are the VMs that run in this layout, each with its vGPU profile.
-	// +kubebuilder:validation:MinItems=1
+	// Workers are the VMs that run in this layout, each with its vGPU profile. Required
+	// unless convert is set.
 	// +kubebuilder:validation:MaxItems=1024
 	// +listType=atomic
-	Workers []Worker `json:"workers"`
+	// +optional
+	Workers []Worker `json:"workers,omitempty"`
+
+	// Convert makes this a layout by count: the base layout with Count physical GPUs
+	// converted to Profile, run by candidate VMs. gpupool chooses the GPUs whose change
+	// disrupts least (GPU pods evicted; do-not-disrupt pods and Jobs near completion
+	// never, unless disruption weighs them), on every pass, from what it observes; the
+	// base layout's workers on the other GPUs keep running. docs/count-layouts.md.
+	// +optional
+	Convert *Conversion `json:"convert,omitempty"`
 
 	// NodeLabels are set on this layout's nodes while the layout is active.
 	// +optional
@@ -258,6 +271,83 @@ type Worker struct {
 	// found is never parked.
 	// +optional
 	NoNode bool `json:"noNode,omitempty"`
+}
+
+// Conversion is a layout by count: Count GPUs of the base layout's hosts converted to
+// Profile, from the candidates.
+type Conversion struct {
+	// Base is the layout whose workers run outside the converted GPUs: a layout of
+	// spec.layouts that lists its workers.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Base string `json:"base"`
+
+	// Count is how many physical GPUs to convert.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4096
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 4096",message="count must be between 1 and 4096 GPUs to convert; to convert none, use the base layout itself"
+	Count int32 `json:"count"`
+
+	// Profile is the vGPU profile the converted GPUs run, such as grid_p100-16q (the
+	// webhook checks it is an NVIDIA vGPU type name).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Profile string `json:"profile"`
+
+	// VGPUs is how many vGPUs of Profile each candidate carries. Default 1.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	// +optional
+	VGPUs int32 `json:"vgpus,omitempty"`
+
+	// Candidates are the VMs that may run Profile on a converted GPU; between equals the
+	// earlier is used first. Each converted GPU takes as many as fill it.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=1024
+	// +listType=atomic
+	Candidates []Candidate `json:"candidates"`
+
+	// Disruption weighs what a choice disrupts besides GPU pods. Without it no GPU whose
+	// emptying disrupts a do-not-disrupt pod or a Job near completion is chosen.
+	// +optional
+	Disruption *DisruptionWeights `json:"disruption,omitempty"`
+}
+
+// Candidate is a VM that may run a conversion's profile.
+//
+// +kubebuilder:validation:XValidation:rule=`!(has(self.noNode) && self.noNode && has(self.node))`,message=`set either node (the VM's Kubernetes node) or noNode: true (the VM is no Kubernetes worker), not both`
+type Candidate struct {
+	// VM is the VM's name, or its inventory path, as workers[].vm.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	VM string `json:"vm"`
+
+	// Node is the name of the VM's Kubernetes node, as workers[].node.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Node string `json:"node,omitempty"`
+
+	// NoNode says the VM is not a Kubernetes worker, as workers[].noNode.
+	// +optional
+	NoNode bool `json:"noNode,omitempty"`
+}
+
+// DisruptionWeights say what disrupting a pod the drain would otherwise spare costs, in
+// GPU pods evicted. 0 (the default) is never: no GPU whose emptying disrupts one is
+// chosen.
+type DisruptionWeights struct {
+	// DoNotDisrupt weighs a pod annotated gpupool.dev/do-not-disrupt: "true".
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	DoNotDisrupt int32 `json:"doNotDisrupt,omitempty"`
+
+	// JobNearCompletion weighs a pod of a Job near completion (its
+	// gpupool.dev/wait-completed annotation or drain.waitForJobs).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	JobNearCompletion int32 `json:"jobNearCompletion,omitempty"`
 }
 
 // Schedule maps time windows to layouts.
@@ -729,6 +819,47 @@ type PlanPreview struct {
 	// Truncated says what the preview leaves out, such as "+120 more steps on 3 hosts".
 	// +optional
 	Truncated string `json:"truncated,omitempty"`
+	// Conversion is the choice of a layout by count: which GPUs it converts and why.
+	// +optional
+	Conversion *ConversionPreview `json:"conversion,omitempty"`
+}
+
+// ConversionPreview is what gpupool chose for a layout by count (docs/count-layouts.md).
+type ConversionPreview struct {
+	// Profile is the converted profile; Count the GPUs converted.
+	Profile string `json:"profile"`
+	Count   int32  `json:"count"`
+	// Evicted are the GPU pods the choice evicts; Cost weighs them with the disruption
+	// weights.
+	Evicted int32 `json:"evicted"`
+	Cost    int64 `json:"cost"`
+	// Chosen are the GPUs converted, with why.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Chosen []GPUChoicePreview `json:"chosen,omitempty"`
+	// NotChosen are the first GPUs that could have been converted and were not, with why.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	NotChosen []GPUChoicePreview `json:"notChosen,omitempty"`
+	// Ineligible counts the GPUs of the candidates' hosts that cannot be converted
+	// (kubectl gpupool plan --live lists them).
+	// +optional
+	Ineligible int32 `json:"ineligible,omitempty"`
+	// Truncated says what the lists leave out.
+	// +optional
+	Truncated string `json:"truncated,omitempty"`
+}
+
+// GPUChoicePreview is one physical GPU a layout by count considered.
+type GPUChoicePreview struct {
+	// Host is the ESXi host; GPU the GPU's PCI id.
+	Host string `json:"host"`
+	GPU  string `json:"gpu"`
+	// Why it was chosen or not: the pods it evicts, the VMs it displaces.
+	// +kubebuilder:validation:MaxLength=512
+	Why string `json:"why"`
 }
 
 // HostPlanPreview is the first steps on one ESXi host.

@@ -60,7 +60,7 @@ func (pd Pods) Observe(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, shap
 	memo := map[types.NamespacedName]bool{}
 	c := podCount{pool: pool, shapes: shapes, who: who, layoutOf: layoutOf, drained: drained,
 		kept: KeptByEveryOther(pool), obs: map[string]plan.LayoutDemand{},
-		near: func(p *corev1.Pod) bool { return pd.nearCompletion(ctx, p, memo) }}
+		near: func(p *corev1.Pod) bool { return NearCompletion(ctx, pd.Jobs, p, memo) }}
 	for i := range pods {
 		c.add(&pods[i])
 	}
@@ -131,9 +131,10 @@ func (c *podCount) add(p *corev1.Pod) {
 	}
 }
 
-// nearCompletion says whether the pod belongs to a Job that has three quarters of its
-// completions (at least two) behind it: evicting it would throw most of a job away.
-func (pd Pods) nearCompletion(ctx context.Context, p *corev1.Pod, memo map[types.NamespacedName]bool) bool {
+// NearCompletion says whether the pod belongs to a Job that has three quarters of its
+// completions (at least two) behind it: evicting it would throw most of a job away. memo
+// keeps the answers by Job for one look.
+func NearCompletion(ctx context.Context, jobs client.Reader, p *corev1.Pod, memo map[types.NamespacedName]bool) bool {
 	ref := metav1.GetControllerOf(p)
 	if ref == nil || ref.Kind != "Job" || ref.APIVersion != batchv1.SchemeGroupVersion.String() {
 		return false
@@ -144,7 +145,7 @@ func (pd Pods) nearCompletion(ctx context.Context, p *corev1.Pod, memo map[types
 	}
 	var job batchv1.Job
 	v := false
-	switch err := pd.Jobs.Get(ctx, key, &job); {
+	switch err := jobs.Get(ctx, key, &job); {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		// Note: a Job that cannot be read may be near completion; the protection holds.

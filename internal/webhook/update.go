@@ -51,6 +51,11 @@ func vmKeys(s *gpupoolv1.GPUPoolProfileSpec) map[string]bool {
 		for _, w := range l.Workers {
 			keys[vmKey(w.VM)] = true
 		}
+		if l.Convert != nil {
+			for _, cd := range l.Convert.Candidates {
+				keys[vmKey(cd.VM)] = true
+			}
+		}
 	}
 	return keys
 }

@@ -32,6 +32,7 @@ func ValidateSpec(spec *gpupoolv1.GPUPoolProfileSpec) field.ErrorList {
 			errs = append(errs, field.Duplicate(lp.Child("name"), l.Name))
 		}
 		layouts[l.Name] = true
+		errs = append(errs, validateLayoutShape(lp, spec, l)...)
 		errs = append(errs, validateWorkers(lp, l, spec.VCenter.Datacenter)...)
 		errs = append(errs, validateGPUReplicas(lp, l)...)
 		errs = append(errs, validateNodeLabels(lp.Child("nodeLabels"), l.NodeLabels)...)
@@ -129,6 +130,11 @@ func validateClaims(name string, spec *gpupoolv1.GPUPoolProfileSpec, others []gp
 			for _, w := range l.Workers {
 				claimed[vmKey(w.VM)] = o.Name
 			}
+			if l.Convert != nil {
+				for _, cd := range l.Convert.Candidates {
+					claimed[vmKey(cd.VM)] = o.Name
+				}
+			}
 		}
 	}
 	var errs field.ErrorList
@@ -143,6 +149,20 @@ func validateClaims(name string, spec *gpupoolv1.GPUPoolProfileSpec, others []gp
 			reported[key] = true
 			p := field.NewPath("spec", "layouts").Index(i).Child("workers").Index(j).Child("vm")
 			errs = append(errs, field.Invalid(p, shown(w.VM), fmt.Sprintf(
+				"VM is already claimed by GPUPoolProfile %q on the same vCenter and datacenter; a VM can belong to one pool only: remove it from one of them", owner)))
+		}
+		if l.Convert == nil {
+			continue
+		}
+		for j, cd := range l.Convert.Candidates {
+			key := vmKey(cd.VM)
+			owner, taken := claimed[key]
+			if !taken || reported[key] || skip[key] {
+				continue
+			}
+			reported[key] = true
+			p := field.NewPath("spec", "layouts").Index(i).Child("convert", "candidates").Index(j).Child("vm")
+			errs = append(errs, field.Invalid(p, shown(cd.VM), fmt.Sprintf(
 				"VM is already claimed by GPUPoolProfile %q on the same vCenter and datacenter; a VM can belong to one pool only: remove it from one of them", owner)))
 		}
 	}

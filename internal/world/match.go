@@ -19,7 +19,16 @@ func PoolWorkers(spec *gpupoolv1.GPUPoolProfileSpec) []gpupoolv1.Worker {
 	index := map[string]int{}
 	var out []gpupoolv1.Worker
 	for _, l := range spec.Layouts {
-		for _, w := range l.Workers {
+		ws := l.Workers
+		if c := l.Convert; c != nil {
+			// A layout by count's candidates are the pool's whatever form the spec is in
+			// (as written, expanded or resolved: plan.Expand).
+			ws = slices.Clone(ws)
+			for _, cd := range c.Candidates {
+				ws = append(ws, gpupoolv1.Worker{VM: cd.VM, Node: cd.Node, NoNode: cd.NoNode})
+			}
+		}
+		for _, w := range ws {
 			i, seen := index[w.VM]
 			if !seen {
 				index[w.VM] = len(out)

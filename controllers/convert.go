@@ -1,0 +1,158 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/text"
+	"github.com/gpupool/gpupool/internal/world"
+)
+
+// Layouts by count (spec.layouts[].convert, docs/count-layouts.md). A pass works on an
+// enumerated copy of the spec (plan.Expand, plan.ResolveSpec): expandSpec when the pass
+// starts, resolveConversions once observe has matched the VMs' nodes, from the pods on
+// them. The copy is never written: status patches carry only the status.
+
+// conversionMemo is, by pool, what its layouts by count last resolved to.
+type conversionMemo struct {
+	mu     sync.Mutex
+	byPool map[string]conversionEntry
+}
+
+type conversionEntry struct {
+	uid     types.UID
+	layouts map[string][]gpupoolv1.Layout
+}
+
+func (m *conversionMemo) last(pool *gpupoolv1.GPUPoolProfile) map[string][]gpupoolv1.Layout {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.byPool[pool.Name]; ok && e.uid == pool.UID {
+		return e.layouts
+	}
+	return nil
+}
+
+func (m *conversionMemo) remember(pool *gpupoolv1.GPUPoolProfile, layouts map[string][]gpupoolv1.Layout) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.byPool == nil {
+		m.byPool = map[string]conversionEntry{}
+	}
+	// Only the layouts resolved this time: one that failed starts from its candidates.
+	m.byPool[pool.Name] = conversionEntry{uid: pool.UID, layouts: layouts}
+}
+
+func (m *conversionMemo) forget(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.byPool, name)
+}
+
+// expandSpec makes pool's spec the enumerated copy a pass starts from: each layout by
+// count lists what it last resolved to, or its candidates (plan.Expand).
+func (r *GPUPoolProfileReconciler) expandSpec(pool *gpupoolv1.GPUPoolProfile) {
+	if plan.HasConversions(&pool.Spec) {
+		pool.Spec = *plan.Expand(&pool.Spec, r.conversions.last(pool)).DeepCopy()
+	}
+}
+
+// resolveConversions resolves the layouts by count on what observe read (w, matched to
+// the nodes): the costs are counted on the nodes of the pool's running VMs. It makes the
+// resolved spec the pass's (s.pool and s.persisted, so that no status patch carries a
+// spec), points s.wanted into it and returns the world resolved and matched on it.
+func (r *GPUPoolProfileReconciler) resolveConversions(ctx context.Context, s *scope, inv *inventory.Inventory, w *world.World, nodes []corev1.Node) *world.World {
+	sr := plan.ResolveSpec(&s.pool.Spec, inv, r.conversionCosts(ctx, s.pool, w))
+	s.conversions = sr
+	r.conversions.remember(s.pool, sr.Layouts)
+	s.pool.Spec = *sr.Spec.DeepCopy()
+	s.persisted.Spec = *sr.Spec.DeepCopy()
+	if s.wanted != nil {
+		s.wanted = layoutNamed(&s.pool.Spec, s.wanted.Name)
+	}
+	nw := world.Resolve(&s.pool.Spec, inv)
+	nw.TasksInFlight, nw.TasksEnded = w.TasksInFlight, w.TasksEnded
+	nw.Match(&s.pool.Spec, nodes)
+	return nw
+}
+
+// conversionCosts counts, for each pool VM with a node, what draining the node
+// disrupts: its GPU pods that a drain evicts, and among them the do-not-disrupt pods and
+// those of Jobs near completion. A node whose pods cannot be listed counts as holding a
+// do-not-disrupt pod: no choice disrupts what gpupool cannot see, unless weighed.
+func (r *GPUPoolProfileReconciler) conversionCosts(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, w *world.World) plan.Costs {
+	res := demand.GPUResource(pool)
+	costs := make(plan.Costs, len(w.Nodes))
+	jobs := map[types.NamespacedName]bool{}
+	for vm, n := range w.Nodes {
+		pods, err := r.podsOnNode(ctx, n.Name)
+		if err != nil {
+			costs[vm] = plan.VMCost{GPUPods: 1, DoNotDisrupt: 1}
+			continue
+		}
+		var c plan.VMCost
+		for i := range pods {
+			p := &pods[i]
+			if demand.Finished(p) || !demand.Evictable(p) || demand.PodGPUs(p, res) == 0 {
+				continue
+			}
+			c.GPUPods++
+			switch {
+			case p.Annotations[gpupoolv1.AnnotationDoNotDisrupt] == "true":
+				c.DoNotDisrupt++
+			case demand.NearCompletion(ctx, r.APIReader, p, jobs):
+				c.JobsNearCompletion++
+			}
+		}
+		if c != (plan.VMCost{}) {
+			costs[vm] = c
+		}
+	}
+	return costs
+}
+
+// conversionProblem is why layout cannot be made when it is a layout by count that
+// could not be resolved this pass.
+func conversionProblem(s *scope, layout string) (plan.Problem, bool) {
+	err, ok := s.conversions.Errors[layout]
+	if !ok {
+		return plan.Problem{}, false
+	}
+	return plan.Problem{Reason: ReasonConversionUnresolved, Message: err.Error()}, true
+}
+
+// ReasonConversionUnresolved: a layout by count cannot be resolved (a count more than
+// the candidates can fill, no choice the disruption weights allow, ...).
+const ReasonConversionUnresolved = "ConversionUnresolved"
+
+// conversionPreview is status.plan's account of a layout by count's choice.
+func conversionPreview(r *plan.Resolution) *gpupoolv1.ConversionPreview {
+	if r == nil {
+		return nil
+	}
+	const maxChosen, maxNotChosen = 64, 16
+	pv := &gpupoolv1.ConversionPreview{Profile: r.Profile, Count: int32(r.Count), Evicted: int32(r.Evicted), Cost: r.Cost, //nolint:gosec // bounded by the inventory
+		Ineligible: int32(len(r.Ineligible))} //nolint:gosec // bounded by the inventory
+	add := func(to *[]gpupoolv1.GPUChoicePreview, gs []plan.GPUChoice, most int) int {
+		for i, g := range gs {
+			if i == most {
+				return len(gs) - i
+			}
+			*to = append(*to, gpupoolv1.GPUChoicePreview{Host: g.Host, GPU: g.GPU, Why: text.CutWith(g.Why, 512, "...")})
+		}
+		return 0
+	}
+	hidden := add(&pv.Chosen, r.Chosen, maxChosen) + add(&pv.NotChosen, r.NotChosen, maxNotChosen)
+	if hidden > 0 {
+		pv.Truncated = fmt.Sprintf("+%d GPUs not listed", hidden)
+	}
+	return pv
+}

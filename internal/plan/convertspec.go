@@ -1,0 +1,166 @@
+package plan
+
+import (
+	"slices"
+	"strings"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// The spec as a pass plans with it. A layout by count (spec.layouts[].convert) lists no
+// workers: what it runs is decided on each pass from what is observed (Resolve). Every
+// other part of the controller, and the planner, takes enumerated layouts, so a pass
+// works on an enumerated copy of the spec:
+//
+//   - Expand, before the world is observed: a layout by count lists its candidates (so
+//     that they are pool VMs, read from vCenter, matched to their nodes and parked when
+//     another layout is made), or the workers it last resolved to;
+//   - ResolveSpec, once the world is observed: the layouts by count resolved.
+//
+// The copy keeps each layout's Convert, so that it is still known as a layout by count;
+// it is never written back (gpupool writes no spec).
+
+// ConversionOf is the planner's form of a layout by count; false when l lists workers.
+func ConversionOf(l *gpupoolv1.Layout) (Conversion, bool) {
+	c := l.Convert
+	if c == nil {
+		return Conversion{}, false
+	}
+	out := Conversion{Layout: l.Name, Base: c.Base, Count: int(c.Count), Profile: c.Profile, VGPUs: int(c.VGPUs),
+		NodeLabels: l.NodeLabels, NodeTaints: l.NodeTaints, GPUReplicas: l.GPUReplicas}
+	for _, cd := range c.Candidates {
+		out.Candidates = append(out.Candidates, Candidate{VM: cd.VM, Node: cd.Node, NoNode: cd.NoNode})
+	}
+	if d := c.Disruption; d != nil {
+		out.Disruption = Weights{DoNotDisrupt: int(d.DoNotDisrupt), JobNearCompletion: int(d.JobNearCompletion)}
+	}
+	return out, true
+}
+
+// HasConversions tells whether any layout of spec is by count.
+func HasConversions(spec *gpupoolv1.GPUPoolProfileSpec) bool {
+	return slices.ContainsFunc(spec.Layouts, func(l gpupoolv1.Layout) bool { return l.Convert != nil })
+}
+
+// CandidatesLayoutSuffix ends the name of the layout ResolveSpec adds for a layout by
+// count's candidates that no layout runs: they are pool VMs, parked while not chosen. A
+// layout name is a DNS label, so no user layout has it.
+const CandidatesLayoutSuffix = poolSuffix
+
+// IsCandidatesLayout tells whether name is such a layout.
+func IsCandidatesLayout(name string) bool { return strings.HasSuffix(name, poolSuffix) }
+
+// Expand returns spec with every layout by count that lists no workers listing either
+// its last resolution (last, by layout name, when its Convert is the same) or, without
+// one, its candidates with the converted profile. Spec itself is not changed; without
+// layouts by count it is returned as it is.
+func Expand(spec *gpupoolv1.GPUPoolProfileSpec, last map[string][]gpupoolv1.Layout) *gpupoolv1.GPUPoolProfileSpec {
+	if !HasConversions(spec) {
+		return spec
+	}
+	out := *spec
+	out.Layouts = nil
+	for _, l := range spec.Layouts {
+		if l.Convert == nil || len(l.Workers) > 0 {
+			out.Layouts = append(out.Layouts, l)
+			continue
+		}
+		if prev := last[l.Name]; len(prev) > 0 && prev[0].Convert != nil && equalConvert(prev[0].Convert, l.Convert) {
+			r := prev[0]
+			r.Name, r.NodeLabels, r.NodeTaints, r.GPUReplicas = l.Name, l.NodeLabels, l.NodeTaints, l.GPUReplicas
+			out.Layouts = append(out.Layouts, r)
+			out.Layouts = append(out.Layouts, prev[1:]...)
+			continue
+		}
+		conv, _ := ConversionOf(&l)
+		e := l
+		e.Workers = nil
+		for _, cd := range conv.Candidates {
+			e.Workers = append(e.Workers, candidateAsWorker(cd, conv))
+		}
+		out.Layouts = append(out.Layouts, e)
+	}
+	return &out
+}
+
+func equalConvert(a, b *gpupoolv1.Conversion) bool {
+	return a.Base == b.Base && a.Count == b.Count && a.Profile == b.Profile && a.VGPUs == b.VGPUs &&
+		slices.Equal(a.Candidates, b.Candidates) && ((a.Disruption == nil) == (b.Disruption == nil)) &&
+		(a.Disruption == nil || *a.Disruption == *b.Disruption)
+}
+
+func candidateAsWorker(cd Candidate, conv Conversion) gpupoolv1.Worker {
+	w := gpupoolv1.Worker{VM: cd.VM, Profile: conv.Profile, Node: cd.Node, NoNode: cd.NoNode}
+	if conv.VGPUs > 1 {
+		w.VGPUs = int32(conv.VGPUs) //nolint:gosec // at most 16 (admission)
+	}
+	return w
+}
+
+// SpecResolution is what ResolveSpec made of a spec's layouts by count.
+type SpecResolution struct {
+	// Spec is the spec with each layout by count resolved (its workers chosen, its
+	// Convert kept) and a layout of the candidates no layout runs, per layout by count.
+	Spec *gpupoolv1.GPUPoolProfileSpec
+	// Resolutions are the layouts by count resolved, by name; Errors those that could
+	// not be, with why. A layout that could not be resolved keeps its expanded form in
+	// Spec: a pass must not make it (the controller reports the error as a problem).
+	Resolutions map[string]*Resolution
+	Errors      map[string]error
+	// Layouts are, by layout by count, its resolved layout and the candidates' layout:
+	// what Expand takes as the last resolution.
+	Layouts map[string][]gpupoolv1.Layout
+}
+
+// ResolveSpec resolves every layout by count of spec (as Expand returned it) against the
+// inventory and the costs the controller counted on the nodes.
+func ResolveSpec(spec *gpupoolv1.GPUPoolProfileSpec, inv *inventory.Inventory, costs Costs) SpecResolution {
+	out := SpecResolution{Spec: spec, Resolutions: map[string]*Resolution{}, Errors: map[string]error{}, Layouts: map[string][]gpupoolv1.Layout{}}
+	if !HasConversions(spec) {
+		return out
+	}
+	// The resolver reads the other layouts' workers as the pool's VMs; the layouts by
+	// count take part with their candidates (Expand's form), never with another pass's
+	// choice, and the candidates' layouts of an earlier resolution are left out.
+	base := *spec
+	base.Layouts = nil
+	for _, l := range spec.Layouts {
+		if IsCandidatesLayout(l.Name) {
+			continue
+		}
+		if l.Convert != nil {
+			conv, _ := ConversionOf(&l)
+			l.Workers = nil
+			for _, cd := range conv.Candidates {
+				l.Workers = append(l.Workers, candidateAsWorker(cd, conv))
+			}
+		}
+		base.Layouts = append(base.Layouts, l)
+	}
+	resolved := base
+	resolved.Layouts = slices.Clone(base.Layouts)
+	for i := range base.Layouts {
+		l := &base.Layouts[i]
+		conv, ok := ConversionOf(l)
+		if !ok {
+			continue
+		}
+		res, err := Resolve(&base, conv, inv, costs)
+		if err != nil {
+			out.Errors[l.Name] = err
+			continue
+		}
+		res.Layout.Convert = l.Convert
+		out.Resolutions[l.Name] = res
+		resolved.Layouts[i] = res.Layout
+		group := []gpupoolv1.Layout{res.Layout}
+		if j := slices.IndexFunc(res.Spec.Layouts, func(x gpupoolv1.Layout) bool { return x.Name == l.Name+poolSuffix }); j >= 0 {
+			resolved.Layouts = append(resolved.Layouts, res.Spec.Layouts[j])
+			group = append(group, res.Spec.Layouts[j])
+		}
+		out.Layouts[l.Name] = group
+	}
+	out.Spec = &resolved
+	return out
+}

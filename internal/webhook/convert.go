@@ -1,0 +1,100 @@
+package webhook
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// validateLayoutShape checks that a layout either lists workers or converts GPUs, and a
+// layout by count's fields that can be checked without vCenter (docs/count-layouts.md):
+// its base a layout that lists workers, a profile, candidates each a clean VM name listed
+// once, and at least one candidate per converted GPU. What needs the inventory (a
+// profile the hosts offer, how many GPUs the candidates' hosts have) is the planner's:
+// status.plan and the pool's conditions say it.
+func validateLayoutShape(lp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, l *gpupoolv1.Layout) field.ErrorList {
+	c := l.Convert
+	switch {
+	case c == nil && len(l.Workers) == 0:
+		return field.ErrorList{field.Required(lp.Child("workers"), fmt.Sprintf(
+			"layout %q has no workers: list the VMs it runs, each with its vGPU profile, or convert GPUs of another layout (convert: base, count, profile, candidates)", shown(l.Name)))}
+	case c == nil:
+		return nil
+	case len(l.Workers) > 0:
+		return field.ErrorList{field.Forbidden(lp.Child("workers"), fmt.Sprintf(
+			"layout %q converts GPUs (convert) and lists workers: a layout by count runs convert.base's workers and convert.candidates; remove workers, or remove convert", shown(l.Name)))}
+	}
+	cp := lp.Child("convert")
+	var errs field.ErrorList
+	var names []string
+	base := -1
+	for i := range spec.Layouts {
+		if spec.Layouts[i].Name != l.Name {
+			names = append(names, spec.Layouts[i].Name)
+		}
+		if spec.Layouts[i].Name == c.Base {
+			base = i
+		}
+	}
+	switch {
+	case c.Base == l.Name:
+		errs = append(errs, field.Invalid(cp.Child("base"), shown(c.Base), fmt.Sprintf(
+			"is the layout itself; name the layout whose workers run on the GPUs not converted, one of %s", quoteList(names))))
+	case base < 0:
+		errs = append(errs, field.Invalid(cp.Child("base"), shown(c.Base), fmt.Sprintf(
+			"names no layout; write one of %s", quoteList(names))))
+	case spec.Layouts[base].Convert != nil:
+		errs = append(errs, field.Invalid(cp.Child("base"), shown(c.Base), fmt.Sprintf(
+			"is a layout by count itself; a base lists its workers: write the layout %q converts from instead (its convert.base, %q)", shown(c.Base), shown(spec.Layouts[base].Convert.Base))))
+	}
+	if c.Count < 1 {
+		errs = append(errs, field.Invalid(cp.Child("count"), c.Count, fmt.Sprintf(
+			"must be at least 1 GPU; to convert none, use layout %q itself", shown(c.Base))))
+	} else if int(c.Count) > len(c.Candidates) && len(c.Candidates) > 0 {
+		errs = append(errs, field.Invalid(cp.Child("count"), c.Count, fmt.Sprintf(
+			"needs at least %d candidates (a converted GPU takes at least one), and convert.candidates lists %d: lower count to at most %d, or list more candidates",
+			c.Count, len(c.Candidates), len(c.Candidates))))
+	}
+	if _, err := inventory.ProfileFrameBufferMiB(c.Profile); err != nil {
+		errs = append(errs, field.Invalid(cp.Child("profile"), shown(c.Profile),
+			"is not an NVIDIA vGPU type name; write it as govc gpu.host.profile.ls lists it, such as grid_p100-16q"))
+	}
+	if c.VGPUs < 0 || c.VGPUs > MaxVGPUs {
+		errs = append(errs, field.Invalid(cp.Child("vgpus"), c.VGPUs, fmt.Sprintf(
+			"must be between 1 and %d vGPUs of the profile per candidate; leave it out for one vGPU", MaxVGPUs)))
+	}
+	if len(c.Candidates) == 0 {
+		errs = append(errs, field.Required(cp.Child("candidates"), fmt.Sprintf(
+			"list the VMs that may run %s on a converted GPU", shown(c.Profile))))
+	}
+	seen := map[string]int{}
+	for j, cd := range c.Candidates {
+		vp := cp.Child("candidates").Index(j).Child("vm")
+		if msg := checkVM(cd.VM, spec.VCenter.Datacenter); msg != "" {
+			errs = append(errs, field.Invalid(vp, shown(cd.VM), msg))
+			continue
+		}
+		key := vmKey(cd.VM)
+		if k, dup := seen[key]; dup {
+			errs = append(errs, field.Invalid(vp, shown(cd.VM), fmt.Sprintf(
+				"is the VM of candidates[%d] again (by name or path); list each candidate once", k)))
+			continue
+		}
+		seen[key] = j
+	}
+	if d := c.Disruption; d != nil {
+		for _, x := range []struct {
+			name string
+			v    int32
+		}{{"doNotDisrupt", d.DoNotDisrupt}, {"jobNearCompletion", d.JobNearCompletion}} {
+			if x.v < 0 || x.v > 1000 {
+				errs = append(errs, field.Invalid(cp.Child("disruption", x.name), x.v,
+					"must be between 0 (never disrupt such a pod) and 1000 (GPU pods one such pod weighs)"))
+			}
+		}
+	}
+	return errs
+}

@@ -1,0 +1,207 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nodes"
+)
+
+// fourByFour is vgpusim's 4 hosts x 4 16 GB P100s (performance policy): by day sixteen
+// grid_p100-4q VMs per host running, four per GPU as vSphere spreads them; four
+// grid_p100-16q night VMs per host powered off.
+func fourByFour() string {
+	var b strings.Builder
+	b.WriteString("datacenter: dc1\nhosts:\n")
+	for h := 1; h <= 4; h++ {
+		fmt.Fprintf(&b, "  - name: %%[1]sesx-%02d\n    policy: performance\n    gpus:\n", h)
+		for g := range 4 {
+			fmt.Fprintf(&b, "      - {model: Tesla P100, memoryGiB: 16, pciId: \"0000:%02x:00.0\"}\n", 0x3b+g*0x20)
+		}
+		b.WriteString("    profiles:\n      - {name: grid_p100-4q, frameBufferGiB: 4, suspendSupported: true}\n      - {name: grid_p100-16q, frameBufferGiB: 16, suspendSupported: true}\n")
+	}
+	b.WriteString("vms:\n")
+	for h := 1; h <= 4; h++ {
+		for i := 1; i <= 16; i++ {
+			fmt.Fprintf(&b, "  - {name: %%[1]sday-%d-%02d, host: %%[1]sesx-%02d, profile: grid_p100-4q, powerState: poweredOn}\n", h, i, h)
+		}
+		for i := 1; i <= 4; i++ {
+			fmt.Fprintf(&b, "  - {name: %%[1]snight-%d-%d, host: %%[1]sesx-%02d, profile: grid_p100-16q, powerState: poweredOff}\n", h, i, h)
+		}
+	}
+	return b.String()
+}
+
+// countPods are the GPU pods per GPU of the day VMs (host, GPU index in the host's
+// list), spread over the GPU's VMs; the first VM of each GPU in countDND also runs a
+// do-not-disrupt pod (counted in the total).
+var (
+	countPods = [4][4]int{
+		{9, 5, 2, 8},
+		{7, 1, 6, 4},
+		{0, 8, 8, 3},
+		{5, 6, 1, 10},
+	}
+	countDND = [][2]int{{0, 2}, {3, 2}}
+)
+
+// TestCountLayoutConvertsTheCheapestGPUs: night is day with 4 GPUs converted to
+// grid_p100-16q, from the night VMs. On the 4 x 4 world with GPU pods on most day
+// nodes, two of them do-not-disrupt, the switch converts the four GPUs with fewest GPU
+// pods that hold no do-not-disrupt pod, evicts exactly the pods on them, parks exactly
+// their day VMs and runs one night VM on each; every other day VM and pod stays.
+// status.plan shows the choice while the switch is under way. Back to day, every day VM
+// runs again and the night VMs are parked.
+func TestCountLayoutConvertsTheCheapestGPUs(t *testing.T) {
+	h := newHarnessWith(t, "cnt-", fourByFour())
+	pool := h.dayNight()
+	day := gpupoolv1.Layout{Name: "day", NodeLabels: map[string]string{"lab.example/workload": "inference"}}
+	conv := &gpupoolv1.Conversion{Base: "day", Count: 4, Profile: "grid_p100-16q"}
+	for hst := 1; hst <= 4; hst++ {
+		for i := 1; i <= 16; i++ {
+			day.Workers = append(day.Workers, gpupoolv1.Worker{VM: fmt.Sprintf("%sday-%d-%02d", h.prefix, hst, i), Profile: "grid_p100-4q"})
+		}
+		for i := 1; i <= 4; i++ {
+			conv.Candidates = append(conv.Candidates, gpupoolv1.Candidate{VM: fmt.Sprintf("%snight-%d-%d", h.prefix, hst, i)})
+		}
+	}
+	pool.Spec.Layouts = []gpupoolv1.Layout{day, {Name: "night", Convert: conv, NodeLabels: map[string]string{"lab.example/workload": "training"}}}
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	h.converge(pool.Name, "day", 20)
+
+	// The GPU pods, by the GPU vSphere placed each day VM on.
+	inv, err := h.vsphereClient().Inventory(h.ctx)
+	h.must(err)
+	podsOf := map[string][]*corev1.Pod{} // VM -> its GPU pods
+	gpuOf := map[string][2]int{}         // VM -> (host, GPU)
+	for hst := range 4 {
+		host, ok := inv.FindHost(fmt.Sprintf("%sesx-%02d", h.prefix, hst+1))
+		if !ok {
+			t.Fatalf("no host esx-%02d", hst+1)
+		}
+		for g, gpu := range host.GPUs {
+			if len(gpu.VMs) != 4 {
+				t.Fatalf("%s GPU %d runs %v, want four day VMs", host.Name, g, gpu.VMs)
+			}
+			total := countPods[hst][g]
+			for j, vm := range gpu.VMs {
+				gpuOf[vm] = [2]int{hst, g}
+				n := total / 4
+				if j < total%4 {
+					n++
+				}
+				for k := range n {
+					var ann map[string]string
+					if j == 0 && k == 0 && slices.Contains(countDND, [2]int{hst, g}) {
+						ann = map[string]string{gpupoolv1.AnnotationDoNotDisrupt: "true"}
+					}
+					podsOf[vm] = append(podsOf[vm], h.replicaGPUPod(fmt.Sprintf("%s-p%d", vm, k), vm, ann))
+				}
+			}
+		}
+	}
+
+	// Night by its window: the choice is the four cheapest GPUs that spare the
+	// do-not-disrupt pods (esx-03's 0 and 3, esx-02's 1 and 3: 0+3+1+4 = 8 pods; the
+	// do-not-disrupt GPUs esx-01's 2 and esx-04's 2 are cheaper but forbidden).
+	want := map[[2]int]bool{{2, 0}: true, {2, 3}: true, {1, 1}: true, {1, 3}: true}
+	h.clock.SetTime(monday1950)
+	h.reconcile(pool.Name)
+	p := h.get(pool.Name)
+	if p.Status.Plan == nil || p.Status.Plan.Conversion == nil {
+		t.Fatalf("status.plan %+v: want the conversion's choice while the switch is under way", p.Status.Plan)
+	}
+	cv := p.Status.Plan.Conversion
+	var chosen []string
+	for _, g := range cv.Chosen {
+		chosen = append(chosen, strings.TrimPrefix(g.Host, h.prefix)+" "+g.GPU)
+	}
+	slices.Sort(chosen)
+	if got := strings.Join(chosen, ", "); got != "esx-02 0000:5b:00.0, esx-02 0000:9b:00.0, esx-03 0000:3b:00.0, esx-03 0000:9b:00.0" || cv.Evicted != 8 || cv.Count != 4 {
+		t.Fatalf("status.plan.conversion chose %s (evicting %d, count %d), want esx-02's GPUs 1 and 3 and esx-03's 0 and 3, evicting 8", got, cv.Evicted, cv.Count)
+	}
+	if len(cv.NotChosen) == 0 || !slices.ContainsFunc(cv.NotChosen, func(g gpupoolv1.GPUChoicePreview) bool { return strings.Contains(g.Why, "do-not-disrupt") }) {
+		t.Errorf("status.plan.conversion.notChosen %+v: want the do-not-disrupt GPUs named with why", cv.NotChosen)
+	}
+
+	p = h.converge(pool.Name, "night", 80)
+	if p.Status.Phase != gpupoolv1.PhaseSteady {
+		t.Fatalf("phase %s after the switch, want Steady", p.Status.Phase)
+	}
+	for vm, g := range gpuOf {
+		st := h.vm(strings.TrimPrefix(vm, h.prefix))
+		converted := want[g]
+		if running := st.PowerState == string(inventory.PoweredOn); running == converted {
+			t.Errorf("day VM %s on GPU %v: power %s, want it parked exactly when its GPU is converted (%v)", vm, g, st.PowerState, converted)
+		}
+		for _, pod := range podsOf[vm] {
+			err := k8s.Get(h.ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+			if gone := apierrors.IsNotFound(err); gone != converted {
+				t.Errorf("pod %s on %s (GPU %v): gone %v, want evicted exactly when its GPU is converted", pod.Name, vm, g, gone)
+			}
+		}
+	}
+	running := 0
+	for hst := 1; hst <= 4; hst++ {
+		for i := 1; i <= 4; i++ {
+			name := fmt.Sprintf("night-%d-%d", hst, i)
+			if h.vm(name).PowerState != string(inventory.PoweredOn) {
+				continue
+			}
+			running++
+			if hst != 2 && hst != 3 {
+				t.Errorf("night VM %s runs on a host with no converted GPU", name)
+			}
+			if n := h.node(name); n.Labels["lab.example/workload"] != "training" || n.Spec.Unschedulable {
+				t.Errorf("night node %s: labels %v, unschedulable %v; want night's labels and schedulable", n.Name, n.Labels, n.Spec.Unschedulable)
+			}
+		}
+	}
+	if running != 4 {
+		t.Errorf("%d night VMs run, want 4 (one per converted GPU)", running)
+	}
+
+	// Day again: the night VMs are parked and every day VM runs.
+	h.clock.SetTime(tuesday0750)
+	h.converge(pool.Name, "day", 80)
+	for vm := range gpuOf {
+		if st := h.vm(strings.TrimPrefix(vm, h.prefix)); st.PowerState != string(inventory.PoweredOn) {
+			t.Errorf("day VM %s is %s after the switch back to day, want running", vm, st.PowerState)
+		}
+	}
+	for hst := 1; hst <= 4; hst++ {
+		for i := 1; i <= 4; i++ {
+			if st := h.vm(fmt.Sprintf("night-%d-%d", hst, i)); st.PowerState == string(inventory.PoweredOn) {
+				t.Errorf("night VM night-%d-%d runs by day", hst, i)
+			}
+		}
+	}
+}
+
+// replicaGPUPod is a GPU pod of a ReplicaSet on node: a drain evicts it (a bare pod
+// would hold the drain).
+func (h *harness) replicaGPUPod(name, node string, annotations map[string]string) *corev1.Pod {
+	h.t.Helper()
+	yes := true
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.prefix + "apps", Annotations: annotations,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "infer", UID: "d9d2b2f6-3c1e-4c54-9d59-5d4c1c7e0002", Controller: &yes}}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "infer",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{nodes.DefaultGPUResource: resource.MustParse("1")}}}}},
+	}
+	h.must(k8s.Create(h.ctx, pod))
+	h.t.Cleanup(func() { _ = k8s.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+	return pod
+}

@@ -21,6 +21,9 @@ type Preview struct {
 	// Demand is status.demand as the pass would write it with the decision (nil: the
 	// pool has no spec.demand, or it is paused).
 	Demand *gpupoolv1.DemandStatus
+	// Conversion is the choice of the layout planned when it is a layout by count: the
+	// GPUs chosen, not chosen and that cannot be converted, with why (nil otherwise).
+	Conversion *plan.Resolution
 }
 
 // Preview observes the pool's world and decides as a pass does, through the pass's own
@@ -77,5 +80,5 @@ func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.
 	if !ok {
 		return nil, unseen()
 	}
-	return &Preview{Decision: d, Plan: p, Layout: making.Name, Demand: w.demand}, nil
+	return &Preview{Decision: d, Plan: p, Layout: making.Name, Demand: w.demand, Conversion: s.conversions.Resolutions[making.Name]}, nil
 }

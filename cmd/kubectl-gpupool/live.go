@@ -72,6 +72,9 @@ func (a *app) livePlan(ctx context.Context, name string, o liveOptions) error {
 	if n := pv.Decision.Next; n != nil && o.layout == "" {
 		fmt.Fprintf(out, "next: %s at %s\n", n.Layout, sc.at(n.At))
 	}
+	if pv.Conversion != nil {
+		fmt.Fprint(out, sc.text(pv.Conversion.String()))
+	}
 	_, err = fmt.Fprint(out, sc.text(pv.Plan.String()))
 	return err
 }

@@ -76,7 +76,30 @@ func printPlan(out io.Writer, p *gpupoolv1.GPUPoolProfile, sc screen) error {
 	if pv.Generation != p.Generation {
 		fmt.Fprintf(out, "note: planned for spec generation %d; the spec is at %d and gpupool has not planned it yet\n", pv.Generation, p.Generation)
 	}
+	if err := printConversion(out, p.Name, pv.Conversion, sc); err != nil {
+		return err
+	}
 	return printSteps(out, p.Name, pv, sc)
+}
+
+// printConversion prints the choice of a layout by count (status.plan.conversion).
+func printConversion(out io.Writer, name string, cv *gpupoolv1.ConversionPreview, sc screen) error {
+	if cv == nil {
+		return nil
+	}
+	fmt.Fprintf(out, "%s converted to %s, evicting %s (cost %d)\n", count(int(cv.Count), "GPU"), cv.Profile, count(int(cv.Evicted), "GPU pod"), cv.Cost)
+	tw := table(out)
+	fmt.Fprintln(tw, "  HOST\tGPU\tWHY")
+	for _, g := range append(append([]gpupoolv1.GPUChoicePreview(nil), cv.Chosen...), cv.NotChosen...) {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", g.Host, g.GPU, sc.text(g.Why))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if cv.Truncated != "" || cv.Ineligible > 0 {
+		fmt.Fprintf(out, "%s; %d GPUs cannot be converted (kubectl gpupool plan %s --live lists them with why)\n", or(cv.Truncated, "all chosen and not chosen GPUs listed"), cv.Ineligible, name)
+	}
+	return nil
 }
 
 // printSteps prints a plan preview's steps, per host in order.

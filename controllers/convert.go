@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,42 +19,6 @@ import (
 // enumerated copy of the spec (plan.Expand, plan.ResolveSpec): expandSpec when the pass
 // starts, resolveConversions once observe has matched the VMs' nodes, from the pods on
 // them. The copy is never written: status patches carry only the status.
-
-// conversionMemo is, by pool, what its layouts by count last resolved to.
-type conversionMemo struct {
-	mu     sync.Mutex
-	byPool map[string]conversionEntry
-}
-
-type conversionEntry struct {
-	uid     types.UID
-	layouts map[string][]gpupoolv1.Layout
-}
-
-func (m *conversionMemo) last(pool *gpupoolv1.GPUPoolProfile) map[string][]gpupoolv1.Layout {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e, ok := m.byPool[pool.Name]; ok && e.uid == pool.UID {
-		return e.layouts
-	}
-	return nil
-}
-
-func (m *conversionMemo) remember(pool *gpupoolv1.GPUPoolProfile, layouts map[string][]gpupoolv1.Layout) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.byPool == nil {
-		m.byPool = map[string]conversionEntry{}
-	}
-	// Only the layouts resolved this time: one that failed starts from its candidates.
-	m.byPool[pool.Name] = conversionEntry{uid: pool.UID, layouts: layouts}
-}
-
-func (m *conversionMemo) forget(name string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.byPool, name)
-}
 
 // expandSpec makes pool's spec the enumerated copy a pass starts from: each layout by
 // count lists what it last resolved to, or its candidates (plan.Expand).
@@ -120,9 +83,9 @@ func (r *GPUPoolProfileReconciler) conversionCosts(ctx context.Context, pool *gp
 }
 
 // conversionProblem is why layout cannot be made when it is a layout by count that
-// could not be resolved this pass.
-func conversionProblem(s *scope, layout string) (plan.Problem, bool) {
-	err, ok := s.conversions.Errors[layout]
+// could not be resolved this pass (sr).
+func conversionProblem(sr plan.SpecResolution, layout string) (plan.Problem, bool) {
+	err, ok := sr.Errors[layout]
 	if !ok {
 		return plan.Problem{}, false
 	}

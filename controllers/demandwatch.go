@@ -134,6 +134,7 @@ func (dw *demandWatch) Reconcile(ctx context.Context, req reconcile.Request) (re
 	if pool.Spec.Demand == nil || pool.Spec.Paused || !pool.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
+	dw.r.expandSpec(&pool) // layouts by count as the pass last resolved them
 	now := dw.r.Clock.Now()
 	// As the pass decides: with the pool's requests applied (a request in force is the
 	// decision, whatever the demand).

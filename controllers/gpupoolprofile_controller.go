@@ -43,6 +43,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		if apierrors.IsNotFound(err) {
 			r.tasks.watch(req.Name, nil, nil)
 			r.stalls.forget(req.Name)
+			r.conversions.forget(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

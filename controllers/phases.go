@@ -273,7 +273,7 @@ func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layo
 	if err != nil {
 		return nil, nil, fmt.Errorf("planning: %w", err)
 	}
-	if pr, ok := conversionProblem(s, d.Layout); ok {
+	if pr, ok := conversionProblem(s.conversions, d.Layout); ok {
 		// A layout by count that could not be resolved lists its candidates, not a
 		// choice: nothing is done for it.
 		p.Hosts, p.Problems = nil, append(p.Problems, pr)

@@ -61,7 +61,7 @@ func (r *GPUPoolProfileReconciler) planNext(s *scope) {
 	nodes := labelledFor(&s.w, s.pool.Name, layoutNamed(&s.pool.Spec, n.Layout), s.nodeStates)
 	next, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: n.Layout, Inventory: s.w.Inventory, Nodes: nodes, InFlight: plannedInFlight(s.pool), Held: s.w.Holds})
 	if err == nil {
-		if pr, ok := conversionProblem(s, n.Layout); ok {
+		if pr, ok := conversionProblem(s.conversions, n.Layout); ok {
 			next.Hosts, next.Problems = nil, append(next.Problems, pr)
 		}
 		s.nextPlan = next

@@ -142,6 +142,9 @@ func (a *app) layouts(ctx context.Context, pool, prefix string) []cobra.Completi
 			continue
 		}
 		desc := count(len(l.Workers), "worker")
+		if c := l.Convert; c != nil {
+			desc = fmt.Sprintf("%s of %s to %s", count(int(c.Count), "GPU"), c.Base, c.Profile)
+		}
 		if l.Name == p.Status.ActiveLayout {
 			desc += ", active"
 		}

@@ -217,9 +217,16 @@ func checkReachable(out io.Writer, p *gpupoolv1.GPUPoolProfile, layout string, f
 func printChanges(out io.Writer, p *gpupoolv1.GPUPoolProfile, layout string, sc screen) {
 	from := layoutOf(&p.Spec, p.Status.ActiveLayout)
 	to := layoutOf(&p.Spec, layout)
-	if from == nil || from.Name == to.Name {
+	switch {
+	case to.Convert != nil:
+		c := to.Convert
+		fmt.Fprintf(out, "layout %s: %s of layout %s converted to %s; gpupool chooses which at least cost on the state it observes (kubectl gpupool plan %s --live --layout %s shows the choice)\n",
+			layout, count(int(c.Count), "GPU"), c.Base, c.Profile, p.Name, layout)
+	case from != nil && from.Convert != nil:
+		fmt.Fprintf(out, "layout %s: %d workers; the GPUs layout %s converted go back\n", layout, len(to.Workers), from.Name)
+	case from == nil || from.Name == to.Name:
 		fmt.Fprintf(out, "layout %s: %d workers\n", layout, len(to.Workers))
-	} else {
+	default:
 		was := map[string]string{}
 		for _, w := range from.Workers {
 			was[w.VM] = w.Profile

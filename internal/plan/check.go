@@ -194,8 +194,8 @@ func analyse(spec *gpupoolv1.GPUPoolProfileSpec, layoutName string, inv *invento
 	for i := range inv.VMs {
 		named[inv.VMs[i].Name]++
 	}
-	for _, l := range spec.Layouts {
-		for _, w := range l.Workers {
+	for i := range spec.Layouts {
+		for _, w := range poolWorkersOf(&spec.Layouts[i]) {
 			// Note: inventory.Ambiguous scans every VM; only a name that several VMs
 			// carry needs it.
 			if paths := ambiguousPaths(inv, named, w.VM); len(paths) > 1 && !ambiguous[w.VM] {

@@ -2,7 +2,6 @@ package plan
 
 import (
 	"slices"
-	"strings"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
@@ -43,19 +42,25 @@ func HasConversions(spec *gpupoolv1.GPUPoolProfileSpec) bool {
 	return slices.ContainsFunc(spec.Layouts, func(l gpupoolv1.Layout) bool { return l.Convert != nil })
 }
 
-// CandidatesLayoutSuffix ends the name of the layout ResolveSpec adds for a layout by
-// count's candidates that no layout runs: they are pool VMs, parked while not chosen. A
-// layout name is a DNS label, so no user layout has it.
-const CandidatesLayoutSuffix = poolSuffix
-
-// IsCandidatesLayout tells whether name is such a layout.
-func IsCandidatesLayout(name string) bool { return strings.HasSuffix(name, poolSuffix) }
+// poolWorkersOf are the VMs a layout makes pool VMs: its workers, and a layout by
+// count's candidates (whether it runs them or not: a candidate not chosen is parked when
+// the layout is made).
+func poolWorkersOf(l *gpupoolv1.Layout) []gpupoolv1.Worker {
+	if l.Convert == nil {
+		return l.Workers
+	}
+	out := slices.Clone(l.Workers)
+	for _, cd := range l.Convert.Candidates {
+		out = append(out, gpupoolv1.Worker{VM: cd.VM, Node: cd.Node, NoNode: cd.NoNode})
+	}
+	return out
+}
 
 // Expand returns spec with every layout by count that lists no workers listing either
 // its last resolution (last, by layout name, when its Convert is the same) or, without
 // one, its candidates with the converted profile. Spec itself is not changed; without
 // layouts by count it is returned as it is.
-func Expand(spec *gpupoolv1.GPUPoolProfileSpec, last map[string][]gpupoolv1.Layout) *gpupoolv1.GPUPoolProfileSpec {
+func Expand(spec *gpupoolv1.GPUPoolProfileSpec, last map[string]gpupoolv1.Layout) *gpupoolv1.GPUPoolProfileSpec {
 	if !HasConversions(spec) {
 		return spec
 	}
@@ -66,11 +71,10 @@ func Expand(spec *gpupoolv1.GPUPoolProfileSpec, last map[string][]gpupoolv1.Layo
 			out.Layouts = append(out.Layouts, l)
 			continue
 		}
-		if prev := last[l.Name]; len(prev) > 0 && prev[0].Convert != nil && equalConvert(prev[0].Convert, l.Convert) {
-			r := prev[0]
+		if r, ok := last[l.Name]; ok && r.Convert != nil && equalConvert(r.Convert, l.Convert) {
 			r.Name, r.NodeLabels, r.NodeTaints, r.GPUReplicas = l.Name, l.NodeLabels, l.NodeTaints, l.GPUReplicas
+			r.Convert = l.Convert
 			out.Layouts = append(out.Layouts, r)
-			out.Layouts = append(out.Layouts, prev[1:]...)
 			continue
 		}
 		conv, _ := ConversionOf(&l)
@@ -100,35 +104,32 @@ func candidateAsWorker(cd Candidate, conv Conversion) gpupoolv1.Worker {
 
 // SpecResolution is what ResolveSpec made of a spec's layouts by count.
 type SpecResolution struct {
-	// Spec is the spec with each layout by count resolved (its workers chosen, its
-	// Convert kept) and a layout of the candidates no layout runs, per layout by count.
+	// Spec is the spec with each layout by count resolved: its workers chosen, its
+	// Convert kept (its candidates stay pool VMs: poolWorkersOf, world.PoolWorkers).
 	Spec *gpupoolv1.GPUPoolProfileSpec
 	// Resolutions are the layouts by count resolved, by name; Errors those that could
 	// not be, with why. A layout that could not be resolved keeps its expanded form in
 	// Spec: a pass must not make it (the controller reports the error as a problem).
 	Resolutions map[string]*Resolution
 	Errors      map[string]error
-	// Layouts are, by layout by count, its resolved layout and the candidates' layout:
-	// what Expand takes as the last resolution.
-	Layouts map[string][]gpupoolv1.Layout
+	// Layouts are the layouts by count resolved, by name: what Expand takes as the last
+	// resolution.
+	Layouts map[string]gpupoolv1.Layout
 }
 
 // ResolveSpec resolves every layout by count of spec (as Expand returned it) against the
 // inventory and the costs the controller counted on the nodes.
 func ResolveSpec(spec *gpupoolv1.GPUPoolProfileSpec, inv *inventory.Inventory, costs Costs) SpecResolution {
-	out := SpecResolution{Spec: spec, Resolutions: map[string]*Resolution{}, Errors: map[string]error{}, Layouts: map[string][]gpupoolv1.Layout{}}
+	out := SpecResolution{Spec: spec, Resolutions: map[string]*Resolution{}, Errors: map[string]error{}, Layouts: map[string]gpupoolv1.Layout{}}
 	if !HasConversions(spec) {
 		return out
 	}
 	// The resolver reads the other layouts' workers as the pool's VMs; the layouts by
 	// count take part with their candidates (Expand's form), never with another pass's
-	// choice, and the candidates' layouts of an earlier resolution are left out.
+	// choice.
 	base := *spec
 	base.Layouts = nil
 	for _, l := range spec.Layouts {
-		if IsCandidatesLayout(l.Name) {
-			continue
-		}
 		if l.Convert != nil {
 			conv, _ := ConversionOf(&l)
 			l.Workers = nil
@@ -151,15 +152,12 @@ func ResolveSpec(spec *gpupoolv1.GPUPoolProfileSpec, inv *inventory.Inventory, c
 			out.Errors[l.Name] = err
 			continue
 		}
+		// The resolved layout keeps Convert: its candidates not chosen stay pool VMs
+		// (Resolve's own spec lists them in a layout of their own instead).
 		res.Layout.Convert = l.Convert
 		out.Resolutions[l.Name] = res
 		resolved.Layouts[i] = res.Layout
-		group := []gpupoolv1.Layout{res.Layout}
-		if j := slices.IndexFunc(res.Spec.Layouts, func(x gpupoolv1.Layout) bool { return x.Name == l.Name+poolSuffix }); j >= 0 {
-			resolved.Layouts = append(resolved.Layouts, res.Spec.Layouts[j])
-			group = append(group, res.Spec.Layouts[j])
-		}
-		out.Layouts[l.Name] = group
+		out.Layouts[l.Name] = res.Layout
 	}
 	out.Spec = &resolved
 	return out

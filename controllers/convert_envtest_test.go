@@ -61,7 +61,8 @@ var (
 // nodes, two of them do-not-disrupt, the switch converts the four GPUs with fewest GPU
 // pods that hold no do-not-disrupt pod, evicts exactly the pods on them, parks exactly
 // their day VMs and runs one night VM on each; every other day VM and pod stays.
-// status.plan shows the choice while the switch is under way. Back to day, every day VM
+// The day nodes that keep running keep day's labels (no taint of night's). status.plan
+// shows the choice while the switch is under way. Back to day, every day VM
 // runs again and the night VMs are parked.
 func TestCountLayoutConvertsTheCheapestGPUs(t *testing.T) {
 	h := newHarnessWith(t, "cnt-", fourByFour())
@@ -76,7 +77,8 @@ func TestCountLayoutConvertsTheCheapestGPUs(t *testing.T) {
 			conv.Candidates = append(conv.Candidates, gpupoolv1.Candidate{VM: fmt.Sprintf("%snight-%d-%d", h.prefix, hst, i)})
 		}
 	}
-	pool.Spec.Layouts = []gpupoolv1.Layout{day, {Name: "night", Convert: conv, NodeLabels: map[string]string{"lab.example/workload": "training"}}}
+	pool.Spec.Layouts = []gpupoolv1.Layout{day, {Name: "night", Convert: conv, NodeLabels: map[string]string{"lab.example/workload": "training"},
+		NodeTaints: []corev1.Taint{{Key: "lab.example/training", Value: "true", Effect: corev1.TaintEffectNoSchedule}}}}
 	h.clock.SetTime(monday1000)
 	h.create(pool)
 	h.converge(pool.Name, "day", 20)
@@ -146,6 +148,14 @@ func TestCountLayoutConvertsTheCheapestGPUs(t *testing.T) {
 		if running := st.PowerState == string(inventory.PoweredOn); running == converted {
 			t.Errorf("day VM %s on GPU %v: power %s, want it parked exactly when its GPU is converted (%v)", vm, g, st.PowerState, converted)
 		}
+		if !converted {
+			// A day node that keeps running serves day's work: day's labels, no taint
+			// of night's.
+			n := h.node(strings.TrimPrefix(vm, h.prefix))
+			if n.Labels["lab.example/workload"] != "inference" || n.Labels[gpupoolv1.LabelLayout] != "day" || hasTaint(n, "lab.example/training") || n.Spec.Unschedulable {
+				t.Errorf("day node %s kept in night: labels %v, taints %v, unschedulable %v; want day's labels, no taint, schedulable", n.Name, n.Labels, n.Spec.Taints, n.Spec.Unschedulable)
+			}
+		}
 		for _, pod := range podsOf[vm] {
 			err := k8s.Get(h.ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
 			if gone := apierrors.IsNotFound(err); gone != converted {
@@ -164,8 +174,8 @@ func TestCountLayoutConvertsTheCheapestGPUs(t *testing.T) {
 			if hst != 2 && hst != 3 {
 				t.Errorf("night VM %s runs on a host with no converted GPU", name)
 			}
-			if n := h.node(name); n.Labels["lab.example/workload"] != "training" || n.Spec.Unschedulable {
-				t.Errorf("night node %s: labels %v, unschedulable %v; want night's labels and schedulable", n.Name, n.Labels, n.Spec.Unschedulable)
+			if n := h.node(name); n.Labels["lab.example/workload"] != "training" || n.Labels[gpupoolv1.LabelLayout] != "night" || !hasTaint(n, "lab.example/training") || n.Spec.Unschedulable {
+				t.Errorf("night node %s: labels %v, taints %v, unschedulable %v; want night's labels and taint, schedulable", n.Name, n.Labels, n.Spec.Taints, n.Spec.Unschedulable)
 			}
 		}
 	}

@@ -6,6 +6,8 @@
 package world
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -152,11 +154,21 @@ func (w *World) WorkerByID(l *gpupoolv1.Layout, id string) (gpupoolv1.Worker, bo
 }
 
 // MetaFor is what the node of a VM (by inventory name) should carry as a worker of
-// layout l of pool; false when l is nil or has no such worker.
+// layout l of pool; false when l is nil or has no such worker. In a layout by count the
+// base layout's workers that keep running carry the base layout's labels and taints:
+// they go on serving its work (only the candidates carry l's).
 func (w *World) MetaFor(pool string, l *gpupoolv1.Layout, name string) (nodes.Meta, bool) {
 	wk, ok := w.Worker(l, name)
 	if !ok {
 		return nodes.Meta{}, false
+	}
+	if c := l.Convert; c != nil && !slices.ContainsFunc(c.Candidates, func(cd gpupoolv1.Candidate) bool { return cd.VM == wk.VM }) {
+		for b := range w.layouts {
+			if b.Name == c.Base {
+				l = b
+				break
+			}
+		}
 	}
 	v := w.VMs[wk.VM]
 	mib, _ := inventory.ProfileFrameBufferMiB(wk.Profile)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,8 +65,20 @@ var (
 // The day nodes that keep running keep day's labels (no taint of night's). status.plan
 // shows the choice while the switch is under way. Back to day, every day VM
 // runs again and the night VMs are parked.
-func TestCountLayoutConvertsTheCheapestGPUs(t *testing.T) {
-	h := newHarnessWith(t, "cnt-", fourByFour())
+// countWorld is the 4 x 4 world with night as day with 4 GPUs converted, the pool
+// created and day made, and the GPU pods of countPods on the day nodes: by VM, its pods
+// and its GPU (host, GPU index).
+type countWorld struct {
+	h      *harness
+	pool   *gpupoolv1.GPUPoolProfile
+	podsOf map[string][]*corev1.Pod
+	gpuOf  map[string][2]int
+}
+
+func newCountWorld(t *testing.T, prefix string, restart bool) countWorld {
+	t.Helper()
+	h := newHarnessWith(t, prefix, fourByFour())
+	h.restart = restart
 	pool := h.dayNight()
 	day := gpupoolv1.Layout{Name: "day", NodeLabels: map[string]string{"lab.example/workload": "inference"}}
 	conv := &gpupoolv1.Conversion{Base: "day", Count: 4, Profile: "grid_p100-16q"}
@@ -115,6 +128,12 @@ func TestCountLayoutConvertsTheCheapestGPUs(t *testing.T) {
 		}
 	}
 
+	return countWorld{h: h, pool: pool, podsOf: podsOf, gpuOf: gpuOf}
+}
+
+func TestCountLayoutConvertsTheCheapestGPUs(t *testing.T) {
+	cw := newCountWorld(t, "cnt-", false)
+	h, pool, podsOf, gpuOf := cw.h, cw.pool, cw.podsOf, cw.gpuOf
 	// Night by its window: the choice is the four cheapest GPUs that spare the
 	// do-not-disrupt pods (esx-03's 0 and 3, esx-02's 1 and 3: 0+3+1+4 = 8 pods; the
 	// do-not-disrupt GPUs esx-01's 2 and esx-04's 2 are cheaper but forbidden).
@@ -214,4 +233,132 @@ func (h *harness) replicaGPUPod(name, node string, annotations map[string]string
 	h.must(k8s.Create(h.ctx, pod))
 	h.t.Cleanup(func() { _ = k8s.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
 	return pod
+}
+
+// running reports whether the harness's VM (without prefix) is powered on.
+func (cw countWorld) running(vm string) bool {
+	return cw.h.vm(strings.TrimPrefix(vm, cw.h.prefix)).PowerState == string(inventory.PoweredOn)
+}
+
+// checkConverted fails unless exactly the day VMs on the GPUs of converted are parked
+// and exactly their pods gone (those of evicted GPUs: converted now or before), and
+// nights night VMs run, on hosts of converted GPUs.
+func (cw countWorld) checkConverted(when string, converted, evicted map[[2]int]bool, nights int) {
+	t := cw.h.t
+	t.Helper()
+	for vm, g := range cw.gpuOf {
+		if cw.running(vm) == converted[g] {
+			t.Errorf("%s: day VM %s on GPU %v running %v, want parked exactly when its GPU is converted (%v)", when, vm, g, cw.running(vm), converted[g])
+		}
+		for _, pod := range cw.podsOf[vm] {
+			err := k8s.Get(cw.h.ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+			if gone := apierrors.IsNotFound(err); gone != evicted[g] {
+				t.Errorf("%s: pod %s on %s (GPU %v): gone %v, want %v", when, pod.Name, vm, g, gone, evicted[g])
+			}
+		}
+	}
+	hosts := map[int]bool{}
+	for g := range converted {
+		hosts[g[0]+1] = true
+	}
+	n := 0
+	for hst := 1; hst <= 4; hst++ {
+		for i := 1; i <= 4; i++ {
+			name := fmt.Sprintf("%snight-%d-%d", cw.h.prefix, hst, i)
+			if !cw.running(name) {
+				continue
+			}
+			n++
+			if !hosts[hst] {
+				t.Errorf("%s: night VM %s runs on a host with no converted GPU", when, name)
+			}
+		}
+	}
+	if n != nights {
+		t.Errorf("%s: %d night VMs run, want %d", when, n, nights)
+	}
+}
+
+// cheapestFour are the GPUs night by count 4 converts on countPods: the four with fewest
+// GPU pods that hold no do-not-disrupt pod.
+var cheapestFour = map[[2]int]bool{{2, 0}: true, {2, 3}: true, {1, 1}: true, {1, 3}: true}
+
+// TestCountLayoutExactlyOnceAcrossRestarts: the switch to a layout by count with the
+// manager restarted before every pass (its memory of the last choice lost each time)
+// makes the same choice throughout, and every VM gets each vSphere operation and every
+// node its cordon at most once.
+func TestCountLayoutExactlyOnceAcrossRestarts(t *testing.T) {
+	cw := newCountWorld(t, "cnr-", true)
+	h := cw.h
+	var vms []string
+	for vm := range cw.gpuOf {
+		vms = append(vms, strings.TrimPrefix(vm, h.prefix))
+	}
+	for hst := 1; hst <= 4; hst++ {
+		for i := 1; i <= 4; i++ {
+			vms = append(vms, fmt.Sprintf("night-%d-%d", hst, i))
+		}
+	}
+	l := h.ledger(vms...)
+	h.clock.SetTime(monday1950)
+	h.untilLayout(cw.pool.Name, "night", 150, l)
+	l.once("day -> night by count, restarted before every pass")
+	if h.restarts < 10 {
+		t.Fatalf("%d restarts, want one before every pass", h.restarts)
+	}
+	cw.checkConverted("after the switch", cheapestFour, cheapestFour, 4)
+}
+
+// TestCountLayoutFollowsACountChange: with night active at count 4, the count lowered to
+// 2 keeps two of the converted GPUs (evicting nothing more), parks the other two night
+// VMs and brings the day VMs of their GPUs back; raised to 4 again it converts the
+// cheapest GPUs again (those two: their day VMs have no pods left).
+func TestCountLayoutFollowsACountChange(t *testing.T) {
+	cw := newCountWorld(t, "cnc-", false)
+	h := cw.h
+	h.clock.SetTime(monday1950)
+	h.converge(cw.pool.Name, "night", 80)
+	cw.checkConverted("count 4", cheapestFour, cheapestFour, 4)
+
+	setCount := func(n int32) {
+		h.patchPool(cw.pool.Name, func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Layouts[1].Convert.Count = n })
+		for range 80 {
+			res := h.reconcile(cw.pool.Name)
+			h.settle()
+			p := h.get(cw.pool.Name)
+			// Steady with no plan for the current layout: the repair of the active layout
+			// to the new count is done (a repair is no transition).
+			current := p.Status.Plan != nil && p.Status.Plan.For == gpupoolv1.PlanForCurrent
+			if p.Status.ObservedGeneration == p.Generation && p.Status.Phase == gpupoolv1.PhaseSteady && !current && len(inFlight(p)) == 0 {
+				return
+			}
+			h.clock.Step(min(max(res.RequeueAfter, time.Second), 10*time.Second))
+		}
+		t.Fatalf("count %d: the pool did not settle", n)
+	}
+	setCount(2)
+	kept := map[[2]int]bool{}
+	for g := range cheapestFour {
+		if cw.anyNightOn(g) {
+			kept[g] = true
+		}
+	}
+	if len(kept) != 2 {
+		t.Fatalf("count 2 keeps %d converted GPUs (%v), want 2 of %v", len(kept), kept, cheapestFour)
+	}
+	cw.checkConverted("count 2", kept, cheapestFour, 2)
+
+	setCount(4)
+	cw.checkConverted("count 4 again", cheapestFour, cheapestFour, 4)
+}
+
+// anyNightOn tells whether a night VM runs on the GPU.
+func (cw countWorld) anyNightOn(g [2]int) bool {
+	inv, err := cw.h.vsphereClient().Inventory(cw.h.ctx)
+	cw.h.must(err)
+	host, ok := inv.FindHost(fmt.Sprintf("%sesx-%02d", cw.h.prefix, g[0]+1))
+	if !ok {
+		return false
+	}
+	return slices.ContainsFunc(host.GPUs[g[1]].VMs, func(vm string) bool { return strings.Contains(vm, "night-") })
 }

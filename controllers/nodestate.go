@@ -34,24 +34,21 @@ func readyForWork(w *world.World, name string) bool {
 	return seen && len(gaps) == 0
 }
 
-// publishStates sets each pool node's state label from its worker's recorded step, and
-// records the pool as the owner of its marks (AnnotationMarkedBy). A node is patched
-// only when its value changes. Nodes the pool marked and no longer matches to a worker
-// lose the marks (unmarkStale).
-func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) {
+// stateLabels is the state label of each pool node whose VM is a worker's (by VM name),
+// from its worker's recorded step and what the pass holds.
+func stateLabels(s *scope) map[string]string {
 	held := map[string]bool{}
 	for _, h := range s.facts.held {
 		held[h.VM] = true
 	}
-	var changed []*corev1.Node
-	var wants []string
-	for name, n := range s.w.Nodes {
+	out := map[string]string{}
+	for name := range s.w.Nodes {
 		ws := execute.FindWorker(s.pool, s.w.SpecID[name])
 		vm, ok := s.w.VM(name)
 		if ws == nil || !ok {
 			continue
 		}
-		want := nodes.StateValue(nodes.StateFacts{
+		out[name] = nodes.StateValue(nodes.StateFacts{
 			InLayout:  s.inLayout(name),
 			PoweredOn: vm.PowerState == inventory.PoweredOn,
 			Step:      ws.Step,
@@ -59,6 +56,32 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 			Aborted:   s.aborted,
 			NodeReady: readyForWork(&s.w, name),
 		})
+	}
+	return out
+}
+
+// stepMarks puts the state labels (by VM name) and their owner, the pool, on the nodes
+// the executor's steps patch (execute.Input.Marks): the states as the pass decided them
+// before its steps, which publishStates finds in place afterwards unless a step's
+// outcome changed them (a failed start, a hold, an abort).
+func stepMarks(states map[string]string, pool string) func(vm string, n *corev1.Node) {
+	return func(vm string, n *corev1.Node) {
+		if want, ok := states[vm]; ok {
+			nodes.SetState(n, want, pool)
+		}
+	}
+}
+
+// publishStates sets each pool node's state label from its worker's recorded step, and
+// records the pool as the owner of its marks (AnnotationMarkedBy). A node is patched
+// only when its value changes: a node a step of the pass patched carries them already
+// (stepMarks). Nodes the pool marked and no longer matches to a worker lose the marks
+// (unmarkStale).
+func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) {
+	var changed []*corev1.Node
+	var wants []string
+	for name, want := range stateLabels(s) {
+		n := s.w.Nodes[name]
 		if n.Labels[LabelState] == want && n.Annotations[AnnotationMarkedBy] == s.pool.Name {
 			continue
 		}
@@ -71,13 +94,7 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 	// concurrently (bounded), not one after the other.
 	errs := make([]error, len(changed))
 	execute.ForEach(len(changed), execute.MaxConcurrentWrites, func(i int) {
-		errs[i] = r.patchNode(ctx, changed[i], func(n *corev1.Node) {
-			if n.Labels == nil {
-				n.Labels = map[string]string{}
-			}
-			n.Labels[LabelState] = wants[i]
-			nodes.SetMarksOwner(n, s.pool.Name)
-		})
+		errs[i] = r.patchNode(ctx, changed[i], func(n *corev1.Node) { nodes.SetState(n, wants[i], s.pool.Name) })
 	})
 	for _, err := range errs {
 		s.budget.NodeWritten(err)

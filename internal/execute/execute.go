@@ -91,8 +91,8 @@ type Executor struct {
 }
 
 // Input is what one run acts on: the pool (whose workers' status it writes), the time
-// of the pass, the plan and the layout it makes, the world the plan was made from, and
-// the writes the pass may still make (nil: no cap).
+// of the pass, the plan and the layout it makes, the world the plan was made from, the
+// writes the pass may still make (nil: no cap), and the pass's marks.
 type Input struct {
 	Pool   *gpupoolv1.GPUPoolProfile
 	Now    time.Time
@@ -100,6 +100,12 @@ type Input struct {
 	Layout *gpupoolv1.Layout
 	World  *world.World
 	Budget *Budget
+	// Marks, when set, puts on n, the node of VM vm (by inventory name), the marks the
+	// pass publishes for it (its state label and their owner): a step that patches a
+	// node carries them in its own patch, so that the pass does not patch the node a
+	// second time for them. It is called from the run's concurrent writes and must only
+	// read the pass.
+	Marks func(vm string, n *corev1.Node)
 }
 
 // Outcome is what a run did that the pass's summary needs: when to come back (0: no
@@ -220,6 +226,17 @@ func (r *run) runSteps(ctx context.Context, steps []plan.Step) {
 // worker returns the status entry of the VM a plan step names.
 func (r *run) worker(name string) *gpupoolv1.WorkerStatus {
 	return Worker(r.Pool, r.World.ID(name))
+}
+
+// withMarks is a step's change of the node of vm, with the pass's marks.
+func (r *run) withMarks(vm string, change func(*corev1.Node)) func(*corev1.Node) {
+	if r.Marks == nil {
+		return change
+	}
+	return func(n *corev1.Node) {
+		change(n)
+		r.Marks(vm, n)
+	}
 }
 
 func (r *run) timed(part string, f func()) {

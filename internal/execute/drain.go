@@ -29,7 +29,7 @@ func (r *run) cordonNode(ctx context.Context, vm string, node *corev1.Node) erro
 	if !r.Budget.NodeWrite() {
 		return ErrCapped
 	}
-	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, func(n *corev1.Node) {
+	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, false, func(n *corev1.Node) {
 		nodes.Cordon(n)
 		nodes.SetManagedLabel(n, gpupoolv1.LabelPool, r.Pool.Name)
 	}))

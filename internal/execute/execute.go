@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -103,15 +104,19 @@ type Input struct {
 	// Marks, when set, puts on n, the node of VM vm (by inventory name), the marks the
 	// pass publishes for it (its state label and their owner): a step that patches a
 	// node carries them in its own patch, so that the pass does not patch the node a
-	// second time for them. It is called from the run's concurrent writes and must only
-	// read the pass.
-	Marks func(vm string, n *corev1.Node)
+	// second time for them. done says that the patch does the worker's last step (a
+	// relabel, an uncordon): the marks are then those of a worker with no step left,
+	// which the next pass publishes. It is called from the run's concurrent writes and
+	// must only read the pass.
+	Marks func(vm string, done bool, n *corev1.Node)
 }
 
 // Outcome is what a run did that the pass's summary needs: when to come back (0: no
 // requeue asked), what kept steps from going on, what nodes waited for, the VMs held,
-// and Abort, the reason to abort the transition (a drain timed out and
-// spec.drain.onTimeout is Abort): the run stopped there, and the controller aborts.
+// Abort, the reason to abort the transition (a drain timed out and
+// spec.drain.onTimeout is Abort): the run stopped there, and the controller aborts; and
+// Done, the VMs (by inventory name) whose last step's node patch went through, with the
+// marks of a worker with no step left (Input.Marks).
 type Outcome struct {
 	After        time.Duration
 	StepErrors   []string
@@ -119,6 +124,7 @@ type Outcome struct {
 	NodeWaits    []string
 	Held         []plan.Problem
 	Abort        string
+	Done         map[string]bool
 }
 
 // run is one Run's state.
@@ -131,6 +137,8 @@ type run struct {
 	// parkedAhead is what parkAhead found parking the nodes of the due steps, by VM
 	// (nil: parked).
 	parkedAhead map[string]error
+	// doneMu guards out.Done, which concurrent node steps add to (finished).
+	doneMu sync.Mutex
 }
 
 // Run runs the plan's due steps. Drains run their evictions concurrently, after every
@@ -228,15 +236,26 @@ func (r *run) worker(name string) *gpupoolv1.WorkerStatus {
 	return Worker(r.Pool, r.World.ID(name))
 }
 
-// withMarks is a step's change of the node of vm, with the pass's marks.
-func (r *run) withMarks(vm string, change func(*corev1.Node)) func(*corev1.Node) {
+// withMarks is a step's change of the node of vm, with the pass's marks; done: the
+// change does the worker's last step (Input.Marks).
+func (r *run) withMarks(vm string, done bool, change func(*corev1.Node)) func(*corev1.Node) {
 	if r.Marks == nil {
 		return change
 	}
 	return func(n *corev1.Node) {
 		change(n)
-		r.Marks(vm, n)
+		r.Marks(vm, done, n)
 	}
+}
+
+// finished records that the node patch of vm's last step went through (Outcome.Done).
+func (r *run) finished(vm string) {
+	r.doneMu.Lock()
+	defer r.doneMu.Unlock()
+	if r.out.Done == nil {
+		r.out.Done = map[string]bool{}
+	}
+	r.out.Done[vm] = true
 }
 
 func (r *run) timed(part string, f func()) {

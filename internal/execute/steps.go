@@ -165,7 +165,7 @@ func (r *run) parkNode(ctx context.Context, vm string, node *corev1.Node) error 
 	if marked {
 		return nil
 	}
-	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(r.Pool.Name)) }))
+	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, false, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(r.Pool.Name)) }))
 	r.Budget.NodeWritten(err)
 	return err
 }
@@ -229,11 +229,12 @@ func (r *run) uncordonStep(ctx context.Context, vm string, node *corev1.Node) (t
 		r.Budget.NodeUnwritten()
 		return RequeueNodeReady, nil
 	}
-	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, nodes.Uncordon))
+	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, true, nodes.Uncordon))
 	r.Budget.NodeWritten(err)
 	if err != nil {
 		return 0, err
 	}
+	r.finished(vm)
 	r.Events.Node(node, corev1.EventTypeNormal, "Uncordoned", fmt.Sprintf("uncordoned node %s", node.Name))
 	return RequeueStep, nil
 }
@@ -247,7 +248,9 @@ func (r *run) relabel(ctx context.Context, vm string, node *corev1.Node, uncordo
 		r.Budget.NodeUnwritten()
 		return RequeueNodeReady, nil
 	}
-	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, func(n *corev1.Node) {
+	// The uncordon is the only step that may follow a relabel, and it is done here
+	// then: either way the patch does the worker's last step.
+	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, true, func(n *corev1.Node) {
 		nodes.ApplyMeta(n, m)
 		if uncordon {
 			nodes.Uncordon(n)
@@ -257,6 +260,7 @@ func (r *run) relabel(ctx context.Context, vm string, node *corev1.Node, uncordo
 	if err != nil {
 		return 0, err
 	}
+	r.finished(vm)
 	if err := r.Nodes.Release(ctx, node); err != nil {
 		return 0, err
 	}

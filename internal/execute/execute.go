@@ -109,6 +109,10 @@ type Input struct {
 	// which the next pass publishes. It is called from the run's concurrent writes and
 	// must only read the pass.
 	Marks func(vm string, done bool, n *corev1.Node)
+	// ReadyOnceRelabelled tells whether the node of VM vm (by inventory name), ready for
+	// work, stays so once it carries the layout's labels and taints: its relabel then
+	// uncordons it too, when the plan uncordons it next (nil: never, each in its pass).
+	ReadyOnceRelabelled func(vm string) bool
 }
 
 // Outcome is what a run did that the pass's summary needs: when to come back (0: no
@@ -137,6 +141,8 @@ type run struct {
 	// parkedAhead is what parkAhead found parking the nodes of the due steps, by VM
 	// (nil: parked).
 	parkedAhead map[string]error
+	// uncordons are the VMs whose node the plan uncordons (uncordonWithRelabel).
+	uncordons map[string]bool
 	// doneMu guards out.Done, which concurrent node steps add to (finished).
 	doneMu sync.Mutex
 }
@@ -147,7 +153,7 @@ type run struct {
 // step is reported and never stops the others; a drain that aborts the transition stops
 // the run.
 func (e *Executor) Run(ctx context.Context, in Input) Outcome {
-	r := &run{Executor: e, Input: in}
+	r := &run{Executor: e, Input: in, uncordons: uncordonsOf(in.Plan)}
 	var drains, others []plan.Step
 	for _, step := range in.Plan.Due(int(max(in.Pool.Spec.MaxParallel, 1))) {
 		ws := r.worker(step.VM)

@@ -42,16 +42,20 @@ func (noEvents) Pool(*corev1.Node, string, string, string) {}
 // TestNodeStepsPatchOnce: a relabel whose worker the plan uncordons next relabels and
 // uncordons the node in one patch, and a node step's patch carries the pass's marks for
 // a worker with no step left (Input.Marks, Outcome.Done); a relabel without an uncordon
-// after it is one patch too.
+// after it is one patch too. A node that is not ready for work once relabelled
+// (Input.ReadyOnceRelabelled) is relabelled only, and stays cordoned for a later pass.
 func TestNodeStepsPatchOnce(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		cordoned bool
-		steps    []plan.Action
+		name       string
+		cordoned   bool
+		steps      []plan.Action
+		notReady   bool // once relabelled
+		stillSteps bool // the patch leaves the worker a step
 	}{
-		{"relabel and uncordon", true, []plan.Action{plan.Relabel, plan.Uncordon}},
-		{"relabel alone", false, []plan.Action{plan.Relabel}},
-		{"uncordon alone", true, []plan.Action{plan.Uncordon}},
+		{"relabel and uncordon", true, []plan.Action{plan.Relabel, plan.Uncordon}, false, false},
+		{"relabel alone", false, []plan.Action{plan.Relabel}, false, false},
+		{"uncordon alone", true, []plan.Action{plan.Uncordon}, false, false},
+		{"relabel of a node not ready once relabelled", true, []plan.Action{plan.Relabel, plan.Uncordon}, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := gpupoolv1.GPUPoolProfileSpec{MaxParallel: 1, Layouts: []gpupoolv1.Layout{
@@ -76,22 +80,23 @@ func TestNodeStepsPatchOnce(t *testing.T) {
 				Marks: func(vm string, done bool, n *corev1.Node) {
 					marked = append(marked, done)
 					nodes.SetState(n, "ready", "p")
-				}})
+				},
+				ReadyOnceRelabelled: func(string) bool { return !tc.notReady }})
 			if got := c.patches["node-a"]; got != 1 {
 				t.Errorf("node patched %d times, want 1", got)
 			}
-			if node.Spec.Unschedulable {
-				t.Error("node still cordoned")
+			if node.Spec.Unschedulable != tc.stillSteps {
+				t.Errorf("node cordoned: %v, want %v", node.Spec.Unschedulable, tc.stillSteps)
 			}
 			_, relabelled := node.Labels[gpupoolv1.LabelLayout]
 			if wantRelabel := tc.steps[0] == plan.Relabel; relabelled != wantRelabel {
 				t.Errorf("node relabelled: %v, want %v (labels %v)", relabelled, wantRelabel, node.Labels)
 			}
-			if len(marked) != 1 || !marked[0] || node.Labels[gpupoolv1.LabelState] != "ready" || node.Annotations[gpupoolv1.AnnotationMarkedBy] != "p" {
-				t.Errorf("marks %v, labels %v, annotations %v: want the marks of a worker with no step left in the step's patch", marked, node.Labels, node.Annotations)
+			if len(marked) != 1 || marked[0] == tc.stillSteps || node.Labels[gpupoolv1.LabelState] != "ready" || node.Annotations[gpupoolv1.AnnotationMarkedBy] != "p" {
+				t.Errorf("marks (done) %v, labels %v, annotations %v: want the marks in the step's patch, done %v", marked, node.Labels, node.Annotations, !tc.stillSteps)
 			}
-			if !out.Done["a"] {
-				t.Errorf("Outcome.Done = %v, want a", out.Done)
+			if out.Done["a"] == tc.stillSteps {
+				t.Errorf("Outcome.Done = %v, want a: %v", out.Done, !tc.stillSteps)
 			}
 		})
 	}

@@ -70,7 +70,7 @@ func (r *run) execute(ctx context.Context, step plan.Step) (time.Duration, error
 			return 0, ErrCapped
 		}
 		if step.Action == plan.Relabel {
-			return r.relabel(ctx, step.VM, node, r.uncordonFollows(step.VM))
+			return r.relabel(ctx, step.VM, node, r.uncordonWithRelabel(step.VM))
 		}
 		return r.uncordonStep(ctx, step.VM, node)
 	}
@@ -239,18 +239,19 @@ func (r *run) uncordonStep(ctx context.Context, vm string, node *corev1.Node) (t
 	return RequeueStep, nil
 }
 
-// relabel gives the node of vm the layout's labels and taints and, when uncordon says
-// that the plan uncordons it next (uncordonFollows), uncordons it in the same patch: the
-// node becomes schedulable with its labels, in one write rather than one per step.
+// relabel gives the node of vm the layout's labels and taints and, when uncordon says so
+// (uncordonWithRelabel), uncordons it in the same patch: the node becomes schedulable
+// with its labels, in one write rather than one per step.
 func (r *run) relabel(ctx context.Context, vm string, node *corev1.Node, uncordon bool) (time.Duration, error) {
 	m, ok := r.World.MetaFor(r.Pool.Name, r.Layout, vm)
 	if node == nil || !ok {
 		r.Budget.NodeUnwritten()
 		return RequeueNodeReady, nil
 	}
-	// The uncordon is the only step that may follow a relabel, and it is done here
-	// then: either way the patch does the worker's last step.
-	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, true, func(n *corev1.Node) {
+	// The uncordon is the only step that may follow a relabel: the patch does the
+	// worker's last step unless the plan still uncordons the node afterwards.
+	last := uncordon || !r.uncordons[vm]
+	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, last, func(n *corev1.Node) {
 		nodes.ApplyMeta(n, m)
 		if uncordon {
 			nodes.Uncordon(n)
@@ -260,7 +261,9 @@ func (r *run) relabel(ctx context.Context, vm string, node *corev1.Node, uncordo
 	if err != nil {
 		return 0, err
 	}
-	r.finished(vm)
+	if last {
+		r.finished(vm)
+	}
 	if err := r.Nodes.Release(ctx, node); err != nil {
 		return 0, err
 	}
@@ -271,19 +274,28 @@ func (r *run) relabel(ctx context.Context, vm string, node *corev1.Node, uncordo
 	return RequeueStep, nil
 }
 
-// uncordonFollows tells whether the plan uncordons the node of vm after relabelling it.
-// Both only patch the node, and the uncordon is the worker's last step: the relabel does
-// it in the same patch (the plan's order stands, the node is never schedulable without
-// the layout's labels).
-func (r *run) uncordonFollows(vm string) bool {
-	for _, hp := range r.Plan.Hosts {
+// uncordonWithRelabel tells whether the relabel of the node of vm uncordons it in the
+// same patch: the plan uncordons it next, and the node is still ready for work once it
+// carries the layout's labels (Input.ReadyOnceRelabelled). Both steps only patch the
+// node and the uncordon is the worker's last: the plan's order stands, the node is
+// never schedulable without the layout's labels. A node whose readiness the labels
+// change (a layout's gpuReplicas) is uncordoned by a later pass, once it is judged with
+// them.
+func (r *run) uncordonWithRelabel(vm string) bool {
+	return r.uncordons[vm] && r.ReadyOnceRelabelled != nil && r.ReadyOnceRelabelled(vm)
+}
+
+// uncordonsOf are the VMs whose node the plan uncordons (by inventory name).
+func uncordonsOf(p *plan.Plan) map[string]bool {
+	out := map[string]bool{}
+	for _, hp := range p.Hosts {
 		for _, st := range hp.Steps {
-			if st.VM == vm && st.Action == plan.Uncordon {
-				return true
+			if st.Action == plan.Uncordon {
+				out[st.VM] = true
 			}
 		}
 	}
-	return false
+	return out
 }
 
 // powerOnHost is the ref of the host a power-on step names when it is not the VM's own
@@ -327,6 +339,7 @@ func (r *run) sayMoved(ws *gpupoolv1.WorkerStatus, step plan.Step) {
 // outcomes are noted one by one afterwards. It returns the other steps.
 func (r *run) patchNodesTogether(ctx context.Context, steps []plan.Step) []plan.Step {
 	var nodeSteps, rest []plan.Step
+	var uncordon []bool // per node step: a relabel that uncordons too
 	for _, step := range steps {
 		ws := r.worker(step.VM)
 		_, found := r.World.VM(step.VM)
@@ -340,6 +353,7 @@ func (r *run) patchNodesTogether(ctx context.Context, steps []plan.Step) []plan.
 				ws.StepStartTime = ptrTime(r.Now)
 			}
 			nodeSteps = append(nodeSteps, step)
+			uncordon = append(uncordon, step.Action == plan.Relabel && r.uncordonWithRelabel(step.VM))
 		} else {
 			rest = append(rest, step)
 		}
@@ -353,7 +367,7 @@ func (r *run) patchNodesTogether(ctx context.Context, steps []plan.Step) []plan.
 		step := nodeSteps[i]
 		node := r.World.Nodes[step.VM]
 		if step.Action == plan.Relabel {
-			out[i].after, out[i].err = r.relabel(ctx, step.VM, node, r.uncordonFollows(step.VM))
+			out[i].after, out[i].err = r.relabel(ctx, step.VM, node, uncordon[i])
 			return
 		}
 		out[i].after, out[i].err = r.uncordonStep(ctx, step.VM, node)

@@ -44,7 +44,8 @@ const MaxConcurrentWrites = 16
 // Nodes writes the pool's nodes and shields their Cluster API Machines.
 type Nodes interface {
 	// Patch applies change to the node without overwriting what others set meanwhile;
-	// the node is refreshed from the API server's answer.
+	// the node is refreshed from the API server's answer, and left as it was when the
+	// patch fails.
 	Patch(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error
 	// Protect shields the node's Machine before its VM goes down; a *HoldError when it
 	// must not go down now.

@@ -12,11 +12,15 @@ import (
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
-// act hands the plan's due steps to the executor (internal/execute) and takes its
-// Outcome into the pass's facts. A drain that timed out with spec.drain.onTimeout Abort
-// comes back as Outcome.Abort: the transition is aborted here, where transitions end.
-func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Plan) time.Duration {
-	out := r.executor(s).Run(ctx, execute.Input{Pool: s.pool, Now: s.now, Plan: p, Layout: s.layout, World: &s.w, Budget: s.budget})
+// act hands the plan's due steps to the executor (internal/execute), with the nodes'
+// state labels for the nodes its steps patch (stepMarks), and takes its Outcome into the
+// pass's facts. It returns when to come back and the VMs whose last step it did
+// (execute.Outcome.Done), for publishStates. A drain that timed out with
+// spec.drain.onTimeout Abort comes back as Outcome.Abort: the transition is aborted
+// here, where transitions end.
+func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Plan) (time.Duration, map[string]bool) {
+	out := r.executor(s).Run(ctx, execute.Input{Pool: s.pool, Now: s.now, Plan: p, Layout: s.layout, World: &s.w, Budget: s.budget,
+		Marks: stepMarks(stateFacts(s), s.pool.Name), ReadyOnceRelabelled: readyOnceRelabelled(s)})
 	s.facts.stepErrors = append(s.facts.stepErrors, out.StepErrors...)
 	s.facts.drainBlocked = append(s.facts.drainBlocked, out.DrainBlocked...)
 	s.facts.nodeWaits = append(s.facts.nodeWaits, out.NodeWaits...)
@@ -24,7 +28,7 @@ func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Pl
 	if out.Abort != "" {
 		r.abort(ctx, s, out.Abort)
 	}
-	return out.After
+	return out.After, out.Done
 }
 
 // executor is the pass's executor: it acts through this reconciler's clients, on the

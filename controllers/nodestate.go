@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/nodes"
@@ -34,31 +35,64 @@ func readyForWork(w *world.World, name string) bool {
 	return seen && len(gaps) == 0
 }
 
-// publishStates sets each pool node's state label from its worker's recorded step, and
-// records the pool as the owner of its marks (AnnotationMarkedBy). A node is patched
-// only when its value changes. Nodes the pool marked and no longer matches to a worker
-// lose the marks (unmarkStale).
-func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) {
+// stateFacts are what the state label of each pool node whose VM is a worker's (by VM
+// name) is decided from: its worker's recorded step and what the pass holds.
+func stateFacts(s *scope) map[string]nodes.StateFacts {
 	held := map[string]bool{}
 	for _, h := range s.facts.held {
 		held[h.VM] = true
 	}
-	var changed []*corev1.Node
-	var wants []string
-	for name, n := range s.w.Nodes {
+	out := map[string]nodes.StateFacts{}
+	for name := range s.w.Nodes {
 		ws := execute.FindWorker(s.pool, s.w.SpecID[name])
 		vm, ok := s.w.VM(name)
 		if ws == nil || !ok {
 			continue
 		}
-		want := nodes.StateValue(nodes.StateFacts{
+		out[name] = nodes.StateFacts{
 			InLayout:  s.inLayout(name),
 			PoweredOn: vm.PowerState == inventory.PoweredOn,
 			Step:      ws.Step,
 			Failed:    held[name] || held[ws.VM] || (ws.Attempts > 0 && ws.NextRetryTime != nil) || waitExpired(s.pool, s.now, ws),
 			Aborted:   s.aborted,
 			NodeReady: readyForWork(&s.w, name),
-		})
+		}
+	}
+	return out
+}
+
+// stateAfter is the state label of a node from its facts, done: the pass did the
+// worker's last step (execute.Outcome.Done), and the label is that of a worker with no
+// step left, as the next pass finds it.
+func stateAfter(f nodes.StateFacts, done bool) string {
+	if done {
+		f.Step = gpupoolv1.StepNone
+	}
+	return nodes.StateValue(f)
+}
+
+// stepMarks puts the state labels and their owner, the pool, on the nodes the
+// executor's steps patch (execute.Input.Marks), from the facts as the pass found them
+// before its steps (stateFacts): publishStates finds them in place afterwards unless a
+// step's outcome changed them (a failed start, a hold, an abort).
+func stepMarks(facts map[string]nodes.StateFacts, pool string) func(vm string, done bool, n *corev1.Node) {
+	return func(vm string, done bool, n *corev1.Node) {
+		if f, ok := facts[vm]; ok {
+			nodes.SetState(n, stateAfter(f, done), pool)
+		}
+	}
+}
+
+// publishStates sets each pool node's state label from its worker's recorded step, and
+// records the pool as the owner of its marks (AnnotationMarkedBy); done are the VMs
+// whose last step the pass did (execute.Outcome.Done). A node is patched only when its
+// value changes: a node a step of the pass patched carries them already (stepMarks).
+// Nodes the pool marked and no longer matches to a worker lose the marks (unmarkStale).
+func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope, done map[string]bool) {
+	var changed []*corev1.Node
+	var wants []string
+	for name, f := range stateFacts(s) {
+		n, want := s.w.Nodes[name], stateAfter(f, done[name])
 		if n.Labels[LabelState] == want && n.Annotations[AnnotationMarkedBy] == s.pool.Name {
 			continue
 		}
@@ -71,13 +105,7 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope) 
 	// concurrently (bounded), not one after the other.
 	errs := make([]error, len(changed))
 	execute.ForEach(len(changed), execute.MaxConcurrentWrites, func(i int) {
-		errs[i] = r.patchNode(ctx, changed[i], func(n *corev1.Node) {
-			if n.Labels == nil {
-				n.Labels = map[string]string{}
-			}
-			n.Labels[LabelState] = wants[i]
-			nodes.SetMarksOwner(n, s.pool.Name)
-		})
+		errs[i] = r.patchNode(ctx, changed[i], func(n *corev1.Node) { nodes.SetState(n, wants[i], s.pool.Name) })
 	})
 	for _, err := range errs {
 		s.budget.NodeWritten(err)

@@ -11,7 +11,10 @@ import (
 
 // patchNode applies change to a node with a merge patch that carries the node's
 // resourceVersion, so that a taint or label another controller set meanwhile is never
-// overwritten: on a conflict the node is read again and the change applied again.
+// overwritten: on a conflict the node is read again and the change applied again. A
+// patch that fails leaves n as it was last read, so that the rest of the pass does not
+// take the change for made (a state label carried by a refused cordon is written again
+// by publishStates).
 func (r *GPUPoolProfileReconciler) patchNode(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error {
 	const attempts = 5
 	for i := 0; ; i++ {
@@ -22,9 +25,11 @@ func (r *GPUPoolProfileReconciler) patchNode(ctx context.Context, n *corev1.Node
 			return nil
 		}
 		if !apierrors.IsConflict(err) || i == attempts-1 {
+			*n = *before
 			return fmt.Errorf("patching node %s: %w", n.Name, err)
 		}
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(n), n); err != nil {
+			*n = *before
 			return fmt.Errorf("reading node %s again after a conflict: %w", n.Name, err)
 		}
 	}

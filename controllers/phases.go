@@ -222,7 +222,7 @@ func (r *GPUPoolProfileReconciler) settledPhase(ctx context.Context, s *scope) (
 		return outcome{}, nil
 	}
 	o := outcome{after: r.warnSchedulers(ctx, s, p), stop: true}
-	r.publishStates(ctx, s)
+	r.publishStates(ctx, s, nil)
 	switch {
 	case !p.Done():
 		o.after = execute.Soonest(o.after, requeueBlocked)
@@ -246,9 +246,9 @@ func (r *GPUPoolProfileReconciler) actPhase(ctx context.Context, s *scope) (outc
 	if s.facts.fallback == "" {
 		r.startTransition(s, s.plan)
 	}
-	after := r.act(ctx, s, s.plan)
+	after, done := r.act(ctx, s, s.plan)
 	timed("act:warn", func() { after = execute.Soonest(after, r.warnSchedulers(ctx, s, s.plan)) })
-	timed("act:states", func() { r.publishStates(ctx, s) })
+	timed("act:states", func() { r.publishStates(ctx, s, done) })
 	if len(s.facts.held) > 0 {
 		after = execute.Soonest(after, requeueBlocked)
 	}

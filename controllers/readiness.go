@@ -33,6 +33,35 @@ func gpusWanted(wd *world.World, pool *gpupoolv1.GPUPoolProfile, wanted *gpupool
 	return want
 }
 
+// readyOnceRelabelled tells whether the node of a VM (by inventory name), ready for work
+// this pass, stays so once it carries the labels and taints of the layout being made:
+// what readiness reads of the node that a relabel changes is the same before and after
+// (the GPUs gpusWanted asks, which a layout's gpuReplicas raise once the node carries
+// its labels; the labels spec.readiness names). Only then does its relabel uncordon it
+// in the same patch (execute.Input.ReadyOnceRelabelled); otherwise the next pass judges
+// the relabelled node before it is uncordoned.
+func readyOnceRelabelled(s *scope) func(vm string) bool {
+	return func(name string) bool {
+		n := s.w.Nodes[name]
+		m, ok := s.w.MetaFor(s.pool.Name, s.layout, name)
+		if n == nil || !ok || !readyForWork(&s.w, name) {
+			return false
+		}
+		after := n.DeepCopy()
+		nodes.ApplyMeta(after, m)
+		if gpusWanted(&s.w, s.pool, s.wanted, name, after) != gpusWanted(&s.w, s.pool, s.wanted, name, n) {
+			return false
+		}
+		for k := range s.pool.Spec.Readiness.NodeLabels {
+			was, had := n.Labels[k]
+			if is, has := after.Labels[k]; has != had || is != was {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 // workerSpec returns the worker spec a VM (by inventory name) has in the wanted layout,
 // else in the first layout that names it: what its node must advertise.
 func workerSpec(wd *world.World, pool *gpupoolv1.GPUPoolProfile, wanted *gpupoolv1.Layout, name string) (gpupoolv1.Worker, bool) {

@@ -101,7 +101,7 @@ func (r *GPUPoolProfileReconciler) keepAborted(ctx context.Context, s *scope) ti
 	r.planNext(s)
 	after := r.warnSchedulers(ctx, s, nil)
 	s.aborted = true
-	r.publishStates(ctx, s)
+	r.publishStates(ctx, s, nil)
 	return after
 }
 

@@ -19,19 +19,20 @@ import (
 // passed on a node and the pods that held its drain are evicted.
 const ReasonDrainHoldOverridden = "DrainHoldOverridden"
 
-// cordonNode cordons a node for the pool and marks it with the pool label (which lets
-// deletion find every node gpupool touched). It is a no-op for a node already so.
-func (r *run) cordonNode(ctx context.Context, node *corev1.Node) error {
+// cordonNode cordons the node of vm for the pool and marks it with the pool label (which
+// lets deletion find every node gpupool touched) and the pass's marks. It is a no-op
+// for a node already so.
+func (r *run) cordonNode(ctx context.Context, vm string, node *corev1.Node) error {
 	if node.Spec.Unschedulable && node.Labels[gpupoolv1.LabelPool] == r.Pool.Name {
 		return nil
 	}
 	if !r.Budget.NodeWrite() {
 		return ErrCapped
 	}
-	err := r.Nodes.Patch(ctx, node, func(n *corev1.Node) {
+	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, false, func(n *corev1.Node) {
 		nodes.Cordon(n)
 		nodes.SetManagedLabel(n, gpupoolv1.LabelPool, r.Pool.Name)
-	})
+	}))
 	r.Budget.NodeWritten(err)
 	if err != nil {
 		return err
@@ -46,16 +47,16 @@ func (r *run) cordonNode(ctx context.Context, node *corev1.Node) error {
 // is cordoned; when the pass's budget ran out first, the rest are cordoned in the next
 // pass and nothing is evicted before.
 func (r *run) cordonAhead(ctx context.Context) bool {
-	var toCordon []*corev1.Node
+	var toCordon []string // VMs
 	for _, hp := range r.Plan.Hosts {
 		for _, st := range hp.Steps {
 			if n := r.World.Nodes[st.VM]; st.Action == plan.Drain && n != nil && (!n.Spec.Unschedulable || n.Labels[gpupoolv1.LabelPool] != r.Pool.Name) {
-				toCordon = append(toCordon, n)
+				toCordon = append(toCordon, st.VM)
 			}
 		}
 	}
 	errs := make([]error, len(toCordon))
-	ForEach(len(toCordon), MaxConcurrentWrites, func(i int) { errs[i] = r.cordonNode(ctx, toCordon[i]) })
+	ForEach(len(toCordon), MaxConcurrentWrites, func(i int) { errs[i] = r.cordonNode(ctx, toCordon[i], r.World.Nodes[toCordon[i]]) })
 	all := true
 	for _, err := range errs {
 		switch {
@@ -92,7 +93,7 @@ func (r *run) evictAll(ctx context.Context, steps []plan.Step) []drainOutcome {
 		if node == nil {
 			return
 		}
-		if err := r.cordonNode(ctx, node); err != nil {
+		if err := r.cordonNode(ctx, steps[i].VM, node); err != nil {
 			out[i].err = err
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,7 +44,8 @@ const MaxConcurrentWrites = 16
 // Nodes writes the pool's nodes and shields their Cluster API Machines.
 type Nodes interface {
 	// Patch applies change to the node without overwriting what others set meanwhile;
-	// the node is refreshed from the API server's answer.
+	// the node is refreshed from the API server's answer, and left as it was when the
+	// patch fails.
 	Patch(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error
 	// Protect shields the node's Machine before its VM goes down; a *HoldError when it
 	// must not go down now.
@@ -91,8 +93,8 @@ type Executor struct {
 }
 
 // Input is what one run acts on: the pool (whose workers' status it writes), the time
-// of the pass, the plan and the layout it makes, the world the plan was made from, and
-// the writes the pass may still make (nil: no cap).
+// of the pass, the plan and the layout it makes, the world the plan was made from, the
+// writes the pass may still make (nil: no cap), and the pass's marks.
 type Input struct {
 	Pool   *gpupoolv1.GPUPoolProfile
 	Now    time.Time
@@ -100,12 +102,26 @@ type Input struct {
 	Layout *gpupoolv1.Layout
 	World  *world.World
 	Budget *Budget
+	// Marks, when set, puts on n, the node of VM vm (by inventory name), the marks the
+	// pass publishes for it (its state label and their owner): a step that patches a
+	// node carries them in its own patch, so that the pass does not patch the node a
+	// second time for them. done says that the patch does the worker's last step (a
+	// relabel, an uncordon): the marks are then those of a worker with no step left,
+	// which the next pass publishes. It is called from the run's concurrent writes and
+	// must only read the pass.
+	Marks func(vm string, done bool, n *corev1.Node)
+	// ReadyOnceRelabelled tells whether the node of VM vm (by inventory name), ready for
+	// work, stays so once it carries the layout's labels and taints: its relabel then
+	// uncordons it too, when the plan uncordons it next (nil: never, each in its pass).
+	ReadyOnceRelabelled func(vm string) bool
 }
 
 // Outcome is what a run did that the pass's summary needs: when to come back (0: no
 // requeue asked), what kept steps from going on, what nodes waited for, the VMs held,
-// and Abort, the reason to abort the transition (a drain timed out and
-// spec.drain.onTimeout is Abort): the run stopped there, and the controller aborts.
+// Abort, the reason to abort the transition (a drain timed out and
+// spec.drain.onTimeout is Abort): the run stopped there, and the controller aborts; and
+// Done, the VMs (by inventory name) whose last step's node patch went through, with the
+// marks of a worker with no step left (Input.Marks).
 type Outcome struct {
 	After        time.Duration
 	StepErrors   []string
@@ -113,6 +129,7 @@ type Outcome struct {
 	NodeWaits    []string
 	Held         []plan.Problem
 	Abort        string
+	Done         map[string]bool
 }
 
 // run is one Run's state.
@@ -125,6 +142,10 @@ type run struct {
 	// parkedAhead is what parkAhead found parking the nodes of the due steps, by VM
 	// (nil: parked).
 	parkedAhead map[string]error
+	// uncordons are the VMs whose node the plan uncordons (uncordonWithRelabel).
+	uncordons map[string]bool
+	// doneMu guards out.Done, which concurrent node steps add to (finished).
+	doneMu sync.Mutex
 }
 
 // Run runs the plan's due steps. Drains run their evictions concurrently, after every
@@ -133,7 +154,7 @@ type run struct {
 // step is reported and never stops the others; a drain that aborts the transition stops
 // the run.
 func (e *Executor) Run(ctx context.Context, in Input) Outcome {
-	r := &run{Executor: e, Input: in}
+	r := &run{Executor: e, Input: in, uncordons: uncordonsOf(in.Plan)}
 	var drains, others []plan.Step
 	for _, step := range in.Plan.Due(int(max(in.Pool.Spec.MaxParallel, 1))) {
 		ws := r.worker(step.VM)
@@ -220,6 +241,28 @@ func (r *run) runSteps(ctx context.Context, steps []plan.Step) {
 // worker returns the status entry of the VM a plan step names.
 func (r *run) worker(name string) *gpupoolv1.WorkerStatus {
 	return Worker(r.Pool, r.World.ID(name))
+}
+
+// withMarks is a step's change of the node of vm, with the pass's marks; done: the
+// change does the worker's last step (Input.Marks).
+func (r *run) withMarks(vm string, done bool, change func(*corev1.Node)) func(*corev1.Node) {
+	if r.Marks == nil {
+		return change
+	}
+	return func(n *corev1.Node) {
+		change(n)
+		r.Marks(vm, done, n)
+	}
+}
+
+// finished records that the node patch of vm's last step went through (Outcome.Done).
+func (r *run) finished(vm string) {
+	r.doneMu.Lock()
+	defer r.doneMu.Unlock()
+	if r.out.Done == nil {
+		r.out.Done = map[string]bool{}
+	}
+	r.out.Done[vm] = true
 }
 
 func (r *run) timed(part string, f func()) {

@@ -70,9 +70,9 @@ func (r *run) execute(ctx context.Context, step plan.Step) (time.Duration, error
 			return 0, ErrCapped
 		}
 		if step.Action == plan.Relabel {
-			return r.relabel(ctx, step.VM, node)
+			return r.relabel(ctx, step.VM, node, r.uncordonWithRelabel(step.VM))
 		}
-		return r.uncordonStep(ctx, node)
+		return r.uncordonStep(ctx, step.VM, node)
 	}
 	return 0, fmt.Errorf("unknown action %q", step.Action)
 }
@@ -132,7 +132,7 @@ func (r *run) markParked(ctx context.Context, vm string, node *corev1.Node) bool
 	case !nodes.HasMeta(node, nodes.ParkedMeta(r.Pool.Name)) && !r.Budget.NodeWrite():
 		err = ErrCapped
 	default:
-		err = r.parkNode(ctx, node)
+		err = r.parkNode(ctx, vm, node)
 	}
 	switch {
 	case err == nil:
@@ -147,10 +147,11 @@ func (r *run) markParked(ctx context.Context, vm string, node *corev1.Node) bool
 	return false
 }
 
-// parkNode protects the node's Machine and marks the node parked by the pool; the node
-// write was taken from the budget unless the node is marked already. It changes nothing in the
-// run, so that parkAhead may run it for many nodes at once.
-func (r *run) parkNode(ctx context.Context, node *corev1.Node) error {
+// parkNode protects the Machine of the node of vm and marks the node parked by the pool
+// (with the pass's marks); the node write was taken from the budget unless the node is
+// marked already. It changes nothing in the run, so that parkAhead may run it for many
+// nodes at once.
+func (r *run) parkNode(ctx context.Context, vm string, node *corev1.Node) error {
 	marked := nodes.HasMeta(node, nodes.ParkedMeta(r.Pool.Name))
 	if err := r.Nodes.Protect(ctx, node); err != nil {
 		if !marked {
@@ -164,7 +165,7 @@ func (r *run) parkNode(ctx context.Context, node *corev1.Node) error {
 	if marked {
 		return nil
 	}
-	err := r.Nodes.Patch(ctx, node, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(r.Pool.Name)) })
+	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, false, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(r.Pool.Name)) }))
 	r.Budget.NodeWritten(err)
 	return err
 }
@@ -196,7 +197,7 @@ func (r *run) parkAhead(ctx context.Context, steps []plan.Step) {
 	}
 	ForEach(len(vms), MaxConcurrentWrites, func(i int) {
 		if errs[i] == nil {
-			errs[i] = r.parkNode(ctx, r.World.Nodes[vms[i]])
+			errs[i] = r.parkNode(ctx, vms[i], r.World.Nodes[vms[i]])
 		}
 	})
 	r.parkedAhead = make(map[string]error, len(vms))
@@ -223,36 +224,78 @@ func (r *run) waitNodeReady(step plan.Step, ws *gpupoolv1.WorkerStatus, node *co
 	return max(min(RequeueNodeReady, timeout-waited), RequeueStep)
 }
 
-func (r *run) uncordonStep(ctx context.Context, node *corev1.Node) (time.Duration, error) {
+func (r *run) uncordonStep(ctx context.Context, vm string, node *corev1.Node) (time.Duration, error) {
 	if node == nil {
 		r.Budget.NodeUnwritten()
 		return RequeueNodeReady, nil
 	}
-	err := r.Nodes.Patch(ctx, node, nodes.Uncordon)
+	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, true, nodes.Uncordon))
 	r.Budget.NodeWritten(err)
 	if err != nil {
 		return 0, err
 	}
+	r.finished(vm)
 	r.Events.Node(node, corev1.EventTypeNormal, "Uncordoned", fmt.Sprintf("uncordoned node %s", node.Name))
 	return RequeueStep, nil
 }
 
-func (r *run) relabel(ctx context.Context, vm string, node *corev1.Node) (time.Duration, error) {
+// relabel gives the node of vm the layout's labels and taints and, when uncordon says so
+// (uncordonWithRelabel), uncordons it in the same patch: the node becomes schedulable
+// with its labels, in one write rather than one per step.
+func (r *run) relabel(ctx context.Context, vm string, node *corev1.Node, uncordon bool) (time.Duration, error) {
 	m, ok := r.World.MetaFor(r.Pool.Name, r.Layout, vm)
 	if node == nil || !ok {
 		r.Budget.NodeUnwritten()
 		return RequeueNodeReady, nil
 	}
-	err := r.Nodes.Patch(ctx, node, func(n *corev1.Node) { nodes.ApplyMeta(n, m) })
+	// The uncordon is the only step that may follow a relabel: the patch does the
+	// worker's last step unless the plan still uncordons the node afterwards.
+	last := uncordon || !r.uncordons[vm]
+	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, last, func(n *corev1.Node) {
+		nodes.ApplyMeta(n, m)
+		if uncordon {
+			nodes.Uncordon(n)
+		}
+	}))
 	r.Budget.NodeWritten(err)
 	if err != nil {
 		return 0, err
+	}
+	if last {
+		r.finished(vm)
 	}
 	if err := r.Nodes.Release(ctx, node); err != nil {
 		return 0, err
 	}
 	r.Events.Node(node, corev1.EventTypeNormal, "Relabelled", fmt.Sprintf("node %s labelled for layout %s", node.Name, r.Layout.Name))
+	if uncordon {
+		r.Events.Node(node, corev1.EventTypeNormal, "Uncordoned", fmt.Sprintf("uncordoned node %s", node.Name))
+	}
 	return RequeueStep, nil
+}
+
+// uncordonWithRelabel tells whether the relabel of the node of vm uncordons it in the
+// same patch: the plan uncordons it next, and the node is still ready for work once it
+// carries the layout's labels (Input.ReadyOnceRelabelled). Both steps only patch the
+// node and the uncordon is the worker's last: the plan's order stands, the node is
+// never schedulable without the layout's labels. A node whose readiness the labels
+// change (a layout's gpuReplicas) is uncordoned by a later pass, once it is judged with
+// them.
+func (r *run) uncordonWithRelabel(vm string) bool {
+	return r.uncordons[vm] && r.ReadyOnceRelabelled != nil && r.ReadyOnceRelabelled(vm)
+}
+
+// uncordonsOf are the VMs whose node the plan uncordons (by inventory name).
+func uncordonsOf(p *plan.Plan) map[string]bool {
+	out := map[string]bool{}
+	for _, hp := range p.Hosts {
+		for _, st := range hp.Steps {
+			if st.Action == plan.Uncordon {
+				out[st.VM] = true
+			}
+		}
+	}
+	return out
 }
 
 // powerOnHost is the ref of the host a power-on step names when it is not the VM's own
@@ -289,13 +332,14 @@ func (r *run) sayMoved(ws *gpupoolv1.WorkerStatus, step plan.Step) {
 		step.Host, vm.Name, vm.Host, why, ws.Message)
 }
 
-// patchNodesTogether runs the due steps that only patch their node (Relabel, Uncordon)
-// concurrently (bounded): at the end of a transition every node of the new layout is
-// relabelled and uncordoned at about the same time. They read the run's input and change
-// nothing in it, so their outcomes are noted one by one afterwards. It returns the other
-// steps.
+// patchNodesTogether runs the due steps that only patch their node (Relabel, with the
+// Uncordon that follows it in the same patch, and Uncordon) concurrently (bounded): at
+// the end of a transition every node of the new layout is relabelled and uncordoned at
+// about the same time. They read the run's input and change nothing in it, so their
+// outcomes are noted one by one afterwards. It returns the other steps.
 func (r *run) patchNodesTogether(ctx context.Context, steps []plan.Step) []plan.Step {
 	var nodeSteps, rest []plan.Step
+	var uncordon []bool // per node step: a relabel that uncordons too
 	for _, step := range steps {
 		ws := r.worker(step.VM)
 		_, found := r.World.VM(step.VM)
@@ -309,6 +353,7 @@ func (r *run) patchNodesTogether(ctx context.Context, steps []plan.Step) []plan.
 				ws.StepStartTime = ptrTime(r.Now)
 			}
 			nodeSteps = append(nodeSteps, step)
+			uncordon = append(uncordon, step.Action == plan.Relabel && r.uncordonWithRelabel(step.VM))
 		} else {
 			rest = append(rest, step)
 		}
@@ -322,10 +367,10 @@ func (r *run) patchNodesTogether(ctx context.Context, steps []plan.Step) []plan.
 		step := nodeSteps[i]
 		node := r.World.Nodes[step.VM]
 		if step.Action == plan.Relabel {
-			out[i].after, out[i].err = r.relabel(ctx, step.VM, node)
+			out[i].after, out[i].err = r.relabel(ctx, step.VM, node, uncordon[i])
 			return
 		}
-		out[i].after, out[i].err = r.uncordonStep(ctx, node)
+		out[i].after, out[i].err = r.uncordonStep(ctx, step.VM, node)
 	})
 	for i, step := range nodeSteps {
 		r.note(step, out[i].after, out[i].err)

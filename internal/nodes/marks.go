@@ -20,6 +20,16 @@ func SetMarksOwner(n *corev1.Node, pool string) {
 	n.Annotations[gpupoolv1.AnnotationMarkedBy] = pool
 }
 
+// SetState sets the node's state label (LabelState) and records the pool as the owner
+// of its marks.
+func SetState(n *corev1.Node, state, pool string) {
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels[gpupoolv1.LabelState] = state
+	SetMarksOwner(n, pool)
+}
+
 // StripMarks takes the state label, the draining-soon warning and their owner off a
 // node, and nothing else (a parked node keeps its parked label, taint and cordon).
 func StripMarks(n *corev1.Node) {

@@ -1,0 +1,215 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/gpupool/gpupool/internal/testworld"
+)
+
+// nodeWrite is one write of a node by the reconciler: the pass it was made in and the
+// merge patch it sent ("update" for an update).
+type nodeWrite struct {
+	pass  int
+	patch string
+}
+
+// nodeWriteLog records the reconciler's writes of each node (patches and updates, as
+// the API server receives them), by pass.
+type nodeWriteLog struct {
+	mu     sync.Mutex
+	pass   int
+	writes map[string][]nodeWrite
+}
+
+func (l *nodeWriteLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.writes = map[string][]nodeWrite{}
+}
+
+func (l *nodeWriteLog) nextPass() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pass++
+}
+
+func (l *nodeWriteLog) add(obj client.Object, what string) {
+	if _, isNode := obj.(*corev1.Node); !isNode {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.writes[obj.GetName()] = append(l.writes[obj.GetName()], nodeWrite{l.pass, what})
+}
+
+// wrap records the node writes made through c.
+func (l *nodeWriteLog) wrap(c client.WithWatch) client.Client {
+	return interceptor.NewClient(c, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			data, err := patch.Data(obj)
+			if err != nil {
+				return err
+			}
+			l.add(obj, string(data))
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			l.add(obj, "update")
+			return c.Update(ctx, obj, opts...)
+		},
+	})
+}
+
+func (l *nodeWriteLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	names := make([]string, 0, len(l.writes))
+	for n := range l.writes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&b, "%s: %d\n", n, len(l.writes[n]))
+		for _, w := range l.writes[n] {
+			fmt.Fprintf(&b, "    pass %d: %s\n", w.pass, w.patch)
+		}
+	}
+	return b.String()
+}
+
+// patchFields is what a node's merge patch changes: labels, annotations, spec fields.
+type patchFields struct {
+	Metadata struct {
+		Labels      map[string]*string `json:"labels"`
+		Annotations map[string]*string `json:"annotations"`
+	} `json:"metadata"`
+	Spec map[string]json.RawMessage `json:"spec"`
+}
+
+func parsePatch(t *testing.T, patch string) patchFields {
+	t.Helper()
+	var f patchFields
+	if err := json.Unmarshal([]byte(patch), &f); err != nil {
+		t.Fatalf("node patch %s: %v", patch, err)
+	}
+	return f
+}
+
+// stateOnly tells whether a node patch writes nothing but the state label and its
+// owner (what publishStates writes).
+func (f patchFields) stateOnly() bool {
+	for k := range f.Metadata.Labels {
+		if k != LabelState {
+			return false
+		}
+	}
+	for k := range f.Metadata.Annotations {
+		if k != AnnotationMarkedBy {
+			return false
+		}
+	}
+	_, state := f.Metadata.Labels[LabelState]
+	return state && len(f.Spec) == 0
+}
+
+// uncordons tells whether a node patch makes the node schedulable again.
+func (f patchFields) uncordons() bool {
+	u, ok := f.Spec["unschedulable"]
+	return ok && (string(u) == "null" || string(u) == "false")
+}
+
+// TestDayNightDayNodeWrites counts the node writes of a day -> night -> day cycle of the
+// one-host world (four day VMs with a pod each, one night VM) on the API server, from
+// the first pass of the switch to night to the pool Steady by day again and three
+// quiet passes after it. Each node is drained and parked once and powered on and
+// relabelled once in the cycle, and is written at most maxPerNode times:
+//
+//   - drained and parked: the cordon, with the state draining (1); the draining-soon
+//     warning (2); the parked labels and taint, with the state parked (3); the
+//     warning taken off once drained (4);
+//   - powered on: the state reconfiguring when its power-on is due (5, no step patches
+//     the node then); the layout's labels and taints with the uncordon (a day node,
+//     cordoned by its drain) and the state ready, the worker's last step (6).
+//
+// Before the state label went into the steps' own patches and the relabel uncordoned,
+// the same cycle wrote each day node 11 times (the state label on its own after the
+// cordon, the park, the relabel and the uncordon; the uncordon on its own) and night-1
+// 10 times (it is not cordoned by night). The test also checks that a node a step
+// patched is not patched again in the same pass for its state alone, and that no
+// uncordon goes without the relabel.
+func TestDayNightDayNodeWrites(t *testing.T) {
+	const maxPerNode = 6
+	h := newHarness(t, "nwr-")
+	log := &nodeWriteLog{}
+	log.reset()
+	h.client = log.wrap
+	pool := h.dayNight()
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	for i := 1; i <= 4; i++ {
+		h.addPod("infer-"+string(rune('0'+i)), h.prefix+"day-"+string(rune('0'+i)), map[string]string{"app": "infer"})
+	}
+	h.converge(pool.Name, "day", 30)
+	h.passes(pool.Name, 3, testworld.MaxStep)
+
+	// converge is h.converge, with the passes numbered in the log.
+	converge := func(layout string) {
+		t.Helper()
+		for range 60 {
+			log.nextPass()
+			res := h.reconcile(pool.Name)
+			h.settle()
+			if testworld.Reached(h.get(pool.Name), layout) {
+				for range 3 { // quiet passes: nothing is left to write
+					log.nextPass()
+					h.clock.Step(testworld.Step(h.reconcile(pool.Name)))
+					h.settle()
+				}
+				return
+			}
+			h.clock.Step(testworld.Step(res))
+		}
+		t.Fatalf("pool did not converge to %s", layout)
+	}
+	log.reset()
+	h.clock.SetTime(monday1950)
+	converge("night")
+	h.checkNight(h.get(pool.Name))
+	h.clock.SetTime(tuesday0750)
+	converge("day")
+	h.checkDay(h.get(pool.Name))
+
+	t.Logf("node writes, day -> night -> day:\n%s", log)
+	if len(log.writes) != 5 {
+		t.Errorf("%d nodes written, want the 5 of the pool", len(log.writes))
+	}
+	for n, ws := range log.writes {
+		if len(ws) > maxPerNode {
+			t.Errorf("node %s written %d times, want at most %d", n, len(ws), maxPerNode)
+		}
+		perPass := map[int]int{}
+		for _, w := range ws {
+			perPass[w.pass]++
+		}
+		for _, w := range ws {
+			f := parsePatch(t, w.patch)
+			if f.stateOnly() && perPass[w.pass] > 1 {
+				t.Errorf("node %s: pass %d patched its state on its own besides %d other patch(es)", n, w.pass, perPass[w.pass]-1)
+			}
+			if _, relabels := f.Metadata.Labels[LabelLayout]; f.uncordons() && !relabels {
+				t.Errorf("node %s: pass %d uncordoned it without the relabel: %s", n, w.pass, w.patch)
+			}
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package plan
+
+import (
+	"slices"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// Layouts by selector (spec.layouts[].select) list no workers either: the controller
+// finds the VMs the selector matches on every pass, before it reads the inventory, and
+// the pass works on a copy of the spec whose select layouts list them (their Select
+// kept, so that they are still known as selected). ExpandSelections starts a pass (and
+// the demand watch) from the last selection.
+
+// SelectedVM is a VM a selector matched: its name (or inventory path) and, when the
+// selector knows it (a Cluster API Machine's status.nodeRef), its node.
+type SelectedVM struct {
+	VM   string
+	Node string
+}
+
+// HasSelections tells whether any layout of spec selects its VMs.
+func HasSelections(spec *gpupoolv1.GPUPoolProfileSpec) bool {
+	return slices.ContainsFunc(spec.Layouts, func(l gpupoolv1.Layout) bool { return l.Select != nil })
+}
+
+// SelectedWorkers are the workers of a selection: each VM with the selector's profile
+// and vGPUs, in the order given.
+func SelectedWorkers(sel *gpupoolv1.Selection, vms []SelectedVM) []gpupoolv1.Worker {
+	out := make([]gpupoolv1.Worker, 0, len(vms))
+	for _, vm := range vms {
+		w := gpupoolv1.Worker{VM: vm.VM, Profile: sel.Profile, Node: vm.Node}
+		if sel.VGPUs > 1 {
+			w.VGPUs = sel.VGPUs
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// Selected is a select layout's last selection: the selector it was made with and the
+// workers it found.
+type Selected struct {
+	Select  gpupoolv1.Selection
+	Workers []gpupoolv1.Worker
+}
+
+// SameSelector tells whether two selectors select the same VMs the same way.
+func SameSelector(a, b *gpupoolv1.Selection) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if (a.MachineDeployment == nil) != (b.MachineDeployment == nil) ||
+		(a.MachineDeployment != nil && *a.MachineDeployment != *b.MachineDeployment) {
+		return false
+	}
+	return a.Profile == b.Profile && a.VGPUs == b.VGPUs && a.NamePattern == b.NamePattern && a.Folder == b.Folder
+}
+
+// ExpandSelections returns spec with every select layout listing its last selection
+// (last, by layout name, when made with the same selector), or no workers. Spec itself
+// is not changed; without select layouts it is returned as it is.
+func ExpandSelections(spec *gpupoolv1.GPUPoolProfileSpec, last map[string]Selected) *gpupoolv1.GPUPoolProfileSpec {
+	if !HasSelections(spec) {
+		return spec
+	}
+	out := *spec
+	out.Layouts = slices.Clone(spec.Layouts)
+	for i := range out.Layouts {
+		l := &out.Layouts[i]
+		if l.Select == nil {
+			continue
+		}
+		l.Workers = nil
+		if s, ok := last[l.Name]; ok && SameSelector(&s.Select, l.Select) {
+			l.Workers = slices.Clone(s.Workers)
+		}
+	}
+	return &out
+}

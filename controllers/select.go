@@ -26,31 +26,33 @@ import (
 // pass keeps the last selection made with the same selector, or stops.
 
 // resolveSelections makes each select layout of the pass's spec list the VMs its
-// selector matches now. It reports false, with when to look again, when a selection
+// selector matches now, and each layout by count with convert.candidatesFrom list them
+// as its candidates. It reports false, with when to look again, when a selection
 // cannot be read and none was made before with the same selector.
 func (r *GPUPoolProfileReconciler) resolveSelections(ctx context.Context, s *scope) (time.Duration, bool) {
 	last := r.selections.last(s.pool)
 	made := map[string]plan.Selected{}
 	for i := range s.pool.Spec.Layouts {
 		l := &s.pool.Spec.Layouts[i]
-		if l.Select == nil {
+		sel, ok := plan.SelectorOf(l)
+		if !ok {
 			continue
 		}
-		vms, err := r.selectVMs(ctx, s.vc, l.Select)
+		vms, err := r.selectVMs(ctx, s.vc, &sel.VMSelector)
 		if err != nil {
 			prev, ok := last[l.Name]
-			if !ok || !plan.SameSelector(&prev.Select, l.Select) {
+			if !ok || !plan.SameSelector(&prev.Select, &sel) {
 				s.facts.vcenter = fmt.Sprintf("selecting the VMs of layout %s: %v; no VM of the layout is released or changed until the selection can be read", l.Name, err)
 				return requeueVCenter, false
 			}
 			log.FromContext(ctx).Info("Keeping the last selection: the selector cannot be read", "layout", l.Name, "error", err.Error())
 			made[l.Name] = prev
 		} else {
-			made[l.Name] = plan.Selected{Select: *l.Select.DeepCopy(), Workers: plan.SelectedWorkers(l.Select, vms)}
+			made[l.Name] = plan.Selected{Select: sel, Workers: plan.SelectedWorkers(&sel, vms)}
 		}
-		l.Workers = slices.Clone(made[l.Name].Workers)
+		plan.SetSelected(l, made[l.Name].Workers)
 		if i < len(s.persisted.Spec.Layouts) && s.persisted.Spec.Layouts[i].Name == l.Name {
-			s.persisted.Spec.Layouts[i].Workers = slices.Clone(l.Workers)
+			plan.SetSelected(&s.persisted.Spec.Layouts[i], made[l.Name].Workers)
 		}
 	}
 	r.selections.remember(s.pool, made)
@@ -59,7 +61,7 @@ func (r *GPUPoolProfileReconciler) resolveSelections(ctx context.Context, s *sco
 
 // selectVMs lists the VMs sel matches: the datacenter's VMs by name pattern and folder,
 // and, with a MachineDeployment, those of them that its Machines run.
-func (r *GPUPoolProfileReconciler) selectVMs(ctx context.Context, vc vsphere.Client, sel *gpupoolv1.Selection) ([]plan.SelectedVM, error) {
+func (r *GPUPoolProfileReconciler) selectVMs(ctx context.Context, vc vsphere.Client, sel *gpupoolv1.VMSelector) ([]plan.SelectedVM, error) {
 	names, err := vc.SelectVMs(ctx, vsphere.VMSelector{NamePattern: sel.NamePattern, Folder: sel.Folder})
 	if err != nil {
 		return nil, fmt.Errorf("listing the VMs in vCenter: %w", err)

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -86,8 +87,8 @@ func (h *harness) selectPool() *gpupoolv1.GPUPoolProfile {
 	pool := h.dayNight()
 	day := testworld.Layout(pool, "day")
 	day.Workers = nil
-	day.Select = &gpupoolv1.Selection{Profile: "grid_p100-4q",
-		MachineDeployment: &gpupoolv1.MachineDeploymentReference{Namespace: h.prefix + "apps", Name: "gpu"}}
+	day.Select = &gpupoolv1.Selection{Profile: "grid_p100-4q", VMSelector: gpupoolv1.VMSelector{
+		MachineDeployment: &gpupoolv1.MachineDeploymentReference{Namespace: h.prefix + "apps", Name: "gpu"}}}
 	return pool
 }
 
@@ -235,5 +236,52 @@ func TestSelectionReadFailureReleasesNothing(t *testing.T) {
 	if !h.poolNode("day-3", pool.Name) || h.poolNode("day-1", pool.Name) {
 		t.Errorf("once the Machines can be read: day-3 labels %v, day-1 labels %v; want the pool to follow the rollout",
 			h.node("day-3").Labels, h.node("day-1").Labels)
+	}
+}
+
+// TestSelectByNamePatternAndCandidatesFrom (issue 38, select): the day layout selects
+// its VMs by name pattern in vCenter, and night, a layout by count, selects its
+// candidates the same way (convert.candidatesFrom): by night the GPU is converted to
+// the night VM, by day the day VMs run again.
+func TestSelectByNamePatternAndCandidatesFrom(t *testing.T) {
+	h := newHarness(t, "sen-")
+	pool := h.dayNight()
+	day := testworld.Layout(pool, "day")
+	day.Workers = nil
+	day.Select = &gpupoolv1.Selection{Profile: "grid_p100-4q", VMSelector: gpupoolv1.VMSelector{NamePattern: h.prefix + "day-*"}}
+	night := testworld.Layout(pool, "night")
+	night.Workers = nil
+	night.Convert = &gpupoolv1.Conversion{Base: "day", Count: 1, Profile: "grid_p100-16q",
+		CandidatesFrom: &gpupoolv1.VMSelector{NamePattern: h.prefix + "night-*"}}
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	p := h.converge(pool.Name, "day", 30)
+	for i := 1; i <= 4; i++ {
+		vm := fmt.Sprintf("day-%d", i)
+		if !hasWorker(p, h.prefix+vm) || !h.poolNode(vm, pool.Name) {
+			t.Errorf("%s, which the pattern matches, is no worker or pool node (workers %+v)", vm, p.Status.Workers)
+		}
+	}
+	if !hasWorker(p, h.prefix+"night-1") {
+		t.Errorf("night-1, a selected candidate, is not a pool VM: workers %+v", p.Status.Workers)
+	}
+
+	h.clock.SetTime(monday1950)
+	h.converge(pool.Name, "night", 60)
+	if st := h.vm("night-1"); st.PowerState != string(inventory.PoweredOn) {
+		t.Errorf("night-1 is %s by night, want it running on the converted GPU", st.PowerState)
+	}
+	for i := 1; i <= 4; i++ {
+		if st := h.vm(fmt.Sprintf("day-%d", i)); st.PowerState == string(inventory.PoweredOn) {
+			t.Errorf("day-%d runs by night on the converted GPU", i)
+		}
+	}
+
+	h.clock.SetTime(tuesday0750)
+	h.converge(pool.Name, "day", 60)
+	for i := 1; i <= 4; i++ {
+		if st := h.vm(fmt.Sprintf("day-%d", i)); st.PowerState != string(inventory.PoweredOn) {
+			t.Errorf("day-%d is %s by day, want running", i, st.PowerState)
+		}
 	}
 }

@@ -301,6 +301,11 @@ type Selection struct {
 	// +optional
 	VGPUs int32 `json:"vgpus,omitempty"`
 
+	VMSelector `json:",inline"`
+}
+
+// VMSelector says which VMs are selected: those that match every source given.
+type VMSelector struct {
 	// NamePattern selects the VMs of the datacenter whose name matches this glob (Go's
 	// path.Match: *, ?, [a-z]), such as gpu-day-*.
 	// +kubebuilder:validation:MinLength=1
@@ -309,15 +314,16 @@ type Selection struct {
 	NamePattern string `json:"namePattern,omitempty"`
 
 	// Folder selects the VMs in this folder of the datacenter's vm folder, and in its
-	// subfolders: a path relative to the vm folder such as gpu/day.
+	// subfolders: a path relative to the vm folder such as gpu/day, or the folder's
+	// inventory path such as /dc1/vm/gpu/day.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Folder string `json:"folder,omitempty"`
 
 	// MachineDeployment selects the VMs of a Cluster API MachineDeployment's Machines
-	// (label cluster.x-k8s.io/deployment-name): each Machine's VM is its VSphereVM, its
-	// node the Machine's status.nodeRef.
+	// (label cluster.x-k8s.io/deployment-name): each Machine's VM is the VSphereVM its
+	// VSphereMachine owns, its node the Machine's status.nodeRef.
 	// +optional
 	MachineDeployment *MachineDeploymentReference `json:"machineDeployment,omitempty"`
 }
@@ -336,6 +342,9 @@ type MachineDeploymentReference struct {
 
 // Conversion is a layout by count: Count GPUs of the base layout's hosts converted to
 // Profile, from the candidates.
+//
+// +kubebuilder:validation:XValidation:rule=`has(self.candidatesFrom) || (has(self.candidates) && size(self.candidates) > 0)`,fieldPath=`.candidates`,reason=FieldValueRequired,message=`list the candidates (the VMs that may run the profile on a converted GPU), or select them (candidatesFrom)`
+// +kubebuilder:validation:XValidation:rule=`!has(self.candidatesFrom) || !has(self.candidates) || size(self.candidates) == 0`,fieldPath=`.candidatesFrom`,reason=FieldValueForbidden,message=`list the candidates or select them (candidatesFrom), not both; remove one`
 type Conversion struct {
 	// Base is the layout whose workers run outside the converted GPUs: a layout of
 	// spec.layouts that lists its workers.
@@ -362,11 +371,19 @@ type Conversion struct {
 	VGPUs int32 `json:"vgpus,omitempty"`
 
 	// Candidates are the VMs that may run Profile on a converted GPU; between equals the
-	// earlier is used first. Each converted GPU takes as many as fill it.
-	// +kubebuilder:validation:MinItems=1
+	// earlier is used first. Each converted GPU takes as many as fill it. Required
+	// unless candidatesFrom is set.
 	// +kubebuilder:validation:MaxItems=1024
 	// +listType=atomic
-	Candidates []Candidate `json:"candidates"`
+	// +optional
+	Candidates []Candidate `json:"candidates,omitempty"`
+
+	// CandidatesFrom selects the candidates instead of listing them, as a layout's
+	// select does (in name order; a Machine's node is its status.nodeRef), found again
+	// on every pass.
+	// +kubebuilder:validation:XValidation:rule=`has(self.namePattern) || has(self.folder) || has(self.machineDeployment)`,reason=FieldValueRequired,message=`candidatesFrom needs at least one source: namePattern (such as gpu-night-*), folder (a path in the datacenter's vm folder) or machineDeployment (namespace, name)`
+	// +optional
+	CandidatesFrom *VMSelector `json:"candidatesFrom,omitempty"`
 
 	// Disruption weighs what a choice disrupts besides GPU pods. Without it no GPU whose
 	// emptying disrupts a do-not-disrupt pod or a Job near completion is chosen.

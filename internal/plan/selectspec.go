@@ -10,7 +10,9 @@ import (
 // finds the VMs the selector matches on every pass, before it reads the inventory, and
 // the pass works on a copy of the spec whose select layouts list them (their Select
 // kept, so that they are still known as selected). ExpandSelections starts a pass (and
-// the demand watch) from the last selection.
+// the demand watch) from the last selection. A layout by count may select its
+// candidates the same way (convert.candidatesFrom): they are found at the same time,
+// before plan.Expand and plan.ResolveSpec take them.
 
 // SelectedVM is a VM a selector matched: its name (or inventory path) and, when the
 // selector knows it (a Cluster API Machine's status.nodeRef), its node.
@@ -19,9 +21,42 @@ type SelectedVM struct {
 	Node string
 }
 
-// HasSelections tells whether any layout of spec selects its VMs.
+// HasSelections tells whether any layout of spec selects its VMs, or its candidates
+// (convert.candidatesFrom).
 func HasSelections(spec *gpupoolv1.GPUPoolProfileSpec) bool {
-	return slices.ContainsFunc(spec.Layouts, func(l gpupoolv1.Layout) bool { return l.Select != nil })
+	return slices.ContainsFunc(spec.Layouts, func(l gpupoolv1.Layout) bool {
+		return l.Select != nil || (l.Convert != nil && l.Convert.CandidatesFrom != nil)
+	})
+}
+
+// SelectorOf is what a layout selects: its workers (select) or, as a selection without
+// profile, its candidates (convert.candidatesFrom); false when it selects nothing.
+func SelectorOf(l *gpupoolv1.Layout) (gpupoolv1.Selection, bool) {
+	switch {
+	case l.Select != nil:
+		return *l.Select.DeepCopy(), true
+	case l.Convert != nil && l.Convert.CandidatesFrom != nil:
+		return gpupoolv1.Selection{VMSelector: *l.Convert.CandidatesFrom.DeepCopy()}, true
+	}
+	return gpupoolv1.Selection{}, false
+}
+
+// SetSelected makes l list the workers selected (select), or as its candidates
+// (convert.candidatesFrom, on a copy of Convert: spec is never changed through it).
+func SetSelected(l *gpupoolv1.Layout, workers []gpupoolv1.Worker) {
+	if l.Select != nil {
+		l.Workers = slices.Clone(workers)
+		return
+	}
+	if l.Convert == nil {
+		return
+	}
+	c := *l.Convert
+	c.Candidates = nil
+	for _, w := range workers {
+		c.Candidates = append(c.Candidates, gpupoolv1.Candidate{VM: w.VM, Node: w.Node, NoNode: w.NoNode})
+	}
+	l.Convert = &c
 }
 
 // SelectedWorkers are the workers of a selection: each VM with the selector's profile
@@ -68,13 +103,15 @@ func ExpandSelections(spec *gpupoolv1.GPUPoolProfileSpec, last map[string]Select
 	out.Layouts = slices.Clone(spec.Layouts)
 	for i := range out.Layouts {
 		l := &out.Layouts[i]
-		if l.Select == nil {
+		sel, ok := SelectorOf(l)
+		if !ok {
 			continue
 		}
-		l.Workers = nil
-		if s, ok := last[l.Name]; ok && SameSelector(&s.Select, l.Select) {
-			l.Workers = slices.Clone(s.Workers)
+		var ws []gpupoolv1.Worker
+		if s, ok := last[l.Name]; ok && SameSelector(&s.Select, &sel) {
+			ws = s.Workers
 		}
+		SetSelected(l, ws)
 	}
 	return &out
 }

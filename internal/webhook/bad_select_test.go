@@ -9,7 +9,7 @@ import (
 func selectCases() []badCase {
 	sel := func(mutate func(s *gpupoolv1.Selection)) func(p *gpupoolv1.GPUPoolProfile) {
 		return func(p *gpupoolv1.GPUPoolProfile) {
-			s := &gpupoolv1.Selection{Profile: "grid_p100-16q", NamePattern: "bad-night-*"}
+			s := &gpupoolv1.Selection{Profile: "grid_p100-16q", VMSelector: gpupoolv1.VMSelector{NamePattern: "bad-night-*"}}
 			if mutate != nil {
 				mutate(s)
 			}

@@ -74,9 +74,15 @@ func validateLayoutShape(lp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, l *
 		errs = append(errs, field.Invalid(cp.Child("vgpus"), c.VGPUs, fmt.Sprintf(
 			"must be between 1 and %d vGPUs of the profile per candidate; leave it out for one vGPU", MaxVGPUs)))
 	}
-	if len(c.Candidates) == 0 {
+	switch {
+	case len(c.Candidates) == 0 && c.CandidatesFrom == nil:
 		errs = append(errs, field.Required(cp.Child("candidates"), fmt.Sprintf(
-			"list the VMs that may run %s on a converted GPU", shown(c.Profile))))
+			"list the VMs that may run %s on a converted GPU, or select them (candidatesFrom)", shown(c.Profile))))
+	case len(c.Candidates) > 0 && c.CandidatesFrom != nil:
+		errs = append(errs, field.Forbidden(cp.Child("candidatesFrom"),
+			"list the candidates or select them (candidatesFrom), not both; remove one"))
+	case c.CandidatesFrom != nil:
+		errs = append(errs, validateSources(cp.Child("candidatesFrom"), spec, c.CandidatesFrom)...)
 	}
 	seen := map[string]int{}
 	for j, cd := range c.Candidates {

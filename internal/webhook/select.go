@@ -17,10 +17,7 @@ import (
 // inside the datacenter's vm folder, a MachineDeployment's namespace and name. Which VMs
 // it matches is the pass's to find (docs/api.md#selected-workers).
 func validateSelection(sp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, sel *gpupoolv1.Selection) field.ErrorList {
-	var errs field.ErrorList
-	if sel.NamePattern == "" && sel.Folder == "" && sel.MachineDeployment == nil {
-		errs = append(errs, field.Required(sp, "select needs at least one source: namePattern (such as gpu-day-*), folder (a path in the datacenter's vm folder, such as gpu/day) or machineDeployment (namespace, name)"))
-	}
+	errs := validateSources(sp, spec, &sel.VMSelector)
 	if _, err := inventory.ProfileFrameBufferMiB(sel.Profile); err != nil {
 		errs = append(errs, field.Invalid(sp.Child("profile"), shown(sel.Profile),
 			"is not an NVIDIA vGPU type name; write it as govc gpu.host.profile.ls lists it, such as grid_p100-4q"))
@@ -28,6 +25,16 @@ func validateSelection(sp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, sel *
 	if sel.VGPUs < 0 || sel.VGPUs > MaxVGPUs {
 		errs = append(errs, field.Invalid(sp.Child("vgpus"), sel.VGPUs, fmt.Sprintf(
 			"must be between 1 and %d vGPUs of the profile per selected VM; leave it out for one vGPU", MaxVGPUs)))
+	}
+	return errs
+}
+
+// validateSources checks a selector's sources (select, convert.candidatesFrom): at
+// least one, each as validateSelection says.
+func validateSources(sp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, sel *gpupoolv1.VMSelector) field.ErrorList {
+	var errs field.ErrorList
+	if sel.NamePattern == "" && sel.Folder == "" && sel.MachineDeployment == nil {
+		errs = append(errs, field.Required(sp, sp.String()+" needs at least one source: namePattern (such as gpu-day-*), folder (a path in the datacenter's vm folder, such as gpu/day) or machineDeployment (namespace, name)"))
 	}
 	if p := sel.NamePattern; p != "" {
 		pp := sp.Child("namePattern")

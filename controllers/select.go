@@ -110,7 +110,7 @@ func (r *GPUPoolProfileReconciler) deploymentVMs(ctx context.Context, md *gpupoo
 		}
 		infra, err := r.infraMachine(ctx, m)
 		if err != nil {
-			return nil, fmt.Errorf("Machine %s/%s: %w", m.GetNamespace(), m.GetName(), err)
+			return nil, fmt.Errorf("reading the VM of Machine %s/%s: %w", m.GetNamespace(), m.GetName(), err)
 		}
 		if infra == nil {
 			continue
@@ -121,7 +121,7 @@ func (r *GPUPoolProfileReconciler) deploymentVMs(ctx context.Context, md *gpupoo
 		}
 		vm, err := r.vsphereVM(ctx, m, infra)
 		if err != nil {
-			return nil, fmt.Errorf("Machine %s/%s: %w", m.GetNamespace(), m.GetName(), err)
+			return nil, fmt.Errorf("reading the VM of Machine %s/%s: %w", m.GetNamespace(), m.GetName(), err)
 		}
 		if vm == nil {
 			continue

@@ -3,6 +3,7 @@ package vsphere
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -24,7 +25,7 @@ type VMSelector struct {
 // RetrieveProperties of the VMs' and folders' names and parents (a scoped read's
 // listing without hosts). A name two VMs share is listed once as each VM's inventory
 // path, so that the caller never picks the wrong one of them. An error is never an
-// empty list.
+// empty list, and a folder that does not exist is an error.
 func (c *client) SelectVMs(ctx context.Context, sel VMSelector) ([]string, error) {
 	if sel.NamePattern != "" {
 		if _, err := path.Match(sel.NamePattern, ""); err != nil {
@@ -55,6 +56,11 @@ func (c *client) SelectVMs(ctx context.Context, sel VMSelector) ([]string, error
 		if strings.HasPrefix(sel.Folder, "/") {
 			folder = path.Clean(sel.Folder)
 		}
+	}
+	if folder != "" && !slices.Contains(slices.Collect(maps.Values(paths)), folder) {
+		// A folder renamed or mistyped is no empty selection, which would release every
+		// node the selection held.
+		return nil, fmt.Errorf("vsphere: folder %s not found in datacenter %s", folder, c.dc.name)
 	}
 	type match struct{ name, path string }
 	var found []match

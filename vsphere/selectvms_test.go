@@ -41,7 +41,6 @@ func TestSelectVMs(t *testing.T) {
 		{vsphere.VMSelector{Folder: "/dc1/vm/gpu/day/"}, "gpu-day-1 gpu-day-2 twin"},
 		{vsphere.VMSelector{Folder: "gpu", NamePattern: "gpu-*-1"}, "gpu-day-1 gpu-night-1"},
 		{vsphere.VMSelector{NamePattern: "nothing-*"}, ""},
-		{vsphere.VMSelector{Folder: "missing"}, ""},
 	} {
 		got, err := e.c.SelectVMs(e.ctx, tc.sel)
 		if err != nil {
@@ -53,6 +52,9 @@ func TestSelectVMs(t *testing.T) {
 		if !slices.IsSorted(got) {
 			t.Errorf("%+v: %v not sorted", tc.sel, got)
 		}
+	}
+	if got, err := e.c.SelectVMs(e.ctx, vsphere.VMSelector{Folder: "gpu/missing"}); err == nil || !strings.Contains(err.Error(), "/dc1/vm/gpu/missing not found") {
+		t.Errorf("a folder that does not exist selects %v (error %v), want an error naming it: a renamed folder must not release every node", got, err)
 	}
 	if _, err := e.c.SelectVMs(e.ctx, vsphere.VMSelector{NamePattern: "gpu-[day"}); err == nil {
 		t.Error("a malformed glob selected VMs, want an error")

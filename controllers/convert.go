@@ -20,9 +20,13 @@ import (
 // starts, resolveConversions once observe has matched the VMs' nodes, from the pods on
 // them. The copy is never written: status patches carry only the status.
 
-// expandSpec makes pool's spec the enumerated copy a pass starts from: each layout by
-// count lists what it last resolved to, or its candidates (plan.Expand).
+// expandSpec makes pool's spec the enumerated copy a pass starts from: each select
+// layout lists what it last selected (plan.ExpandSelections, select.go), each layout by
+// count what it last resolved to, or its candidates (plan.Expand).
 func (r *GPUPoolProfileReconciler) expandSpec(pool *gpupoolv1.GPUPoolProfile) {
+	if plan.HasSelections(&pool.Spec) {
+		pool.Spec = *plan.ExpandSelections(&pool.Spec, r.selections.last(pool)).DeepCopy()
+	}
 	if plan.HasConversions(&pool.Spec) {
 		pool.Spec = *plan.Expand(&pool.Spec, r.conversions.last(pool)).DeepCopy()
 	}

@@ -31,7 +31,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;patch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;patch
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=vspheremachines;vspherevms,verbs=get;patch
 
 // Reconcile implements reconcile.Reconciler: observe, decide, act; then one function
@@ -44,6 +44,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			r.tasks.watch(req.Name, nil, nil)
 			r.stalls.forget(req.Name)
 			r.conversions.forget(req.Name)
+			r.selections.forget(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -55,7 +56,8 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 		}
 	}
-	// A pass plans on an enumerated copy of the spec (layouts by count: convert.go).
+	// A pass plans on an enumerated copy of the spec (layouts by count: convert.go;
+	// by selector: select.go).
 	r.expandSpec(pool)
 
 	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now(),

@@ -29,6 +29,12 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.
 		}
 		s.vc = vcc
 	}
+	if plan.HasSelections(&pool.Spec) {
+		// The selected VMs are pool VMs: found before the inventory read.
+		if retry, ok := r.resolveSelections(ctx, s); !ok {
+			return retry, false
+		}
+	}
 	inv, retry, ok := r.readInventory(ctx, s)
 	if !ok {
 		return retry, false

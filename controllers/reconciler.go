@@ -72,6 +72,9 @@ type GPUPoolProfileReconciler struct {
 	// conversions remembers what each pool's layouts by count last resolved to, so that
 	// a pass starts from that choice (expandSpec).
 	conversions conversionMemo
+	// selections remembers what each pool's select layouts last selected, so that a
+	// pass starts from it and keeps it when the selector cannot be read (select.go).
+	selections selectionMemo
 }
 
 // kueueReleaser releases the admission checks a pool being deleted holds (the Kueue

@@ -89,6 +89,9 @@ type Client interface {
 	FindTask(ctx context.Context, vmRef string, op Op, known []string) (string, error)
 	// InstanceUUID is vCenter's instance UUID, which identifies it whatever its address.
 	InstanceUUID() string
+	// SelectVMs lists the names of the datacenter's VMs that sel matches (a layout's
+	// select), sorted; a name two VMs share as their inventory paths.
+	SelectVMs(ctx context.Context, sel VMSelector) ([]string, error)
 }
 
 // Connector hands out Clients, one cached session per vCenter and user.

@@ -180,8 +180,10 @@ type SecretReference struct {
 // Layout is one shape of the pool: the workers it lists, or a conversion of some GPUs
 // of another layout (convert).
 //
-// +kubebuilder:validation:XValidation:rule=`has(self.convert) || (has(self.workers) && size(self.workers) > 0)`,fieldPath=`.workers`,reason=FieldValueRequired,message=`a layout lists its workers (the VMs it runs, each with its vGPU profile), or converts GPUs of another layout (convert)`,messageExpression=`'layout ' + self.name + ' has no workers: list the VMs it runs, each with its vGPU profile, or convert GPUs of another layout (convert: base, count, profile, candidates)'`
+// +kubebuilder:validation:XValidation:rule=`has(self.convert) || has(self.select) || (has(self.workers) && size(self.workers) > 0)`,fieldPath=`.workers`,reason=FieldValueRequired,message=`a layout lists its workers (the VMs it runs, each with its vGPU profile), converts GPUs of another layout (convert), or selects its VMs (select)`,messageExpression=`'layout ' + self.name + ' has no workers: list the VMs it runs, each with its vGPU profile, convert GPUs of another layout (convert: base, count, profile, candidates), or select its VMs (select: profile and namePattern, folder or machineDeployment)'`
 // +kubebuilder:validation:XValidation:rule=`!has(self.convert) || !has(self.workers) || size(self.workers) == 0`,fieldPath=`.workers`,reason=FieldValueForbidden,message=`a layout by count (convert) lists no workers: it runs convert.base's workers and convert.candidates; remove workers or convert`
+// +kubebuilder:validation:XValidation:rule=`!has(self.select) || !has(self.workers) || size(self.workers) == 0`,fieldPath=`.workers`,reason=FieldValueForbidden,message=`a layout that selects its VMs (select) lists no workers: every VM the selector matches is one; remove workers or select`
+// +kubebuilder:validation:XValidation:rule=`!has(self.select) || !has(self.convert)`,fieldPath=`.select`,reason=FieldValueForbidden,message=`a layout either converts GPUs (convert) or selects its VMs (select), not both; remove one (convert.candidates may not be selected either)`
 type Layout struct {
 	// Name identifies the layout in windows, defaultLayout and override: a DNS label of at
 	// most 63 characters. The CEL rule checks the length, so that a name a little too long
@@ -205,6 +207,15 @@ type Layout struct {
 	// base layout's workers on the other GPUs keep running. docs/count-layouts.md.
 	// +optional
 	Convert *Conversion `json:"convert,omitempty"`
+
+	// Select makes the layout's workers the VMs a selector matches, found again on every
+	// pass: by name pattern or folder in vCenter, or the Machines of a Cluster API
+	// MachineDeployment. A VM that appears is picked up; one that disappears is released
+	// as a VM removed from the spec is. A selection that cannot be read (vCenter or API
+	// error) never reads as no VMs: the pass keeps the last selection, or stops.
+	// docs/api.md#selected-workers.
+	// +optional
+	Select *Selection `json:"select,omitempty"`
 
 	// NodeLabels are set on this layout's nodes while the layout is active.
 	// +optional
@@ -273,8 +284,67 @@ type Worker struct {
 	NoNode bool `json:"noNode,omitempty"`
 }
 
+// Selection is a layout's workers by selector: every VM that matches all the sources
+// given (at least one) runs Profile (VGPUs of it).
+//
+// +kubebuilder:validation:XValidation:rule=`has(self.namePattern) || has(self.folder) || has(self.machineDeployment)`,reason=FieldValueRequired,message=`select needs at least one source: namePattern (such as gpu-day-*), folder (a path in the datacenter's vm folder) or machineDeployment (namespace, name)`
+type Selection struct {
+	// Profile is the vGPU profile every selected VM runs, as workers[].profile (the
+	// webhook checks it is an NVIDIA vGPU type name).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Profile string `json:"profile"`
+
+	// VGPUs is how many vGPUs of Profile each selected VM carries. Default 1.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	// +optional
+	VGPUs int32 `json:"vgpus,omitempty"`
+
+	VMSelector `json:",inline"`
+}
+
+// VMSelector says which VMs are selected: those that match every source given.
+type VMSelector struct {
+	// NamePattern selects the VMs of the datacenter whose name matches this glob (Go's
+	// path.Match: *, ?, [a-z]), such as gpu-day-*.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	NamePattern string `json:"namePattern,omitempty"`
+
+	// Folder selects the VMs in this folder of the datacenter's vm folder, and in its
+	// subfolders: a path relative to the vm folder such as gpu/day, or the folder's
+	// inventory path such as /dc1/vm/gpu/day.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Folder string `json:"folder,omitempty"`
+
+	// MachineDeployment selects the VMs of a Cluster API MachineDeployment's Machines
+	// (label cluster.x-k8s.io/deployment-name): each Machine's VM is the VSphereVM its
+	// VSphereMachine owns, its node the Machine's status.nodeRef.
+	// +optional
+	MachineDeployment *MachineDeploymentReference `json:"machineDeployment,omitempty"`
+}
+
+// MachineDeploymentReference names a Cluster API MachineDeployment.
+type MachineDeploymentReference struct {
+	// Namespace of the MachineDeployment.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// Name of the MachineDeployment.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
 // Conversion is a layout by count: Count GPUs of the base layout's hosts converted to
 // Profile, from the candidates.
+//
+// +kubebuilder:validation:XValidation:rule=`has(self.candidatesFrom) || (has(self.candidates) && size(self.candidates) > 0)`,fieldPath=`.candidates`,reason=FieldValueRequired,message=`list the candidates (the VMs that may run the profile on a converted GPU), or select them (candidatesFrom)`
+// +kubebuilder:validation:XValidation:rule=`!has(self.candidatesFrom) || !has(self.candidates) || size(self.candidates) == 0`,fieldPath=`.candidatesFrom`,reason=FieldValueForbidden,message=`list the candidates or select them (candidatesFrom), not both; remove one`
 type Conversion struct {
 	// Base is the layout whose workers run outside the converted GPUs: a layout of
 	// spec.layouts that lists its workers.
@@ -301,11 +371,19 @@ type Conversion struct {
 	VGPUs int32 `json:"vgpus,omitempty"`
 
 	// Candidates are the VMs that may run Profile on a converted GPU; between equals the
-	// earlier is used first. Each converted GPU takes as many as fill it.
-	// +kubebuilder:validation:MinItems=1
+	// earlier is used first. Each converted GPU takes as many as fill it. Required
+	// unless candidatesFrom is set.
 	// +kubebuilder:validation:MaxItems=1024
 	// +listType=atomic
-	Candidates []Candidate `json:"candidates"`
+	// +optional
+	Candidates []Candidate `json:"candidates,omitempty"`
+
+	// CandidatesFrom selects the candidates instead of listing them, as a layout's
+	// select does (in name order; a Machine's node is its status.nodeRef), found again
+	// on every pass.
+	// +kubebuilder:validation:XValidation:rule=`has(self.namePattern) || has(self.folder) || has(self.machineDeployment)`,reason=FieldValueRequired,message=`candidatesFrom needs at least one source: namePattern (such as gpu-night-*), folder (a path in the datacenter's vm folder) or machineDeployment (namespace, name)`
+	// +optional
+	CandidatesFrom *VMSelector `json:"candidatesFrom,omitempty"`
 
 	// Disruption weighs what a choice disrupts besides GPU pods. Without it no GPU whose
 	// emptying disrupts a do-not-disrupt pod or a Job near completion is chosen.

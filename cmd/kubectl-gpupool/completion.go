@@ -145,6 +145,9 @@ func (a *app) layouts(ctx context.Context, pool, prefix string) []cobra.Completi
 		if c := l.Convert; c != nil {
 			desc = fmt.Sprintf("%s of %s to %s", count(int(c.Count), "GPU"), c.Base, c.Profile)
 		}
+		if sel := l.Select; sel != nil {
+			desc = selection(sel)
+		}
 		if l.Name == p.Status.ActiveLayout {
 			desc += ", active"
 		}

@@ -222,6 +222,13 @@ func printChanges(out io.Writer, p *gpupoolv1.GPUPoolProfile, layout string, sc 
 		c := to.Convert
 		fmt.Fprintf(out, "layout %s: %s of layout %s converted to %s; gpupool chooses which at least cost on the state it observes (kubectl gpupool plan %s --live --layout %s shows the choice)\n",
 			layout, count(int(c.Count), "GPU"), c.Base, c.Profile, p.Name, layout)
+	case to.Select != nil || (from != nil && from.Select != nil):
+		desc := fmt.Sprintf("%d workers", len(to.Workers))
+		if to.Select != nil {
+			desc = selection(to.Select)
+		}
+		fmt.Fprintf(out, "layout %s: %s; gpupool finds the selected VMs on every pass (kubectl gpupool plan %s --live --layout %s shows them)\n",
+			layout, desc, p.Name, layout)
 	case from != nil && from.Convert != nil:
 		fmt.Fprintf(out, "layout %s: %d workers; the GPUs layout %s converted go back\n", layout, len(to.Workers), from.Name)
 	case from == nil || from.Name == to.Name:
@@ -297,4 +304,24 @@ func overridePatch(o *gpupoolv1.Override) map[string]any {
 		m["until"] = o.Until
 	}
 	return m
+}
+
+// selection says what a select layout selects, such as "grid_p100-4q VMs of
+// MachineDeployment capi/gpu-day".
+func selection(sel *gpupoolv1.Selection) string {
+	var from []string
+	if sel.NamePattern != "" {
+		from = append(from, "named "+sel.NamePattern)
+	}
+	if sel.Folder != "" {
+		from = append(from, "in folder "+sel.Folder)
+	}
+	if md := sel.MachineDeployment; md != nil {
+		from = append(from, "of MachineDeployment "+md.Namespace+"/"+md.Name)
+	}
+	profile := sel.Profile
+	if sel.VGPUs > 1 {
+		profile = fmt.Sprintf("%dx %s", sel.VGPUs, sel.Profile)
+	}
+	return "the " + profile + " VMs " + strings.Join(from, ", ")
 }

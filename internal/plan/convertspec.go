@@ -90,7 +90,9 @@ func Expand(spec *gpupoolv1.GPUPoolProfileSpec, last map[string]gpupoolv1.Layout
 
 func equalConvert(a, b *gpupoolv1.Conversion) bool {
 	return a.Base == b.Base && a.Count == b.Count && a.Profile == b.Profile && a.VGPUs == b.VGPUs &&
-		slices.Equal(a.Candidates, b.Candidates) && ((a.Disruption == nil) == (b.Disruption == nil)) &&
+		slices.Equal(a.Candidates, b.Candidates) && ((a.CandidatesFrom == nil) == (b.CandidatesFrom == nil)) &&
+		(a.CandidatesFrom == nil || SameSelector(&gpupoolv1.Selection{VMSelector: *a.CandidatesFrom}, &gpupoolv1.Selection{VMSelector: *b.CandidatesFrom})) &&
+		((a.Disruption == nil) == (b.Disruption == nil)) &&
 		(a.Disruption == nil || *a.Disruption == *b.Disruption)
 }
 

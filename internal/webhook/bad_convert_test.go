@@ -47,6 +47,15 @@ func convertCases() []badCase {
 			path: "spec.layouts[1].convert.candidates[0]", fix: "not both"},
 		{name: "convert vgpus", mutate: conv(func(c *gpupoolv1.Conversion) { c.VGPUs = 17 }),
 			path: "spec.layouts[1].convert.vgpus", value: "17"},
+		{name: "convert candidates and candidatesFrom", mutate: conv(func(c *gpupoolv1.Conversion) {
+			c.CandidatesFrom = &gpupoolv1.VMSelector{NamePattern: "bad-n*"}
+		}), path: "spec.layouts[1].convert.candidatesFrom", fix: "not both"},
+		{name: "convert candidatesFrom with no source", mutate: conv(func(c *gpupoolv1.Conversion) {
+			c.Candidates, c.CandidatesFrom = nil, &gpupoolv1.VMSelector{}
+		}), path: "spec.layouts[1].convert.candidatesFrom", fix: "namePattern (such as gpu-night-*)"},
+		{name: "convert candidatesFrom bad folder", mutate: conv(func(c *gpupoolv1.Conversion) {
+			c.Candidates, c.CandidatesFrom = nil, &gpupoolv1.VMSelector{Folder: "/DC0/host/gpu"}
+		}), path: "spec.layouts[1].convert.candidatesFrom.folder", value: `"/DC0/host/gpu"`, fix: "relative to the vm folder"},
 		{name: "convert disruption weight negative", mutate: conv(func(c *gpupoolv1.Conversion) {
 			c.Disruption = &gpupoolv1.DisruptionWeights{DoNotDisrupt: -1}
 		}), path: "spec.layouts[1].convert.disruption.doNotDisrupt", value: "-1"},

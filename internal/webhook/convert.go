@@ -18,9 +18,17 @@ import (
 func validateLayoutShape(lp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, l *gpupoolv1.Layout) field.ErrorList {
 	c := l.Convert
 	switch {
+	case c != nil && l.Select != nil:
+		return field.ErrorList{field.Forbidden(lp.Child("select"), fmt.Sprintf(
+			"layout %q converts GPUs (convert) and selects its VMs (select): a layout does one or the other; remove select, or remove convert", shown(l.Name)))}
+	case l.Select != nil && len(l.Workers) > 0:
+		return field.ErrorList{field.Forbidden(lp.Child("workers"), fmt.Sprintf(
+			"layout %q selects its VMs (select) and lists workers: every VM the selector matches is a worker; remove workers, or remove select", shown(l.Name)))}
+	case l.Select != nil:
+		return validateSelection(lp.Child("select"), spec, l.Select)
 	case c == nil && len(l.Workers) == 0:
 		return field.ErrorList{field.Required(lp.Child("workers"), fmt.Sprintf(
-			"layout %q has no workers: list the VMs it runs, each with its vGPU profile, or convert GPUs of another layout (convert: base, count, profile, candidates)", shown(l.Name)))}
+			"layout %q has no workers: list the VMs it runs, each with its vGPU profile, convert GPUs of another layout (convert: base, count, profile, candidates), or select its VMs (select: profile and namePattern, folder or machineDeployment)", shown(l.Name)))}
 	case c == nil:
 		return nil
 	case len(l.Workers) > 0:
@@ -66,9 +74,15 @@ func validateLayoutShape(lp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, l *
 		errs = append(errs, field.Invalid(cp.Child("vgpus"), c.VGPUs, fmt.Sprintf(
 			"must be between 1 and %d vGPUs of the profile per candidate; leave it out for one vGPU", MaxVGPUs)))
 	}
-	if len(c.Candidates) == 0 {
+	switch {
+	case len(c.Candidates) == 0 && c.CandidatesFrom == nil:
 		errs = append(errs, field.Required(cp.Child("candidates"), fmt.Sprintf(
-			"list the VMs that may run %s on a converted GPU", shown(c.Profile))))
+			"list the VMs that may run %s on a converted GPU, or select them (candidatesFrom)", shown(c.Profile))))
+	case len(c.Candidates) > 0 && c.CandidatesFrom != nil:
+		errs = append(errs, field.Forbidden(cp.Child("candidatesFrom"),
+			"list the candidates or select them (candidatesFrom), not both; remove one"))
+	case c.CandidatesFrom != nil:
+		errs = append(errs, validateSources(cp.Child("candidatesFrom"), spec, c.CandidatesFrom)...)
 	}
 	seen := map[string]int{}
 	for j, cd := range c.Candidates {

@@ -53,6 +53,16 @@ func goodCases() []goodCase {
 			p.Spec.Layouts[1].Workers[0].VGPUs = 1
 		}), nil},
 		{"server as IPv6 with a port", both(secure, server("[fd00::5]:8443")), nil},
+		{"select layouts by name pattern and folder, by inventory path, by MachineDeployment", both(secure, func(p *gpupoolv1.GPUPoolProfile) {
+			p.Spec.Layouts[1] = gpupoolv1.Layout{Name: "night", Select: &gpupoolv1.Selection{Profile: "grid_p100-16q", VGPUs: 2,
+				VMSelector: gpupoolv1.VMSelector{NamePattern: "gpu-night-[0-9]*", Folder: "gpu/night"}}}
+			p.Spec.Layouts = append(p.Spec.Layouts,
+				gpupoolv1.Layout{Name: "late", Select: &gpupoolv1.Selection{Profile: "grid_p100-8q", VMSelector: gpupoolv1.VMSelector{Folder: "/DC0/vm/gpu/late/"}}},
+				gpupoolv1.Layout{Name: "capi", Select: &gpupoolv1.Selection{Profile: "grid_p100-4q", VMSelector: gpupoolv1.VMSelector{
+					MachineDeployment: &gpupoolv1.MachineDeploymentReference{Namespace: "capi-system", Name: "gpu.day-md-0"}}}},
+				gpupoolv1.Layout{Name: "bycount", Convert: &gpupoolv1.Conversion{Base: "day", Count: 1, Profile: "grid_p100-16q",
+					CandidatesFrom: &gpupoolv1.VMSelector{NamePattern: "gpu-night-*"}}})
+		}), nil},
 		{"VM paths inside a datacenter in a folder", both(secure, func(p *gpupoolv1.GPUPoolProfile) {
 			p.Spec.VCenter.Datacenter = "/Lab/DC0"
 			p.Spec.Layouts[0].Workers[0].VM = "/Lab/DC0/vm/gpu/" + p.Name + "-a"

@@ -1,0 +1,86 @@
+package webhook
+
+import (
+	"fmt"
+	"path"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// validateSelection checks a select layout's selector without vCenter or the Cluster
+// API objects: at least one source, a profile, a glob that can match a VM name, a folder
+// inside the datacenter's vm folder, a MachineDeployment's namespace and name. Which VMs
+// it matches is the pass's to find (docs/api.md#selected-workers).
+func validateSelection(sp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, sel *gpupoolv1.Selection) field.ErrorList {
+	errs := validateSources(sp, spec, &sel.VMSelector)
+	if _, err := inventory.ProfileFrameBufferMiB(sel.Profile); err != nil {
+		errs = append(errs, field.Invalid(sp.Child("profile"), shown(sel.Profile),
+			"is not an NVIDIA vGPU type name; write it as govc gpu.host.profile.ls lists it, such as grid_p100-4q"))
+	}
+	if sel.VGPUs < 0 || sel.VGPUs > MaxVGPUs {
+		errs = append(errs, field.Invalid(sp.Child("vgpus"), sel.VGPUs, fmt.Sprintf(
+			"must be between 1 and %d vGPUs of the profile per selected VM; leave it out for one vGPU", MaxVGPUs)))
+	}
+	return errs
+}
+
+// validateSources checks a selector's sources (select, convert.candidatesFrom): at
+// least one, each as validateSelection says.
+func validateSources(sp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, sel *gpupoolv1.VMSelector) field.ErrorList {
+	var errs field.ErrorList
+	if sel.NamePattern == "" && sel.Folder == "" && sel.MachineDeployment == nil {
+		errs = append(errs, field.Required(sp, sp.String()+" needs at least one source: namePattern (such as gpu-day-*), folder (a path in the datacenter's vm folder, such as gpu/day) or machineDeployment (namespace, name)"))
+	}
+	if p := sel.NamePattern; p != "" {
+		pp := sp.Child("namePattern")
+		if _, err := path.Match(p, ""); err != nil {
+			errs = append(errs, field.Invalid(pp, shown(p), fmt.Sprintf("is not a glob (%v); write one such as gpu-day-* (*, ?, [a-z]; a [ needs its ])", err)))
+		} else if strings.Contains(p, "/") {
+			errs = append(errs, field.Invalid(pp, shown(p), fmt.Sprintf(
+				"matches VM names, which hold no '/'; to select the VMs of a folder write folder: %q, and the name's glob in namePattern: %q",
+				strings.Trim(path.Dir(p), "/"), path.Base(p))))
+		} else if strings.TrimSpace(p) != p {
+			errs = append(errs, field.Invalid(pp, shown(p), fmt.Sprintf("has whitespace around it (such as a pasted newline); write %q", strings.TrimSpace(p))))
+		}
+	}
+	if f := sel.Folder; f != "" {
+		errs = append(errs, validateSelectFolder(sp.Child("folder"), f, spec.VCenter.Datacenter)...)
+	}
+	if md := sel.MachineDeployment; md != nil {
+		mp := sp.Child("machineDeployment")
+		if msgs := validation.IsDNS1123Label(md.Namespace); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(mp.Child("namespace"), shown(md.Namespace), "is not a namespace name: "+strings.Join(msgs, "; ")))
+		}
+		if msgs := validation.IsDNS1123Subdomain(md.Name); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(mp.Child("name"), shown(md.Name), "is not a MachineDeployment name: "+strings.Join(msgs, "; ")))
+		}
+	}
+	return errs
+}
+
+// validateSelectFolder checks a folder of the datacenter's vm folder: relative to it
+// (gpu/day), or its inventory path (/dc1/vm/gpu/day).
+func validateSelectFolder(fp *field.Path, f, dc string) field.ErrorList {
+	rel := f
+	if strings.HasPrefix(f, "/") {
+		prefix := "/" + strings.Trim(dc, "/") + "/vm/"
+		if !strings.HasPrefix(f, prefix) || len(f) == len(prefix) {
+			return field.ErrorList{field.Invalid(fp, shown(f), fmt.Sprintf(
+				"is not a folder in datacenter %s's vm folder; write it relative to the vm folder, such as gpu/day, or as %sgpu/day", dc, prefix))}
+		}
+		rel = strings.TrimPrefix(f, prefix)
+	}
+	rel = strings.TrimSuffix(rel, "/")
+	for _, part := range strings.Split(rel, "/") {
+		if part == "" || part == "." || part == ".." || strings.TrimSpace(part) != part {
+			return field.ErrorList{field.Invalid(fp, shown(f), fmt.Sprintf(
+				"is not a clean folder path (empty, . or .. parts, or whitespace); write it such as %q", strings.Trim(path.Clean("/"+strings.TrimSpace(rel)), "/")))}
+		}
+	}
+	return nil
+}

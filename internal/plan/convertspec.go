@@ -149,6 +149,7 @@ func ResolveSpec(spec *gpupoolv1.GPUPoolProfileSpec, inv *inventory.Inventory, c
 		if !ok {
 			continue
 		}
+		conv.Disruption = boundedWeights(conv.Disruption, spec.Drain.MaxHold != nil)
 		res, err := Resolve(&base, conv, inv, costs)
 		if err != nil {
 			out.Errors[l.Name] = err
@@ -163,4 +164,26 @@ func ResolveSpec(spec *gpupoolv1.GPUPoolProfileSpec, inv *inventory.Inventory, c
 	}
 	out.Spec = &resolved
 	return out
+}
+
+// HeldPodWeight is what a do-not-disrupt pod or a pod of a Job near completion weighs,
+// in GPU pods, when spec.drain.maxHold is set and the conversion gives it no weight.
+const HeldPodWeight = 1000
+
+// boundedWeights are the disruption weights a choice uses. With spec.drain.maxHold the
+// admin has bounded how long such pods hold a drain (after it they are evicted), so they
+// cannot forbid a choice either: a weight left at 0 (never) becomes HeldPodWeight, so
+// that such a GPU is chosen only when no other will do. Without maxHold, 0 stays never:
+// a pod that may hold a drain until drain.timeout also keeps its GPU out of the choice.
+func boundedWeights(w Weights, maxHold bool) Weights {
+	if !maxHold {
+		return w
+	}
+	if w.DoNotDisrupt == 0 {
+		w.DoNotDisrupt = HeldPodWeight
+	}
+	if w.JobNearCompletion == 0 {
+		w.JobNearCompletion = HeldPodWeight
+	}
+	return w
 }

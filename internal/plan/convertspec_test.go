@@ -1,9 +1,13 @@
 package plan
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
@@ -124,5 +128,45 @@ func TestResolveSpecReportsUnresolvable(t *testing.T) {
 	}
 	if _, ok := sr.Resolutions["night"]; ok {
 		t.Error("an unresolvable layout has a resolution")
+	}
+}
+
+// TestResolveSpecMaxHoldBoundsVetoes: with a do-not-disrupt pod on a VM of every GPU, no
+// choice spares them: without spec.drain.maxHold the layout cannot be resolved (those
+// pods may hold a drain until its timeout); with it (the admin bounded such holds) the
+// choice is made, weighing each such pod HeldPodWeight GPU pods, so that it takes the
+// GPUs with the fewest of them.
+func TestResolveSpecMaxHoldBoundsVetoes(t *testing.T) {
+	spec, w := countWorld(t)
+	costs := dayCosts(w)
+	for h := range 4 {
+		host, _ := w.inv.FindHost(fmt.Sprintf("esx-%02d", h+1))
+		for g, gpu := range host.GPUs {
+			c := costs[gpu.VMs[0]]
+			c.DoNotDisrupt = max(c.DoNotDisrupt, 1)
+			if h == 2 && g == 1 { // two on esx-03's GPU 1: never among the cheapest
+				c.DoNotDisrupt = 2
+			}
+			c.GPUPods = max(c.GPUPods, c.DoNotDisrupt)
+			costs[gpu.VMs[0]] = c
+		}
+	}
+	api := apiNight(spec, 4)
+	if sr := ResolveSpec(Expand(api, nil), w.inv, costs); sr.Errors["night"] == nil || !strings.Contains(sr.Errors["night"].Error(), "disruption weights") {
+		t.Fatalf("without maxHold: error %v, want no choice that the disruption weights allow", sr.Errors["night"])
+	}
+	api.Drain.MaxHold = &metav1.Duration{Duration: 5 * time.Minute}
+	sr := ResolveSpec(Expand(api, nil), w.inv, costs)
+	if err := sr.Errors["night"]; err != nil {
+		t.Fatalf("with maxHold: %v", err)
+	}
+	r := sr.Resolutions["night"]
+	if len(r.Chosen) != 4 || r.Cost < 4*HeldPodWeight || r.Cost >= 5*HeldPodWeight {
+		t.Errorf("with maxHold: %d GPUs chosen at cost %d, want 4 GPUs with one held pod each (cost in [%d, %d))", len(r.Chosen), r.Cost, 4*HeldPodWeight, 5*HeldPodWeight)
+	}
+	for _, g := range r.Chosen {
+		if g.Host == "esx-03" && g.GPU == "0000:5b:00.0" {
+			t.Errorf("chose esx-03's GPU 1, which holds two do-not-disrupt pods")
+		}
 	}
 }

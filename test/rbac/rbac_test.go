@@ -33,7 +33,7 @@ var used = map[string]string{
 	"manager-role  namespaces get,list,watch":                                "spec.demand.namespaceSelector: the labels of namespaces, whose pods count as demand",
 	"manager-role batch jobs get":                                            "spec.demand: a pod of a Job near completion holds a demand switch back (read by name, not cached)",
 	"manager-role events.k8s.io events create,patch":                         "events on pools and their nodes",
-	"manager-role cluster.x-k8s.io machines get,patch":                       "pause remediation of parked machines",
+	"manager-role cluster.x-k8s.io machines get,list,patch":                  "pause remediation of parked machines; list a MachineDeployment's Machines (select.machineDeployment, read uncached)",
 	"manager-role infrastructure.cluster.x-k8s.io vspheremachines get,patch": "the same on CAPV's infrastructure machine",
 	"manager-role infrastructure.cluster.x-k8s.io vspherevms get,patch":      "pause the VSphereVM too: CAPV powers VMs on from it, honouring only its own pause",
 	"manager-role gpupool.dev gpupoolprofiles get,list,watch,update":         "read pools, the finalizer",

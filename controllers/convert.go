@@ -39,7 +39,7 @@ func (r *GPUPoolProfileReconciler) expandSpec(pool *gpupoolv1.GPUPoolProfile) {
 func (r *GPUPoolProfileReconciler) resolveConversions(ctx context.Context, s *scope, inv *inventory.Inventory, w *world.World, nodes []corev1.Node) *world.World {
 	sr := plan.ResolveSpec(&s.pool.Spec, inv, r.conversionCosts(ctx, s.pool, w))
 	s.conversions = sr
-	r.conversions.remember(s.pool, sr.Layouts)
+	r.conversions.remember(s.pool, sr.Layouts) // only those resolved now: one that failed starts from its candidates
 	s.pool.Spec = *sr.Spec.DeepCopy()
 	s.persisted.Spec = *sr.Spec.DeepCopy()
 	if s.wanted != nil {

@@ -10,6 +10,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/drain"
+	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/vsphere"
 )
@@ -71,10 +72,10 @@ type GPUPoolProfileReconciler struct {
 	stalls stallCount
 	// conversions remembers what each pool's layouts by count last resolved to, so that
 	// a pass starts from that choice (expandSpec).
-	conversions conversionMemo
+	conversions poolMemo[map[string]gpupoolv1.Layout]
 	// selections remembers what each pool's select layouts last selected, so that a
 	// pass starts from it and keeps it when the selector cannot be read (select.go).
-	selections selectionMemo
+	selections poolMemo[map[string]plan.Selected]
 }
 
 // kueueReleaser releases the admission checks a pool being deleted holds (the Kueue

@@ -353,10 +353,5 @@ func (c *converter) withLayout(l gpupoolv1.Layout) *gpupoolv1.GPUPoolProfileSpec
 }
 
 func (c *converter) candidateWorker(vm *inventory.VM) gpupoolv1.Worker {
-	cd := c.candOf[vm]
-	w := gpupoolv1.Worker{VM: cd.VM, Profile: c.conv.Profile, Node: cd.Node, NoNode: cd.NoNode}
-	if c.vgpus > 1 {
-		w.VGPUs = int32(c.vgpus) //nolint:gosec // at most 16, as workers[].vgpus
-	}
-	return w
+	return candidateAsWorker(c.candOf[vm], c.conv)
 }

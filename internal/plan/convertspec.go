@@ -77,15 +77,21 @@ func Expand(spec *gpupoolv1.GPUPoolProfileSpec, last map[string]gpupoolv1.Layout
 			out.Layouts = append(out.Layouts, r)
 			continue
 		}
-		conv, _ := ConversionOf(&l)
-		e := l
-		e.Workers = nil
-		for _, cd := range conv.Candidates {
-			e.Workers = append(e.Workers, candidateAsWorker(cd, conv))
-		}
-		out.Layouts = append(out.Layouts, e)
+		out.Layouts = append(out.Layouts, candidatesForm(l))
 	}
 	return &out
+}
+
+// candidatesForm is a layout by count listing its candidates, each with the converted
+// profile, as its workers: how it is planned before it is resolved, and how the
+// resolver sees it among the pool's layouts.
+func candidatesForm(l gpupoolv1.Layout) gpupoolv1.Layout {
+	conv, _ := ConversionOf(&l)
+	l.Workers = nil
+	for _, cd := range conv.Candidates {
+		l.Workers = append(l.Workers, candidateAsWorker(cd, conv))
+	}
+	return l
 }
 
 func equalConvert(a, b *gpupoolv1.Conversion) bool {
@@ -133,11 +139,7 @@ func ResolveSpec(spec *gpupoolv1.GPUPoolProfileSpec, inv *inventory.Inventory, c
 	base.Layouts = nil
 	for _, l := range spec.Layouts {
 		if l.Convert != nil {
-			conv, _ := ConversionOf(&l)
-			l.Workers = nil
-			for _, cd := range conv.Candidates {
-				l.Workers = append(l.Workers, candidateAsWorker(cd, conv))
-			}
+			l = candidatesForm(l)
 		}
 		base.Layouts = append(base.Layouts, l)
 	}

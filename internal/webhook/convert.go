@@ -6,7 +6,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/inventory"
 )
 
 // validateLayoutShape checks that a layout either lists workers or converts GPUs, and a
@@ -66,14 +65,7 @@ func validateLayoutShape(lp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, l *
 			"needs at least %d candidates (a converted GPU takes at least one), and convert.candidates lists %d: lower count to at most %d, or list more candidates",
 			c.Count, len(c.Candidates), len(c.Candidates))))
 	}
-	if _, err := inventory.ProfileFrameBufferMiB(c.Profile); err != nil {
-		errs = append(errs, field.Invalid(cp.Child("profile"), shown(c.Profile),
-			"is not an NVIDIA vGPU type name; write it as govc gpu.host.profile.ls lists it, such as grid_p100-16q"))
-	}
-	if c.VGPUs < 0 || c.VGPUs > MaxVGPUs {
-		errs = append(errs, field.Invalid(cp.Child("vgpus"), c.VGPUs, fmt.Sprintf(
-			"must be between 1 and %d vGPUs of the profile per candidate; leave it out for one vGPU", MaxVGPUs)))
-	}
+	errs = append(errs, checkProfileAndVGPUs(cp, c.Profile, c.VGPUs, "candidate")...)
 	switch {
 	case len(c.Candidates) == 0 && c.CandidatesFrom == nil:
 		errs = append(errs, field.Required(cp.Child("candidates"), fmt.Sprintf(

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/inventory"
 )
 
 // validateSelection checks a select layout's selector without vCenter or the Cluster
@@ -18,15 +17,7 @@ import (
 // it matches is the pass's to find (docs/api.md#selected-workers).
 func validateSelection(sp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, sel *gpupoolv1.Selection) field.ErrorList {
 	errs := validateSources(sp, spec, &sel.VMSelector)
-	if _, err := inventory.ProfileFrameBufferMiB(sel.Profile); err != nil {
-		errs = append(errs, field.Invalid(sp.Child("profile"), shown(sel.Profile),
-			"is not an NVIDIA vGPU type name; write it as govc gpu.host.profile.ls lists it, such as grid_p100-4q"))
-	}
-	if sel.VGPUs < 0 || sel.VGPUs > MaxVGPUs {
-		errs = append(errs, field.Invalid(sp.Child("vgpus"), sel.VGPUs, fmt.Sprintf(
-			"must be between 1 and %d vGPUs of the profile per selected VM; leave it out for one vGPU", MaxVGPUs)))
-	}
-	return errs
+	return append(errs, checkProfileAndVGPUs(sp, sel.Profile, sel.VGPUs, "selected VM")...)
 }
 
 // validateSources checks a selector's sources (select, convert.candidatesFrom): at

@@ -47,14 +47,23 @@ func validateWorkers(lp *field.Path, l *gpupoolv1.Layout, datacenter string) fie
 				seen[key] = j
 			}
 		}
-		if _, err := inventory.ProfileFrameBufferMiB(w.Profile); err != nil {
-			errs = append(errs, field.Invalid(wp.Child("profile"), shown(w.Profile),
-				"is not an NVIDIA vGPU type name; write it as govc gpu.host.profile.ls lists it: grid_p100-4q (board, GiB, series A/B/C/Q), nvidia_a100-3-20c (MIG-backed: slices-GiB-c) or nvidia_h100xm-1-10cme (MIG with media extensions)"))
-		}
-		if w.VGPUs < 0 || w.VGPUs > MaxVGPUs {
-			errs = append(errs, field.Invalid(wp.Child("vgpus"), w.VGPUs, fmt.Sprintf(
-				"must be between 1 and %d vGPUs of the profile per VM; leave it out for one vGPU", MaxVGPUs)))
-		}
+		errs = append(errs, checkProfileAndVGPUs(wp, w.Profile, w.VGPUs, "VM")...)
+	}
+	return errs
+}
+
+// checkProfileAndVGPUs checks a vGPU profile and how many vGPUs of it one VM carries, at
+// p.profile and p.vgpus: for workers, a layout by count's candidates and a selection's
+// VMs (per names them in the message).
+func checkProfileAndVGPUs(p *field.Path, profile string, vgpus int32, per string) field.ErrorList {
+	var errs field.ErrorList
+	if _, err := inventory.ProfileFrameBufferMiB(profile); err != nil {
+		errs = append(errs, field.Invalid(p.Child("profile"), shown(profile),
+			"is not an NVIDIA vGPU type name; write it as govc gpu.host.profile.ls lists it: grid_p100-4q (board, GiB, series A/B/C/Q), nvidia_a100-3-20c (MIG-backed: slices-GiB-c) or nvidia_h100xm-1-10cme (MIG with media extensions)"))
+	}
+	if vgpus < 0 || vgpus > MaxVGPUs {
+		errs = append(errs, field.Invalid(p.Child("vgpus"), vgpus, fmt.Sprintf(
+			"must be between 1 and %d vGPUs of the profile per %s; leave it out for one vGPU", MaxVGPUs, per)))
 	}
 	return errs
 }

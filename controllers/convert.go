@@ -22,13 +22,16 @@ import (
 
 // expandSpec makes pool's spec the enumerated copy a pass starts from: each select
 // layout lists what it last selected (plan.ExpandSelections, select.go), each layout by
-// count what it last resolved to, or its candidates (plan.Expand).
+// count what it last resolved to, or its candidates (plan.Expand), with the count in
+// effect (countsInEffect).
 func (r *GPUPoolProfileReconciler) expandSpec(pool *gpupoolv1.GPUPoolProfile) {
 	if plan.HasSelections(&pool.Spec) {
 		pool.Spec = *plan.ExpandSelections(&pool.Spec, r.selections.last(pool)).DeepCopy()
 	}
 	if plan.HasConversions(&pool.Spec) {
-		pool.Spec = *plan.Expand(&pool.Spec, r.conversions.last(pool)).DeepCopy()
+		last := r.conversions.last(pool)
+		spec := plan.WithCounts(&pool.Spec, countsInEffect(pool, last))
+		pool.Spec = *plan.Expand(spec, last).DeepCopy()
 	}
 }
 
@@ -37,7 +40,8 @@ func (r *GPUPoolProfileReconciler) expandSpec(pool *gpupoolv1.GPUPoolProfile) {
 // resolved spec the pass's (s.pool and s.persisted, so that no status patch carries a
 // spec), points s.wanted into it and returns the world resolved and matched on it.
 func (r *GPUPoolProfileReconciler) resolveConversions(ctx context.Context, s *scope, inv *inventory.Inventory, w *world.World, nodes []corev1.Node) *world.World {
-	sr := plan.ResolveSpec(&s.pool.Spec, inv, r.conversionCosts(ctx, s.pool, w))
+	costs := r.conversionCosts(ctx, s.pool, w)
+	sr := r.sizeCount(s, inv, costs, plan.ResolveSpec(&s.pool.Spec, inv, costs))
 	s.conversions = sr
 	r.conversions.remember(s.pool, sr.Layouts) // only those resolved now: one that failed starts from its candidates
 	s.pool.Spec = *sr.Spec.DeepCopy()

@@ -35,6 +35,8 @@ type wanted struct {
 	missing  []string
 	// unobserved: the demand could not be read; the schedule decided (demand.Unobserved).
 	unobserved error
+	// in is what demand decided on, with the timers it returned (nil: not observed).
+	in *plan.DemandInput
 }
 
 // want decides which layout is wanted at now: plan.Desired, or with spec.demand,
@@ -56,7 +58,9 @@ func (r *GPUPoolProfileReconciler) want(ctx context.Context, pool *gpupoolv1.GPU
 		// The pass looks again soon.
 		return wanted{decision: d, demand: st, recheck: now.Add(requeueBlocked), unobserved: v.Unobserved}, err
 	}
-	w := wanted{decision: v.Decision.Decision, demand: v.Status, recheck: v.Decision.Recheck, observed: v.In.Observed, missing: v.Missing}
+	in := *v.In
+	in.Timers = v.Decision.Timers
+	w := wanted{decision: v.Decision.Decision, demand: v.Status, recheck: v.Decision.Recheck, observed: v.In.Observed, missing: v.Missing, in: &in}
 	if len(v.Missing) > 0 {
 		// The other sources decided; the missing one is looked at again soon.
 		if again := now.Add(requeueKueue); w.recheck.IsZero() || again.Before(w.recheck) {
@@ -85,9 +89,13 @@ func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.D
 			r.logMissing(ctx, pool, w.missing)
 			publishDemandMetrics(pool.Name, pool.Spec.Layouts, w.observed)
 		}
+		if w.demand != nil && pool.Status.Demand != nil {
+			// An announced count step stays until sizeCount decides on it again.
+			w.demand.Step = pool.Status.Demand.Step
+		}
 		pool.Status.Demand = w.demand
 	}
-	s.demandRecheck = w.recheck
+	s.demandRecheck, s.demandIn = w.recheck, w.in
 	return w.decision, nil
 }
 

@@ -32,7 +32,7 @@ func recordHistory(s *scope, result gpupoolv1.TransitionResult, message string) 
 	}
 	message = text.Cut(message, maxHistoryMessage)
 	rec := gpupoolv1.TransitionRecord{
-		ID: t.ID, From: t.From, To: t.To, Reason: reasonFor(s.decision, t.To),
+		ID: t.ID, From: t.From, To: t.To, FromCount: t.FromCount, Count: t.Count, Reason: reasonFor(s.decision, t.To),
 		StartTime: t.StartTime, EndTime: metav1.NewTime(s.now), Result: result,
 		SlowestWorker: slowestWorker(s.persisted), Message: message,
 	}

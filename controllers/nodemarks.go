@@ -93,7 +93,7 @@ func (r *GPUPoolProfileReconciler) withdrawWarnings(ctx context.Context, s *scop
 func switchDue(s *scope) bool {
 	st := &s.pool.Status
 	if t := st.Transition; t != nil {
-		return t.AbortedTime == nil || t.To != s.decision.Layout || t.Generation != s.pool.Generation
+		return t.AbortedTime == nil || !sameTarget(t.To, t.Count, s.decision) || t.Generation != s.pool.Generation
 	}
-	return s.decision.Layout != "" && s.decision.Layout != st.ActiveLayout
+	return s.decision.Layout != "" && !sameTarget(st.ActiveLayout, st.ActiveCount, s.decision)
 }

@@ -154,7 +154,7 @@ func (r *GPUPoolProfileReconciler) keepAbortedPhase(ctx context.Context, s *scop
 	if t == nil || t.AbortedTime == nil {
 		return outcome{}, nil
 	}
-	if t.To == s.decision.Layout && t.Generation == s.pool.Generation {
+	if sameTarget(t.To, t.Count, s.decision) && t.Generation == s.pool.Generation {
 		s.layout = s.wanted // nothing is made; the nodes are judged against the wanted layout
 		return outcome{after: r.keepAborted(ctx, s), stop: true}, nil
 	}

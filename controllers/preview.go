@@ -54,7 +54,10 @@ func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.
 	case w.unobserved != nil:
 		return nil, fmt.Errorf("the demand of pool %s cannot be read: %w", pool.Name, w.unobserved)
 	}
-	s.decision = d
+	s.decision, s.demandIn = d, w.in
+	if layout != "" {
+		s.demandIn = nil // a layout asked for by name is made with its convert.count
+	}
 	s.wanted = layoutNamed(&s.pool.Spec, d.Layout)
 	if s.wanted == nil {
 		return nil, fmt.Errorf("pool %s has no layout %q", pool.Name, d.Layout)

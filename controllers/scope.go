@@ -35,6 +35,9 @@ type scope struct {
 	decision      plan.Decision
 	wanted        *gpupoolv1.Layout
 	demandRecheck time.Time
+	// demandIn is what demand decided on (with the timers it returned), for the count of
+	// a layout by count that demand sizes (sizeCount); nil without spec.demand.
+	demandIn *plan.DemandInput
 
 	// connect: the vCenter session.
 	vc vsphere.Client

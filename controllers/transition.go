@@ -34,28 +34,37 @@ import (
 // transition.
 func (r *GPUPoolProfileReconciler) startTransition(s *scope, p *plan.Plan) {
 	st := &s.pool.Status
-	if t := st.Transition; t != nil && t.To == s.decision.Layout {
+	if t := st.Transition; t != nil && sameTarget(t.To, t.Count, s.decision) {
 		return
 	}
-	if st.Transition == nil && st.ActiveLayout == s.decision.Layout {
+	if st.Transition == nil && sameTarget(st.ActiveLayout, st.ActiveCount, s.decision) {
 		return // repairing the active layout's nodes is no transition
 	}
 	if st.Transition != nil {
-		r.endTransition(s, gpupoolv1.TransitionSuperseded, fmt.Sprintf("layout %s is wanted now (%s)", s.decision.Layout, s.decision.Reason))
+		r.endTransition(s, gpupoolv1.TransitionSuperseded, fmt.Sprintf("layout %s is wanted now (%s)",
+			targetName(s.decision.Layout, int32(s.decision.Count)), s.decision.Reason)) //nolint:gosec // a count, at most 4096
+	}
+	d := s.decision
+	cause := d.Message
+	if d.Layout == st.ActiveLayout && st.ActiveLayout != "" && d.Count > 0 && st.Demand != nil {
+		// A step of the count: demand's account of it says why.
+		cause = st.Demand.Message
 	}
 	st.Transition = &gpupoolv1.TransitionStatus{
-		ID:         fmt.Sprintf("%s-%s", s.decision.Layout, s.now.UTC().Format("20060102-150405")),
+		ID:         fmt.Sprintf("%s-%s", d.Layout, s.now.UTC().Format("20060102-150405")),
 		From:       st.ActiveLayout,
-		To:         s.decision.Layout,
+		To:         d.Layout,
+		Count:      int32(d.Count), //nolint:gosec // a count, at most 4096
+		FromCount:  st.ActiveCount,
 		StartTime:  metav1.NewTime(s.now),
 		Generation: s.pool.Generation,
-		Reason:     s.decision.Reason,
-		Cause:      text.Cut(s.decision.Message, 1024),
+		Reason:     d.Reason,
+		Cause:      text.Cut(cause, 1024),
 	}
 	// One line: kubectl events prints a table, which a multi-line note breaks. The
 	// plan's steps are in status.plan (kubectl gpupool plan).
 	r.transitionEvent(s.pool, st.Transition, corev1.EventTypeNormal, "TransitionStarted", "transition %s: switching from %s to %q (%s): %s; %s; steps: kubectl gpupool plan %s",
-		st.Transition.ID, fromWhat(st.ActiveLayout), s.decision.Layout, s.decision.Reason, oneLine(s.decision.Message), planSummary(&s.w, p), s.pool.Name)
+		st.Transition.ID, fromWhat(targetName(st.ActiveLayout, st.ActiveCount)), targetName(d.Layout, st.Transition.Count), d.Reason, oneLine(cause), planSummary(&s.w, p), s.pool.Name)
 }
 
 // completeTransition ends the transition in status, if any, as completed, and makes the
@@ -69,6 +78,7 @@ func (r *GPUPoolProfileReconciler) completeTransition(s *scope) {
 		r.emit(s.pool, corev1.EventTypeNormal, "LayoutActive", "layout %s is active", s.decision.Layout)
 	}
 	st.ActiveLayout = s.decision.Layout
+	st.ActiveCount = int32(s.decision.Count) //nolint:gosec // a count, at most 4096
 }
 
 // abort stops the transition (or the repair: then a transition record is made for it,
@@ -81,7 +91,7 @@ func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why stri
 	if st.Transition == nil {
 		st.Transition = &gpupoolv1.TransitionStatus{
 			ID: fmt.Sprintf("repair-%s-%s", s.decision.Layout, s.now.UTC().Format("20060102-150405")), From: st.ActiveLayout,
-			To: s.decision.Layout, StartTime: metav1.NewTime(s.now),
+			To: s.decision.Layout, Count: int32(s.decision.Count), FromCount: st.ActiveCount, StartTime: metav1.NewTime(s.now), //nolint:gosec // a count
 		}
 	}
 	t := st.Transition

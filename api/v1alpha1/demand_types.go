@@ -151,6 +151,35 @@ type DemandRule struct {
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^-?([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,4}$') || duration(self) >= duration('0s')`,message=`idleFor must be zero or positive, such as 10m`,messageExpression=`'idleFor must be zero or positive, such as 10m, not ' + strings.quote(self.size() > 64 ? self.substring(0, 64) + '...' : self) + (self.startsWith('-') ? ': remove the minus sign' : '')`
 	// +optional
 	IdleFor *metav1.Duration `json:"idleFor,omitempty"`
+
+	// CountFromDemand sizes a layout by count (spec.layouts[].convert) by its demand:
+	// while its windows are open, the number of GPUs converted follows the GPUs pending
+	// for the layout and running on its converted nodes, within min and max, in steps.
+	// A step is a transition of its own, started only within the guard rails (minDwell,
+	// cooldown, maxSwitchesPerDay, maxEvictions, do-not-disrupt pods) and announced
+	// warnAhead before it when it evicts. Only on a BringIn rule of a layout by count.
+	// docs/count-layouts.md.
+	// +optional
+	CountFromDemand *CountFromDemand `json:"countFromDemand,omitempty"`
+}
+
+// CountFromDemand bounds the count demand sizes a layout by count to.
+// +kubebuilder:validation:XValidation:rule=`self.max >= self.min`,message=`countFromDemand.max must be at least countFromDemand.min: raise max, or lower min`
+type CountFromDemand struct {
+	// Min is the fewest GPUs converted while the layout is active, whatever the demand.
+	// Default 1.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4096
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 4096",message="countFromDemand.min must be between 1 and 4096 GPUs converted; leave it out for at least 1"
+	// +optional
+	Min int32 `json:"min,omitempty"`
+	// Max is the most GPUs converted, whatever the demand: at most the GPUs the
+	// candidates can fill.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4096
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 4096",message="countFromDemand.max must be between 1 and 4096 GPUs converted, and at least min"
+	Max int32 `json:"max"`
 }
 
 // DemandWindow is a recurring time in which a demand rule may act.
@@ -182,6 +211,10 @@ type DemandStatus struct {
 	// Budget is the switch budget (spec.demand.maxSwitchesPerDay) as demand counted it.
 	// +optional
 	Budget *DemandBudget `json:"budget,omitempty"`
+	// Step is a count step (a rule's countFromDemand) that was decided and waits for its
+	// warning (warnAhead) to run out before it starts.
+	// +optional
+	Step *CountStep `json:"step,omitempty"`
 	// Layouts is the demand for each layout of the pool.
 	// +optional
 	// +listType=map
@@ -209,6 +242,23 @@ type DemandBudget struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	ResetToken string `json:"resetToken,omitempty"`
+}
+
+// CountStep is a step of a layout by count's count, announced ahead.
+type CountStep struct {
+	// Layout is the layout by count.
+	Layout string `json:"layout"`
+	// From and To are the counts before and after the step.
+	From int32 `json:"from"`
+	To   int32 `json:"to"`
+	// DecidedTime is when demand decided it (gpupool's clock).
+	DecidedTime metav1.Time `json:"decidedTime"`
+	// At is when it starts, after the warning.
+	At metav1.Time `json:"at"`
+	// Message says why.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // DemandSwitch is a demand switch announced ahead.

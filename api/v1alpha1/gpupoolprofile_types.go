@@ -705,6 +705,13 @@ type TransitionStatus struct {
 	From string `json:"from,omitempty"`
 	// To is the layout the transition makes.
 	To string `json:"to"`
+	// Count is, when To is a layout by count, how many GPUs it converts; a transition
+	// whose To is the active layout is a step of its count (countFromDemand).
+	// +optional
+	Count int32 `json:"count,omitempty"`
+	// FromCount is status.activeCount when the transition started.
+	// +optional
+	FromCount int32 `json:"fromCount,omitempty"`
 	// StartTime is when the transition started.
 	StartTime metav1.Time `json:"startTime"`
 	// Generation is the spec generation the transition was started for.
@@ -801,6 +808,10 @@ type GPUPoolProfileStatus struct {
 	// ActiveLayout is the layout the pool runs now, once a transition has completed.
 	// +optional
 	ActiveLayout string `json:"activeLayout,omitempty"`
+	// ActiveCount is, when the active layout is a layout by count, how many GPUs it
+	// converts: its convert.count, or the count demand sized it to (countFromDemand).
+	// +optional
+	ActiveCount int32 `json:"activeCount,omitempty"`
 	// DesiredLayout is the layout wanted now.
 	// +optional
 	DesiredLayout string `json:"desiredLayout,omitempty"`
@@ -992,6 +1003,12 @@ type TransitionRecord struct {
 	From string `json:"from,omitempty"`
 	// To is the layout the transition made.
 	To string `json:"to"`
+	// FromCount and Count are, for layouts by count, how many GPUs were converted before
+	// and after: a partial layout, or a step of its count.
+	// +optional
+	FromCount int32 `json:"fromCount,omitempty"`
+	// +optional
+	Count int32 `json:"count,omitempty"`
 	// Reason says why To was wanted: Override, Schedule or Default.
 	// +optional
 	Reason DesiredReason `json:"reason,omitempty"`

@@ -93,7 +93,18 @@ func (c *podCount) add(p *corev1.Pod) {
 	gpus := PodGPUs(p, c.who.GPU)
 	name := c.who.Named(p)
 	if p.Spec.NodeName == "" {
-		if gpus == 0 || !c.who.Counts(p) || !Unschedulable(p) || (active != "" && c.shapes.Serves(active, p)) {
+		if gpus == 0 || !c.who.Counts(p) || !Unschedulable(p) {
+			return
+		}
+		if active != "" && c.shapes.Serves(active, p) {
+			// Work waiting for the active layout's converted GPUs is what sizes a layout
+			// by count (countFromDemand): it is the demand for the active layout.
+			if conv := sizedConversion(c.pool, active); conv != nil && c.shapes.ServesProfile(active, conv.Profile, p) {
+				o := c.obs[active]
+				o.PendingGPUs += gpus
+				o.Pending = append(o.Pending, name)
+				c.obs[active] = o
+			}
 			return
 		}
 		for _, l := range c.pool.Spec.Layouts {
@@ -177,4 +188,23 @@ func nodeLayouts(ctx context.Context, r client.Reader, pool *gpupoolv1.GPUPoolPr
 		}
 	}
 	return out, nil
+}
+
+// sizedConversion is the conversion of the layout when it is a layout by count whose
+// count demand sizes (a BringIn rule with countFromDemand), nil otherwise.
+func sizedConversion(pool *gpupoolv1.GPUPoolProfile, layout string) *gpupoolv1.Conversion {
+	if pool.Spec.Demand == nil {
+		return nil
+	}
+	for _, ru := range pool.Spec.Demand.Rules {
+		if ru.Layout != layout || ru.Action != gpupoolv1.DemandBringIn || ru.CountFromDemand == nil {
+			continue
+		}
+		for i := range pool.Spec.Layouts {
+			if l := &pool.Spec.Layouts[i]; l.Name == layout {
+				return l.Convert
+			}
+		}
+	}
+	return nil
 }

@@ -42,8 +42,16 @@ func ShapesOf(pool *gpupoolv1.GPUPoolProfile) Shapes {
 // required node affinity match, and it tolerates the layout's NoSchedule and NoExecute
 // taints. Preferences are no requirement.
 func (ls Shapes) Serves(layout string, p *corev1.Pod) bool {
+	return ls.ServesProfile(layout, "", p)
+}
+
+// ServesProfile is Serves for the layout's nodes of one vGPU profile ("": any).
+func (ls Shapes) ServesProfile(layout, profile string, p *corev1.Pod) bool {
 	aff := nodeaffinity.GetRequiredNodeAffinity(p)
 	for _, n := range ls[layout] {
+		if profile != "" && n.Labels[gpupoolv1.LabelProfile] != profile {
+			continue
+		}
 		if ok, err := aff.Match(n); err != nil || !ok {
 			continue
 		}

@@ -94,13 +94,19 @@ type Resolution struct {
 	// Spec is the spec with Layout in place of (or added as) the layout named
 	// Conversion.Layout, for Check and Build.
 	Spec *gpupoolv1.GPUPoolProfileSpec
-	// Profile is the converted profile, Count the GPUs converted.
+	// Profile is the converted profile, Count the GPUs converted, VGPUs the vGPUs of
+	// Profile each candidate carries (at least 1).
 	Profile string
 	Count   int
+	VGPUs   int
 	// Cost is the choice's cost (GPU pods evicted plus weighted disruptions);
 	// Evicted the GPU pods evicted, on every host.
 	Cost    int64
 	Evicted int
+	// DoNotDisrupt and NearCompletion are, among the pods evicted, the do-not-disrupt
+	// pods and those of Jobs near completion (a choice disrupts them only where
+	// Disruption weighs them).
+	DoNotDisrupt, NearCompletion int
 	// Chosen and NotChosen are the GPUs that may be converted, with why; Ineligible the
 	// GPUs of the candidates' hosts that may not.
 	Chosen, NotChosen, Ineligible []GPUChoice
@@ -309,11 +315,15 @@ var errNoChoice = errors.New("no choice")
 // resolution assembles the result of the chosen picks: the enumerated layout, the spec
 // with it, Check's verdict and the explanation.
 func (c *converter) resolution(picks []hostPick) *Resolution {
-	r := &Resolution{Profile: c.conv.Profile, Count: c.conv.Count}
+	r := &Resolution{Profile: c.conv.Profile, Count: c.conv.Count, VGPUs: c.vgpus}
 	r.Layout = gpupoolv1.Layout{Name: c.conv.Layout, NodeLabels: c.conv.NodeLabels, NodeTaints: c.conv.NodeTaints, GPUReplicas: c.conv.GPUReplicas}
 	for _, p := range picks {
 		r.Cost += p.cost
 		r.Evicted += p.pods
+		for _, vm := range p.displaced {
+			r.DoNotDisrupt += c.costs[vm].DoNotDisrupt
+			r.NearCompletion += c.costs[vm].JobsNearCompletion
+		}
 	}
 	r.Layout.Workers = c.workers(picks)
 	r.Spec = c.withLayout(r.Layout)

@@ -189,3 +189,25 @@ func boundedWeights(w Weights, maxHold bool) Weights {
 	}
 	return w
 }
+
+// WithCounts returns spec with the count of each layout by count named in counts
+// replaced (the count demand sized it to, countFromDemand). Spec itself is not changed;
+// with nothing to replace it is returned as it is.
+func WithCounts(spec *gpupoolv1.GPUPoolProfileSpec, counts map[string]int) *gpupoolv1.GPUPoolProfileSpec {
+	out := spec
+	for i, l := range spec.Layouts {
+		n, ok := counts[l.Name]
+		if !ok || l.Convert == nil || n < 1 || int(l.Convert.Count) == n {
+			continue
+		}
+		if out == spec {
+			cp := *spec
+			cp.Layouts = slices.Clone(spec.Layouts)
+			out = &cp
+		}
+		conv := *l.Convert
+		conv.Count = int32(n) //nolint:gosec // bounded by countFromDemand.max (admission: at most 4096)
+		out.Layouts[i].Convert = &conv
+	}
+	return out
+}

@@ -277,9 +277,28 @@ func (r *demandRun) wakeAtOpening(ru *rule) {
 	}
 }
 
-// guards returns why demand must not start mv now, "" when it may: the dwell of the
-// layout it leaves, the cooldown, the switch budget, the disruption limit.
+// guards returns why demand must not start mv now, "" when it may: timeGuards, then the
+// disruption limit.
 func (r *demandRun) guards(mv *demandMove) string {
+	if why := r.timeGuards(); why != "" {
+		return why
+	}
+	p := r.policy
+	o := r.in.Observed[mv.layout]
+	switch {
+	case len(o.DoNotDisrupt) > 0:
+		return fmt.Sprintf("it would evict do-not-disrupt pods (%s)", named(o.DoNotDisrupt))
+	case len(o.NearCompletion) > 0:
+		return fmt.Sprintf("it would evict pods of Jobs near completion (%s)", named(o.NearCompletion))
+	case o.Evictions > p.maxEvicted:
+		return fmt.Sprintf("it would evict %d GPU pods (maxEvictions %d)", o.Evictions, p.maxEvicted)
+	}
+	return ""
+}
+
+// timeGuards returns why demand must not start a switch or a step now for time's
+// sake, "" when it may: the dwell of the active layout, the cooldown, the switch budget.
+func (r *demandRun) timeGuards() string {
 	p := r.policy
 	if at, _ := r.arrival(); !at.IsZero() && r.now.Before(at.Add(p.minDwell)) {
 		r.wakeAt(at.Add(p.minDwell))
@@ -295,15 +314,6 @@ func (r *demandRun) guards(mv *demandMove) string {
 		r.wakeAt(free)
 		return fmt.Sprintf("switch budget spent: %d scheduled and demand switches started in the last 24h (maxSwitchesPerDay %d; overrides do not count); the next may start at %s (or reset it: kubectl gpupool reset-budget)",
 			n, p.maxSwitches, r.format(free))
-	}
-	o := r.in.Observed[mv.layout]
-	switch {
-	case len(o.DoNotDisrupt) > 0:
-		return fmt.Sprintf("it would evict do-not-disrupt pods (%s)", named(o.DoNotDisrupt))
-	case len(o.NearCompletion) > 0:
-		return fmt.Sprintf("it would evict pods of Jobs near completion (%s)", named(o.NearCompletion))
-	case o.Evictions > p.maxEvicted:
-		return fmt.Sprintf("it would evict %d GPU pods (maxEvictions %d)", o.Evictions, p.maxEvicted)
 	}
 	return ""
 }

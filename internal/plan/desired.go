@@ -32,6 +32,10 @@ type Decision struct {
 	// Next is the next time the wanted layout changes, nil if it does not change within
 	// the search horizon (35 days) or ever.
 	Next *Boundary
+	// Count is, when Layout is a layout by count, how many GPUs it converts (its
+	// convert.count, or the count demand sized it to: DecideCount); 0 otherwise. The
+	// controller sets it once the world is observed.
+	Count int
 }
 
 // Boundary is a future change of the wanted layout.

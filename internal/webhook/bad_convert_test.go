@@ -1,6 +1,8 @@
 package webhook_test
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
 
@@ -59,5 +61,34 @@ func convertCases() []badCase {
 		{name: "convert disruption weight negative", mutate: conv(func(c *gpupoolv1.Conversion) {
 			c.Disruption = &gpupoolv1.DisruptionWeights{DoNotDisrupt: -1}
 		}), path: "spec.layouts[1].convert.disruption.doNotDisrupt", value: "-1"},
+		{name: "countFromDemand on a layout with workers", mutate: sizedBy(gpupoolv1.DemandBringIn, 1, 2),
+			path: "spec.demand.rules[0].countFromDemand", value: "{min: 1, max: 2}", fix: "give layout \"night\" convert"},
+		{name: "countFromDemand on a Skip rule", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			conv(nil)(p)
+			sizedBy(gpupoolv1.DemandSkip, 1, 2)(p)
+		}, path: "spec.demand.rules[0].countFromDemand", fix: "set action: BringIn"},
+		{name: "countFromDemand max below min", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			conv(nil)(p)
+			sizedBy(gpupoolv1.DemandBringIn, 3, 2)(p)
+		}, path: "spec.demand.rules[0].countFromDemand", fix: "raise max, or lower min"},
+		{name: "countFromDemand max more than candidates", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			conv(nil)(p)
+			sizedBy(gpupoolv1.DemandBringIn, 1, 4)(p)
+		}, path: "spec.demand.rules[0].countFromDemand.max", value: "4", fix: "write max: 3 or fewer"},
+		{name: "countFromDemand min zero", mutate: func(p *gpupoolv1.GPUPoolProfile) {
+			conv(nil)(p)
+			sizedBy(gpupoolv1.DemandBringIn, 1, 2)(p)
+		}, raw: func(u map[string]any) {
+			rule := u["spec"].(map[string]any)["demand"].(map[string]any)["rules"].([]any)[0].(map[string]any)
+			rule["countFromDemand"].(map[string]any)["min"] = int64(0)
+		}, path: "spec.demand.rules[0].countFromDemand.min", fix: "leave it out for at least 1"},
+	}
+}
+
+// sizedBy gives the pool a demand rule of action for layout night with countFromDemand.
+func sizedBy(action gpupoolv1.DemandAction, lo, hi int32) func(p *gpupoolv1.GPUPoolProfile) {
+	return func(p *gpupoolv1.GPUPoolProfile) {
+		p.Spec.Demand = &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{}, Rules: []gpupoolv1.DemandRule{
+			{Layout: "night", Action: action, CountFromDemand: &gpupoolv1.CountFromDemand{Min: lo, Max: hi}}}}
 	}
 }

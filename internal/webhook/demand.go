@@ -133,3 +133,44 @@ func demandWarnings(spec *gpupoolv1.GPUPoolProfileSpec) []string {
 	}
 	return warns
 }
+
+// validateCountFromDemand checks the rules' countFromDemand: on a BringIn rule of a
+// layout by count, with 1 <= min <= max and max no more than the layout's candidates.
+func validateCountFromDemand(dp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec) field.ErrorList {
+	var errs field.ErrorList
+	for i, r := range spec.Demand.Rules {
+		cf := r.CountFromDemand
+		if cf == nil {
+			continue
+		}
+		cp := dp.Child("rules").Index(i).Child("countFromDemand")
+		if r.Action != gpupoolv1.DemandBringIn {
+			errs = append(errs, field.Forbidden(cp, "applies to BringIn rules only: demand sizes the count of a layout it brings in; remove it or set action: BringIn"))
+			continue
+		}
+		var conv *gpupoolv1.Conversion
+		for j := range spec.Layouts {
+			if spec.Layouts[j].Name == r.Layout {
+				conv = spec.Layouts[j].Convert
+			}
+		}
+		if conv == nil {
+			errs = append(errs, field.Invalid(cp, fmt.Sprintf("{min: %d, max: %d}", cf.Min, cf.Max), fmt.Sprintf(
+				"layout %q lists its workers: countFromDemand sizes a layout by count; give layout %q convert: {base, count, profile, candidates} instead of workers (docs/count-layouts.md), or remove countFromDemand", r.Layout, r.Layout)))
+			continue
+		}
+		if cf.Min < 1 {
+			errs = append(errs, field.Invalid(cp.Child("min"), cf.Min, "must be at least 1 (a layout by count converts at least one GPU while it is active); leave it out for 1"))
+		}
+		switch {
+		case cf.Max < max(cf.Min, 1):
+			errs = append(errs, field.Invalid(cp.Child("max"), cf.Max, fmt.Sprintf("must be at least min (%d); write max: %d or more", cf.Min, max(cf.Min, 1))))
+		case len(conv.Candidates) > 0 && int(cf.Max) > len(conv.Candidates):
+			errs = append(errs, field.Invalid(cp.Child("max"), cf.Max, fmt.Sprintf(
+				"is more than the %d candidates of layout %q can fill (each converted GPU takes at least one); write max: %d or fewer, or list more candidates", len(conv.Candidates), r.Layout, len(conv.Candidates))))
+		case cf.Max > 4096:
+			errs = append(errs, field.Invalid(cp.Child("max"), cf.Max, "must be at most 4096"))
+		}
+	}
+	return errs
+}

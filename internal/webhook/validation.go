@@ -60,6 +60,7 @@ func ValidateSpec(spec *gpupoolv1.GPUPoolProfileSpec) field.ErrorList {
 	}
 	if d := spec.Demand; d != nil {
 		errs = append(errs, validateDemand(specPath.Child("demand"), d, known)...)
+		errs = append(errs, validateCountFromDemand(specPath.Child("demand"), spec)...)
 	}
 	if k := spec.Kueue; k != nil {
 		errs = append(errs, validateKueue(specPath.Child("kueue"), k, known)...)

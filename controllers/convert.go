@@ -41,7 +41,7 @@ func (r *GPUPoolProfileReconciler) expandSpec(pool *gpupoolv1.GPUPoolProfile) {
 // spec), points s.wanted into it and returns the world resolved and matched on it.
 func (r *GPUPoolProfileReconciler) resolveConversions(ctx context.Context, s *scope, inv *inventory.Inventory, w *world.World, nodes []corev1.Node) *world.World {
 	costs := r.conversionCosts(ctx, s.pool, w)
-	sr := r.sizeCount(s, inv, costs, plan.ResolveSpec(&s.pool.Spec, inv, costs))
+	sr := r.sizeCounts(s, inv, costs, plan.ResolveSpec(&s.pool.Spec, inv, costs))
 	s.conversions = sr
 	r.conversions.remember(s.pool, sr.Layouts) // only those resolved now: one that failed starts from its candidates
 	s.pool.Spec = *sr.Spec.DeepCopy()

@@ -58,55 +58,63 @@ func sized(spec *gpupoolv1.GPUPoolProfileSpec, layout string) bool {
 	return false
 }
 
-// sizeCount sets the count of the layout by count the pass makes (s.decision.Count):
+// sizeCounts sets the count of the layout by count the pass makes (s.decision.Count):
 // its convert.count in the resolved spec sr, or with countFromDemand the count
-// plan.DecideCount decides on what observe read (the step's disruption is resolved on
-// the same snapshot and costs). It returns the spec resolved with that count, and
-// publishes demand's account of it (status.demand.message, status.demand.step).
-func (r *GPUPoolProfileReconciler) sizeCount(s *scope, inv *inventory.Inventory, costs plan.Costs, sr plan.SpecResolution) plan.SpecResolution {
-	l := layoutNamed(&s.pool.Spec, s.decision.Layout)
-	if l == nil || l.Convert == nil {
-		s.decision.Count = 0
+// plan.DecideCount decides on what observe read (a step's disruption is resolved on
+// the same snapshot and costs), and publishes demand's account of it
+// (status.demand.message, status.demand.step). The other sized layouts are resolved
+// with the count a switch to them would make them with, so that the next pass's demand
+// counts what bringing one in would evict (its nodes drained: demand.DrainedBySwitch).
+// It returns the spec resolved with those counts.
+func (r *GPUPoolProfileReconciler) sizeCounts(s *scope, inv *inventory.Inventory, costs plan.Costs, sr plan.SpecResolution) plan.SpecResolution {
+	s.decision.Count = 0
+	if l := layoutNamed(&s.pool.Spec, s.decision.Layout); l != nil && l.Convert != nil {
+		s.decision.Count = int(l.Convert.Count)
+	}
+	if s.demandIn == nil {
 		return sr
 	}
-	s.decision.Count = int(l.Convert.Count)
-	if s.demandIn == nil || !sized(&s.pool.Spec, l.Name) {
-		return sr
-	}
-	at := map[int]plan.SpecResolution{int(l.Convert.Count): sr}
-	resolved := func(n int) plan.SpecResolution {
-		if v, ok := at[n]; ok {
-			return v
+	counts := map[string]int{}
+	for i := range s.pool.Spec.Layouts {
+		l := &s.pool.Spec.Layouts[i]
+		if l.Convert == nil || !sized(&s.pool.Spec, l.Name) {
+			continue
 		}
-		v := plan.ResolveSpec(plan.WithCounts(&s.pool.Spec, map[string]int{l.Name: n}), inv, costs)
-		at[n] = v
-		return v
+		cd, ok := r.decideCount(s, l, inv, costs, sr)
+		if ok && cd.Count > 0 && cd.Count != int(l.Convert.Count) {
+			counts[l.Name] = cd.Count
+		}
 	}
-	in := plan.CountInput{Demand: s.demandIn, Layout: l.Name, Reason: s.decision.Reason,
-		PerGPU: sr.Resolutions[l.Name].PerGPU(), Step: announcedStep(s.persisted),
-		Disruption: func(n int) (plan.StepCost, error) {
-			v := resolved(n)
-			if err := v.Errors[l.Name]; err != nil {
-				return plan.StepCost{}, err
-			}
-			res := v.Resolutions[l.Name]
-			if len(res.Problems) > 0 {
-				return plan.StepCost{}, errors.New(res.Problems[0].Message)
-			}
-			return plan.StepCost{Evictions: res.Evicted, DoNotDisrupt: res.DoNotDisrupt, NearCompletion: res.NearCompletion}, nil
-		}}
+	if len(counts) == 0 {
+		return sr
+	}
+	return plan.ResolveSpec(plan.WithCounts(&s.pool.Spec, counts), inv, costs)
+}
+
+// decideCount is plan.DecideCount for the sized layout l: for the layout the pass
+// makes, what it makes (set in s.decision, published in status.demand); for another,
+// the count a switch to it would make.
+func (r *GPUPoolProfileReconciler) decideCount(s *scope, l *gpupoolv1.Layout, inv *inventory.Inventory, costs plan.Costs, sr plan.SpecResolution) (plan.CountDecision, bool) {
+	made := l.Name == s.decision.Layout
+	in := plan.CountInput{Demand: s.demandIn, Layout: l.Name, Reason: s.decision.Reason, Estimate: !made,
+		PerGPU: sr.Resolutions[l.Name].PerGPU(), Disruption: stepCost(&s.pool.Spec, l.Name, int(l.Convert.Count), inv, costs, sr)}
 	st := &s.pool.Status
-	if st.ActiveLayout == l.Name {
-		in.Active = int(st.ActiveCount)
-	}
-	if t := st.Transition; t != nil && t.AbortedTime == nil && t.To == l.Name {
-		in.InFlight = int(t.Count)
+	if made {
+		in.Step = announcedStep(s.persisted)
+		if st.ActiveLayout == l.Name {
+			in.Active = int(st.ActiveCount)
+		}
+		if t := st.Transition; t != nil && t.AbortedTime == nil && t.To == l.Name {
+			in.InFlight = int(t.Count)
+		}
 	}
 	cd, err := plan.DecideCount(&s.pool.Spec, s.now, in)
 	if err != nil {
-		// Decide already read this spec: not reached; the spec's count stands.
-		s.facts.invalidSpec = "countFromDemand: " + err.Error()
-		return sr
+		// Decide read this spec already: not reached; the spec's count stands.
+		return plan.CountDecision{}, false
+	}
+	if !made {
+		return cd, true
 	}
 	s.decision.Count = cd.Count
 	if !cd.Recheck.IsZero() && (s.demandRecheck.IsZero() || cd.Recheck.Before(s.demandRecheck)) {
@@ -118,7 +126,26 @@ func (r *GPUPoolProfileReconciler) sizeCount(s *scope, inv *inventory.Inventory,
 			ds.Message = text.Cut(joinNonEmpty(ds.Message, cd.Message), demand.MaxMessage)
 		}
 	}
-	return resolved(cd.Count)
+	return cd, true
+}
+
+// stepCost is what making layout with n GPUs converted disrupts, resolved on the same
+// snapshot and costs (sr is the resolution at count have).
+func stepCost(spec *gpupoolv1.GPUPoolProfileSpec, layout string, have int, inv *inventory.Inventory, costs plan.Costs, sr plan.SpecResolution) func(int) (plan.StepCost, error) {
+	return func(n int) (plan.StepCost, error) {
+		v := sr
+		if n != have {
+			v = plan.ResolveSpec(plan.WithCounts(spec, map[string]int{layout: n}), inv, costs)
+		}
+		if err := v.Errors[layout]; err != nil {
+			return plan.StepCost{}, err
+		}
+		res := v.Resolutions[layout]
+		if len(res.Problems) > 0 {
+			return plan.StepCost{}, errors.New(res.Problems[0].Message)
+		}
+		return plan.StepCost{Evictions: res.Evicted, DoNotDisrupt: res.DoNotDisrupt, NearCompletion: res.NearCompletion}, nil
+	}
 }
 
 // announcedStep is the step status.demand.step announced, as the pool was last written.

@@ -48,6 +48,10 @@ type CountInput struct {
 	// Disruption is what making the layout with count GPUs converted would disrupt,
 	// from the world observed now; an error when that count cannot be resolved.
 	Disruption func(count int) (StepCost, error)
+	// Estimate asks for the count a switch to Layout would make it with, for a layout
+	// the pass does not make: its resolution then tells demand what bringing it in
+	// would disrupt (the next pass's DemandInput.Observed).
+	Estimate bool
 }
 
 // StepCost is what a step disrupts: GPU pods evicted, and among them do-not-disrupt pods
@@ -150,13 +154,27 @@ func (c *counting) decide() CountDecision {
 		return CountDecision{Count: c.in.InFlight}
 	case c.in.Reason == gpupoolv1.DesiredByOverride:
 		return CountDecision{Count: c.specCount}
-	case c.inflight != "" || c.in.Demand.Active != layout:
+	case c.in.Estimate || c.inflight != "" || c.in.Demand.Active != layout:
 		if !open {
-			c.wakeAtOpening(c.rule)
+			if !c.in.Estimate {
+				c.wakeAtOpening(c.rule)
+			}
 			return CountDecision{Count: c.specCount}
 		}
-		c.note("layout %s is made with %d GPUs converted: %s", layout, want, c.needs())
-		return CountDecision{Count: want}
+		// Brought in: the count its demand needs, or the largest count down to min
+		// whose switch the disruption limits allow.
+		n, _, why := c.allowedStep(c.min-1, want)
+		if n < c.min {
+			n = c.min
+		}
+		if !c.in.Estimate {
+			msg := fmt.Sprintf("layout %s is made with %d GPUs converted: %s", layout, n, c.needs())
+			if n != want {
+				msg += fmt.Sprintf("; not %s", why)
+			}
+			c.note("%s", msg)
+		}
+		return CountDecision{Count: n}
 	}
 	cur := c.in.Active
 	if cur == 0 {

@@ -49,8 +49,15 @@ func kueueList(gvk schema.GroupVersionKind) *unstructured.UnstructuredList {
 // layoutReady says whether the layout's nodes are ready for work: it is the active
 // layout and no switch is in flight. An aborted switch is not in flight: the active
 // layout keeps serving (its nodes were uncordoned), so its quota and checks stay.
+//
+// A step of a layout by count's count (countFromDemand) leaves the layout ready: the
+// GPUs that stay converted serve throughout, and the quota follows the smaller count
+// (countStep).
 func layoutReady(pool *gpupoolv1.GPUPoolProfile, layout string) bool {
 	t := pool.Status.Transition
+	if _, stepping := countStep(pool, layout); stepping {
+		return true
+	}
 	return pool.Status.ActiveLayout == layout && (t == nil || t.AbortedTime != nil)
 }
 
@@ -94,13 +101,47 @@ func flavorQuota(pool *gpupoolv1.GPUPoolProfile, f *gpupoolv1.KueueFlavor, now t
 	if !layoutReady(pool, f.Layout) {
 		return waiting, time.Time{}
 	}
+	count, _ := countStep(pool, f.Layout)
+	quota := scaledQuota(pool, f, count)
 	if lower := leavingFrom(pool); !lower.IsZero() {
 		if !now.Before(lower) {
 			return waiting, time.Time{}
 		}
-		return f.Quota, lower
+		return quota, lower
 	}
-	return f.Quota, time.Time{}
+	return quota, time.Time{}
+}
+
+// countStep is, for a layout by count, the count its flavors' quota follows: the active
+// count, or during a step of it (a transition from the layout to itself) the smaller of
+// the counts before and after, which both serve; stepping says a step is in flight.
+// Zero when no count is recorded.
+func countStep(pool *gpupoolv1.GPUPoolProfile, layout string) (int32, bool) {
+	st := &pool.Status
+	if st.ActiveLayout != layout {
+		return 0, false
+	}
+	t := st.Transition
+	if t != nil && t.AbortedTime == nil && t.From == layout && t.To == layout && t.Count > 0 {
+		return min(t.Count, max(t.FromCount, 1)), true
+	}
+	return st.ActiveCount, false
+}
+
+// scaledQuota is the flavor's quota for a layout by count running count GPUs converted:
+// the quota as written is for convert.count, and each resource scales with the count
+// (write quota as convert.count x the pod GPUs of one converted GPU, and the quota is
+// always count x that: docs/count-layouts.md). Other flavors' quota is as written.
+func scaledQuota(pool *gpupoolv1.GPUPoolProfile, f *gpupoolv1.KueueFlavor, count int32) corev1.ResourceList {
+	l := layoutNamed(&pool.Spec, f.Layout)
+	if l == nil || l.Convert == nil || l.Convert.Count < 1 || count < 1 || count == l.Convert.Count {
+		return f.Quota
+	}
+	out := corev1.ResourceList{}
+	for r, q := range f.Quota {
+		out[r] = *resource.NewMilliQuantity(q.MilliValue()*int64(count)/int64(l.Convert.Count), q.Format)
+	}
+	return out
 }
 
 // syncKueue applies spec.kueue: the flavors' quota in the opted-in ClusterQueues, gpupool's

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -69,6 +71,50 @@ func TestFlavorQuota(t *testing.T) {
 	pool.Status = gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night", NextTransition: &gpupoolv1.NextTransition{Layout: "day", At: at(7, 50)}}
 	if _, next := flavorQuota(pool, &pool.Spec.Kueue.Flavors[1], now); !next.Equal(at(7, 40).Time) {
 		t.Errorf("night's quota drops at %s, want 07:40", next.In(berlin))
+	}
+}
+
+// TestFlavorQuotaFollowsTheCount: the flavor of a layout by count has its quota scaled
+// from convert.count to the count in effect, for every resource; during a step of the
+// count the layout keeps serving with the smaller count's quota, and a Workload's check
+// stays Ready; a flavor of a layout with workers keeps its quota as written.
+func TestFlavorQuotaFollowsTheCount(t *testing.T) {
+	now := time.Date(2031, 3, 17, 7, 0, 0, 0, mustZone("Europe/Berlin"))
+	pool := kueuePool()
+	pool.Spec.Layouts = []gpupoolv1.Layout{{Name: "day"}, {Name: "night", Convert: &gpupoolv1.Conversion{Base: "day", Count: 4, Profile: "grid_p100-16q"}}}
+	pool.Spec.Kueue.Flavors[1].Quota = corev1.ResourceList{nodes.DefaultGPUResource: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("64Gi")}
+	for _, tc := range []struct {
+		name        string
+		status      gpupoolv1.GPUPoolProfileStatus
+		gpus, mem   string
+		checkPended bool
+	}{
+		{name: "count as written", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night", ActiveCount: 4}, gpus: "8", mem: "64Gi"},
+		{name: "no count recorded", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night"}, gpus: "8", mem: "64Gi"},
+		{name: "one GPU converted", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night", ActiveCount: 1}, gpus: "2", mem: "16Gi"},
+		{name: "three GPUs converted", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night", ActiveCount: 3}, gpus: "6", mem: "48Gi"},
+		{name: "stepping up from 1 to 3", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night", ActiveCount: 1,
+			Transition: &gpupoolv1.TransitionStatus{From: "night", To: "night", FromCount: 1, Count: 3}}, gpus: "2", mem: "16Gi"},
+		{name: "stepping down from 3 to 2", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "night", ActiveCount: 3,
+			Transition: &gpupoolv1.TransitionStatus{From: "night", To: "night", FromCount: 3, Count: 2}}, gpus: "4", mem: "32Gi"},
+		{name: "switching in with 2", status: gpupoolv1.GPUPoolProfileStatus{ActiveLayout: "day",
+			Transition: &gpupoolv1.TransitionStatus{From: "day", To: "night", Count: 2}}, gpus: "0", mem: "0", checkPended: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool.Status = tc.status
+			if day, _ := flavorQuota(pool, &pool.Spec.Kueue.Flavors[0], now); tc.status.ActiveLayout == "night" {
+				if q := day[nodes.DefaultGPUResource]; q.String() != "1" {
+					t.Errorf("day quota %s, want its waiting quota 1, unscaled", q.String())
+				}
+			}
+			q, _ := flavorQuota(pool, &pool.Spec.Kueue.Flavors[1], now)
+			if g, m := q[nodes.DefaultGPUResource], q[corev1.ResourceMemory]; g.String() != tc.gpus || m.String() != tc.mem {
+				t.Errorf("night quota %s GPUs, %s memory; want %s, %s", g.String(), m.String(), tc.gpus, tc.mem)
+			}
+			if state, msg := checkState(pool, []string{"night"}, now); (state == checkPending) != tc.checkPended {
+				t.Errorf("check %s (%s), want pending %v", state, msg, tc.checkPended)
+			}
+		})
 	}
 }
 

@@ -45,6 +45,9 @@ func describeDemand(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool, sc sc
 	if sw := ds.Switch; sw != nil {
 		fmt.Fprintf(out, "  Announced: switch to %s at %s: %s\n", sw.Layout, sc.at(sw.At.Time), clip(sc.text(sw.Message), wide, 160))
 	}
+	if st := ds.Step; st != nil {
+		fmt.Fprintf(out, "  Announced: step of %s from %d to %d GPUs converted at %s: %s\n", st.Layout, st.From, st.To, sc.at(st.At.Time), clip(sc.text(st.Message), wide, 160))
+	}
 	tw := table(out)
 	fmt.Fprintln(tw, "  LAYOUT\tPENDING\tRUNNING GPUS\tSINCE\tA SWITCH TO IT WOULD EVICT\tPODS")
 	for _, l := range ds.Layouts {

@@ -56,6 +56,41 @@ func TestDescribeDemand(t *testing.T) {
 	}
 }
 
+// TestDescribeCountSteps: a layout by count sized by demand shows its count where it
+// names the layout (now, the step in flight, history) and the step announced ahead.
+func TestDescribeCountSteps(t *testing.T) {
+	now := testclock.Base()
+	at := func(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(d)) }
+	p := &gpupoolv1.GPUPoolProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: "lab"},
+		Spec: gpupoolv1.GPUPoolProfileSpec{DefaultLayout: "day", Layouts: []gpupoolv1.Layout{{Name: "day"}, {Name: "night", Convert: &gpupoolv1.Conversion{Base: "day", Count: 4, Profile: "grid_p100-16q"}}},
+			Demand: &gpupoolv1.DemandPolicy{NamespaceSelector: &metav1.LabelSelector{}, Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn,
+				CountFromDemand: &gpupoolv1.CountFromDemand{Min: 1, Max: 4}}}}},
+		Status: gpupoolv1.GPUPoolProfileStatus{
+			ActiveLayout: "night", ActiveCount: 1, DesiredLayout: "night", DesiredReason: gpupoolv1.DesiredByDemand, Phase: gpupoolv1.PhaseTransitioning,
+			Transition: &gpupoolv1.TransitionStatus{ID: "night-2", From: "night", FromCount: 1, To: "night", Count: 3, StartTime: at(-time.Minute), Reason: gpupoolv1.DesiredByDemand},
+			Demand: &gpupoolv1.DemandStatus{Step: &gpupoolv1.CountStep{Layout: "night", From: 3, To: 4, DecidedTime: at(-time.Minute), At: at(9 * time.Minute), Message: "steps layout night from 3 to 4"}},
+			History: []gpupoolv1.TransitionRecord{{ID: "night-1", From: "day", To: "night", Count: 1, Reason: gpupoolv1.DesiredByDemand, StartTime: at(-time.Hour), EndTime: at(-50 * time.Minute), Result: gpupoolv1.TransitionCompleted}},
+		},
+	}
+	var out bytes.Buffer
+	a := newApp(genericiooptions.IOStreams{Out: &out, ErrOut: &out}, func() time.Time { return now })
+	a.tz = "Europe/Berlin"
+	if err := a.describe(&out, p, false); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"Layout now:", "night (1 GPU)", "night (1 GPU) -> night (3 GPUs)",
+		"Announced: step of night from 3 to 4 GPUs converted", "steps layout night from 3 to 4",
+		"day", "night (1 GPU)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output does not say %q:\n%s", want, got)
+		}
+	}
+}
+
 // TestSinceCondAllowsForClockOffset: a condition's time is stamped by the operator's
 // clock; with this machine's clock behind it, it still reads as past, never "in 5m";
 // with this clock ahead, it reads as that long ago.

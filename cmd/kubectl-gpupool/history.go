@@ -51,7 +51,7 @@ func printHistory(out io.Writer, hs []gpupoolv1.TransitionRecord, wide bool, sc 
 	fmt.Fprintln(tw)
 	for _, h := range hs {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s", sc.at(h.StartTime.Time), took(h.EndTime.Sub(h.StartTime.Time)),
-			or(h.From, "(none)"), h.To, or(string(h.Reason), "-"), h.Result, or(h.SlowestWorker, "-"))
+			or(withCount(h.From, h.FromCount), "(none)"), withCount(h.To, h.Count), or(string(h.Reason), "-"), h.Result, or(h.SlowestWorker, "-"))
 		if wide {
 			fmt.Fprintf(tw, "\t%s\t%s", h.ID, or(sc.text(h.Message), "-"))
 		}

@@ -165,7 +165,7 @@ func (a *app) describe(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) er
 	tw := table(out)
 	fmt.Fprintf(tw, "Pool:\t%s\n", p.Name)
 	fmt.Fprintf(tw, "Times in:\t%s\n", sc.zone())
-	fmt.Fprintf(tw, "Layout now:\t%s\n", or(st.ActiveLayout, "(none yet)"))
+	fmt.Fprintf(tw, "Layout now:\t%s\n", or(withCount(st.ActiveLayout, st.ActiveCount), "(none yet)"))
 	why := string(st.DesiredReason)
 	// The operator's words for why, from the same function it decides with, on the
 	// spec with the pool's requests applied.
@@ -209,7 +209,7 @@ func (a *app) describe(out io.Writer, p *gpupoolv1.GPUPoolProfile, wide bool) er
 		if t.AbortedTime != nil {
 			state = "aborted " + sc.at(t.AbortedTime.Time)
 		}
-		fmt.Fprintf(tw, "Transition:\t%s: %s -> %s, started %s, %s\n", t.ID, or(t.From, "(none)"), t.To, sc.at(t.StartTime.Time), state)
+		fmt.Fprintf(tw, "Transition:\t%s: %s -> %s, started %s, %s\n", t.ID, or(withCount(t.From, t.FromCount), "(none)"), withCount(t.To, t.Count), sc.at(t.StartTime.Time), state)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -337,4 +337,16 @@ func requestExpiry(q *gpupoolv1.GPUPoolRequest, now time.Time) time.Time {
 		return q.Status.ExpiresAt.Time
 	}
 	return requests.Expiry(q, now)
+}
+
+// withCount names a layout and, for a layout by count, how many GPUs it converts: a
+// partial layout, such as "night (2 GPUs)".
+func withCount(layout string, count int32) string {
+	switch {
+	case layout == "" || count == 0:
+		return layout
+	case count == 1:
+		return layout + " (1 GPU)"
+	}
+	return fmt.Sprintf("%s (%d GPUs)", layout, count)
 }

@@ -69,8 +69,8 @@ func TestDescribeCountSteps(t *testing.T) {
 		Status: gpupoolv1.GPUPoolProfileStatus{
 			ActiveLayout: "night", ActiveCount: 1, DesiredLayout: "night", DesiredReason: gpupoolv1.DesiredByDemand, Phase: gpupoolv1.PhaseTransitioning,
 			Transition: &gpupoolv1.TransitionStatus{ID: "night-2", From: "night", FromCount: 1, To: "night", Count: 3, StartTime: at(-time.Minute), Reason: gpupoolv1.DesiredByDemand},
-			Demand: &gpupoolv1.DemandStatus{Step: &gpupoolv1.CountStep{Layout: "night", From: 3, To: 4, DecidedTime: at(-time.Minute), At: at(9 * time.Minute), Message: "steps layout night from 3 to 4"}},
-			History: []gpupoolv1.TransitionRecord{{ID: "night-1", From: "day", To: "night", Count: 1, Reason: gpupoolv1.DesiredByDemand, StartTime: at(-time.Hour), EndTime: at(-50 * time.Minute), Result: gpupoolv1.TransitionCompleted}},
+			Demand:     &gpupoolv1.DemandStatus{Step: &gpupoolv1.CountStep{Layout: "night", From: 3, To: 4, DecidedTime: at(-time.Minute), At: at(9 * time.Minute), Message: "steps layout night from 3 to 4"}},
+			History:    []gpupoolv1.TransitionRecord{{ID: "night-1", From: "day", To: "night", Count: 1, Reason: gpupoolv1.DesiredByDemand, StartTime: at(-time.Hour), EndTime: at(-50 * time.Minute), Result: gpupoolv1.TransitionCompleted}},
 		},
 	}
 	var out bytes.Buffer

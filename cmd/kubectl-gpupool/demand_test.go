@@ -106,3 +106,26 @@ func TestSinceCondAllowsForClockOffset(t *testing.T) {
 		}
 	}
 }
+
+// TestTimelineShowsConvertedGPUs: the timeline names how many GPUs a layout by count
+// converts: its count, or the range demand sizes it within; a layout with workers
+// shows none.
+func TestTimelineShowsConvertedGPUs(t *testing.T) {
+	spec := &gpupoolv1.GPUPoolProfileSpec{Layouts: []gpupoolv1.Layout{{Name: "day"},
+		{Name: "night", Convert: &gpupoolv1.Conversion{Base: "day", Count: 4, Profile: "grid_p100-16q"}}}}
+	for _, tc := range []struct {
+		layout, want string
+		demand       *gpupoolv1.DemandPolicy
+	}{
+		{layout: "day", want: ""},
+		{layout: "night", want: "4"},
+		{layout: "night", want: "1-3 by demand", demand: &gpupoolv1.DemandPolicy{Rules: []gpupoolv1.DemandRule{
+			{Layout: "night", Action: gpupoolv1.DemandBringIn, CountFromDemand: &gpupoolv1.CountFromDemand{Min: 1, Max: 3}}}}},
+		{layout: "night", want: "4", demand: &gpupoolv1.DemandPolicy{Rules: []gpupoolv1.DemandRule{{Layout: "night", Action: gpupoolv1.DemandBringIn}}}},
+	} {
+		spec.Demand = tc.demand
+		if got := convertedGPUs(spec, tc.layout); got != tc.want {
+			t.Errorf("%s with demand %v: %q, want %q", tc.layout, tc.demand != nil, got, tc.want)
+		}
+	}
+}

@@ -25,9 +25,12 @@ const maxTimelineEntries = 2000
 
 // timelineEntry is a span during which one layout is wanted.
 type timelineEntry struct {
-	From   time.Time               `json:"from"`
-	To     *time.Time              `json:"to,omitempty"`
-	Layout string                  `json:"layout"`
+	From   time.Time  `json:"from"`
+	To     *time.Time `json:"to,omitempty"`
+	Layout string     `json:"layout"`
+	// GPUs is, for a layout by count, how many GPUs it converts: "4", or "1-4 by
+	// demand" when countFromDemand sizes it.
+	GPUs   string                  `json:"gpus,omitempty"`
 	Reason gpupoolv1.DesiredReason `json:"reason"`
 	Why    string                  `json:"why"`
 }
@@ -115,7 +118,11 @@ func (a *app) printTimeline(pf *genericclioptions.PrintFlags, spec *gpupoolv1.GP
 		if wide {
 			why = sc.text(e.Why)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", sc.at(e.From), until, e.Layout, why)
+		layout := e.Layout
+		if e.GPUs != "" {
+			layout += " (" + e.GPUs + " GPUs)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", sc.at(e.From), until, layout, why)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -186,7 +193,7 @@ func timeline(spec *gpupoolv1.GPUPoolProfileSpec, from, to time.Time) ([]timelin
 		if err != nil {
 			return nil, err
 		}
-		e := timelineEntry{From: at, Layout: d.Layout, Reason: d.Reason, Why: d.Message}
+		e := timelineEntry{From: at, Layout: d.Layout, GPUs: convertedGPUs(spec, d.Layout), Reason: d.Reason, Why: d.Message}
 		if d.Next != nil {
 			next := d.Next.At
 			e.To = &next
@@ -199,4 +206,24 @@ func timeline(spec *gpupoolv1.GPUPoolProfileSpec, from, to time.Time) ([]timelin
 		at = d.Next.At
 	}
 	return out, nil
+}
+
+// convertedGPUs is how many GPUs a layout by count converts while the schedule wants
+// it: its convert.count, or the range countFromDemand sizes it within; "" for a layout
+// that lists its workers.
+func convertedGPUs(spec *gpupoolv1.GPUPoolProfileSpec, layout string) string {
+	for _, l := range spec.Layouts {
+		if l.Name != layout || l.Convert == nil {
+			continue
+		}
+		if spec.Demand != nil {
+			for _, ru := range spec.Demand.Rules {
+				if cf := ru.CountFromDemand; cf != nil && ru.Layout == layout && ru.Action == gpupoolv1.DemandBringIn {
+					return fmt.Sprintf("%d-%d by demand", max(cf.Min, 1), cf.Max)
+				}
+			}
+		}
+		return fmt.Sprint(l.Convert.Count)
+	}
+	return ""
 }

@@ -92,7 +92,7 @@ func (cw countWorld) gone(pod *corev1.Pod) bool {
 // evicting exactly the pods of the GPU it adds and nothing that runs on the converted
 // nodes; once the pending work is gone the count steps down to what runs, keeping the
 // busy converted GPU. Every VM gets each vSphere operation at most once per step, every
-// node at most one cordon.
+// node at most one cordon, with the manager restarted before every pass of the steps.
 func TestCountFromDemandStepsUpAndDown(t *testing.T) {
 	cw := newCountWorld(t, "cfd-", false)
 	h, name := cw.h, cw.pool.Name
@@ -141,8 +141,10 @@ func TestCountFromDemandStepsUpAndDown(t *testing.T) {
 	}
 
 	// maxEvictions 1: the count steps to 2 (not 3: that would evict 4), announced
-	// ahead, converting esx-02's GPU 1 (one pod).
+	// ahead, converting esx-02's GPU 1 (one pod). From here on the manager restarts
+	// before every pass: the count in effect and the step come from status alone.
 	h.patchPool(name, func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Demand.MaxEvictions = ptr.To(int32(1)) })
+	h.restart = true
 	h.reconcile(name)
 	p = h.get(name)
 	if st := p.Status.Demand.Step; st == nil || st.From != 1 || st.To != 2 || !st.At.After(st.DecidedTime.Time) {
@@ -170,6 +172,9 @@ func TestCountFromDemandStepsUpAndDown(t *testing.T) {
 	l = h.ledger(cw.vmNames()...)
 	p = cw.untilStepped(1, l)
 	l.once("night 2 -> 1 GPU")
+	if h.restarts < 10 {
+		t.Fatalf("%d restarts, want one before every pass of the steps", h.restarts)
+	}
 	if rec := p.Status.History[0]; rec.FromCount != 2 || rec.Count != 1 {
 		t.Fatalf("history[0] %+v, want the step from 2 to 1", rec)
 	}

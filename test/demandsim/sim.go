@@ -5,8 +5,9 @@
 // Decide answers, and measures what the pool offered and what the work waited.
 //
 // It is a model of a cluster, not of gpupool's reconciler: it shares the decision
-// (plan.Decide) with the operator on purpose, since that is what it measures, and
-// nothing else. The property tests run it over random worlds and policies.
+// (plan.Decide, and plan.DecideCount for night sized by count: RunCount) with the
+// operator on purpose, since that is what it measures, and nothing else. The property
+// tests run it over random worlds and policies.
 package demandsim
 
 import (
@@ -58,6 +59,9 @@ type Switch struct {
 	From string
 	// Action and Observed are what demand saw when it started a Demand switch.
 	Observed map[string]plan.LayoutDemand
+	// FromCount and ToCount are the GPUs converted before and after, for a layout by
+	// count (RunCount; 0 otherwise), and Evictions the GPU pods the transition evicted.
+	FromCount, ToCount, Evictions int
 }
 
 // Step is what happened at one instant, for the property tests.
@@ -68,6 +72,11 @@ type Step struct {
 	Input    *plan.DemandInput
 	Decision plan.DemandDecision
 	Observed map[string]plan.LayoutDemand
+	// With RunCount: the counts in effect, what DecideCount was asked (nil when Decide
+	// chose a layout not by count) and what it answered.
+	ActiveCount, InFlightCount int
+	Count                      *plan.CountInput
+	CountDecision              plan.CountDecision
 }
 
 // Result is what a run measured.
@@ -98,7 +107,7 @@ func Spec(zone string, demand *gpupoolv1.DemandPolicy) *gpupoolv1.GPUPoolProfile
 	}
 }
 
-// MeanWait and P95Wait summarise Waits.
+// MeanWait, P50Wait and P95Wait summarise Waits.
 func (r *Result) MeanWait() time.Duration {
 	if len(r.Waits) == 0 {
 		return 0
@@ -110,13 +119,18 @@ func (r *Result) MeanWait() time.Duration {
 	return sum / time.Duration(len(r.Waits))
 }
 
-func (r *Result) P95Wait() time.Duration {
+func (r *Result) P50Wait() time.Duration { return r.quantile(0.5) }
+
+func (r *Result) P95Wait() time.Duration { return r.quantile(0.95) }
+
+// quantile is the nearest-rank q-quantile of Waits.
+func (r *Result) quantile(q float64) time.Duration {
 	if len(r.Waits) == 0 {
 		return 0
 	}
 	w := slices.Clone(r.Waits)
 	slices.Sort(w)
-	return w[int(math.Ceil(0.95*float64(len(w))))-1]
+	return w[int(math.Ceil(q*float64(len(w))))-1]
 }
 
 type job struct {
@@ -130,10 +144,7 @@ type job struct {
 // step (for the property tests).
 func Run(w *World, spec *gpupoolv1.GPUPoolProfileSpec, warnAhead time.Duration, keepSteps bool) (*Result, error) {
 	res := &Result{}
-	jobs := make([]*job, len(w.Jobs))
-	for i := range w.Jobs {
-		jobs[i] = &job{Job: w.Jobs[i], remaining: w.Jobs[i].Duration}
-	}
+	jobs := newJobs(w)
 	first, err := plan.Desired(spec, w.Start)
 	if err != nil {
 		return nil, err
@@ -146,12 +157,7 @@ func Run(w *World, spec *gpupoolv1.GPUPoolProfileSpec, warnAhead time.Duration, 
 			active, inFlight = inFlight, ""
 			res.Switches[len(res.Switches)-1].End = t
 		}
-		running := 0
-		for _, j := range jobs {
-			if j.running {
-				running += j.GPUs
-			}
-		}
+		running := runningGPUs(jobs)
 		inf := min(w.Inference(t), w.DayGPUs)
 		obs := observe(w, t, active, inFlight, jobs, inf, running)
 		in := &plan.DemandInput{Active: active, InFlight: inFlight, Observed: obs, Timers: timers, WarnAhead: warnAhead}
@@ -167,28 +173,60 @@ func Run(w *World, spec *gpupoolv1.GPUPoolProfileSpec, warnAhead time.Duration, 
 			res.Steps = append(res.Steps, Step{At: t, Active: active, InFlight: inFlight, Input: in, Decision: dec, Observed: obs})
 		}
 		if target := cmpOr(inFlight, active); dec.Layout != target {
+			evicted := 0
 			if inFlight == "" {
 				// The switch drains the active layout's nodes: their pods are evicted.
-				res.Evictions += obs[dec.Layout].Evictions
+				evicted = obs[dec.Layout].Evictions
+				res.Evictions += evicted
 			}
 			for _, j := range jobs {
 				if j.running {
-					j.running, j.remaining = false, j.Duration
+					j.stop()
 				}
 			}
-			res.Switches = append(res.Switches, Switch{PastSwitch: plan.PastSwitch{To: dec.Layout, Reason: dec.Reason, Start: t}, From: active, Observed: obs})
+			res.Switches = append(res.Switches, Switch{PastSwitch: plan.PastSwitch{To: dec.Layout, Reason: dec.Reason, Start: t}, From: active, Observed: obs, Evictions: evicted})
 			inFlight, switchDone = dec.Layout, t.Add(w.SwitchTime)
 		}
 		advance(w, t, jobs, active, inFlight, running, inf, res)
 	}
+	res.collectWaits(jobs)
+	return res, nil
+}
+
+func newJobs(w *World) []*job {
+	jobs := make([]*job, len(w.Jobs))
+	for i := range w.Jobs {
+		jobs[i] = &job{Job: w.Jobs[i], remaining: w.Jobs[i].Duration}
+	}
+	return jobs
+}
+
+// runningGPUs is what the running jobs use.
+func runningGPUs(jobs []*job) int {
+	n := 0
+	for _, j := range jobs {
+		if j.running {
+			n += j.GPUs
+		}
+	}
+	return n
+}
+
+// stop evicts a running job: it starts over when it runs again.
+func (j *job) stop() { j.running, j.remaining = false, j.Duration }
+
+// nearCompletion: the job has less than a quarter of its run left (what a reconciler
+// would see as a Job near completion).
+func (j *job) nearCompletion() bool { return j.running && j.remaining < j.Duration/4 }
+
+func (r *Result) collectWaits(jobs []*job) {
 	for _, j := range jobs {
 		if j.started.IsZero() {
-			res.Unstarted++
+			r.Unstarted++
 			continue
 		}
-		res.Waits = append(res.Waits, j.started.Sub(j.Arrival))
+		r.Waits = append(r.Waits, j.started.Sub(j.Arrival))
 	}
-	return res, nil
 }
 
 // advance moves the world on one step from t: the jobs that run go on (and end), those
@@ -201,6 +239,20 @@ func advance(w *World, t time.Time, jobs []*job, active, inFlight string, runnin
 	if inFlight == "" && active == Night {
 		free = w.NightGPUs - running
 	}
+	free = runJobs(w, t, jobs, free, res)
+	switch {
+	case inFlight != "":
+	case active == Night:
+		used = float64(w.NightGPUs-free) / float64(w.NightGPUs)
+	case active == Day:
+		used = float64(inf) / float64(w.DayGPUs)
+	}
+	res.IdleGPUHours += (1 - used) * float64(w.PhysicalGPUs) * stepH
+}
+
+// runJobs moves the jobs on one step from t: those that run go on (and end), those that
+// have arrived start while free GPUs last, the others queue. It returns the GPUs left free.
+func runJobs(w *World, t time.Time, jobs []*job, free int, res *Result) int {
 	for _, j := range jobs {
 		switch {
 		case j.Arrival.After(t) || !j.done.IsZero():
@@ -212,41 +264,17 @@ func advance(w *World, t time.Time, jobs []*job, active, inFlight string, runnin
 		case free >= j.GPUs:
 			j.running, j.started, free = true, t, free-j.GPUs
 		default:
-			res.QueuedGPUHours += float64(j.GPUs) * stepH
+			res.QueuedGPUHours += float64(j.GPUs) * w.Step.Hours()
 		}
 	}
-	switch {
-	case inFlight != "":
-	case active == Night:
-		used = float64(w.NightGPUs-free) / float64(w.NightGPUs)
-	case active == Day:
-		used = float64(inf) / float64(w.DayGPUs)
-	}
-	res.IdleGPUHours += (1 - used) * float64(w.PhysicalGPUs) * stepH
+	return free
 }
 
 // observe is what a reconciler sees of the world: per layout, the GPUs waiting that only
 // its nodes could serve, what runs on its nodes, and what a switch to it would evict.
 func observe(w *World, t time.Time, active, inFlight string, jobs []*job, inf, running int) map[string]plan.LayoutDemand {
 	obs := map[string]plan.LayoutDemand{}
-	var queued int64
-	var pending, runningNames, near []string
-	for i, j := range jobs {
-		if j.Arrival.After(t) || !j.done.IsZero() {
-			continue
-		}
-		name := "pod train/job-" + itoa(i)
-		switch {
-		case j.running:
-			runningNames = append(runningNames, name)
-			if j.remaining < j.Duration/4 {
-				near = append(near, name)
-			}
-		default:
-			queued += int64(j.GPUs)
-			pending = append(pending, name)
-		}
-	}
+	queued, pending, runningNames, near := training(t, jobs)
 	settled := inFlight == ""
 	night := plan.LayoutDemand{RunningGPUs: int64(running)}
 	day := plan.LayoutDemand{}
@@ -269,6 +297,28 @@ func observe(w *World, t time.Time, active, inFlight string, jobs []*job, inf, r
 	}
 	obs[Day], obs[Night] = day, night
 	return obs
+}
+
+// training is what a reconciler sees of the training jobs at t: the GPUs and pods
+// waiting, the pods running, and those of them near completion (one pod a job).
+func training(t time.Time, jobs []*job) (queued int64, pending, running, near []string) {
+	for i, j := range jobs {
+		if j.Arrival.After(t) || !j.done.IsZero() {
+			continue
+		}
+		name := "pod train/job-" + itoa(i)
+		switch {
+		case j.running:
+			running = append(running, name)
+			if j.nearCompletion() {
+				near = append(near, name)
+			}
+		default:
+			queued += int64(j.GPUs)
+			pending = append(pending, name)
+		}
+	}
+	return queued, pending, running, near
 }
 
 func cmpOr(a, b string) string {

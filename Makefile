@@ -142,7 +142,7 @@ bench-memory: controlplane build ## Measure the manager's RSS and Go heap at 20,
 	go run ./hack/bench-memory -pods $(BENCH_MEMORY_PODS) -manager after=$(BIN_DIR)/manager $(BENCH_MEMORY_FLAGS)
 
 .PHONY: bench-demand
-bench-demand: ## Simulate a week of a day/night pool on the pure demand decision, schedule only and with demand, and print a table.
+bench-demand: ## Simulate a week of a day/night pool on the pure demand decision, schedule only, with demand, and with demand sizing a layout by count, and print a table.
 	go run ./hack/bench-demand -seeds $(DEMAND_SEEDS)
 
 ##@ Build

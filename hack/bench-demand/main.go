@@ -37,10 +37,13 @@ func demandPolicy() *gpupoolv1.DemandPolicy {
 }
 
 // countPolicy is demandPolicy with night's count following demand: between 1 and all 4
-// physical GPUs converted.
-func countPolicy() *gpupoolv1.DemandPolicy {
+// physical GPUs converted; maxEvictions > 0 replaces demandPolicy's 8.
+func countPolicy(maxEvictions int32) *gpupoolv1.DemandPolicy {
 	p := demandPolicy()
 	p.Rules[0].CountFromDemand = &gpupoolv1.CountFromDemand{Min: 1, Max: 4}
+	if maxEvictions > 0 {
+		p.MaxEvictions = ptr.To(maxEvictions)
+	}
 	return p
 }
 
@@ -56,12 +59,18 @@ func policies(zone string, warn time.Duration) []policy {
 			return demandsim.Run(w, demandsim.Spec(zone, demand), warn, false)
 		}
 	}
+	byCount := func(maxEvictions int32) func(w *demandsim.World) (*demandsim.Result, error) {
+		return func(w *demandsim.World) (*demandsim.Result, error) {
+			return demandsim.RunCount(w, demandsim.CountSpec(zone, w, countPolicy(maxEvictions)), warn, false)
+		}
+	}
 	return []policy{
 		{"schedule only", byLayout(nil)},
 		{"schedule + demand", byLayout(demandPolicy())},
-		{"schedule + countFromDemand", func(w *demandsim.World) (*demandsim.Result, error) {
-			return demandsim.RunCount(w, demandsim.CountSpec(zone, w, countPolicy()), warn, false)
-		}},
+		{"schedule + countFromDemand", byCount(0)},
+		// The same with a third of the evictions a switch may cost: what the count's
+		// evictions and waits are when it is held to a third of the demand row's.
+		{"schedule + countFromDemand, maxEvictions 2", byCount(2)},
 	}
 }
 

@@ -67,6 +67,14 @@ func sized(spec *gpupoolv1.GPUPoolProfileSpec, layout string) bool {
 // counts what bringing one in would evict (its nodes drained: demand.DrainedBySwitch).
 // It returns the spec resolved with those counts.
 func (r *GPUPoolProfileReconciler) sizeCounts(s *scope, inv *inventory.Inventory, costs plan.Costs, sr plan.SpecResolution) plan.SpecResolution {
+	if st := &s.pool.Status; st.ActiveCount == 0 && st.Transition == nil {
+		// A pool whose active layout by count was made before counts were recorded
+		// runs the count it starts the pass with (countsInEffect): a step from it is a
+		// transition, not a repair.
+		if l := layoutNamed(&s.pool.Spec, st.ActiveLayout); l != nil && l.Convert != nil {
+			st.ActiveCount = l.Convert.Count
+		}
+	}
 	s.decision.Count = 0
 	if l := layoutNamed(&s.pool.Spec, s.decision.Layout); l != nil && l.Convert != nil {
 		s.decision.Count = int(l.Convert.Count)

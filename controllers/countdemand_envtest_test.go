@@ -197,3 +197,28 @@ func (cw countWorld) vmNames() []string {
 	}
 	return out
 }
+
+// TestCountStepFromAPoolWithoutACountIsATransition: a pool whose active layout by count
+// was made before counts were recorded (no status.activeCount) runs the count it was
+// made with; once demand sizes it, a step from that count is a transition (from 4 to 1,
+// nothing pending), not a repair.
+func TestCountStepFromAPoolWithoutACountIsATransition(t *testing.T) {
+	cw := newCountWorld(t, "cfu-", false)
+	h, name := cw.h, cw.pool.Name
+	h.clock.SetTime(monday1950)
+	h.converge(name, "night", 80)
+	p := h.get(name)
+	before := p.DeepCopy()
+	p.Status.ActiveCount = 0
+	h.must(k8s.Status().Patch(h.ctx, p, client.MergeFrom(before)))
+	cw.sizeByDemand(0)
+	h.patchPool(name, func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Demand.MinDwell = &metav1.Duration{} })
+	h.reconcile(name)
+	p = h.get(name)
+	if tr := p.Status.Transition; tr == nil || tr.From != "night" || tr.To != "night" || tr.FromCount != 4 || tr.Count != 1 {
+		t.Fatalf("transition %+v (demand %q), want a step of night from 4 to 1 GPUs", tr, demandMessage(p))
+	}
+	l := h.ledger(cw.vmNames()...)
+	cw.untilStepped(1, l)
+	l.once("night 4 -> 1 GPU")
+}

@@ -90,8 +90,11 @@ func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.D
 			publishDemandMetrics(pool.Name, pool.Spec.Layouts, w.observed)
 		}
 		if w.demand != nil && pool.Status.Demand != nil {
-			// An announced count step stays until sizeCount decides on it again.
-			w.demand.Step = pool.Status.Demand.Step
+			// An announced count step stays, while its layout is still wanted and sized,
+			// until sizeCounts decides on it again (once observe has read the world).
+			if st := pool.Status.Demand.Step; st != nil && st.Layout == w.decision.Layout && sized(&pool.Spec, st.Layout) {
+				w.demand.Step = st
+			}
 		}
 		pool.Status.Demand = w.demand
 	}

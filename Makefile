@@ -235,6 +235,10 @@ demo: controlplane kueue build image-host ## Show a day -> night -> day switch o
 demo-demand: controlplane build image-host ## Show demand at work: a training Job submitted by day brings night in early, runs, and day comes back; prints the latency to the first drain.
 	$(BIN_DIR)/gpupool-local demo-demand $(DEMO_FLAGS)
 
+.PHONY: demo-count-demand
+demo-count-demand: controlplane build image-host ## Show demand sizing a partial switch: on two GPUs, one training Job brings night in with one GPU converted to 16Q; the other GPU's day VMs keep running.
+	$(BIN_DIR)/gpupool-local demo-count-demand $(DEMO_FLAGS)
+
 LOCAL_DIR ?= $(CURDIR)/.local-env
 .PHONY: up
 up: controlplane kueue build image-host ## Start the local environment in LOCAL_DIR and return when it is ready.

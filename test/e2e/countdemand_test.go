@@ -104,6 +104,13 @@ func checkPartialSwitch(t *testing.T, res *localenv.CountDemandResult) {
 	if !slices.Equal(res.KeptDay, res.DayGPUs[other]) {
 		t.Errorf("day nodes Ready and schedulable at night %v, want the other GPU's %v", res.KeptDay, res.DayGPUs[other])
 	}
+	// The kept nodes stay day's, so inference keeps landing there (the training pod,
+	// which selects night's label, cannot).
+	for n, shape := range res.KeptShape {
+		if shape != "layout=day workload=inference taints=none" {
+			t.Errorf("kept node %s at night: %s, want day's labels and no taint", n, shape)
+		}
+	}
 	for vm, g := range res.KeptVMGPUs {
 		if g != other {
 			t.Errorf("kept day VM %s runs on GPU %q at night, want %s", vm, g, other)
@@ -180,7 +187,8 @@ func checkCountDayBack(ctx context.Context, t *testing.T, env *localenv.Env, res
 				t.Errorf("node %s: labels %v taints %v unschedulable %v, want day's labels, not night's taint, schedulable", n.Name, n.Labels, n.Spec.Taints, n.Spec.Unschedulable)
 			}
 		case strings.HasPrefix(n.Name, "gpu-night-"):
-			if n.Labels[gpupoolv1.LabelParked] != "true" {
+			// A candidate that never ran has only the state label.
+			if n.Labels[gpupoolv1.LabelParked] != "true" && n.Labels[gpupoolv1.LabelState] != "parked" {
 				t.Errorf("node %s: labels %v, want parked", n.Name, n.Labels)
 			}
 		}

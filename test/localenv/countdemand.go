@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
@@ -31,8 +30,8 @@ const (
 	CountInventory = "test/vgpusim/testdata/count.yaml"
 	// countDayVMs is how many 4Q day VMs the inventory has (gpu-day-1..8).
 	countDayVMs = 8
-	// wholeGPUProfile is what the converted GPUs run: one VM takes a whole 16 GB P100.
-	wholeGPUProfile = "grid_p100-16q"
+	// nightProfile is what the converted GPUs run: one VM takes a whole 16 GB P100.
+	nightProfile = "grid_p100-16q"
 )
 
 // CountNightVMs are the count demo's night candidates, in the order given.
@@ -78,7 +77,7 @@ func (e *Env) CountDemandPoolSpec(now time.Time) *gpupoolv1.GPUPoolProfile {
 	for i := 1; i <= countDayVMs; i++ {
 		day.Workers = append(day.Workers, gpupoolv1.Worker{VM: fmt.Sprintf("gpu-day-%d", i), Profile: "grid_p100-4q"})
 	}
-	conv := &gpupoolv1.Conversion{Base: day.Name, Count: 2, Profile: wholeGPUProfile}
+	conv := &gpupoolv1.Conversion{Base: day.Name, Count: 2, Profile: nightProfile}
 	for _, vm := range CountNightVMs {
 		conv.Candidates = append(conv.Candidates, gpupoolv1.Candidate{VM: vm})
 	}
@@ -86,16 +85,6 @@ func (e *Env) CountDemandPoolSpec(now time.Time) *gpupoolv1.GPUPoolProfile {
 	p.Spec.Demand.Rules[0].CountFromDemand = &gpupoolv1.CountFromDemand{Min: 1, Max: 2}
 	p.Spec.Demand.MaxEvictions = ptr.To(int32(0))
 	return p
-}
-
-// wholeGPUJob is demandJob whose pod also selects the converted profile's nodes: with
-// night by count, the day VMs kept beside the converted GPU carry night's labels and
-// taint too (a layout has one set), and a training pod that needs a whole GPU must not
-// land on a 4Q VM. Demand matches the selector against night's 16Q node shape.
-func wholeGPUJob() *batchv1.Job {
-	j := demandJob()
-	j.Spec.Template.Spec.NodeSelector[gpupoolv1.LabelProfile] = wholeGPUProfile
-	return j
 }
 
 // cordonSet records every day node a watch sees cordoned.
@@ -129,8 +118,8 @@ type countRun struct {
 	seenNight bool
 }
 
-// RunCountDemandDemo shows demand sizing a partial switch: with the pool on day, a
-// training Job that needs a whole GPU is submitted; once its demand has held for `for`,
+// RunCountDemandDemo shows demand sizing a partial switch: with the pool on day, the
+// demand demo's 1-GPU training Job is submitted; once its demand has held for `for`,
 // demand brings night in with ONE GPU converted (the count its one GPU needs), parking
 // only that GPU's four day VMs while the other GPU's keep running; the Job runs on the
 // one night node and completes, and day comes back once night is idle. It prints a
@@ -139,7 +128,7 @@ func RunCountDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	res := &CountDemandResult{}
-	r := &countRun{res: res, demandRun: &demandRun{e: e, log: newDemoLog(out), res: &res.DemandResult, pw: newPodWatch(), wholeGPU: true}}
+	r := &countRun{res: res, demandRun: &demandRun{e: e, log: newDemoLog(out), res: &res.DemandResult, pw: newPodWatch()}}
 	if err := r.setUp(ctx); err != nil {
 		return nil, err
 	}
@@ -170,7 +159,7 @@ func (r *countRun) setUp(ctx context.Context) error {
 	pool := r.e.CountDemandPoolSpec(time.Now())
 	r.res.NightWindow = pool.Spec.Schedule.Windows[0].Start
 	r.log.say("applying GPUPoolProfile %s: day (%d x grid_p100-4q) by default, night window %q (UTC, hours away); night = day with GPUs converted to %s from %v (convert.count 2); demand: night BringIn for %s, countFromDemand {min 1, max 2}, idleFor %s, minDwell %s, cooldown %s, maxEvictions 0",
-		pool.Name, countDayVMs, r.res.NightWindow, wholeGPUProfile, CountNightVMs, DemandFor, DemandIdleFor, DemandMinDwell, DemandCooldown)
+		pool.Name, countDayVMs, r.res.NightWindow, nightProfile, CountNightVMs, DemandFor, DemandIdleFor, DemandMinDwell, DemandCooldown)
 	if err := r.e.createPoolAtDay(ctx, pool); err != nil {
 		return err
 	}

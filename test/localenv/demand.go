@@ -230,9 +230,6 @@ type demandRun struct {
 	pw  *podWatch
 	// claims: the Job asks for its vGPU through a ResourceClaimTemplate (readiness.dra).
 	claims bool
-	// wholeGPU: the Job asks for a node of the converted profile (wholeGPUJob), as the
-	// count demo's night keeps 4Q day nodes with night's labels beside it.
-	wholeGPU bool
 	// submitted says whether the training Job was submitted.
 	submitted bool
 	// lastDemand and lastPod are the demand message and the training pod's line last
@@ -304,9 +301,6 @@ func (r *demandRun) submitJob(ctx context.Context, p *gpupoolv1.GPUPoolProfile) 
 		}
 	}
 	job, asks := demandJob(), "nvidia.com/gpu: 1"
-	if r.wholeGPU {
-		job, asks = wholeGPUJob(), "nvidia.com/gpu: 1 on a "+wholeGPUProfile+" node (nodeSelector "+gpupoolv1.LabelProfile+")"
-	}
 	if r.claims {
 		if err := r.e.Client.Create(ctx, demandClaimTemplate()); client.IgnoreAlreadyExists(err) != nil {
 			return fmt.Errorf("creating the ResourceClaimTemplate: %w", err)

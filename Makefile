@@ -257,5 +257,5 @@ BENCH_JSON ?=
 bench-transition: controlplane build image-host ## Benchmark day -> night -> day on the local environment at BENCH_HOSTS hosts and print a table (not part of make test).
 	$(BIN_DIR)/gpupool-local bench --bin-dir $(BIN_DIR) --hosts $(BENCH_HOSTS) --timeout 30m $(if $(BENCH_JSON),--json $(BENCH_JSON)) $(BENCH_FLAGS)
 
-test-e2e: controlplane kueue build image-host ## Run the end-to-end tests on the local environment (the manager from the image): the demand demo, the demo scenario, then the fault test.
+test-e2e: controlplane kueue build image-host ## Run the end-to-end tests on the local environment (the manager from the image): the demand demos (the count demo among them), the demo scenario, then the fault test.
 	go test -tags e2e -count=1 -v -timeout 40m ./test/e2e/

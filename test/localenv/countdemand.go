@@ -114,8 +114,9 @@ func (c *cordonSet) list() []string {
 type countRun struct {
 	*demandRun
 	res *CountDemandResult
-	// seenNight says the night snapshot was taken.
-	seenNight bool
+	// seenNight says the night snapshot was taken; sawCount that the transition's count
+	// was printed.
+	seenNight, sawCount bool
 }
 
 // RunCountDemandDemo shows demand sizing a partial switch: with the pool on day, the
@@ -192,6 +193,10 @@ func (r *countRun) observe(ctx context.Context, p *gpupoolv1.GPUPoolProfile) ([]
 		return layouts, err
 	}
 	st := &p.Status
+	if t := r.res.TransitionToNight; t != nil && !r.sawCount {
+		r.sawCount = true
+		r.log.say("  status.transition.count %d (fromCount %d): the GPUs the switch converts, sized by demand", t.Count, t.FromCount)
+	}
 	if !submitted && r.submitted {
 		r.res.InferenceByDay = r.e.inferencePods(ctx)
 	}

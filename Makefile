@@ -235,6 +235,10 @@ demo: controlplane kueue build image-host ## Show a day -> night -> day switch o
 demo-demand: controlplane build image-host ## Show demand at work: a training Job submitted by day brings night in early, runs, and day comes back; prints the latency to the first drain.
 	$(BIN_DIR)/gpupool-local demo-demand $(DEMO_FLAGS)
 
+.PHONY: demo-count-demand
+demo-count-demand: controlplane build image-host ## Show demand sizing a partial switch: on two GPUs, one training Job brings night in with one GPU converted to 16Q; the other GPU's day VMs keep running.
+	$(BIN_DIR)/gpupool-local demo-count-demand $(DEMO_FLAGS)
+
 LOCAL_DIR ?= $(CURDIR)/.local-env
 .PHONY: up
 up: controlplane kueue build image-host ## Start the local environment in LOCAL_DIR and return when it is ready.
@@ -253,5 +257,5 @@ BENCH_JSON ?=
 bench-transition: controlplane build image-host ## Benchmark day -> night -> day on the local environment at BENCH_HOSTS hosts and print a table (not part of make test).
 	$(BIN_DIR)/gpupool-local bench --bin-dir $(BIN_DIR) --hosts $(BENCH_HOSTS) --timeout 30m $(if $(BENCH_JSON),--json $(BENCH_JSON)) $(BENCH_FLAGS)
 
-test-e2e: controlplane kueue build image-host ## Run the end-to-end tests on the local environment (the manager from the image): the demand demo, the demo scenario, then the fault test.
+test-e2e: controlplane kueue build image-host ## Run the end-to-end tests on the local environment (the manager from the image): the demand demos (the count demo among them), the demo scenario, then the fault test.
 	go test -tags e2e -count=1 -v -timeout 40m ./test/e2e/

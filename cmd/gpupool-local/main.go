@@ -3,6 +3,8 @@
 //
 //	gpupool-local demo [--keep]        show a day -> night -> day cycle, then stop everything
 //	gpupool-local demo-demand [--keep] show a training Job bringing night in early by demand
+//	gpupool-local demo-count-demand [--keep]
+//	                                   show demand converting one of two GPUs for a training Job
 //	gpupool-local up --dir DIR         start the environment and return when it is ready
 //	gpupool-local down --dir DIR       stop everything 'up' started
 package main
@@ -31,7 +33,7 @@ func main() {
 }
 
 func usage() error {
-	return errors.New("usage: gpupool-local demo|demo-demand|up|down|bench [--dir DIR] [--keep] (see docs/local-environment.md)")
+	return errors.New("usage: gpupool-local demo|demo-demand|demo-count-demand|up|down|bench [--dir DIR] [--keep] (see docs/local-environment.md)")
 }
 
 // commandFlags are the flags that choose what a command does, beside the environment's
@@ -76,7 +78,7 @@ func run(ctx context.Context, args []string) error {
 		// exit when the API server freezes (see localenv.Supervise).
 		go localenv.Supervise(ctx, e)
 		return localenv.RunWire(ctx, e)
-	case "demo", "demo-demand":
+	case "demo", "demo-demand", "demo-count-demand":
 		return runDemo(ctx, cmd, opts, f)
 	case "bench":
 		return runBench(ctx, opts, f.bench, f.timeout, f.keep)
@@ -88,18 +90,25 @@ func run(ctx context.Context, args []string) error {
 // absolute against --root) and the command's own flags.
 func parseFlags(cmd string, args []string) (localenv.Options, commandFlags, error) {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	dir := fs.String("dir", "", "state folder: kubeconfig, env.sh, govc.env, pool.yaml, logs (demo, demo-demand: a temporary folder when empty)")
+	dir := fs.String("dir", "", "state folder: kubeconfig, env.sh, govc.env, pool.yaml, logs (demo, demo-demand, demo-count-demand: a temporary folder when empty)")
 	root := fs.String("root", ".", "repository root")
 	binDir := fs.String("bin-dir", "bin", "folder with the built binaries")
 	image := fs.String("image", "dist/image", "OCI layout of the manager image ('make image') to run the manager from; empty: bin-dir/manager")
-	inventory := fs.String("inventory", "test/vgpusim/testdata/daynight.yaml", "vgpusim inventory")
-	keep := fs.Bool("keep", false, "demo, demo-demand: keep the environment up afterwards (stop it with 'down --dir DIR'); bench: keep each size's state folder (logs, inventory, call counts)")
+	inventory := fs.String("inventory", "", "vgpusim inventory (default test/vgpusim/testdata/daynight.yaml; demo-count-demand: "+localenv.CountInventory+")")
+	keep := fs.Bool("keep", false, "demo, demo-demand, demo-count-demand: keep the environment up afterwards (stop it with 'down --dir DIR'); bench: keep each size's state folder (logs, inventory, call counts)")
 	night := fs.Duration("night", 2*time.Minute, "demo: how long the night window lasts")
-	timeout := fs.Duration("timeout", 10*time.Minute, "demo, demo-demand, bench: give up after this long (bench: per size)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "demo, demo-demand, demo-count-demand, bench: give up after this long (bench: per size)")
 	kueue := fs.Bool("kueue", true, "up, demo: also run Kueue's manager (bin-dir/kueue-<version>, 'make kueue'); the demo queues its training Job through it")
 	bench := benchFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return localenv.Options{}, commandFlags{}, err
+	}
+	if *inventory == "" {
+		// The count demo needs its two-GPU host; the others run on the day/night sample.
+		*inventory = "test/vgpusim/testdata/daynight.yaml"
+		if cmd == "demo-count-demand" {
+			*inventory = localenv.CountInventory
+		}
 	}
 	f := commandFlags{keep: *keep, night: *night, timeout: *timeout, bench: bench}
 	absRoot, err := filepath.Abs(*root)
@@ -126,7 +135,7 @@ func parseFlags(cmd string, args []string) (localenv.Options, commandFlags, erro
 }
 
 // runDemo brings the environment up (in a temporary folder without --dir), runs the
-// day/night or the demand demo on it, and stops it unless --keep.
+// day/night, the demand or the count demand demo on it, and stops it unless --keep.
 func runDemo(ctx context.Context, cmd string, opts localenv.Options, f commandFlags) error {
 	var err error
 	temp := opts.Dir == ""
@@ -140,9 +149,12 @@ func runDemo(ctx context.Context, cmd string, opts localenv.Options, f commandFl
 		return err
 	}
 	var demoErr error
-	if cmd == "demo" {
+	switch cmd {
+	case "demo":
 		_, demoErr = localenv.RunDemo(ctx, e, os.Stdout, f.night, f.timeout)
-	} else {
+	case "demo-count-demand":
+		_, demoErr = localenv.RunCountDemandDemo(ctx, e, os.Stdout, f.timeout)
+	default:
 		_, demoErr = localenv.RunDemandDemo(ctx, e, os.Stdout, f.timeout)
 	}
 	if f.keep {

@@ -51,10 +51,16 @@ func TestDemandClaimBringsNightInOnLocalCluster(t *testing.T) {
 // upDayNight starts the local environment on the day/night inventory, taken down when
 // the test ends.
 func upDayNight(t *testing.T) (context.Context, *localenv.Env) {
+	return upInventory(t, filepath.Join("test", "vgpusim", "testdata", "daynight.yaml"))
+}
+
+// upInventory starts the local environment on an inventory (a path under the repository
+// root), taken down when the test ends.
+func upInventory(t *testing.T, inventory string) (context.Context, *localenv.Env) {
 	root := testenv.Root()
 	dir := t.TempDir()
 	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"),
-		Inventory: filepath.Join(root, "test", "vgpusim", "testdata", "daynight.yaml"), Log: os.Stdout,
+		Inventory: filepath.Join(root, inventory), Log: os.Stdout,
 		Image: filepath.Join(root, "dist", "image")}
 	ctx := context.Background()
 	env, err := localenv.Up(ctx, opts)

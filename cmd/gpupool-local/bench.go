@@ -22,6 +22,7 @@ type benchConfig struct {
 	sequential *int
 	idle       *time.Duration
 	json       *string
+	nodeLease  *time.Duration
 }
 
 func benchFlags(fs *flag.FlagSet) benchConfig {
@@ -33,6 +34,7 @@ func benchFlags(fs *flag.FlagSet) benchConfig {
 		sequential: fs.Int("sequential-hosts", 1, "bench: hosts the sequential script switches (extrapolated to all); 0 skips it"),
 		idle:       fs.Duration("idle", time.Minute, "bench: how long the manager's CPU use is measured at rest"),
 		json:       fs.String("json", "", "bench: also write the results, per size, as JSON to this file"),
+		nodeLease:  fs.Duration("node-lease", 400*time.Second, "bench: kwok's node lease (renewed every quarter of it; the node lifecycle controller's grace period follows); 40s is the kubelet's default"),
 	}
 }
 
@@ -53,6 +55,7 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 		delays[m] = d
 		vgArgs = append(vgArgs, "--task-delay", kv)
 	}
+	opts.NodeLease = *c.nodeLease
 	var results []*localenv.BenchResult
 	var errs []error
 	for _, h := range strings.Split(*c.hosts, ",") {
@@ -72,6 +75,7 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 		fmt.Print(localenv.FormatReactions([]*localenv.BenchResult{r}))
 		fmt.Print(localenv.FormatPhases([]*localenv.BenchResult{r}))
 		fmt.Print(localenv.FormatOnce([]*localenv.BenchResult{r}))
+		fmt.Print(localenv.FormatCPU([]*localenv.BenchResult{r}))
 	}
 	fmt.Println("==> transition benchmark (task delays " + *c.delays + ")")
 	fmt.Print(localenv.FormatBench(results))
@@ -81,6 +85,8 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 	fmt.Print(localenv.FormatPhases(results))
 	fmt.Println("==> each switch's vSphere operations per changed VM and cordons per drained node (each should be 1: any repeat is flagged)")
 	fmt.Print(localenv.FormatOnce(results))
+	fmt.Println("==> the environment's own time: CPU seconds each process used during the two switches (two cores shared)")
+	fmt.Print(localenv.FormatCPU(results))
 	if *c.json != "" {
 		if err := localenv.WriteBenchJSON(*c.json, results); err != nil {
 			errs = append(errs, fmt.Errorf("--json: %w", err))

@@ -67,6 +67,10 @@ type BenchResult struct {
 	// Phases are where the manager's passes spent their time during the two switches,
 	// by phase of the pass (gpupool_pass_phase_duration_seconds).
 	Phases map[string]PhaseStat
+	// CPUSeconds are the CPU seconds each process of the environment used during the two
+	// switches, by name (benchcpu.go); NodeLease is kwok's node lease in the run.
+	CPUSeconds map[string]float64
+	NodeLease  time.Duration
 }
 
 // WriteBenchInventory writes a vgpusim inventory of hosts x gpus P100s with the day VMs
@@ -133,7 +137,10 @@ func (e *Env) benchPool(b BenchOptions) *gpupoolv1.GPUPoolProfile {
 // RunBench runs the benchmark on a started environment: day -> night -> day with the
 // pool, then the sequential script on a subset of hosts, and reports the table row.
 func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error) {
-	r := &BenchResult{Hosts: b.Hosts, GPUs: b.GPUs, ChangedVMs: 5 * b.Hosts * b.GPUs}
+	r := &BenchResult{Hosts: b.Hosts, GPUs: b.GPUs, ChangedVMs: 5 * b.Hosts * b.GPUs, NodeLease: e.NodeLease}
+	if r.NodeLease <= 0 {
+		r.NodeLease = DefaultNodeLease
+	}
 	if err := e.benchBound(ctx, b, r); err != nil {
 		return nil, err
 	}
@@ -213,6 +220,8 @@ func (e *Env) benchSwitches(ctx context.Context, r *BenchResult, pods int) error
 	if err != nil {
 		return err
 	}
+	pidsBefore := e.processPIDs()
+	cpuBefore := cpuByProcess(pidsBefore)
 	var toNight, toDay *switchTrace
 	if r.DayToNight, toNight, err = e.switchTo(ctx, "night"); err != nil {
 		return err
@@ -227,6 +236,8 @@ func (e *Env) benchSwitches(ctx context.Context, r *BenchResult, pods int) error
 	if r.NightToDay, toDay, err = e.switchTo(ctx, ""); err != nil {
 		return err
 	}
+	pidsAfter := e.processPIDs()
+	r.CPUSeconds = cpuUsed(cpuBefore, cpuByProcess(pidsAfter), pidsBefore, pidsAfter)
 	if phasesAfter, err := e.scrapeLines(); err == nil {
 		r.Phases = phaseStats(phasesBefore, phasesAfter)
 	}

@@ -156,6 +156,8 @@ type benchJSON struct {
 	IdleCPUPercent float64                       `json:"idleCPUPercentOfCore"`
 	ScriptRatio    float64                       `json:"sequentialScriptOverGpupool,omitempty"`
 	PassPhases     map[string]map[string]float64 `json:"passPhaseSeconds,omitempty"`
+	NodeLease      float64                       `json:"nodeLeaseSeconds"`
+	CPUSeconds     map[string]float64            `json:"cpuSecondsDuringSwitches,omitempty"`
 }
 
 // WriteBenchJSON writes the results to path as a JSON list, one object per size.
@@ -163,6 +165,7 @@ func WriteBenchJSON(path string, rs []*BenchResult) error {
 	out := make([]benchJSON, 0, len(rs))
 	for _, r := range rs {
 		j := benchJSON{Hosts: r.Hosts, GPUs: r.Hosts * r.GPUs, ChangedVMs: r.ChangedVMs,
+			NodeLease: r.NodeLease.Seconds(), CPUSeconds: r.CPUSeconds,
 			Makespans: map[string]float64{"dayToNight": r.DayToNight.Seconds(), "nightToDay": r.NightToDay.Seconds()},
 			Bounds:    map[string]float64{"dayToNight": r.BoundDayToNight.Seconds(), "nightToDay": r.BoundNightToDay.Seconds()},
 			Ratios: map[string]float64{"dayToNight": r.DayToNight.Seconds() / r.BoundDayToNight.Seconds(),

@@ -1,0 +1,68 @@
+package localenv
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNodeLeaseArgs(t *testing.T) {
+	for _, c := range []struct {
+		lease time.Duration
+		want  []string
+	}{
+		{0, []string{"--node-lease-duration-seconds", "40"}},
+		{40 * time.Second, []string{"--node-lease-duration-seconds", "40"}},
+		// Shorter than the default: the controller's own grace period (40 s) is longer.
+		{20 * time.Second, []string{"--node-lease-duration-seconds", "20"}},
+		{400 * time.Second, []string{"--node-lease-duration-seconds", "400",
+			"--extra-args", "kube-controller-manager=node-monitor-grace-period=400s"}},
+	} {
+		if got := nodeLeaseArgs(c.lease); !slices.Equal(got, c.want) {
+			t.Errorf("nodeLeaseArgs(%s) = %q, want %q", c.lease, got, c.want)
+		}
+	}
+}
+
+func TestCPUUsedLeavesOutRestartedAndGoneProcesses(t *testing.T) {
+	before := map[string]float64{"manager": 10, "etcd": 5, "kwok-controller": 7, "vgpusim": 1}
+	after := map[string]float64{"manager": 12.5, "etcd": 9, "kwok-controller": 1, "powerwire": 3}
+	pidsBefore := map[string]int{"manager": 1, "etcd": 2, "kwok-controller": 3, "vgpusim": 4}
+	// kwok-controller was restarted under a new pid; vgpusim is gone; powerwire was not
+	// read before.
+	pidsAfter := map[string]int{"manager": 1, "etcd": 2, "kwok-controller": 30, "powerwire": 5}
+	got := cpuUsed(before, after, pidsBefore, pidsAfter)
+	want := map[string]float64{"manager": 2.5, "etcd": 4}
+	if len(got) != len(want) || got["manager"] != 2.5 || got["etcd"] != 4 {
+		t.Errorf("cpuUsed = %v, want %v", got, want)
+	}
+}
+
+func TestFormatCPU(t *testing.T) {
+	out := FormatCPU([]*BenchResult{{Hosts: 16, NodeLease: 400 * time.Second,
+		CPUSeconds: map[string]float64{"etcd": 10, "manager": 5, "kube-apiserver": 25, "other": 10}}})
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want a header, a rule and a row, got:\n%s", out)
+	}
+	if want := "| hosts | node lease | manager | kube-apiserver | etcd | other | total | gpupool's share |"; lines[0] != want {
+		t.Errorf("header %q, want %q", lines[0], want)
+	}
+	if want := "| 16 | 6m40s | 5.0 s | 25.0 s | 10.0 s | 10.0 s | 50.0 s | 10 % |"; lines[2] != want {
+		t.Errorf("row %q, want %q", lines[2], want)
+	}
+}
+
+// TestCPUByProcessReadsThisProcess reads the test's own CPU time through its pid, and
+// leaves out a pid that does not exist.
+func TestCPUByProcessReadsThisProcess(t *testing.T) {
+	got := cpuByProcess(map[string]int{"self": os.Getpid(), "gone": 1 << 30})
+	if _, ok := got["gone"]; ok {
+		t.Errorf("a missing process was read: %v", got)
+	}
+	if s, ok := got["self"]; !ok || s < 0 {
+		t.Errorf("this process's CPU seconds: %v", got)
+	}
+}

@@ -20,7 +20,7 @@ import (
 // here, where transitions end.
 func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Plan) (time.Duration, map[string]bool) {
 	out := r.executor(s).Run(ctx, execute.Input{Pool: s.pool, Now: s.now, Plan: p, Layout: s.layout, World: &s.w, Budget: s.budget,
-		Marks: stepMarks(stateFacts(s), s.pool.Name), ReadyOnceRelabelled: readyOnceRelabelled(s)})
+		Marks: stepMarks(stateFacts(s), drainWarningsOf(s, p), s.pool.Name), ReadyOnceRelabelled: readyOnceRelabelled(s)})
 	s.facts.stepErrors = append(s.facts.stepErrors, out.StepErrors...)
 	s.facts.drainBlocked = append(s.facts.drainBlocked, out.DrainBlocked...)
 	s.facts.nodeWaits = append(s.facts.nodeWaits, out.NodeWaits...)

@@ -73,14 +73,29 @@ func stateAfter(f nodes.StateFacts, done bool) string {
 
 // stepMarks puts the state labels and their owner, the pool, on the nodes the
 // executor's steps patch (execute.Input.Marks), from the facts as the pass found them
-// before its steps (stateFacts): publishStates finds them in place afterwards unless a
-// step's outcome changed them (a failed start, a hold, an abort).
-func stepMarks(facts map[string]nodes.StateFacts, pool string) func(vm string, done bool, n *corev1.Node) {
+// before its steps (stateFacts), and the draining-soon warnings the pass wants (warn,
+// drainWarningsOf): publishStates and warnSchedulers find them in place afterwards
+// unless a step's outcome changed them (a failed start, a hold, an abort). So a drain's
+// cordon carries the node's warning and its park takes it off, instead of two patches
+// of their own.
+func stepMarks(facts map[string]nodes.StateFacts, warn map[string]time.Time, pool string) func(vm string, done bool, n *corev1.Node) {
 	return func(vm string, done bool, n *corev1.Node) {
 		if f, ok := facts[vm]; ok {
 			nodes.SetState(n, stateAfter(f, done), pool)
 		}
+		if at, ok := warn[vm]; warningDiffers(n, at, ok) {
+			nodes.SetWarning(n, at, ok)
+			if ok {
+				nodes.SetMarksOwner(n, pool)
+			}
+		}
 	}
+}
+
+// warningDiffers tells whether the node's draining-soon warning is not the one wanted:
+// a warning announcing at (warn), or none.
+func warningDiffers(n *corev1.Node, at time.Time, warn bool) bool {
+	return warn != nodes.HasWarning(n, at) || (!warn && nodes.HasAnyWarning(n))
 }
 
 // publishStates sets each pool node's state label from its worker's recorded step, and
@@ -159,36 +174,54 @@ func drainsOf(p *plan.Plan) []string {
 	return out
 }
 
-// warnSchedulers taints and annotates the nodes drainWarnings names, and takes the
-// warning off the others. It returns when the next warning starts (0: none pending).
-func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope, current *plan.Plan) time.Duration {
+// drainWarningsOf is drainWarnings for the pass: the drains of current (the plan the
+// pass acts on) and of the next switch's plan, with the drain start each node already
+// announces.
+func drainWarningsOf(s *scope, current *plan.Plan) map[string]time.Time {
 	announced := map[string]time.Time{}
 	for name, n := range s.w.Nodes {
 		if at, ok := nodes.DrainAt(n); ok {
 			announced[name] = at
 		}
 	}
-	horizon := warnAhead(&s.pool.Spec)
-	want := drainWarnings(s.now, s.decision.Next, horizon, drainsOf(s.nextPlan), drainsOf(current), announced)
+	return drainWarnings(s.now, s.decision.Next, warnAhead(&s.pool.Spec), drainsOf(s.nextPlan), drainsOf(current), announced)
+}
+
+// warnSchedulers taints and annotates the nodes drainWarnings names, and takes the
+// warning off the others, patching them concurrently (bounded); a node a step of the
+// pass patched carries its warning already (stepMarks). It returns when the next
+// warning starts (0: none pending).
+func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope, current *plan.Plan) time.Duration {
+	want := drainWarningsOf(s, current)
+	// The nodes to patch, by VM name (the keys of want and s.w.Nodes).
+	var changed []string
 	for name, n := range s.w.Nodes {
 		at, warn := want[name]
-		if warn == nodes.HasWarning(n, at) && (warn || !nodes.HasAnyWarning(n)) {
+		if !warningDiffers(n, at, warn) {
 			continue
 		}
 		if !s.budget.NodeWrite() {
 			continue // warned in the next pass
 		}
-		err := r.patchNode(ctx, n, func(n *corev1.Node) {
+		changed = append(changed, name)
+	}
+	errs := make([]error, len(changed))
+	execute.ForEach(len(changed), execute.MaxConcurrentWrites, func(i int) {
+		at, warn := want[changed[i]]
+		errs[i] = r.patchNode(ctx, s.w.Nodes[changed[i]], func(n *corev1.Node) {
 			nodes.SetWarning(n, at, warn)
 			if warn {
 				nodes.SetMarksOwner(n, s.pool.Name)
 			}
 		})
+	})
+	for _, err := range errs {
 		s.budget.NodeWritten(err)
 		if err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}
 	}
+	horizon := warnAhead(&s.pool.Spec)
 	if nb := s.decision.Next; nb != nil && horizon > 0 && s.now.Before(nb.At.Add(-horizon)) {
 		return nb.At.Add(-horizon).Sub(s.now)
 	}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/testworld"
 )
 
@@ -123,6 +124,26 @@ func (f patchFields) stateOnly() bool {
 	return state && len(f.Spec) == 0
 }
 
+// warningOnly tells whether a node patch writes nothing but the draining-soon warning
+// (the drain-at annotation and the taints) and its owner (what warnSchedulers writes).
+func (f patchFields) warningOnly() bool {
+	if len(f.Metadata.Labels) > 0 {
+		return false
+	}
+	for k := range f.Metadata.Annotations {
+		if k != gpupoolv1.AnnotationDrainAt && k != AnnotationMarkedBy {
+			return false
+		}
+	}
+	for k := range f.Spec {
+		if k != "taints" {
+			return false
+		}
+	}
+	_, at := f.Metadata.Annotations[gpupoolv1.AnnotationDrainAt]
+	return at
+}
+
 // uncordons tells whether a node patch makes the node schedulable again.
 func (f patchFields) uncordons() bool {
 	u, ok := f.Spec["unschedulable"]
@@ -135,21 +156,22 @@ func (f patchFields) uncordons() bool {
 // quiet passes after it. Each node is drained and parked once and powered on and
 // relabelled once in the cycle, and is written at most maxPerNode times:
 //
-//   - drained and parked: the cordon, with the state draining (1); the draining-soon
-//     warning (2); the parked labels and taint, with the state parked (3); the
-//     warning taken off once drained (4);
-//   - powered on: the state reconfiguring when its power-on is due (5, no step patches
+//   - drained and parked: the cordon, with the state draining and the draining-soon
+//     warning (1); the parked labels and taint, with the state parked and the warning
+//     taken off (2);
+//   - powered on: the state reconfiguring when its power-on is due (3, no step patches
 //     the node then); the layout's labels and taints with the uncordon (a day node,
-//     cordoned by its drain) and the state ready, the worker's last step (6).
+//     cordoned by its drain) and the state ready, the worker's last step (4).
 //
 // Before the state label went into the steps' own patches and the relabel uncordoned,
 // the same cycle wrote each day node 11 times (the state label on its own after the
 // cordon, the park, the relabel and the uncordon; the uncordon on its own) and night-1
-// 10 times (it is not cordoned by night). The test also checks that a node a step
-// patched is not patched again in the same pass for its state alone, and that no
-// uncordon goes without the relabel.
+// 10 times (it is not cordoned by night); before the warning went into the cordon and
+// the park, 6 times (the warning and its removal on their own). The test also checks
+// that a node a step patched is not patched again in the same pass for its state or
+// its warning alone, and that no uncordon goes without the relabel.
 func TestDayNightDayNodeWrites(t *testing.T) {
-	const maxPerNode = 6
+	const maxPerNode = 4
 	h := newHarness(t, "nwr-")
 	log := &nodeWriteLog{}
 	log.reset()
@@ -206,6 +228,9 @@ func TestDayNightDayNodeWrites(t *testing.T) {
 			f := parsePatch(t, w.patch)
 			if f.stateOnly() && perPass[w.pass] > 1 {
 				t.Errorf("node %s: pass %d patched its state on its own besides %d other patch(es)", n, w.pass, perPass[w.pass]-1)
+			}
+			if f.warningOnly() && perPass[w.pass] > 1 {
+				t.Errorf("node %s: pass %d patched its draining-soon warning on its own besides %d other patch(es)", n, w.pass, perPass[w.pass]-1)
 			}
 			if _, relabels := f.Metadata.Labels[LabelLayout]; f.uncordons() && !relabels {
 				t.Errorf("node %s: pass %d uncordoned it without the relabel: %s", n, w.pass, w.patch)

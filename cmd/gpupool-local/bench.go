@@ -34,7 +34,7 @@ func benchFlags(fs *flag.FlagSet) benchConfig {
 		sequential: fs.Int("sequential-hosts", 1, "bench: hosts the sequential script switches (extrapolated to all); 0 skips it"),
 		idle:       fs.Duration("idle", time.Minute, "bench: how long the manager's CPU use is measured at rest"),
 		json:       fs.String("json", "", "bench: also write the results, per size, as JSON to this file"),
-		nodeLease:  fs.Duration("node-lease", 400*time.Second, "bench: kwok's node lease (renewed every quarter of it; the node lifecycle controller's grace period follows); 40s is the kubelet's default"),
+		nodeLease:  fs.Duration("node-lease", localenv.DefaultNodeLease, "bench: kwok's node lease (renewed every quarter of it; a longer one gives the node lifecycle controller's grace period the same length)"),
 	}
 }
 

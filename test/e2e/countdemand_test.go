@@ -161,21 +161,7 @@ func checkCountTraining(ctx context.Context, t *testing.T, env *localenv.Env, re
 // schedulable, the night nodes parked.
 func checkCountDayBack(ctx context.Context, t *testing.T, env *localenv.Env, res *localenv.CountDemandResult) {
 	t.Helper()
-	if res.DesiredDayBack != gpupoolv1.DesiredByDefault {
-		t.Errorf("day wanted again by %q, want Default", res.DesiredDayBack)
-	}
-	if h := res.HistoryToDay; h == nil || h.From != "night" || h.Result != gpupoolv1.TransitionCompleted {
-		t.Errorf("history of the switch back to day %+v, want a completed night -> day", h)
-	} else if hn := res.HistoryToNight; hn != nil && h.StartTime.Sub(hn.EndTime.Time) < localenv.DemandMinDwell-time.Second {
-		t.Errorf("day came back %s after night arrived, before night's minDwell %s", h.StartTime.Sub(hn.EndTime.Time), localenv.DemandMinDwell)
-	}
-	var pool gpupoolv1.GPUPoolProfile
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: localenv.DemoPool}, &pool); err != nil {
-		t.Fatal(err)
-	}
-	if pool.Status.ActiveLayout != "day" || pool.Status.DesiredReason != gpupoolv1.DesiredByDefault {
-		t.Errorf("after the demo: active %s, desired %s by %s, want day by Default", pool.Status.ActiveLayout, pool.Status.DesiredLayout, pool.Status.DesiredReason)
-	}
+	checkDayBackByDefault(ctx, t, env, &res.DemandResult)
 	var nodes corev1.NodeList
 	if err := env.Client.List(ctx, &nodes); err != nil {
 		t.Fatal(err)

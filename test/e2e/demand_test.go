@@ -119,21 +119,7 @@ func checkDemandCycle(ctx context.Context, t *testing.T, env *localenv.Env, res 
 
 	// 4. Day back, the default layout outside the (distant) night window, once night was
 	// idle and past its dwell.
-	if res.DesiredDayBack != gpupoolv1.DesiredByDefault {
-		t.Errorf("day wanted again by %q, want Default", res.DesiredDayBack)
-	}
-	if h := res.HistoryToDay; h == nil || h.From != "night" || h.Result != gpupoolv1.TransitionCompleted {
-		t.Errorf("history of the switch back to day %+v, want a completed night -> day", h)
-	} else if hn := res.HistoryToNight; hn != nil && h.StartTime.Sub(hn.EndTime.Time) < localenv.DemandMinDwell-time.Second {
-		t.Errorf("day came back %s after night arrived, before night's minDwell %s", h.StartTime.Sub(hn.EndTime.Time), localenv.DemandMinDwell)
-	}
-	var pool gpupoolv1.GPUPoolProfile
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: localenv.DemoPool}, &pool); err != nil {
-		t.Fatal(err)
-	}
-	if pool.Status.ActiveLayout != "day" || pool.Status.DesiredReason != gpupoolv1.DesiredByDefault {
-		t.Errorf("after the demo: active %s, desired %s by %s, want day by Default", pool.Status.ActiveLayout, pool.Status.DesiredLayout, pool.Status.DesiredReason)
-	}
+	checkDayBackByDefault(ctx, t, env, res)
 	for _, name := range []string{"gpu-day-1", "gpu-day-2", "gpu-day-3", "gpu-day-4", "gpu-night-1"} {
 		var n corev1.Node
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
@@ -161,5 +147,26 @@ func checkDemandCycle(ctx context.Context, t *testing.T, env *localenv.Env, res 
 	t.Logf("latency from demand crossing its threshold to the first drain: %s (watch), %s (Cordoned event)", res.Latency, res.EventLatency)
 	if res.Latency < -time.Second || res.Latency > time.Minute {
 		t.Errorf("latency from the threshold to the first cordon %s, want within [0, 1m]", res.Latency)
+	}
+}
+
+// checkDayBackByDefault: day wanted again by Default, after a completed night -> day
+// switch that came no sooner than night's minDwell, and the pool on day by Default.
+func checkDayBackByDefault(ctx context.Context, t *testing.T, env *localenv.Env, res *localenv.DemandResult) {
+	t.Helper()
+	if res.DesiredDayBack != gpupoolv1.DesiredByDefault {
+		t.Errorf("day wanted again by %q, want Default", res.DesiredDayBack)
+	}
+	if h := res.HistoryToDay; h == nil || h.From != "night" || h.Result != gpupoolv1.TransitionCompleted {
+		t.Errorf("history of the switch back to day %+v, want a completed night -> day", h)
+	} else if hn := res.HistoryToNight; hn != nil && h.StartTime.Sub(hn.EndTime.Time) < localenv.DemandMinDwell-time.Second {
+		t.Errorf("day came back %s after night arrived, before night's minDwell %s", h.StartTime.Sub(hn.EndTime.Time), localenv.DemandMinDwell)
+	}
+	var pool gpupoolv1.GPUPoolProfile
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: localenv.DemoPool}, &pool); err != nil {
+		t.Fatal(err)
+	}
+	if pool.Status.ActiveLayout != "day" || pool.Status.DesiredReason != gpupoolv1.DesiredByDefault {
+		t.Errorf("after the demo: active %s, desired %s by %s, want day by Default", pool.Status.ActiveLayout, pool.Status.DesiredLayout, pool.Status.DesiredReason)
 	}
 }

@@ -38,7 +38,7 @@ type nodePods struct {
 }
 
 type nodePodsWatch struct {
-	inf   toolscache.SharedIndexInformer
+	pods  *podStore
 	stop  context.CancelFunc
 	pools map[string]bool
 }
@@ -94,19 +94,11 @@ func (np *nodePods) start(node string) *nodePodsWatch {
 			return np.cs.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
 		},
 	}
-	inf := toolscache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, toolscache.Indexers{})
-	_ = inf.SetTransform(transformPod)
 	ctx, cancel := context.WithCancel(np.ctx)
-	w := &nodePodsWatch{inf: inf, stop: cancel, pools: map[string]bool{}}
-	_, _ = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(o, n any) {
-			if podUpdateMatters(o, n) {
-				np.notify(node)
-			}
-		},
-		DeleteFunc: func(any) { np.notify(node) },
-	})
-	go inf.RunWithContext(ctx)
+	store := newPodStore(func() { np.notify(node) })
+	w := &nodePodsWatch{pods: store, stop: cancel, pools: map[string]bool{}}
+	r := toolscache.NewReflectorWithOptions(lw, &corev1.Pod{}, store, toolscache.ReflectorOptions{Name: "pods of node " + node})
+	go r.RunWithContext(ctx)
 	return w
 }
 
@@ -141,10 +133,10 @@ func (np *nodePods) list(node string) ([]corev1.Pod, bool) {
 	np.mu.Lock()
 	w := np.watches[node]
 	np.mu.Unlock()
-	if w == nil || !w.inf.HasSynced() {
+	if w == nil || !w.pods.synced.Load() {
 		return nil, false
 	}
-	items := w.inf.GetStore().List()
+	items := w.pods.List()
 	out := make([]corev1.Pod, 0, len(items))
 	for _, it := range items {
 		if p, ok := it.(*corev1.Pod); ok {

@@ -24,7 +24,7 @@ func FormatBench(rs []*BenchResult) string {
 		fmt.Fprintf(&b, "%-6d %-5d %-8d %-10s %-10s %-7s %-10.2f %-10.2f %-7.2f %-12.2f %-10d %-12s %-9.0f %-8.2f %-8s\n",
 			r.Hosts, r.Hosts*r.GPUs, r.ChangedVMs, r.DayToNight.Round(100*time.Millisecond), r.NightToDay.Round(100*time.Millisecond),
 			r.BoundDayToNight.Round(100*time.Millisecond), r.DayToNight.Seconds()/r.BoundDayToNight.Seconds(), r.NightToDay.Seconds()/r.BoundNightToDay.Seconds(),
-			r.EvictionsPerPod, r.CallsPerChangedVM, r.Reconciles, fmt.Sprintf("%s/%s", r.ReconcileP50, r.ReconcileP99), r.RSSPeakMiB, r.IdleCPUPercent, seq)
+			r.EvictionsPerPod, r.CallsPerChangedVM, r.Reconciles, fmt.Sprintf("%s/%s", reconcileQuantile(r.ReconcileP50), reconcileQuantile(r.ReconcileP99)), r.RSSPeakMiB, r.IdleCPUPercent, seq)
 	}
 	for _, r := range rs {
 		if len(r.CallsByMethod) > 0 {
@@ -90,6 +90,15 @@ func callsByMethod(m map[string]int) string {
 // (controllers/act.go), for the table.
 var passPhases = []string{"desire", "paused", "observe", "tasks", "keep-aborted", "decide", "settled", "act",
 	"act:cordon", "act:evict", "act:node-steps", "act:park", "act:steps", "act:start", "act:warn", "act:states"}
+
+// reconcileQuantile prints a quantile of controller-runtime's reconcile histogram, whose
+// last bucket is 60 s: beyond it the quantile is not known (histogram.quantile's -1).
+func reconcileQuantile(d time.Duration) string {
+	if d < 0 {
+		return ">60s"
+	}
+	return d.String()
+}
 
 // FormatPhases renders where the passes spent their time during the switches: per phase,
 // how often it ran, its p50/p99 and its total, and its share of all the phases' time (a

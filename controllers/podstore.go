@@ -23,17 +23,9 @@ func newPodStore(changed func()) *podStore {
 	return &podStore{Store: toolscache.NewStore(toolscache.MetaNamespaceKeyFunc), changed: changed}
 }
 
-func (s *podStore) Add(obj any) error {
-	obj, _ = transformPod(obj)
-	old, existed, _ := s.Get(obj)
-	if err := s.Store.Add(obj); err != nil {
-		return err
-	}
-	if existed && podUpdateMatters(old, obj) {
-		s.changed()
-	}
-	return nil
-}
+// Add is Update: a watch's Added event for a pod the store holds (after a reconnect)
+// counts as a change of it.
+func (s *podStore) Add(obj any) error { return s.Update(obj) }
 
 func (s *podStore) Update(obj any) error {
 	obj, _ = transformPod(obj)

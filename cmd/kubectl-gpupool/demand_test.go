@@ -37,13 +37,7 @@ func TestDescribeDemand(t *testing.T) {
 			},
 		},
 	}
-	var out bytes.Buffer
-	a := newApp(genericiooptions.IOStreams{Out: &out, ErrOut: &out}, func() time.Time { return now })
-	a.tz = "Europe/Berlin"
-	if err := a.describe(&out, p, false); err != nil {
-		t.Fatal(err)
-	}
-	got := out.String()
+	got := describeAt(t, p, now)
 	for _, want := range []string{
 		"Wanted:", "night (demand: brings layout night in", "pod ml/train-1)",
 		"Demand:", "demand switches to layout night",
@@ -73,13 +67,7 @@ func TestDescribeCountSteps(t *testing.T) {
 			History:    []gpupoolv1.TransitionRecord{{ID: "night-1", From: "day", To: "night", Count: 1, Reason: gpupoolv1.DesiredByDemand, StartTime: at(-time.Hour), EndTime: at(-50 * time.Minute), Result: gpupoolv1.TransitionCompleted}},
 		},
 	}
-	var out bytes.Buffer
-	a := newApp(genericiooptions.IOStreams{Out: &out, ErrOut: &out}, func() time.Time { return now })
-	a.tz = "Europe/Berlin"
-	if err := a.describe(&out, p, false); err != nil {
-		t.Fatal(err)
-	}
-	got := out.String()
+	got := describeAt(t, p, now)
 	for _, want := range []string{
 		"Layout now:", "night (1 GPU)", "night (1 GPU) -> night (3 GPUs)",
 		"Announced: step of night from 3 to 4 GPUs converted", "steps layout night from 3 to 4",
@@ -128,4 +116,16 @@ func TestTimelineShowsConvertedGPUs(t *testing.T) {
 			t.Errorf("%s with demand %v: %q, want %q", tc.layout, tc.demand != nil, got, tc.want)
 		}
 	}
+}
+
+// describeAt is what kubectl gpupool status prints of the pool at now, in Europe/Berlin.
+func describeAt(t *testing.T, p *gpupoolv1.GPUPoolProfile, now time.Time) string {
+	t.Helper()
+	var out bytes.Buffer
+	a := newApp(genericiooptions.IOStreams{Out: &out, ErrOut: &out}, func() time.Time { return now })
+	a.tz = "Europe/Berlin"
+	if err := a.describe(&out, p, false); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
 }

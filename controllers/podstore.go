@@ -9,9 +9,10 @@ import (
 // podStore is a node's pods as the node's reflector keeps them (nodePods): a plain store
 // of lean pods (transformPod) whose writes call changed when a pod is deleted, finishes,
 // or changes its do-not-disrupt annotation (podUpdateMatters). It takes the place of a
-// shared informer per node, whose delta queue, listener ring buffer (1,024 slots) and
-// processor goroutines cost the manager about 40 KiB of heap and three goroutines per
-// node: at 1,280 nodes, most of its memory at rest.
+// shared informer per node, whose delta queue, listener and processor goroutines the
+// manager paid for every pool node: at 64 hosts (1,281 nodes) the listeners' ring
+// buffers alone held 23 of the 90 MB of heap live at rest (pprof during
+// make bench-transition; docs/performance.md).
 type podStore struct {
 	toolscache.Store
 	changed func()

@@ -9,7 +9,6 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
-	"github.com/gpupool/gpupool/internal/testclock"
 )
 
 // TestCountFromDemandHoldsOverRandomWorlds runs the count model (night sized by
@@ -18,15 +17,7 @@ import (
 // and no step evicts more than maxEvictions or starts within the cooldown of another
 // transition.
 func TestCountFromDemandHoldsOverRandomWorlds(t *testing.T) {
-	loc, err := time.LoadLocation("Europe/Berlin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := testclock.Weekly(time.Monday, 0, 0, loc)
-	seeds := 80
-	if testing.Short() {
-		seeds = 20
-	}
+	start, seeds := randomWeeks(t)
 	var up, down int
 	for seed := range int64(seeds) {
 		rng := rand.New(rand.NewSource(seed))

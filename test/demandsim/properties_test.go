@@ -18,15 +18,7 @@ import (
 // TestDemandGuardRailsHoldOverRandomWorlds runs the decision over random worlds and
 // policies and checks the guard rails at every switch demand starts or lets go.
 func TestDemandGuardRailsHoldOverRandomWorlds(t *testing.T) {
-	loc, err := time.LoadLocation("Europe/Berlin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := testclock.Weekly(time.Monday, 0, 0, loc)
-	seeds := 80
-	if testing.Short() {
-		seeds = 20
-	}
+	start, seeds := randomWeeks(t)
 	demandSwitches := 0
 	for seed := range int64(seeds) {
 		rng := rand.New(rand.NewSource(seed))
@@ -198,4 +190,18 @@ func checkDeterminism(t *testing.T, seed int64, spec *gpupoolv1.GPUPoolProfileSp
 			t.Errorf("seed %d at %s: Decide answered differently for the same input:\n%+v\n%+v", seed, st.At, again, st.Decision)
 		}
 	}
+}
+
+// randomWeeks is where the property tests' random weeks start (a Monday 00:00 in
+// Europe/Berlin on the test clock) and how many seeds they run (fewer with -short).
+func randomWeeks(t *testing.T) (time.Time, int) {
+	t.Helper()
+	loc, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if testing.Short() {
+		return testclock.Weekly(time.Monday, 0, 0, loc), 20
+	}
+	return testclock.Weekly(time.Monday, 0, 0, loc), 80
 }

@@ -41,6 +41,8 @@ func (r *GPUPoolProfileReconciler) executor(s *scope) *execute.Executor {
 		VSphere: s.vc,
 		Persist: func(ctx context.Context) error { return r.persist(ctx, s) },
 		Timed:   recordPhaseTime,
+		// nil (the tests that call Reconcile directly): evictions inside the pass.
+		Evictions: r.evictions,
 	}
 }
 

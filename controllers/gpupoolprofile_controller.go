@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -42,6 +43,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err := r.APIReader.Get(ctx, req.NamespacedName, pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.tasks.watch(req.Name, nil, nil)
+			r.evictions.Cancel(req.Name)
 			r.stalls.forget(req.Name)
 			r.conversions.forget(req.Name)
 			r.selections.forget(req.Name)
@@ -121,8 +123,8 @@ func (r *GPUPoolProfileReconciler) updateWorkerMetrics(p *gpupoolv1.GPUPoolProfi
 
 // SetupWithManager registers the controller. Pools are reconciled on spec changes, on
 // node changes that matter (readiness, advertised GPUs, cordon, labels), on pod
-// changes on their nodes a drain waits for (nodePods, podUpdateMatters), when demand changes (the demand watch) and when one of their vSphere tasks ends
-// (taskWatch). Beside it, it registers the demand watch and the Kueue controller
+// changes on their nodes a drain waits for (nodePods, podUpdateMatters), when demand changes (the demand watch), when one of their vSphere tasks ends
+// (taskWatch) and when a node's eviction round ends (execute.Evictions). Beside it, it registers the demand watch and the Kueue controller
 // (KueueReconciler); Kueue's events wake those, never the pool pass.
 func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := indexPods(ctx, mgr.GetFieldIndexer()); err != nil {
@@ -141,6 +143,8 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		return fmt.Errorf("a client for the nodes' pod watches: %w", err)
 	}
 	r.nodePods = newNodePods(ctx, cs)
+	evictionsDone := make(chan event.GenericEvent, 1024)
+	r.evictions = execute.NewEvictions(ctx, func(pool string) { wakePool(evictionsDone, pool) })
 	// Pods change demand through the demand watch, which wakes a pool only when its
 	// decision changes (demandwatch.go).
 	dw := newDemandWatch(r)
@@ -156,6 +160,7 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		Watches(&gpupoolv1.GPUPoolRequest{}, r.requestPools(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.nodePods.wake, &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(r.tasks.events, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(evictionsDone, &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(dw.wake, &handler.EnqueueRequestForObject{}))
 	b, err = r.watchCredentials(mgr, b)
 	if err != nil {

@@ -49,6 +49,7 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 		r.tasks.watch(pool.Name, nil, nil)
 		return ctrl.Result{}, nil
 	}
+	r.evictions.Cancel(pool.Name)
 	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now()}
 	vcc, _, connected := r.connectVCenter(ctx, s)
 	after := time.Duration(0)

@@ -114,13 +114,17 @@ func (np *nodePods) notify(node string) {
 	}
 	np.mu.Unlock()
 	for _, p := range pools {
-		obj := &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: p}}
-		for _, ch := range []chan event.GenericEvent{np.wake, np.demand} {
-			select {
-			case ch <- event.GenericEvent{Object: obj}:
-			default:
-			}
-		}
+		wakePool(np.wake, p)
+		wakePool(np.demand, p)
+	}
+}
+
+// wakePool hands a pool to a channel source without blocking. A full channel holds 1,024
+// wake-ups of passes to come; one lost is covered by the pool's requeue.
+func wakePool(ch chan<- event.GenericEvent, pool string) {
+	select {
+	case ch <- event.GenericEvent{Object: &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: pool}}}:
+	default:
 	}
 }
 

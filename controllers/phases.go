@@ -94,6 +94,7 @@ func (r *GPUPoolProfileReconciler) pausedPhase(ctx context.Context, s *scope) (o
 		return outcome{}, nil
 	}
 	s.facts.paused = true
+	r.evictions.Cancel(s.pool.Name) // a paused pool evicts nothing more
 	r.withdrawWarnings(ctx, s, func(time.Time) bool { return false })
 	return outcome{after: r.followPausedTasks(ctx, s), stop: true}, nil
 }

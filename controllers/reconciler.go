@@ -10,6 +10,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/drain"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/vsphere"
@@ -56,6 +57,10 @@ type GPUPoolProfileReconciler struct {
 	// tasks wakes a pool when one of its vSphere tasks ends; nil (the tests that call
 	// Reconcile directly) leaves the waits to the requeue.
 	tasks *taskWatch
+	// evictions runs the drains' evictions past the pass that hands them out, and wakes
+	// the pool when a node's round ends; nil (the tests that call Reconcile directly)
+	// evicts inside the pass.
+	evictions *execute.Evictions
 	// kueueWatch starts the watches of Kueue's objects once Kueue is installed; demand
 	// asks it whether Kueue is served. nil (the tests that call Reconcile directly)
 	// watches nothing.

@@ -87,6 +87,7 @@ func (r *GPUPoolProfileReconciler) completeTransition(s *scope) {
 // spec changes or another layout is wanted.
 func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why string) {
 	st := &s.pool.Status
+	r.evictions.Cancel(s.pool.Name) // before the uncordons: nothing is evicted after them
 	r.uncordonRunning(ctx, s)
 	if st.Transition == nil {
 		st.Transition = &gpupoolv1.TransitionStatus{
@@ -106,6 +107,7 @@ func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why stri
 // layout: running nodes are uncordoned, the aborted switch drains nothing more, and the
 // next scheduled switch still warns its nodes ahead.
 func (r *GPUPoolProfileReconciler) keepAborted(ctx context.Context, s *scope) time.Duration {
+	r.evictions.Cancel(s.pool.Name)
 	r.uncordonRunning(ctx, s)
 	s.nodeStates = nodeStates(&s.w, s.pool, s.now, s.wanted)
 	r.planNext(s)

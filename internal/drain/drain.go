@@ -178,7 +178,7 @@ func (h *Helper) Drain(ctx context.Context, node *corev1.Node, d gpupoolv1.Drain
 			continue
 		}
 		id := p.Namespace + "/" + p.Name
-		if p.DeletionTimestamp != nil {
+		if p.DeletionTimestamp != nil || h.evictedBefore(p) {
 			if h.holds(p, ready, now) {
 				res.Waiting = append(res.Waiting, id)
 			}
@@ -207,6 +207,9 @@ func (h *Helper) Drain(ctx context.Context, node *corev1.Node, d gpupoolv1.Drain
 		}
 		switch {
 		case err == nil:
+			if h.Terminating != nil {
+				h.Terminating.Evicted(p, now)
+			}
 			res.Evicted++
 			res.Waiting = append(res.Waiting, id)
 			if held {
@@ -249,6 +252,13 @@ func (h *Helper) evict(ctx context.Context, p *corev1.Pod, grace *int64) (string
 		// Such as the 500 for a pod that two PodDisruptionBudgets cover.
 		return "eviction failed: " + pdbReason(err), err
 	}
+}
+
+// evictedBefore tells whether p's eviction was granted earlier while p still shows no
+// deletion: what a pod watch that lags the API server shows. p is then terminating, and
+// is waited for as such, never evicted again.
+func (h *Helper) evictedBefore(p *corev1.Pod) bool {
+	return h.Terminating != nil && h.Terminating.Known(p)
 }
 
 // holds tells whether a terminating pod still holds the drain (TerminatingClock).

@@ -216,8 +216,30 @@ func TestBudgetExhausted(t *testing.T) {
 		t.Errorf("Message = %q", msg)
 	}
 	res, _ = h.Drain(context.Background(), readyNode(true), gpupoolv1.DrainSpec{}, t0, t0, &budget{n: 0})
-	if res.Evicted != 0 || res.Deferred != 3 {
-		t.Errorf("with no budget left: %+v, want every eviction deferred", res)
+	if res.Evicted != 0 || res.Deferred != 2 || !reflect.DeepEqual(res.Waiting, []string{"ns/a"}) {
+		t.Errorf("with no budget left: %+v, want a waited for (evicted before) and b and c deferred", res)
+	}
+}
+
+// TestNoSecondEvictionFromALaggingRead: a pod whose eviction was granted and that a
+// read behind the API server still lists as running (a pod watch that lags) counts as
+// terminating: every later drain of the node, at any time and whatever its budget, waits
+// for it and never asks to evict it again, while it evicts the other pods once each.
+func TestNoSecondEvictionFromALaggingRead(t *testing.T) {
+	mc := &memCluster{pods: []corev1.Pod{pod("a", "ReplicaSet"), pod("b", "ReplicaSet"), pod("c", "Job")}}
+	h := &Helper{Cluster: mc, Terminating: &TerminatingClock{}}
+	// The memCluster never removes an evicted pod: every read lags.
+	for i, after := range []time.Duration{0, time.Second, 30 * time.Second, TerminatingMargin - time.Second, TerminatingMargin, time.Hour} {
+		res, err := h.Drain(context.Background(), readyNode(true), gpupoolv1.DrainSpec{}, t0, t0.Add(after), &budget{n: 1 + i%2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Done && after < TerminatingMargin {
+			t.Errorf("after %s: done while evicted pods are still listed within their wait: %+v", after, res)
+		}
+	}
+	if !reflect.DeepEqual(mc.evicted, []string{"a", "b", "c"}) {
+		t.Errorf("evicted %v, want each pod once, in order", mc.evicted)
 	}
 }
 

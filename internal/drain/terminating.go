@@ -50,6 +50,20 @@ func (c *TerminatingClock) Holds(p *corev1.Pod, nodeReady bool, now time.Time) b
 	return now.Before(c.firstSeen(p, now).Add(gracePeriod(p) + TerminatingMargin))
 }
 
+// Evicted records that p's eviction was granted at now: p is terminating from then on
+// (Known), and its wait starts then, even while a read that lags the API server (a pod
+// watch behind) still shows it running, so that a drain never asks to evict it twice.
+func (c *TerminatingClock) Evicted(p *corev1.Pod, now time.Time) { c.firstSeen(p, now) }
+
+// Known tells whether p was seen terminating or its eviction was granted (Evicted), and
+// not forgotten since.
+func (c *TerminatingClock) Known(p *corev1.Pod) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.first[p.UID]
+	return ok
+}
+
 // firstSeen is when gpupool first saw p terminating, now if this is the first time.
 func (c *TerminatingClock) firstSeen(p *corev1.Pod, now time.Time) time.Time {
 	c.mu.Lock()

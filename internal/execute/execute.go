@@ -90,6 +90,10 @@ type Executor struct {
 	VSphere vsphere.Client
 	Persist func(context.Context) error
 	Timed   func(part string, start time.Time)
+	// Evictions, when set, runs the drains' evictions past the pass (evictBehind); nil
+	// evicts inside the pass and settles each drain in it (the tests that run passes by
+	// hand).
+	Evictions *Evictions
 }
 
 // Input is what one run acts on: the pool (whose workers' status it writes), the time
@@ -149,7 +153,8 @@ type run struct {
 }
 
 // Run runs the plan's due steps. Drains run their evictions concurrently, after every
-// node the plan will drain has been cordoned; the other steps run one by one, but the
+// node the plan will drain has been cordoned, and past the pass when e.Evictions is set
+// (evictBehind); the other steps run one by one, but the
 // vSphere tasks they start are started together at the end (startQueued). A failing
 // step is reported and never stops the others; a drain that aborts the transition stops
 // the run.
@@ -169,6 +174,9 @@ func (e *Executor) Run(ctx context.Context, in Input) Outcome {
 			}
 			drains = append(drains, step)
 		}
+	}
+	if r.Evictions != nil && len(drains) == 0 {
+		r.Evictions.settledElsewhere(in.Pool.Name, nil)
 	}
 	if r.drain(ctx, drains) {
 		return r.out
@@ -191,6 +199,11 @@ func (r *run) drain(ctx context.Context, drains []plan.Step) bool {
 	r.timed("act:cordon", func() { cordoned = r.cordonAhead(ctx) })
 	if !cordoned {
 		return false
+	}
+	if r.Evictions != nil {
+		aborted := false
+		r.timed("act:evict", func() { aborted = r.evictBehind(ctx, drains) })
+		return aborted
 	}
 	var outcomes []drainOutcome
 	r.timed("act:evict", func() { outcomes = r.evictAll(ctx, drains) })

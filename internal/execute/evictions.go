@@ -1,0 +1,243 @@
+package execute
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpupool/gpupool/internal/plan"
+)
+
+// Evictions runs the eviction rounds of drains past the pass that hands them out: a
+// pass cordons, hands each due drain's node to Evictions and goes on with its other
+// steps (parks, reconfigures, power-ons, relabels of other VMs) instead of waiting for
+// hundreds of evictions through the API server. A round's end wakes its pool (Wake), and
+// the pass that follows settles what the round found (settleDrain: done, wait, abort or
+// force at drain.timeout).
+//
+// Exactly once: a round is recorded (under mu) before it runs, and a node has at most
+// one round at a time; a pass that finds a round in flight for a node waits for it
+// rather than evict again. A round evicts only the pods it sees not terminating, as a
+// drain in a pass does.
+//
+// Each pool runs at most Limit rounds at once (nodes evicted from at the same time); the
+// others queue in the order they were handed out.
+type Evictions struct {
+	// Limit bounds the rounds a pool runs at once; 0: MaxConcurrentWrites.
+	Limit int
+	// Wake is told the pool whose round ended, so that its next pass settles it. It must
+	// not block.
+	Wake func(pool string)
+
+	ctx context.Context
+	mu  sync.Mutex
+	// rounds are the pools' rounds by node, in flight or ended and not yet settled.
+	rounds map[string]map[string]*round
+	// slots bound each pool's rounds running at once.
+	slots map[string]chan struct{}
+	wg    sync.WaitGroup
+}
+
+// round is one node's eviction round, for the drain that started at started (the
+// worker's step start): a round of an earlier drain of the node is not this drain's.
+type round struct {
+	started time.Time
+	cancel  context.CancelFunc
+	ended   bool
+	out     drainOutcome
+}
+
+// NewEvictions returns the rounds of a manager: ctx ends them all.
+func NewEvictions(ctx context.Context, wake func(pool string)) *Evictions {
+	return &Evictions{ctx: ctx, Wake: wake, rounds: map[string]map[string]*round{}, slots: map[string]chan struct{}{}}
+}
+
+// take returns the ended round of a pool's node for the drain started at started (and
+// forgets it, settled by the caller), or reports that a round is in flight (inFlight,
+// whichever drain it is for: the node's evictions wait for it), or that there is none.
+// An ended round of an earlier drain is forgotten unread.
+func (e *Evictions) take(pool, node string, started time.Time) (out drainOutcome, ended, inFlight bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.rounds[pool][node]
+	switch {
+	case r == nil:
+		return drainOutcome{}, false, false
+	case !r.ended:
+		return drainOutcome{}, false, true
+	}
+	e.forget(pool, node)
+	// Note: to the second, as status stores it (the pass that started the round had it
+	// to the nanosecond).
+	if !r.started.Truncate(time.Second).Equal(started.Truncate(time.Second)) {
+		return drainOutcome{}, false, false
+	}
+	return r.out, true, false
+}
+
+// start records a round for the pool's node, then runs evict on its own goroutine when
+// one of the pool's slots is free. It reports false when the node has a round already
+// (recorded and not settled), which it leaves alone.
+func (e *Evictions) start(pool, node string, started time.Time, evict func(context.Context) drainOutcome) bool {
+	e.mu.Lock()
+	if e.rounds[pool][node] != nil {
+		e.mu.Unlock()
+		return false
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	r := &round{started: started, cancel: cancel}
+	if e.rounds[pool] == nil {
+		e.rounds[pool] = map[string]*round{}
+	}
+	e.rounds[pool][node] = r
+	slots := e.slots[pool]
+	if slots == nil {
+		slots = make(chan struct{}, e.limit())
+		e.slots[pool] = slots
+	}
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.wg.Done()
+		defer cancel()
+		var out drainOutcome
+		select {
+		case slots <- struct{}{}:
+			out = evict(ctx)
+			<-slots
+		case <-ctx.Done():
+			out.err = ctx.Err()
+		}
+		e.mu.Lock()
+		r.ended, r.out = true, out
+		current := e.rounds[pool][node] == r
+		e.mu.Unlock()
+		if current && e.Wake != nil {
+			e.Wake(pool)
+		}
+	}()
+	return true
+}
+
+// Cancel ends the rounds of a pool and forgets them: its transition was aborted or the
+// pool is deleted, and nothing more may be evicted for it. A round cancelled mid-way
+// stops before its next eviction; one already granted stays granted.
+func (e *Evictions) Cancel(pool string) {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for node, r := range e.rounds[pool] {
+		r.cancel()
+		e.forget(pool, node)
+	}
+}
+
+// InFlight is how many rounds of the pool are recorded and not settled (status, tests).
+func (e *Evictions) InFlight(pool string) int {
+	if e == nil {
+		return 0
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.rounds[pool])
+}
+
+// Wait waits until every round has ended (the tests; a manager's shutdown).
+func (e *Evictions) Wait() { e.wg.Wait() }
+
+// settledElsewhere forgets the ended rounds of a pool's nodes that drain no more (not in
+// draining): the plan moved on from them (the pods left, the transition changed), and
+// what they found must not be settled as news by a later drain of the same node. Rounds
+// in flight stay recorded until they end.
+func (e *Evictions) settledElsewhere(pool string, draining map[string]bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for node, r := range e.rounds[pool] {
+		if r.ended && !draining[node] {
+			e.forget(pool, node)
+		}
+	}
+}
+
+// forget drops a pool's node round; with e.mu held.
+func (e *Evictions) forget(pool, node string) {
+	delete(e.rounds[pool], node)
+	if len(e.rounds[pool]) == 0 {
+		delete(e.rounds, pool)
+		delete(e.slots, pool)
+	}
+}
+
+func (e *Evictions) limit() int {
+	if e.Limit > 0 {
+		return e.Limit
+	}
+	return MaxConcurrentWrites
+}
+
+// evictBehind hands the due drains' eviction rounds to r.Evictions and settles the ones
+// that ended since the last pass: a drain is settled (settleDrain) in the pass after its
+// round, and a node whose round is in flight waits for it (its end wakes the pool). A
+// node with no round, or whose round was just settled without being done, gets a new
+// round in the next pass, so that a pass never both settles and starts the same node's
+// work. It reports true when a drain aborted the transition.
+func (r *run) evictBehind(ctx context.Context, steps []plan.Step) bool {
+	draining := map[string]bool{}
+	for _, step := range steps {
+		if n := r.World.Nodes[step.VM]; n != nil {
+			draining[n.Name] = true
+		}
+	}
+	r.Evictions.settledElsewhere(r.Pool.Name, draining)
+	for _, step := range steps {
+		node := r.World.Nodes[step.VM]
+		if node == nil {
+			r.note(step, RequeueStep, nil)
+			continue
+		}
+		out, ended, inFlight := r.Evictions.take(r.Pool.Name, node.Name, r.drainStart(step))
+		switch {
+		case inFlight:
+			r.note(step, RequeueDrain, nil)
+		case ended:
+			wait, err := r.settleDrain(ctx, r.worker(step.VM), node, out)
+			if out.res.Deferred > 0 {
+				wait = RequeueStep // the pass's cap deferred evictions: the next round is due now
+			}
+			r.note(step, wait, err)
+			if r.out.Abort != "" {
+				r.Evictions.Cancel(r.Pool.Name)
+				return true
+			}
+		default:
+			r.handOut(step, node)
+			r.note(step, RequeueDrain, nil)
+		}
+	}
+	return false
+}
+
+// handOut records and starts the eviction round of a drain's node, from what the pass
+// saw: a copy of the node (the pass goes on patching its own), the drain's start and the
+// pass's time, and its budget.
+func (r *run) handOut(step plan.Step, node *corev1.Node) {
+	started := r.drainStart(step)
+	n, d, now, pool, budget, drainer := node.DeepCopy(), r.Pool.Spec.Drain, r.Now, r.Pool.Name, r.Budget, r.Drainer
+	r.Evictions.start(pool, n.Name, started, func(ctx context.Context) drainOutcome {
+		res, err := drainer.Drain(ctx, n, d, started, now, budget)
+		PodEvictions.WithLabelValues(pool).Add(float64(res.Evicted))
+		return drainOutcome{res: res, err: err}
+	})
+}
+
+// drainStart is when the drain of step's VM started (Run stamps it), zero if unknown.
+func (r *run) drainStart(step plan.Step) time.Time {
+	if ws := r.worker(step.VM); ws.StepStartTime != nil {
+		return ws.StepStartTime.Time
+	}
+	return time.Time{}
+}

@@ -1,0 +1,245 @@
+package execute
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/drain"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/world"
+)
+
+// gatedDrainer is a Drainer whose drain of a node waits for that node's gate to open
+// (or its round to be cancelled) and then reports result; it counts the drains asked
+// per node and the most it ran at once.
+type gatedDrainer struct {
+	mu      sync.Mutex
+	calls   map[string]int
+	gates   map[string]chan struct{}
+	result  drain.Result
+	running atomic.Int32
+	most    atomic.Int32
+	// entered hears each drain as it starts, when set.
+	entered chan string
+}
+
+func newGatedDrainer(result drain.Result, nodes ...string) *gatedDrainer {
+	g := &gatedDrainer{calls: map[string]int{}, gates: map[string]chan struct{}{}, result: result}
+	for _, n := range nodes {
+		g.gates[n] = make(chan struct{})
+	}
+	return g
+}
+
+func (g *gatedDrainer) Drain(ctx context.Context, n *corev1.Node, _ gpupoolv1.DrainSpec, _, _ time.Time, _ drain.Budget) (drain.Result, error) {
+	g.mu.Lock()
+	g.calls[n.Name]++
+	gate := g.gates[n.Name]
+	g.mu.Unlock()
+	now := g.running.Add(1)
+	defer g.running.Add(-1)
+	for {
+		most := g.most.Load()
+		if now <= most || g.most.CompareAndSwap(most, now) {
+			break
+		}
+	}
+	if g.entered != nil { // running, counted, and held by its gate
+		g.entered <- n.Name
+	}
+	select {
+	case <-gate:
+		return g.result, nil
+	case <-ctx.Done():
+		return drain.Result{}, ctx.Err()
+	}
+}
+
+func (g *gatedDrainer) ForceDelete(context.Context, string, gpupoolv1.DrainSpec) (int, error) {
+	return 0, nil
+}
+
+func (g *gatedDrainer) called(node string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[node]
+}
+
+// drainWorld is a pool of VMs, one per host, each running with a node "node-<vm>"; the
+// plan drains the VMs drains names and relabels the others.
+func drainWorld(vms []string, drains map[string]bool) (*gpupoolv1.GPUPoolProfile, *world.World, *plan.Plan) {
+	spec := gpupoolv1.GPUPoolProfileSpec{MaxParallel: int32(len(vms)), Layouts: []gpupoolv1.Layout{{Name: "day"}}} //nolint:gosec // a handful
+	inv := &inventory.Inventory{}
+	p := &plan.Plan{Layout: "day"}
+	for i, vm := range vms {
+		host := "esx-" + string(rune('a'+i))
+		spec.Layouts[0].Workers = append(spec.Layouts[0].Workers, gpupoolv1.Worker{VM: vm, Profile: "grid_p100-4q"})
+		inv.Hosts = append(inv.Hosts, inventory.Host{Name: host})
+		inv.VMs = append(inv.VMs, inventory.VM{Name: vm, Host: host, Profile: "grid_p100-4q", PowerState: inventory.PoweredOn})
+		action := plan.Relabel
+		if drains[vm] {
+			action = plan.Drain
+		}
+		p.Hosts = append(p.Hosts, plan.HostPlan{Host: host, Steps: []plan.Step{{Action: action, VM: vm, Profile: "grid_p100-4q"}}})
+	}
+	pool := &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: spec}
+	w := world.Resolve(&pool.Spec, inv)
+	w.Nodes = map[string]*corev1.Node{}
+	for _, vm := range vms {
+		w.Nodes[vm] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + vm}}
+	}
+	return pool, w, p
+}
+
+// TestEvictionsOutliveThePass: with Evictions, a pass cordons the node to drain, hands
+// its evictions to a round and goes on with the other VMs' steps without waiting for
+// it; a pass while the round runs asks nothing more of the node; the round's end wakes
+// the pool, the next pass settles what it found (and starts nothing), and the pass
+// after that starts the next round. Every node is evicted from by one round at a time.
+func TestEvictionsOutliveThePass(t *testing.T) {
+	pool, w, p := drainWorld([]string{"a", "b"}, map[string]bool{"a": true})
+	d := newGatedDrainer(drain.Result{Evicted: 2, Waiting: []string{"ns/x", "ns/y"}}, "node-a")
+	woke := make(chan string, 4)
+	ev := NewEvictions(context.Background(), func(pool string) { woke <- pool })
+	nodes := &countingNodes{patches: map[string]int{}}
+	e := &Executor{Nodes: nodes, Drainer: d, Events: noEvents{}, Evictions: ev}
+	now := time.Date(2031, 3, 15, 7, 0, 0, 0, time.UTC)
+	pass := func() Outcome {
+		t.Helper()
+		now = now.Add(time.Second)
+		return e.Run(context.Background(), Input{Pool: pool, Now: now, Plan: p, Layout: &pool.Spec.Layouts[0], World: w})
+	}
+
+	out := pass() // the round of node-a blocks on its gate: the pass does not
+	if !w.Nodes["a"].Spec.Unschedulable || nodes.patches["node-b"] != 1 {
+		t.Fatalf("first pass: node-a cordoned %v, node-b patched %d times: want the cordon and b's relabel in the pass that handed the round out",
+			w.Nodes["a"].Spec.Unschedulable, nodes.patches["node-b"])
+	}
+	if out.After == 0 || len(out.StepErrors) > 0 || ev.InFlight("p") != 1 {
+		t.Fatalf("first pass: %+v, %d rounds in flight; want a requeue, no error, one round", out, ev.InFlight("p"))
+	}
+	pass()
+	if got := d.called("node-a"); got > 1 {
+		t.Fatalf("a pass while the round runs drained node-a again (%d drains)", got)
+	}
+	close(d.gates["node-a"])
+	if pool := <-woke; pool != "p" {
+		t.Fatalf("woke %q, want p", pool)
+	}
+	pass() // settles the round
+	ws := FindWorker(pool, w.ID("a"))
+	if ws == nil || !strings.Contains(ws.Message, "draining node node-a: ") || !strings.Contains(ws.Message, "requested eviction of 2 pod(s)") {
+		t.Fatalf("worker a after the settling pass: %+v, want what the round found", ws)
+	}
+	if d.called("node-a") != 1 || ev.InFlight("p") != 0 {
+		t.Fatalf("the settling pass: %d drains of node-a, %d rounds: want 1 and 0", d.called("node-a"), ev.InFlight("p"))
+	}
+	pass() // the next round
+	ev.Wait()
+	if got := d.called("node-a"); got != 2 {
+		t.Errorf("%d drains of node-a after four passes, want 2 (one round, settled, then the next)", got)
+	}
+	if nodes.patches["node-a"] != 1 {
+		t.Errorf("node-a patched %d times, want one cordon", nodes.patches["node-a"])
+	}
+}
+
+// TestEvictionsAbortCancelsTheRounds: a drain whose round found pods still blocking at
+// drain.timeout aborts the transition in the pass that settles it, and the pool's other
+// rounds are cancelled: nothing more is evicted for it, and nothing stays recorded.
+func TestEvictionsAbortCancelsTheRounds(t *testing.T) {
+	pool, w, p := drainWorld([]string{"a", "c"}, map[string]bool{"a": true, "c": true})
+	d := newGatedDrainer(drain.Result{Blocked: []string{"ns/x (eviction refused: budget)"}}, "node-a", "node-c")
+	woke := make(chan string, 4)
+	ev := NewEvictions(context.Background(), func(pool string) { woke <- pool })
+	e := &Executor{Nodes: &countingNodes{patches: map[string]int{}}, Drainer: d, Events: noEvents{}, Evictions: ev}
+	now := time.Date(2031, 3, 15, 7, 0, 0, 0, time.UTC)
+	in := Input{Pool: pool, Now: now, Plan: p, Layout: &pool.Spec.Layouts[0], World: w}
+	e.Run(context.Background(), in)
+	close(d.gates["node-a"])
+	<-woke
+	in.Now = now.Add(drainTimeout(pool.Spec.Drain))
+	out := e.Run(context.Background(), in)
+	if !strings.Contains(out.Abort, "drain of node node-a timed out") {
+		t.Fatalf("Abort = %q, want node-a's drain timed out", out.Abort)
+	}
+	ev.Wait() // node-c's round, cancelled, ends without its gate
+	if n := ev.InFlight("p"); n != 0 {
+		t.Errorf("%d rounds recorded after the abort, want none", n)
+	}
+	select {
+	case pool := <-woke:
+		t.Errorf("a cancelled round woke %q", pool)
+	default:
+	}
+}
+
+// TestEvictionsOfAnEarlierDrainAreNotNews: a round that ended for an earlier drain of a
+// node (its step start differs: the node drained, came back and drains again) is not
+// settled as the new drain's; the new drain gets a round of its own.
+func TestEvictionsOfAnEarlierDrainAreNotNews(t *testing.T) {
+	pool, w, p := drainWorld([]string{"a"}, map[string]bool{"a": true})
+	d := newGatedDrainer(drain.Result{Evicted: 1, Waiting: []string{"ns/old"}}, "node-a")
+	close(d.gates["node-a"])
+	ev := NewEvictions(context.Background(), nil)
+	e := &Executor{Nodes: &countingNodes{patches: map[string]int{}}, Drainer: d, Events: noEvents{}, Evictions: ev}
+	now := time.Date(2031, 3, 15, 7, 0, 0, 0, time.UTC)
+	e.Run(context.Background(), Input{Pool: pool, Now: now, Plan: p, Layout: &pool.Spec.Layouts[0], World: w})
+	ev.Wait()
+	ws := Worker(pool, w.ID("a"))
+	ws.StepStartTime = ptrTime(now.Add(time.Hour)) // a later drain of the node
+	ws.Message = ""
+	e.Run(context.Background(), Input{Pool: pool, Now: now.Add(time.Hour), Plan: p, Layout: &pool.Spec.Layouts[0], World: w})
+	ev.Wait()
+	if ws := FindWorker(pool, w.ID("a")); ws.Message != "" {
+		t.Errorf("the later drain settled the earlier round: %q", ws.Message)
+	}
+	if got := d.called("node-a"); got != 2 {
+		t.Errorf("%d drains of node-a, want 2 (a round for each drain)", got)
+	}
+}
+
+// TestEvictionsLimitAPool: a pool runs at most Limit rounds at once, whatever the number
+// of nodes it hands out; the others wait for a slot, and all of them run.
+func TestEvictionsLimitAPool(t *testing.T) {
+	for _, limit := range []int{1, 2, 3} {
+		vms := []string{"a", "b", "c", "d", "e"}
+		drains := map[string]bool{}
+		var nodeNames []string
+		for _, vm := range vms {
+			drains[vm] = true
+			nodeNames = append(nodeNames, "node-"+vm)
+		}
+		pool, w, p := drainWorld(vms, drains)
+		d := newGatedDrainer(drain.Result{Done: true}, nodeNames...)
+		d.entered = make(chan string, len(vms))
+		ev := NewEvictions(context.Background(), nil)
+		ev.Limit = limit
+		e := &Executor{Nodes: &countingNodes{patches: map[string]int{}}, Drainer: d, Events: noEvents{}, Evictions: ev}
+		e.Run(context.Background(), Input{Pool: pool, Now: time.Date(2031, 3, 15, 7, 0, 0, 0, time.UTC), Plan: p, Layout: &pool.Spec.Layouts[0], World: w})
+		for range limit { // limit rounds run, blocked on their gates
+			<-d.entered
+		}
+		for _, n := range nodeNames {
+			close(d.gates[n])
+		}
+		ev.Wait()
+		if most := d.most.Load(); most != int32(limit) { //nolint:gosec // a handful
+			t.Errorf("limit %d: %d rounds ran at once", limit, most)
+		}
+		for _, n := range nodeNames {
+			if d.called(n) != 1 {
+				t.Errorf("limit %d: %s drained %d times, want once", limit, n, d.called(n))
+			}
+		}
+	}
+}

@@ -1,9 +1,10 @@
 // Package execute runs the due steps of a pool's plan for one pass of the pool
 // controller: it drains, parks, reconfigures, powers on, waits for, relabels and
 // uncordons, through the small interfaces below (Nodes, Drainer, Events and a
-// vsphere.Client), and returns what happened as an Outcome. It decides nothing the plan
-// did not: the controller observes (world.World), decides (plan.Plan) and reads the
-// Outcome (conditions, phase, the abort of a transition).
+// vsphere.Client), and returns what happened as an Outcome. The evictions of its drains
+// may run past the pass (Evictions): a later pass reads what a node's round found. It
+// decides nothing the plan did not: the controller observes (world.World), decides
+// (plan.Plan) and reads the Outcome (conditions, phase, the abort of a transition).
 //
 // The executor writes the workers' status (status.workers) of the pool it is given:
 // progress that cannot be re-observed (task intents and ids, step start times, when the

@@ -13,9 +13,13 @@ import (
 // Evictions runs the eviction rounds of drains past the pass that hands them out: a
 // pass cordons, hands each due drain's node to Evictions and goes on with its other
 // steps (parks, reconfigures, power-ons, relabels of other VMs) instead of waiting for
-// hundreds of evictions through the API server. A round's end wakes its pool (Wake), and
-// the pass that follows settles what the round found (settleDrain: done, wait, abort or
-// force at drain.timeout).
+// hundreds of evictions through the API server. The pass that follows a round's end
+// settles what the round found (settleDrain: done, wait, abort or force at
+// drain.timeout). A round that found something the pods' own events will not tell (an
+// error, pods that block or hold the drain, evictions deferred by the pass's cap) wakes
+// its pool (Wake); one that asked for evictions or found the node drained does not: the
+// evicted pods' deletions wake the pool through its pod watches, and a pass per round
+// would cost a full observe each, hundreds of times over in a large pool.
 //
 // Exactly once: a round is recorded (under mu) before it runs, and a node has at most
 // one round at a time; a pass that finds a round in flight for a node waits for it
@@ -27,8 +31,8 @@ import (
 type Evictions struct {
 	// Limit bounds the rounds a pool runs at once; 0: MaxConcurrentWrites.
 	Limit int
-	// Wake is told the pool whose round ended, so that its next pass settles it. It must
-	// not block.
+	// Wake is told the pool whose round ended with news (wakes), so that its next pass
+	// settles it. It must not block.
 	Wake func(pool string)
 
 	ctx context.Context
@@ -114,7 +118,7 @@ func (e *Evictions) start(pool, node string, started time.Time, evict func(conte
 		r.ended, r.out = true, out
 		current := e.rounds[pool][node] == r
 		e.mu.Unlock()
-		if current && e.Wake != nil {
+		if current && e.Wake != nil && wakes(out) {
 			e.Wake(pool)
 		}
 	}()
@@ -161,6 +165,13 @@ func (e *Evictions) settledElsewhere(pool string, draining map[string]bool) {
 			e.forget(pool, node)
 		}
 	}
+}
+
+// wakes tells whether a round's outcome needs a pass that the pods' events will not bring:
+// an error, pods that block or hold the drain (their state is the news, and the
+// drain.timeout counts from it), evictions deferred to the next round.
+func wakes(o drainOutcome) bool {
+	return o.err != nil || len(o.res.Blocked)+len(o.res.Holding) > 0 || o.res.Deferred > 0
 }
 
 // forget drops a pool's node round; with e.mu held.

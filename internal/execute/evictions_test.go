@@ -102,9 +102,10 @@ func drainWorld(vms []string, drains map[string]bool) (*gpupoolv1.GPUPoolProfile
 
 // TestEvictionsOutliveThePass: with Evictions, a pass cordons the node to drain, hands
 // its evictions to a round and goes on with the other VMs' steps without waiting for
-// it; a pass while the round runs asks nothing more of the node; the round's end wakes
-// the pool, the next pass settles what it found (and starts nothing), and the pass
-// after that starts the next round. Every node is evicted from by one round at a time.
+// it; a pass while the round runs asks nothing more of the node; a round that asked for
+// evictions does not wake the pool (the evicted pods' deletions will); the next pass
+// settles what it found (and starts nothing), and the pass after that starts the next
+// round. Every node is evicted from by one round at a time.
 func TestEvictionsOutliveThePass(t *testing.T) {
 	pool, w, p := drainWorld([]string{"a", "b"}, map[string]bool{"a": true})
 	d := newGatedDrainer(drain.Result{Evicted: 2, Waiting: []string{"ns/x", "ns/y"}}, "node-a")
@@ -132,8 +133,11 @@ func TestEvictionsOutliveThePass(t *testing.T) {
 		t.Fatalf("a pass while the round runs drained node-a again (%d drains)", got)
 	}
 	close(d.gates["node-a"])
-	if pool := <-woke; pool != "p" {
-		t.Fatalf("woke %q, want p", pool)
+	ev.Wait()
+	select {
+	case pool := <-woke:
+		t.Fatalf("a round that asked for evictions woke %q", pool)
+	default:
 	}
 	pass() // settles the round
 	ws := FindWorker(pool, w.ID("a"))
@@ -155,7 +159,8 @@ func TestEvictionsOutliveThePass(t *testing.T) {
 
 // TestEvictionsAbortCancelsTheRounds: a drain whose round found pods still blocking at
 // drain.timeout aborts the transition in the pass that settles it, and the pool's other
-// rounds are cancelled: nothing more is evicted for it, and nothing stays recorded.
+// rounds are cancelled: nothing more is evicted for it, and nothing stays recorded. A
+// round that found pods blocking wakes the pool (no pod event would).
 func TestEvictionsAbortCancelsTheRounds(t *testing.T) {
 	pool, w, p := drainWorld([]string{"a", "c"}, map[string]bool{"a": true, "c": true})
 	d := newGatedDrainer(drain.Result{Blocked: []string{"ns/x (eviction refused: budget)"}}, "node-a", "node-c")
@@ -240,6 +245,31 @@ func TestEvictionsLimitAPool(t *testing.T) {
 			if d.called(n) != 1 {
 				t.Errorf("limit %d: %s drained %d times, want once", limit, n, d.called(n))
 			}
+		}
+	}
+}
+
+// TestRoundsWakeForWhatNoPodEventTells: a round's end wakes its pool exactly when what
+// it found will not come as a pod event of the node: an error, pods that block or hold
+// the drain, evictions deferred; not for evictions asked, terminating pods waited for,
+// or a drained node.
+func TestRoundsWakeForWhatNoPodEventTells(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    drainOutcome
+		want bool
+	}{
+		{"drained", drainOutcome{res: drain.Result{Done: true}}, false},
+		{"evictions asked", drainOutcome{res: drain.Result{Evicted: 3, Waiting: []string{"ns/a", "ns/b", "ns/c"}}}, false},
+		{"terminating pods", drainOutcome{res: drain.Result{Waiting: []string{"ns/a"}}}, false},
+		{"held pods evicted at maxHold", drainOutcome{res: drain.Result{Evicted: 1, Waiting: []string{"ns/a"}, Overridden: map[string]int{"ns": 1}}}, false},
+		{"listing failed", drainOutcome{err: context.DeadlineExceeded}, true},
+		{"a budget refuses", drainOutcome{res: drain.Result{Blocked: []string{"ns/a (eviction refused)"}}}, true},
+		{"a pod holds", drainOutcome{res: drain.Result{Holding: []string{"ns/a (do-not-disrupt)"}}}, true},
+		{"evictions deferred", drainOutcome{res: drain.Result{Evicted: 1, Deferred: 2}}, true},
+	} {
+		if got := wakes(c.o); got != c.want {
+			t.Errorf("%s: wakes = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

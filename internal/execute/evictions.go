@@ -27,7 +27,9 @@ import (
 // drain in a pass does.
 //
 // Each pool runs at most Limit rounds at once (nodes evicted from at the same time); the
-// others queue in the order they were handed out.
+// others queue and run in the order they were handed out, which is the plan's order of
+// hosts: the first hosts' nodes drain first and their GPUs free first, so that their
+// parks and power-ons go on while later hosts still drain.
 type Evictions struct {
 	// Limit bounds the rounds a pool runs at once; 0: MaxConcurrentWrites.
 	Limit int
@@ -37,25 +39,35 @@ type Evictions struct {
 
 	ctx context.Context
 	mu  sync.Mutex
-	// rounds are the pools' rounds by node, in flight or ended and not yet settled.
+	// rounds are the pools' rounds by node, queued, running, or ended and not yet
+	// settled.
 	rounds map[string]map[string]*round
-	// slots bound each pool's rounds running at once.
-	slots map[string]chan struct{}
-	wg    sync.WaitGroup
+	// queues are the pools' rounds to run, in order, and their workers.
+	queues map[string]*roundQueue
+	wg     sync.WaitGroup
+}
+
+// roundQueue is a pool's rounds waiting to run and how many workers run them.
+type roundQueue struct {
+	pending []*round
+	workers int
 }
 
 // round is one node's eviction round, for the drain that started at started (the
 // worker's step start): a round of an earlier drain of the node is not this drain's.
 type round struct {
+	node    string
 	started time.Time
+	ctx     context.Context
 	cancel  context.CancelFunc
+	evict   func(context.Context) drainOutcome
 	ended   bool
 	out     drainOutcome
 }
 
 // NewEvictions returns the rounds of a manager: ctx ends them all.
 func NewEvictions(ctx context.Context, wake func(pool string)) *Evictions {
-	return &Evictions{ctx: ctx, Wake: wake, rounds: map[string]map[string]*round{}, slots: map[string]chan struct{}{}}
+	return &Evictions{ctx: ctx, Wake: wake, rounds: map[string]map[string]*round{}, queues: map[string]*roundQueue{}}
 }
 
 // take returns the ended round of a pool's node for the drain started at started (and
@@ -81,48 +93,65 @@ func (e *Evictions) take(pool, node string, started time.Time) (out drainOutcome
 	return r.out, true, false
 }
 
-// start records a round for the pool's node, then runs evict on its own goroutine when
-// one of the pool's slots is free. It reports false when the node has a round already
-// (recorded and not settled), which it leaves alone.
+// start records a round for the pool's node and queues it; a worker of the pool runs
+// evict when the rounds handed out before it have started and fewer than Limit run. It
+// reports false when the node has a round already (recorded and not settled), which it
+// leaves alone.
 func (e *Evictions) start(pool, node string, started time.Time, evict func(context.Context) drainOutcome) bool {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.rounds[pool][node] != nil {
-		e.mu.Unlock()
 		return false
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
-	r := &round{started: started, cancel: cancel}
+	r := &round{node: node, started: started, ctx: ctx, cancel: cancel, evict: evict}
 	if e.rounds[pool] == nil {
 		e.rounds[pool] = map[string]*round{}
 	}
 	e.rounds[pool][node] = r
-	slots := e.slots[pool]
-	if slots == nil {
-		slots = make(chan struct{}, e.limit())
-		e.slots[pool] = slots
+	q := e.queues[pool]
+	if q == nil {
+		q = &roundQueue{}
+		e.queues[pool] = q
 	}
-	e.wg.Add(1)
-	e.mu.Unlock()
-	go func() {
-		defer e.wg.Done()
-		defer cancel()
-		var out drainOutcome
-		select {
-		case slots <- struct{}{}:
-			out = evict(ctx)
-			<-slots
-		case <-ctx.Done():
-			out.err = ctx.Err()
+	q.pending = append(q.pending, r)
+	if q.workers < e.limit() {
+		q.workers++
+		e.wg.Add(1)
+		go e.work(pool, q)
+	}
+	return true
+}
+
+// work runs a pool's queued rounds one after the other until none is left.
+func (e *Evictions) work(pool string, q *roundQueue) {
+	defer e.wg.Done()
+	for {
+		e.mu.Lock()
+		if len(q.pending) == 0 {
+			q.workers--
+			if q.workers == 0 && e.queues[pool] == q {
+				delete(e.queues, pool)
+			}
+			e.mu.Unlock()
+			return
 		}
+		r := q.pending[0]
+		q.pending = q.pending[1:]
+		e.mu.Unlock()
+		var out drainOutcome
+		if out.err = r.ctx.Err(); out.err == nil { // not cancelled while it queued
+			out = r.evict(r.ctx)
+		}
+		r.cancel()
 		e.mu.Lock()
 		r.ended, r.out = true, out
-		current := e.rounds[pool][node] == r
+		current := e.rounds[pool][r.node] == r
 		e.mu.Unlock()
 		if current && e.Wake != nil && wakes(out) {
 			e.Wake(pool)
 		}
-	}()
-	return true
+	}
 }
 
 // Cancel ends the rounds of a pool and forgets them: its transition was aborted or the
@@ -179,7 +208,6 @@ func (e *Evictions) forget(pool, node string) {
 	delete(e.rounds[pool], node)
 	if len(e.rounds[pool]) == 0 {
 		delete(e.rounds, pool)
-		delete(e.slots, pool)
 	}
 }
 

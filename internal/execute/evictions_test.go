@@ -2,6 +2,7 @@ package execute
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,7 @@ import (
 type gatedDrainer struct {
 	mu      sync.Mutex
 	calls   map[string]int
+	order   []string
 	gates   map[string]chan struct{}
 	result  drain.Result
 	running atomic.Int32
@@ -43,6 +45,7 @@ func newGatedDrainer(result drain.Result, nodes ...string) *gatedDrainer {
 func (g *gatedDrainer) Drain(ctx context.Context, n *corev1.Node, _ gpupoolv1.DrainSpec, _, _ time.Time, _ drain.Budget) (drain.Result, error) {
 	g.mu.Lock()
 	g.calls[n.Name]++
+	g.order = append(g.order, n.Name)
 	gate := g.gates[n.Name]
 	g.mu.Unlock()
 	now := g.running.Add(1)
@@ -214,7 +217,8 @@ func TestEvictionsOfAnEarlierDrainAreNotNews(t *testing.T) {
 }
 
 // TestEvictionsLimitAPool: a pool runs at most Limit rounds at once, whatever the number
-// of nodes it hands out; the others wait for a slot, and all of them run.
+// of nodes it hands out; the others wait for a slot, and all of them run, in the order
+// they were handed out (the plan's hosts, in order) when one runs at a time.
 func TestEvictionsLimitAPool(t *testing.T) {
 	for _, limit := range []int{1, 2, 3} {
 		vms := []string{"a", "b", "c", "d", "e"}
@@ -245,6 +249,9 @@ func TestEvictionsLimitAPool(t *testing.T) {
 			if d.called(n) != 1 {
 				t.Errorf("limit %d: %s drained %d times, want once", limit, n, d.called(n))
 			}
+		}
+		if limit == 1 && !slices.Equal(d.order, nodeNames) {
+			t.Errorf("limit 1: rounds ran in the order %v, want %v", d.order, nodeNames)
 		}
 	}
 }

@@ -2,12 +2,14 @@ package execute
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/world"
 )
 
 // Evictions runs the eviction rounds of drains past the pass that hands them out: a
@@ -61,8 +63,13 @@ type round struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	evict   func(context.Context) drainOutcome
+	// running: a worker took it from the queue.
+	running bool
 	ended   bool
 	out     drainOutcome
+	// done is closed once a worker is through with it, or when it is cancelled before
+	// a worker took it.
+	done chan struct{}
 }
 
 // NewEvictions returns the rounds of a manager: ctx ends them all.
@@ -104,7 +111,7 @@ func (e *Evictions) start(pool, node string, started time.Time, evict func(conte
 		return false
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
-	r := &round{node: node, started: started, ctx: ctx, cancel: cancel, evict: evict}
+	r := &round{node: node, started: started, ctx: ctx, cancel: cancel, evict: evict, done: make(chan struct{})}
 	if e.rounds[pool] == nil {
 		e.rounds[pool] = map[string]*round{}
 	}
@@ -138,34 +145,67 @@ func (e *Evictions) work(pool string, q *roundQueue) {
 		}
 		r := q.pending[0]
 		q.pending = q.pending[1:]
+		r.running = true
 		e.mu.Unlock()
 		var out drainOutcome
 		if out.err = r.ctx.Err(); out.err == nil { // not cancelled while it queued
 			out = r.evict(r.ctx)
 		}
+		cancelled := r.ctx.Err() != nil // by Cancel or keepOnly, which forget it: no news
 		r.cancel()
 		e.mu.Lock()
 		r.ended, r.out = true, out
 		current := e.rounds[pool][r.node] == r
 		e.mu.Unlock()
-		if current && e.Wake != nil && wakes(out) {
+		close(r.done)
+		if current && !cancelled && e.Wake != nil && wakes(out) {
 			e.Wake(pool)
 		}
 	}
 }
 
-// Cancel ends the rounds of a pool and forgets them: its transition was aborted or the
-// pool is deleted, and nothing more may be evicted for it. A round cancelled mid-way
-// stops before its next eviction; one already granted stays granted.
+// Cancel ends the rounds of a pool and forgets them: its transition was aborted, it is
+// paused or deleted, and nothing more may be evicted for it. It returns once no round of
+// the pool runs any more (a queued one does not start; a running one stops before its
+// next eviction), so that what the caller does next (the uncordons of an abort) comes
+// after the pool's last eviction request. An eviction the API server granted stays
+// granted.
 func (e *Evictions) Cancel(pool string) {
 	if e == nil {
 		return
 	}
+	e.cancelWhere(pool, func(string) bool { return true })
+}
+
+// cancelWhere cancels the pool's rounds of the nodes drop says, waits until their
+// goroutines are through with them, and forgets them.
+func (e *Evictions) cancelWhere(pool string, drop func(node string) bool) {
+	e.mu.Lock()
+	var dropped []*round
+	for node, r := range e.rounds[pool] {
+		if !drop(node) {
+			continue
+		}
+		r.cancel()
+		dropped = append(dropped, r)
+		if q := e.queues[pool]; !r.running && !r.ended && q != nil {
+			// Queued: out of the queue now, rather than wait for the workers to reach it
+			// behind rounds that may take long.
+			q.pending = slices.DeleteFunc(q.pending, func(x *round) bool { return x == r })
+			r.ended, r.out.err = true, context.Canceled
+			close(r.done)
+		}
+	}
+	e.mu.Unlock()
+	for _, r := range dropped {
+		<-r.done
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for node, r := range e.rounds[pool] {
-		r.cancel()
-		e.forget(pool, node)
+	for _, r := range dropped {
+		if e.rounds[pool][r.node] == r {
+			e.forget(pool, r.node)
+		}
 	}
 }
 
@@ -182,25 +222,28 @@ func (e *Evictions) InFlight(pool string) int {
 // Wait waits until every round has ended (the tests; a manager's shutdown).
 func (e *Evictions) Wait() { e.wg.Wait() }
 
-// settledElsewhere forgets the ended rounds of a pool's nodes that drain no more (not in
-// draining): the plan moved on from them (the pods left, the transition changed), and
-// what they found must not be settled as news by a later drain of the same node. Rounds
-// in flight stay recorded until they end.
-func (e *Evictions) settledElsewhere(pool string, draining map[string]bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for node, r := range e.rounds[pool] {
-		if r.ended && !draining[node] {
-			e.forget(pool, node)
-		}
-	}
+// keepOnly cancels and forgets the pool's rounds of the nodes the plan drains no more
+// (not in draining): the pods left, or the transition changed (superseded, replanned).
+// A round in flight stops: its node may be uncordoned in this very pass. An ended one is
+// not settled as news by a later drain of the same node.
+func (e *Evictions) keepOnly(pool string, draining map[string]bool) {
+	e.cancelWhere(pool, func(node string) bool { return !draining[node] })
 }
 
 // wakes tells whether a round's outcome needs a pass that the pods' events will not bring:
-// an error, pods that block or hold the drain (their state is the news, and the
-// drain.timeout counts from it), evictions deferred to the next round.
+// the node is drained (no pod is left to send one), an error, pods that block or hold the
+// drain (their state is the news, and the drain.timeout counts from it), evictions
+// deferred to the next round. A round that asked for evictions or found pods terminating
+// does not: their deletions wake the pool, and the pass they bring settles it and hands
+// out the next round at once (evictBehind).
 func wakes(o drainOutcome) bool {
-	return o.err != nil || len(o.res.Blocked)+len(o.res.Holding) > 0 || o.res.Deferred > 0
+	return o.res.Done || stuck(o) || o.res.Deferred > 0
+}
+
+// stuck tells whether a round found what pods' events will not change soon: an error,
+// pods that block or hold the drain. The node's next round waits for the next pass.
+func stuck(o drainOutcome) bool {
+	return o.err != nil || len(o.res.Blocked)+len(o.res.Holding) > 0
 }
 
 // forget drops a pool's node round; with e.mu held.
@@ -219,19 +262,13 @@ func (e *Evictions) limit() int {
 }
 
 // evictBehind hands the due drains' eviction rounds to r.Evictions and settles the ones
-// that ended since the last pass: a drain is settled (settleDrain) in the pass after its
-// round, and a node whose round is in flight waits for it (its end wakes the pool). A
-// node with no round, or whose round was just settled without being done, gets a new
-// round in the next pass, so that a pass never both settles and starts the same node's
-// work. It reports true when a drain aborted the transition.
+// that ended since the last pass: a drain is settled (settleDrain) in a pass after its
+// round, and a node whose round is in flight waits for it. A node with no round gets
+// one; one whose round was just settled gets the next at once when its pods are still
+// going, and in the next pass when they block or hold the drain (so that a refusing
+// PodDisruptionBudget is asked again at the pass's pace, not in a loop). It reports true
+// when a drain aborted the transition.
 func (r *run) evictBehind(ctx context.Context, steps []plan.Step) bool {
-	draining := map[string]bool{}
-	for _, step := range steps {
-		if n := r.World.Nodes[step.VM]; n != nil {
-			draining[n.Name] = true
-		}
-	}
-	r.Evictions.settledElsewhere(r.Pool.Name, draining)
 	for _, step := range steps {
 		node := r.World.Nodes[step.VM]
 		if node == nil {
@@ -244,13 +281,15 @@ func (r *run) evictBehind(ctx context.Context, steps []plan.Step) bool {
 			r.note(step, RequeueDrain, nil)
 		case ended:
 			wait, err := r.settleDrain(ctx, r.worker(step.VM), node, out)
-			if out.res.Deferred > 0 {
-				wait = RequeueStep // the pass's cap deferred evictions: the next round is due now
-			}
 			r.note(step, wait, err)
 			if r.out.Abort != "" {
 				r.Evictions.Cancel(r.Pool.Name)
 				return true
+			}
+			if !out.res.Done && !stuck(out) {
+				// Pods terminating, or evictions the last pass's cap deferred: the next
+				// round now (a pod whose eviction was granted is not asked again).
+				r.handOut(step, node)
 			}
 		default:
 			r.handOut(step, node)
@@ -266,8 +305,11 @@ func (r *run) evictBehind(ctx context.Context, steps []plan.Step) bool {
 func (r *run) handOut(step plan.Step, node *corev1.Node) {
 	started := r.drainStart(step)
 	n, d, now, pool, budget, drainer := node.DeepCopy(), r.Pool.Spec.Drain, r.Now, r.Pool.Name, r.Budget, r.Drainer
+	handed := time.Now()
 	r.Evictions.start(pool, n.Name, started, func(ctx context.Context) drainOutcome {
-		res, err := drainer.Drain(ctx, n, d, started, now, budget)
+		// The pass's time plus how long the round queued: when a pod's eviction is
+		// granted is when its wait starts (drain.TerminatingClock), not when the pass ran.
+		res, err := drainer.Drain(ctx, n, d, started, now.Add(time.Since(handed)), budget)
 		PodEvictions.WithLabelValues(pool).Add(float64(res.Evicted))
 		return drainOutcome{res: res, err: err}
 	})
@@ -279,4 +321,18 @@ func (r *run) drainStart(step plan.Step) time.Time {
 		return ws.StepStartTime.Time
 	}
 	return time.Time{}
+}
+
+// drainingNodes are the nodes of every drain the plan has, due or not (the rounds of
+// the others are cancelled: keepOnly).
+func drainingNodes(p *plan.Plan, w *world.World) map[string]bool {
+	out := map[string]bool{}
+	for _, hp := range p.Hosts {
+		for _, st := range hp.Steps {
+			if n := w.Nodes[st.VM]; st.Action == plan.Drain && n != nil {
+				out[n.Name] = true
+			}
+		}
+	}
+	return out
 }

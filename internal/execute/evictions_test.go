@@ -107,8 +107,8 @@ func drainWorld(vms []string, drains map[string]bool) (*gpupoolv1.GPUPoolProfile
 // its evictions to a round and goes on with the other VMs' steps without waiting for
 // it; a pass while the round runs asks nothing more of the node; a round that asked for
 // evictions does not wake the pool (the evicted pods' deletions will); the next pass
-// settles what it found (and starts nothing), and the pass after that starts the next
-// round. Every node is evicted from by one round at a time.
+// settles what it found and, the pods still going, hands out the node's next round at
+// once. Every node is evicted from by one round at a time.
 func TestEvictionsOutliveThePass(t *testing.T) {
 	pool, w, p := drainWorld([]string{"a", "b"}, map[string]bool{"a": true})
 	d := newGatedDrainer(drain.Result{Evicted: 2, Waiting: []string{"ns/x", "ns/y"}}, "node-a")
@@ -142,18 +142,14 @@ func TestEvictionsOutliveThePass(t *testing.T) {
 		t.Fatalf("a round that asked for evictions woke %q", pool)
 	default:
 	}
-	pass() // settles the round
+	pass() // settles the round and hands out the next
 	ws := FindWorker(pool, w.ID("a"))
 	if ws == nil || !strings.Contains(ws.Message, "draining node node-a: ") || !strings.Contains(ws.Message, "requested eviction of 2 pod(s)") {
 		t.Fatalf("worker a after the settling pass: %+v, want what the round found", ws)
 	}
-	if d.called("node-a") != 1 || ev.InFlight("p") != 0 {
-		t.Fatalf("the settling pass: %d drains of node-a, %d rounds: want 1 and 0", d.called("node-a"), ev.InFlight("p"))
-	}
-	pass() // the next round
 	ev.Wait()
-	if got := d.called("node-a"); got != 2 {
-		t.Errorf("%d drains of node-a after four passes, want 2 (one round, settled, then the next)", got)
+	if got := d.called("node-a"); got != 2 || ev.InFlight("p") != 1 {
+		t.Errorf("after the settling pass: %d drains of node-a, %d rounds recorded; want 2 (the round, settled, then the next) and 1", got, ev.InFlight("p"))
 	}
 	if nodes.patches["node-a"] != 1 {
 		t.Errorf("node-a patched %d times, want one cordon", nodes.patches["node-a"])
@@ -180,9 +176,10 @@ func TestEvictionsAbortCancelsTheRounds(t *testing.T) {
 	if !strings.Contains(out.Abort, "drain of node node-a timed out") {
 		t.Fatalf("Abort = %q, want node-a's drain timed out", out.Abort)
 	}
-	ev.Wait() // node-c's round, cancelled, ends without its gate
-	if n := ev.InFlight("p"); n != 0 {
-		t.Errorf("%d rounds recorded after the abort, want none", n)
+	// Run returned: node-c's round, cancelled, has ended without its gate (what the
+	// controller does next, the uncordons, comes after the pool's last eviction).
+	if n, running := ev.InFlight("p"), d.running.Load(); n != 0 || running != 0 {
+		t.Errorf("after the abort: %d rounds recorded, %d running; want none", n, running)
 	}
 	select {
 	case pool := <-woke:
@@ -257,16 +254,16 @@ func TestEvictionsLimitAPool(t *testing.T) {
 }
 
 // TestRoundsWakeForWhatNoPodEventTells: a round's end wakes its pool exactly when what
-// it found will not come as a pod event of the node: an error, pods that block or hold
-// the drain, evictions deferred; not for evictions asked, terminating pods waited for,
-// or a drained node.
+// it found will not come as a pod event of the node: a drained node, an error, pods
+// that block or hold the drain, evictions deferred; not for evictions asked or
+// terminating pods waited for.
 func TestRoundsWakeForWhatNoPodEventTells(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		o    drainOutcome
 		want bool
 	}{
-		{"drained", drainOutcome{res: drain.Result{Done: true}}, false},
+		{"drained", drainOutcome{res: drain.Result{Done: true}}, true},
 		{"evictions asked", drainOutcome{res: drain.Result{Evicted: 3, Waiting: []string{"ns/a", "ns/b", "ns/c"}}}, false},
 		{"terminating pods", drainOutcome{res: drain.Result{Waiting: []string{"ns/a"}}}, false},
 		{"held pods evicted at maxHold", drainOutcome{res: drain.Result{Evicted: 1, Waiting: []string{"ns/a"}, Overridden: map[string]int{"ns": 1}}}, false},
@@ -278,5 +275,42 @@ func TestRoundsWakeForWhatNoPodEventTells(t *testing.T) {
 		if got := wakes(c.o); got != c.want {
 			t.Errorf("%s: wakes = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestEvictionsStopWhenThePlanDrainsNoMore: a plan that no longer drains a node (the
+// transition superseded or replanned) ends the node's round in the pass that sees it,
+// running or queued, without waiting for the pool's other rounds; the rounds of nodes
+// still drained go on.
+func TestEvictionsStopWhenThePlanDrainsNoMore(t *testing.T) {
+	pool, w, p := drainWorld([]string{"a", "c", "e"}, map[string]bool{"a": true, "c": true, "e": true})
+	d := newGatedDrainer(drain.Result{Done: true}, "node-a", "node-c", "node-e")
+	d.entered = make(chan string, 3)
+	ev := NewEvictions(context.Background(), nil)
+	ev.Limit = 2 // a and c run, e queues
+	e := &Executor{Nodes: &countingNodes{patches: map[string]int{}}, Drainer: d, Events: noEvents{}, Evictions: ev}
+	in := Input{Pool: pool, Now: time.Date(2031, 3, 15, 7, 0, 0, 0, time.UTC), Plan: p, Layout: &pool.Spec.Layouts[0], World: w}
+	e.Run(context.Background(), in)
+	<-d.entered
+	<-d.entered
+	// The next plan drains a only: c's running round and e's queued one end now, while
+	// a's round still waits on its gate.
+	next := &plan.Plan{Layout: "day", Hosts: []plan.HostPlan{
+		{Host: "esx-a", Steps: []plan.Step{{Action: plan.Drain, VM: "a", Profile: "grid_p100-4q"}}},
+		{Host: "esx-b", Steps: []plan.Step{{Action: plan.Uncordon, VM: "c", Profile: "grid_p100-4q"}}},
+		{Host: "esx-c", Steps: []plan.Step{{Action: plan.Uncordon, VM: "e", Profile: "grid_p100-4q"}}},
+	}}
+	in.Plan, in.Now = next, in.Now.Add(time.Second)
+	e.Run(context.Background(), in)
+	if n := ev.InFlight("p"); n != 1 {
+		t.Errorf("%d rounds recorded, want a's only", n)
+	}
+	if got := d.called("node-e"); got != 0 {
+		t.Errorf("node-e's queued round ran %d times after the plan dropped it", got)
+	}
+	close(d.gates["node-a"])
+	ev.Wait()
+	if d.called("node-a") != 1 || d.called("node-c") != 1 || d.called("node-e") != 0 {
+		t.Errorf("drains a %d, c %d, e %d; want 1, 1 (cancelled), 0", d.called("node-a"), d.called("node-c"), d.called("node-e"))
 	}
 }

@@ -176,8 +176,8 @@ func (e *Executor) Run(ctx context.Context, in Input) Outcome {
 			drains = append(drains, step)
 		}
 	}
-	if r.Evictions != nil && len(drains) == 0 {
-		r.Evictions.settledElsewhere(in.Pool.Name, nil)
+	if r.Evictions != nil {
+		r.Evictions.keepOnly(in.Pool.Name, drainingNodes(in.Plan, in.World))
 	}
 	if r.drain(ctx, drains) {
 		return r.out

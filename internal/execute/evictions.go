@@ -15,13 +15,13 @@ import (
 // Evictions runs the eviction rounds of drains past the pass that hands them out: a
 // pass cordons, hands each due drain's node to Evictions and goes on with its other
 // steps (parks, reconfigures, power-ons, relabels of other VMs) instead of waiting for
-// hundreds of evictions through the API server. The pass that follows a round's end
-// settles what the round found (settleDrain: done, wait, abort or force at
-// drain.timeout). A round that found something the pods' own events will not tell (an
-// error, pods that block or hold the drain, evictions deferred by the pass's cap) wakes
-// its pool (Wake); one that asked for evictions or found the node drained does not: the
-// evicted pods' deletions wake the pool through its pod watches, and a pass per round
-// would cost a full observe each, hundreds of times over in a large pool.
+// hundreds of evictions through the API server. A pass after a round's end settles
+// what the round found (settleDrain: done, wait, abort or force at drain.timeout). A
+// round that found what no pod event will tell (the node drained, an error, pods that
+// block or hold the drain, evictions deferred by the pass's cap) wakes its pool (Wake,
+// wakes); one that asked for evictions or found pods terminating does not: the pods'
+// deletions wake the pool through its pod watches, and a pass per round would cost a
+// full observe each, hundreds of times over in a large pool.
 //
 // Exactly once: a round is recorded (under mu) before it runs, and a node has at most
 // one round at a time; a pass that finds a round in flight for a node waits for it

@@ -124,7 +124,7 @@ func (r *GPUPoolProfileReconciler) updateWorkerMetrics(p *gpupoolv1.GPUPoolProfi
 // SetupWithManager registers the controller. Pools are reconciled on spec changes, on
 // node changes that matter (readiness, advertised GPUs, cordon, labels), on pod
 // changes on their nodes a drain waits for (nodePods, podUpdateMatters), when demand changes (the demand watch), when one of their vSphere tasks ends
-// (taskWatch) and when a node's eviction round ends (execute.Evictions). Beside it, it registers the demand watch and the Kueue controller
+// (taskWatch) and when a node's eviction round ends with what no pod event tells (execute.Evictions). Beside it, it registers the demand watch and the Kueue controller
 // (KueueReconciler); Kueue's events wake those, never the pool pass.
 func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := indexPods(ctx, mgr.GetFieldIndexer()); err != nil {

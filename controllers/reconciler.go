@@ -58,7 +58,8 @@ type GPUPoolProfileReconciler struct {
 	// Reconcile directly) leaves the waits to the requeue.
 	tasks *taskWatch
 	// evictions runs the drains' evictions past the pass that hands them out, and wakes
-	// the pool when a node's round ends; nil (the tests that call Reconcile directly)
+	// the pool when a node's round ends with what no pod event tells (the node drained,
+	// pods blocking or holding, an error); nil (the tests that call Reconcile directly)
 	// evicts inside the pass.
 	evictions *execute.Evictions
 	// kueueWatch starts the watches of Kueue's objects once Kueue is installed; demand

@@ -101,14 +101,13 @@ func (e *Evictions) take(pool, node string, started time.Time) (out drainOutcome
 }
 
 // start records a round for the pool's node and queues it; a worker of the pool runs
-// evict when the rounds handed out before it have started and fewer than Limit run. It
-// reports false when the node has a round already (recorded and not settled), which it
-// leaves alone.
-func (e *Evictions) start(pool, node string, started time.Time, evict func(context.Context) drainOutcome) bool {
+// evict when the rounds handed out before it have started and fewer than Limit run. A
+// node that has a round already (recorded and not settled) keeps it, and gets no other.
+func (e *Evictions) start(pool, node string, started time.Time, evict func(context.Context) drainOutcome) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.rounds[pool][node] != nil {
-		return false
+		return
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	r := &round{node: node, started: started, ctx: ctx, cancel: cancel, evict: evict, done: make(chan struct{})}
@@ -127,7 +126,6 @@ func (e *Evictions) start(pool, node string, started time.Time, evict func(conte
 		e.wg.Add(1)
 		go e.work(pool, q)
 	}
-	return true
 }
 
 // work runs a pool's queued rounds one after the other until none is left.
@@ -209,7 +207,7 @@ func (e *Evictions) cancelWhere(pool string, drop func(node string) bool) {
 	}
 }
 
-// InFlight is how many rounds of the pool are recorded and not settled (status, tests).
+// InFlight is how many rounds of the pool are recorded and not settled (the tests).
 func (e *Evictions) InFlight(pool string) int {
 	if e == nil {
 		return 0

@@ -23,6 +23,14 @@ var (
 	tuesday0750 = monday0700.Add(24*time.Hour + 50*time.Minute) // day, 10 minutes' lead before 08:00
 )
 
+// weekZone is the zone abbreviation of the tests' week in Berlin (CET, or CEST when
+// TEST_CLOCK_BASE is in summer): the week keeps one offset (testclock.Weekly), so every
+// time in it is written with this one.
+func weekZone() string {
+	z, _ := monday0700.Zone()
+	return z
+}
+
 // vSphere calls that change a VM.
 var opMethods = []string{"PowerOnVM_Task", "SuspendVM_Task", "PowerOffVM_Task", "ReconfigVM_Task", "ShutdownGuest"}
 

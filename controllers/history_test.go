@@ -182,7 +182,7 @@ func TestNextLayoutInfeasibleIsAnnouncedAhead(t *testing.T) {
 		return out
 	}
 	got := warned()
-	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning") || !strings.Contains(got[0], "layout night cannot be reached by the switch at 19:50 CET") ||
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning") || !strings.Contains(got[0], "layout night cannot be reached by the switch at 19:50 "+weekZone()) ||
 		!strings.Contains(got[0], h.prefix+"nihgt-1") || !strings.Contains(got[0], "did you mean "+h.prefix+"night-1") {
 		t.Fatalf("NextLayoutInfeasible events %q, want one Warning naming night, 19:50 and the VM", got)
 	}

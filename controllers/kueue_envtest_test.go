@@ -320,10 +320,10 @@ func TestKueueBridge(t *testing.T) {
 	st, msg := gpupoolCheck(wl, w.check)
 	// Day's window opens at 08:00; its switch starts leadTime (10m) before.
 	start := time.Date(monday0700.Year(), monday0700.Month(), monday0700.Day(), 7, 50, 0, 0, monday0700.Location())
-	if want := "waiting for layout day: the switch to it starts at 07:50 CET (" + inDuration(start.Sub(h.clock.Now())) + ")"; msg != want || conditionTrue(wl, "Admitted") {
+	if want := "waiting for layout day: the switch to it starts at 07:50 " + weekZone() + " (" + inDuration(start.Sub(h.clock.Now())) + ")"; msg != want || conditionTrue(wl, "Admitted") {
 		t.Fatalf("day Workload by night: check %s %q, admitted %v; want Pending, waiting for layout day's switch at 07:50", st, msg, conditionTrue(wl, "Admitted"))
 	}
-	if !strings.HasPrefix(msg, "waiting for layout day: the switch to it starts at 07:50 CET (in ") {
+	if !strings.HasPrefix(msg, "waiting for layout day: the switch to it starts at 07:50 "+weekZone()+" (in ") {
 		t.Fatalf("message %q", msg)
 	}
 	t.Logf("held: %s %q", st, msg)
@@ -469,7 +469,7 @@ func TestKueueDemandBringsNightIn(t *testing.T) {
 		t.Fatalf("night demand %+v, want the held Workload", d)
 	}
 	h.must(k8s.Get(h.ctx, client.ObjectKeyFromObject(wl), wl))
-	if st, msg := gpupoolCheck(wl, w.check); st != checkPending || !strings.HasPrefix(msg, "waiting for layout night: the switch to it starts at 19:50 CET (in ") {
+	if st, msg := gpupoolCheck(wl, w.check); st != checkPending || !strings.HasPrefix(msg, "waiting for layout night: the switch to it starts at 19:50 "+weekZone()+" (in ") {
 		t.Fatalf("night Workload by day: check %s %q, want Pending until night's switch at 19:50", st, msg)
 	}
 

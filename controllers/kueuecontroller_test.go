@@ -91,7 +91,7 @@ func TestKueueControllerAloneFollowsThePoolsStatus(t *testing.T) {
 	// A day Workload by night is held until day's switch.
 	wl := h.workloadIn(w, h.prefix+"apps", w.queue, "train", "inference", 1)
 	h.reconcileKueue(pool.Name)
-	if st, msg := h.checkOf(w, wl); st != checkPending || msg != "waiting for layout day: the switch to it starts at 07:50 CET (in 50m)" {
+	if st, msg := h.checkOf(w, wl); st != checkPending || msg != "waiting for layout day: the switch to it starts at 07:50 "+weekZone()+" (in 50m)" {
 		t.Fatalf("day Workload by night: check %s %q, want Pending until day's switch", st, msg)
 	}
 	if p := h.get(pool.Name); p.Status.Kueue == nil || p.Status.Kueue.HeldWorkloads != 1 {

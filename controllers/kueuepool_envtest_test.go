@@ -162,7 +162,7 @@ func TestKueueLeavingFlavorIsHeld(t *testing.T) {
 	}
 	wl := h.workloadIn(w, h.prefix+"apps", w.queue, "late", "training", 1)
 	h.reconcile(pool.Name)
-	if st, msg := h.checkOf(w, wl); st != checkPending || msg != "waiting for layout night: a switch away from it starts at 07:50 CET (in 9m)" {
+	if st, msg := h.checkOf(w, wl); st != checkPending || msg != "waiting for layout night: a switch away from it starts at 07:50 "+weekZone()+" (in 9m)" {
 		t.Fatalf("night Workload within warnAhead of the switch to day: check %s %q, want Pending until night comes back", st, msg)
 	}
 	if conditionTrue(wl, "Admitted") {

@@ -91,7 +91,11 @@ func (c *client) Inventory(ctx context.Context, vms ...string) (*inventory.Inven
 	if err != nil {
 		return nil, err
 	}
-	return c.convert(ctx, content, nil)
+	o, err := decodeInventory(content)
+	if err != nil {
+		return nil, err
+	}
+	return c.convert(ctx, o, nil), nil
 }
 
 // retrieve runs one RetrievePropertiesEx of the filter specs and merges what it returns
@@ -160,11 +164,7 @@ func decodeInventory(content map[types.ManagedObjectReference]*types.ObjectConte
 // convert turns a read into the planner's inventory. With detailed set, only those hosts
 // are converted (the others were listed by name only); every VM is, those outside the
 // detailed hosts with only their name, path, host and power state.
-func (c *client) convert(ctx context.Context, content map[types.ManagedObjectReference]*types.ObjectContent, detailed map[types.ManagedObjectReference]bool) (*inventory.Inventory, error) {
-	o, err := decodeInventory(content)
-	if err != nil {
-		return nil, err
-	}
+func (c *client) convert(ctx context.Context, o inventoryObjects, detailed map[types.ManagedObjectReference]bool) *inventory.Inventory {
 	inv := &inventory.Inventory{}
 	var gpusOf map[types.ManagedObjectReference][]string
 	inv.Hosts, gpusOf = c.convertHosts(ctx, o, detailed)
@@ -185,7 +185,7 @@ func (c *client) convert(ctx context.Context, content map[types.ManagedObjectRef
 		a, b := inv.Hosts[i], inv.Hosts[j]
 		return a.Name < b.Name || (a.Name == b.Name && a.Ref < b.Ref)
 	})
-	return inv, nil
+	return inv
 }
 
 // convertHosts converts the detailed hosts (every host when detailed is nil), with their

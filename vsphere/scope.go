@@ -71,7 +71,8 @@ func listSpec(dc types.ManagedObjectReference) types.PropertyFilterSpec {
 	return spec
 }
 
-// detailSpec reads the scope's hosts (with their recent tasks) and VMs in full.
+// detailSpec reads the scope's hosts (with their recent tasks) and VMs in full, but for
+// the VMs' devices, of which it reads the version (devicememo.go).
 func detailSpec(sc inventoryScope) types.PropertyFilterSpec {
 	var objs []types.ObjectSpec
 	for _, h := range sc.hosts {
@@ -88,7 +89,7 @@ func detailSpec(sc inventoryScope) types.PropertyFilterSpec {
 		ReportMissingObjectsInResults: types.NewBool(true),
 		ObjectSet:                     objs,
 		PropSet: []types.PropertySpec{
-			{Type: "VirtualMachine", PathSet: vmProps},
+			{Type: "VirtualMachine", PathSet: detailVMProps},
 			{Type: "HostSystem", PathSet: hostProps},
 			{Type: "Task", PathSet: hostTaskProps},
 		},
@@ -96,10 +97,11 @@ func detailSpec(sc inventoryScope) types.PropertyFilterSpec {
 }
 
 // readScoped reads the inventory scoped to the pool of the VMs ids: see the top of the
-// file.
+// file, and devicememo.go for the VMs' devices.
 func (c *client) readScoped(ctx context.Context, ids []string) (*inventory.Inventory, error) {
 	key := c.dc.ref.Value + "\x00" + strings.Join(slices.Sorted(slices.Values(ids)), "\x00")
 	last := c.s.lastScope(key)
+	torn := false
 	for attempt := 0; ; attempt++ {
 		specs := []types.PropertyFilterSpec{listSpec(c.dc.ref)}
 		if len(last.hosts)+len(last.vms) > 0 {
@@ -135,11 +137,24 @@ func (c *client) readScoped(ctx context.Context, ids []string) (*inventory.Inven
 			return c.Inventory(ctx)
 		}
 		c.s.keepScope(key, want)
+		whole, err := c.fillDevices(ctx, key, o.vms)
+		if err != nil {
+			return nil, err
+		}
+		if !whole {
+			if !torn {
+				torn = true
+				continue // a configuration changed between the two calls: read again
+			}
+			// Configurations keep changing under the read: read the whole datacenter
+			// in one call, devices included.
+			return c.Inventory(ctx)
+		}
 		detailed := make(map[types.ManagedObjectReference]bool, len(want.hosts))
 		for _, h := range want.hosts {
 			detailed[h] = true
 		}
-		return c.convert(ctx, content, detailed)
+		return c.convert(ctx, o, detailed), nil
 	}
 }
 

@@ -1,6 +1,8 @@
 package vsphere_test
 
 import (
+	"context"
+	"math/rand/v2"
 	"net/url"
 	"reflect"
 	"slices"
@@ -146,5 +148,83 @@ func TestScopedInventorySurvivesADeletedVM(t *testing.T) {
 		if vm, ok := inv.FindVM("small-1"); !ok || vm.Profile == "" {
 			t.Fatalf("read %d: small-1 %+v", i+1, vm)
 		}
+	}
+}
+
+// TestScopedReadsFollowEveryChange: over a seeded random walk of power operations and
+// vGPU reconfigurations on the day/night host, each scoped read (served partly from the
+// session's memo of devices) has every VM and host of its scope exactly as a whole read
+// (every device read afresh) has it; a read after no change is one property read, and
+// one after a reconfiguration two (the devices of the reconfigured VM only).
+func TestScopedReadsFollowEveryChange(t *testing.T) {
+	e := newEnv(t, "daynight.yaml")
+	vms := []string{"gpu-day-1", "gpu-day-2", "gpu-day-3", "gpu-day-4", "gpu-night-1"}
+	profiles := []string{"grid_p100-1q", "grid_p100-2q", "grid_p100-4q", "grid_p100-8q", "grid_p100-16q"}
+	rng := rand.New(rand.NewPCG(7, 37))
+	compare := func(step int) {
+		t.Helper()
+		scoped, err := e.c.Inventory(e.ctx, "gpu-day-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole, err := e.c.Inventory(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(scoped.VMs, whole.VMs) || !reflect.DeepEqual(scoped.Hosts, whole.Hosts) {
+			t.Fatalf("step %d: scoped read\n%+v\nwhole read\n%+v", step, scoped, whole)
+		}
+	}
+	reads := func() int {
+		return e.sim.Calls("RetrievePropertiesEx") + e.sim.Calls("RetrieveProperties")
+	}
+	compare(-1)
+	reconfigured := 0
+	for step := range 60 {
+		vm := vms[rng.IntN(len(vms))]
+		st, _ := e.sim.VM(vm)
+		var op func(context.Context, string) (string, error)
+		changes := false
+		switch {
+		case st.PowerState != "poweredOff" && rng.IntN(2) == 0:
+			op = e.c.Suspend
+		case st.PowerState != "poweredOff":
+			op = e.c.PowerOff
+		case rng.IntN(2) == 0:
+			op = func(ctx context.Context, id string) (string, error) { return e.c.PowerOn(ctx, id, "") }
+		default:
+			p := profiles[rng.IntN(len(profiles))]
+			n := 1 + rng.IntN(2)
+			op = func(ctx context.Context, id string) (string, error) { return e.c.SetProfile(ctx, id, p, n) }
+			changes = true
+		}
+		if st.PowerState == "suspended" && rng.IntN(2) == 0 {
+			op = func(ctx context.Context, id string) (string, error) { return e.c.PowerOn(ctx, id, "") }
+		}
+		id, err := op(e.ctx, e.ref(vm))
+		if err != nil {
+			t.Fatalf("step %d, %s: %v", step, vm, err)
+		}
+		if id != "" {
+			if _, err := e.c.Task(e.ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			changes = false // the VM had these vGPUs already
+		}
+		e.sim.ResetCalls()
+		compare(step)
+		want := 2 + 1 // the scoped read's two calls, and the whole read
+		if !changes {
+			want = 1 + 1
+		} else {
+			reconfigured++
+		}
+		if got := reads(); got != want {
+			t.Fatalf("step %d (%s, reconfigured %t): %d property reads, want %d", step, vm, changes, got, want)
+		}
+	}
+	if reconfigured < 5 {
+		t.Fatalf("the walk reconfigured %d times: it tests too little", reconfigured)
 	}
 }

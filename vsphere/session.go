@@ -290,7 +290,10 @@ type vcSession struct {
 	fbs map[types.ManagedObjectReference]map[string]int64 // host -> profile -> frame buffer MiB
 	// scopes are the last scope of each scoped inventory read (scope.go), by pool VMs.
 	scopes map[string]inventoryScope
-	gone   bool
+	// devices are the vGPU devices of each scope's VMs by configuration version
+	// (devicememo.go), by pool VMs as scopes.
+	devices map[string]deviceMemo
+	gone    bool
 
 	// capacity remembers vCenter's capacity answers per host, and a query that timed out.
 	capacity capacityMemo

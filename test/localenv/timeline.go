@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -92,12 +96,21 @@ func (e *Env) watchTimeline(ctx context.Context, target string) (*timeline, erro
 	return t, nil
 }
 
-// follow watches list's kind and hands each event to on, opening the watch again when
-// the API server closes it, until ctx ends.
+// follow watches list's kind and hands each event to on, until ctx ends. When the API
+// server closes the watch (its timeout, or a watcher too slow for a burst of events, as
+// 1,024 pods deleted at once on two busy cores), it is opened again from the last
+// resourceVersion seen, so that no event in between is lost: a pod deletion missed
+// would make its node's drain look as if it ended only at the park. Only when that
+// version has expired (410) does it start again from the current state, and says so.
 func (e *Env) follow(ctx context.Context, list client.ObjectList, opts []client.ListOption, on func(watch.Event)) {
+	rv := ""
 	for ctx.Err() == nil {
-		w, err := e.Client.Watch(ctx, list, opts...)
+		w, err := e.Client.Watch(ctx, list, append(slices.Clone(opts), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})...)
 		if err != nil {
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				rv = e.watchExpired(list, rv)
+				continue
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
@@ -105,10 +118,26 @@ func (e *Env) follow(ctx context.Context, list client.ObjectList, opts []client.
 			continue
 		}
 		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				if st, ok := ev.Object.(*metav1.Status); ok && (st.Code == http.StatusGone || st.Reason == metav1.StatusReasonExpired) {
+					rv = e.watchExpired(list, rv)
+				}
+				break
+			}
+			if m, ok := ev.Object.(metav1.Object); ok && m.GetResourceVersion() != "" {
+				rv = m.GetResourceVersion()
+			}
 			on(ev)
 		}
 		w.Stop()
 	}
+}
+
+// watchExpired says that a watch could not resume from rv, and returns the version to
+// watch from instead: now.
+func (e *Env) watchExpired(list client.ObjectList, rv string) string {
+	e.logf("==> the benchmark's watch of %T could not resume from resourceVersion %s (expired): events in between are lost", list, rv)
+	return ""
 }
 
 // layoutPrefix is the name prefix of the nodes of the layout whose workload label is

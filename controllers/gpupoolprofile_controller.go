@@ -44,6 +44,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		if apierrors.IsNotFound(err) {
 			r.tasks.watch(req.Name, nil, nil)
 			r.evictions.Cancel(req.Name)
+			r.states.wait(req.Name)
 			r.stalls.forget(req.Name)
 			r.conversions.forget(req.Name)
 			r.selections.forget(req.Name)
@@ -145,6 +146,7 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	r.nodePods = newNodePods(ctx, cs)
 	evictionsDone := make(chan event.GenericEvent, 1024)
 	r.evictions = execute.NewEvictions(ctx, func(pool string) { wakePool(evictionsDone, pool) })
+	r.states = newStateBatches(ctx)
 	// Pods change demand through the demand watch, which wakes a pool only when its
 	// decision changes (demandwatch.go).
 	dw := newDemandWatch(r)

@@ -50,6 +50,7 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 		return ctrl.Result{}, nil
 	}
 	r.evictions.Cancel(pool.Name)
+	r.states.wait(pool.Name) // no state label lands after the marks come off
 	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now()}
 	vcc, _, connected := r.connectVCenter(ctx, s)
 	after := time.Duration(0)

@@ -101,34 +101,74 @@ func warningDiffers(n *corev1.Node, at time.Time, warn bool) bool {
 // publishStates sets each pool node's state label from its worker's recorded step, and
 // records the pool as the owner of its marks (AnnotationMarkedBy); done are the VMs
 // whose last step the pass did (execute.Outcome.Done). A node is patched only when its
-// value changes: a node a step of the pass patched carries them already (stepMarks).
-// Nodes the pool marked and no longer matches to a worker lose the marks (unmarkStale).
+// value changes: a node a step of the pass patched carries them already (stepMarks), and
+// one the pool's last batch wrote after this pass read it carries it too (landed). The
+// patches run past the pass (stateBatches) when the manager runs them, inside it
+// otherwise. Nodes the pool marked and no longer matches to a worker lose the marks
+// (unmarkStale).
 func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope, done map[string]bool) {
 	var changed []*corev1.Node
 	var wants []string
-	for name, f := range stateFacts(s) {
-		n, want := s.w.Nodes[name], stateAfter(f, done[name])
-		if n.Labels[LabelState] == want && n.Annotations[AnnotationMarkedBy] == s.pool.Name {
-			continue
-		}
+	for name, want := range statesToWrite(stateFacts(s), s.w.Nodes, s.pool.Name, done, s.landed) {
 		if !s.budget.NodeWrite() {
 			continue // published in the next pass
 		}
-		changed, wants = append(changed, n), append(wants, want)
+		changed, wants = append(changed, s.w.Nodes[name]), append(wants, want)
 	}
-	// A transition changes the state of every node it touches at once: patch them
-	// concurrently (bounded), not one after the other.
-	errs := make([]error, len(changed))
-	execute.ForEach(len(changed), execute.MaxConcurrentWrites, func(i int) {
-		errs[i] = r.patchNode(ctx, changed[i], func(n *corev1.Node) { nodes.SetState(n, wants[i], s.pool.Name) })
-	})
-	for _, err := range errs {
-		s.budget.NodeWritten(err)
-		if err != nil {
-			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
+	pool := s.pool.Name // not s: a batch outlives the pass
+	patch := func(ctx context.Context, n *corev1.Node, want string) error {
+		return r.patchNode(ctx, n, func(n *corev1.Node) { nodes.SetState(n, want, pool) })
+	}
+	if r.states != nil {
+		copies := make([]*corev1.Node, len(changed))
+		for i, n := range changed {
+			copies[i] = n.DeepCopy()
+			s.budget.NodeWritten(nil) // a failure is reported by the next pass (waitStates)
+		}
+		r.states.start(pool, copies, wants, patch)
+	} else {
+		// A transition changes the state of every node it touches at once: patch them
+		// concurrently (bounded), not one after the other.
+		errs := make([]error, len(changed))
+		execute.ForEach(len(changed), execute.MaxConcurrentWrites, func(i int) { errs[i] = patch(ctx, changed[i], wants[i]) })
+		for _, err := range errs {
+			s.budget.NodeWritten(err)
+			if err != nil {
+				s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
+			}
 		}
 	}
 	r.unmarkStale(ctx, s)
+}
+
+// statesToWrite decides which of the nodes (by VM name) the facts cover need their
+// state label, or its owner record (pool), written, and to what: those that do not carry
+// them, but for one the pool's last batch wrote that value to after the pass read it
+// (landed: the read is at the version the batch started from).
+func statesToWrite(facts map[string]nodes.StateFacts, byVM map[string]*corev1.Node, pool string, done map[string]bool, landed map[string]landedState) map[string]string {
+	out := map[string]string{}
+	for name, f := range facts {
+		n, want := byVM[name], stateAfter(f, done[name])
+		if n.Labels[LabelState] == want && n.Annotations[AnnotationMarkedBy] == pool {
+			continue
+		}
+		if l, ok := landed[n.Name]; ok && l.value == want && l.readAt == n.ResourceVersion {
+			continue
+		}
+		out[name] = want
+	}
+	return out
+}
+
+// waitStates waits for the state labels the pool's last pass handed to a batch
+// (stateBatches) before the pass writes to a node, so that none lands over a later
+// patch; the patches that failed are this pass's errors to report.
+func (r *GPUPoolProfileReconciler) waitStates(s *scope) {
+	errs, landed := r.states.wait(s.pool.Name)
+	for _, err := range errs {
+		s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
+	}
+	s.landed = landed
 }
 
 // drainWarnings decides which nodes (by VM name) carry the draining-soon warning, and

@@ -73,6 +73,7 @@ func (r *GPUPoolProfileReconciler) desirePhase(ctx context.Context, s *scope) (o
 	d, err := r.desire(ctx, s)
 	if err != nil {
 		s.facts.invalidSpec = err.Error()
+		r.waitStates(s)
 		r.withdrawWarnings(ctx, s, func(time.Time) bool { return false })
 		return outcome{stop: true}, nil
 	}
@@ -95,6 +96,7 @@ func (r *GPUPoolProfileReconciler) pausedPhase(ctx context.Context, s *scope) (o
 	}
 	s.facts.paused = true
 	r.evictions.Cancel(s.pool.Name) // a paused pool evicts nothing more
+	r.waitStates(s)
 	r.withdrawWarnings(ctx, s, func(time.Time) bool { return false })
 	return outcome{after: r.followPausedTasks(ctx, s), stop: true}, nil
 }
@@ -126,6 +128,9 @@ func (r *GPUPoolProfileReconciler) tasksPhase(ctx context.Context, s *scope) (ou
 // back when the wanted layout changes at the latest.
 func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (outcome, error) {
 	retry, ok := r.observe(ctx, s)
+	// The last pass's state labels were written while observe read: from here on the
+	// pass writes to nodes.
+	r.waitStates(s)
 	// The tasks that ended are told now, on the nodes observe matched, before this
 	// pass's own events (a transition it completes or starts, a VM's next task).
 	r.flushVMEvents(s)
@@ -143,6 +148,7 @@ func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (
 // the draining-soon warnings stay only while their switch is still due.
 func (r *GPUPoolProfileReconciler) blind(ctx context.Context, s *scope, retry time.Duration) outcome {
 	d, due, horizon := s.decision, switchDue(s), warnAhead(&s.pool.Spec)
+	r.waitStates(s)
 	r.withdrawWarnings(ctx, s, func(at time.Time) bool { return warningDue(s.now, d.Next, horizon, due, at) })
 	return outcome{after: retry, stop: true}
 }

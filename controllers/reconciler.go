@@ -62,6 +62,9 @@ type GPUPoolProfileReconciler struct {
 	// pods blocking or holding, an error); nil (the tests that call Reconcile directly)
 	// evicts inside the pass.
 	evictions *execute.Evictions
+	// states writes the node state labels a pass decides past the pass (statebatch.go);
+	// nil (the tests that call Reconcile directly) writes them inside the pass.
+	states *stateBatches
 	// kueueWatch starts the watches of Kueue's objects once Kueue is installed; demand
 	// asks it whether Kueue is served. nil (the tests that call Reconcile directly)
 	// watches nothing.

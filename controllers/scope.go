@@ -23,7 +23,10 @@ type scope struct {
 	pool      *gpupoolv1.GPUPoolProfile
 	persisted *gpupoolv1.GPUPoolProfile
 	now       time.Time
-	budget    *execute.Budget
+	// landed are the state labels the pool's last batch wrote (stateBatches), for
+	// publishStates; set by waitStates.
+	landed map[string]landedState
+	budget *execute.Budget
 
 	// desire: the decision, the layout it wants (nil when the spec does not have it:
 	// readiness is judged against it), and when demand's timers or guards run out next

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -170,12 +172,67 @@ func (f patchFields) uncordons() bool {
 // the park, 6 times (the warning and its removal on their own). The test also checks
 // that a node a step patched is not patched again in the same pass for its state or
 // its warning alone, and that no uncordon goes without the relabel.
+//
+// The state labels are written in the pass (the tests' reconciler) and past it
+// (stateBatches, as the manager writes them): each node is written the same state
+// values in the same order in every mode, and in the same passes when the test waits
+// for each pass's batch.
 func TestDayNightDayNodeWrites(t *testing.T) {
+	modes := []string{"in the pass", "past the pass", "overlapping the next pass"}
+	states := map[string]map[string][]string{}
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) { states[mode] = dayNightDayNodeWrites(t, mode) })
+	}
+	want := states[modes[0]]
+	if len(want) != 5 {
+		t.Fatalf("state labels written in the pass: %v", want)
+	}
+	for _, mode := range modes[1:] {
+		for vm, w := range want {
+			got := states[mode][vm]
+			if mode == "overlapping the next pass" {
+				w, got = valuesOnly(w), valuesOnly(got)
+			}
+			if !slices.Equal(got, w) {
+				t.Errorf("%s: node %s written states %v, want %v as in the pass", mode, vm, got, w)
+			}
+		}
+	}
+}
+
+// valuesOnly drops the pass from "pass value" entries.
+func valuesOnly(entries []string) []string {
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = e[strings.Index(e, " ")+1:]
+	}
+	return out
+}
+
+// dayNightDayNodeWrites is TestDayNightDayNodeWrites in one mode. It returns the state
+// values written to each node (by VM name) in order, as "pass value". The state labels are written in
+// the pass (the tests' reconciler), or past it (stateBatches, as the manager writes
+// them): the test waits for each pass's batch before the next pass, so that a write
+// counts for the pass that decided it, or lets the batch run into the next pass's
+// observe. Either way the same writes, and the same labels in the end.
+func dayNightDayNodeWrites(t *testing.T, mode string) map[string][]string {
 	const maxPerNode = 4
-	h := newHarness(t, "nwr-")
+	h := newHarness(t, map[string]string{"in the pass": "nwr-", "past the pass": "nwb-", "overlapping the next pass": "nwo-"}[mode])
 	log := &nodeWriteLog{}
 	log.reset()
 	h.client = log.wrap
+	var states *stateBatches
+	if mode != "in the pass" {
+		states = newStateBatches(h.ctx)
+		h.reconciler().states = states
+	}
+	reconcile := func(pool string) ctrl.Result {
+		res := h.reconcile(pool)
+		if mode == "past the pass" {
+			states.idle(pool)
+		}
+		return res
+	}
 	pool := h.dayNight()
 	h.clock.SetTime(monday1000)
 	h.create(pool)
@@ -190,12 +247,12 @@ func TestDayNightDayNodeWrites(t *testing.T) {
 		t.Helper()
 		for range 60 {
 			log.nextPass()
-			res := h.reconcile(pool.Name)
+			res := reconcile(pool.Name)
 			h.settle()
 			if testworld.Reached(h.get(pool.Name), layout) {
 				for range 3 { // quiet passes: nothing is left to write
 					log.nextPass()
-					h.clock.Step(testworld.Step(h.reconcile(pool.Name)))
+					h.clock.Step(testworld.Step(reconcile(pool.Name)))
 					h.settle()
 				}
 				return
@@ -204,21 +261,36 @@ func TestDayNightDayNodeWrites(t *testing.T) {
 		}
 		t.Fatalf("pool did not converge to %s", layout)
 	}
+	states.idle(pool.Name)
 	log.reset()
 	h.clock.SetTime(monday1950)
 	converge("night")
+	states.idle(pool.Name)
 	h.checkNight(h.get(pool.Name))
+	h.checkStates(map[string]string{"day-1": "parked", "day-2": "parked", "day-3": "parked", "day-4": "parked", "night-1": "ready"})
 	h.clock.SetTime(tuesday0750)
 	converge("day")
+	states.idle(pool.Name)
 	h.checkDay(h.get(pool.Name))
+	h.checkStates(map[string]string{"day-1": "ready", "day-2": "ready", "day-3": "ready", "day-4": "ready", "night-1": "parked"})
 
 	t.Logf("node writes, day -> night -> day:\n%s", log)
 	if len(log.writes) != 5 {
 		t.Errorf("%d nodes written, want the 5 of the pool", len(log.writes))
 	}
+	written := map[string][]string{}
 	for n, ws := range log.writes {
+		for _, w := range ws {
+			if v := parsePatch(t, w.patch).Metadata.Labels[LabelState]; v != nil {
+				vm := strings.TrimPrefix(n, h.prefix)
+				written[vm] = append(written[vm], fmt.Sprintf("%d %s", w.pass, *v))
+			}
+		}
 		if len(ws) > maxPerNode {
 			t.Errorf("node %s written %d times, want at most %d", n, len(ws), maxPerNode)
+		}
+		if mode == "overlapping the next pass" {
+			continue // a batch's writes land in the next pass's numbering
 		}
 		perPass := map[int]int{}
 		for _, w := range ws {
@@ -235,6 +307,19 @@ func TestDayNightDayNodeWrites(t *testing.T) {
 			if _, relabels := f.Metadata.Labels[LabelLayout]; f.uncordons() && !relabels {
 				t.Errorf("node %s: pass %d uncordoned it without the relabel: %s", n, w.pass, w.patch)
 			}
+		}
+	}
+	return written
+}
+
+// checkStates checks the state label of the nodes of the VMs (by VM name) and that the
+// pool owns their marks.
+func (h *harness) checkStates(want map[string]string) {
+	h.t.Helper()
+	for vm, st := range want {
+		n := h.node(vm)
+		if n.Labels[LabelState] != st || n.Annotations[AnnotationMarkedBy] == "" {
+			h.t.Errorf("node %s: state %q marked by %q, want %q", n.Name, n.Labels[LabelState], n.Annotations[AnnotationMarkedBy], st)
 		}
 	}
 }

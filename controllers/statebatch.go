@@ -1,0 +1,94 @@
+package controllers
+
+import (
+	"context"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpupool/gpupool/internal/execute"
+)
+
+// stateBatches writes the node state labels a pass decides past that pass (issue 37:
+// a quarter of act at 64 hosts went to them), one batch per pool at a time.
+//
+// The labels are derived from the workers' steps: writing one twice, or late, changes no
+// decision, since no pass reads them back to decide. What must not happen is a label of
+// an earlier pass landing over the patch of a later one (a step's own marks, an
+// uncordon of an abort, the marks taken off a deleted pool's nodes). So a pass waits for
+// its pool's batch before it writes to any node (wait: actPhase, settledPhase,
+// keepAborted, the pause and the deletion), and a batch only runs between two passes,
+// overlapping the next pass's observe and decide. A batch's nodes are copies: the pass
+// that made it may end before the batch does.
+type stateBatches struct {
+	ctx   context.Context
+	mu    sync.Mutex
+	pools map[string]*stateBatch
+}
+
+// stateBatch is one pass's state-label patches of a pool.
+type stateBatch struct {
+	done chan struct{}
+	// errs and landed are set before done is closed.
+	errs   []error
+	landed map[string]landedState
+}
+
+// landedState is a state label a batch wrote to a node, and the node's resourceVersion
+// as the pass that decided it had read it: a later pass that read the node at that same
+// version read it before the write landed, and need not write it again.
+type landedState struct {
+	readAt, value string
+}
+
+// newStateBatches makes the batches of a manager; they end with ctx.
+func newStateBatches(ctx context.Context) *stateBatches {
+	return &stateBatches{ctx: ctx, pools: map[string]*stateBatch{}}
+}
+
+// start runs the patch of each node (a copy of it, as the pass read it) to its state
+// wants[i] past the pass, at most execute.MaxConcurrentWrites at once. The pool must
+// have no batch running (the pass waited for it).
+func (b *stateBatches) start(pool string, nodes []*corev1.Node, wants []string, patch func(context.Context, *corev1.Node, string) error) {
+	b.wait(pool) // never two batches of a pool at once (a pass has waited already: waitStates)
+	sb := &stateBatch{done: make(chan struct{})}
+	b.mu.Lock()
+	b.pools[pool] = sb
+	b.mu.Unlock()
+	go func() {
+		defer close(sb.done)
+		errs := make([]error, len(nodes))
+		readAt := make([]string, len(nodes))
+		for i, n := range nodes {
+			readAt[i] = n.ResourceVersion
+		}
+		execute.ForEach(len(nodes), execute.MaxConcurrentWrites, func(i int) {
+			errs[i] = patch(b.ctx, nodes[i], wants[i])
+		})
+		sb.landed = map[string]landedState{}
+		for i, err := range errs {
+			if err != nil {
+				sb.errs = append(sb.errs, err)
+				continue
+			}
+			sb.landed[nodes[i].Name] = landedState{readAt: readAt[i], value: wants[i]}
+		}
+	}()
+}
+
+// wait waits until the pool's batch, if any, has ended, forgets it and returns what it
+// found: the patches that failed, and the labels it wrote.
+func (b *stateBatches) wait(pool string) ([]error, map[string]landedState) {
+	if b == nil {
+		return nil, nil
+	}
+	b.mu.Lock()
+	sb := b.pools[pool]
+	delete(b.pools, pool)
+	b.mu.Unlock()
+	if sb == nil {
+		return nil, nil
+	}
+	<-sb.done
+	return sb.errs, sb.landed
+}

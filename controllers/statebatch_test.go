@@ -1,0 +1,133 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpupool/gpupool/internal/nodes"
+)
+
+// idle waits until the pool's batch, if any, has ended, and keeps it for wait (tests:
+// a write counts for the pass that decided it).
+func (b *stateBatches) idle(pool string) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	sb := b.pools[pool]
+	b.mu.Unlock()
+	if sb != nil {
+		<-sb.done
+	}
+}
+
+func batchNodes(names ...string) []*corev1.Node {
+	out := make([]*corev1.Node, len(names))
+	for i, n := range names {
+		out[i] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, ResourceVersion: "rv-" + n}}
+	}
+	return out
+}
+
+// TestStateBatches: a batch runs past the call that starts it; wait returns the labels
+// that landed, with the version each node was read at, and forgets the batch; a second
+// batch of a pool starts only once the first has ended (its patches find the first's
+// all returned, however the goroutines are scheduled); a pool without a batch, or no
+// batches at all (nil), waits for nothing.
+func TestStateBatches(t *testing.T) {
+	var nilBatches *stateBatches
+	if errs, landed := nilBatches.wait("p"); errs != nil || landed != nil {
+		t.Fatal("nil batches returned something")
+	}
+	b := newStateBatches(t.Context())
+	if errs, landed := b.wait("p"); errs != nil || landed != nil {
+		t.Fatal("a pool without a batch returned something")
+	}
+	release := make(chan struct{})
+	var firstReturned atomic.Int32
+	b.start("p", batchNodes("a", "b"), []string{"parked", "ready"}, func(context.Context, *corev1.Node, string) error {
+		<-release
+		firstReturned.Add(1)
+		return nil
+	})
+	seen := make(chan int32, 1)
+	second := make(chan struct{})
+	go func() {
+		defer close(second)
+		b.start("p", batchNodes("c"), []string{"pending"}, func(context.Context, *corev1.Node, string) error {
+			seen <- firstReturned.Load()
+			return nil
+		})
+	}()
+	close(release)
+	<-second
+	errs, landed := b.wait("p")
+	if n := <-seen; n != 2 {
+		t.Fatalf("the second batch patched when %d of the first's 2 patches had returned", n)
+	}
+	if len(errs) != 0 || len(landed) != 1 || landed["c"] != (landedState{readAt: "rv-c", value: "pending"}) {
+		t.Fatalf("second batch: errs %v landed %v", errs, landed)
+	}
+	if errs, landed := b.wait("p"); errs != nil || landed != nil {
+		t.Fatal("wait did not forget the batch")
+	}
+}
+
+// TestStateBatchReportsFailures: what a batch found comes back to the next wait.
+func TestStateBatchReportsFailures(t *testing.T) {
+	b := newStateBatches(t.Context())
+	b.start("p", batchNodes("a", "bad"), []string{"parked", "ready"}, func(_ context.Context, n *corev1.Node, _ string) error {
+		if n.Name == "bad" {
+			return errors.New("refused")
+		}
+		return nil
+	})
+	errs, landed := b.wait("p")
+	if len(errs) != 1 || errs[0].Error() != "refused" || len(landed) != 1 || landed["a"] != (landedState{readAt: "rv-a", value: "parked"}) {
+		t.Fatalf("errs %v landed %v", errs, landed)
+	}
+}
+
+// TestStatesToWrite: a node is written its state unless it carries the value and the
+// pool's record already, or the pool's last batch wrote that value after the pass read
+// the node (the same resourceVersion); a batch's write of another value, or a read newer
+// than the batch's, is no reason to skip.
+func TestStatesToWrite(t *testing.T) {
+	node := func(name, rv, state, owner string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: rv, Labels: map[string]string{}, Annotations: map[string]string{}}}
+		if state != "" {
+			n.Labels[LabelState] = state
+		}
+		if owner != "" {
+			n.Annotations[AnnotationMarkedBy] = owner
+		}
+		return n
+	}
+	ready := nodes.StateFacts{PoweredOn: true, NodeReady: true, InLayout: true} // "ready"
+	cases := []struct {
+		name   string
+		node   *corev1.Node
+		landed map[string]landedState
+		write  bool
+	}{
+		{"carries it", node("n", "5", "ready", "p"), nil, false},
+		{"no label", node("n", "5", "", ""), nil, true},
+		{"other value", node("n", "5", "pending", "p"), nil, true},
+		{"other owner", node("n", "5", "ready", "q"), nil, true},
+		{"landed after the read", node("n", "5", "pending", "p"), map[string]landedState{"n": {readAt: "5", value: "ready"}}, false},
+		{"landed, read since", node("n", "6", "pending", "p"), map[string]landedState{"n": {readAt: "5", value: "ready"}}, true},
+		{"landed another value", node("n", "5", "pending", "p"), map[string]landedState{"n": {readAt: "5", value: "reconfiguring"}}, true},
+		{"landed on another node", node("n", "5", "pending", "p"), map[string]landedState{"m": {readAt: "5", value: "ready"}}, true},
+	}
+	for _, c := range cases {
+		got := statesToWrite(map[string]nodes.StateFacts{"vm": ready}, map[string]*corev1.Node{"vm": c.node}, "p", nil, c.landed)
+		if _, w := got["vm"]; w != c.write || (w && got["vm"] != "ready") {
+			t.Errorf("%s: %v, want written: %t", c.name, got, c.write)
+		}
+	}
+}

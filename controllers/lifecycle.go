@@ -50,7 +50,9 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 		return ctrl.Result{}, nil
 	}
 	r.evictions.Cancel(pool.Name)
-	r.states.wait(pool.Name) // no state label lands after the marks come off
+	// No state label lands after the marks come off; finalize reads the nodes the last
+	// batch wrote from the API server, as the cache may not show the batch yet.
+	_, landed := r.states.wait(pool.Name)
 	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now()}
 	vcc, _, connected := r.connectVCenter(ctx, s)
 	after := time.Duration(0)
@@ -98,7 +100,7 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 		}
 		return ctrl.Result{RequeueAfter: again}, nil
 	}
-	return r.finalize(ctx, pool, inv)
+	return r.finalize(ctx, pool, inv, landed)
 }
 
 // tasksToWaitFor names the workers' tasks in flight that a deletion still waits for
@@ -146,8 +148,9 @@ func parkedForGood(n *corev1.Node, pool *gpupoolv1.GPUPoolProfile, inv *inventor
 // would let a MachineHealthCheck delete the parked VM. Every node whose marks are the
 // pool's (nodes.MarksOwnedBy: the nodes it marked, labelled, or that its status names
 // as workers' nodes, parked or not, relabelled or not) loses the state label and the
-// draining-soon warning.
-func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, inv *inventory.Inventory) (ctrl.Result, error) {
+// draining-soon warning. The nodes the pool's last state batch wrote (fresh) are read
+// from the API server: the cache may not show the marks the batch just put on them.
+func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, inv *inventory.Inventory, fresh map[string]landedState) (ctrl.Result, error) {
 	var list corev1.NodeList
 	if err := r.Client.List(ctx, &list); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the pool's nodes: %w", err)
@@ -155,6 +158,11 @@ func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1
 	workerNodes := statusNodes(pool)
 	for i := range list.Items {
 		n := &list.Items[i]
+		if _, ok := fresh[n.Name]; ok {
+			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(n), n); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, fmt.Errorf("reading node %s: %w", n.Name, err)
+			}
+		}
 		var err error
 		switch {
 		case n.Labels[LabelPool] == pool.Name && !parkedForGood(n, pool, inv):

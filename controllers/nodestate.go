@@ -123,7 +123,10 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope, 
 		copies := make([]*corev1.Node, len(changed))
 		for i, n := range changed {
 			copies[i] = n.DeepCopy()
-			s.budget.NodeWritten(nil) // a failure is reported by the next pass (waitStates)
+			// Counted as made unless the last batch got nothing through (its refusal
+			// gives the write back, and a capped pass backs off: afterCapped); its
+			// failures are reported by this pass (waitStates).
+			s.budget.NodeWritten(s.statesRefused)
 		}
 		r.states.start(pool, copies, wants, patch)
 	} else {
@@ -143,19 +146,20 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope, 
 
 // statesToWrite decides which of the nodes (by VM name) the facts cover need their
 // state label, or its owner record (pool), written, and to what: those that do not carry
-// them, but for one the pool's last batch wrote that value to after the pass read it
-// (landed: the read is at the version the batch started from).
+// them. A node the pool's last batch wrote after the pass read it (landed: the read is at
+// the version the batch started from) carries what the batch wrote, not what the read
+// shows.
 func statesToWrite(facts map[string]nodes.StateFacts, byVM map[string]*corev1.Node, pool string, done map[string]bool, landed map[string]landedState) map[string]string {
 	out := map[string]string{}
 	for name, f := range facts {
 		n, want := byVM[name], stateAfter(f, done[name])
-		if n.Labels[LabelState] == want && n.Annotations[AnnotationMarkedBy] == pool {
-			continue
+		has, owner := n.Labels[LabelState], n.Annotations[AnnotationMarkedBy]
+		if l, ok := landed[n.Name]; ok && l.readAt == n.ResourceVersion {
+			has, owner = l.value, pool
 		}
-		if l, ok := landed[n.Name]; ok && l.value == want && l.readAt == n.ResourceVersion {
-			continue
+		if has != want || owner != pool {
+			out[name] = want
 		}
-		out[name] = want
 	}
 	return out
 }
@@ -169,6 +173,9 @@ func (r *GPUPoolProfileReconciler) waitStates(s *scope) {
 		s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 	}
 	s.landed = landed
+	if len(errs) > 0 && len(landed) == 0 {
+		s.statesRefused = errs[0]
+	}
 }
 
 // drainWarnings decides which nodes (by VM name) carry the draining-soon warning, and

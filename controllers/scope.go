@@ -26,6 +26,9 @@ type scope struct {
 	// landed are the state labels the pool's last batch wrote (stateBatches), for
 	// publishStates; set by waitStates.
 	landed map[string]landedState
+	// statesRefused is the error of the pool's last batch when none of its writes went
+	// through (the budget then counts no progress for the next batch).
+	statesRefused error
 	budget *execute.Budget
 
 	// desire: the decision, the layout it wants (nil when the spec does not have it:

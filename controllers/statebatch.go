@@ -12,14 +12,17 @@ import (
 // stateBatches writes the node state labels a pass decides past that pass (issue 37:
 // a quarter of act at 64 hosts went to them), one batch per pool at a time.
 //
-// The labels are derived from the workers' steps: writing one twice, or late, changes no
-// decision, since no pass reads them back to decide. What must not happen is a label of
-// an earlier pass landing over the patch of a later one (a step's own marks, an
-// uncordon of an abort, the marks taken off a deleted pool's nodes). So a pass waits for
-// its pool's batch before it writes to any node (wait: actPhase, settledPhase,
-// keepAborted, the pause and the deletion), and a batch only runs between two passes,
-// overlapping the next pass's observe and decide. A batch's nodes are copies: the pass
-// that made it may end before the batch does.
+// The labels are derived from the workers' steps: no step is decided from them, and a
+// pass that finds one missing writes it again. What must not happen is a label of an
+// earlier pass landing over the patch of a later one (a step's own marks, an uncordon of
+// an abort, the marks taken off a deleted pool's nodes). So a pass waits for its pool's
+// batch before it writes to any node (waitStates: right after observe's read, and on
+// every way a pass stops before it: an invalid spec, the pause, vCenter out of reach;
+// the deletion and the NotFound path wait too), and a batch runs between two passes,
+// overlapping the next pass's start and its observe. A batch's nodes are copies: the
+// pass that made it may end before the batch does. A batch ends within
+// stateBatchTimeout, so a slow API server cannot hold the next pass longer than a pass
+// may take.
 type stateBatches struct {
 	ctx   context.Context
 	mu    sync.Mutex
@@ -41,6 +44,9 @@ type landedState struct {
 	readAt, value string
 }
 
+// stateBatchTimeout bounds a batch, as reconcileTimeout bounds a pass.
+const stateBatchTimeout = reconcileTimeout
+
 // newStateBatches makes the batches of a manager; they end with ctx.
 func newStateBatches(ctx context.Context) *stateBatches {
 	return &stateBatches{ctx: ctx, pools: map[string]*stateBatch{}}
@@ -57,13 +63,15 @@ func (b *stateBatches) start(pool string, nodes []*corev1.Node, wants []string, 
 	b.mu.Unlock()
 	go func() {
 		defer close(sb.done)
+		ctx, cancel := context.WithTimeout(b.ctx, stateBatchTimeout)
+		defer cancel()
 		errs := make([]error, len(nodes))
 		readAt := make([]string, len(nodes))
 		for i, n := range nodes {
 			readAt[i] = n.ResourceVersion
 		}
 		execute.ForEach(len(nodes), execute.MaxConcurrentWrites, func(i int) {
-			errs[i] = patch(b.ctx, nodes[i], wants[i])
+			errs[i] = patch(ctx, nodes[i], wants[i])
 		})
 		sb.landed = map[string]landedState{}
 		for i, err := range errs {

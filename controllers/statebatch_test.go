@@ -94,9 +94,9 @@ func TestStateBatchReportsFailures(t *testing.T) {
 }
 
 // TestStatesToWrite: a node is written its state unless it carries the value and the
-// pool's record already, or the pool's last batch wrote that value after the pass read
-// the node (the same resourceVersion); a batch's write of another value, or a read newer
-// than the batch's, is no reason to skip.
+// pool's record, as read, or as the pool's last batch wrote them after the pass read the
+// node (the read is at the version the batch started from): then what the batch wrote
+// counts, not the read.
 func TestStatesToWrite(t *testing.T) {
 	node := func(name, rv, state, owner string) *corev1.Node {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: rv, Labels: map[string]string{}, Annotations: map[string]string{}}}
@@ -122,6 +122,9 @@ func TestStatesToWrite(t *testing.T) {
 		{"landed after the read", node("n", "5", "pending", "p"), map[string]landedState{"n": {readAt: "5", value: "ready"}}, false},
 		{"landed, read since", node("n", "6", "pending", "p"), map[string]landedState{"n": {readAt: "5", value: "ready"}}, true},
 		{"landed another value", node("n", "5", "pending", "p"), map[string]landedState{"n": {readAt: "5", value: "reconfiguring"}}, true},
+		{"read shows it, but the batch wrote another value since", node("n", "5", "ready", "p"), map[string]landedState{"n": {readAt: "5", value: "pending"}}, true},
+		{"read shows it, the batch wrote another value before the read", node("n", "6", "ready", "p"), map[string]landedState{"n": {readAt: "5", value: "pending"}}, false},
+		{"landed after the read, another owner read", node("n", "5", "pending", "q"), map[string]landedState{"n": {readAt: "5", value: "ready"}}, false},
 		{"landed on another node", node("n", "5", "pending", "p"), map[string]landedState{"m": {readAt: "5", value: "ready"}}, true},
 	}
 	for _, c := range cases {

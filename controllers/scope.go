@@ -29,7 +29,7 @@ type scope struct {
 	// statesRefused is the error of the pool's last batch when none of its writes went
 	// through (the budget then counts no progress for the next batch).
 	statesRefused error
-	budget *execute.Budget
+	budget        *execute.Budget
 
 	// desire: the decision, the layout it wants (nil when the spec does not have it:
 	// readiness is judged against it), and when demand's timers or guards run out next

@@ -321,6 +321,9 @@ func (e *Env) switchTo(ctx context.Context, layout string) (time.Duration, *swit
 	b := tr.criticalPath()
 	e.logf("==> switch to %s: critical path %s vSphere, %s Kubernetes, %s gpupool", want,
 		b.VSphere.Round(100*time.Millisecond), b.Kubernetes.Round(100*time.Millisecond), b.Gpupool.Round(100*time.Millisecond))
+	if slow := tr.slowestParks(3); len(slow) > 0 {
+		e.logf("==> switch to %s: slowest pods gone -> park: %s", want, strings.Join(slow, "; "))
+	}
 	return took, tr, err
 }
 

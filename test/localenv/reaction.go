@@ -1,6 +1,7 @@
 package localenv
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"time"
@@ -48,7 +49,7 @@ type switchTrace struct {
 // Reaction kinds: the precondition, then gpupool's next action for the worker.
 const (
 	ReactCordon  = "start>cordon"     // the switch was asked for; the node to drain is cordoned
-	ReactPark    = "pods gone>park"   // the node's last pod is gone; its park task starts
+	ReactPark    = "pods gone>park"   // the host's old nodes' last pod is gone; a park task starts
 	ReactTask    = "task>next task"   // a task of the VM finished; its next task starts
 	ReactFreed   = "GPU freed>task"   // the host's last old VM is parked; a new VM's first task starts
 	ReactRelabel = "ready>relabelled" // the new node is ready for work; it is relabelled and uncordoned
@@ -96,6 +97,56 @@ func since(a, b time.Time) time.Duration {
 	return max(b.Sub(a), 0)
 }
 
+// slowestParks describes the n old nodes whose park started longest after their host's
+// drains were done (drained), with both times from the switch's start: where to look in
+// the manager's log.
+func (tr *switchTrace) slowestParks(n int) []string {
+	type park struct {
+		vm         string
+		from, park time.Time
+	}
+	tasks := tr.tasksOf()
+	drained := tr.drained(tasks)
+	var all []park
+	for vm := range tr.Old {
+		if ts, d := tasks[vm], drained[tr.HostOf(vm)]; len(ts) > 0 && !d.at.IsZero() {
+			all = append(all, park{vm, d.at, tr.local(ts[0].Start)})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].park.Sub(all[i].from) > all[j].park.Sub(all[j].from) })
+	var out []string
+	for _, p := range all[:min(n, len(all))] {
+		out = append(out, fmt.Sprintf("%s %s (host drained at %s, park at %s)", p.vm, p.park.Sub(p.from).Round(10*time.Millisecond),
+			p.from.Sub(tr.Start).Round(10*time.Millisecond), p.park.Sub(tr.Start).Round(10*time.Millisecond)))
+	}
+	return out
+}
+
+// drained is, per host, its old node whose pods were gone last (its cordon when it had
+// none) and when. The plan parks a host's VMs once every drain of the host is done
+// (plan.Plan.Due: a host's steps go phase by phase), so that is a park's precondition,
+// not the node's own pods gone: a node emptied early waits for its siblings' pods, which
+// is Kubernetes' time, not gpupool's.
+func (tr *switchTrace) drained(tasks map[string][]vgpusim.TaskRecord) map[string]drainedNode {
+	out := map[string]drainedNode{}
+	for vm, n := range tr.Old {
+		at := cmpOr(n.PodsGone, n.Cordoned)
+		if len(tasks[vm]) == 0 || at.IsZero() {
+			continue
+		}
+		if h := tr.HostOf(vm); at.After(out[h].at) {
+			out[h] = drainedNode{vm: vm, at: at}
+		}
+	}
+	return out
+}
+
+// drainedNode is an old VM, and when its node's pods were gone.
+type drainedNode struct {
+	vm string
+	at time.Time
+}
+
 // reactions lists gpupool's reaction times of the switch by kind.
 func (tr *switchTrace) reactions() map[string][]time.Duration {
 	out := map[string][]time.Duration{}
@@ -105,10 +156,11 @@ func (tr *switchTrace) reactions() map[string][]time.Duration {
 		}
 	}
 	tasks := tr.tasksOf()
+	drained := tr.drained(tasks)
 	for vm, n := range tr.Old {
 		add(ReactCordon, since(tr.Start, n.Cordoned))
 		if ts := tasks[vm]; len(ts) > 0 {
-			add(ReactPark, since(cmpOr(n.PodsGone, n.Cordoned), tr.local(ts[0].Start)))
+			add(ReactPark, since(drained[tr.HostOf(vm)].at, tr.local(ts[0].Start)))
 		}
 	}
 	freed := tr.freedAt(tasks)
@@ -184,12 +236,14 @@ func (tr *switchTrace) criticalPath() Breakdown {
 		add(&b.Gpupool, tr.Start, tr.local(ts[0].Start))
 		return b
 	}
-	ot, o := tasks[freer], tr.Old[freer]
+	ot := tasks[freer]
 	add(&b.Gpupool, tr.local(ot[len(ot)-1].Finish), tr.local(ts[0].Start))
 	tr.addTasks(&b, ot)
-	gone := cmpOr(o.PodsGone, o.Cordoned)
-	add(&b.Gpupool, gone, tr.local(ot[0].Start))
-	add(&b.Kubernetes, o.Cordoned, gone)
+	// The park waited for the host's last drain (drained), whose node's pods went last.
+	d := tr.drained(tasks)[host]
+	add(&b.Gpupool, d.at, tr.local(ot[0].Start))
+	o := tr.Old[d.vm]
+	add(&b.Kubernetes, o.Cordoned, d.at)
 	add(&b.Gpupool, tr.Start, o.Cordoned)
 	return b
 }

@@ -58,6 +58,37 @@ func TestCriticalPathOfASyntheticSwitch(t *testing.T) {
 	}
 }
 
+// TestParkWaitsForTheHostsDrains: a host with two old VMs, one emptied at 1 s and one
+// at 4 s, parked together at 4.3 s (the plan parks a host's VMs once all its drains
+// are done): both parks react in 0.3 s, and the critical path through that host
+// counts the second node's eviction as Kubernetes' time, not gpupool's.
+func TestParkWaitsForTheHostsDrains(t *testing.T) {
+	tr := syntheticSwitch()
+	at := func(s float64) time.Time { return tr.Start.Add(time.Duration(s * float64(time.Second))) }
+	vg := func(s float64) time.Time { return at(s).Add(10 * time.Second) }
+	tr.Old["day-00-0-0"].PodsGone = at(1)
+	tr.Old["day-00-0-1"] = &nodeTrace{Cordoned: at(0.2), PodsGone: at(4)}
+	tr.Tasks = []vgpusim.TaskRecord{
+		{Method: "SuspendVM_Task", VMName: "day-00-0-0", Start: vg(4.3), Finish: vg(6.3)},
+		{Method: "SuspendVM_Task", VMName: "day-00-0-1", Start: vg(4.3), Finish: vg(6.3)},
+		{Method: "ReconfigVM_Task", VMName: "night-00-0", Start: vg(6.5), Finish: vg(7)},
+		{Method: "PowerOnVM_Task", VMName: "night-00-0", Start: vg(7.1), Finish: vg(8.1)},
+	}
+	tr.New["night-00-0"] = &nodeTrace{ReadyForWork: at(9), Done: at(9.4)}
+	parks := tr.reactions()[ReactPark]
+	if len(parks) != 2 || (parks[0]-300*time.Millisecond).Abs() > time.Microsecond || (parks[1]-300*time.Millisecond).Abs() > time.Microsecond {
+		t.Errorf("parks reacted in %v, want 300ms each", parks)
+	}
+	b := tr.criticalPath()
+	// gpupool: cordon 0.2, park 0.3, freed 0.2, between tasks 0.1, relabel 0.4.
+	// Kubernetes: evictions 0.2-4 s, node ready 8.1-9 s. vSphere: 2 + 0.5 + 1.
+	want := Breakdown{VSphere: 3500 * time.Millisecond, Kubernetes: 4700 * time.Millisecond, Gpupool: 1200 * time.Millisecond}
+	near := func(a, b time.Duration) bool { return (a - b).Abs() < time.Microsecond }
+	if !near(b.VSphere, want.VSphere) || !near(b.Kubernetes, want.Kubernetes) || !near(b.Gpupool, want.Gpupool) {
+		t.Errorf("breakdown %+v, want %+v", b, want)
+	}
+}
+
 func TestPercentilesNearestRank(t *testing.T) {
 	var ds []time.Duration
 	for i := 100; i >= 1; i-- {

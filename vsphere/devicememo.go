@@ -154,8 +154,5 @@ func (s *vcSession) deviceMemo(key string) deviceMemo {
 func (s *vcSession) keepDeviceMemo(key string, m deviceMemo) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.devices == nil || len(s.devices) >= maxScopes {
-		s.devices = map[string]deviceMemo{}
-	}
-	s.devices[key] = m
+	s.devices = keepBounded(s.devices, key, m)
 }

@@ -225,8 +225,16 @@ func (s *vcSession) lastScope(key string) inventoryScope {
 func (s *vcSession) keepScope(key string, sc inventoryScope) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.scopes == nil || len(s.scopes) >= maxScopes {
-		s.scopes = map[string]inventoryScope{}
+	s.scopes = keepBounded(s.scopes, key, sc)
+}
+
+// keepBounded sets m[key] to v and returns m, started afresh when it already holds
+// maxScopes keys (one per pool and spec): what a session remembers per scope stays
+// bounded however many specs it has seen.
+func keepBounded[T any](m map[string]T, key string, v T) map[string]T {
+	if m == nil || len(m) >= maxScopes {
+		m = map[string]T{}
 	}
-	s.scopes[key] = sc
+	m[key] = v
+	return m
 }

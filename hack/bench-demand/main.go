@@ -53,6 +53,12 @@ type policy struct {
 	run  func(w *demandsim.World) (*demandsim.Result, error)
 }
 
+// heldTo is p with at most n GPU pods evicted by a switch.
+func heldTo(p *gpupoolv1.DemandPolicy, n int32) *gpupoolv1.DemandPolicy {
+	p.MaxEvictions = ptr.To(n)
+	return p
+}
+
 func policies(zone string, warn time.Duration) []policy {
 	byLayout := func(demand *gpupoolv1.DemandPolicy) func(w *demandsim.World) (*demandsim.Result, error) {
 		return func(w *demandsim.World) (*demandsim.Result, error) {
@@ -67,10 +73,13 @@ func policies(zone string, warn time.Duration) []policy {
 	return []policy{
 		{"schedule only", byLayout(nil)},
 		{"schedule + demand", byLayout(demandPolicy())},
+		// All or nothing held to 3 evictions a switch, as the last row: what the
+		// limit costs without the count.
+		{"schedule + demand, maxEvictions 3", byLayout(heldTo(demandPolicy(), 3))},
 		{"schedule + countFromDemand", byCount(0)},
-		// The same with a third of the evictions a switch may cost: what the count's
-		// evictions and waits are when it is held to a third of the demand row's.
-		{"schedule + countFromDemand, maxEvictions 2", byCount(2)},
+		// The count held to 3 evictions a step: a step then converts only GPUs that
+		// few pods run on, and waits for the others to empty.
+		{"schedule + countFromDemand, maxEvictions 3", byCount(3)},
 	}
 }
 
@@ -90,7 +99,7 @@ func main() {
 	start := time.Date(2026, time.November, 30, 0, 0, 0, 0, loc)
 	fmt.Printf("Synthetic week (inference 08:00-18:00 on weekdays on 16 x 4Q, 2-4 training jobs a weekday and 0-1 a weekend day, of 1-2 GPUs for 1-4 h on 4 x 16Q, arriving 08:00-20:00;\n")
 	fmt.Printf("switch 6 min, warnAhead 10 min; countFromDemand: night is day with 1-4 of the 4 physical GPUs converted to 16Q, the others serving 4 x 4Q each,\n")
-	fmt.Printf("a step of the count counts as a switch), mean over %d seeds:\n\n", *seeds)
+	fmt.Printf("a step of the count counts as a switch; inference pods on random free 4Q nodes, a step converting the GPUs fewest pods run on), mean over %d seeds:\n\n", *seeds)
 	fmt.Println("| policy | queued GPU-h | training wait mean | training wait p50 | training wait p95 | idle GPU-h | switches | evictions | jobs never started |")
 	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, p := range policies("Europe/Berlin", 10*time.Minute) {

@@ -2,6 +2,7 @@ package demandsim
 
 import (
 	"fmt"
+	"math/rand"
 	"time"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -49,6 +50,9 @@ type countSim struct {
 	timers           plan.DemandTimers
 	// step is the step DecideCount announced last (status.demand.step).
 	step *plan.AnnouncedStep
+	// gpus are the physical GPUs, and rng places the inference pods on their nodes.
+	gpus []gpuState
+	rng  *rand.Rand
 }
 
 // RunCount steps the world under spec (CountSpec) with night sized by count, and returns
@@ -57,7 +61,8 @@ func RunCount(w *World, spec *gpupoolv1.GPUPoolProfileSpec, warnAhead time.Durat
 	if w.PhysicalGPUs <= 0 || w.DayGPUs%w.PhysicalGPUs != 0 {
 		return nil, fmt.Errorf("the count model needs DayGPUs (%d) a multiple of PhysicalGPUs (%d)", w.DayGPUs, w.PhysicalGPUs)
 	}
-	s := &countSim{w: w, spec: spec, warn: warnAhead, res: &Result{}, jobs: newJobs(w), perPhys: w.DayGPUs / w.PhysicalGPUs}
+	s := &countSim{w: w, spec: spec, warn: warnAhead, res: &Result{}, jobs: newJobs(w), perPhys: w.DayGPUs / w.PhysicalGPUs,
+		gpus: make([]gpuState, w.PhysicalGPUs), rng: rand.New(rand.NewSource(w.Seed))} //nolint:gosec // a model's placement, not security
 	first, err := plan.Desired(spec, w.Start)
 	if err != nil {
 		return nil, err
@@ -67,15 +72,18 @@ func RunCount(w *World, spec *gpupoolv1.GPUPoolProfileSpec, warnAhead time.Durat
 		// The pool starts as if night had just been brought in: with its bring-in count.
 		in := &plan.DemandInput{Observed: map[string]plan.LayoutDemand{}}
 		cd, err := plan.DecideCount(spec, w.Start, plan.CountInput{Demand: in, Layout: Night, Reason: first.Reason, PerGPU: 1,
-			Disruption: s.snapshot(w.Start, 0).cost})
+			Disruption: s.snapshot(w.Start).cost})
 		if err != nil {
 			return nil, err
 		}
 		s.count = cd.Count
+		s.convertTo(cd.Count)
+		s.settle()
 	}
 	for t := w.Start; t.Before(w.Start.Add(w.Span)); t = t.Add(w.Step) {
 		if s.inFlight != "" && !t.Before(s.done) {
 			s.active, s.count, s.inFlight = s.inFlight, s.toCount, ""
+			s.settle()
 			s.res.Switches[len(s.res.Switches)-1].End = t
 		}
 		if err := s.tick(t, keepSteps); err != nil {
@@ -108,7 +116,7 @@ func (s *countSim) tick(t time.Time, keepSteps bool) error {
 		din := *in
 		din.Timers = dec.Timers
 		cin = &plan.CountInput{Demand: &din, Layout: Night, Reason: dec.Reason, PerGPU: 1, Step: s.step,
-			Disruption: s.snapshot(t, inf).cost}
+			Disruption: s.snapshot(t).cost}
 		if s.active == Night {
 			cin.Active = s.count
 		}
@@ -125,7 +133,7 @@ func (s *countSim) tick(t time.Time, keepSteps bool) error {
 			ActiveCount: s.count, InFlightCount: s.inFlightCount(), Count: cin, CountDecision: cd})
 	}
 	if layout, count := s.target(); dec.Layout != layout || cd.Count != count {
-		s.start(t, dec, cd.Count, inf, obs)
+		s.start(t, dec, cd.Count, obs)
 	}
 	s.advance(t, inf)
 	return nil
@@ -164,16 +172,20 @@ func (s *countSim) target() (string, int) {
 // evicting what it must: the inference pods on the GPUs it converts and the training
 // jobs on those it releases (a step or a switch to night), or every training job (a
 // switch to day).
-func (s *countSim) start(t time.Time, dec plan.DemandDecision, count, inf int, obs map[string]plan.LayoutDemand) {
+func (s *countSim) start(t time.Time, dec plan.DemandDecision, count int, obs map[string]plan.LayoutDemand) {
 	evicted := 0
 	if dec.Layout == Night {
-		sn := s.snapshot(t, inf)
+		sn := s.snapshot(t)
 		c, _ := sn.cost(count)
 		evicted = c.Evictions
+		if moved := s.convertTo(count); moved != evicted {
+			panic(fmt.Sprintf("demandsim: converting to %d GPUs evicted %d inference pods, the cost said %d", count, moved, evicted))
+		}
 		for _, j := range sn.released(count) {
 			s.jobs[j].stop()
 		}
 	} else {
+		s.convertTo(0)
 		for _, j := range s.jobs {
 			if j.running {
 				j.stop()
@@ -212,7 +224,10 @@ func (s *countSim) capacity() (train, inference, offline int) {
 // used (offline GPUs included).
 func (s *countSim) advance(t time.Time, inf int) {
 	train, infGPUs, _ := s.capacity()
+	if serving := len(s.serving()); serving != infGPUs {
+		panic(fmt.Sprintf("demandsim: %d GPUs serve inference by their states, %d by the counts", serving, infGPUs))
+	}
 	free := runJobs(s.w, t, s.jobs, train-runningGPUs(s.jobs), s.res)
-	used := float64(train-free) + float64(min(inf, s.perPhys*infGPUs))/float64(s.perPhys)
+	used := float64(train-free) + float64(s.place(inf))/float64(s.perPhys)
 	s.res.IdleGPUHours += (float64(s.w.PhysicalGPUs) - used) * s.w.Step.Hours()
 }

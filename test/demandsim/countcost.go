@@ -17,9 +17,9 @@ type snapshot struct {
 	physical int
 	// conv is the GPUs converted in the layout the pool has or is switching to (0: day).
 	conv int
-	// infRun inference pods run on infGPUs physical GPUs (those of that layout left to
-	// inference).
-	infRun, infGPUs int
+	// pods are the inference pods on each physical GPU that layout leaves to inference,
+	// fewest first: converting GPUs evicts those on the ones it picks.
+	pods []int
 	// jobs are the running training jobs, the first released first.
 	jobs []runJob
 	dnd  bool
@@ -30,14 +30,16 @@ type runJob struct {
 	near        bool
 }
 
-func (s *countSim) snapshot(t time.Time, inf int) snapshot {
+func (s *countSim) snapshot(t time.Time) snapshot {
 	layout, conv := s.target()
 	if layout != Night {
 		conv = 0
 	}
-	_, infNow, _ := s.capacity()
-	sn := snapshot{physical: s.w.PhysicalGPUs, conv: conv, infRun: min(inf, s.perPhys*infNow), infGPUs: s.w.PhysicalGPUs - conv,
-		dnd: s.w.DoNotDisrupt != nil && s.w.DoNotDisrupt(t)}
+	sn := snapshot{physical: s.w.PhysicalGPUs, conv: conv, dnd: s.w.DoNotDisrupt != nil && s.w.DoNotDisrupt(t)}
+	for _, g := range s.pickable() {
+		sn.pods = append(sn.pods, s.gpus[g].pods)
+	}
+	slices.Sort(sn.pods)
 	for i, j := range s.jobs {
 		if j.running {
 			sn.jobs = append(sn.jobs, runJob{index: i, gpus: j.GPUs, near: j.nearCompletion()})
@@ -55,22 +57,20 @@ func (s *countSim) snapshot(t time.Time, inf int) snapshot {
 }
 
 // cost is what making night with n GPUs converted evicts from here (DecideCount's
-// Disruption). Converting more GPUs evicts the inference pods on them: the pods are
-// spread evenly over the GPUs left to inference, so each GPU converted evicts its share,
-// rounded up. Converting fewer evicts the training jobs that no longer fit in n GPUs,
-// one pod a job as Run counts them: the jobs are packed, so releasing idle GPUs evicts
-// none.
+// Disruption). Converting more GPUs evicts the inference pods on the ones it converts,
+// those fewest pods run on (countplace.go). Converting fewer evicts the training jobs
+// that no longer fit in n GPUs, one pod a job as Run counts them: the jobs are packed,
+// so releasing idle GPUs evicts none.
 func (sn snapshot) cost(n int) (plan.StepCost, error) {
 	if n < 1 || n > sn.physical {
 		return plan.StepCost{}, fmt.Errorf("no choice of %d GPUs to convert of %d", n, sn.physical)
 	}
 	var c plan.StepCost
-	if n > sn.conv && sn.infRun > 0 {
-		per := (sn.infRun + sn.infGPUs - 1) / sn.infGPUs
-		c.Evictions = min(sn.infRun, (n-sn.conv)*per)
-		if sn.dnd {
-			c.DoNotDisrupt = c.Evictions
-		}
+	for _, p := range sn.pods[:max(0, min(n-sn.conv, len(sn.pods)))] {
+		c.Evictions += p
+	}
+	if sn.dnd {
+		c.DoNotDisrupt = c.Evictions
 	}
 	for _, j := range sn.releasedJobs(n) {
 		c.Evictions++
@@ -129,7 +129,7 @@ func (s *countSim) observe(t time.Time, inf, running int) (map[string]plan.Layou
 	if !settled || s.active != Day {
 		return obs, nil
 	}
-	sn := s.snapshot(t, inf)
+	sn := s.snapshot(t)
 	est, err := plan.DecideCount(s.spec, t, plan.CountInput{Demand: s.demandInput(obs), Layout: Night, PerGPU: 1, Estimate: true, Disruption: sn.cost})
 	if err != nil {
 		return nil, err

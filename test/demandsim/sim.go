@@ -44,6 +44,9 @@ type World struct {
 	Jobs []Job
 	// DoNotDisrupt marks running inference pods do-not-disrupt at t (a maintenance job).
 	DoNotDisrupt func(t time.Time) bool
+	// Seed seeds the scheduler's choices of the count model (RunCount): which free
+	// node an inference pod lands on, which pod a scale-down removes.
+	Seed int64
 }
 
 // Job is a training job: it waits for free night GPUs, then runs for Duration.
@@ -342,7 +345,7 @@ func itoa(i int) string {
 func Week(start time.Time, seed int64) *World {
 	rng := rand.New(rand.NewSource(seed))
 	w := &World{Start: start, Span: 7 * 24 * time.Hour, Step: time.Minute,
-		DayGPUs: 16, NightGPUs: 4, PhysicalGPUs: 4, SwitchTime: 6 * time.Minute}
+		DayGPUs: 16, NightGPUs: 4, PhysicalGPUs: 4, SwitchTime: 6 * time.Minute, Seed: seed}
 	w.Inference = func(t time.Time) int {
 		wd, h := t.Weekday(), t.Hour()
 		if wd == time.Saturday || wd == time.Sunday {

@@ -73,8 +73,8 @@ func policies(zone string, warn time.Duration) []policy {
 	return []policy{
 		{"schedule only", byLayout(nil)},
 		{"schedule + demand", byLayout(demandPolicy())},
-		// All or nothing held to 3 evictions a switch, as the last row: what the
-		// limit costs without the count.
+		// All or nothing held to 3 evictions a switch, as the count's last row is:
+		// what the limit costs without the count.
 		{"schedule + demand, maxEvictions 3", byLayout(heldTo(demandPolicy(), 3))},
 		{"schedule + countFromDemand", byCount(0)},
 		// The count held to 3 evictions a step: a step then converts only GPUs that

@@ -178,10 +178,12 @@ func (s *countSim) start(t time.Time, dec plan.DemandDecision, count int, obs ma
 		sn := s.snapshot(t)
 		c, _ := sn.cost(count)
 		evicted = c.Evictions
-		if moved := s.convertTo(count); moved != evicted {
-			panic(fmt.Sprintf("demandsim: converting to %d GPUs evicted %d inference pods, the cost said %d", count, moved, evicted))
+		// The cost counts the training jobs released too; the pods moved are the rest.
+		released := sn.released(count)
+		if moved := s.convertTo(count); moved != evicted-len(released) {
+			panic(fmt.Sprintf("demandsim: converting to %d GPUs evicted %d inference pods, the cost said %d", count, moved, evicted-len(released)))
 		}
-		for _, j := range sn.released(count) {
+		for _, j := range released {
 			s.jobs[j].stop()
 		}
 	} else {
@@ -224,6 +226,9 @@ func (s *countSim) capacity() (train, inference, offline int) {
 // used (offline GPUs included).
 func (s *countSim) advance(t time.Time, inf int) {
 	train, infGPUs, _ := s.capacity()
+	if !s.nested() {
+		panic("demandsim: the target's converted GPUs and the active layout's are not nested")
+	}
 	if serving := len(s.serving()); serving != infGPUs {
 		panic(fmt.Sprintf("demandsim: %d GPUs serve inference by their states, %d by the counts", serving, infGPUs))
 	}

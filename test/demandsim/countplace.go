@@ -31,30 +31,65 @@ func (s *countSim) pickable() []int {
 
 // convertTo makes n GPUs the converted ones of the target layout and returns the
 // inference pods it evicted: a step up converts the pickable GPUs with fewest pods, a
-// step down gives back the converted GPUs last in name order (the training jobs are
-// packed: RunCount's released).
+// step down gives back converted GPUs (the training jobs are packed: RunCount's
+// released). Both keep the target's converted GPUs and the active layout's nested (one
+// set holds the other), as the planner does by keeping what is already converted: a
+// step up takes, among GPUs with as few pods, the ones the active layout has converted
+// (empty, offline for inference) first, and a step down gives back the ones only the
+// target converts first; name order breaks the remaining ties.
 func (s *countSim) convertTo(n int) int {
-	k := 0
-	for _, g := range s.gpus {
+	var conv []int
+	for i, g := range s.gpus {
 		if g.conv {
-			k++
+			conv = append(conv, i)
 		}
 	}
+	k := len(conv)
 	evicted := 0
 	if n > k {
 		pick := s.pickable()
-		slices.SortStableFunc(pick, func(a, b int) int { return s.gpus[a].pods - s.gpus[b].pods })
+		slices.SortStableFunc(pick, func(a, b int) int {
+			if d := s.gpus[a].pods - s.gpus[b].pods; d != 0 {
+				return d
+			}
+			return actFirst(s.gpus[a].act, s.gpus[b].act)
+		})
 		for _, g := range pick[:n-k] {
 			evicted += s.gpus[g].pods
 			s.gpus[g].pods, s.gpus[g].conv = 0, true
 		}
 	}
-	for i := len(s.gpus) - 1; i >= 0 && k > n; i-- {
-		if s.gpus[i].conv {
-			s.gpus[i].conv, k = false, k-1
+	if k > n {
+		// Last in name order first, then the ones the active layout lacks first.
+		slices.Reverse(conv)
+		slices.SortStableFunc(conv, func(a, b int) int { return -actFirst(s.gpus[a].act, s.gpus[b].act) })
+		for _, g := range conv[:k-n] {
+			s.gpus[g].conv = false
 		}
 	}
 	return evicted
+}
+
+// actFirst orders a GPU the active layout has converted before one it has not.
+func actFirst(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
+	}
+	return 1
+}
+
+// nested says whether the target's converted GPUs and the active layout's are nested
+// (one set holds the other): what capacity's counts assume.
+func (s *countSim) nested() bool {
+	var convOnly, actOnly bool
+	for _, g := range s.gpus {
+		convOnly = convOnly || (g.conv && !g.act)
+		actOnly = actOnly || (g.act && !g.conv)
+	}
+	return !convOnly || !actOnly
 }
 
 // settle ends a transition: the target's converted GPUs are the active ones.

@@ -42,7 +42,7 @@ func TestDemandGuardRailsHoldOverRandomWorlds(t *testing.T) {
 
 func randomWorld(rng *rand.Rand, start time.Time) *World {
 	w := &World{Start: start, Span: 48 * time.Hour, Step: time.Minute, DayGPUs: 8 + rng.Intn(9), NightGPUs: 2 + rng.Intn(4),
-		PhysicalGPUs: 4, SwitchTime: time.Duration(1+rng.Intn(20)) * time.Minute}
+		PhysicalGPUs: 4, SwitchTime: time.Duration(1+rng.Intn(20)) * time.Minute, Seed: rng.Int63()}
 	// Inference moves in random steps every half hour.
 	levels := make([]int, 4*24+1)
 	for i := range levels {

@@ -61,6 +61,11 @@ func main() {
 		os.Exit(1)
 	}
 
+	if soft, err := applyMemoryLimit(); err != nil {
+		fail(err, "Invalid memory limit")
+	} else if soft > 0 {
+		log.Info("Soft memory limit set", "bytes", soft)
+	}
 	mgr, err := newManager(o)
 	if err != nil {
 		fail(err, "Unable to create manager")

@@ -1,7 +1,50 @@
 package main
 
-import "flag"
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime/debug"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
 
 // maxConcurrentReconciles is how many pools are reconciled at once, so that one pool's
 // pass never holds another pool's back; a pool is never reconciled twice at once.
 var maxConcurrentReconciles = flag.Int("max-concurrent-reconciles", 4, "How many GPUPoolProfiles are reconciled at the same time.")
+
+// memoryLimit is the container's memory limit (the manifests pass limits.memory through
+// the downward API). The Go runtime does not see a cgroup's limit: without a soft limit
+// its heap grows to twice what is live before it collects, and a switch of a large pool
+// (inventory reads, events, a watch per node) peaks past a 256 MiB limit, which is an
+// OOM kill in the middle of a transition. With it, the collector works harder as the
+// process nears the limit instead.
+var memoryLimit = flag.String("memory-limit", "", "The container's memory limit (such as 256Mi, or bytes); the Go runtime keeps its memory under 90 % of it (GOMEMLIMIT, when set, wins). Empty: no soft limit.")
+
+// softMemoryLimit is the soft limit in bytes for a container limit (90 %, headroom for
+// what the runtime does not account), or false when there is none to set: GOMEMLIMIT
+// set (the runtime applied it), or no limit given. An unparsable value is an error.
+func softMemoryLimit(limit, gomemlimit string) (int64, bool, error) {
+	if gomemlimit != "" || limit == "" {
+		return 0, false, nil
+	}
+	q, err := resource.ParseQuantity(limit)
+	if err != nil {
+		return 0, false, fmt.Errorf("--memory-limit %q: %w (write a quantity such as 256Mi, or bytes)", limit, err)
+	}
+	b := q.Value()
+	if b <= 0 {
+		return 0, false, fmt.Errorf("--memory-limit %q: not a positive size (write a quantity such as 256Mi, or bytes)", limit)
+	}
+	return b / 10 * 9, true, nil
+}
+
+// applyMemoryLimit sets the runtime's soft memory limit from --memory-limit.
+func applyMemoryLimit() (int64, error) {
+	b, ok, err := softMemoryLimit(*memoryLimit, os.Getenv("GOMEMLIMIT"))
+	if err != nil || !ok {
+		return 0, err
+	}
+	debug.SetMemoryLimit(b)
+	return b, nil
+}

@@ -697,7 +697,11 @@ func (e *Env) startOperator(ctx context.Context) error {
 		"--leader-election-namespace", "gpupool-system", "--credentials-namespace", "gpupool-system",
 		// Profiles on loopback and log times to the nanosecond: what the benchmark's
 		// reader needs to tell where a transition's time goes.
-		"--pprof-bind-address", "127.0.0.1:" + strconv.Itoa(pprof), "--zap-time-encoding", "rfc3339nano"}}
+		"--pprof-bind-address", "127.0.0.1:" + strconv.Itoa(pprof), "--zap-time-encoding", "rfc3339nano",
+		// The soft memory limit the install manifest's and the chart's default limit
+		// gives (config/manager/manager.yaml), so that the benchmark's RSS is the
+		// deployed manager's.
+		"--memory-limit", "256Mi"}}
 	if err := e.spawnManager(e.Kubeconfig, certDir, e.manager.args...); err != nil {
 		return err
 	}

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestSoftMemoryLimit covers the classes of --memory-limit: a quantity in every suffix
+// family and in bytes (90 % of it), GOMEMLIMIT set (left to the runtime), empty (none),
+// and values that are no positive size (an error naming the flag and what to write).
+func TestSoftMemoryLimit(t *testing.T) {
+	for _, c := range []struct {
+		limit, gomem string
+		want         int64
+		set          bool
+		err          string
+	}{
+		{limit: "256Mi", want: 268435456 / 10 * 9, set: true},
+		{limit: "1G", want: 900000000, set: true},
+		{limit: "268435456", want: 268435456 / 10 * 9, set: true},
+		{limit: "1.5Gi", want: 1610612736 / 10 * 9, set: true},
+		{limit: "256Mi", gomem: "100MiB"},
+		{limit: ""},
+		{limit: "lots", err: "--memory-limit \"lots\""},
+		{limit: "256MB", err: "write a quantity"},
+		{limit: "0", err: "not a positive size"},
+		{limit: "-1Gi", err: "not a positive size"},
+	} {
+		got, set, err := softMemoryLimit(c.limit, c.gomem)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("softMemoryLimit(%q) = %d, %v, %v; want an error with %q", c.limit, got, set, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want || set != c.set {
+			t.Errorf("softMemoryLimit(%q, GOMEMLIMIT=%q) = %d, %v, %v; want %d, %v", c.limit, c.gomem, got, set, err, c.want, c.set)
+		}
+	}
+}

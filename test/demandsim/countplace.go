@@ -60,7 +60,7 @@ func (s *countSim) convertTo(n int) int {
 		}
 	}
 	if k > n {
-		// Last in name order first, then the ones the active layout lacks first.
+		// The ones the active layout lacks first; among them, last in name order first.
 		slices.Reverse(conv)
 		slices.SortStableFunc(conv, func(a, b int) int { return -actFirst(s.gpus[a].act, s.gpus[b].act) })
 		for _, g := range conv[:k-n] {

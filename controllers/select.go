@@ -59,10 +59,14 @@ func (r *GPUPoolProfileReconciler) resolveSelections(ctx context.Context, s *sco
 	return 0, true
 }
 
-// selectVMs lists the VMs sel matches: the datacenter's VMs by name pattern and folder,
+// selectVMs lists the VMs sel matches: the datacenter's VMs by name pattern, folder and tag,
 // and, with a MachineDeployment, those of them that its Machines run.
 func (r *GPUPoolProfileReconciler) selectVMs(ctx context.Context, vc vsphere.Client, sel *gpupoolv1.VMSelector) ([]plan.SelectedVM, error) {
-	names, err := vc.SelectVMs(ctx, vsphere.VMSelector{NamePattern: sel.NamePattern, Folder: sel.Folder})
+	vsel := vsphere.VMSelector{NamePattern: sel.NamePattern, Folder: sel.Folder}
+	if t := sel.Tag; t != nil {
+		vsel.Tag = &vsphere.Tag{Category: t.Category, Name: t.Name}
+	}
+	names, err := vc.SelectVMs(ctx, vsel)
 	if err != nil {
 		return nil, fmt.Errorf("listing the VMs in vCenter: %w", err)
 	}

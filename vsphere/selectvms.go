@@ -19,17 +19,27 @@ type VMSelector struct {
 	// Folder is a folder of the datacenter's vm folder, relative to it (gpu/day) or as
 	// an inventory path (/dc1/vm/gpu/day); its subfolders are included.
 	Folder string
+	// Tag, when set, selects the VMs that carry it (tags.go: vCenter's REST API).
+	Tag *Tag
 }
 
 // SelectVMs lists the names of the datacenter's VMs that sel matches, sorted, in one
 // RetrieveProperties of the VMs' and folders' names and parents (a scoped read's
 // listing without hosts). A name two VMs share is listed once as each VM's inventory
 // path, so that the caller never picks the wrong one of them. An error is never an
-// empty list, and a folder that does not exist is an error.
+// empty list, and a folder, tag category or tag that does not exist is an error. A tag
+// takes the REST API's list of the tag's objects besides (tags.go).
 func (c *client) SelectVMs(ctx context.Context, sel VMSelector) ([]string, error) {
 	if sel.NamePattern != "" {
 		if _, err := path.Match(sel.NamePattern, ""); err != nil {
 			return nil, fmt.Errorf("vsphere: name pattern %q: %w", sel.NamePattern, err)
+		}
+	}
+	var tagged map[string]bool
+	if sel.Tag != nil {
+		var err error
+		if tagged, err = c.s.rest.taggedVMs(ctx, *sel.Tag); err != nil {
+			return nil, err
 		}
 	}
 	spec := inventorySpec(c.dc.ref)
@@ -71,6 +81,9 @@ func (c *client) SelectVMs(ctx context.Context, sel VMSelector) ([]string, error
 			if ok, _ := path.Match(sel.NamePattern, vm.Name); !ok {
 				continue
 			}
+		}
+		if tagged != nil && !tagged[vm.Self.Value] {
+			continue
 		}
 		p := ""
 		if vm.Parent != nil {

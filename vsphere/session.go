@@ -18,6 +18,7 @@ import (
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/session"
 	"github.com/vmware/govmomi/session/keepalive"
+	"github.com/vmware/govmomi/vapi/rest"
 	"github.com/vmware/govmomi/vim25"
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/soap"
@@ -297,6 +298,9 @@ type vcSession struct {
 
 	// capacity remembers vCenter's capacity answers per host, and a query that timed out.
 	capacity capacityMemo
+
+	// rest is the session of vCenter's REST API, for tags (tags.go).
+	rest *restSession
 }
 
 type datacenter struct {
@@ -352,7 +356,19 @@ func (c *SessionCache) login(ctx context.Context, u *url.URL, cfg Config, fp [32
 		return nil, fmt.Errorf("vsphere: log in to vCenter %s as %s: %w", u.Host, cfg.Username, err)
 	}
 	log.Info("Logged in to vCenter")
+	restLogin := func(ctx context.Context) (*rest.Client, error) {
+		rc := rest.NewClient(vc)
+		if err := rc.Login(ctx, user); err != nil {
+			if isRESTRefusal(err) {
+				err = ErrInvalidLogin
+			}
+			return nil, fmt.Errorf("vsphere: log in to vCenter %s's REST API (tags) as %s: %w", u.Host, cfg.Username, err)
+		}
+		log.Info("Logged in to vCenter's REST API (tags)")
+		return rc, nil
+	}
 	self = &vcSession{
+		rest:        &restSession{login: restLogin, refused: ra.refused},
 		server:      u.Host,
 		username:    cfg.Username,
 		fingerprint: fp,
@@ -390,6 +406,9 @@ func (s *vcSession) close() {
 		s.log.V(1).Info("Logout failed; the session will time out on its own", "err", err.Error())
 	} else {
 		s.log.Info("Logged out of vCenter")
+	}
+	if err := s.rest.close(ctx); err != nil {
+		s.log.V(1).Info("Logout of the REST API failed; the session will time out on its own", "err", err.Error())
 	}
 	s.keepAlive.Stop()
 	s.vc.CloseIdleConnections()

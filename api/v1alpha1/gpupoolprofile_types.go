@@ -180,7 +180,7 @@ type SecretReference struct {
 // Layout is one shape of the pool: the workers it lists, or a conversion of some GPUs
 // of another layout (convert).
 //
-// +kubebuilder:validation:XValidation:rule=`has(self.convert) || has(self.select) || (has(self.workers) && size(self.workers) > 0)`,fieldPath=`.workers`,reason=FieldValueRequired,message=`a layout lists its workers (the VMs it runs, each with its vGPU profile), converts GPUs of another layout (convert), or selects its VMs (select)`,messageExpression=`'layout ' + self.name + ' has no workers: list the VMs it runs, each with its vGPU profile, convert GPUs of another layout (convert: base, count, profile, candidates), or select its VMs (select: profile and namePattern, folder or machineDeployment)'`
+// +kubebuilder:validation:XValidation:rule=`has(self.convert) || has(self.select) || (has(self.workers) && size(self.workers) > 0)`,fieldPath=`.workers`,reason=FieldValueRequired,message=`a layout lists its workers (the VMs it runs, each with its vGPU profile), converts GPUs of another layout (convert), or selects its VMs (select)`,messageExpression=`'layout ' + self.name + ' has no workers: list the VMs it runs, each with its vGPU profile, convert GPUs of another layout (convert: base, count, profile, candidates), or select its VMs (select: profile and namePattern, folder, tag or machineDeployment)'`
 // +kubebuilder:validation:XValidation:rule=`!has(self.convert) || !has(self.workers) || size(self.workers) == 0`,fieldPath=`.workers`,reason=FieldValueForbidden,message=`a layout by count (convert) lists no workers: it runs convert.base's workers and convert.candidates; remove workers or convert`
 // +kubebuilder:validation:XValidation:rule=`!has(self.select) || !has(self.workers) || size(self.workers) == 0`,fieldPath=`.workers`,reason=FieldValueForbidden,message=`a layout that selects its VMs (select) lists no workers: every VM the selector matches is one; remove workers or select`
 // +kubebuilder:validation:XValidation:rule=`!has(self.select) || !has(self.convert)`,fieldPath=`.select`,reason=FieldValueForbidden,message=`a layout either converts GPUs (convert) or selects its VMs (select), not both; remove one (convert.candidates may not be selected either)`
@@ -209,7 +209,7 @@ type Layout struct {
 	Convert *Conversion `json:"convert,omitempty"`
 
 	// Select makes the layout's workers the VMs a selector matches, found again on every
-	// pass: by name pattern or folder in vCenter, or the Machines of a Cluster API
+	// pass: by name pattern, folder or tag in vCenter, or the Machines of a Cluster API
 	// MachineDeployment. A VM that appears is picked up; one that disappears is released
 	// as a VM removed from the spec is. A selection that cannot be read (vCenter or API
 	// error) never reads as no VMs: the pass keeps the last selection, or stops.
@@ -287,7 +287,7 @@ type Worker struct {
 // Selection is a layout's workers by selector: every VM that matches all the sources
 // given (at least one) runs Profile (VGPUs of it).
 //
-// +kubebuilder:validation:XValidation:rule=`has(self.namePattern) || has(self.folder) || has(self.machineDeployment)`,reason=FieldValueRequired,message=`select needs at least one source: namePattern (such as gpu-day-*), folder (a path in the datacenter's vm folder) or machineDeployment (namespace, name)`
+// +kubebuilder:validation:XValidation:rule=`has(self.namePattern) || has(self.folder) || has(self.tag) || has(self.machineDeployment)`,reason=FieldValueRequired,message=`select needs at least one source: namePattern (such as gpu-day-*), folder (a path in the datacenter's vm folder), tag (a vSphere tag: category, name) or machineDeployment (namespace, name)`
 type Selection struct {
 	// Profile is the vGPU profile every selected VM runs, as workers[].profile (the
 	// webhook checks it is an NVIDIA vGPU type name).
@@ -321,11 +321,31 @@ type VMSelector struct {
 	// +optional
 	Folder string `json:"folder,omitempty"`
 
+	// Tag selects the VMs that carry this vSphere tag. vCenter serves tags through its
+	// REST API only: a pool that selects by tag opens a second vCenter session there,
+	// with the same credentials (docs/security.md). A tag or category that does not
+	// exist is an error, never an empty selection.
+	// +optional
+	Tag *TagReference `json:"tag,omitempty"`
+
 	// MachineDeployment selects the VMs of a Cluster API MachineDeployment's Machines
 	// (label cluster.x-k8s.io/deployment-name): each Machine's VM is the VSphereVM its
 	// VSphereMachine owns, its node the Machine's status.nodeRef.
 	// +optional
 	MachineDeployment *MachineDeploymentReference `json:"machineDeployment,omitempty"`
+}
+
+// TagReference names a vSphere tag by its category's name and its own: names are unique
+// within vCenter for categories and within a category for tags.
+type TagReference struct {
+	// Category is the name of the tag's category, such as gpupool.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Category string `json:"category"`
+	// Name is the tag's name, such as day-workers.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name"`
 }
 
 // MachineDeploymentReference names a Cluster API MachineDeployment.
@@ -381,7 +401,7 @@ type Conversion struct {
 	// CandidatesFrom selects the candidates instead of listing them, as a layout's
 	// select does (in name order; a Machine's node is its status.nodeRef), found again
 	// on every pass.
-	// +kubebuilder:validation:XValidation:rule=`has(self.namePattern) || has(self.folder) || has(self.machineDeployment)`,reason=FieldValueRequired,message=`candidatesFrom needs at least one source: namePattern (such as gpu-night-*), folder (a path in the datacenter's vm folder) or machineDeployment (namespace, name)`
+	// +kubebuilder:validation:XValidation:rule=`has(self.namePattern) || has(self.folder) || has(self.tag) || has(self.machineDeployment)`,reason=FieldValueRequired,message=`candidatesFrom needs at least one source: namePattern (such as gpu-night-*), folder (a path in the datacenter's vm folder), tag (a vSphere tag: category, name) or machineDeployment (namespace, name)`
 	// +optional
 	CandidatesFrom *VMSelector `json:"candidatesFrom,omitempty"`
 

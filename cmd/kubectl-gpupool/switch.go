@@ -316,6 +316,9 @@ func selection(sel *gpupoolv1.Selection) string {
 	if sel.Folder != "" {
 		from = append(from, "in folder "+sel.Folder)
 	}
+	if t := sel.Tag; t != nil {
+		from = append(from, "tagged "+t.Category+"/"+t.Name)
+	}
 	if md := sel.MachineDeployment; md != nil {
 		from = append(from, "of MachineDeployment "+md.Namespace+"/"+md.Name)
 	}

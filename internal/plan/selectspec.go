@@ -89,6 +89,9 @@ func SameSelector(a, b *gpupoolv1.Selection) bool {
 		(a.MachineDeployment != nil && *a.MachineDeployment != *b.MachineDeployment) {
 		return false
 	}
+	if (a.Tag == nil) != (b.Tag == nil) || (a.Tag != nil && *a.Tag != *b.Tag) {
+		return false
+	}
 	return a.Profile == b.Profile && a.VGPUs == b.VGPUs && a.NamePattern == b.NamePattern && a.Folder == b.Folder
 }
 

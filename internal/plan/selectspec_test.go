@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"reflect"
 	"testing"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -50,5 +51,57 @@ func TestExpandSelections(t *testing.T) {
 	}
 	if SameSelector(sel, &gpupoolv1.Selection{Profile: "grid_p100-4q", VMSelector: gpupoolv1.VMSelector{NamePattern: "day-*"}}) {
 		t.Error("selectors of different vGPU counts are the same")
+	}
+}
+
+// TestSameSelectorSeesEveryField: a selector that differs from another in any one field
+// (a string, a count, a reference set or cleared) is another selector, so that a pass
+// never starts a changed selector from the VMs the old one selected. The fields are
+// found by reflection: a field added to the selector later is covered too.
+func TestSameSelectorSeesEveryField(t *testing.T) {
+	base := gpupoolv1.Selection{Profile: "grid_p100-4q", VGPUs: 1, VMSelector: gpupoolv1.VMSelector{
+		NamePattern: "day-*", Folder: "gpu/day",
+		Tag:               &gpupoolv1.TagReference{Category: "gpupool", Name: "day"},
+		MachineDeployment: &gpupoolv1.MachineDeploymentReference{Namespace: "capi", Name: "day"},
+	}}
+	if !SameSelector(&base, base.DeepCopy()) {
+		t.Fatal("a selector is not the same as its copy")
+	}
+	n := 0
+	var walk func(path string, v func(*gpupoolv1.Selection) reflect.Value)
+	walk = func(path string, at func(*gpupoolv1.Selection) reflect.Value) {
+		typ := at(&base).Type()
+		changed := func(what string, change func(reflect.Value)) {
+			n++
+			c := base.DeepCopy()
+			change(at(c))
+			if SameSelector(&base, c) || SameSelector(c, &base) {
+				t.Errorf("a selector with %s %s is the same as before", path, what)
+			}
+		}
+		switch typ.Kind() {
+		case reflect.String:
+			changed("changed", func(f reflect.Value) { f.SetString(f.String() + "x") })
+		case reflect.Int32:
+			changed("changed", func(f reflect.Value) { f.SetInt(f.Int() + 1) })
+		case reflect.Pointer:
+			changed("cleared", func(f reflect.Value) { f.Set(reflect.Zero(typ)) })
+			walk(path, func(s *gpupoolv1.Selection) reflect.Value { return at(s).Elem() })
+		case reflect.Struct:
+			for i := range typ.NumField() {
+				name := typ.Field(i).Name
+				p := path + "." + name
+				if typ.Field(i).Anonymous {
+					p = path
+				}
+				walk(p, func(s *gpupoolv1.Selection) reflect.Value { return at(s).Field(i) })
+			}
+		default:
+			t.Errorf("%s: a field of kind %s that this test cannot change; teach it", path, typ.Kind())
+		}
+	}
+	walk("select", func(s *gpupoolv1.Selection) reflect.Value { return reflect.ValueOf(s).Elem() })
+	if n < 10 {
+		t.Errorf("changed %d fields, want every one of the selector's (at least 10)", n)
 	}
 }

@@ -40,6 +40,13 @@ func selectCases() []badCase {
 			path: "spec.layouts[1].select.folder", value: `"/DC0/host/gpu"`, fix: "relative to the vm folder, such as gpu/day, or as /DC0/vm/gpu/day"},
 		{name: "select folder with dot-dot", mutate: sel(func(s *gpupoolv1.Selection) { s.Folder = "gpu/../night" }),
 			path: "spec.layouts[1].select.folder", value: `"gpu/../night"`, fix: `write it such as "night"`},
+		{name: "select tag category with whitespace", mutate: sel(func(s *gpupoolv1.Selection) {
+			s.Tag = &gpupoolv1.TagReference{Category: "gpupool\n", Name: "night"}
+		}), path: "spec.layouts[1].select.tag.category", value: `"gpupool\n"`, fix: `write "gpupool"`},
+		{name: "select tag name blank", mutate: sel(func(s *gpupoolv1.Selection) {
+			s.NamePattern = ""
+			s.Tag = &gpupoolv1.TagReference{Category: "gpupool", Name: "  "}
+		}), path: "spec.layouts[1].select.tag.name", fix: "as vCenter shows it"},
 		{name: "select machineDeployment name", mutate: sel(func(s *gpupoolv1.Selection) {
 			s.MachineDeployment = &gpupoolv1.MachineDeploymentReference{Namespace: "capi", Name: "GPU_Night"}
 		}), path: "spec.layouts[1].select.machineDeployment.name", value: `"GPU_Night"`, fix: "is not a MachineDeployment name"},

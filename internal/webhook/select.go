@@ -24,8 +24,8 @@ func validateSelection(sp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, sel *
 // least one, each as validateSelection says.
 func validateSources(sp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, sel *gpupoolv1.VMSelector) field.ErrorList {
 	var errs field.ErrorList
-	if sel.NamePattern == "" && sel.Folder == "" && sel.MachineDeployment == nil {
-		errs = append(errs, field.Required(sp, sp.String()+" needs at least one source: namePattern (such as gpu-day-*), folder (a path in the datacenter's vm folder, such as gpu/day) or machineDeployment (namespace, name)"))
+	if sel.NamePattern == "" && sel.Folder == "" && sel.Tag == nil && sel.MachineDeployment == nil {
+		errs = append(errs, field.Required(sp, sp.String()+" needs at least one source: namePattern (such as gpu-day-*), folder (a path in the datacenter's vm folder, such as gpu/day), tag (a vSphere tag: category and name) or machineDeployment (namespace, name)"))
 	}
 	if p := sel.NamePattern; p != "" {
 		pp := sp.Child("namePattern")
@@ -42,6 +42,11 @@ func validateSources(sp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, sel *gp
 	if f := sel.Folder; f != "" {
 		errs = append(errs, validateSelectFolder(sp.Child("folder"), f, spec.VCenter.Datacenter)...)
 	}
+	if t := sel.Tag; t != nil {
+		tp := sp.Child("tag")
+		errs = append(errs, validateTagName(tp.Child("category"), t.Category, "category")...)
+		errs = append(errs, validateTagName(tp.Child("name"), t.Name, "tag")...)
+	}
 	if md := sel.MachineDeployment; md != nil {
 		mp := sp.Child("machineDeployment")
 		if msgs := validation.IsDNS1123Label(md.Namespace); len(msgs) > 0 {
@@ -52,6 +57,19 @@ func validateSources(sp *field.Path, spec *gpupoolv1.GPUPoolProfileSpec, sel *gp
 		}
 	}
 	return errs
+}
+
+// validateTagName checks a tag's or category's name as vCenter takes it: not empty (the
+// CRD's minLength says so too, but the webhook also serves a spec the CRD did not see)
+// and without whitespace around it, which vCenter would keep and then match nothing.
+func validateTagName(fp *field.Path, name, what string) field.ErrorList {
+	switch {
+	case strings.TrimSpace(name) == "":
+		return field.ErrorList{field.Required(fp, fmt.Sprintf("the %s's name is required, as vCenter shows it (Tags & Custom Attributes)", what))}
+	case strings.TrimSpace(name) != name:
+		return field.ErrorList{field.Invalid(fp, shown(name), fmt.Sprintf("has whitespace around it (such as a pasted newline); write %q", strings.TrimSpace(name)))}
+	}
+	return nil
 }
 
 // validateSelectFolder checks a folder of the datacenter's vm folder: relative to it

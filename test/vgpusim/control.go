@@ -24,6 +24,8 @@ type control struct {
 	// guestFailures are injected failures of guest operations, by VM name.
 	guestFailures map[string]*failure
 	calls         map[string]int
+	// passwordChecks counts the logins checked, SOAP and REST (checkLogin).
+	passwordChecks int
 	// vmCalls counts the calls made on each VM (by managed object id), by method.
 	vmCalls map[string]map[string]int
 	timers  map[*time.Timer]struct{}

@@ -106,6 +106,9 @@ type VM struct {
 	Datastore string `json:"datastore,omitempty"`
 	// Folder is a path below the datacenter's vm folder, such as gpu/workers.
 	Folder string `json:"folder,omitempty"`
+	// Tags are vSphere tags attached to the VM, each as category/name (the category and
+	// tag are made when missing), served by the REST API as vCenter's are.
+	Tags []string `json:"tags,omitempty"`
 	// MemoryMiB is the VM's memory; 4096 when zero.
 	MemoryMiB int32 `json:"memoryMiB,omitempty"`
 	// CPUs is the VM's number of vCPUs; 2 when zero.
@@ -329,6 +332,11 @@ func (vm *VM) normalize(hosts map[string]*Host) []error {
 		errs = append(errs, fmt.Errorf("VM %s: biosUUID: %w", vm.Name, err))
 	}
 	vm.Folder = strings.Trim(vm.Folder, "/")
+	for i, t := range vm.Tags {
+		if _, _, err := splitTag(t); err != nil {
+			errs = append(errs, fmt.Errorf("VM %s: tags[%d]: %w", vm.Name, i, err))
+		}
+	}
 	if vm.MemoryMiB <= 0 {
 		vm.MemoryMiB = 4096
 	}

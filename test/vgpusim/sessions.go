@@ -23,6 +23,16 @@ func (s *Sim) Sessions() int {
 	return len(sm.SessionList)
 }
 
+// PasswordChecks is how many logins, of the SOAP API and of the REST API, the
+// simulator has checked the password of since it started: what vCenter counts towards
+// an account's lockout. vgpusim's own REST logins (AttachTag, the inventory's tags)
+// count too.
+func (s *Sim) PasswordChecks() int {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	return s.ctl.passwordChecks
+}
+
 // SetPassword changes the password the simulator accepts from now on, as when the vCenter
 // account's password is rotated. Existing sessions stay logged in; logins with the old
 // password are refused with InvalidLogin.
@@ -37,6 +47,7 @@ func (s *Sim) SetPassword(password string) {
 func (s *Sim) checkLogin(req *types.Login) bool {
 	s.ctl.mu.Lock()
 	defer s.ctl.mu.Unlock()
+	s.ctl.passwordChecks++
 	want := s.Password
 	if s.ctl.password != "" {
 		want = s.ctl.password

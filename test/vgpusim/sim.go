@@ -148,6 +148,9 @@ func Start(inv *Inventory, opts Options) (_ *Sim, err error) {
 	if err := s.serve(opts.Listen); err != nil {
 		return nil, err
 	}
+	if err := s.attachInventoryTags(); err != nil {
+		return nil, fmt.Errorf("vgpusim: tags: %w", err)
+	}
 	s.log.Info("Serving simulated vCenter", "url", s.URL.String(), "datacenter", inv.Datacenter,
 		"hosts", len(inv.Hosts), "vms", len(inv.VMs))
 	return s, nil
@@ -217,6 +220,8 @@ func (s *Sim) serve(listen string) (err error) {
 	m.Map().SessionManager().ValidLogin = s.checkLogin
 	m.Service.TLS = new(tls.Config)
 	m.Service.Listen = &url.URL{Host: "127.0.0.1:0", User: url.UserPassword(s.Username, s.Password)}
+	// The REST API's endpoints (vAPI: tags, tags.go) beside the SOAP API.
+	m.Service.RegisterEndpoints = true
 	s.server = m.Service.NewServer()
 
 	s.gate, err = openGate(listen, s.server.Listener.Addr().String(), s.log)

@@ -285,3 +285,79 @@ func TestSelectByNamePatternAndCandidatesFrom(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectFollowsVSphereTags (issue 38, select by tag): the day layout selects the VMs
+// that carry a vSphere tag. An administrator tags one more VM and untags another: the
+// pool follows (the newly tagged VM powered on and its node labelled, the untagged one's
+// node released, its VM left as it is). The tag deleted in vCenter is a selection that
+// cannot be read, never "no VMs": nothing is released, and a restarted manager (no last
+// selection) stops and says which tag is missing. Tagged again, the pool follows.
+func TestSelectFollowsVSphereTags(t *testing.T) {
+	h := newHarnessWith(t, "set-", rolloutWorld)
+	const dayTag = "gpupool/day"
+	for _, vm := range []string{"day-1", "day-2"} {
+		h.must(h.sim.AttachTag(h.prefix+vm, dayTag))
+	}
+	h.must(h.sim.AttachTag(h.prefix+"day-4", "gpupool/night")) // another tag of the category
+	pool := h.dayNight()
+	day := testworld.Layout(pool, "day")
+	day.Workers = nil
+	day.Select = &gpupoolv1.Selection{Profile: "grid_p100-4q", VMSelector: gpupoolv1.VMSelector{
+		Tag: &gpupoolv1.TagReference{Category: "gpupool", Name: "day"}}}
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	p := h.converge(pool.Name, "day", 30)
+	for _, vm := range []string{"day-1", "day-2"} {
+		if !h.poolNode(vm, pool.Name) || h.vm(vm).PowerState != string(inventory.PoweredOn) {
+			t.Fatalf("%s (tagged): node labels %v, VM %s; want a running pool node", vm, h.node(vm).Labels, h.vm(vm).PowerState)
+		}
+	}
+	for _, vm := range []string{"day-3", "day-4"} {
+		if hasWorker(p, h.prefix+vm) || h.vm(vm).PowerState == string(inventory.PoweredOn) {
+			t.Errorf("%s, untagged or of another tag, is a worker or runs", vm)
+		}
+	}
+
+	h.must(h.sim.AttachTag(h.prefix+"day-3", dayTag))
+	h.must(h.sim.DetachTag(h.prefix+"day-1", dayTag))
+	p = h.convergeRepaired(pool.Name, "day", 40)
+	if st := h.vm("day-3"); st.PowerState != string(inventory.PoweredOn) || !h.poolNode("day-3", pool.Name) {
+		t.Errorf("day-3 (tagged since): VM %s, node labels %v; want it picked up", st.PowerState, h.node("day-3").Labels)
+	}
+	if n := h.node("day-1"); n.Labels[gpupoolv1.LabelPool] != "" || n.Spec.Unschedulable || hasWorker(p, h.prefix+"day-1") {
+		t.Errorf("day-1 (untagged): node labels %v, unschedulable %v, still a worker %v; want it released",
+			n.Labels, n.Spec.Unschedulable, hasWorker(p, h.prefix+"day-1"))
+	}
+	if st := h.vm("day-1"); st.PowerState != string(inventory.PoweredOn) {
+		t.Errorf("day-1 is %s: gpupool parked a VM it no longer manages", st.PowerState)
+	}
+
+	h.must(h.sim.DeleteTag(dayTag))
+	kept := func(when string) {
+		t.Helper()
+		for _, vm := range []string{"day-2", "day-3"} {
+			if !h.poolNode(vm, pool.Name) {
+				t.Errorf("%s: %s's node was released (labels %v)", when, vm, h.node(vm).Labels)
+			}
+		}
+	}
+	for range 3 {
+		h.reconcile(pool.Name)
+		h.settle()
+	}
+	kept("with the tag deleted and the last selection")
+	h.rec = nil
+	h.reconcile(pool.Name)
+	h.settle()
+	kept("with the tag deleted, after a restart")
+	if c := testworld.Conditions(h.get(pool.Name)); !strings.Contains(c, "selecting the VMs of layout day") || !strings.Contains(c, `tag "day" not found in category "gpupool"`) {
+		t.Errorf("conditions %s: want why the pool stopped (the tag is missing)", c)
+	}
+
+	h.must(h.sim.AttachTag(h.prefix+"day-2", dayTag))
+	h.convergeRepaired(pool.Name, "day", 40)
+	if !h.poolNode("day-2", pool.Name) || h.poolNode("day-3", pool.Name) {
+		t.Errorf("tagged again (day-2 only): day-2 labels %v, day-3 labels %v; want the pool to follow the tag",
+			h.node("day-2").Labels, h.node("day-3").Labels)
+	}
+}

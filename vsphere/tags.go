@@ -54,7 +54,7 @@ var errRESTExpired = errors.New("vCenter ended the REST session")
 // look through wrapping, so this is done where the call returns).
 func restErr(err error) error {
 	if rest.IsStatusError(err, http.StatusUnauthorized) {
-		return fmt.Errorf("%w: %v", errRESTExpired, err)
+		return fmt.Errorf("%w: %w", errRESTExpired, err)
 	}
 	return err
 }

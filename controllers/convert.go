@@ -64,6 +64,9 @@ func (r *GPUPoolProfileReconciler) conversionCosts(ctx context.Context, pool *gp
 	costs := make(plan.Costs, len(w.Nodes))
 	jobs := map[types.NamespacedName]bool{}
 	for vm, n := range w.Nodes {
+		if v, ok := w.VM(vm); !ok || v.PowerState != inventory.PoweredOn {
+			continue // a VM that does not run disrupts nothing, and its pods are not watched
+		}
 		pods, err := r.podsOnNode(ctx, n.Name)
 		if err != nil {
 			costs[vm] = plan.VMCost{GPUPods: 1, DoNotDisrupt: 1}

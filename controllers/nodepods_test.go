@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -73,5 +75,51 @@ func TestNodePodsWatchesThePoolsNodesOnly(t *testing.T) {
 	np.track("lab", nil)
 	if n := np.watched(); n != 0 {
 		t.Fatalf("%d nodes still watched after the pool let them go", n)
+	}
+}
+
+// TestParkedNodesPodsNotWatched (issue 37, at rest): a pool watches the pods of its
+// running VMs' nodes only. By day the four day nodes are watched and not the parked
+// night VM's; by night only the night node; by day again the four day nodes. The
+// switches drain through those watches (a cordoned running node's pods are read from
+// its watch) and complete as without them.
+func TestParkedNodesPodsNotWatched(t *testing.T) {
+	h := newHarness(t, "npp-")
+	cs, err := kubernetes.NewForConfig(operatorConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	np := newNodePods(h.ctx, cs)
+	h.reconciler().nodePods = np
+	watchedNodes := func() []string {
+		np.mu.Lock()
+		defer np.mu.Unlock()
+		return slices.Sorted(maps.Keys(np.watches))
+	}
+	want := func(when string, vms ...string) {
+		t.Helper()
+		var names []string
+		for _, vm := range vms {
+			names = append(names, h.prefix+vm)
+		}
+		if got := watchedNodes(); !slices.Equal(got, names) {
+			t.Errorf("%s: the pods of nodes %v are watched, want %v (the running VMs' nodes)", when, got, names)
+		}
+	}
+	pool := h.dayNight()
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	h.converge(pool.Name, "day", 30)
+	want("by day", "day-1", "day-2", "day-3", "day-4")
+	h.clock.SetTime(monday1950)
+	h.converge(pool.Name, "night", 60)
+	want("by night", "night-1")
+	h.clock.SetTime(tuesday0750)
+	h.converge(pool.Name, "day", 60)
+	want("by day again", "day-1", "day-2", "day-3", "day-4")
+	h.must(k8s.Delete(h.ctx, h.get(pool.Name)))
+	h.reconcile(pool.Name)
+	if n := np.watched(); n != 0 {
+		t.Errorf("after the pool was deleted %d nodes' pods are watched, want none", n)
 	}
 }

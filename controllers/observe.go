@@ -8,6 +8,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
+	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/internal/world"
@@ -72,7 +73,9 @@ func (r *GPUPoolProfileReconciler) observeNodes(ctx context.Context, s *scope, w
 		// labels and conditions the spec names), so that the plan keeps the worker in
 		// WaitNodeReady, within nodeReadyTimeout, until the node can take GPU pods.
 		w.Gaps[vm] = nodes.ReadinessGaps(n, s.pool.Spec.Readiness, gpusWanted(w, s.pool, s.wanted, vm, n), published[n.Name])
-		if n.Spec.Unschedulable {
+		// Only a running VM's node is drained, and only its pods are watched (Running):
+		// the plan asks nothing of a parked VM's node's pods.
+		if v, ok := w.VM(vm); ok && v.PowerState == inventory.PoweredOn && n.Spec.Unschedulable {
 			pods, err := r.podsOnNode(ctx, n.Name)
 			w.Drained[vm] = err == nil && !r.anyToEvict(pods, nodes.Ready(n), s.now)
 		}

@@ -140,7 +140,7 @@ func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (
 	// Nodes of VMs the spec no longer names are released once observe found no older
 	// pool claiming this pool's VMs (checkClaims): a pool held by a conflict touches no node.
 	r.releaseRemoved(ctx, s)
-	r.nodePods.track(s.pool.Name, s.w.Matched())
+	r.nodePods.track(s.pool.Name, s.w.Running())
 	return outcome{after: r.untilBoundary(s)}, nil
 }
 

@@ -180,11 +180,15 @@ func (w *World) MetaFor(pool string, l *gpupoolv1.Layout, name string) (nodes.Me
 	return nodes.ActiveMeta(pool, l, wk.Profile, mib), true
 }
 
-// Matched are the names of the nodes matched to the pool's VMs.
-func (w *World) Matched() []string {
+// Running are the names of the nodes matched to the pool's VMs that run (powered on):
+// the nodes whose pods gpupool needs to see. A parked VM's node runs no pod, the plan
+// asks whether a cordoned node is drained only while its VM runs, and demand reads no
+// parked node: watching the pods of the nodes of a night's parked day VMs (1,200 of
+// 1,280 nodes at 64 hosts) only cost the API server's bookmarks and the watches' memory.
+func (w *World) Running() []string {
 	out := make([]string, 0, len(w.Nodes))
-	for _, n := range w.Nodes {
-		if n != nil {
+	for vm, n := range w.Nodes {
+		if v, ok := w.VM(vm); n != nil && ok && v.PowerState == inventory.PoweredOn {
 			out = append(out, n.Name)
 		}
 	}

@@ -86,8 +86,12 @@ func (np *nodePods) track(pool string, nodes []string) {
 // renews it (random up to twice as long). A pool of 1,280 nodes holds as many watches:
 // at client-go's 5 minutes their renewals (a new stream, its goroutines and buffers,
 // each 5-10 minutes) were, with the API server's bookmark a minute to each watch, most of
-// the manager's CPU at rest (pprof at 64 hosts). A renewal resumes from the last
-// bookmark's version, so a longer watch loses nothing; the bookmarks go on every minute.
+// the manager's CPU at rest (pprof at 64 hosts). The watches ask for no bookmarks: a
+// bookmark only moves a quiet node's version on, so that a renewal can resume from it;
+// without them, a renewal from a version the API server no longer keeps is refused
+// (410) and the reflector lists the node's few pods again (from the watch cache), which
+// wakes no pool when nothing changed (podStore.Replace). One list per node per renewal
+// costs less than a bookmark per node per minute, on both sides of the watch.
 const nodePodsWatchTimeout = 30 * time.Minute
 
 // start begins the watch of a node's pods.
@@ -100,6 +104,11 @@ func (np *nodePods) start(node string) *nodePodsWatch {
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = sel
+			if o.SendInitialEvents == nil {
+				// No bookmarks (see nodePodsWatchTimeout): a streaming list needs its
+				// end-of-list bookmark, a watch does not.
+				o.AllowWatchBookmarks = false
+			}
 			return np.cs.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
 		},
 	}

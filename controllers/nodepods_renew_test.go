@@ -65,7 +65,7 @@ func (e *expireFirstWatch) queries() []string {
 func TestNodePodsWatchAsksNoBookmarks(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const prefix = "nwb-"
+	const prefix = "nbk-"
 	cfg := rest.CopyConfig(operatorConfig)
 	tr := &expireFirstWatch{}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { tr.next = rt; return tr })

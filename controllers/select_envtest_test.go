@@ -293,7 +293,7 @@ func TestSelectByNamePatternAndCandidatesFrom(t *testing.T) {
 // cannot be read, never "no VMs": nothing is released, and a restarted manager (no last
 // selection) stops and says which tag is missing. Tagged again, the pool follows.
 func TestSelectFollowsVSphereTags(t *testing.T) {
-	h := newHarnessWith(t, "set-", rolloutWorld)
+	h := newHarnessWith(t, "stg-", rolloutWorld)
 	const dayTag = "gpupool/day"
 	for _, vm := range []string{"day-1", "day-2"} {
 		h.must(h.sim.AttachTag(h.prefix+vm, dayTag))

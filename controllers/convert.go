@@ -64,7 +64,7 @@ func (r *GPUPoolProfileReconciler) conversionCosts(ctx context.Context, pool *gp
 	costs := make(plan.Costs, len(w.Nodes))
 	jobs := map[types.NamespacedName]bool{}
 	for vm, n := range w.Nodes {
-		if v, ok := w.VM(vm); !ok || v.PowerState != inventory.PoweredOn {
+		if !w.Runs(vm) {
 			continue // a VM that does not run disrupts nothing, and its pods are not watched
 		}
 		pods, err := r.podsOnNode(ctx, n.Name)

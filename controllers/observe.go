@@ -8,7 +8,6 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
-	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/internal/world"
@@ -75,7 +74,7 @@ func (r *GPUPoolProfileReconciler) observeNodes(ctx context.Context, s *scope, w
 		w.Gaps[vm] = nodes.ReadinessGaps(n, s.pool.Spec.Readiness, gpusWanted(w, s.pool, s.wanted, vm, n), published[n.Name])
 		// Only a running VM's node is drained, and only its pods are watched (Running):
 		// the plan asks nothing of a parked VM's node's pods.
-		if v, ok := w.VM(vm); ok && v.PowerState == inventory.PoweredOn && n.Spec.Unschedulable {
+		if w.Runs(vm) && n.Spec.Unschedulable {
 			pods, err := r.podsOnNode(ctx, n.Name)
 			w.Drained[vm] = err == nil && !r.anyToEvict(pods, nodes.Ready(n), s.now)
 		}

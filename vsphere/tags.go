@@ -40,9 +40,9 @@ type restSession struct {
 
 	mu     sync.Mutex
 	client *rest.Client
-	// tagIDs are the IDs of the tags looked up (category/name -> urn): finding a tag by
-	// name takes a call per tag of its category, the list of its VMs one call.
-	tagIDs map[Tag]string
+	// tagIDs are the tags looked up (category/name -> IDs): finding a tag by name takes
+	// a call per category and per tag of its category, checking a known one two.
+	tagIDs map[Tag]tagRef
 	// closed is why no call logs in any more: ErrClosed, or the login's refusal.
 	closed error
 }
@@ -139,39 +139,41 @@ func (r *restSession) taggedVMs(ctx context.Context, tag Tag) (map[string]bool, 
 	}
 }
 
-// attached lists the VMs tag is attached to, looking the tag up the first time.
+// tagRef is a tag looked up by its names: its ID and its category's.
+type tagRef struct{ id, category string }
+
+// attached lists the VMs tag is attached to. The tag is looked up by its names the first
+// time; afterwards its ID is checked to still carry them (two calls instead of one per
+// category and tag), so that a tag or category renamed, moved or deleted since is looked
+// up again by its names, never followed under its new ones.
 func (r *restSession) attached(ctx context.Context, c *rest.Client, tag Tag) (map[string]bool, error) {
 	m := tags.NewManager(c)
 	r.mu.Lock()
-	id, known := r.tagIDs[tag]
+	ref, known := r.tagIDs[tag]
 	r.mu.Unlock()
+	if known {
+		same, err := stillNamed(ctx, m, ref, tag)
+		if err != nil {
+			return nil, err
+		}
+		known = same
+	}
 	if !known {
+		r.forgetTag(tag)
 		var err error
-		if id, err = lookUpTag(ctx, m, tag); err != nil {
+		if ref, err = lookUpTag(ctx, m, tag); err != nil {
 			return nil, err
 		}
 	}
-	refs, err := m.ListAttachedObjects(ctx, id)
-	err = restErr(err)
+	refs, err := m.ListAttachedObjects(ctx, ref.id)
 	if err != nil {
-		if known && rest.IsStatusError(err, http.StatusNotFound) {
-			// Deleted (or deleted and made again) since it was looked up: look again.
-			r.forgetTag(tag)
-			if id, err = lookUpTag(ctx, m, tag); err != nil {
-				return nil, err
-			}
-			refs, err = m.ListAttachedObjects(ctx, id)
-			err = restErr(err)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("vsphere: list the objects tagged %s: %w", tag, err)
-		}
+		return nil, fmt.Errorf("vsphere: list the objects tagged %s: %w", tag, restErr(err))
 	}
 	r.mu.Lock()
 	if r.tagIDs == nil {
-		r.tagIDs = map[Tag]string{}
+		r.tagIDs = map[Tag]tagRef{}
 	}
-	r.tagIDs[tag] = id
+	r.tagIDs[tag] = ref
 	r.mu.Unlock()
 	out := map[string]bool{}
 	for _, ref := range refs {
@@ -188,30 +190,69 @@ func (r *restSession) forgetTag(tag Tag) {
 	delete(r.tagIDs, tag)
 }
 
-// lookUpTag finds the ID of tag by its category's name and its own.
-func lookUpTag(ctx context.Context, m *tags.Manager, tag Tag) (string, error) {
-	cats, err := m.GetCategories(ctx)
+// stillNamed tells whether the tag looked up as ref still has tag's name and category.
+// Only calls by ID are made here and in lookUpTag: govmomi's calls by name flatten a
+// 401 into text, which would hide an ended session from taggedVMs.
+func stillNamed(ctx context.Context, m *tags.Manager, ref tagRef, tag Tag) (bool, error) {
+	t, err := m.GetTag(ctx, ref.id)
+	if rest.IsStatusError(err, http.StatusNotFound) {
+		return false, nil
+	}
 	if err != nil {
-		return "", fmt.Errorf("vsphere: list the tag categories: %w", restErr(err))
+		return false, fmt.Errorf("vsphere: read tag %s: %w", tag, restErr(err))
+	}
+	if t.Name != tag.Name || t.CategoryID != ref.category {
+		return false, nil
+	}
+	cat, err := m.GetCategory(ctx, ref.category)
+	if rest.IsStatusError(err, http.StatusNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("vsphere: read tag category %q: %w", tag.Category, restErr(err))
+	}
+	return cat.Name == tag.Category, nil
+}
+
+// lookUpTag finds the tag by its category's name and its own. A category or tag deleted
+// while they are listed is skipped.
+func lookUpTag(ctx context.Context, m *tags.Manager, tag Tag) (tagRef, error) {
+	catIDs, err := m.ListCategories(ctx)
+	if err != nil {
+		return tagRef{}, fmt.Errorf("vsphere: list the tag categories: %w", restErr(err))
 	}
 	catID := ""
-	for _, c := range cats {
+	for _, id := range catIDs {
+		c, err := m.GetCategory(ctx, id)
+		if rest.IsStatusError(err, http.StatusNotFound) {
+			continue
+		}
+		if err != nil {
+			return tagRef{}, fmt.Errorf("vsphere: read tag category %s: %w", id, restErr(err))
+		}
 		if c.Name == tag.Category {
 			catID = c.ID
 			break
 		}
 	}
 	if catID == "" {
-		return "", fmt.Errorf("vsphere: tag category %q not found in vCenter", tag.Category)
+		return tagRef{}, fmt.Errorf("vsphere: tag category %q not found in vCenter", tag.Category)
 	}
-	ts, err := m.GetTagsForCategory(ctx, catID)
+	tagIDs, err := m.ListTagsForCategory(ctx, catID)
 	if err != nil {
-		return "", fmt.Errorf("vsphere: list the tags of category %q: %w", tag.Category, restErr(err))
+		return tagRef{}, fmt.Errorf("vsphere: list the tags of category %q: %w", tag.Category, restErr(err))
 	}
 	var names []string
-	for _, t := range ts {
+	for _, id := range tagIDs {
+		t, err := m.GetTag(ctx, id)
+		if rest.IsStatusError(err, http.StatusNotFound) {
+			continue
+		}
+		if err != nil {
+			return tagRef{}, fmt.Errorf("vsphere: read tag %s: %w", id, restErr(err))
+		}
 		if t.Name == tag.Name {
-			return t.ID, nil
+			return tagRef{id: t.ID, category: catID}, nil
 		}
 		names = append(names, t.Name)
 	}
@@ -219,5 +260,5 @@ func lookUpTag(ctx context.Context, m *tags.Manager, tag Tag) (string, error) {
 	if len(names) > 10 {
 		names = append(names[:10], "...")
 	}
-	return "", fmt.Errorf("vsphere: tag %q not found in category %q (its tags: %s)", tag.Name, tag.Category, strings.Join(names, ", "))
+	return tagRef{}, fmt.Errorf("vsphere: tag %q not found in category %q (its tags: %s)", tag.Name, tag.Category, strings.Join(names, ", "))
 }

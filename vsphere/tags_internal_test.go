@@ -20,6 +20,7 @@ hosts:
     profiles: [{name: grid_p100-4q, frameBufferGiB: 4}]
 vms:
   - {name: gpu-day-1, host: esx-01, profile: grid_p100-4q, tags: [gpupool/day]}
+  - {name: gpu-night-1, host: esx-01, profile: grid_p100-4q, tags: [gpupool/night]}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +54,19 @@ vms:
 	}
 	if n := sim.PasswordChecks() - checks; n != 1 || r.client == first {
 		t.Errorf("after vCenter ended the REST session: %d logins, a new session %v; want one login and a new session", n, r.client != first)
+	}
+
+	// Ended again, and the next call a lookup (a tag not looked up yet): logged in again
+	// too, not failing on every pass with the dead session.
+	if err := r.client.Logout(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checks = sim.PasswordChecks()
+	if got, err := c.SelectVMs(ctx, VMSelector{Tag: &Tag{Category: "gpupool", Name: "night"}}); err != nil || len(got) != 1 {
+		t.Fatalf("a first lookup after vCenter ended the REST session: %v, %v", got, err)
+	}
+	if n := sim.PasswordChecks() - checks; n != 1 {
+		t.Errorf("a lookup after vCenter ended the REST session: %d logins, want one", n)
 	}
 
 	second := r.client

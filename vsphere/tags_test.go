@@ -29,7 +29,7 @@ func tag(category, name string) *vsphere.Tag { return &vsphere.Tag{Category: cat
 // the other sources (every one must match); a tag of the same name in another category
 // is another tag; a VM tagged or untagged later is picked up or released on the next
 // read; a category or tag that does not exist, or was deleted, is an error naming it,
-// never an empty selection.
+// never an empty selection; a tag renamed is followed by its names, not its ID.
 func TestSelectVMsByTag(t *testing.T) {
 	e := newEnv(t, tagWorld)
 	sel := func(s vsphere.VMSelector) string {
@@ -93,6 +93,24 @@ func TestSelectVMsByTag(t *testing.T) {
 	}
 	if got := sel(vsphere.VMSelector{Tag: tag("gpupool", "day")}); got != "gpu-day-1" {
 		t.Errorf("the tag made again selects %q, want gpu-day-1", got)
+	}
+
+	// Renamed after it was looked up: the old name is another tag (not found), and a
+	// new tag of the old name selects its own VMs, not the renamed tag's.
+	if err := e.sim.RenameTag("gpupool/day", "daytime"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.c.SelectVMs(e.ctx, vsphere.VMSelector{Tag: tag("gpupool", "day")}); err == nil || !strings.Contains(err.Error(), `"day" not found`) {
+		t.Errorf("a renamed tag's old name selects %v (error %v), want an error", got, err)
+	}
+	if err := e.sim.AttachTag("gpu-day-3", "gpupool/day"); err != nil {
+		t.Fatal(err)
+	}
+	if got := sel(vsphere.VMSelector{Tag: tag("gpupool", "day")}); got != "gpu-day-3" {
+		t.Errorf("a new tag of the renamed one's name selects %q, want gpu-day-3", got)
+	}
+	if got := sel(vsphere.VMSelector{Tag: tag("gpupool", "daytime")}); got != "gpu-day-1" {
+		t.Errorf("the renamed tag selects %q, want gpu-day-1", got)
 	}
 
 	// A vCenter that cannot be reached is an error, never no VMs.

@@ -177,3 +177,24 @@ func (s *Sim) DeleteTag(tag string) error {
 	}
 	return m.DeleteTag(ctx, t)
 }
+
+// RenameTag renames the tag category/name to category/newName, as an administrator
+// renaming it in vCenter does: its ID and attachments stay.
+func (s *Sim) RenameTag(tag, newName string) error {
+	category, name, err := splitTag(tag)
+	if err != nil {
+		return fmt.Errorf("vgpusim: %w", err)
+	}
+	ctx := context.Background()
+	m, logout, err := s.tagManager(ctx)
+	if err != nil {
+		return err
+	}
+	defer logout()
+	t, err := m.GetTagForCategory(ctx, name, category)
+	if err != nil {
+		return fmt.Errorf("vgpusim: %w", err)
+	}
+	t.Name = newName
+	return m.UpdateTag(ctx, t)
+}

@@ -161,26 +161,22 @@ func (s *Sim) attachInventoryTags() error {
 // DeleteTag deletes the tag category/name (its attachments go with it), as an
 // administrator deleting it in vCenter does.
 func (s *Sim) DeleteTag(tag string) error {
-	category, name, err := splitTag(tag)
-	if err != nil {
-		return fmt.Errorf("vgpusim: %w", err)
-	}
-	ctx := context.Background()
-	m, logout, err := s.tagManager(ctx)
-	if err != nil {
-		return err
-	}
-	defer logout()
-	t, err := m.GetTagForCategory(ctx, name, category)
-	if err != nil {
-		return fmt.Errorf("vgpusim: %w", err)
-	}
-	return m.DeleteTag(ctx, t)
+	return s.withTag(tag, func(ctx context.Context, m *tags.Manager, t *tags.Tag) error {
+		return m.DeleteTag(ctx, t)
+	})
 }
 
 // RenameTag renames the tag category/name to category/newName, as an administrator
 // renaming it in vCenter does: its ID and attachments stay.
 func (s *Sim) RenameTag(tag, newName string) error {
+	return s.withTag(tag, func(ctx context.Context, m *tags.Manager, t *tags.Tag) error {
+		t.Name = newName
+		return m.UpdateTag(ctx, t)
+	})
+}
+
+// withTag finds the existing tag category/name and hands it to change.
+func (s *Sim) withTag(tag string, change func(context.Context, *tags.Manager, *tags.Tag) error) error {
 	category, name, err := splitTag(tag)
 	if err != nil {
 		return fmt.Errorf("vgpusim: %w", err)
@@ -195,6 +191,8 @@ func (s *Sim) RenameTag(tag, newName string) error {
 	if err != nil {
 		return fmt.Errorf("vgpusim: %w", err)
 	}
-	t.Name = newName
-	return m.UpdateTag(ctx, t)
+	if err := change(ctx, m, t); err != nil {
+		return fmt.Errorf("vgpusim: tag %s: %w", tag, err)
+	}
+	return nil
 }

@@ -198,7 +198,7 @@ plugin-archives: ## Build the kubectl plugin's release archives (hack/krew/gpupo
 CHART_DIR := charts/gpupool
 .PHONY: chart
 chart: ## Copy the generated CRD, RBAC rules, webhook rules, alerts and dashboard from config/ into the Helm chart.
-	cp config/crd/bases/gpupool.dev_gpupoolprofiles.yaml config/crd/bases/gpupool.dev_gpupoolrequests.yaml $(CHART_DIR)/crds/
+	cp config/crd/bases/gpupool.dev_gpupoolprofiles.yaml config/crd/bases/gpupool.dev_gpupoolrequests.yaml config/crd/bases/gpupool.dev_gpupoolusages.yaml $(CHART_DIR)/crds/
 	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
 	cp config/rbac/leader_election_role.yaml $(CHART_DIR)/files/leader-election-role.yaml
 	cp config/rbac/gpupool_viewer_role.yaml $(CHART_DIR)/files/viewer-role.yaml

@@ -48,6 +48,8 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			r.stalls.forget(req.Name)
 			r.conversions.forget(req.Name)
 			r.selections.forget(req.Name)
+			r.usage.forget(req.Name)
+			forgetUsageMetrics(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

@@ -141,6 +141,7 @@ func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (
 	// pool claiming this pool's VMs (checkClaims): a pool held by a conflict touches no node.
 	r.releaseRemoved(ctx, s)
 	r.nodePods.track(s.pool.Name, s.w.Running())
+	timed("observe:account", func() { r.account(ctx, s) })
 	return outcome{after: r.untilBoundary(s)}, nil
 }
 

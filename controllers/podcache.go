@@ -81,7 +81,7 @@ func leanPod(p *corev1.Pod) *corev1.Pod {
 			Containers:     leanContainers(p.Spec.Containers),
 			InitContainers: leanContainers(p.Spec.InitContainers),
 		},
-		Status: corev1.PodStatus{Phase: p.Status.Phase},
+		Status: corev1.PodStatus{Phase: p.Status.Phase, StartTime: p.Status.StartTime},
 	}
 	for _, k := range keptPodAnnotations {
 		if v, ok := p.Annotations[k]; ok {

@@ -85,6 +85,8 @@ type GPUPoolProfileReconciler struct {
 	// selections remembers what each pool's select layouts last selected, so that a
 	// pass starts from it and keeps it when the selector cannot be read (select.go).
 	selections poolMemo[map[string]plan.Selected]
+	// usage is each pool's GPU-hour ledger (usage.go).
+	usage poolMemo[*usageState]
 }
 
 // kueueReleaser releases the admission checks a pool being deleted holds (the Kueue

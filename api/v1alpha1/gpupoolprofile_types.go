@@ -73,6 +73,13 @@ type GPUPoolProfileSpec struct {
 	// +optional
 	Kueue *KueueSpec `json:"kueue,omitempty"`
 
+	// Accounting says how the pool's GPU-hours are kept (GPUPoolUsage, one per pool per
+	// day, and the gpupool_gpu_seconds_total metrics): who the tenant of a pod is, and
+	// how many days are kept. Accounting is always on; without it the tenant is the
+	// pod's namespace and 35 days are kept (docs/accounting.md).
+	// +optional
+	Accounting *AccountingSpec `json:"accounting,omitempty"`
+
 	// Parking says what happens to VMs that are not in the wanted layout.
 	// +kubebuilder:default=Suspend
 	// +optional
@@ -130,6 +137,23 @@ type GPUPoolProfileSpec struct {
 	// reported.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+}
+
+// AccountingSpec says how the pool's GPU-hours are kept.
+type AccountingSpec struct {
+	// TenantLabel is the namespace label whose value names a pod's tenant, such as
+	// example.com/team. A namespace without the label is its own tenant, as is every
+	// namespace when it is not set.
+	// +kubebuilder:validation:MaxLength=317
+	// +optional
+	TenantLabel string `json:"tenantLabel,omitempty"`
+
+	// RetentionDays is how many days of GPUPoolUsage are kept; older ones are deleted.
+	// +kubebuilder:default=35
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=400
+	// +optional
+	RetentionDays int32 `json:"retentionDays,omitempty"`
 }
 
 // VCenterSpec says how to reach vCenter.

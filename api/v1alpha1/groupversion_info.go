@@ -23,7 +23,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &GPUPoolProfile{}, &GPUPoolProfileList{}, &GPUPoolRequest{}, &GPUPoolRequestList{})
+	s.AddKnownTypes(GroupVersion, &GPUPoolProfile{}, &GPUPoolProfileList{}, &GPUPoolRequest{}, &GPUPoolRequestList{}, &GPUPoolUsage{}, &GPUPoolUsageList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -30,7 +30,7 @@ var used = map[string]string{
 	"manager-role  nodes get,list,watch,patch":                               "node labels, taints, cordon",
 	"manager-role  pods get,list,watch,delete":                               "drain; delete only for drain.mode Force",
 	"manager-role  pods/eviction create":                                     "drain",
-	"manager-role  namespaces get,list,watch":                                "spec.demand.namespaceSelector: the labels of namespaces, whose pods count as demand",
+	"manager-role  namespaces get,list,watch":                                "spec.demand.namespaceSelector: the labels of namespaces, whose pods count as demand; spec.accounting.tenantLabel: a pod's tenant",
 	"manager-role batch jobs get":                                            "spec.demand: a pod of a Job near completion holds a demand switch back (read by name, not cached)",
 	"manager-role events.k8s.io events create,patch":                         "events on pools and their nodes",
 	"manager-role cluster.x-k8s.io machines get,list,patch":                  "pause remediation of parked machines; list a MachineDeployment's Machines (select.machineDeployment, read uncached)",
@@ -41,6 +41,7 @@ var used = map[string]string{
 	"manager-role gpupool.dev gpupoolprofiles/finalizers update":             "owner references on clusters that enforce them",
 	"manager-role gpupool.dev gpupoolrequests list,watch,delete":             "the pools' GPUPoolRequests; delete: --request-retention after they ended",
 	"manager-role gpupool.dev gpupoolrequests/status patch":                  "the requests' phase",
+	"manager-role gpupool.dev gpupoolusages get,list,create,update,delete":   "the pools' daily GPU-hour accounting; delete: past spec.accounting.retentionDays (read uncached)",
 	"manager-role kueue.x-k8s.io workloads list,watch":                       "spec.kueue: Workloads that wait for a layout (the check, demand)",
 	"manager-role kueue.x-k8s.io workloads/status patch":                     "spec.kueue: gpupool's admission check state on a Workload",
 	"manager-role kueue.x-k8s.io clusterqueues list,watch,patch":             "spec.kueue: the flavors' nominalQuota in opted-in ClusterQueues (watched as metadata: a new opted-in queue gets its quota at once)",
@@ -60,6 +61,7 @@ var used = map[string]string{
 	// For people using kubectl gpupool, not the operator (bound by an admin).
 	"viewer gpupool.dev gpupoolprofiles get,list,watch":                  "kubectl gpupool status, plan, history, timeline",
 	"viewer gpupool.dev gpupoolrequests get,list,watch":                  "kubectl get gpr, kubectl gpupool status",
+	"viewer gpupool.dev gpupoolusages get,list,watch":                    "kubectl gpupool report",
 	"editor gpupool.dev gpupoolprofiles patch":                           "kubectl gpupool switch, resume, pause, unpause --in-spec",
 	"requester gpupool.dev gpupoolrequests create,delete,get,list,watch": "kubectl gpupool switch, resume, pause, unpause (GPUPoolRequests)",
 }

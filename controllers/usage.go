@@ -1,0 +1,214 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/accounting"
+)
+
+// +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolusages,verbs=get;list;create;update;delete
+
+// usagePersistEvery is how often a pool's GPUPoolUsage is written at most (and when a
+// day ends): what a crash can lose of the pods that end while the manager is down, and
+// one write per pool per five minutes at rest.
+const usagePersistEvery = 5 * time.Minute
+
+// defaultRetentionDays is spec.accounting.retentionDays' default.
+const defaultRetentionDays = 35
+
+// usageState is one pool's accounting between passes.
+type usageState struct {
+	ledger *accounting.Ledger
+	// persisted is when the ledger was last written (on the manager's clock).
+	persisted time.Time
+	// pruned is the day retention last ran for.
+	pruned string
+}
+
+// account adds what this pass saw to the pool's ledger and writes the days it changed
+// every usagePersistEvery, and when a day has ended. It decides nothing: a failure is
+// logged and the next pass tries again.
+func (r *GPUPoolProfileReconciler) account(ctx context.Context, s *scope) {
+	st := r.usage.last(s.pool)
+	zone := usageZone(&s.pool.Spec)
+	if st == nil {
+		var ok bool
+		if st, ok = r.resumeUsage(ctx, s, zone); !ok {
+			return
+		}
+		r.usage.remember(s.pool, st)
+	}
+	st.ledger.Zone = zone
+	items, complete := r.usageItems(ctx, s)
+	if !complete {
+		// A node's pods are not known yet (its watch has not synced): this pass's time
+		// is accounted by the next one, from Through.
+		return
+	}
+	st.ledger.Advance(s.now, items)
+	dayEnded := len(st.ledger.Days) > 1
+	if s.now.Sub(st.persisted) < usagePersistEvery && !dayEnded {
+		return
+	}
+	r.persistUsage(ctx, s, st)
+}
+
+// resumeUsage starts a pool's ledger from its latest persisted day. A pool whose days
+// cannot be listed is not accounted on this pass: a ledger started afresh would write
+// over the day's persisted sums.
+func (r *GPUPoolProfileReconciler) resumeUsage(ctx context.Context, s *scope, zone *time.Location) (*usageState, bool) {
+	days, err := r.poolUsages(ctx, s.pool.Name)
+	if err != nil {
+		log.FromContext(ctx).Info("Not accounting GPU-hours on this pass: listing the pool's GPUPoolUsage failed", "error", err.Error())
+		return nil, false
+	}
+	l, err := accounting.Resume(zone, days)
+	if err != nil {
+		// A day gpupool cannot read back (edited by hand) is not added to; a new ledger
+		// goes on from now, and that day is written over when it is today.
+		log.FromContext(ctx).Info("Starting GPU-hour accounting afresh: the latest GPUPoolUsage cannot be read", "error", err.Error())
+		l = accounting.New(zone, time.Time{})
+	}
+	pool := s.pool.Name
+	l.OnAdd = func(it accounting.Item, secs float64) { countUsage(pool, it, secs) }
+	return &usageState{ledger: l, persisted: s.now}, true
+}
+
+// poolUsages lists the pool's GPUPoolUsage from the API server (they are not cached:
+// only a ledger's start and retention read them).
+func (r *GPUPoolProfileReconciler) poolUsages(ctx context.Context, pool string) ([]gpupoolv1.GPUPoolUsage, error) {
+	var list gpupoolv1.GPUPoolUsageList
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	if err := reader.List(ctx, &list, client.MatchingLabels{gpupoolv1.LabelPool: pool}); err != nil {
+		return nil, err
+	}
+	out := list.Items[:0]
+	for _, u := range list.Items {
+		if u.Pool == pool {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+// persistUsage writes the days the ledger changed, oldest first, and deletes the days
+// past retention once a day. A day that cannot be written stays to be written.
+func (r *GPUPoolProfileReconciler) persistUsage(ctx context.Context, s *scope, st *usageState) {
+	l := st.ledger
+	var latest string
+	for _, d := range l.Dirty() {
+		u := accounting.ToUsage(s.pool.Name, l.Zone, d)
+		u.OwnerReferences = []metav1.OwnerReference{{APIVersion: gpupoolv1.GroupVersion.String(), Kind: "GPUPoolProfile",
+			Name: s.pool.Name, UID: s.pool.UID, Controller: ptr.To(true)}}
+		if err := r.writeUsage(ctx, u); err != nil {
+			log.FromContext(ctx).Info("Writing GPUPoolUsage failed; the next pass tries again", "usage", u.Name, "error", err.Error())
+			l.Touch(d.Name)
+			continue
+		}
+		latest = d.Name
+	}
+	st.persisted = s.now
+	l.Forget(s.now)
+	if latest != "" && latest != st.pruned {
+		st.pruned = latest
+		r.pruneUsage(ctx, s, latest)
+	}
+}
+
+// writeUsage creates the day's object or replaces it: the manager is its only writer,
+// and the update is unconditional (a custom resource allows it), so a new leader needs
+// no resourceVersion.
+func (r *GPUPoolProfileReconciler) writeUsage(ctx context.Context, u *gpupoolv1.GPUPoolUsage) error {
+	err := r.Client.Create(ctx, u.DeepCopy())
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return r.Client.Update(ctx, u)
+}
+
+// pruneUsage deletes the pool's days older than retentionDays before today.
+func (r *GPUPoolProfileReconciler) pruneUsage(ctx context.Context, s *scope, today string) {
+	days, err := r.poolUsages(ctx, s.pool.Name)
+	if err != nil {
+		return
+	}
+	keep := int32(defaultRetentionDays)
+	if a := s.pool.Spec.Accounting; a != nil && a.RetentionDays > 0 {
+		keep = a.RetentionDays
+	}
+	for i := range days {
+		if accounting.Expired(days[i].Day, today, keep) {
+			if err := r.Client.Delete(ctx, &days[i]); client.IgnoreNotFound(err) != nil {
+				log.FromContext(ctx).Info("Deleting an expired GPUPoolUsage failed", "usage", days[i].Name, "error", err.Error())
+			}
+		}
+	}
+}
+
+// usageZone is the zone the pool's days are in: the schedule's, else UTC.
+func usageZone(spec *gpupoolv1.GPUPoolProfileSpec) *time.Location {
+	if sc := spec.Schedule; sc != nil && sc.TimeZone != "" {
+		if z, err := time.LoadLocation(sc.TimeZone); err == nil {
+			return z
+		}
+	}
+	return time.UTC
+}
+
+// usageItems is what counts on this pass (accounting.Items from the pass's world) with
+// the pods of the pool's running nodes from their watches; false when a watch has not
+// synced yet.
+func (r *GPUPoolProfileReconciler) usageItems(ctx context.Context, s *scope) ([]accounting.Item, bool) {
+	pods := map[string][]corev1.Pod{}
+	for _, n := range s.w.Running() {
+		if r.nodePods == nil {
+			ps, err := r.podsOnNode(ctx, n)
+			if err != nil {
+				return nil, false
+			}
+			pods[n] = ps
+			continue
+		}
+		ps, ok := r.nodePods.list(n)
+		if !ok {
+			return nil, false
+		}
+		pods[n] = ps
+	}
+	return poolUsageItems(s.pool, &s.w, pods, r.tenantOf(ctx, s.pool)), true
+}
+
+// tenantOf names a namespace's tenant: the value of spec.accounting.tenantLabel on the
+// namespace (its metadata, from the manager's cache), else the namespace itself.
+func (r *GPUPoolProfileReconciler) tenantOf(ctx context.Context, pool *gpupoolv1.GPUPoolProfile) func(string) string {
+	a := pool.Spec.Accounting
+	if a == nil || a.TenantLabel == "" {
+		return func(ns string) string { return ns }
+	}
+	known := map[string]string{}
+	return func(ns string) string {
+		if t, ok := known[ns]; ok {
+			return t
+		}
+		var m metav1.PartialObjectMetadata
+		m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+		t := ns
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: ns}, &m); err == nil && m.Labels[a.TenantLabel] != "" {
+			t = m.Labels[a.TenantLabel]
+		}
+		known[ns] = t
+		return t
+	}
+}

@@ -1,0 +1,303 @@
+// Package accounting keeps a pool's GPU-hours: what its nodes offered, what pods were
+// allocated of it (per tenant), and what was offline while the pool switched, per day,
+// hour, layout and vGPU profile. It decides nothing and reads nothing: the controller
+// hands it what one pass saw (Advance), and it turns the pieces into daily GPUPoolUsage
+// objects (usage.go) and reports (report.go). docs/accounting.md says what each number
+// means.
+package accounting
+
+import (
+	"maps"
+	"slices"
+	"time"
+)
+
+// Kind is what an Item counts.
+type Kind int
+
+const (
+	// Offered is capacity on a schedulable, Ready node of a running VM.
+	Offered Kind = iota
+	// Allocated is what a bound, unfinished pod asked of a node's capacity.
+	Allocated
+	// Switching is capacity of the pool's GPUs offline during a transition.
+	Switching
+)
+
+// Other is the tenant that the tenants past MaxTenants of a day are summed as.
+const Other = "(other)"
+
+// MaxTenants bounds the tenant rows of a day: a day's object stays small whatever the
+// namespaces' labels say.
+const MaxTenants = 256
+
+// Item is one thing that counts while a pass sees it: a node's capacity, a pod's
+// allocation, the capacity offline during a transition.
+type Item struct {
+	// Key names the item across passes: "node/<name>", "pod/<uid>", "switch/<id>".
+	Key    string
+	Kind   Kind
+	Layout string
+	// Profile is the vGPU profile; empty for Switching.
+	Profile string
+	// Tenant is whose pod an Allocated item is.
+	Tenant string
+	// GPUs are GPU-equivalents: a vGPU's frame buffer over its GPU's.
+	GPUs float64
+	// Since is when the item began (a pod's start, a transition's start); zero when not
+	// known. It only counts from the ledger's Through on.
+	Since time.Time
+}
+
+// Sums are GPU-equivalent seconds.
+type Sums struct {
+	Offered, Allocated, Switching float64
+}
+
+func (s *Sums) add(k Kind, v float64) {
+	switch k {
+	case Offered:
+		s.Offered += v
+	case Allocated:
+		s.Allocated += v
+	case Switching:
+		s.Switching += v
+	}
+}
+
+// RowKey is one row of a day: a layout and profile, and a tenant for a tenant's row.
+type RowKey struct {
+	Layout, Profile, Tenant string
+}
+
+// HourKey is one hour of one layout.
+type HourKey struct {
+	Start  time.Time
+	Layout string
+}
+
+// Day is one day's sums, in the ledger's zone.
+type Day struct {
+	// Name is YYYY-MM-DD.
+	Name string
+	// Start and End bound the day (23 or 25 hours long on a DST change).
+	Start, End time.Time
+	// Through is how far the day is accounted.
+	Through time.Time
+	Rows    map[RowKey]*Sums
+	Hours   map[HourKey]*Sums
+	// tenants are the tenants with a row of their own.
+	tenants map[string]bool
+}
+
+// Ledger is one pool's accounting as it goes: the days it changed and the items of the
+// last pass.
+type Ledger struct {
+	// Zone is where days and hours begin.
+	Zone *time.Location
+	// Through is how far everything is accounted.
+	Through time.Time
+	// Days are the days accounted since the ledger began or was loaded, by Name.
+	Days map[string]*Day
+	// OnAdd, when set, is told every piece added (for the metrics).
+	OnAdd func(it Item, gpuSeconds float64)
+
+	last  map[string]Item
+	dirty map[string]bool
+}
+
+// New starts a ledger in zone accounted through 'through': nothing before it counts.
+// A zero 'through' starts at the first Advance.
+func New(zone *time.Location, through time.Time) *Ledger {
+	if zone == nil {
+		zone = time.UTC
+	}
+	return &Ledger{Zone: zone, Through: through, Days: map[string]*Day{}, dirty: map[string]bool{}}
+}
+
+// Advance accounts the time from Through to now with what a pass saw at now. An item
+// seen now counts from its Since or Through, whichever is later; an item the last pass
+// saw that is gone now counts until now (it was seen gone now: the end of a pod or a
+// node wakes a pass). Time the ledger has already accounted never counts twice, so a
+// pass repeated, or a manager restarted from a persisted Through, adds nothing twice.
+// A now at or before Through only remembers the items.
+func (l *Ledger) Advance(now time.Time, items []Item) {
+	seen := make(map[string]Item, len(items))
+	for _, it := range items {
+		seen[it.Key] = it
+	}
+	if l.Through.IsZero() {
+		l.Through, l.last = now, seen
+		return
+	}
+	if !now.After(l.Through) {
+		l.last = seen
+		return
+	}
+	// In a fixed order, so that the tenants past MaxTenants are the same on every run.
+	for _, k := range slices.Sorted(maps.Keys(seen)) {
+		it := seen[k]
+		from := l.Through
+		if it.Since.After(from) {
+			from = it.Since
+		}
+		l.add(it, from, now)
+	}
+	for _, k := range slices.Sorted(maps.Keys(l.last)) {
+		if _, still := seen[k]; !still {
+			l.add(l.last[k], l.Through, now)
+		}
+	}
+	// The day now is in exists even when nothing counted, so that a persisted ledger
+	// says how far it went (Resume goes on from there).
+	l.day(l.hourStart(now))
+	for _, d := range l.Days {
+		if d.End.After(l.Through) && d.Start.Before(now) {
+			d.Through = minTime(now, d.End)
+			l.dirty[d.Name] = true
+		}
+	}
+	l.Through, l.last = now, seen
+}
+
+// add counts the item from 'from' to 'to', hour by hour.
+func (l *Ledger) add(it Item, from, to time.Time) {
+	if it.GPUs <= 0 {
+		return
+	}
+	for cur := from; cur.Before(to); {
+		start := l.hourStart(cur)
+		next := minTime(start.Add(time.Hour), to)
+		secs := next.Sub(cur).Seconds() * it.GPUs
+		d := l.day(start)
+		tenant := it.Tenant
+		if it.Kind == Allocated {
+			tenant = d.tenant(tenant)
+			d.row(RowKey{it.Layout, it.Profile, tenant}).add(Allocated, secs)
+		}
+		profile := it.Profile
+		if it.Kind == Switching {
+			profile = ""
+		}
+		d.row(RowKey{it.Layout, profile, ""}).add(it.Kind, secs)
+		h := HourKey{start, it.Layout}
+		if d.Hours[h] == nil {
+			d.Hours[h] = &Sums{}
+		}
+		d.Hours[h].add(it.Kind, secs)
+		l.dirty[d.Name] = true
+		if l.OnAdd != nil {
+			l.OnAdd(Item{Key: it.Key, Kind: it.Kind, Layout: it.Layout, Profile: profile, Tenant: tenant, GPUs: it.GPUs}, secs)
+		}
+		cur = next
+	}
+}
+
+// hourStart is the start of the local hour t is in. Zones whose offset is not whole
+// hours (India, +05:30) still have hours that begin at :00 local time.
+func (l *Ledger) hourStart(t time.Time) time.Time {
+	lt := t.In(l.Zone)
+	s := time.Date(lt.Year(), lt.Month(), lt.Day(), lt.Hour(), 0, 0, 0, l.Zone)
+	if s.After(t) {
+		// A repeated hour at a DST end: time.Date picked the first of the two.
+		s = s.Add(-time.Hour)
+	}
+	if t.Sub(s) >= time.Hour {
+		s = s.Add(time.Hour * time.Duration(t.Sub(s)/time.Hour))
+	}
+	return s
+}
+
+// day finds or makes the day the hour starting at start is in.
+func (l *Ledger) day(start time.Time) *Day {
+	lt := start.In(l.Zone)
+	name := lt.Format(time.DateOnly)
+	if d, ok := l.Days[name]; ok {
+		return d
+	}
+	ds := time.Date(lt.Year(), lt.Month(), lt.Day(), 0, 0, 0, 0, l.Zone)
+	d := &Day{Name: name, Start: ds, End: time.Date(lt.Year(), lt.Month(), lt.Day()+1, 0, 0, 0, 0, l.Zone),
+		Through: ds, Rows: map[RowKey]*Sums{}, Hours: map[HourKey]*Sums{}, tenants: map[string]bool{}}
+	l.Days[name] = d
+	return d
+}
+
+func (d *Day) row(k RowKey) *Sums {
+	s, ok := d.Rows[k]
+	if !ok {
+		s = &Sums{}
+		d.Rows[k] = s
+	}
+	return s
+}
+
+// tenant is the row a tenant's allocation goes to: its own while the day has fewer than
+// MaxTenants, else Other.
+func (d *Day) tenant(t string) string {
+	if d.tenants[t] {
+		return t
+	}
+	if len(d.tenants) >= MaxTenants {
+		return Other
+	}
+	d.tenants[t] = true
+	return t
+}
+
+// Dirty returns, oldest first, the days changed since the last call, and forgets them.
+func (l *Ledger) Dirty() []*Day {
+	var out []*Day
+	for _, n := range slices.Sorted(maps.Keys(l.dirty)) {
+		if d, ok := l.Days[n]; ok {
+			out = append(out, d)
+		}
+	}
+	clear(l.dirty)
+	return out
+}
+
+// Forget drops the days that ended before t from memory (they are persisted).
+func (l *Ledger) Forget(t time.Time) {
+	for n, d := range l.Days {
+		if !d.End.After(t) && !l.dirty[n] {
+			delete(l.Days, n)
+		}
+	}
+}
+
+// Total sums a day's rows without a tenant.
+func (d *Day) Total() Sums {
+	var t Sums
+	for k, s := range d.Rows {
+		if k.Tenant == "" {
+			t.Offered += s.Offered
+			t.Allocated += s.Allocated
+			t.Switching += s.Switching
+		}
+	}
+	return t
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// Touch marks a day to be written again (its write failed).
+func (l *Ledger) Touch(name string) {
+	if _, ok := l.Days[name]; ok {
+		l.dirty[name] = true
+	}
+}
+
+// Expired tells whether a day (YYYY-MM-DD) is more than keep days before today.
+func Expired(day, today string, keep int32) bool {
+	d, err1 := time.Parse(time.DateOnly, day)
+	t, err2 := time.Parse(time.DateOnly, today)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return t.Sub(d) >= time.Duration(keep)*24*time.Hour
+}

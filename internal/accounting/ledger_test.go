@@ -1,0 +1,326 @@
+package accounting
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+func berlin(t *testing.T) *time.Location {
+	t.Helper()
+	z, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return z
+}
+
+func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
+
+// sumDays adds up every day's rows without a tenant, and the tenants' rows apart.
+func sumDays(l *Ledger) (total Sums, tenants map[string]float64, hours Sums) {
+	tenants = map[string]float64{}
+	for _, d := range l.Days {
+		t := d.Total()
+		total.Offered += t.Offered
+		total.Allocated += t.Allocated
+		total.Switching += t.Switching
+		for k, s := range d.Rows {
+			if k.Tenant != "" {
+				tenants[k.Tenant] += s.Allocated
+			}
+		}
+		for _, s := range d.Hours {
+			hours.Offered += s.Offered
+			hours.Allocated += s.Allocated
+			hours.Switching += s.Switching
+		}
+	}
+	return total, tenants, hours
+}
+
+// TestAdvanceDSTDays: a node offering one GPU from a day before to a day after each of
+// Berlin's DST changes is accounted 23 hours on the spring day and 25 on the autumn day,
+// every hour at most 3,600 GPU-seconds, each hour in its own day.
+func TestAdvanceDSTDays(t *testing.T) {
+	z := berlin(t)
+	for _, c := range []struct {
+		day   string
+		hours int
+	}{{"2026-03-29", 23}, {"2026-10-25", 25}, {"2026-06-15", 24}} {
+		d, _ := time.ParseInLocation(time.DateOnly, c.day, z)
+		l := New(z, d.AddDate(0, 0, -1))
+		node := Item{Key: "node/a", Kind: Offered, Layout: "day", Profile: "grid_p100-16q", GPUs: 1}
+		// Passes every 7 minutes, so that passes straddle hour and day boundaries.
+		for now := l.Through.Add(7 * time.Minute); now.Before(d.AddDate(0, 0, 2)); now = now.Add(7 * time.Minute) {
+			l.Advance(now, []Item{node})
+		}
+		day := l.Days[c.day]
+		if day == nil {
+			t.Fatalf("%s: no day", c.day)
+		}
+		if got := day.Total().Offered; !near(got, float64(c.hours*3600), 1e-6) {
+			t.Errorf("%s: offered %v GPU-seconds, want %d hours", c.day, got, c.hours)
+		}
+		n := 0
+		for k, s := range day.Hours {
+			n++
+			if s.Offered > 3600+1e-6 {
+				t.Errorf("%s: hour %s has %v GPU-seconds", c.day, k.Start.In(z), s.Offered)
+			}
+			if k.Start.Before(day.Start) || !k.Start.Before(day.End) {
+				t.Errorf("%s: hour %s outside the day", c.day, k.Start.In(z))
+			}
+		}
+		if n != c.hours {
+			t.Errorf("%s: %d hours, want %d", c.day, n, c.hours)
+		}
+	}
+}
+
+// TestAdvanceIndiaHours: a zone whose offset is not whole hours still has hours that
+// start at :00 local time.
+func TestAdvanceIndiaHours(t *testing.T) {
+	z, err := time.LoadLocation("Asia/Kolkata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 5, 1, 0, 0, 0, 0, z)
+	l := New(z, start)
+	l.Advance(start.Add(3*time.Hour+20*time.Minute), []Item{{Key: "node/a", Kind: Offered, Layout: "x", Profile: "p", GPUs: 0.5}})
+	for k := range l.Days["2026-05-01"].Hours {
+		if lt := k.Start.In(z); lt.Minute() != 0 || lt.Second() != 0 {
+			t.Errorf("hour starts at %s", lt)
+		}
+	}
+	if got := l.Days["2026-05-01"].Total().Offered; !near(got, 0.5*(3*3600+20*60), 1e-6) {
+		t.Errorf("offered %v", got)
+	}
+}
+
+// timeline is a random life of a pool: items that come and go between passes at random
+// times. The oracle counts each item from the later of its start and the first pass to
+// the first pass that does not see it (or the last pass), independently of the ledger.
+type timeline struct {
+	passes []time.Time
+	seen   [][]Item
+}
+
+func randomTimeline(r *rand.Rand, start time.Time, n int) timeline {
+	var tl timeline
+	live := map[string]Item{}
+	now := start
+	for i := range n {
+		now = now.Add(time.Duration(1+r.IntN(3*3600)) * time.Second)
+		for k := range live {
+			if r.IntN(5) == 0 {
+				delete(live, k)
+			}
+		}
+		for j := range r.IntN(4) {
+			kind := Kind(r.IntN(3))
+			it := Item{Key: fmt.Sprintf("i%d-%d", i, j), Kind: kind, Layout: []string{"day", "night"}[r.IntN(2)],
+				Profile: "grid_p100-4q", Tenant: fmt.Sprintf("t%d", r.IntN(3)), GPUs: float64(1+r.IntN(4)) / 4}
+			// Started somewhere since the last pass, or long before.
+			it.Since = now.Add(-time.Duration(r.IntN(4*3600)) * time.Second)
+			live[it.Key] = it
+		}
+		var items []Item
+		for _, it := range live {
+			items = append(items, it)
+		}
+		tl.passes = append(tl.passes, now)
+		tl.seen = append(tl.seen, items)
+	}
+	return tl
+}
+
+func (tl timeline) oracle() (Sums, map[string]float64) {
+	var s Sums
+	tenants := map[string]float64{}
+	first := tl.passes[0]
+	for i, items := range tl.seen {
+		for _, it := range items {
+			if i > 0 && contains(tl.seen[i-1], it.Key) {
+				continue // counted where it first appeared
+			}
+			end := tl.passes[len(tl.passes)-1]
+			for j := i + 1; j < len(tl.passes); j++ {
+				if !contains(tl.seen[j], it.Key) {
+					end = tl.passes[j]
+					break
+				}
+			}
+			// The first pass only starts the ledger; later ones count from the pass
+			// before, or from the item's start when it is later.
+			from := first
+			if i > 0 {
+				from = laterOf(tl.passes[i-1], it.Since)
+			}
+			if !end.After(from) {
+				continue
+			}
+			v := end.Sub(from).Seconds() * it.GPUs
+			s.add(it.Kind, v)
+			if it.Kind == Allocated {
+				tenants[it.Tenant] += v
+			}
+		}
+	}
+	return s, tenants
+}
+
+func contains(items []Item, key string) bool {
+	for _, it := range items {
+		if it.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// TestAdvanceAgreesWithOracle: over random lives of a pool, the ledger's days, hours
+// and tenants add up to what the oracle counts, and a manager restarted at any pass
+// from the persisted day (ToUsage, Resume) goes on to the same sums, within the rounding
+// to whole seconds of what it persisted.
+func TestAdvanceAgreesWithOracle(t *testing.T) {
+	z := berlin(t)
+	for seed := range uint64(60) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		tl := randomTimeline(r, time.Date(2026, 10, 23, 22, 0, 0, 0, z), 40)
+		want, wantTenants := tl.oracle()
+
+		l := New(z, time.Time{})
+		for i, now := range tl.passes {
+			l.Advance(now, tl.seen[i])
+		}
+		got, tenants, hours := sumDays(l)
+		for _, c := range []struct {
+			what      string
+			got, want float64
+		}{
+			{"offered", got.Offered, want.Offered}, {"allocated", got.Allocated, want.Allocated},
+			{"switching", got.Switching, want.Switching}, {"hours' offered", hours.Offered, want.Offered},
+			{"hours' allocated", hours.Allocated, want.Allocated}, {"hours' switching", hours.Switching, want.Switching},
+		} {
+			if !near(c.got, c.want, 1e-6*max64(1, c.want)) {
+				t.Fatalf("seed %d: %s %v, oracle %v", seed, c.what, c.got, c.want)
+			}
+		}
+		for ten, w := range wantTenants {
+			if !near(tenants[ten], w, 1e-6*max64(1, w)) {
+				t.Fatalf("seed %d: tenant %s %v, oracle %v", seed, ten, tenants[ten], w)
+			}
+		}
+
+		// A restart at pass k: everything persisted (each day touched), then resumed.
+		k := 2 + r.IntN(len(tl.passes)-3)
+		l1 := New(z, time.Time{})
+		for i := range k {
+			l1.Advance(tl.passes[i], tl.seen[i])
+		}
+		var persisted []gpupoolv1.GPUPoolUsage
+		for _, d := range l1.Days {
+			persisted = append(persisted, *ToUsage("p", z, d))
+		}
+		l2, err := Resume(z, persisted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The items of the pass the restart lost are not known: the resumed ledger sees
+		// pass k with nothing before it, as a restarted manager does.
+		for i := k; i < len(tl.passes); i++ {
+			l2.Advance(tl.passes[i], tl.seen[i])
+		}
+		merged := map[string]*Day{}
+		for n, d := range l1.Days {
+			merged[n] = d
+		}
+		for n, d := range l2.Days {
+			merged[n] = d // the resumed ledger carries the latest day on
+		}
+		var rs Sums
+		for _, d := range merged {
+			s := d.Total()
+			rs.Offered += s.Offered
+			rs.Allocated += s.Allocated
+			rs.Switching += s.Switching
+		}
+		// What a restart may lose: an item the lost pass k-1 saw that pass k no longer
+		// sees (it ended while the manager was down). The oracle without it is the floor.
+		lostMax := 0.0
+		for _, it := range tl.seen[k-1] {
+			if !contains(tl.seen[k], it.Key) {
+				lostMax += tl.passes[k].Sub(tl.passes[k-1]).Seconds() * it.GPUs
+			}
+		}
+		tol := float64(4*len(persisted)*24) + lostMax // whole-second rounding of rows and hours
+		total := want.Offered + want.Allocated + want.Switching
+		if g := rs.Offered + rs.Allocated + rs.Switching; g > total+float64(4*len(persisted)*24) || g < total-tol {
+			t.Fatalf("seed %d: restarted at pass %d: %v GPU-seconds, oracle %v (may lose %v)", seed, k, g, total, lostMax)
+		}
+	}
+}
+
+func max64(a, b float64) float64 { return math.Max(a, b) }
+
+// TestAdvanceTwiceCountsOnce: the same pass seen twice, a pass in the past, and items
+// that started after Through count each second once.
+func TestAdvanceTwiceCountsOnce(t *testing.T) {
+	t0 := time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC)
+	l := New(time.UTC, t0)
+	pod := Item{Key: "pod/u", Kind: Allocated, Layout: "day", Profile: "p", Tenant: "a", GPUs: 0.25, Since: t0.Add(30 * time.Minute)}
+	l.Advance(t0.Add(time.Hour), []Item{pod})
+	l.Advance(t0.Add(time.Hour), []Item{pod})
+	l.Advance(t0.Add(50*time.Minute), []Item{pod})
+	l.Advance(t0.Add(2*time.Hour), nil)
+	if got := l.Days["2026-01-05"].Total().Allocated; !near(got, 0.25*5400, 1e-9) {
+		t.Errorf("allocated %v, want %v", got, 0.25*5400)
+	}
+}
+
+// TestTenantsBounded: past MaxTenants a day's tenants go to Other, and nothing is lost.
+func TestTenantsBounded(t *testing.T) {
+	t0 := time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC)
+	l := New(time.UTC, t0)
+	var items []Item
+	for i := range MaxTenants + 50 {
+		items = append(items, Item{Key: fmt.Sprintf("pod/%d", i), Kind: Allocated, Layout: "day", Profile: "p", Tenant: fmt.Sprintf("ns-%03d", i), GPUs: 1})
+	}
+	l.Advance(t0.Add(time.Minute), items)
+	l.Advance(t0.Add(2*time.Minute), items)
+	d := l.Days["2026-01-05"]
+	tenants := 0
+	var sum float64
+	for k, s := range d.Rows {
+		if k.Tenant != "" {
+			tenants++
+			sum += s.Allocated
+		}
+	}
+	if tenants != MaxTenants+1 {
+		t.Errorf("%d tenant rows, want %d and %s", tenants, MaxTenants, Other)
+	}
+	if want := float64((MaxTenants + 50) * 120); !near(sum, want, 1e-6) || !near(d.Total().Allocated, want, 1e-6) {
+		t.Errorf("tenants sum %v, total %v, want %v", sum, d.Total().Allocated, want)
+	}
+	u := ToUsage("p", time.UTC, d)
+	back, _, err := FromUsage(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.tenants) != MaxTenants {
+		t.Errorf("a resumed day knows %d tenants, want %d", len(back.tenants), MaxTenants)
+	}
+}

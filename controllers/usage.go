@@ -32,6 +32,8 @@ type usageState struct {
 	persisted time.Time
 	// pruned is the day retention last ran for.
 	pruned string
+	// versions are the resourceVersions of the days this manager wrote last, by name.
+	versions map[string]string
 }
 
 // account adds what this pass saw to the pool's ledger and writes the days it changed
@@ -80,7 +82,7 @@ func (r *GPUPoolProfileReconciler) resumeUsage(ctx context.Context, s *scope, zo
 	}
 	pool := s.pool.Name
 	l.OnAdd = func(it accounting.Item, secs float64) { countUsage(pool, it, secs) }
-	return &usageState{ledger: l, persisted: s.now}, true
+	return &usageState{ledger: l, persisted: s.now, versions: map[string]string{}}, true
 }
 
 // poolUsages lists the pool's GPUPoolUsage from the API server (they are not cached:
@@ -112,7 +114,7 @@ func (r *GPUPoolProfileReconciler) persistUsage(ctx context.Context, s *scope, s
 		u := accounting.ToUsage(s.pool.Name, l.Zone, d)
 		u.OwnerReferences = []metav1.OwnerReference{{APIVersion: gpupoolv1.GroupVersion.String(), Kind: "GPUPoolProfile",
 			Name: s.pool.Name, UID: s.pool.UID, Controller: ptr.To(true)}}
-		if err := r.writeUsage(ctx, u); err != nil {
+		if err := r.writeUsage(ctx, st, u); err != nil {
 			log.FromContext(ctx).Info("Writing GPUPoolUsage failed; the next pass tries again", "usage", u.Name, "error", err.Error())
 			l.Touch(d.Name)
 			continue
@@ -127,15 +129,40 @@ func (r *GPUPoolProfileReconciler) persistUsage(ctx context.Context, s *scope, s
 	}
 }
 
-// writeUsage creates the day's object or replaces it: the manager is its only writer,
-// and the update is unconditional (a custom resource allows it), so a new leader needs
-// no resourceVersion.
-func (r *GPUPoolProfileReconciler) writeUsage(ctx context.Context, u *gpupoolv1.GPUPoolUsage) error {
-	err := r.Client.Create(ctx, u.DeepCopy())
-	if !apierrors.IsAlreadyExists(err) {
+// writeUsage creates the day's object or replaces it, with the resourceVersion of its
+// last write: the manager is its only writer. A version it does not know (another
+// leader wrote last, or the object is new to this manager) is read once.
+func (r *GPUPoolProfileReconciler) writeUsage(ctx context.Context, st *usageState, u *gpupoolv1.GPUPoolUsage) error {
+	if rv := st.versions[u.Name]; rv != "" {
+		u.ResourceVersion = rv
+		err := r.Client.Update(ctx, u)
+		if err == nil {
+			st.versions[u.Name] = u.ResourceVersion
+			return nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return err
+		}
+		u.ResourceVersion = ""
+	}
+	err := r.Client.Create(ctx, u)
+	if apierrors.IsAlreadyExists(err) {
+		var cur gpupoolv1.GPUPoolUsage
+		reader := r.APIReader
+		if reader == nil {
+			reader = r.Client
+		}
+		if err = reader.Get(ctx, client.ObjectKeyFromObject(u), &cur); err != nil {
+			return err
+		}
+		u.ResourceVersion = cur.ResourceVersion
+		err = r.Client.Update(ctx, u)
+	}
+	if err != nil {
 		return err
 	}
-	return r.Client.Update(ctx, u)
+	st.versions[u.Name] = u.ResourceVersion
+	return nil
 }
 
 // pruneUsage deletes the pool's days older than retentionDays before today.

@@ -116,7 +116,8 @@ func New(zone *time.Location, through time.Time) *Ledger {
 }
 
 // Advance accounts the time from Through to now with what a pass saw at now. An item
-// seen now counts from its Since or Through, whichever is later; an item the last pass
+// the last pass saw too counts from Through; one new since counts from its Since (at
+// most now) or Through, whichever is later; an item the last pass
 // saw that is gone now counts until now (it was seen gone now: the end of a pod or a
 // node wakes a pass). Time the ledger has already accounted never counts twice, so a
 // pass repeated, or a manager restarted from a persisted Through, adds nothing twice.
@@ -138,8 +139,10 @@ func (l *Ledger) Advance(now time.Time, items []Item) {
 	for _, k := range slices.Sorted(maps.Keys(seen)) {
 		it := seen[k]
 		from := l.Through
-		if it.Since.After(from) {
-			from = it.Since
+		if _, known := l.last[k]; !known && it.Since.After(from) {
+			// New since the last pass: from its start, which another machine stamped (a
+			// kubelet's clock may be ahead of the manager's): never after now.
+			from = minTime(it.Since, now)
 		}
 		l.add(it, from, now)
 	}

@@ -125,8 +125,12 @@ func randomTimeline(r *rand.Rand, start time.Time, n int) timeline {
 			kind := Kind(r.IntN(3))
 			it := Item{Key: fmt.Sprintf("i%d-%d", i, j), Kind: kind, Layout: []string{"day", "night"}[r.IntN(2)],
 				Profile: "grid_p100-4q", Tenant: fmt.Sprintf("t%d", r.IntN(3)), GPUs: float64(1+r.IntN(4)) / 4}
-			// Started somewhere since the last pass, or long before.
+			// Started somewhere since the last pass, or long before; or stamped by a
+			// clock ahead of the manager's.
 			it.Since = now.Add(-time.Duration(r.IntN(4*3600)) * time.Second)
+			if r.IntN(6) == 0 {
+				it.Since = now.Add(time.Duration(1+r.IntN(600)) * time.Second)
+			}
 			live[it.Key] = it
 		}
 		var items []Item
@@ -160,6 +164,9 @@ func (tl timeline) oracle() (Sums, map[string]float64) {
 			from := first
 			if i > 0 {
 				from = laterOf(tl.passes[i-1], it.Since)
+				if it.Since.After(tl.passes[i]) {
+					from = tl.passes[i] // a start in the manager's future counts from when it was seen
+				}
 			}
 			if !end.After(from) {
 				continue
@@ -263,6 +270,13 @@ func TestAdvanceAgreesWithOracle(t *testing.T) {
 		for _, it := range tl.seen[k-1] {
 			if !contains(tl.seen[k], it.Key) {
 				lostMax += tl.passes[k].Sub(tl.passes[k-1]).Seconds() * it.GPUs
+			}
+		}
+		// And an item whose start a clock ahead stamped after the persisted Through: the
+		// resumed ledger, which never saw it, counts it from that start.
+		for _, it := range tl.seen[k] {
+			if contains(tl.seen[k-1], it.Key) && it.Since.After(tl.passes[k-1]) {
+				lostMax += (it.Since.Sub(tl.passes[k-1]).Seconds()) * it.GPUs
 			}
 		}
 		tol := float64(4*len(persisted)*24) + lostMax // whole-second rounding of rows and hours

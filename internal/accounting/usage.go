@@ -69,21 +69,20 @@ func FromUsage(u *gpupoolv1.GPUPoolUsage) (*Day, *time.Location, error) {
 
 // Resume is a ledger that goes on from the latest of a pool's persisted days: through
 // its Through, with that day's sums to add to. Without days (a new pool) it starts at
-// the first Advance. A zone other than the latest day's starts a new day in the new zone
-// from that Through (the persisted day keeps its own).
+// the first Advance.
 func Resume(zone *time.Location, days []gpupoolv1.GPUPoolUsage) (*Ledger, error) {
 	if len(days) == 0 {
 		return New(zone, time.Time{}), nil
 	}
 	latest := slices.MaxFunc(days, func(a, b gpupoolv1.GPUPoolUsage) int { return a.Through.Compare(b.Through.Time) })
-	d, dz, err := FromUsage(&latest)
+	d, _, err := FromUsage(&latest)
 	if err != nil {
 		return nil, err
 	}
+	// The latest day goes on in its own bounds even when the pool's zone changed since:
+	// a new day of the same name would write over its sums.
 	l := New(zone, d.Through)
-	if dz.String() == zone.String() {
-		l.Days[d.Name] = d
-	}
+	l.Days[d.Name] = d
 	return l, nil
 }
 

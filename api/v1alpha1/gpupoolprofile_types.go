@@ -150,8 +150,7 @@ type AccountingSpec struct {
 
 	// RetentionDays is how many days of GPUPoolUsage are kept; older ones are deleted.
 	// +kubebuilder:default=35
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=400
+	// +kubebuilder:validation:XValidation:rule=`self >= 1 && self <= 400`,message=`accounting.retentionDays must be from 1 to 400 days (leave it out for 35)`
 	// +optional
 	RetentionDays int32 `json:"retentionDays,omitempty"`
 }

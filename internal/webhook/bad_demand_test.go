@@ -76,3 +76,18 @@ func demandCases() []badCase {
 			path: "spec.demand.maxEvictions", fix: "0"},
 	}
 }
+
+func accountingCases() []badCase {
+	tenant := func(v string) func(*gpupoolv1.GPUPoolProfile) {
+		return func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Accounting = &gpupoolv1.AccountingSpec{TenantLabel: v} }
+	}
+	return []badCase{
+		{name: "accounting tenant label with a space", mutate: tenant("example.com/my team"), path: "spec.accounting.tenantLabel", value: `"example.com/my team"`, fix: "such as example.com/team"},
+		{name: "accounting tenant label with two slashes", mutate: tenant("a/b/c"), path: "spec.accounting.tenantLabel", value: `"a/b/c"`, fix: "leave it out for the namespace"},
+		{name: "accounting tenant label with an upper-case prefix", mutate: tenant("Example.com/team"), path: "spec.accounting.tenantLabel", value: `"Example.com/team"`, fix: "label key"},
+		{name: "accounting tenant label only a prefix", mutate: tenant("example.com/"), path: "spec.accounting.tenantLabel", value: `"example.com/"`, fix: "label key"},
+		{name: "accounting retention of no days", raw: setField(int64(0), "spec", "accounting", "retentionDays"), path: "spec.accounting.retentionDays", fix: "from 1 to 400 days"},
+		{name: "accounting retention past 400 days", raw: setField(int64(401), "spec", "accounting", "retentionDays"), path: "spec.accounting.retentionDays", value: "401", fix: "leave it out for 35"},
+		{name: "accounting retention negative", raw: setField(int64(-3), "spec", "accounting", "retentionDays"), path: "spec.accounting.retentionDays", fix: "from 1 to 400"},
+	}
+}

@@ -42,6 +42,7 @@ func TestBadSpecsAreRejected(t *testing.T) {
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), owner) })
 
 	cases := append(append(append(append(append(append(append(vcenterCases(), labelCases()...), scheduleCases()...), workerCases()...), demandCases()...), kueueCases()...), convertCases()...), selectCases()...)
+	cases = append(cases, accountingCases()...)
 	if len(cases) < 60 {
 		t.Fatalf("%d bad specs, want at least 60", len(cases))
 	}

@@ -185,3 +185,16 @@ func extendedResourceProblem(name string) string {
 	}
 	return ""
 }
+
+// validateAccounting checks spec.accounting: the tenant label must be a label key, or no
+// namespace could carry it and every pod would be its namespace's tenant, silently.
+func validateAccounting(p *field.Path, a *gpupoolv1.AccountingSpec) field.ErrorList {
+	if a == nil || a.TenantLabel == "" {
+		return nil
+	}
+	if msgs := validation.IsQualifiedName(a.TenantLabel); len(msgs) > 0 {
+		return field.ErrorList{field.Invalid(p.Child("tenantLabel"), shown(a.TenantLabel), "is not a valid label key: "+strings.Join(msgs, "; ")+
+			"; write the key of the namespace label that names the tenant, such as example.com/team, or leave it out for the namespace as the tenant")}
+	}
+	return nil
+}

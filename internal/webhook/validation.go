@@ -66,6 +66,7 @@ func ValidateSpec(spec *gpupoolv1.GPUPoolProfileSpec) field.ErrorList {
 		errs = append(errs, validateKueue(specPath.Child("kueue"), k, known)...)
 	}
 	errs = append(errs, validateReadiness(specPath.Child("readiness"), spec)...)
+	errs = append(errs, validateAccounting(specPath.Child("accounting"), spec.Accounting)...)
 	if d := spec.Drain.Timeout; d != nil && d.Duration <= 0 {
 		errs = append(errs, field.Invalid(specPath.Child("drain", "timeout"), d.Duration.String(), "must be a positive duration such as 10m"))
 	}

@@ -228,6 +228,6 @@ func WriteTable(w io.Writer, r Report) error {
 			b.WriteString("- " + s + "\n")
 		}
 	}
-	_, err := io.WriteString(w, b.String())
+	_, err = io.WriteString(w, b.String())
 	return err
 }

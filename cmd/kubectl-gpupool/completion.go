@@ -248,6 +248,9 @@ func (a *app) registerCompletions(root *cobra.Command) {
 		if cmd.Flags().Lookup("layout") != nil {
 			mustRegister(cmd.RegisterFlagCompletionFunc("layout", a.completeLayoutFlag))
 		}
+		if cmd.Flags().Lookup("svg") != nil {
+			mustRegister(cmd.MarkFlagFilename("svg", "svg"))
+		}
 		if cmd.Flags().Lookup("filename") != nil {
 			mustRegister(cmd.MarkFlagFilename("filename", "yaml", "yml", "json"))
 		}

@@ -59,8 +59,9 @@ func (a *app) command() *cobra.Command {
 		Short: "See and steer gpupool vGPU pools",
 		Long: `See and steer gpupool vGPU pools with Kubernetes credentials only.
 
-Reading (status, plan, history, timeline) needs get on gpupoolprofiles (ClusterRole
-gpupool-viewer); switch, resume, pause and unpause need patch (gpupool-editor).`,
+Reading (status, plan, history, timeline, report) needs get on gpupoolprofiles and, for
+report, list on gpupoolusages (ClusterRole gpupool-viewer); switch, resume, pause and
+unpause need patch (gpupool-editor).`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl gpupool"},
 		Version:       version.Get(),
 		SilenceUsage:  true,
@@ -73,7 +74,7 @@ gpupool-viewer); switch, resume, pause and unpause need patch (gpupool-editor).`
 	a.config.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().StringVar(&a.tz, "tz", "", "IANA time zone to show every time in, such as Europe/Berlin (default: the pool's schedule.timeZone; the local zone for pools of several zones)")
 	root.AddCommand(a.statusCommand(), a.planCommand(), a.switchCommand(), a.resumeCommand(),
-		a.pauseCommand(true), a.pauseCommand(false), a.resetBudgetCommand(), a.historyCommand(), a.timelineCommand(), a.versionCommand())
+		a.pauseCommand(true), a.pauseCommand(false), a.resetBudgetCommand(), a.historyCommand(), a.timelineCommand(), a.reportCommand(), a.versionCommand())
 	a.registerCompletions(root)
 	return root
 }

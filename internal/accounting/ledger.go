@@ -115,13 +115,13 @@ func New(zone *time.Location, through time.Time) *Ledger {
 	return &Ledger{Zone: zone, Through: through, Days: map[string]*Day{}, dirty: map[string]bool{}}
 }
 
-// Advance accounts the time from Through to now with what a pass saw at now. An item
-// the last pass saw too counts from Through; one new since counts from its Since (at
-// most now) or Through, whichever is later; an item the last pass
-// saw that is gone now counts until now (it was seen gone now: the end of a pod or a
-// node wakes a pass). Time the ledger has already accounted never counts twice, so a
-// pass repeated, or a manager restarted from a persisted Through, adds nothing twice.
-// A now at or before Through only remembers the items.
+// Advance accounts the time from Through to now with what a pass saw at now, holding
+// what the last pass saw until now: an item the last pass saw counts from Through (and,
+// gone now, until now: the end of a pod or a node wakes a pass); one new since counts
+// from its Since, or from now when that is not known. Time the ledger has already
+// accounted never counts twice, so a pass repeated, or a manager restarted from a
+// persisted Through, adds nothing twice. A now at or before Through only remembers the
+// items.
 func (l *Ledger) Advance(now time.Time, items []Item) {
 	seen := make(map[string]Item, len(items))
 	for _, it := range items {
@@ -135,13 +135,21 @@ func (l *Ledger) Advance(now time.Time, items []Item) {
 		l.last = seen
 		return
 	}
+	// The last pass's items hold until now (they are seen gone now at the earliest); an
+	// item new since counts from its start when known, which another machine may have
+	// stamped (a kubelet's clock ahead of the manager's): never before Through nor after
+	// now; from now when not known. A ledger that has not seen a pass yet (new or
+	// resumed after a restart) takes every item as held since Through or its start.
+	fresh := l.last == nil
 	// In a fixed order, so that the tenants past MaxTenants are the same on every run.
 	for _, k := range slices.Sorted(maps.Keys(seen)) {
 		it := seen[k]
 		from := l.Through
-		if _, known := l.last[k]; !known && it.Since.After(from) {
-			// New since the last pass: from its start, which another machine stamped (a
-			// kubelet's clock may be ahead of the manager's): never after now.
+		_, known := l.last[k]
+		switch {
+		case !known && !fresh && it.Since.IsZero():
+			from = now
+		case !known && it.Since.After(from):
 			from = minTime(it.Since, now)
 		}
 		l.add(it, from, now)

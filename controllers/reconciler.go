@@ -41,6 +41,9 @@ type GPUPoolProfileReconciler struct {
 	// RequestRetention is how long a GPUPoolRequest stays after it reached a final
 	// phase; 0: DefaultRequestRetention.
 	RequestRetention time.Duration
+	// UsageInterval is how often a pool's GPUPoolUsage is written at most; 0:
+	// DefaultUsageInterval.
+	UsageInterval time.Duration
 
 	// nodePods watches the pods of the pools' nodes (the manager's cache holds only
 	// unbound pods); nil (the tests that call Reconcile directly) lists them through

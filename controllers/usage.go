@@ -17,10 +17,10 @@ import (
 
 // +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolusages,verbs=get;list;create;update;delete
 
-// usagePersistEvery is how often a pool's GPUPoolUsage is written at most (and when a
-// day ends): what a crash can lose of the pods that end while the manager is down, and
-// one write per pool per five minutes at rest.
-const usagePersistEvery = 5 * time.Minute
+// DefaultUsageInterval is how often a pool's GPUPoolUsage is written at most (and when
+// a day ends; --accounting-write-interval): what a crash can lose of the pods that end
+// while the manager is down, and one write per pool per five minutes at rest.
+const DefaultUsageInterval = 5 * time.Minute
 
 // defaultRetentionDays is spec.accounting.retentionDays' default.
 const defaultRetentionDays = 35
@@ -37,7 +37,7 @@ type usageState struct {
 }
 
 // account adds what this pass saw to the pool's ledger and writes the days it changed
-// every usagePersistEvery, and when a day has ended. It decides nothing: a failure is
+// every UsageInterval, and when a day has ended. It decides nothing: a failure is
 // logged and the next pass tries again.
 func (r *GPUPoolProfileReconciler) account(ctx context.Context, s *scope) {
 	st := r.usage.last(s.pool)
@@ -58,7 +58,11 @@ func (r *GPUPoolProfileReconciler) account(ctx context.Context, s *scope) {
 	}
 	st.ledger.Advance(s.now, items)
 	dayEnded := len(st.ledger.Days) > 1
-	if s.now.Sub(st.persisted) < usagePersistEvery && !dayEnded {
+	every := r.UsageInterval
+	if every <= 0 {
+		every = DefaultUsageInterval
+	}
+	if s.now.Sub(st.persisted) < every && !dayEnded {
 		return
 	}
 	r.persistUsage(ctx, s, st)

@@ -86,7 +86,7 @@ func TestAccountingByHand(t *testing.T) {
 	blue := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.prefix + "blue", Labels: map[string]string{"lab.example/team": "blue"}}}
 	h.must(k8s.Create(h.ctx, blue))
 	// The apps namespace has no team label: it is its own tenant.
-	// The ledger started on an earlier pass; this one, more than usagePersistEvery
+	// The ledger started on an earlier pass; this one, more than DefaultUsageInterval
 	// later, writes the day up to t0.
 	t0 := h.clock.Now().Add(10 * time.Minute)
 	h.clock.SetTime(t0)

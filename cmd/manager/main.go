@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"flag"
+	"fmt"
 	"os"
 	"time"
 
@@ -47,6 +48,7 @@ type options struct {
 	pprofAddr                       string
 	kubeBurst                       int
 	requestRetention                time.Duration
+	usageInterval                   time.Duration
 	certOpts                        *webhookCertOptions
 	zap                             zap.Options
 }
@@ -65,6 +67,9 @@ func main() {
 		fail(err, "Invalid memory limit")
 	} else if soft > 0 {
 		log.Info("Soft memory limit set", "bytes", soft)
+	}
+	if o.usageInterval < 10*time.Second {
+		fail(nil, fmt.Sprintf("--accounting-write-interval %s is too short: at least 10s (default %s)", o.usageInterval, controllers.DefaultUsageInterval))
 	}
 	mgr, err := newManager(o)
 	if err != nil {
@@ -85,7 +90,7 @@ func main() {
 		}
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := setupControllers(ctx, mgr, creds, o.requestRetention); err != nil {
+	if err := setupControllers(ctx, mgr, creds, o.requestRetention, o.usageInterval); err != nil {
 		fail(err, "Unable to set up controllers")
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -122,6 +127,7 @@ func parseFlags() *options {
 	flag.Float64Var(&o.kubeQPS, "kube-api-qps", 200, "Requests a second to the Kubernetes API the operator allows itself (client-side).")
 	flag.IntVar(&o.kubeBurst, "kube-api-burst", 300, "Burst of requests to the Kubernetes API above --kube-api-qps.")
 	flag.DurationVar(&o.requestRetention, "request-retention", controllers.DefaultRequestRetention, "How long a GPUPoolRequest is kept after it completed, expired or was superseded; then the manager deletes it.")
+	flag.DurationVar(&o.usageInterval, "accounting-write-interval", controllers.DefaultUsageInterval, "How often at most a pool's GPUPoolUsage (its GPU-hour accounting of the day) is written: what a crash can lose of the pods that end while the manager is down. At least 10s.")
 	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address Go's pprof profiles are served on (such as 127.0.0.1:8082); empty: off. Serve it on loopback only: profiles are unauthenticated.")
 	o.certOpts = bindWebhookCertFlags(flag.CommandLine)
 	o.zap.BindFlags(flag.CommandLine)
@@ -155,7 +161,7 @@ func newManager(o *options) (ctrl.Manager, error) {
 }
 
 // setupControllers registers the reconcilers with the manager.
-func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.Policy, retention time.Duration) error {
+func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.Policy, retention, usageInterval time.Duration) error {
 	if err := registerPoolMetrics(mgr); err != nil {
 		return err
 	}
@@ -176,6 +182,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.
 		Credentials:             creds,
 		MaxConcurrentReconciles: *maxConcurrentReconciles,
 		RequestRetention:        retention,
+		UsageInterval:           usageInterval,
 	}
 	return r.SetupWithManager(ctx, mgr)
 }

@@ -120,6 +120,7 @@ func checkDemandCycle(ctx context.Context, t *testing.T, env *localenv.Env, res 
 	// 4. Day back, the default layout outside the (distant) night window, once night was
 	// idle and past its dwell.
 	checkDayBackByDefault(ctx, t, env, res)
+	checkDemandReport(t, res, &p)
 	for _, name := range []string{"gpu-day-1", "gpu-day-2", "gpu-day-3", "gpu-day-4", "gpu-night-1"} {
 		var n corev1.Node
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
@@ -168,5 +169,49 @@ func checkDayBackByDefault(ctx context.Context, t *testing.T, env *localenv.Env,
 	}
 	if pool.Status.ActiveLayout != "day" || pool.Status.DesiredReason != gpupoolv1.DesiredByDefault {
 		t.Errorf("after the demo: active %s, desired %s by %s, want day by Default", pool.Status.ActiveLayout, pool.Status.DesiredLayout, pool.Status.DesiredReason)
+	}
+}
+
+// checkDemandReport (issue 39, accounting on a real cluster): the manager's accounting of
+// the demo's days has the training pod's tenant (its namespace) allocated about as long
+// as the pod ran on the night node's one GPU (within the pass that saw it end), both
+// layouts offered, and the two switches' offline capacity at most the one physical
+// GPU for the transitions' lengths in history.
+func checkDemandReport(t *testing.T, res *localenv.DemandResult, training *corev1.Pod) {
+	t.Helper()
+	r := res.Report
+	if r == nil {
+		t.Fatal("the demo printed no accounting report")
+	}
+	var ran time.Duration
+	for _, cs := range training.Status.ContainerStatuses {
+		if term := cs.State.Terminated; term != nil && training.Status.StartTime != nil {
+			ran = max(ran, term.FinishedAt.Sub(training.Status.StartTime.Time))
+		}
+	}
+	allocated := 0.0
+	for _, tf := range r.Tenants {
+		if tf.Tenant == localenv.DemoNamespace {
+			allocated = tf.Allocated * 3600
+		}
+	}
+	if ran <= 0 || allocated < 0.5*ran.Seconds() || allocated > ran.Seconds()+15 {
+		t.Errorf("tenant %s allocated %.0f GPU-seconds; its training pod ran %s on one GPU (tenants %+v)", localenv.DemoNamespace, allocated, ran, r.Tenants)
+	}
+	offered := map[string]float64{}
+	for _, l := range r.Layouts {
+		offered[l.Layout] += l.Offered
+	}
+	if offered["day"] <= 0 || offered["night"] <= 0 {
+		t.Errorf("offered by layout %v, want day and night", offered)
+	}
+	span := 0.0
+	for _, h := range []*gpupoolv1.TransitionRecord{res.HistoryToNight, res.HistoryToDay} {
+		if h != nil {
+			span += h.EndTime.Sub(h.StartTime.Time).Seconds()
+		}
+	}
+	if sw := r.Totals.Switching * 3600; sw <= 0 || sw > span+30 {
+		t.Errorf("switching %.0f GPU-seconds, want more than 0 and at most the two transitions' %.0f s on the one GPU (plus a pass)", sw, span)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/accounting"
 	"github.com/gpupool/gpupool/test/cluster"
 )
 
@@ -74,6 +75,8 @@ type DemandResult struct {
 	DayBackMessage string
 	// MinReadyInference is the fewest Ready inference pods seen once they were all up.
 	MinReadyInference int
+	// Report is the pool's accounting of the demo's days once day was back.
+	Report *accounting.Report
 	// Threshold is when demand crossed its threshold and had held for `for`:
 	// status.demand.layouts[night].pendingSince + for (the operator's clock; the API
 	// keeps pendingSince to the second, and the operator decides on that value).
@@ -219,7 +222,13 @@ func runDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Dura
 	r.log.say("cycle complete: layouts %s; night brought in by %s (%s); training ran on %s (succeeded: %v); day back by %s; fewest Ready inference pods: %d of %d",
 		strings.Join(res.Layouts, " -> "), res.DesiredNight, causeOf(res.TransitionToNight), res.TrainingNode, res.TrainingSucceeded,
 		res.DesiredDayBack, res.MinReadyInference, inferenceSize)
-	return res, nil
+	through := time.Now()
+	if h := res.HistoryToDay; h != nil {
+		through = h.EndTime.Time
+	}
+	report, err := e.reportUsage(ctx, out, through)
+	res.Report = report
+	return res, err
 }
 
 // demandRun is the demand demo's state while it runs.

@@ -701,7 +701,8 @@ func (e *Env) startOperator(ctx context.Context) error {
 		// The soft memory limit the install manifest's and the chart's default limit
 		// gives (config/manager/manager.yaml), so that the benchmark's RSS is the
 		// deployed manager's.
-		"--memory-limit", "256Mi"}}
+		"--memory-limit", "256Mi",
+		"--accounting-write-interval", usageInterval.String()}}
 	if err := e.spawnManager(e.Kubeconfig, certDir, e.manager.args...); err != nil {
 		return err
 	}

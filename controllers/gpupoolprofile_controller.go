@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -185,5 +186,10 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		return fmt.Errorf("setting up the Kueue controller: %w", err)
 	}
 	r.kueueWatch = kueue.watch
+	// The accounting of pools at rest, which no pass advances (usage.go); a runnable
+	// that needs the lead, as the passes do.
+	if err := mgr.Add(manager.RunnableFunc(r.usageFlusher)); err != nil {
+		return fmt.Errorf("adding the accounting's flusher: %w", err)
+	}
 	return nil
 }

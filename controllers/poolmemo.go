@@ -47,3 +47,14 @@ func (m *poolMemo[T]) forget(name string) {
 	defer m.mu.Unlock()
 	delete(m.byPool, name)
 }
+
+// all is every value remembered, in no order.
+func (m *poolMemo[T]) all() []T {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]T, 0, len(m.byPool))
+	for _, e := range m.byPool {
+		out = append(out, e.v)
+	}
+	return out
+}

@@ -2,11 +2,13 @@ package controllers
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -25,9 +27,16 @@ const DefaultUsageInterval = 5 * time.Minute
 // defaultRetentionDays is spec.accounting.retentionDays' default.
 const defaultRetentionDays = 35
 
-// usageState is one pool's accounting between passes.
+// usageState is one pool's accounting between passes. The pass and the flusher
+// (flushUsage) share it.
 type usageState struct {
+	mu     sync.Mutex
 	ledger *accounting.Ledger
+	// pool, uid and keep are the pool's, as its last pass saw them: the owner of its
+	// GPUPoolUsage and how many days are kept.
+	pool string
+	uid  types.UID
+	keep int32
 	// persisted is when the ledger was last written (on the manager's clock).
 	persisted time.Time
 	// pruned is the day retention last ran for.
@@ -49,23 +58,68 @@ func (r *GPUPoolProfileReconciler) account(ctx context.Context, s *scope) {
 		}
 		r.usage.remember(s.pool, st)
 	}
-	st.ledger.Zone = zone
 	items, complete := r.usageItems(ctx, s)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.ledger.Zone = zone
+	st.keep = defaultRetentionDays
+	if a := s.pool.Spec.Accounting; a != nil && a.RetentionDays > 0 {
+		st.keep = a.RetentionDays
+	}
 	if !complete {
 		// A node's pods are not known yet (its watch has not synced): this pass's time
 		// is accounted by the next one, from Through.
 		return
 	}
 	st.ledger.Advance(s.now, items)
-	dayEnded := len(st.ledger.Days) > 1
+	r.persistIfDue(ctx, st, s.now)
+}
+
+// persistIfDue writes the pool's changed days when UsageInterval has passed since the
+// last write or a day has ended. st.mu is held.
+func (r *GPUPoolProfileReconciler) persistIfDue(ctx context.Context, st *usageState, now time.Time) {
 	every := r.UsageInterval
 	if every <= 0 {
 		every = DefaultUsageInterval
 	}
-	if s.now.Sub(st.persisted) < every && !dayEnded {
+	dayEnded := len(st.ledger.Days) > 1
+	if now.Sub(st.persisted) < every && !dayEnded {
 		return
 	}
-	r.persistUsage(ctx, s, st)
+	r.persistUsage(ctx, st, now)
+}
+
+// flushUsage accounts every pool up to now with what its last pass saw, and writes what
+// is due. A pool at rest has no pass for hours (nothing wakes one), and what its last
+// pass saw still holds: a change of a node, a pod or a task would have woken a pass.
+// The manager runs it every UsageInterval (usageFlusher); it reads neither vCenter nor
+// the cluster.
+func (r *GPUPoolProfileReconciler) flushUsage(ctx context.Context) {
+	now := r.Clock.Now()
+	for _, st := range r.usage.all() {
+		st.mu.Lock()
+		st.ledger.Hold(now)
+		r.persistIfDue(ctx, st, now)
+		st.mu.Unlock()
+	}
+}
+
+// usageFlusher runs flushUsage every UsageInterval while the manager leads.
+func (r *GPUPoolProfileReconciler) usageFlusher(ctx context.Context) error {
+	every := r.UsageInterval
+	if every <= 0 {
+		every = DefaultUsageInterval
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			r.flushUsage(ctx)
+		}
+	}
 }
 
 // resumeUsage starts a pool's ledger from its latest persisted day. A pool whose days
@@ -86,7 +140,7 @@ func (r *GPUPoolProfileReconciler) resumeUsage(ctx context.Context, s *scope, zo
 	}
 	pool := s.pool.Name
 	l.OnAdd = func(it accounting.Item, secs float64) { countUsage(pool, it, secs) }
-	return &usageState{ledger: l, persisted: s.now, versions: map[string]string{}}, true
+	return &usageState{ledger: l, pool: pool, uid: s.pool.UID, persisted: s.now, versions: map[string]string{}}, true
 }
 
 // poolUsages lists the pool's GPUPoolUsage from the API server (they are not cached:
@@ -110,14 +164,15 @@ func (r *GPUPoolProfileReconciler) poolUsages(ctx context.Context, pool string) 
 }
 
 // persistUsage writes the days the ledger changed, oldest first, and deletes the days
-// past retention once a day. A day that cannot be written stays to be written.
-func (r *GPUPoolProfileReconciler) persistUsage(ctx context.Context, s *scope, st *usageState) {
+// past retention once a day. A day that cannot be written stays to be written. st.mu is
+// held.
+func (r *GPUPoolProfileReconciler) persistUsage(ctx context.Context, st *usageState, now time.Time) {
 	l := st.ledger
 	var latest string
 	for _, d := range l.Dirty() {
-		u := accounting.ToUsage(s.pool.Name, l.Zone, d)
+		u := accounting.ToUsage(st.pool, l.Zone, d)
 		u.OwnerReferences = []metav1.OwnerReference{{APIVersion: gpupoolv1.GroupVersion.String(), Kind: "GPUPoolProfile",
-			Name: s.pool.Name, UID: s.pool.UID, Controller: ptr.To(true)}}
+			Name: st.pool, UID: st.uid, Controller: ptr.To(true)}}
 		if err := r.writeUsage(ctx, st, u); err != nil {
 			log.FromContext(ctx).Info("Writing GPUPoolUsage failed; the next pass tries again", "usage", u.Name, "error", err.Error())
 			l.Touch(d.Name)
@@ -125,11 +180,11 @@ func (r *GPUPoolProfileReconciler) persistUsage(ctx context.Context, s *scope, s
 		}
 		latest = d.Name
 	}
-	st.persisted = s.now
-	l.Forget(s.now)
+	st.persisted = now
+	l.Forget(now)
 	if latest != "" && latest != st.pruned {
 		st.pruned = latest
-		r.pruneUsage(ctx, s, latest)
+		r.pruneUsage(ctx, st, latest)
 	}
 }
 
@@ -169,18 +224,14 @@ func (r *GPUPoolProfileReconciler) writeUsage(ctx context.Context, st *usageStat
 	return nil
 }
 
-// pruneUsage deletes the pool's days older than retentionDays before today.
-func (r *GPUPoolProfileReconciler) pruneUsage(ctx context.Context, s *scope, today string) {
-	days, err := r.poolUsages(ctx, s.pool.Name)
+// pruneUsage deletes the pool's days older than its retention before today.
+func (r *GPUPoolProfileReconciler) pruneUsage(ctx context.Context, st *usageState, today string) {
+	days, err := r.poolUsages(ctx, st.pool)
 	if err != nil {
 		return
 	}
-	keep := int32(defaultRetentionDays)
-	if a := s.pool.Spec.Accounting; a != nil && a.RetentionDays > 0 {
-		keep = a.RetentionDays
-	}
 	for i := range days {
-		if accounting.Expired(days[i].Day, today, keep) {
+		if accounting.Expired(days[i].Day, today, st.keep) {
 			if err := r.Client.Delete(ctx, &days[i]); client.IgnoreNotFound(err) != nil {
 				log.FromContext(ctx).Info("Deleting an expired GPUPoolUsage failed", "usage", days[i].Name, "error", err.Error())
 			}

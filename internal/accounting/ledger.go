@@ -171,6 +171,19 @@ func (l *Ledger) Advance(now time.Time, items []Item) {
 	l.Through, l.last = now, seen
 }
 
+// Hold accounts the time from Through to now with what the last pass saw, as if a pass
+// saw it again now: what a pool at rest, which no change wakes, still offers and uses.
+func (l *Ledger) Hold(now time.Time) {
+	if l.Through.IsZero() || l.last == nil {
+		return
+	}
+	items := make([]Item, 0, len(l.last))
+	for _, it := range l.last {
+		items = append(items, it)
+	}
+	l.Advance(now, items)
+}
+
 // add counts the item from 'from' to 'to', hour by hour.
 func (l *Ledger) add(it Item, from, to time.Time) {
 	if it.GPUs <= 0 {

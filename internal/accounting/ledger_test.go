@@ -350,3 +350,27 @@ func TestTenantsBounded(t *testing.T) {
 		t.Errorf("a resumed day knows %d tenants, want %d", len(back.tenants), MaxTenants)
 	}
 }
+
+// TestHoldAccountsRest: Hold goes on with the last pass's items, once per second of
+// time, and does nothing before a first pass.
+func TestHoldAccountsRest(t *testing.T) {
+	t0 := time.Date(2026, 1, 5, 22, 0, 0, 0, time.UTC)
+	l := New(time.UTC, time.Time{})
+	l.Hold(t0) // nothing seen yet: nothing to hold
+	if !l.Through.IsZero() {
+		t.Fatalf("Hold before a pass started the ledger at %s", l.Through)
+	}
+	node := Item{Key: "node/n", Kind: Offered, Layout: "night", Profile: "p", GPUs: 1}
+	l.Advance(t0, []Item{node})
+	l.Hold(t0.Add(time.Hour))
+	l.Hold(t0.Add(time.Hour)) // again at the same time: nothing more
+	l.Hold(t0.Add(3 * time.Hour))
+	if a, b := l.Days["2026-01-05"].Total().Offered, l.Days["2026-01-06"].Total().Offered; a != 2*3600 || b != 3600 {
+		t.Errorf("held %v on the 5th and %v on the 6th, want 7200 and 3600", a, b)
+	}
+	l.Advance(t0.Add(4*time.Hour), nil) // gone, seen at 02:00
+	l.Hold(t0.Add(5 * time.Hour))
+	if b := l.Days["2026-01-06"].Total().Offered; b != 2*3600 {
+		t.Errorf("after the node went: %v on the 6th, want 7200", b)
+	}
+}

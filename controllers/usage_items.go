@@ -15,8 +15,8 @@ import (
 
 // poolUsageItems is what counts for the pool's accounting in one pass's world:
 //   - each running VM's node that is Ready and schedulable offers its vGPUs'
-//     GPU-equivalents, under the node's layout label (the pool's active layout when it
-//     has none) and the VM's profile;
+//     GPU-equivalents, under the node's layout label (unlabelledLayout when it has
+//     none) and the VM's profile;
 //   - each bound, unfinished pod on a running VM's node that asks for the pool's GPU
 //     resource is allocated that many of the node's vGPUs, at most all of them, for its
 //     tenant (tenantOf its namespace), from its start;
@@ -45,7 +45,7 @@ func poolUsageItems(pool *gpupoolv1.GPUPoolProfile, w *world.World, pods map[str
 		}
 		layout := node.Labels[gpupoolv1.LabelLayout]
 		if layout == "" {
-			layout = pool.Status.ActiveLayout
+			layout = unlabelledLayout(pool, vm.Profile, w.ID(vmName))
 		}
 		if nodes.Ready(node) && !node.Spec.Unschedulable {
 			items = append(items, accounting.Item{Key: "node/" + node.Name, Kind: accounting.Offered, Layout: layout, Profile: vm.Profile, GPUs: total})
@@ -90,4 +90,23 @@ func poolHostGPUs(w *world.World) float64 {
 		}
 	}
 	return float64(n)
+}
+
+// unlabelledLayout is the layout a running VM's node without the layout label serves:
+// during a transition, the layout being switched to when the VM is one of its workers
+// with its profile (a node powered on for it, not labelled yet); else the active layout.
+func unlabelledLayout(pool *gpupoolv1.GPUPoolProfile, profile, specID string) string {
+	if t := pool.Status.Transition; t != nil {
+		for _, l := range pool.Spec.Layouts {
+			if l.Name != t.To {
+				continue
+			}
+			for _, wk := range l.Workers {
+				if wk.VM == specID && wk.Profile == profile {
+					return t.To
+				}
+			}
+		}
+	}
+	return pool.Status.ActiveLayout
 }

@@ -198,8 +198,9 @@ func WriteTable(w io.Writer, r Report) error {
 	}
 	fmt.Fprintf(&b, "pool %s, %s to %s (%s), accounted through %s; GPU-hours (a vGPU counts its frame buffer over its GPU's)\n\n",
 		r.Pool, r.Days[0].Day, r.Days[len(r.Days)-1].Day, r.TimeZone, r.Through.In(zone).Format("Mon 2006-01-02 15:04 MST"))
+	prec := Precision(r.Totals.Offered)
 	fig := func(f Figures) string {
-		return fmt.Sprintf("%10.2f %10.2f %10.2f %6.1f%% %10.2f", f.Offered, f.Allocated, f.Idle, 100*f.Utilization(), f.Switching)
+		return fmt.Sprintf("%10.*f %10.*f %10.*f %6.1f%% %10.*f", prec, f.Offered, prec, f.Allocated, prec, f.Idle, 100*f.Utilization(), prec, f.Switching)
 	}
 	head := fmt.Sprintf("%10s %10s %10s %7s %10s", "OFFERED", "ALLOCATED", "IDLE", "USED", "SWITCHING")
 	fmt.Fprintf(&b, "%-24s %s\n", "DAY", head)
@@ -220,7 +221,7 @@ func WriteTable(w io.Writer, r Report) error {
 		fmt.Fprintf(&b, "%-24s\n", "(no GPU pods)")
 	}
 	for _, t := range r.Tenants {
-		fmt.Fprintf(&b, "%-24s %10.2f %6.1f%%\n", t.Tenant, t.Allocated, 100*t.Share)
+		fmt.Fprintf(&b, "%-24s %10.*f %6.1f%%\n", t.Tenant, prec, t.Allocated, 100*t.Share)
 	}
 	if len(r.Recommendations) > 0 {
 		b.WriteString("\nRECOMMENDATIONS\n")
@@ -230,4 +231,13 @@ func WriteTable(w io.Writer, r Report) error {
 	}
 	_, err = io.WriteString(w, b.String())
 	return err
+}
+
+// Precision is how many decimals GPU-hours are shown with: two, and three for a period
+// that offered less than one GPU-hour (a demo of minutes), which would show as zeros.
+func Precision(total float64) int {
+	if total < 1 {
+		return 3
+	}
+	return 2
 }

@@ -2,6 +2,9 @@ package accounting
 
 import (
 	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
 	"encoding/csv"
 	"encoding/json"
 	"encoding/xml"
@@ -185,6 +188,37 @@ func TestReportOfAWeek(t *testing.T) {
 	}
 }
 
+var update = flag.Bool("update", false, "write the week's picture and report into docs/ (docs/img/report-week.svg, docs/img/report-week.txt)")
+
+// TestDocsShowTheWeek: docs/accounting.md shows the synthetic week's picture and tables;
+// they are what the code draws and prints now (go test ./internal/accounting -run
+// TestDocsShowTheWeek -update rewrites them).
+func TestDocsShowTheWeek(t *testing.T) {
+	_, us := week(t)
+	r := Summarize("lab", us, "2026-03-23", "2026-03-29")
+	var svg, table bytes.Buffer
+	if err := WriteSVG(&svg, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteTable(&table, r); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join("..", "..", "docs", "img")
+	for name, data := range map[string][]byte{"report-week.svg": svg.Bytes(), "report-week.txt": table.Bytes()} {
+		path := filepath.Join(dir, name)
+		if *update {
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Errorf("%s is not what the code makes now (%v): go test ./internal/accounting -run TestDocsShowTheWeek -update", path, err)
+		}
+	}
+}
+
 // svgHour is a column of the picture as read back.
 type svgHour struct {
 	Start     string  `xml:"data-start,attr"`
@@ -280,7 +314,7 @@ func TestSVGOfAWeek(t *testing.T) {
 			t.Errorf("the picture does not mark %s", d)
 		}
 	}
-	if !strings.Contains(text, fmt.Sprintf("offered %.1f, used %.1f", r.Totals.Offered, r.Totals.Allocated)) {
+	if !strings.Contains(text, fmt.Sprintf("offered %.2f, used %.2f", r.Totals.Offered, r.Totals.Allocated)) {
 		t.Error("the heading does not give the totals")
 	}
 }

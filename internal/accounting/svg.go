@@ -69,8 +69,9 @@ func WriteSVG(w io.Writer, r Report) error {
 	fmt.Fprintf(&b, `<text x="%d" y="24" font-size="16" font-weight="bold">GPU-hours of pool %s, %s to %s (%s)</text>`+"\n",
 		svgLeft, esc(r.Pool), esc(r.From), esc(r.To), esc(r.TimeZone))
 	t := r.Totals
-	fmt.Fprintf(&b, `<text x="%d" y="44">offered %.1f, used %.1f (%.0f%%), idle %.1f, switching %.1f GPU-hours</text>`+"\n",
-		svgLeft, t.Offered, t.Allocated, 100*t.Utilization(), t.Idle, t.Switching)
+	p := Precision(t.Offered)
+	fmt.Fprintf(&b, `<text x="%d" y="44">offered %.*f, used %.*f (%.0f%%), idle %.*f, switching %.*f GPU-hours</text>`+"\n",
+		svgLeft, p, t.Offered, p, t.Allocated, 100*t.Utilization(), p, t.Idle, p, t.Switching)
 	legend := []struct{ name, color string }{{"used", colorUsed}, {"idle", colorIdle}, {"switching", colorSwitch}}
 	for i, l := range legend {
 		x := svgWidth - svgRight - 300 + i*100
@@ -88,7 +89,7 @@ func WriteSVG(w io.Writer, r Report) error {
 		base := float64(top + svgLaneH)
 		fmt.Fprintf(&b, `<g class="lane" data-layout="%s">`+"\n", esc(l))
 		fmt.Fprintf(&b, `<text x="10" y="%d" font-weight="bold">%s</text>`+"\n", top+svgLaneH/2, esc(l))
-		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end" fill="#666">%.2f GPU</text>`+"\n", svgLeft-6, top+10, peak)
+		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end" fill="#666">%.*f GPU</text>`+"\n", svgLeft-6, top+10, Precision(peak), peak)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.0f" x2="%d" y2="%.0f" stroke="#888"/>`+"\n", svgLeft, base, svgWidth-svgRight, base)
 		for i := range n {
 			start := first.Add(time.Duration(i) * time.Hour)

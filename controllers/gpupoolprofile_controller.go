@@ -55,6 +55,8 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !pool.DeletionTimestamp.IsZero() {
+		// A pool being deleted is accounted no further: its days go with it.
+		r.usage.forget(pool.Name)
 		return r.reconcileDelete(ctx, pool)
 	}
 	if controllerutil.AddFinalizer(pool, FinalizerName) {

@@ -95,6 +95,7 @@ func (r *GPUPoolProfileReconciler) pausedPhase(ctx context.Context, s *scope) (o
 		return outcome{}, nil
 	}
 	s.facts.paused = true
+	r.accountUnobserved(s.pool)
 	r.evictions.Cancel(s.pool.Name) // a paused pool evicts nothing more
 	r.waitStates(s)
 	r.withdrawWarnings(ctx, s, func(time.Time) bool { return false })
@@ -149,6 +150,7 @@ func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (
 // the draining-soon warnings stay only while their switch is still due.
 func (r *GPUPoolProfileReconciler) blind(ctx context.Context, s *scope, retry time.Duration) outcome {
 	d, due, horizon := s.decision, switchDue(s), warnAhead(&s.pool.Spec)
+	r.accountUnobserved(s.pool)
 	r.waitStates(s)
 	r.withdrawWarnings(ctx, s, func(at time.Time) bool { return warningDue(s.now, d.Next, horizon, due, at) })
 	return outcome{after: retry, stop: true}

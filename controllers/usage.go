@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -19,16 +20,20 @@ import (
 
 // +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolusages,verbs=get;list;create;update;delete
 
-// DefaultUsageInterval is how often a pool's GPUPoolUsage is written at most (and when
-// a day ends; --accounting-write-interval): what a crash can lose of the pods that end
-// while the manager is down, and one write per pool per five minutes at rest.
+// DefaultUsageInterval is how often pools' GPUPoolUsage are written at most
+// (--accounting-write-interval): what a crash can lose of the pods that end while the
+// manager is down, and one write per pool per five minutes at rest.
 const DefaultUsageInterval = 5 * time.Minute
+
+// usageCallTimeout bounds each API call of the accounting: a hung call must not hold a
+// pool's ledger, which its pass waits for.
+const usageCallTimeout = 15 * time.Second
 
 // defaultRetentionDays is spec.accounting.retentionDays' default.
 const defaultRetentionDays = 35
 
-// usageState is one pool's accounting between passes. The pass and the flusher
-// (flushUsage) share it.
+// usageState is one pool's accounting between passes. The pass (account) and the
+// flusher (flushUsage) share it under mu; API calls are made without it.
 type usageState struct {
 	mu     sync.Mutex
 	ledger *accounting.Ledger
@@ -37,17 +42,19 @@ type usageState struct {
 	pool string
 	uid  types.UID
 	keep int32
-	// persisted is when the ledger was last written (on the manager's clock).
-	persisted time.Time
+	// unobserved: the pool's last pass did not see its world (paused, vCenter not
+	// read): what its pass before saw may not hold, so the flusher does not carry it on.
+	unobserved bool
 	// pruned is the day retention last ran for.
 	pruned string
-	// versions are the resourceVersions of the days this manager wrote last, by name.
+	// versions are the resourceVersions of the days this manager wrote last, by name:
+	// the flusher's alone, read and written without mu.
 	versions map[string]string
 }
 
-// account adds what this pass saw to the pool's ledger and writes the days it changed
-// every UsageInterval, and when a day has ended. It decides nothing: a failure is
-// logged and the next pass tries again.
+// account adds what this pass saw to the pool's ledger; the flusher writes it. It
+// decides nothing and calls the API only to read the pool's days when it starts
+// accounting the pool.
 func (r *GPUPoolProfileReconciler) account(ctx context.Context, s *scope) {
 	st := r.usage.last(s.pool)
 	zone := usageZone(&s.pool.Spec)
@@ -61,7 +68,11 @@ func (r *GPUPoolProfileReconciler) account(ctx context.Context, s *scope) {
 	items, complete := r.usageItems(ctx, s)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.ledger.Zone = zone
+	// The same zone read again is another *Location: the ledger keeps its own unless
+	// the zone changed.
+	if st.ledger.Zone.String() != zone.String() {
+		st.ledger.Zone = zone
+	}
 	st.keep = defaultRetentionDays
 	if a := s.pool.Spec.Accounting; a != nil && a.RetentionDays > 0 {
 		st.keep = a.RetentionDays
@@ -71,37 +82,55 @@ func (r *GPUPoolProfileReconciler) account(ctx context.Context, s *scope) {
 		// is accounted by the next one, from Through.
 		return
 	}
+	st.unobserved = false
 	st.ledger.Advance(s.now, items)
-	r.persistIfDue(ctx, st, s.now)
 }
 
-// persistIfDue writes the pool's changed days when UsageInterval has passed since the
-// last write or a day has ended. st.mu is held.
-func (r *GPUPoolProfileReconciler) persistIfDue(ctx context.Context, st *usageState, now time.Time) {
-	every := r.UsageInterval
-	if every <= 0 {
-		every = DefaultUsageInterval
+// accountUnobserved marks a pool whose pass could not see its world (paused, vCenter
+// not read): the flusher stops carrying its last pass on until a pass sees it again,
+// which accounts the time in between with what it finds then.
+func (r *GPUPoolProfileReconciler) accountUnobserved(pool *gpupoolv1.GPUPoolProfile) {
+	if st := r.usage.last(pool); st != nil {
+		st.mu.Lock()
+		st.unobserved = true
+		st.mu.Unlock()
 	}
-	dayEnded := len(st.ledger.Days) > 1
-	if now.Sub(st.persisted) < every && !dayEnded {
-		return
-	}
-	r.persistUsage(ctx, st, now)
 }
 
-// flushUsage accounts every pool up to now with what its last pass saw, and writes what
-// is due. A pool at rest has no pass for hours (nothing wakes one), and what its last
-// pass saw still holds: a change of a node, a pod or a task would have woken a pass.
-// The manager runs it every UsageInterval (usageFlusher); it reads neither vCenter nor
-// the cluster.
+// flushUsage accounts every observed pool up to now with what its last pass saw, and
+// writes the days that changed. A pool at rest has no pass for hours (nothing wakes
+// one), and what its last pass saw still holds: a change of a node, a pod or a task
+// would have woken a pass. The manager runs it every UsageInterval (usageFlusher); it
+// reads neither vCenter nor the pools' world.
 func (r *GPUPoolProfileReconciler) flushUsage(ctx context.Context) {
 	now := r.Clock.Now()
 	for _, st := range r.usage.all() {
 		st.mu.Lock()
-		st.ledger.Hold(now)
-		r.persistIfDue(ctx, st, now)
+		if !st.unobserved {
+			st.ledger.Hold(now)
+		}
+		days := st.ledger.Dirty()
+		pending := make([]pendingUsage, 0, len(days))
+		for _, d := range days {
+			pending = append(pending, pendingUsage{day: d, fresh: d.Fresh, obj: r.usageObject(st, d)})
+		}
 		st.mu.Unlock()
+		r.persistUsage(ctx, st, pending, now)
 	}
+}
+
+// pendingUsage is a day to write, as built under the ledger's lock.
+type pendingUsage struct {
+	day   *accounting.Day
+	fresh bool
+	obj   *gpupoolv1.GPUPoolUsage
+}
+
+func (r *GPUPoolProfileReconciler) usageObject(st *usageState, d *accounting.Day) *gpupoolv1.GPUPoolUsage {
+	u := accounting.ToUsage(st.pool, st.ledger.Zone, d)
+	u.OwnerReferences = []metav1.OwnerReference{{APIVersion: gpupoolv1.GroupVersion.String(), Kind: "GPUPoolProfile",
+		Name: st.pool, UID: st.uid, Controller: ptr.To(true)}}
+	return u
 }
 
 // usageFlusher runs flushUsage every UsageInterval while the manager leads.
@@ -123,116 +152,182 @@ func (r *GPUPoolProfileReconciler) usageFlusher(ctx context.Context) error {
 }
 
 // resumeUsage starts a pool's ledger from its latest persisted day. A pool whose days
-// cannot be listed is not accounted on this pass: a ledger started afresh would write
-// over the day's persisted sums.
+// cannot be listed is not accounted on this pass: a ledger started afresh would count
+// the time since that day's through as unknown.
 func (r *GPUPoolProfileReconciler) resumeUsage(ctx context.Context, s *scope, zone *time.Location) (*usageState, bool) {
-	days, err := r.poolUsages(ctx, s.pool.Name)
+	days, err := r.poolUsages(ctx, s.pool)
 	if err != nil {
 		log.FromContext(ctx).Info("Not accounting GPU-hours on this pass: listing the pool's GPUPoolUsage failed", "error", err.Error())
 		return nil, false
 	}
 	l, err := accounting.Resume(zone, days)
 	if err != nil {
-		// A day gpupool cannot read back (edited by hand) is not added to; a new ledger
-		// goes on from now, and that day is written over when it is today.
+		// A day gpupool cannot read back (edited by hand): a new ledger goes on from
+		// now, and its day of that name is merged with the persisted one when written.
 		log.FromContext(ctx).Info("Starting GPU-hour accounting afresh: the latest GPUPoolUsage cannot be read", "error", err.Error())
 		l = accounting.New(zone, time.Time{})
 	}
 	pool := s.pool.Name
 	l.OnAdd = func(it accounting.Item, secs float64) { countUsage(pool, it, secs) }
-	return &usageState{ledger: l, pool: pool, uid: s.pool.UID, persisted: s.now, versions: map[string]string{}}, true
+	return &usageState{ledger: l, pool: pool, uid: s.pool.UID, keep: defaultRetentionDays, versions: map[string]string{}}, true
 }
 
 // poolUsages lists the pool's GPUPoolUsage from the API server (they are not cached:
-// only a ledger's start and retention read them).
-func (r *GPUPoolProfileReconciler) poolUsages(ctx context.Context, pool string) ([]gpupoolv1.GPUPoolUsage, error) {
+// only a ledger's start and retention read them): those of this pool's UID, not of an
+// earlier pool of the name the garbage collector has not deleted yet.
+func (r *GPUPoolProfileReconciler) poolUsages(ctx context.Context, pool *gpupoolv1.GPUPoolProfile) ([]gpupoolv1.GPUPoolUsage, error) {
+	return r.listUsages(ctx, pool.Name, pool.UID)
+}
+
+func (r *GPUPoolProfileReconciler) listUsages(ctx context.Context, pool string, uid types.UID) ([]gpupoolv1.GPUPoolUsage, error) {
+	ctx, cancel := context.WithTimeout(ctx, usageCallTimeout)
+	defer cancel()
 	var list gpupoolv1.GPUPoolUsageList
-	reader := r.APIReader
-	if reader == nil {
-		reader = r.Client
-	}
-	if err := reader.List(ctx, &list, client.MatchingLabels{gpupoolv1.LabelPool: pool}); err != nil {
+	if err := r.usageReader().List(ctx, &list, client.MatchingLabels{gpupoolv1.LabelPool: pool}); err != nil {
 		return nil, err
 	}
 	out := list.Items[:0]
 	for _, u := range list.Items {
-		if u.Pool == pool {
+		if u.Pool == pool && ownedBy(&u, uid) {
 			out = append(out, u)
 		}
 	}
 	return out, nil
 }
 
-// persistUsage writes the days the ledger changed, oldest first, and deletes the days
-// past retention once a day. A day that cannot be written stays to be written. st.mu is
-// held.
-func (r *GPUPoolProfileReconciler) persistUsage(ctx context.Context, st *usageState, now time.Time) {
-	l := st.ledger
-	var latest string
-	for _, d := range l.Dirty() {
-		u := accounting.ToUsage(st.pool, l.Zone, d)
-		u.OwnerReferences = []metav1.OwnerReference{{APIVersion: gpupoolv1.GroupVersion.String(), Kind: "GPUPoolProfile",
-			Name: st.pool, UID: st.uid, Controller: ptr.To(true)}}
-		if err := r.writeUsage(ctx, st, u); err != nil {
-			log.FromContext(ctx).Info("Writing GPUPoolUsage failed; the next pass tries again", "usage", u.Name, "error", err.Error())
-			l.Touch(d.Name)
-			continue
-		}
-		latest = d.Name
+func (r *GPUPoolProfileReconciler) usageReader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
 	}
-	st.persisted = now
-	l.Forget(now)
-	if latest != "" && latest != st.pruned {
+	return r.Client
+}
+
+// ownedBy says whether a GPUPoolUsage's controller is the pool of that UID.
+func ownedBy(u *gpupoolv1.GPUPoolUsage, uid types.UID) bool {
+	ref := metav1.GetControllerOf(u)
+	return ref != nil && ref.UID == uid
+}
+
+// persistUsage writes the days built under the lock, oldest first, then, under the
+// lock again, marks the days that failed to be written again, forgets the ended days
+// that were, and deletes the days past retention once a day.
+func (r *GPUPoolProfileReconciler) persistUsage(ctx context.Context, st *usageState, pending []pendingUsage, now time.Time) {
+	var latest string
+	type outcome struct {
+		day    *accounting.Day
+		merge  *accounting.Day
+		failed bool
+	}
+	var outs []outcome
+	stale := false
+	for _, p := range pending {
+		merge, err := r.writeUsage(ctx, st, p)
+		stale = stale || errors.Is(err, errStaleUsage)
+		if err != nil {
+			log.FromContext(ctx).Info("Writing GPUPoolUsage failed; the next flush tries again", "usage", p.obj.Name, "error", err.Error())
+		} else if merge == nil {
+			latest = p.day.Name
+		}
+		outs = append(outs, outcome{day: p.day, merge: merge, failed: err != nil})
+	}
+	st.mu.Lock()
+	for _, o := range outs {
+		switch {
+		case o.merge != nil:
+			// A persisted day of the name the ledger made afresh: its sums are kept and
+			// the ledger's added; written on the next flush.
+			o.day.Merge(o.merge)
+			st.ledger.Touch(o.day.Name)
+		case o.failed:
+			st.ledger.Touch(o.day.Name)
+		default:
+			o.day.Fresh = false
+		}
+	}
+	st.ledger.Forget(now)
+	prune := latest != "" && latest != st.pruned
+	if prune {
 		st.pruned = latest
-		r.pruneUsage(ctx, st, latest)
+	}
+	keep := st.keep
+	st.mu.Unlock()
+	if stale {
+		// Another manager accounted the pool further: the next pass starts again from
+		// what is persisted.
+		r.usage.forget(st.pool)
+		return
+	}
+	if prune {
+		r.pruneUsage(ctx, st, latest, keep)
 	}
 }
 
+// errStaleUsage: another manager wrote the day further than this one has accounted it.
+var errStaleUsage = errors.New("a newer write of the day by another manager: not written over")
+
 // writeUsage creates the day's object or replaces it, with the resourceVersion of its
-// last write: the manager is its only writer. A version it does not know (another
-// leader wrote last, or the object is new to this manager) is read once.
-func (r *GPUPoolProfileReconciler) writeUsage(ctx context.Context, st *usageState, u *gpupoolv1.GPUPoolUsage) error {
+// last write by this manager. The object is read once when its version is not known
+// (another leader wrote last, or it is new to this manager): a day the ledger made
+// afresh whose name is taken by a persisted day of the pool is returned to be merged,
+// not written; a day another manager has accounted further is not written over; one
+// of an earlier pool of the name is.
+func (r *GPUPoolProfileReconciler) writeUsage(ctx context.Context, st *usageState, p pendingUsage) (*accounting.Day, error) {
+	ctx, cancel := context.WithTimeout(ctx, usageCallTimeout)
+	defer cancel()
+	u := p.obj
 	if rv := st.versions[u.Name]; rv != "" {
 		u.ResourceVersion = rv
 		err := r.Client.Update(ctx, u)
 		if err == nil {
 			st.versions[u.Name] = u.ResourceVersion
-			return nil
+			return nil, nil
 		}
 		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			return err
+			return nil, err
 		}
 		u.ResourceVersion = ""
+		delete(st.versions, u.Name)
 	}
 	err := r.Client.Create(ctx, u)
 	if apierrors.IsAlreadyExists(err) {
 		var cur gpupoolv1.GPUPoolUsage
-		reader := r.APIReader
-		if reader == nil {
-			reader = r.Client
+		if err := r.usageReader().Get(ctx, client.ObjectKeyFromObject(u), &cur); err != nil {
+			return nil, err
 		}
-		if err = reader.Get(ctx, client.ObjectKeyFromObject(u), &cur); err != nil {
-			return err
+		if ownedBy(&cur, st.uid) {
+			if p.fresh {
+				d, _, err := accounting.FromUsage(&cur)
+				if err != nil {
+					return nil, err
+				}
+				return d, nil
+			}
+			if cur.Through.After(u.Through.Time) {
+				return nil, errStaleUsage
+			}
 		}
 		u.ResourceVersion = cur.ResourceVersion
 		err = r.Client.Update(ctx, u)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	st.versions[u.Name] = u.ResourceVersion
-	return nil
+	return nil, nil
 }
 
-// pruneUsage deletes the pool's days older than its retention before today.
-func (r *GPUPoolProfileReconciler) pruneUsage(ctx context.Context, st *usageState, today string) {
-	days, err := r.poolUsages(ctx, st.pool)
+// pruneUsage deletes the pool's days older than keep days before today.
+func (r *GPUPoolProfileReconciler) pruneUsage(ctx context.Context, st *usageState, today string, keep int32) {
+	days, err := r.listUsages(ctx, st.pool, st.uid)
 	if err != nil {
 		return
 	}
 	for i := range days {
-		if accounting.Expired(days[i].Day, today, st.keep) {
-			if err := r.Client.Delete(ctx, &days[i]); client.IgnoreNotFound(err) != nil {
+		if accounting.Expired(days[i].Day, today, keep) {
+			dctx, cancel := context.WithTimeout(ctx, usageCallTimeout)
+			err := r.Client.Delete(dctx, &days[i])
+			cancel()
+			if client.IgnoreNotFound(err) != nil {
 				log.FromContext(ctx).Info("Deleting an expired GPUPoolUsage failed", "usage", days[i].Name, "error", err.Error())
 			}
 		}

@@ -91,12 +91,14 @@ func TestAccountingByHand(t *testing.T) {
 	t0 := h.clock.Now().Add(10 * time.Minute)
 	h.clock.SetTime(t0)
 	h.reconcile(pool.Name)
+	h.reconciler().flushUsage(h.ctx)
 	base := h.usageOfOrNil(pool.Name, t0)
 	h.usagePod(h.prefix+"apps", "red", h.prefix+"day-1", t0)
 	h.usagePod(blue.Name, "blue", h.prefix+"day-2", t0.Add(time.Hour))
 
 	h.clock.SetTime(t0.Add(2 * time.Hour))
 	h.reconcile(pool.Name)
+	h.reconciler().flushUsage(h.ctx)
 	u := h.usageOf(pool.Name, t0)
 	var layouts map[string][3]int64
 	var tenants map[string]int64
@@ -123,7 +125,11 @@ func TestAccountingByHand(t *testing.T) {
 	h.restart = false
 	h.clock.SetTime(t0.Add(4 * time.Hour))
 	h.reconcile(pool.Name)
+	h.reconciler().flushUsage(h.ctx)
 	want("after a restart", 4*3600, 4*900, 3*900)
+	// A flush again at the same time writes the same day: nothing counted twice.
+	h.reconciler().flushUsage(h.ctx)
+	want("flushed twice", 4*3600, 4*900, 3*900)
 	if got := testutil.ToFloat64(tenantGPUSeconds.WithLabelValues(pool.Name, "day", "grid_p100-4q", "blue")); got < 2*900 {
 		t.Errorf("gpupool_tenant_gpu_seconds_total for blue is %v, want at least the %d since the restart", got, 2*900)
 	}
@@ -134,6 +140,7 @@ func TestAccountingByHand(t *testing.T) {
 	p = h.converge(pool.Name, "night", 60)
 	h.clock.Step(time.Hour)
 	h.reconcile(pool.Name)
+	h.reconciler().flushUsage(h.ctx)
 	// An hour at rest that no pass sees: the flusher accounts it with what the last pass
 	// saw, and writes it.
 	h.clock.Step(time.Hour)

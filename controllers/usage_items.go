@@ -20,9 +20,9 @@ import (
 //   - each bound, unfinished pod on a running VM's node that asks for the pool's GPU
 //     resource is allocated that many of the node's vGPUs, at most all of them, for its
 //     tenant (tenantOf its namespace), from its start;
-//   - during a transition, the GPUs of the hosts the pool's VMs are on that no node
-//     offers are switching, under the layout being switched to, from the transition's
-//     start.
+//   - during a transition, the GPUs of the hosts the pool's VMs are on, but for those
+//     another VM runs on, minus what the pool's nodes offer, are switching, under the
+//     layout being switched to, from the transition's start.
 //
 // It reads nothing but its arguments. pods are the pods by node name.
 func poolUsageItems(pool *gpupoolv1.GPUPoolProfile, w *world.World, pods map[string][]corev1.Pod, tenantOf func(string) string) []accounting.Item {
@@ -75,18 +75,27 @@ func poolUsageItems(pool *gpupoolv1.GPUPoolProfile, w *world.World, pods map[str
 	return items
 }
 
-// poolHostGPUs counts the physical GPUs of the hosts the pool's VMs are registered on.
+// poolHostGPUs counts the physical GPUs of the hosts the pool's VMs are registered on
+// that no VM of another pool (or none) runs on: the GPUs the pool can offer.
 func poolHostGPUs(w *world.World) float64 {
 	hosts := map[string]bool{}
+	mine := map[string]bool{}
 	for _, vm := range w.VMs {
 		if vm != nil {
 			hosts[vm.Host] = true
+			mine[vm.Name] = true
 		}
 	}
 	n := 0
 	for h := range hosts {
-		if host, ok := w.Inventory.FindHost(h); ok {
-			n += len(host.GPUs)
+		host, ok := w.Inventory.FindHost(h)
+		if !ok {
+			continue
+		}
+		for _, g := range host.GPUs {
+			if !slices.ContainsFunc(g.VMs, func(vm string) bool { return !mine[vm] }) {
+				n++
+			}
 		}
 	}
 	return float64(n)

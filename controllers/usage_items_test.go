@@ -18,7 +18,9 @@ import (
 // usageWorld is one host with two 16 GB GPUs: a, b and c run grid_p100-4q (0.25 each),
 // d runs two grid_p100-8q vGPUs (1.0), e is suspended.
 func usageWorld() *world.World {
-	host := inventory.Host{Name: "esx", GPUs: []inventory.GPU{{PCIID: "g0", MemoryMiB: 16384}, {PCIID: "g1", MemoryMiB: 16384}}}
+	// g2 runs a VM of another pool: not the pool's to offer, nor switching.
+	host := inventory.Host{Name: "esx", GPUs: []inventory.GPU{{PCIID: "g0", MemoryMiB: 16384, VMs: []string{"a", "d"}}, {PCIID: "g1", MemoryMiB: 16384},
+		{PCIID: "g2", MemoryMiB: 16384, VMs: []string{"someone-else"}}}}
 	vm := func(name, profile string, n int, on bool) *inventory.VM {
 		v := &inventory.VM{Name: name, Host: "esx", Profile: profile, VGPUs: n, PowerState: inventory.Suspended}
 		if on {

@@ -40,7 +40,7 @@ type GPUPoolUsage struct {
 	// without a tenant has what was offered, allocated in all and switching; a row with a
 	// tenant what that tenant's pods were allocated.
 	// +optional
-	// +kubebuilder:validation:MaxItems=2048
+	// +kubebuilder:validation:MaxItems=4096
 	Rows []UsageRow `json:"rows,omitempty"`
 	// Hours are the day's GPU-equivalent seconds per hour and layout, for a timeline.
 	// +optional
@@ -70,7 +70,8 @@ type UsageRow struct {
 	// +optional
 	Profile string `json:"profile,omitempty"`
 	// Tenant is the tenant the row's allocation is of; empty for the layout's and
-	// profile's own row. Tenants past the day's first 256 are summed as "(other)".
+	// profile's own row. Tenants past the day's first 256 (or past 2,048 tenant rows) are
+	// summed as "(other)".
 	// +optional
 	Tenant string `json:"tenant,omitempty"`
 	// OfferedGPUSeconds: capacity on schedulable, Ready nodes of running VMs.

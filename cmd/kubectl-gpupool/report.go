@@ -153,6 +153,10 @@ func writeFile(path string, write func(io.Writer) error) error {
 		tmp.Close()
 		return err
 	}
+	if err := tmp.Chmod(0o644); err != nil { // a picture to share, not a secret
+		tmp.Close()
+		return err
+	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}

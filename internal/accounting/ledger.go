@@ -27,9 +27,13 @@ const (
 // Other is the tenant that the tenants past MaxTenants of a day are summed as.
 const Other = "(other)"
 
-// MaxTenants bounds the tenant rows of a day: a day's object stays small whatever the
-// namespaces' labels say.
-const MaxTenants = 256
+// MaxTenants bounds the tenants of a day, and MaxTenantRows their rows (a tenant has a
+// row per layout and profile): a day's object stays small whatever the namespaces'
+// labels say (GPUPoolUsage allows 4,096 rows).
+const (
+	MaxTenants    = 256
+	MaxTenantRows = 2048
+)
 
 // Item is one thing that counts while a pass sees it: a node's capacity, a pod's
 // allocation, the capacity offline during a transition.
@@ -86,8 +90,13 @@ type Day struct {
 	Through time.Time
 	Rows    map[RowKey]*Sums
 	Hours   map[HourKey]*Sums
-	// tenants are the tenants with a row of their own.
-	tenants map[string]bool
+	// Fresh: the ledger made the day, neither read it back (Resume) nor wrote it yet; a
+	// persisted day of that name (a restart in another zone, a day read back in error)
+	// must be merged into it (Merge), never written over.
+	Fresh bool
+	// tenants are the tenants with rows of their own, tenantRows how many rows they have.
+	tenants    map[string]bool
+	tenantRows int
 }
 
 // Ledger is one pool's accounting as it goes: the days it changed and the items of the
@@ -196,7 +205,7 @@ func (l *Ledger) add(it Item, from, to time.Time) {
 		d := l.day(start)
 		tenant := it.Tenant
 		if it.Kind == Allocated {
-			tenant = d.tenant(tenant)
+			tenant = d.tenant(RowKey{it.Layout, it.Profile, tenant})
 			d.row(RowKey{it.Layout, it.Profile, tenant}).add(Allocated, secs)
 		}
 		profile := it.Profile
@@ -204,7 +213,7 @@ func (l *Ledger) add(it Item, from, to time.Time) {
 			profile = ""
 		}
 		d.row(RowKey{it.Layout, profile, ""}).add(it.Kind, secs)
-		h := HourKey{start, it.Layout}
+		h := HourKey{start.UTC(), it.Layout} // one key whatever *Location the zone is
 		if d.Hours[h] == nil {
 			d.Hours[h] = &Sums{}
 		}
@@ -241,7 +250,7 @@ func (l *Ledger) day(start time.Time) *Day {
 	}
 	ds := time.Date(lt.Year(), lt.Month(), lt.Day(), 0, 0, 0, 0, l.Zone)
 	d := &Day{Name: name, Start: ds, End: time.Date(lt.Year(), lt.Month(), lt.Day()+1, 0, 0, 0, 0, l.Zone),
-		Through: ds, Rows: map[RowKey]*Sums{}, Hours: map[HourKey]*Sums{}, tenants: map[string]bool{}}
+		Through: ds, Rows: map[RowKey]*Sums{}, Hours: map[HourKey]*Sums{}, Fresh: true, tenants: map[string]bool{}}
 	l.Days[name] = d
 	return d
 }
@@ -255,17 +264,18 @@ func (d *Day) row(k RowKey) *Sums {
 	return s
 }
 
-// tenant is the row a tenant's allocation goes to: its own while the day has fewer than
-// MaxTenants, else Other.
-func (d *Day) tenant(t string) string {
-	if d.tenants[t] {
-		return t
+// tenant is the tenant a row of a tenant's allocation goes to: its own while the day
+// has fewer than MaxTenants tenants and MaxTenantRows of their rows, else Other.
+func (d *Day) tenant(k RowKey) string {
+	if _, ok := d.Rows[k]; ok {
+		return k.Tenant
 	}
-	if len(d.tenants) >= MaxTenants {
+	if (!d.tenants[k.Tenant] && len(d.tenants) >= MaxTenants) || d.tenantRows >= MaxTenantRows {
 		return Other
 	}
-	d.tenants[t] = true
-	return t
+	d.tenants[k.Tenant] = true
+	d.tenantRows++
+	return k.Tenant
 }
 
 // Dirty returns, oldest first, the days changed since the last call, and forgets them.
@@ -300,6 +310,50 @@ func (d *Day) Total() Sums {
 		}
 	}
 	return t
+}
+
+// Idle sums each layout's and profile's offered minus allocated, none below 0: pods
+// still on a cordoned node are allocated what no node offers, which must not cancel
+// another layout's idle capacity.
+func (d *Day) Idle() float64 {
+	idle := 0.0
+	for k, s := range d.Rows {
+		if k.Tenant == "" {
+			idle += max(s.Offered-s.Allocated, 0)
+		}
+	}
+	return idle
+}
+
+// Merge adds a persisted day of the same name into d, which the ledger made afresh:
+// the persisted sums are kept, the ledger's added to them.
+func (d *Day) Merge(p *Day) {
+	for k, s := range p.Rows {
+		r := d.row(k)
+		r.Offered += s.Offered
+		r.Allocated += s.Allocated
+		r.Switching += s.Switching
+		if k.Tenant != "" && k.Tenant != Other && !d.tenants[k.Tenant] {
+			d.tenants[k.Tenant] = true
+		}
+		if k.Tenant != "" {
+			d.tenantRows++
+		}
+	}
+	for k, s := range p.Hours {
+		h := d.Hours[k]
+		if h == nil {
+			h = &Sums{}
+			d.Hours[k] = h
+		}
+		h.Offered += s.Offered
+		h.Allocated += s.Allocated
+		h.Switching += s.Switching
+	}
+	if p.Through.After(d.Through) {
+		d.Through = p.Through
+	}
+	d.Fresh = false
 }
 
 func minTime(a, b time.Time) time.Time {

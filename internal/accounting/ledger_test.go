@@ -374,3 +374,105 @@ func TestHoldAccountsRest(t *testing.T) {
 		t.Errorf("after the node went: %v on the 6th, want 7200", b)
 	}
 }
+
+// TestHoursOneKeyPerHour: the zone loaded again on every pass (another *Location each
+// time) and a day read back from the API (local time) keep one entry per hour and
+// layout: a day has at most 25 hours per layout.
+func TestHoursOneKeyPerHour(t *testing.T) {
+	t0 := time.Date(2026, 10, 24, 22, 0, 0, 0, time.UTC)
+	l := New(berlin(t), t0)
+	node := Item{Key: "node/n", Kind: Offered, Layout: "night", Profile: "p", GPUs: 1}
+	for now := t0.Add(time.Minute); now.Before(t0.Add(30 * time.Hour)); now = now.Add(7 * time.Minute) {
+		l.Zone = berlin(t) // as account sets it from the spec on every pass
+		l.Advance(now, []Item{node})
+		if now.Minute()%3 == 0 { // now and then the day goes through the API and back
+			for name, d := range l.Days {
+				u := ToUsage("p", l.Zone, d)
+				u.Hours[0].Start.Time = u.Hours[0].Start.Local()
+				back, _, err := FromUsage(u)
+				if err != nil {
+					t.Fatal(err)
+				}
+				back.Fresh = d.Fresh
+				l.Days[name] = back
+			}
+		}
+	}
+	for name, d := range l.Days {
+		if n := len(d.Hours); n > 25 {
+			t.Errorf("day %s has %d hour entries for one layout", name, n)
+		}
+		seen := map[int64]bool{}
+		for k := range d.Hours {
+			if seen[k.Start.Unix()] {
+				t.Errorf("day %s: hour %s twice", name, k.Start)
+			}
+			seen[k.Start.Unix()] = true
+		}
+	}
+	if d := l.Days["2026-10-25"]; d == nil || len(d.Hours) != 25 {
+		t.Errorf("the DST day: %v", d)
+	}
+}
+
+// TestMergeKeepsPersisted: a day the ledger made afresh, merged with the persisted day
+// of its name, has both sums; Idle clamps per row.
+func TestMergeKeepsPersisted(t *testing.T) {
+	t0 := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
+	old := New(time.UTC, t0.Add(-12*time.Hour))
+	old.Advance(t0.Add(-12*time.Hour+time.Minute), []Item{{Key: "node/a", Kind: Offered, Layout: "day", Profile: "p", GPUs: 1}})
+	old.Advance(t0, nil) // the node was there until noon: 12 h
+	persisted := ToUsage("p", time.UTC, old.Days["2026-05-04"])
+
+	l := New(time.UTC, t0) // a restart that could not read the day back
+	l.Advance(t0.Add(time.Minute), []Item{{Key: "node/a", Kind: Offered, Layout: "day", Profile: "p", GPUs: 1},
+		{Key: "pod/x", Kind: Allocated, Layout: "night", Profile: "q", Tenant: "t", GPUs: 1, Since: t0}})
+	l.Advance(t0.Add(time.Hour), nil)
+	d := l.Days["2026-05-04"]
+	if !d.Fresh {
+		t.Fatal("a day the ledger made is not fresh")
+	}
+	p, _, err := FromUsage(persisted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Merge(p)
+	if got := d.Total().Offered; !near(got, 12*3600+3600, 1) {
+		t.Errorf("merged offered %v, want 13 h", got)
+	}
+	// day: 13 h offered, nothing allocated: 13 h idle; night: 1 h allocated on no offer:
+	// not -1 h.
+	if got := d.Idle(); !near(got, 13*3600, 1) {
+		t.Errorf("idle %v, want 13 h (night's allocation without an offer does not cancel day's idle)", got)
+	}
+	if d.Fresh {
+		t.Error("a merged day is still fresh")
+	}
+}
+
+// TestTenantRowsBounded: tenants spread over many layouts and profiles stay within
+// MaxTenantRows rows.
+func TestTenantRowsBounded(t *testing.T) {
+	t0 := time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC)
+	l := New(time.UTC, t0)
+	var items []Item
+	for i := range MaxTenants {
+		for j := range 12 {
+			items = append(items, Item{Key: fmt.Sprintf("pod/%d-%d", i, j), Kind: Allocated, Layout: fmt.Sprintf("l%d", j), Profile: "p",
+				Tenant: fmt.Sprintf("ns-%03d", i), GPUs: 1})
+		}
+	}
+	l.Advance(t0.Add(time.Minute), items)
+	rows := 0
+	for k := range l.Days["2026-01-05"].Rows {
+		if k.Tenant != "" {
+			rows++
+		}
+	}
+	if rows > MaxTenantRows+12 { // and an (other) row per layout
+		t.Errorf("%d tenant rows, want at most %d and the (other) rows", rows, MaxTenantRows)
+	}
+	if u := ToUsage("p", time.UTC, l.Days["2026-01-05"]); len(u.Rows) > 4096 {
+		t.Errorf("%d rows, more than GPUPoolUsage allows", len(u.Rows))
+	}
+}

@@ -43,11 +43,13 @@ type Figures struct {
 	Switching float64 `json:"switchingGPUHours"`
 }
 
+// add adds one row's (or hour's) GPU-seconds. Idle is each row's offered minus
+// allocated, none below 0 (Day.Idle).
 func (f *Figures) add(offered, allocated, switching int64) {
 	f.Offered += float64(offered) / 3600
 	f.Allocated += float64(allocated) / 3600
 	f.Switching += float64(switching) / 3600
-	f.Idle = math.Max(f.Offered-f.Allocated, 0)
+	f.Idle += math.Max(float64(offered-allocated)/3600, 0)
 }
 
 // Utilization is allocated over offered, 0 when nothing was offered.
@@ -168,12 +170,14 @@ func WriteCSV(w io.Writer, pool string, usages []gpupoolv1.GPUPoolUsage, from, t
 			continue
 		}
 		for _, row := range u.Rows {
-			idle := ""
+			// A tenant's line has its allocation only.
+			offered, idle, switching := "", "", ""
 			if row.Tenant == "" {
+				offered, switching = hours3(row.OfferedGPUSeconds), hours3(row.SwitchingGPUSeconds)
 				idle = hours3(max(row.OfferedGPUSeconds-row.AllocatedGPUSeconds, 0))
 			}
-			_ = cw.Write([]string{pool, u.Day, row.Layout, row.Profile, row.Tenant, hours3(row.OfferedGPUSeconds),
-				hours3(row.AllocatedGPUSeconds), idle, hours3(row.SwitchingGPUSeconds)})
+			_ = cw.Write([]string{pool, u.Day, row.Layout, row.Profile, row.Tenant, offered,
+				hours3(row.AllocatedGPUSeconds), idle, switching})
 		}
 	}
 	cw.Flush()
@@ -187,7 +191,7 @@ func hours3(secs int64) string { return strconv.FormatFloat(float64(secs)/3600, 
 func WriteTable(w io.Writer, r Report) error {
 	var b strings.Builder
 	if len(r.Days) == 0 {
-		fmt.Fprintf(&b, "pool %s has no accounting from %s to %s (the manager writes a GPUPoolUsage per day, every 5 minutes)\n",
+		fmt.Fprintf(&b, "pool %s has no accounting from %s to %s (the manager writes a GPUPoolUsage per day, every --accounting-write-interval)\n",
 			r.Pool, r.From, r.To)
 		_, err := io.WriteString(w, b.String())
 		return err

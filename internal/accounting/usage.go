@@ -39,7 +39,7 @@ func ToUsage(pool string, zone *time.Location, d *Day) *gpupoolv1.GPUPoolUsage {
 	}
 	t := d.Total()
 	u.Totals = gpupoolv1.UsageTotals{OfferedGPUHours: Hours(t.Offered), AllocatedGPUHours: Hours(t.Allocated),
-		IdleGPUHours: Hours(max(t.Offered-t.Allocated, 0)), SwitchingGPUHours: Hours(t.Switching)}
+		IdleGPUHours: Hours(d.Idle()), SwitchingGPUHours: Hours(t.Switching)}
 	return u
 }
 
@@ -57,12 +57,16 @@ func FromUsage(u *gpupoolv1.GPUPoolUsage) (*Day, *time.Location, error) {
 		Through: u.Through.Time, Rows: map[RowKey]*Sums{}, Hours: map[HourKey]*Sums{}, tenants: map[string]bool{}}
 	for _, r := range u.Rows {
 		d.Rows[RowKey{r.Layout, r.Profile, r.Tenant}] = &Sums{float64(r.OfferedGPUSeconds), float64(r.AllocatedGPUSeconds), float64(r.SwitchingGPUSeconds)}
-		if r.Tenant != "" && r.Tenant != Other {
-			d.tenants[r.Tenant] = true
+		if r.Tenant != "" {
+			d.tenantRows++
+			if r.Tenant != Other {
+				d.tenants[r.Tenant] = true
+			}
 		}
 	}
 	for _, h := range u.Hours {
-		d.Hours[HourKey{h.Start.Time, h.Layout}] = &Sums{float64(h.OfferedGPUSeconds), float64(h.AllocatedGPUSeconds), float64(h.SwitchingGPUSeconds)}
+		// In UTC, as the ledger keys hours: the API's decoder gives local time.
+		d.Hours[HourKey{h.Start.UTC(), h.Layout}] = &Sums{float64(h.OfferedGPUSeconds), float64(h.AllocatedGPUSeconds), float64(h.SwitchingGPUSeconds)}
 	}
 	return d, zone, nil
 }

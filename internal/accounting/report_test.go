@@ -2,15 +2,15 @@ package accounting
 
 import (
 	"bytes"
-	"flag"
-	"os"
-	"path/filepath"
 	"encoding/csv"
 	"encoding/json"
 	"encoding/xml"
+	"flag"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"

@@ -113,6 +113,8 @@ type Ledger struct {
 
 	last  map[string]Item
 	dirty map[string]bool
+	// seenAt is when a pass last looked (Hold carries that look on without looking).
+	seenAt time.Time
 }
 
 // New starts a ledger in zone accounted through 'through': nothing before it counts.
@@ -121,7 +123,7 @@ func New(zone *time.Location, through time.Time) *Ledger {
 	if zone == nil {
 		zone = time.UTC
 	}
-	return &Ledger{Zone: zone, Through: through, Days: map[string]*Day{}, dirty: map[string]bool{}}
+	return &Ledger{Zone: zone, Through: through, seenAt: through, Days: map[string]*Day{}, dirty: map[string]bool{}}
 }
 
 // Advance accounts the time from Through to now with what a pass saw at now, holding
@@ -131,34 +133,54 @@ func New(zone *time.Location, through time.Time) *Ledger {
 // accounted never counts twice, so a pass repeated, or a manager restarted from a
 // persisted Through, adds nothing twice. A now at or before Through only remembers the
 // items.
-func (l *Ledger) Advance(now time.Time, items []Item) {
+func (l *Ledger) Advance(now time.Time, items []Item) { l.advance(now, items, true) }
+
+// advance is Advance for a pass, and for Hold (pass false), which carries the last
+// pass's items on without seeing anything new.
+func (l *Ledger) advance(now time.Time, items []Item, pass bool) {
 	seen := make(map[string]Item, len(items))
 	for _, it := range items {
 		seen[it.Key] = it
 	}
 	if l.Through.IsZero() {
-		l.Through, l.last = now, seen
+		l.Through, l.seenAt, l.last = now, now, seen
 		return
 	}
+	fresh := l.last == nil
 	if !now.After(l.Through) {
-		l.last = seen
+		// A pass that looked before the flusher carried the last pass on past its
+		// look: what is new counts from its start (or the last look) to Through, which
+		// the carrying did not count for it.
+		if pass && !fresh {
+			for _, k := range slices.Sorted(maps.Keys(seen)) {
+				if _, known := l.last[k]; !known && !seen[k].Since.IsZero() {
+					l.add(seen[k], laterOf(seen[k].Since, l.seenAt), l.Through)
+				}
+			}
+		}
+		if pass {
+			l.last, l.seenAt = seen, laterOf(l.seenAt, now)
+		}
 		return
 	}
 	// The last pass's items hold until now (they are seen gone now at the earliest); an
 	// item new since counts from its start when known, which another machine may have
-	// stamped (a kubelet's clock ahead of the manager's): never before Through nor after
-	// now; from now when not known. A ledger that has not seen a pass yet (new or
-	// resumed after a restart) takes every item as held since Through or its start.
-	fresh := l.last == nil
+	// stamped (a kubelet's clock ahead of the manager's): never before the last pass's
+	// look (what was carried on since did not include it) nor after now; from now when
+	// not known. A ledger that has not seen a pass yet (new or resumed after a restart)
+	// takes every item as held since Through or its start.
 	// In a fixed order, so that the tenants past MaxTenants are the same on every run.
 	for _, k := range slices.Sorted(maps.Keys(seen)) {
 		it := seen[k]
 		from := l.Through
 		_, known := l.last[k]
 		switch {
-		case !known && !fresh && it.Since.IsZero():
+		case known:
+		case !fresh && it.Since.IsZero():
 			from = now
-		case !known && it.Since.After(from):
+		case !fresh:
+			from = minTime(laterOf(it.Since, l.seenAt), now)
+		case it.Since.After(from):
 			from = minTime(it.Since, now)
 		}
 		l.add(it, from, now)
@@ -178,6 +200,9 @@ func (l *Ledger) Advance(now time.Time, items []Item) {
 		}
 	}
 	l.Through, l.last = now, seen
+	if pass {
+		l.seenAt = now
+	}
 }
 
 // Hold accounts the time from Through to now with what the last pass saw, as if a pass
@@ -190,7 +215,7 @@ func (l *Ledger) Hold(now time.Time) {
 	for _, it := range l.last {
 		items = append(items, it)
 	}
-	l.Advance(now, items)
+	l.advance(now, items, false)
 }
 
 // add counts the item from 'from' to 'to', hour by hour.
@@ -378,4 +403,11 @@ func Expired(day, today string, keep int32) bool {
 		return false
 	}
 	return t.Sub(d) >= time.Duration(keep)*24*time.Hour
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

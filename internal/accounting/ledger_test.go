@@ -194,12 +194,6 @@ func contains(items []Item, key string) bool {
 	return false
 }
 
-func laterOf(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
 
 // TestAdvanceAgreesWithOracle: over random lives of a pool, the ledger's days, hours
 // and tenants add up to what the oracle counts, and a manager restarted at any pass
@@ -474,5 +468,37 @@ func TestTenantRowsBounded(t *testing.T) {
 	}
 	if u := ToUsage("p", time.UTC, l.Days["2026-01-05"]); len(u.Rows) > 4096 {
 		t.Errorf("%d rows, more than GPUPoolUsage allows", len(u.Rows))
+	}
+}
+
+// TestNewAfterHold: a pod that starts after a pass and is first seen after the flusher
+// carried that pass on counts from its start, not from the carrying; so does one seen by
+// a pass that looked before the carrying reached past its look.
+func TestNewAfterHold(t *testing.T) {
+	t0 := time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC)
+	node := Item{Key: "node/n", Kind: Offered, Layout: "day", Profile: "p", GPUs: 1}
+	pod := func(since time.Time) Item {
+		return Item{Key: "pod/x", Kind: Allocated, Layout: "day", Profile: "p", Tenant: "t", GPUs: 1, Since: since}
+	}
+	allocated := func(l *Ledger) float64 { return l.Days["2026-01-05"].Total().Allocated }
+
+	l := New(time.UTC, t0)
+	l.Advance(t0, []Item{node})
+	l.Hold(t0.Add(5 * time.Minute))
+	l.Advance(t0.Add(6*time.Minute), []Item{node, pod(t0.Add(2 * time.Minute))})
+	if got := allocated(l); got != 4*60 {
+		t.Errorf("a pod started at 10:02, seen at 10:06 after a carrying at 10:05: %v s, want 240", got)
+	}
+
+	l = New(time.UTC, t0)
+	l.Advance(t0, []Item{node})
+	l.Hold(t0.Add(5 * time.Minute))
+	l.Advance(t0.Add(4*time.Minute), []Item{node, pod(t0.Add(3 * time.Minute))}) // looked at 10:04
+	l.Advance(t0.Add(10*time.Minute), []Item{node, pod(t0.Add(3 * time.Minute))})
+	if got := allocated(l); got != 7*60 {
+		t.Errorf("a pod started at 10:03, seen by a pass that looked at 10:04, before a carrying to 10:05: %v s, want 420", got)
+	}
+	if got := l.Days["2026-01-05"].Total().Offered; got != 10*60 {
+		t.Errorf("the node: %v s, want 600", got)
 	}
 }

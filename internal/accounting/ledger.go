@@ -261,7 +261,7 @@ func (l *Ledger) hourStart(t time.Time) time.Time {
 		s = s.Add(-time.Hour)
 	}
 	if t.Sub(s) >= time.Hour {
-		s = s.Add(time.Hour * time.Duration(t.Sub(s)/time.Hour))
+		s = s.Add(time.Hour * (t.Sub(s) / time.Hour))
 	}
 	return s
 }

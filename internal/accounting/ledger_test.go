@@ -194,7 +194,6 @@ func contains(items []Item, key string) bool {
 	return false
 }
 
-
 // TestAdvanceAgreesWithOracle: over random lives of a pool, the ledger's days, hours
 // and tenants add up to what the oracle counts, and a manager restarted at any pass
 // from the persisted day (ToUsage, Resume) goes on to the same sums, within the rounding

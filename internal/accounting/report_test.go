@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -261,7 +262,7 @@ func TestSVGOfAWeek(t *testing.T) {
 	}
 	for {
 		tok, err := dec.Token()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if cd, ok := tok.(xml.CharData); !ok || strings.TrimSpace(string(cd)) != "" || err != nil {
@@ -308,7 +309,7 @@ func TestSVGOfAWeek(t *testing.T) {
 	if columns != len(r.Hours) {
 		t.Errorf("%d columns, report has %d hours", columns, len(r.Hours))
 	}
-	text := string(buf.Bytes())
+	text := buf.String()
 	for _, d := range []string{"Mon 03-23", "Tue 03-24", "Wed 03-25", "Thu 03-26", "Fri 03-27", "Sat 03-28", "Sun 03-29"} {
 		if !strings.Contains(text, ">"+d+"<") {
 			t.Errorf("the picture does not mark %s", d)

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/accounting"
+	"github.com/gpupool/gpupool/internal/demand"
 )
 
 // +kubebuilder:rbac:groups=gpupool.dev,resources=gpupoolusages,verbs=get;list;create;update;delete
@@ -47,6 +49,10 @@ type usageState struct {
 	unobserved bool
 	// pruned is the day retention last ran for.
 	pruned string
+	// claimGPUs are the devices of the pool's GPU class the running claim pods ask for,
+	// by pod UID, read once per pod (a pod's claims do not change): the pass's alone,
+	// kept for the pods its last pass saw.
+	claimGPUs map[types.UID]int64
 	// versions are the resourceVersions of the days this manager wrote last, by name:
 	// the flusher's alone, read and written without mu.
 	versions map[string]string
@@ -65,7 +71,7 @@ func (r *GPUPoolProfileReconciler) account(ctx context.Context, s *scope) {
 		}
 		r.usage.remember(s.pool, st)
 	}
-	items, complete := r.usageItems(ctx, s)
+	items, complete := r.usageItems(ctx, s, st)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	// The same zone read again is another *Location: the ledger keeps its own unless
@@ -169,7 +175,8 @@ func (r *GPUPoolProfileReconciler) resumeUsage(ctx context.Context, s *scope, zo
 	}
 	pool := s.pool.Name
 	l.OnAdd = func(it accounting.Item, secs float64) { countUsage(pool, it, secs) }
-	return &usageState{ledger: l, pool: pool, uid: s.pool.UID, keep: defaultRetentionDays, versions: map[string]string{}}, true
+	return &usageState{ledger: l, pool: pool, uid: s.pool.UID, keep: defaultRetentionDays, versions: map[string]string{},
+		claimGPUs: map[types.UID]int64{}}, true
 }
 
 // poolUsages lists the pool's GPUPoolUsage from the API server (they are not cached:
@@ -344,10 +351,10 @@ func usageZone(spec *gpupoolv1.GPUPoolProfileSpec) *time.Location {
 	return time.UTC
 }
 
-// usageItems is what counts on this pass (accounting.Items from the pass's world) with
+// usageItems is what counts on this pass (poolUsageItems from the pass's world) with
 // the pods of the pool's running nodes from their watches; false when a watch has not
-// synced yet.
-func (r *GPUPoolProfileReconciler) usageItems(ctx context.Context, s *scope) ([]accounting.Item, bool) {
+// synced yet, or a claim pod's claims cannot be read.
+func (r *GPUPoolProfileReconciler) usageItems(ctx context.Context, s *scope, st *usageState) ([]accounting.Item, bool) {
 	pods := map[string][]corev1.Pod{}
 	for _, n := range s.w.Running() {
 		if r.nodePods == nil {
@@ -364,7 +371,45 @@ func (r *GPUPoolProfileReconciler) usageItems(ctx context.Context, s *scope) ([]
 		}
 		pods[n] = ps
 	}
-	return poolUsageItems(s.pool, &s.w, pods, r.tenantOf(ctx, s.pool)), true
+	claims, ok := r.claimPodGPUs(ctx, s.pool, pods, st)
+	if !ok {
+		return nil, false
+	}
+	return poolUsageItems(s.pool, &s.w, pods, claims, r.tenantOf(ctx, s.pool)), true
+}
+
+// claimPodGPUs is, with readiness.dra, how many devices of the pool's class each
+// unfinished pod with resource claims on the pool's running nodes asks for: read once
+// per pod from the API server, remembered while the pod runs.
+func (r *GPUPoolProfileReconciler) claimPodGPUs(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, pods map[string][]corev1.Pod, st *usageState) (map[types.UID]int64, bool) {
+	dra := pool.Spec.Readiness.DRA
+	if dra == nil {
+		clear(st.claimGPUs)
+		return nil, true
+	}
+	seen := map[types.UID]bool{}
+	for _, ps := range pods {
+		for i := range ps {
+			p := &ps[i]
+			if len(p.Spec.ResourceClaims) == 0 || demand.Finished(p) {
+				continue
+			}
+			seen[p.UID] = true
+			if _, ok := st.claimGPUs[p.UID]; ok {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, usageCallTimeout)
+			n, err := demand.PodClaimDevices(cctx, r.usageReader(), dra.DeviceClassName, p)
+			cancel()
+			if err != nil {
+				log.FromContext(ctx).Info("Not accounting GPU-hours on this pass: a pod's resource claims cannot be read", "pod", p.Namespace+"/"+p.Name, "error", err.Error())
+				return nil, false
+			}
+			st.claimGPUs[p.UID] = n
+		}
+	}
+	maps.DeleteFunc(st.claimGPUs, func(uid types.UID, _ int64) bool { return !seen[uid] })
+	return st.claimGPUs, true
 }
 
 // tenantOf names a namespace's tenant: the value of spec.accounting.tenantLabel on the

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/accounting"
@@ -18,14 +19,15 @@ import (
 //     GPU-equivalents, under the node's layout label (unlabelledLayout when it has
 //     none) and the VM's profile;
 //   - each bound, unfinished pod on a running VM's node that asks for the pool's GPU
-//     resource is allocated that many of the node's vGPUs, at most all of them, for its
-//     tenant (tenantOf its namespace), from its start;
+//     resource (or, without it, for claimGPUs[uid] devices of the pool's DRA class) is
+//     allocated that many of the node's vGPUs, at most all of them, for its tenant
+//     (tenantOf its namespace), from its start;
 //   - during a transition, the GPUs of the hosts the pool's VMs are on, but for those
 //     another VM runs on, minus what the pool's nodes offer, are switching, under the
 //     layout being switched to, from the transition's start.
 //
 // It reads nothing but its arguments. pods are the pods by node name.
-func poolUsageItems(pool *gpupoolv1.GPUPoolProfile, w *world.World, pods map[string][]corev1.Pod, tenantOf func(string) string) []accounting.Item {
+func poolUsageItems(pool *gpupoolv1.GPUPoolProfile, w *world.World, pods map[string][]corev1.Pod, claimGPUs map[types.UID]int64, tenantOf func(string) string) []accounting.Item {
 	res := demand.GPUResource(pool)
 	var items []accounting.Item
 	offered := 0.0
@@ -55,6 +57,9 @@ func poolUsageItems(pool *gpupoolv1.GPUPoolProfile, w *world.World, pods map[str
 		for i := range pods[node.Name] {
 			p := &pods[node.Name][i]
 			n := demand.PodGPUs(p, res)
+			if n == 0 {
+				n = claimGPUs[p.UID] // a pod that asks for the resource is not counted twice
+			}
 			if p.Spec.NodeName != node.Name || demand.Finished(p) || n <= 0 {
 				continue
 			}

@@ -66,11 +66,15 @@ func TestPoolUsageItems(t *testing.T) {
 		"n-a": {gpuPodOn("one", "red", "n-a", 1, corev1.PodRunning, &start), gpuPodOn("cpu", "red", "n-a", 0, corev1.PodRunning, &start),
 			gpuPodOn("done", "red", "n-a", 1, corev1.PodSucceeded, &start), gpuPodOn("elsewhere", "red", "n-x", 1, corev1.PodRunning, nil)},
 		"n-b": {gpuPodOn("draining", "blue", "n-b", 1, corev1.PodRunning, nil)},
-		"n-d": {gpuPodOn("greedy", "blue", "n-d", 5, corev1.PodRunning, nil)},
+		"n-d": {gpuPodOn("greedy", "blue", "n-d", 5, corev1.PodRunning, nil), gpuPodOn("claims", "blue", "n-d", 0, corev1.PodRunning, nil),
+			gpuPodOn("both", "blue", "n-d", 1, corev1.PodRunning, nil)},
 	}
+	// A claim pod's devices come from its claims; a pod that also asks for the resource
+	// counts what it asks for the resource, once.
+	claims := map[types.UID]int64{"uid-claims": 1, "uid-both": 2}
 	tenantOf := func(ns string) string { return "team-" + ns }
 	got := map[string]accounting.Item{}
-	for _, it := range poolUsageItems(pool, usageWorld(), pods, tenantOf) {
+	for _, it := range poolUsageItems(pool, usageWorld(), pods, claims, tenantOf) {
 		got[it.Key] = it
 	}
 	want := map[string]accounting.Item{
@@ -82,6 +86,8 @@ func TestPoolUsageItems(t *testing.T) {
 		"pod/uid-draining": {Key: "pod/uid-draining", Kind: accounting.Allocated, Layout: "day", Profile: "grid_p100-4q", Tenant: "team-blue", GPUs: 0.25},
 		// Five GPUs asked of a node with two vGPUs: at most the node's.
 		"pod/uid-greedy": {Key: "pod/uid-greedy", Kind: accounting.Allocated, Layout: "day", Profile: "grid_p100-8q", Tenant: "team-blue", GPUs: 1},
+		"pod/uid-claims": {Key: "pod/uid-claims", Kind: accounting.Allocated, Layout: "day", Profile: "grid_p100-8q", Tenant: "team-blue", GPUs: 0.5},
+		"pod/uid-both":   {Key: "pod/uid-both", Kind: accounting.Allocated, Layout: "day", Profile: "grid_p100-8q", Tenant: "team-blue", GPUs: 0.5},
 	}
 	if len(got) != len(want) {
 		t.Errorf("items %v, want %v", got, want)
@@ -96,7 +102,7 @@ func TestPoolUsageItems(t *testing.T) {
 	// from the transition's start, under big; d's node, not labelled, serves big.
 	pool.Status.Transition = &gpupoolv1.TransitionStatus{ID: "t1", To: "big", StartTime: metav1.NewTime(start)}
 	got = map[string]accounting.Item{}
-	for _, it := range poolUsageItems(pool, usageWorld(), pods, tenantOf) {
+	for _, it := range poolUsageItems(pool, usageWorld(), pods, claims, tenantOf) {
 		got[it.Key] = it
 	}
 	if sw := got["switch/t1"]; sw.Kind != accounting.Switching || sw.Layout != "big" || sw.GPUs != 0.75 || !sw.Since.Equal(start) {

@@ -230,3 +230,9 @@ func ClaimDevices(spec resourcev1.ResourceClaimSpec, class string) int64 {
 func AsksGPUs(pool *gpupoolv1.GPUPoolProfile, p *corev1.Pod) bool {
 	return PodGPUs(p, GPUResource(pool)) > 0 || (pool.Spec.Readiness.DRA != nil && len(p.Spec.ResourceClaims) > 0)
 }
+
+// PodClaimDevices is how many devices of class the pod's resource claims ask for
+// (claims and templates read from r), for the accounting of a running claim pod.
+func PodClaimDevices(ctx context.Context, r client.Reader, class string, p *corev1.Pod) (int64, error) {
+	return deviceReader{r: r, class: class, memo: map[claimRef]int64{}}.devices(ctx, p)
+}

@@ -195,10 +195,8 @@ func checkDemandReport(t *testing.T, res *localenv.DemandResult, training *corev
 			allocated = tf.Allocated * 3600
 		}
 	}
-	// A pod that asks for its vGPU through a claim counts as allocated nothing yet
-	// (docs/accounting.md, what is not counted).
-	claims := len(training.Spec.ResourceClaims) > 0
-	if !claims && (ran <= 0 || allocated < 0.5*ran.Seconds() || allocated > ran.Seconds()+15) {
+	// The same whether the pod asks for nvidia.com/gpu or for a device through a claim.
+	if ran <= 0 || allocated < 0.5*ran.Seconds() || allocated > ran.Seconds()+15 {
 		t.Errorf("tenant %s allocated %.0f GPU-seconds; its training pod ran %s on one GPU (tenants %+v)", localenv.DemoNamespace, allocated, ran, r.Tenants)
 	}
 	offered := map[string]float64{}

@@ -60,7 +60,7 @@ type usageState struct {
 
 // account adds what this pass saw to the pool's ledger; the flusher writes it. It
 // decides nothing and calls the API only to read the pool's days when it starts
-// accounting the pool.
+// accounting the pool, and a claim pod's claims once per pod.
 func (r *GPUPoolProfileReconciler) account(ctx context.Context, s *scope) {
 	st := r.usage.last(s.pool)
 	zone := usageZone(&s.pool.Spec)

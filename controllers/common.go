@@ -68,12 +68,7 @@ func poolsWhere(ctx context.Context, c client.Reader, keep func(*gpupoolv1.GPUPo
 // clockTime is the time in the schedule's time zone, with the zone, and with the date
 // when it is not now's date there: "07:50 CET", "Tue 18 Mar 07:50 CET".
 func clockTime(pool *gpupoolv1.GPUPoolProfile, t, now time.Time) string {
-	loc := time.UTC
-	if sc := pool.Spec.Schedule; sc != nil && sc.TimeZone != "" {
-		if l, err := time.LoadLocation(sc.TimeZone); err == nil {
-			loc = l
-		}
-	}
+	loc := scheduleZone(&pool.Spec)
 	t, now = t.In(loc), now.In(loc)
 	if y, m, d := t.Date(); y != now.Year() || m != now.Month() || d != now.Day() {
 		return t.Format("Mon 2 Jan 15:04 MST")
@@ -133,3 +128,14 @@ const demandCoalesce = 3 * time.Second
 
 // maxDemandMessage bounds status.demand.message (the API allows 1024).
 const maxDemandMessage = demand.MaxMessage
+
+// scheduleZone is the zone of the pool's schedule (the zone its messages' times and
+// its accounting's days are in), else UTC.
+func scheduleZone(spec *gpupoolv1.GPUPoolProfileSpec) *time.Location {
+	if sc := spec.Schedule; sc != nil && sc.TimeZone != "" {
+		if l, err := time.LoadLocation(sc.TimeZone); err == nil {
+			return l
+		}
+	}
+	return time.UTC
+}

@@ -63,7 +63,7 @@ type usageState struct {
 // accounting the pool, and a claim pod's claims once per pod.
 func (r *GPUPoolProfileReconciler) account(ctx context.Context, s *scope) {
 	st := r.usage.last(s.pool)
-	zone := usageZone(&s.pool.Spec)
+	zone := scheduleZone(&s.pool.Spec)
 	if st == nil {
 		var ok bool
 		if st, ok = r.resumeUsage(ctx, s, zone); !ok {
@@ -161,7 +161,7 @@ func (r *GPUPoolProfileReconciler) usageFlusher(ctx context.Context) error {
 // cannot be listed is not accounted on this pass: a ledger started afresh would count
 // the time since that day's through as unknown.
 func (r *GPUPoolProfileReconciler) resumeUsage(ctx context.Context, s *scope, zone *time.Location) (*usageState, bool) {
-	days, err := r.poolUsages(ctx, s.pool)
+	days, err := r.listUsages(ctx, s.pool.Name, s.pool.UID)
 	if err != nil {
 		log.FromContext(ctx).Info("Not accounting GPU-hours on this pass: listing the pool's GPUPoolUsage failed", "error", err.Error())
 		return nil, false
@@ -179,13 +179,9 @@ func (r *GPUPoolProfileReconciler) resumeUsage(ctx context.Context, s *scope, zo
 		claimGPUs: map[types.UID]int64{}}, true
 }
 
-// poolUsages lists the pool's GPUPoolUsage from the API server (they are not cached:
-// only a ledger's start and retention read them): those of this pool's UID, not of an
+// listUsages lists the pool's GPUPoolUsage from the API server (they are not cached:
+// only a ledger's start and retention read them): those of the pool's UID, not of an
 // earlier pool of the name the garbage collector has not deleted yet.
-func (r *GPUPoolProfileReconciler) poolUsages(ctx context.Context, pool *gpupoolv1.GPUPoolProfile) ([]gpupoolv1.GPUPoolUsage, error) {
-	return r.listUsages(ctx, pool.Name, pool.UID)
-}
-
 func (r *GPUPoolProfileReconciler) listUsages(ctx context.Context, pool string, uid types.UID) ([]gpupoolv1.GPUPoolUsage, error) {
 	ctx, cancel := context.WithTimeout(ctx, usageCallTimeout)
 	defer cancel()
@@ -341,15 +337,6 @@ func (r *GPUPoolProfileReconciler) pruneUsage(ctx context.Context, st *usageStat
 	}
 }
 
-// usageZone is the zone the pool's days are in: the schedule's, else UTC.
-func usageZone(spec *gpupoolv1.GPUPoolProfileSpec) *time.Location {
-	if sc := spec.Schedule; sc != nil && sc.TimeZone != "" {
-		if z, err := time.LoadLocation(sc.TimeZone); err == nil {
-			return z
-		}
-	}
-	return time.UTC
-}
 
 // usageItems is what counts on this pass (poolUsageItems from the pass's world) with
 // the pods of the pool's running nodes from their watches; false when a watch has not

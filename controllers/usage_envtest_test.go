@@ -43,7 +43,7 @@ func (h *harness) usagePod(ns, name, node string, start time.Time) *corev1.Pod {
 func (h *harness) usageOf(pool string, t time.Time) *gpupoolv1.GPUPoolUsage {
 	h.t.Helper()
 	var u gpupoolv1.GPUPoolUsage
-	day := t.In(usageZone(&h.get(pool).Spec)).Format(time.DateOnly)
+	day := t.In(scheduleZone(&h.get(pool).Spec)).Format(time.DateOnly)
 	h.must(k8s.Get(h.ctx, client.ObjectKey{Name: accounting.UsageName(pool, day)}, &u))
 	return &u
 }
@@ -176,7 +176,7 @@ type usageBase struct{ offered, allocated int64 }
 // is written).
 func (h *harness) usageOfOrNil(pool string, t time.Time) usageBase {
 	var u gpupoolv1.GPUPoolUsage
-	day := t.In(usageZone(&h.get(pool).Spec)).Format(time.DateOnly)
+	day := t.In(scheduleZone(&h.get(pool).Spec)).Format(time.DateOnly)
 	if err := k8s.Get(h.ctx, client.ObjectKey{Name: accounting.UsageName(pool, day)}, &u); err != nil {
 		return usageBase{}
 	}

@@ -130,15 +130,10 @@ func reportDays(now time.Time, zone *time.Location, f reportFlags) (string, stri
 	return last.AddDate(0, 0, -(f.days - 1)).Format(time.DateOnly), to, nil
 }
 
-// accountingZone is the zone the manager keeps the pool's days in: its schedule's,
-// else UTC (controllers.usageZone).
+// accountingZone is the zone the manager keeps the pool's days in: its schedule's
+// (poolZone).
 func accountingZone(spec *gpupoolv1.GPUPoolProfileSpec) *time.Location {
-	if s := spec.Schedule; s != nil && s.TimeZone != "" {
-		if z, err := time.LoadLocation(s.TimeZone); err == nil {
-			return z
-		}
-	}
-	return time.UTC
+	return accounting.Zone(poolZone(spec))
 }
 
 // writeFile writes a file whole or not at all: into a temporary file beside it, renamed

@@ -28,10 +28,7 @@ type idleRun struct {
 // weekday and hour: "every Saturday 00:00 for 24h"), and switching that took a large
 // share of the capacity offline. It says nothing when the data shows nothing.
 func Recommend(r Report) []string {
-	zone, err := time.LoadLocation(r.TimeZone)
-	if err != nil {
-		zone = time.UTC
-	}
+	zone := Zone(r.TimeZone)
 	var out []string
 	runs := idleRuns(r.Hours)
 	// Runs that start on the same weekday and hour and last as long are one habit.

@@ -196,10 +196,7 @@ func WriteTable(w io.Writer, r Report) error {
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
-	zone, err := time.LoadLocation(r.TimeZone)
-	if err != nil {
-		zone = time.UTC
-	}
+	zone := Zone(r.TimeZone)
 	fmt.Fprintf(&b, "pool %s, %s to %s (%s), accounted through %s; GPU-hours (a vGPU counts its frame buffer over its GPU's)\n\n",
 		r.Pool, r.Days[0].Day, r.Days[len(r.Days)-1].Day, r.TimeZone, r.Through.In(zone).Format("Mon 2006-01-02 15:04 MST"))
 	prec := Precision(r.Totals.Offered)
@@ -233,7 +230,7 @@ func WriteTable(w io.Writer, r Report) error {
 			b.WriteString("- " + s + "\n")
 		}
 	}
-	_, err = io.WriteString(w, b.String())
+	_, err := io.WriteString(w, b.String())
 	return err
 }
 

@@ -32,10 +32,7 @@ const (
 // so lanes compare. Each column carries its figures as a tooltip (title) and as data-*
 // attributes, so that the picture can be read back (the tests do).
 func WriteSVG(w io.Writer, r Report) error {
-	zone, err := time.LoadLocation(r.TimeZone)
-	if err != nil {
-		zone = time.UTC
-	}
+	zone := Zone(r.TimeZone)
 	var layouts []string
 	var first, last time.Time
 	peak := 0.0
@@ -129,7 +126,7 @@ func WriteSVG(w io.Writer, r Report) error {
 		fmt.Fprintf(&b, `<text class="day" x="%.2f" y="%d">%s</text>`+"\n", x+3, bottom+16, start.Format("Mon 01-02"))
 	}
 	b.WriteString("</svg>\n")
-	_, err = io.WriteString(w, b.String())
+	_, err := io.WriteString(w, b.String())
 	return err
 }
 

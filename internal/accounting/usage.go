@@ -107,3 +107,11 @@ func secs(v float64) int64 { return int64(math.Round(v)) }
 func Hours(gpuSeconds float64) string {
 	return strconv.FormatFloat(gpuSeconds/3600, 'f', 2, 64)
 }
+
+// Zone loads a zone by name, UTC when it cannot be (a report still prints).
+func Zone(name string) *time.Location {
+	if z, err := time.LoadLocation(name); err == nil {
+		return z
+	}
+	return time.UTC
+}

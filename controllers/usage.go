@@ -337,7 +337,6 @@ func (r *GPUPoolProfileReconciler) pruneUsage(ctx context.Context, st *usageStat
 	}
 }
 
-
 // usageItems is what counts on this pass (poolUsageItems from the pass's world) with
 // the pods of the pool's running nodes from their watches; false when a watch has not
 // synced yet, or a claim pod's claims cannot be read.

@@ -58,6 +58,13 @@ type Sums struct {
 	Offered, Allocated, Switching float64
 }
 
+// plus adds o's sums to s.
+func (s *Sums) plus(o Sums) {
+	s.Offered += o.Offered
+	s.Allocated += o.Allocated
+	s.Switching += o.Switching
+}
+
 func (s *Sums) add(k Kind, v float64) {
 	switch k {
 	case Offered:
@@ -238,11 +245,7 @@ func (l *Ledger) add(it Item, from, to time.Time) {
 			profile = ""
 		}
 		d.row(RowKey{it.Layout, profile, ""}).add(it.Kind, secs)
-		h := HourKey{start.UTC(), it.Layout} // one key whatever *Location the zone is
-		if d.Hours[h] == nil {
-			d.Hours[h] = &Sums{}
-		}
-		d.Hours[h].add(it.Kind, secs)
+		d.hour(HourKey{start.UTC(), it.Layout}).add(it.Kind, secs) // one key whatever *Location the zone is
 		l.dirty[d.Name] = true
 		if l.OnAdd != nil {
 			l.OnAdd(Item{Key: it.Key, Kind: it.Kind, Layout: it.Layout, Profile: profile, Tenant: tenant, GPUs: it.GPUs}, secs)
@@ -278,6 +281,15 @@ func (l *Ledger) day(start time.Time) *Day {
 		Through: ds, Rows: map[RowKey]*Sums{}, Hours: map[HourKey]*Sums{}, Fresh: true, tenants: map[string]bool{}}
 	l.Days[name] = d
 	return d
+}
+
+func (d *Day) hour(k HourKey) *Sums {
+	s, ok := d.Hours[k]
+	if !ok {
+		s = &Sums{}
+		d.Hours[k] = s
+	}
+	return s
 }
 
 func (d *Day) row(k RowKey) *Sums {
@@ -329,9 +341,7 @@ func (d *Day) Total() Sums {
 	var t Sums
 	for k, s := range d.Rows {
 		if k.Tenant == "" {
-			t.Offered += s.Offered
-			t.Allocated += s.Allocated
-			t.Switching += s.Switching
+			t.plus(*s)
 		}
 	}
 	return t
@@ -354,26 +364,16 @@ func (d *Day) Idle() float64 {
 // the persisted sums are kept, the ledger's added to them.
 func (d *Day) Merge(p *Day) {
 	for k, s := range p.Rows {
-		r := d.row(k)
-		r.Offered += s.Offered
-		r.Allocated += s.Allocated
-		r.Switching += s.Switching
-		if k.Tenant != "" && k.Tenant != Other && !d.tenants[k.Tenant] {
-			d.tenants[k.Tenant] = true
-		}
-		if k.Tenant != "" {
+		if _, had := d.Rows[k]; !had && k.Tenant != "" {
 			d.tenantRows++
+			if k.Tenant != Other {
+				d.tenants[k.Tenant] = true
+			}
 		}
+		d.row(k).plus(*s)
 	}
 	for k, s := range p.Hours {
-		h := d.Hours[k]
-		if h == nil {
-			h = &Sums{}
-			d.Hours[k] = h
-		}
-		h.Offered += s.Offered
-		h.Allocated += s.Allocated
-		h.Switching += s.Switching
+		d.hour(k).plus(*s)
 	}
 	if p.Through.After(d.Through) {
 		d.Through = p.Through

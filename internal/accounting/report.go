@@ -88,15 +88,10 @@ type HourFigures struct {
 // report. It is deterministic: the same days give the same report.
 func Summarize(pool string, usages []gpupoolv1.GPUPoolUsage, from, to string) Report {
 	r := Report{Pool: pool, From: from, To: to}
-	days := slices.Clone(usages)
-	slices.SortFunc(days, func(a, b gpupoolv1.GPUPoolUsage) int { return strings.Compare(a.Day, b.Day) })
-	layouts := map[[2]string]*Figures{}
+	layouts := map[RowKey]*Figures{}
 	tenants := map[string]float64{}
 	hours := map[HourKey]*Figures{}
-	for _, u := range days {
-		if u.Pool != pool || u.Day < from || u.Day > to {
-			continue
-		}
+	for _, u := range periodDays(pool, usages, from, to) {
 		r.TimeZone = u.TimeZone
 		if u.Through.After(r.Through) {
 			r.Through = u.Through.Time
@@ -109,7 +104,7 @@ func Summarize(pool string, usages []gpupoolv1.GPUPoolUsage, from, to string) Re
 			}
 			df.add(row.OfferedGPUSeconds, row.AllocatedGPUSeconds, row.SwitchingGPUSeconds)
 			r.Totals.add(row.OfferedGPUSeconds, row.AllocatedGPUSeconds, row.SwitchingGPUSeconds)
-			k := [2]string{row.Layout, row.Profile}
+			k := RowKey{Layout: row.Layout, Profile: row.Profile}
 			if layouts[k] == nil {
 				layouts[k] = &Figures{}
 			}
@@ -124,10 +119,8 @@ func Summarize(pool string, usages []gpupoolv1.GPUPoolUsage, from, to string) Re
 			hours[k].add(h.OfferedGPUSeconds, h.AllocatedGPUSeconds, h.SwitchingGPUSeconds)
 		}
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(layouts), func(a, b [2]string) int {
-		return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1])
-	}) {
-		r.Layouts = append(r.Layouts, LayoutFigures{Layout: k[0], Profile: k[1], Figures: *layouts[k]})
+	for _, k := range slices.SortedFunc(maps.Keys(layouts), compareRows) {
+		r.Layouts = append(r.Layouts, LayoutFigures{Layout: k.Layout, Profile: k.Profile, Figures: *layouts[k]})
 	}
 	for _, t := range slices.Sorted(maps.Keys(tenants)) {
 		share := 0.0
@@ -158,17 +151,7 @@ func Summarize(pool string, usages []gpupoolv1.GPUPoolUsage, from, to string) Re
 func WriteCSV(w io.Writer, pool string, usages []gpupoolv1.GPUPoolUsage, from, to string) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"pool", "day", "layout", "profile", "tenant", "offered_gpu_hours", "allocated_gpu_hours", "idle_gpu_hours", "switching_gpu_hours"})
-	r := Summarize(pool, usages, from, to)
-	in := map[string]bool{}
-	for _, d := range r.Days {
-		in[d.Day] = true
-	}
-	days := slices.Clone(usages)
-	slices.SortFunc(days, func(a, b gpupoolv1.GPUPoolUsage) int { return strings.Compare(a.Day, b.Day) })
-	for _, u := range days {
-		if u.Pool != pool || !in[u.Day] {
-			continue
-		}
+	for _, u := range periodDays(pool, usages, from, to) {
 		for _, row := range u.Rows {
 			// A tenant's line has its allocation only.
 			offered, idle, switching := "", "", ""
@@ -182,6 +165,19 @@ func WriteCSV(w io.Writer, pool string, usages []gpupoolv1.GPUPoolUsage, from, t
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// periodDays are the pool's days from 'from' to 'to' (YYYY-MM-DD, both included),
+// oldest first.
+func periodDays(pool string, usages []gpupoolv1.GPUPoolUsage, from, to string) []gpupoolv1.GPUPoolUsage {
+	var out []gpupoolv1.GPUPoolUsage
+	for _, u := range usages {
+		if u.Pool == pool && u.Day >= from && u.Day <= to {
+			out = append(out, u)
+		}
+	}
+	slices.SortFunc(out, func(a, b gpupoolv1.GPUPoolUsage) int { return strings.Compare(a.Day, b.Day) })
+	return out
 }
 
 func hours3(secs int64) string { return strconv.FormatFloat(float64(secs)/3600, 'f', 3, 64) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,30 +33,6 @@ const usageCallTimeout = 15 * time.Second
 // defaultRetentionDays is spec.accounting.retentionDays' default.
 const defaultRetentionDays = 35
 
-// usageState is one pool's accounting between passes. The pass (account) and the
-// flusher (flushUsage) share it under mu; API calls are made without it.
-type usageState struct {
-	mu     sync.Mutex
-	ledger *accounting.Ledger
-	// pool, uid and keep are the pool's, as its last pass saw them: the owner of its
-	// GPUPoolUsage and how many days are kept.
-	pool string
-	uid  types.UID
-	keep int32
-	// unobserved: the pool's last pass did not see its world (paused, vCenter not
-	// read): what its pass before saw may not hold, so the flusher does not carry it on.
-	unobserved bool
-	// pruned is the day retention last ran for.
-	pruned string
-	// claimGPUs are the devices of the pool's GPU class the running claim pods ask for,
-	// by pod UID, read once per pod (a pod's claims do not change): the pass's alone,
-	// kept for the pods its last pass saw.
-	claimGPUs map[types.UID]int64
-	// versions are the resourceVersions of the days this manager wrote last, by name:
-	// the flusher's alone, read and written without mu.
-	versions map[string]string
-}
-
 // account adds what this pass saw to the pool's ledger; the flusher writes it. It
 // decides nothing and calls the API only to read the pool's days when it starts
 // accounting the pool, and a claim pod's claims once per pod.
@@ -66,7 +41,7 @@ func (r *GPUPoolProfileReconciler) account(ctx context.Context, s *scope) {
 	zone := scheduleZone(&s.pool.Spec)
 	if st == nil {
 		var ok bool
-		if st, ok = r.resumeUsage(ctx, s, zone); !ok {
+		if st, ok = r.resumeUsage(ctx, s.pool, zone); !ok {
 			return
 		}
 		r.usage.remember(s.pool, st)
@@ -160,8 +135,8 @@ func (r *GPUPoolProfileReconciler) usageFlusher(ctx context.Context) error {
 // resumeUsage starts a pool's ledger from its latest persisted day. A pool whose days
 // cannot be listed is not accounted on this pass: a ledger started afresh would count
 // the time since that day's through as unknown.
-func (r *GPUPoolProfileReconciler) resumeUsage(ctx context.Context, s *scope, zone *time.Location) (*usageState, bool) {
-	days, err := r.listUsages(ctx, s.pool.Name, s.pool.UID)
+func (r *GPUPoolProfileReconciler) resumeUsage(ctx context.Context, gpp *gpupoolv1.GPUPoolProfile, zone *time.Location) (*usageState, bool) {
+	days, err := r.listUsages(ctx, gpp.Name, gpp.UID)
 	if err != nil {
 		log.FromContext(ctx).Info("Not accounting GPU-hours on this pass: listing the pool's GPUPoolUsage failed", "error", err.Error())
 		return nil, false
@@ -173,9 +148,9 @@ func (r *GPUPoolProfileReconciler) resumeUsage(ctx context.Context, s *scope, zo
 		log.FromContext(ctx).Info("Starting GPU-hour accounting afresh: the latest GPUPoolUsage cannot be read", "error", err.Error())
 		l = accounting.New(zone, time.Time{})
 	}
-	pool := s.pool.Name
+	pool := gpp.Name
 	l.OnAdd = func(it accounting.Item, secs float64) { countUsage(pool, it, secs) }
-	return &usageState{ledger: l, pool: pool, uid: s.pool.UID, keep: defaultRetentionDays, versions: map[string]string{},
+	return &usageState{ledger: l, pool: pool, uid: gpp.UID, keep: defaultRetentionDays, versions: map[string]string{},
 		claimGPUs: map[types.UID]int64{}}, true
 }
 

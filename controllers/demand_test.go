@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -35,29 +36,49 @@ var (
 	requiring            = testpods.Requiring
 )
 
-// TestDemandPodChanged: only pods that ask for an extended resource wake demand pools,
-// and only on the changes demand reads.
+// TestDemandPodChanged: only pods that may ask for GPUs wake demand pools, whichever way
+// they ask (an extended resource, or resource claims for a readiness.dra pool), and
+// only on the changes demand reads.
 func TestDemandPodChanged(t *testing.T) {
 	pr := demandPodChanged()
-	gpu, plain := testPod("g", 1), testPod("p", 0)
-	if !pr.Create(event.CreateEvent{Object: gpu}) || pr.Create(event.CreateEvent{Object: plain}) {
-		t.Error("create: want a GPU pod through, a plain pod not")
+	byClaim := func(p *corev1.Pod) {
+		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "vgpu"}}}
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "vgpu", ResourceClaimTemplateName: ptr.To("one-vgpu")}}
 	}
-	if pr.Create(event.CreateEvent{Object: testPod("b", 1, onNode("n"))}) {
-		t.Error("create: a bound pod is no pending demand")
-	}
-	pending := testPod("g", 1, pendingUnschedulable)
-	if !pr.Update(event.UpdateEvent{ObjectOld: gpu, ObjectNew: pending}) {
-		t.Error("update: becoming unschedulable must wake the pools")
-	}
-	if pr.Update(event.UpdateEvent{ObjectOld: pending, ObjectNew: pending.DeepCopy()}) {
-		t.Error("update: no change demand reads must not wake the pools")
-	}
-	if !pr.Update(event.UpdateEvent{ObjectOld: pending, ObjectNew: testPod("g", 1, onNode("n"))}) {
-		t.Error("update: binding must wake the pools")
-	}
-	if !pr.Delete(event.DeleteEvent{Object: gpu}) || pr.Delete(event.DeleteEvent{Object: plain}) {
-		t.Error("delete: want a GPU pod through, a plain pod not")
+	for _, asks := range []struct {
+		name string
+		pod  func(name string, opts ...podOpt) *corev1.Pod
+	}{
+		{"extended resource", func(name string, opts ...podOpt) *corev1.Pod { return testPod(name, 1, opts...) }},
+		{"resource claim", func(name string, opts ...podOpt) *corev1.Pod { return testPod(name, 0, append(opts, byClaim)...) }},
+	} {
+		t.Run(asks.name, func(t *testing.T) {
+			gpu, plain := asks.pod("g"), testPod("p", 0)
+			if !pr.Create(event.CreateEvent{Object: gpu}) || pr.Create(event.CreateEvent{Object: plain}) {
+				t.Error("create: want a GPU pod through, a plain pod not")
+			}
+			if pr.Create(event.CreateEvent{Object: asks.pod("b", onNode("n"))}) {
+				t.Error("create: a bound pod is no pending demand")
+			}
+			pending := asks.pod("g", pendingUnschedulable)
+			if !pr.Update(event.UpdateEvent{ObjectOld: gpu, ObjectNew: pending}) {
+				t.Error("update: becoming unschedulable must wake the pools")
+			}
+			statuses := pending.DeepCopy()
+			statuses.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "vgpu", ResourceClaimName: ptr.To("g-vgpu-x")}}
+			if pr.Update(event.UpdateEvent{ObjectOld: pending, ObjectNew: pending.DeepCopy()}) || pr.Update(event.UpdateEvent{ObjectOld: pending, ObjectNew: statuses}) {
+				t.Error("update: no change demand reads must not wake the pools")
+			}
+			if !pr.Update(event.UpdateEvent{ObjectOld: pending, ObjectNew: asks.pod("g", onNode("n"))}) {
+				t.Error("update: binding must wake the pools")
+			}
+			if pr.Update(event.UpdateEvent{ObjectOld: testPod("p", 0), ObjectNew: testPod("p", 0, pendingUnschedulable)}) {
+				t.Error("update: a plain pod becoming unschedulable must not wake the pools")
+			}
+			if !pr.Delete(event.DeleteEvent{Object: gpu}) || pr.Delete(event.DeleteEvent{Object: plain}) {
+				t.Error("delete: want a GPU pod through, a plain pod not")
+			}
+		})
 	}
 }
 

@@ -153,7 +153,7 @@ func TestLeanPodKeeps(t *testing.T) {
 			got, want any
 		}{
 			{"podGPUs", demand.PodGPUs(l, nodes.DefaultGPUResource), demand.PodGPUs(f, nodes.DefaultGPUResource)},
-			{"requestsExtended", requestsExtended(l), requestsExtended(f)},
+			{"mayAskGPUs", mayAskGPUs(l), mayAskGPUs(f)},
 			{"unschedulable", demand.Unschedulable(l), demand.Unschedulable(f)},
 			{"podFinished", demand.Finished(l), demand.Finished(f)},
 			{"evictable", demand.Evictable(l), demand.Evictable(f)},

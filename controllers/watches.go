@@ -37,28 +37,35 @@ func nodeChanged() predicate.Predicate {
 
 // demandPodChanged lets through the pod events that change demand (spec.demand): a pod
 // created unscheduled, the scheduler finding no node for it or binding it, a pod ending
-// or deleted; only for pods that request an extended resource (a GPU is one, whatever
-// readiness.gpuResource names), so that the pods of a busy cluster do not wake the pools.
+// or deleted; only for pods that may ask for GPUs (mayAskGPUs), so that the pods of a
+// busy cluster do not wake the pools.
 func demandPodChanged() predicate.Predicate {
 	return predicate.Funcs{
 		CreateFunc: func(e event.CreateEvent) bool {
 			p, ok := e.Object.(*corev1.Pod)
-			return ok && p.Spec.NodeName == "" && requestsExtended(p)
+			return ok && p.Spec.NodeName == "" && mayAskGPUs(p)
 		},
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, ok1 := e.ObjectOld.(*corev1.Pod)
 			n, ok2 := e.ObjectNew.(*corev1.Pod)
-			if !ok1 || !ok2 || !requestsExtended(n) {
+			if !ok1 || !ok2 || !mayAskGPUs(n) {
 				return false
 			}
 			return o.Spec.NodeName != n.Spec.NodeName || demand.Unschedulable(o) != demand.Unschedulable(n) || demand.Finished(o) != demand.Finished(n)
 		},
 		DeleteFunc: func(e event.DeleteEvent) bool {
 			p, ok := e.Object.(*corev1.Pod)
-			return !ok || requestsExtended(p)
+			return !ok || mayAskGPUs(p)
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+}
+
+// mayAskGPUs says whether the pod may ask for a pool's GPUs: through an extended
+// resource (a GPU is one, whatever readiness.gpuResource names) or through resource
+// claims (a pool's readiness.dra class). Which pools it concerns, wakes decides.
+func mayAskGPUs(p *corev1.Pod) bool {
+	return requestsExtended(p) || len(p.Spec.ResourceClaims) > 0
 }
 
 // requestsExtended says whether any container of the pod asks for an extended resource

@@ -106,22 +106,6 @@ const requeueKueue = 30 * time.Second
 // track of, or a vCenter that cannot be reached, does not keep the pool forever.
 const deletionTaskWait = 10 * time.Minute
 
-// defaultWarnAhead is the scheduler warning horizon (TaintDrainingSoon) when neither
-// schedule.warnAhead nor a positive schedule.leadTime is set.
-const defaultWarnAhead = 15 * time.Minute
-
-// warnAhead is how long before a scheduled switch starts its nodes are warned.
-func warnAhead(spec *gpupoolv1.GPUPoolProfileSpec) time.Duration {
-	sc := spec.Schedule
-	switch {
-	case sc != nil && sc.WarnAhead != nil:
-		return sc.WarnAhead.Duration
-	case sc != nil && sc.LeadTime != nil && sc.LeadTime.Duration > 0:
-		return sc.LeadTime.Duration
-	}
-	return defaultWarnAhead
-}
-
 // demandCoalesce is how long a pod event waits before its pool's demand is looked at:
 // the events of a burst of pods (a pod-creation loop, a Job's pods) are one recheck.
 const demandCoalesce = 3 * time.Second

@@ -105,7 +105,7 @@ func (r *GPUPoolProfileReconciler) desire(ctx context.Context, s *scope) (plan.D
 // viewDemand observes the demand of the pool's selected namespaces and decides
 // (demand.Observer.View). The pool is not changed.
 func (r *GPUPoolProfileReconciler) viewDemand(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, now time.Time, kv *kueueView) (demand.View, error) {
-	o := demand.Observer{Namespaces: r.Client, Sources: r.demandSources(now, kv), WarnAhead: warnAhead(&pool.Spec)}
+	o := demand.Observer{Namespaces: r.Client, Sources: r.demandSources(now, kv), WarnAhead: plan.WarnAhead(&pool.Spec)}
 	return o.View(ctx, pool, now)
 }
 

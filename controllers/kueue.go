@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/internal/text"
 )
 
@@ -84,7 +85,7 @@ func leavingFrom(pool *gpupoolv1.GPUPoolProfile) time.Time {
 	if at.IsZero() {
 		return at
 	}
-	return at.Add(-warnAhead(&pool.Spec))
+	return at.Add(-plan.WarnAhead(&pool.Spec))
 }
 
 // flavorQuota is the nominalQuota the flavor has now: its quota while its layout is ready

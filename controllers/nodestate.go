@@ -231,7 +231,7 @@ func drainWarningsOf(s *scope, current *plan.Plan) map[string]time.Time {
 			announced[name] = at
 		}
 	}
-	return drainWarnings(s.now, s.decision.Next, warnAhead(&s.pool.Spec), drainsOf(s.nextPlan), drainsOf(current), announced)
+	return drainWarnings(s.now, s.decision.Next, plan.WarnAhead(&s.pool.Spec), drainsOf(s.nextPlan), drainsOf(current), announced)
 }
 
 // warnSchedulers taints and annotates the nodes drainWarnings names, and takes the
@@ -268,7 +268,7 @@ func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope,
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}
 	}
-	horizon := warnAhead(&s.pool.Spec)
+	horizon := plan.WarnAhead(&s.pool.Spec)
 	if nb := s.decision.Next; nb != nil && horizon > 0 && s.now.Before(nb.At.Add(-horizon)) {
 		return nb.At.Add(-horizon).Sub(s.now)
 	}

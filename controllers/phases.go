@@ -149,7 +149,7 @@ func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (
 // blind ends a pass that could not see its world: it comes back after retry, and
 // the draining-soon warnings stay only while their switch is still due.
 func (r *GPUPoolProfileReconciler) blind(ctx context.Context, s *scope, retry time.Duration) outcome {
-	d, due, horizon := s.decision, switchDue(s), warnAhead(&s.pool.Spec)
+	d, due, horizon := s.decision, switchDue(s), plan.WarnAhead(&s.pool.Spec)
 	r.accountUnobserved(s.pool)
 	r.waitStates(s)
 	r.withdrawWarnings(ctx, s, func(at time.Time) bool { return warningDue(s.now, d.Next, horizon, due, at) })

@@ -52,15 +52,15 @@ func TestWarnAhead(t *testing.T) {
 		sc   *gpupoolv1.Schedule
 		want time.Duration
 	}{
-		{nil, defaultWarnAhead},
-		{&gpupoolv1.Schedule{}, defaultWarnAhead},
-		{&gpupoolv1.Schedule{LeadTime: d(0)}, defaultWarnAhead},
+		{nil, plan.DefaultWarnAhead},
+		{&gpupoolv1.Schedule{}, plan.DefaultWarnAhead},
+		{&gpupoolv1.Schedule{LeadTime: d(0)}, plan.DefaultWarnAhead},
 		{&gpupoolv1.Schedule{LeadTime: d(20 * time.Minute)}, 20 * time.Minute},
 		{&gpupoolv1.Schedule{LeadTime: d(20 * time.Minute), WarnAhead: d(time.Hour)}, time.Hour},
 		{&gpupoolv1.Schedule{LeadTime: d(20 * time.Minute), WarnAhead: d(0)}, 0},
 	}
 	for i, c := range cases {
-		if got := warnAhead(&gpupoolv1.GPUPoolProfileSpec{Schedule: c.sc}); got != c.want {
+		if got := plan.WarnAhead(&gpupoolv1.GPUPoolProfileSpec{Schedule: c.sc}); got != c.want {
 			t.Errorf("%d: warnAhead = %s, want %s", i, got, c.want)
 		}
 	}

@@ -205,3 +205,19 @@ func (w *window) openedAt(t time.Time) (s time.Time, ok bool) {
 func (w *window) String() string {
 	return fmt.Sprintf("window %d (%s for %s, %s)", w.index, w.spec.Start, shortDuration(w.duration), w.loc)
 }
+
+// DefaultWarnAhead is the scheduler warning horizon (TaintDrainingSoon) when neither
+// schedule.warnAhead nor a positive schedule.leadTime is set.
+const DefaultWarnAhead = 15 * time.Minute
+
+// WarnAhead is how long before a scheduled switch starts its nodes are warned.
+func WarnAhead(spec *gpupoolv1.GPUPoolProfileSpec) time.Duration {
+	sc := spec.Schedule
+	switch {
+	case sc != nil && sc.WarnAhead != nil:
+		return sc.WarnAhead.Duration
+	case sc != nil && sc.LeadTime != nil && sc.LeadTime.Duration > 0:
+		return sc.LeadTime.Duration
+	}
+	return DefaultWarnAhead
+}

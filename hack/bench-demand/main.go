@@ -13,33 +13,16 @@ import (
 	"os"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/test/demandsim"
 )
 
-// demandPolicy is the policy measured: training may bring night in at any time once a
-// GPU has waited 5 minutes, night is let go after 15 idle minutes, and a weekend night
-// nobody queues for is skipped.
-func demandPolicy() *gpupoolv1.DemandPolicy {
-	m := func(n int) *metav1.Duration { return &metav1.Duration{Duration: time.Duration(n) * time.Minute} }
-	return &gpupoolv1.DemandPolicy{
-		NamespaceSelector: &metav1.LabelSelector{},
-		Rules: []gpupoolv1.DemandRule{
-			{Layout: demandsim.Night, Action: gpupoolv1.DemandBringIn, MinGPUs: ptr.To(int32(1)), For: m(5), IdleFor: m(15)},
-			{Layout: demandsim.Night, Action: gpupoolv1.DemandSkip, For: m(5), IdleFor: m(15),
-				Windows: []gpupoolv1.DemandWindow{{Start: "0 20 * * 5,6", Duration: metav1.Duration{Duration: 12 * time.Hour}}}},
-		},
-		MinDwell: m(30), Cooldown: m(15), MaxSwitchesPerDay: ptr.To(int32(6)), MaxEvictions: ptr.To(int32(8)),
-	}
-}
-
 // countPolicy is demandPolicy with night's count following demand: between 1 and all 4
 // physical GPUs converted; maxEvictions > 0 replaces demandPolicy's 8.
 func countPolicy(maxEvictions int32) *gpupoolv1.DemandPolicy {
-	p := demandPolicy()
+	p := demandsim.BenchPolicy()
 	p.Rules[0].CountFromDemand = &gpupoolv1.CountFromDemand{Min: 1, Max: 4}
 	if maxEvictions > 0 {
 		p.MaxEvictions = ptr.To(maxEvictions)
@@ -51,12 +34,6 @@ func countPolicy(maxEvictions int32) *gpupoolv1.DemandPolicy {
 type policy struct {
 	name string
 	run  func(w *demandsim.World) (*demandsim.Result, error)
-}
-
-// heldTo is p with at most n GPU pods evicted by a switch.
-func heldTo(p *gpupoolv1.DemandPolicy, n int32) *gpupoolv1.DemandPolicy {
-	p.MaxEvictions = ptr.To(n)
-	return p
 }
 
 func policies(zone string, warn time.Duration) []policy {
@@ -72,10 +49,10 @@ func policies(zone string, warn time.Duration) []policy {
 	}
 	return []policy{
 		{"schedule only", byLayout(nil)},
-		{"schedule + demand", byLayout(demandPolicy())},
+		{"schedule + demand", byLayout(demandsim.BenchPolicy())},
 		// All or nothing held to 3 evictions a switch, as the count's last row is:
 		// what the limit costs without the count.
-		{"schedule + demand, maxEvictions 3", byLayout(heldTo(demandPolicy(), 3))},
+		{"schedule + demand, maxEvictions 3", byLayout(demandsim.HeldTo(demandsim.BenchPolicy(), 3))},
 		{"schedule + countFromDemand", byCount(0)},
 		// The count held to 3 evictions a step: a step then converts only GPUs that
 		// few pods run on, and waits for the others to empty.

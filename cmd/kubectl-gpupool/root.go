@@ -74,7 +74,7 @@ unpause need patch (gpupool-editor).`,
 	a.config.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().StringVar(&a.tz, "tz", "", "IANA time zone to show every time in, such as Europe/Berlin (default: the pool's schedule.timeZone; the local zone for pools of several zones)")
 	root.AddCommand(a.statusCommand(), a.planCommand(), a.switchCommand(), a.resumeCommand(),
-		a.pauseCommand(true), a.pauseCommand(false), a.resetBudgetCommand(), a.historyCommand(), a.timelineCommand(), a.reportCommand(), a.versionCommand())
+		a.pauseCommand(true), a.pauseCommand(false), a.resetBudgetCommand(), a.historyCommand(), a.timelineCommand(), a.reportCommand(), a.recordCommand(), a.simulateCommand(), a.versionCommand())
 	a.registerCompletions(root)
 	return root
 }

@@ -126,6 +126,13 @@ type world struct {
 }
 
 func newWorld(t *trace.Trace, spec *gpupoolv1.GPUPoolProfileSpec, opt Options) (*world, error) {
+	if d := spec.Demand; d != nil {
+		for i, r := range d.Rules {
+			if r.CountFromDemand != nil {
+				return nil, fmt.Errorf("spec.demand.rules[%d].countFromDemand: simulate replays layouts switched whole; a layout sized by count is measured by make bench-demand's count model, not replayed (remove countFromDemand to compare the rest)", i)
+			}
+		}
+	}
 	w := &world{spec: spec, step: cmpOr(opt.Step, DefaultStep), warnAhead: plan.WarnAhead(spec), res: &Result{}}
 	if w.step <= 0 {
 		return nil, fmt.Errorf("step %s: give a positive step such as 10s", opt.Step)
@@ -296,4 +303,41 @@ func (w *world) finish() {
 		}
 		w.res.Waits = append(w.res.Waits, p.started.Sub(p.arrive))
 	}
+}
+
+// Recorded are the switches the trace recorded within its period, as a replay reports
+// them (From as the recorder saw it).
+func Recorded(t *trace.Trace) []Switch {
+	var out []Switch
+	for _, ev := range t.Events {
+		if ev.Kind == trace.Switch && !ev.At.Before(t.Header.Start) {
+			out = append(out, Switch{From: ev.From, To: ev.To, Reason: ev.Reason, Start: ev.At, End: ev.Finished})
+		}
+	}
+	return out
+}
+
+// Divergence is where got first departs from ref: the first switch of either that the
+// other has not, to the same layout, within tol of its start. ok is false when none does.
+func Divergence(got, ref []Switch, tol time.Duration) (at time.Time, g, r *Switch, ok bool) {
+	for i := range max(len(got), len(ref)) {
+		switch {
+		case i >= len(got):
+			return ref[i].Start, nil, &ref[i], true
+		case i >= len(ref):
+			return got[i].Start, &got[i], nil, true
+		}
+		d := got[i].Start.Sub(ref[i].Start)
+		if got[i].To != ref[i].To || d > tol || -d > tol {
+			return minTime(got[i].Start, ref[i].Start), &got[i], &ref[i], true
+		}
+	}
+	return time.Time{}, nil, nil, false
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

@@ -11,6 +11,7 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/replay"
 	"github.com/gpupool/gpupool/internal/trace"
+	"github.com/gpupool/gpupool/internal/webhook"
 	"github.com/gpupool/gpupool/test/demandsim"
 )
 
@@ -59,8 +60,14 @@ func TestWeekReplayedGivesTheBench(t *testing.T) {
 			var bench, replayed row
 			for seed := range seeds {
 				w := demandsim.Week(start, seed)
-				spec := demandsim.Spec("Europe/Berlin", pol.demand())
+				// The pool as a manifest names it: the replay takes the layouts'
+				// capacities from its workers, the bench from the world.
+				pool := demandsim.WeekPool("week", "Europe/Berlin", w, pol.demand())
+				spec := &pool.Spec
 				spec.Schedule.WarnAhead = &metav1.Duration{Duration: warn}
+				if errs := webhook.ValidateSpec(spec); len(errs) > 0 {
+					t.Fatalf("the week's pool is not admitted: %v", errs)
+				}
 				want, err := demandsim.Run(w, spec, warn, false)
 				if err != nil {
 					t.Fatal(err)
@@ -78,6 +85,7 @@ func TestWeekReplayedGivesTheBench(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				back.Header.Capacity = nil
 				got, err := replay.Run(back, &back.Header.Spec, replay.Options{Step: w.Step})
 				if err != nil {
 					t.Fatal(err)

@@ -30,3 +30,23 @@ func HeldTo(p *gpupoolv1.DemandPolicy, n int32) *gpupoolv1.DemandPolicy {
 	p.MaxEvictions = ptr.To(n)
 	return p
 }
+
+// WeekPool is the pool of Week as a manifest would name it, valid as admission checks
+// it: a vCenter, day as the world's DayGPUs VMs of grid_p100-4q (four to a 16 GB P100)
+// and night as NightGPUs of them with grid_p100-16q (one to a GPU), the schedule of Spec
+// and demand as given. Replayed, its workers give the world's capacities.
+func WeekPool(name, zone string, w *World, demand *gpupoolv1.DemandPolicy) *gpupoolv1.GPUPoolProfile {
+	p := &gpupoolv1.GPUPoolProfile{Spec: *Spec(zone, demand)}
+	p.APIVersion, p.Kind, p.Name = gpupoolv1.GroupVersion.String(), "GPUPoolProfile", name
+	p.Spec.VCenter = gpupoolv1.VCenterSpec{Server: "vcenter.example.com", Datacenter: "dc1",
+		CredentialsSecretRef: gpupoolv1.SecretReference{Name: "vcenter-credentials", Namespace: "gpupool-system"}}
+	perGPU := w.DayGPUs / w.NightGPUs
+	for i := range w.DayGPUs {
+		vm := "gpu-" + itoa(i)
+		p.Spec.Layouts[0].Workers = append(p.Spec.Layouts[0].Workers, gpupoolv1.Worker{VM: vm, Profile: "grid_p100-4q"})
+		if i%perGPU == 0 {
+			p.Spec.Layouts[1].Workers = append(p.Spec.Layouts[1].Workers, gpupoolv1.Worker{VM: vm, Profile: "grid_p100-16q"})
+		}
+	}
+	return p
+}

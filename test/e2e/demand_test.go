@@ -15,7 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/replay"
 	"github.com/gpupool/gpupool/internal/testenv"
+	"github.com/gpupool/gpupool/internal/trace"
 	"github.com/gpupool/gpupool/test/localenv"
 )
 
@@ -121,6 +123,7 @@ func checkDemandCycle(ctx context.Context, t *testing.T, env *localenv.Env, res 
 	// idle and past its dwell.
 	checkDayBackByDefault(ctx, t, env, res)
 	checkDemandReport(t, res, &p)
+	checkDemandReplay(t, res)
 	for _, name := range []string{"gpu-day-1", "gpu-day-2", "gpu-day-3", "gpu-day-4", "gpu-night-1"} {
 		var n corev1.Node
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
@@ -215,4 +218,49 @@ func checkDemandReport(t *testing.T, res *localenv.DemandResult, training *corev
 	if sw := r.Totals.Switching * 3600; sw <= 0 || sw > span+30 {
 		t.Errorf("switching %.0f GPU-seconds, want more than 0 and at most the two transitions' %.0f s on the one GPU (plus a pass)", sw, span)
 	}
+}
+
+// checkDemandReplay (issue 39, fidelity): kubectl gpupool record, run through the demo,
+// recorded the training pod (arrival, start, succeeded end, the night layout as the one
+// that could take it) and the two switches as the pool's history has them; replayed
+// offline under the live spec (kubectl gpupool simulate's replay), the trace gives the
+// same sequence of switches, each starting within 30 s of the recorded one.
+func checkDemandReplay(t *testing.T, res *localenv.DemandResult) {
+	t.Helper()
+	tr, got := res.Trace, res.Replayed
+	if tr == nil || got == nil {
+		t.Fatal("the demo recorded or replayed nothing")
+	}
+	kinds := map[string]string{}
+	for _, ev := range tr.Events {
+		if ev.Pod == localenv.DemoNamespace+"/"+res.TrainingPod {
+			kinds[ev.Kind] = ev.Outcome
+			if ev.Kind == trace.Arrive && (!slices.Equal(ev.Layouts, []string{"night"}) || ev.GPUs != 1 || !ev.Job || !ev.Counts) {
+				t.Errorf("the training pod's arrival %+v, want 1 GPU, night only, a Job's pod demand counts", ev)
+			}
+		}
+	}
+	if _, ok := kinds[trace.Start]; !ok || kinds[trace.End] != trace.Succeeded {
+		t.Errorf("the training pod's events %v, want an arrival, a start and a succeeded end", kinds)
+	}
+	recorded := replay.Recorded(tr)
+	var history []*gpupoolv1.TransitionRecord
+	for _, h := range []*gpupoolv1.TransitionRecord{res.HistoryToNight, res.HistoryToDay} {
+		if h != nil {
+			history = append(history, h)
+		}
+	}
+	if len(recorded) != len(history) {
+		t.Fatalf("recorded %d switches %+v; the history has %d", len(recorded), recorded, len(history))
+	}
+	for i, h := range history {
+		// One clock: the recorder, the API server and the operator run on this machine.
+		if d := recorded[i].Start.Sub(h.StartTime.Time); recorded[i].To != h.To || d < -time.Second || d > 5*time.Second {
+			t.Errorf("recorded switch %d: to %s at %s; history: to %s at %s", i, recorded[i].To, recorded[i].Start, h.To, h.StartTime)
+		}
+	}
+	if at, g, r, diverged := replay.Divergence(got.Switches, recorded, 30*time.Second); diverged {
+		t.Errorf("the replay departs from the recording at %s: replayed %+v, recorded %+v (all replayed %+v)", at, g, r, got.Switches)
+	}
+	t.Logf("recorded switches %+v; replayed %+v; switch times learned %v", recorded, got.Switches, got.SwitchTimes)
 }

@@ -21,6 +21,8 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/accounting"
+	"github.com/gpupool/gpupool/internal/replay"
+	"github.com/gpupool/gpupool/internal/trace"
 	"github.com/gpupool/gpupool/test/cluster"
 )
 
@@ -77,6 +79,10 @@ type DemandResult struct {
 	MinReadyInference int
 	// Report is the pool's accounting of the demo's days once day was back.
 	Report *accounting.Report
+	// Trace is what kubectl gpupool record recorded from the pool's creation to day's
+	// return, and Replayed its replay under the live spec (kubectl gpupool simulate).
+	Trace    *trace.Trace
+	Replayed *replay.Result
 	// Threshold is when demand crossed its threshold and had held for `for`:
 	// status.demand.layouts[night].pendingSince + for (the operator's clock; the API
 	// keeps pendingSince to the second, and the operator decides on that value).
@@ -203,6 +209,16 @@ func runDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Dura
 	if err := r.setUp(ctx); err != nil {
 		return nil, err
 	}
+	rec, err := e.startRecording(DemoPool)
+	if err != nil {
+		return nil, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_, _ = rec.stop()
+		}
+	}()
 
 	go e.follow(ctx, &corev1.PodList{}, []client.ListOption{client.InNamespace(DemoNamespace)}, r.pw.onEvent)
 	cw := &cordonWatch{}
@@ -214,6 +230,10 @@ func runDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Dura
 
 	res.TrainingSucceeded = e.trainingSucceeded(ctx)
 	if err := r.readHistory(ctx); err != nil {
+		return res, err
+	}
+	stopped = true
+	if res.Trace, err = rec.stop(); err != nil {
 		return res, err
 	}
 	res.MinReadyInference = r.pw.minReady()
@@ -228,6 +248,10 @@ func runDemandDemo(ctx context.Context, e *Env, out io.Writer, timeout time.Dura
 	}
 	report, err := e.reportUsage(ctx, out, through)
 	res.Report = report
+	if err != nil {
+		return res, err
+	}
+	res.Replayed, err = e.simulateRecording(ctx, out, res.Trace, rec.path)
 	return res, err
 }
 

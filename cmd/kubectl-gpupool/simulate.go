@@ -310,10 +310,19 @@ func shortDur(d time.Duration) string {
 	return d.Round(time.Second).String()
 }
 
+// roundDur shows a learned duration to the tenth of a second under a minute, else to
+// the second.
+func roundDur(d time.Duration) string {
+	if d < time.Minute {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
 func switchTimes(r *replay.Result) string {
 	var parts []string
 	for l, d := range r.SwitchTimes {
-		parts = append(parts, fmt.Sprintf("to %s %s", l, d))
+		parts = append(parts, fmt.Sprintf("to %s %s", l, roundDur(d)))
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, ", ")

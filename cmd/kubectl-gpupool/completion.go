@@ -232,10 +232,13 @@ var commonZones = []string{
 
 // registerCompletions wires the completion functions into the command tree: every verb
 // whose first argument is a pool, switch's layout, plan's --layout, timeline's -f (YAML
-// and JSON files), --tz and --context.
+// and JSON files), record's --file (traces), simulate's --candidate, --tz and --context.
 func (a *app) registerCompletions(root *cobra.Command) {
 	filters := map[string]poolFilter{"resume": hasOverride, "pause": notPaused, "unpause": isPaused}
 	for _, cmd := range root.Commands() {
+		if cmd.Flags().Lookup("candidate") != nil {
+			mustRegister(cmd.MarkFlagFilename("candidate", "yaml", "yml", "json"))
+		}
 		if !strings.Contains(cmd.Use, "NAME") {
 			continue
 		}
@@ -253,6 +256,9 @@ func (a *app) registerCompletions(root *cobra.Command) {
 		}
 		if cmd.Flags().Lookup("filename") != nil {
 			mustRegister(cmd.MarkFlagFilename("filename", "yaml", "yml", "json"))
+		}
+		if cmd.Flags().Lookup("file") != nil {
+			mustRegister(cmd.MarkFlagFilename("file", "jsonl"))
 		}
 	}
 	mustRegister(root.RegisterFlagCompletionFunc("tz", completeZones))

@@ -250,8 +250,15 @@ func (rs *recording) followPods(ctx context.Context, w watch.Interface) error {
 	}
 }
 
-// seePod records a pod's change, if it asks for the pool's GPUs.
+// seePod records a pod's change, if it asks for the pool's GPUs, and tells the test hook.
 func (rs *recording) seePod(ctx context.Context, p *corev1.Pod, deleted bool) {
+	rs.recordPod(ctx, p, deleted)
+	if rs.podSeen != nil {
+		rs.podSeen(p, deleted)
+	}
+}
+
+func (rs *recording) recordPod(ctx context.Context, p *corev1.Pod, deleted bool) {
 	gpus, ok := rs.gpus[p.UID]
 	if !ok {
 		gpus = rs.gpusOf(ctx, p)

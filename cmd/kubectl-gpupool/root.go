@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -31,6 +32,8 @@ type app struct {
 	// watched, when set, is told every pool state status -w and switch --wait saw, after
 	// they handled it: tests step the world from there and cancel after N updates.
 	watched func(*gpupoolv1.GPUPoolProfile)
+	// podSeen, when set, is told every pod change record saw, after it recorded it.
+	podSeen func(p *corev1.Pod, deleted bool)
 	// requests, when set, reads the pools' GPUPoolRequests for status (nil: status shows
 	// the spec only).
 	requests client.Reader

@@ -81,6 +81,12 @@ type simRow struct {
 }
 
 func (a *app) simulate(path string, f simulateFlags) error {
+	if f.step <= 0 {
+		return fmt.Errorf("--step %s: give a positive step such as 10s", f.step)
+	}
+	if f.switchTime < 0 {
+		return fmt.Errorf("--switch-time %s: give a positive duration such as 5m, or leave it out to learn it from the trace", f.switchTime)
+	}
 	if f.output != "" && f.output != "json" {
 		return fmt.Errorf("output format %q is not supported by simulate: use json, or leave -o out for a table", f.output)
 	}

@@ -61,12 +61,11 @@ func New(pool *gpupoolv1.GPUPoolProfile, start time.Time, maxPods int) *Recorder
 	// The history is the operator's clock: a switch of the day before matters to a
 	// replay only through cooldown, minDwell and maxSwitchesPerDay, which an offset of
 	// seconds barely moves.
-	from := ""
 	for _, rec := range pool.Status.History {
 		if rec.StartTime.Time.Before(start.Add(-HistoryBefore)) || !rec.StartTime.Time.Before(start) {
 			continue
 		}
-		ev := trace.Event{At: rec.StartTime.Time, Kind: trace.Switch, From: from, To: rec.To, Reason: rec.Reason,
+		ev := trace.Event{At: rec.StartTime.Time, Kind: trace.Switch, From: rec.From, To: rec.To, Reason: rec.Reason,
 			Aborted: rec.Result == gpupoolv1.TransitionAborted}
 		if rec.Result == gpupoolv1.TransitionCompleted && !rec.EndTime.IsZero() {
 			ev.Finished = rec.EndTime.Time

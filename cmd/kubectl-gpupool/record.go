@@ -71,11 +71,7 @@ func (a *app) record(ctx context.Context, name string, f recordFlags) error {
 	if f.maxPods < 1 {
 		return fmt.Errorf("--max-pods %d: give at least 1", f.maxPods)
 	}
-	cfg, err := a.config.ToRESTConfig()
-	if err != nil {
-		return err
-	}
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: a.scheme})
+	c, err := a.watchClient()
 	if err != nil {
 		return err
 	}

@@ -21,11 +21,7 @@ var errPoolDeleted = errors.New("the pool was deleted")
 // while (and may answer 410 Gone): the pool is then read again and watched from there,
 // so no change is missed and none is waited for forever.
 func (a *app) watchPool(ctx context.Context, name string, each func(*gpupoolv1.GPUPoolProfile) (bool, error)) error {
-	cfg, err := a.config.ToRESTConfig()
-	if err != nil {
-		return err
-	}
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: a.scheme})
+	c, err := a.watchClient()
 	if err != nil {
 		return err
 	}
@@ -49,6 +45,15 @@ func (a *app) watchPool(ctx context.Context, name string, each func(*gpupoolv1.G
 			return err
 		}
 	}
+}
+
+// watchClient is a client that can watch, for the current kubeconfig, context and user.
+func (a *app) watchClient() (client.WithWatch, error) {
+	cfg, err := a.config.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	return client.NewWithWatch(cfg, client.Options{Scheme: a.scheme})
 }
 
 // follow hands each change of one watch to each; it reports false with no error when the

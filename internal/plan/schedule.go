@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -38,6 +39,23 @@ type window struct {
 	sched cron.Schedule
 }
 
+// zones are the time zones loaded so far, by name: loading one reads the zone database
+// from disk, which was most of a decision's cost (every pass decides; a replay decides
+// 60,480 times a week). Only zones that loaded are kept, so at most the database's.
+var zones sync.Map
+
+func loadZone(name string) (*time.Location, error) {
+	if loc, ok := zones.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	zones.Store(name, loc)
+	return loc, nil
+}
+
 // compile parses the spec's time zone, cron expressions and durations. Admission rejects
 // bad values already; the errors here are for specs that got past it (older CRDs, tests).
 func compile(spec *gpupoolv1.GPUPoolProfileSpec) (*schedule, error) {
@@ -53,7 +71,7 @@ func compile(spec *gpupoolv1.GPUPoolProfileSpec) (*schedule, error) {
 		// the image it runs in; a schedule must not.
 		return nil, errors.New(`schedule.timeZone "Local" is not allowed: name an IANA time zone such as Europe/Berlin`)
 	default:
-		loc, err := time.LoadLocation(tz)
+		loc, err := loadZone(tz)
 		if err != nil {
 			return nil, fmt.Errorf("schedule.timeZone %q is not a known IANA time zone: %w", tz, err)
 		}

@@ -112,7 +112,11 @@ type world struct {
 	step     time.Duration
 	capacity map[string]trace.Capacity
 	physical float64
-	pods     []*pod
+	// pods are the trace's pods in the order they arrived; live those arrived and not
+	// gone (a step looks at these only), next the first pod yet to arrive.
+	pods []*pod
+	live []*pod
+	next int
 	// history are the switches recorded before the period: Decide counts them
 	// (cooldown, minDwell, maxSwitchesPerDay) as the operator would have.
 	history          []plan.PastSwitch
@@ -182,13 +186,20 @@ func cmpOr[T comparable](a, b T) T {
 // accounted. The order is test/demandsim's (a service's pods are placed as the layout
 // has room; a batch pod starts after the decision of its step).
 func (w *world) tick(now time.Time) error {
+	for w.next < len(w.pods) && !w.pods[w.next].arrive.After(now) {
+		w.live = append(w.live, w.pods[w.next])
+		w.next++
+	}
+	defer func() {
+		w.live = slices.DeleteFunc(w.live, func(p *pod) bool { return p.gone })
+	}()
 	if w.inFlight != "" && !now.Before(w.switchDone) {
 		w.active, w.inFlight = w.inFlight, ""
 		w.res.Switches[len(w.res.Switches)-1].End = now
 	}
 	settled := w.inFlight == ""
 	w.placeServices(now, settled)
-	obs := w.observe(now, settled)
+	obs := w.observe(settled)
 	in := &plan.DemandInput{Active: w.active, InFlight: w.inFlight, Observed: obs, Timers: w.timers, WarnAhead: w.warnAhead,
 		Switches: slices.Clone(w.history)}
 	for i, s := range w.res.Switches {
@@ -215,7 +226,7 @@ func (w *world) startSwitch(now time.Time, dec plan.DemandDecision, obs map[stri
 		evicted = obs[dec.Layout].Evictions
 		w.res.Evictions += evicted
 	}
-	for _, p := range w.pods {
+	for _, p := range w.live {
 		if p.running {
 			p.stop()
 		}
@@ -227,7 +238,7 @@ func (w *world) startSwitch(now time.Time, dec plan.DemandDecision, obs map[stri
 // used is what the pods running on the active layout take.
 func (w *world) used() int64 {
 	n := int64(0)
-	for _, p := range w.pods {
+	for _, p := range w.live {
 		if p.running {
 			n += p.gpus
 		}
@@ -239,8 +250,8 @@ func (w *world) used() int64 {
 // they arrived, where the active layout has room.
 func (w *world) placeServices(now time.Time, settled bool) {
 	free := w.capacity[w.active].GPUs - w.used()
-	for _, p := range w.pods {
-		if p.batch() || p.arrive.After(now) || p.gone {
+	for _, p := range w.live {
+		if p.batch() || p.gone {
 			continue
 		}
 		if !p.leave.IsZero() && !now.Before(p.leave) {
@@ -265,9 +276,9 @@ func (w *world) runBatch(now time.Time, settled bool) {
 	if settled {
 		free = capGPUs - w.used()
 	}
-	for _, p := range w.pods {
+	for _, p := range w.live {
 		switch {
-		case p.arrive.After(now) || p.gone:
+		case p.gone:
 		case !p.batch():
 			if !p.running {
 				w.res.UnservedGPUHours += float64(p.gpus) * stepH

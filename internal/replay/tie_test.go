@@ -112,3 +112,20 @@ func TestWeekReplayedGivesTheBench(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkReplayWeek: one synthetic week (73 pods) replayed at the default step, 60,480
+// decisions: what one row of kubectl gpupool simulate costs.
+func BenchmarkReplayWeek(b *testing.B) {
+	start := time.Date(2026, time.November, 30, 0, 0, 0, 0, time.UTC)
+	w := demandsim.Week(start, 1)
+	pool := demandsim.WeekPool("week", "Europe/Berlin", w, demandsim.BenchPolicy())
+	tr, err := w.Trace("week", &pool.Spec, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := replay.Run(tr, &pool.Spec, replay.Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -158,14 +158,14 @@ func (w *world) switchTime(layout string) time.Duration {
 	return w.defaultSwitch
 }
 
-// observe is what demand would see at now, as internal/demand's Pods source counts it:
+// observe is what demand would see now, as internal/demand's Pods source counts it:
 // a pod waiting that the active layout could not take is pending for every other layout
 // that could (during a switch, for every layout that could); a pod running keeps the
 // active layout and would be evicted by a switch to any other.
-func (w *world) observe(now time.Time, settled bool) map[string]plan.LayoutDemand {
+func (w *world) observe(settled bool) map[string]plan.LayoutDemand {
 	obs := map[string]plan.LayoutDemand{}
-	for _, p := range w.pods {
-		if p.arrive.After(now) || p.gone {
+	for _, p := range w.live {
+		if p.gone {
 			continue
 		}
 		if p.running {

@@ -86,7 +86,8 @@ func (a *app) record(ctx context.Context, name string, f recordFlags) error {
 		ctx, cancel = context.WithTimeout(ctx, f.period)
 		defer cancel()
 	}
-	rs := &recording{app: a, c: c, rec: record.New(&pool, a.now(), f.maxPods), pool: &pool, namespaces: map[string]bool{}}
+	start := a.now()
+	rs := &recording{app: a, c: c, rec: record.New(&pool, start, f.maxPods), pool: &pool, namespaces: map[string]bool{}, start: start}
 	if err := rs.readScope(ctx); err != nil {
 		return err
 	}
@@ -157,6 +158,8 @@ type recording struct {
 	rec  *record.Recorder
 	// namespaces are those the scope was last read with: a pod of another renews it.
 	namespaces map[string]bool
+	// start is when the recording started.
+	start time.Time
 	// live are the GPU pods seen and not deleted, to tell which a new list lost; gpus
 	// what each pod with GPUs or claims asks for (a claim pod's claims are read once).
 	// Both hold live pods only.
@@ -201,6 +204,7 @@ func (rs *recording) readScope(ctx context.Context) error {
 // a pod a new list no longer has was deleted meanwhile.
 func (rs *recording) watchPods(ctx context.Context) error {
 	rs.live, rs.gpus = map[types.UID]*corev1.Pod{}, map[types.UID]int64{}
+	first := true
 	for {
 		var list corev1.PodList
 		if err := rs.c.List(ctx, &list); err != nil {
@@ -209,11 +213,17 @@ func (rs *recording) watchPods(ctx context.Context) error {
 		listed := map[types.UID]bool{}
 		for i := range list.Items {
 			listed[list.Items[i].UID] = true
-			rs.seePod(ctx, &list.Items[i], false)
+			rs.seePod(ctx, &list.Items[i], false, first)
 		}
+		first = false
 		for uid, p := range rs.live {
 			if !listed[uid] {
-				rs.seePod(ctx, p, true)
+				rs.seePod(ctx, p, true, false)
+			}
+		}
+		for uid := range rs.gpus {
+			if !listed[uid] {
+				delete(rs.gpus, uid) // deleted while no watch ran
 			}
 		}
 		w, err := rs.c.Watch(ctx, &corev1.PodList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
@@ -240,26 +250,29 @@ func (rs *recording) followPods(ctx context.Context, w watch.Interface) error {
 				return nil
 			}
 			if p, ok := ev.Object.(*corev1.Pod); ok {
-				rs.seePod(ctx, p, ev.Type == watch.Deleted)
+				rs.seePod(ctx, p, ev.Type == watch.Deleted, false)
 			}
 		}
 	}
 }
 
 // seePod records a pod's change, if it asks for the pool's GPUs, and tells the test hook.
-func (rs *recording) seePod(ctx context.Context, p *corev1.Pod, deleted bool) {
-	rs.recordPod(ctx, p, deleted)
+// A pod of the first list was there when the recording started: it is recorded at the
+// start.
+func (rs *recording) seePod(ctx context.Context, p *corev1.Pod, deleted, atStart bool) {
+	rs.recordPod(ctx, p, deleted, atStart)
 	if rs.podSeen != nil {
 		rs.podSeen(p, deleted)
 	}
 }
 
-func (rs *recording) recordPod(ctx context.Context, p *corev1.Pod, deleted bool) {
+func (rs *recording) recordPod(ctx context.Context, p *corev1.Pod, deleted, atStart bool) {
 	gpus, ok := rs.gpus[p.UID]
 	if !ok {
-		gpus = rs.gpusOf(ctx, p)
-		if gpus > 0 || len(p.Spec.ResourceClaims) > 0 {
-			// Kept while the pod lives: a claim pod's claims are read once.
+		var known bool
+		gpus, known = rs.gpusOf(ctx, p)
+		if gpus > 0 || (known && len(p.Spec.ResourceClaims) > 0) {
+			// Kept while the pod lives: a claim pod's claims are read once they say.
 			rs.gpus[p.UID] = gpus
 		}
 	}
@@ -283,23 +296,31 @@ func (rs *recording) recordPod(ctx context.Context, p *corev1.Pod, deleted bool)
 			fmt.Fprintf(rs.streams.ErrOut, "namespace %s: %v\n", p.Namespace, err)
 		}
 	}
-	rs.rec.Pod(rs.now(), p, gpus, deleted)
+	now := rs.now()
+	if atStart {
+		now = rs.start
+	}
+	rs.rec.Pod(now, p, gpus, deleted)
 }
 
 // gpusOf is what the pod asks of the pool's GPUs: its extended resource, or with
-// readiness.dra the devices of its claims of the pool's class.
-func (rs *recording) gpusOf(ctx context.Context, p *corev1.Pod) int64 {
+// readiness.dra the devices of its claims of the pool's class. known is false while its
+// claims cannot be read or do not exist yet (a template made after the pod; an API
+// error): the pod is looked at again on its next change rather than dropped.
+func (rs *recording) gpusOf(ctx context.Context, p *corev1.Pod) (gpus int64, known bool) {
 	if n := demand.PodGPUs(p, demand.GPUResource(rs.pool)); n > 0 {
-		return n
+		return n, true
 	}
 	dra := rs.pool.Spec.Readiness.DRA
 	if dra == nil || len(p.Spec.ResourceClaims) == 0 {
-		return 0
+		return 0, true
 	}
 	n, err := demand.PodClaimDevices(ctx, rs.c, dra.DeviceClassName, p)
 	if err != nil {
-		fmt.Fprintf(rs.streams.ErrOut, "pod %s/%s: its claims cannot be read, not recorded: %v\n", p.Namespace, p.Name, err)
-		return 0
+		fmt.Fprintf(rs.streams.ErrOut, "pod %s/%s: its claims cannot be read yet: %v\n", p.Namespace, p.Name, err)
+		return 0, false
 	}
-	return n
+	// A claim that does not exist reads as none: known once the pod is bound (its
+	// claims were allocated) or finished.
+	return n, n > 0 || p.Spec.NodeName != "" || demand.Finished(p)
 }

@@ -104,7 +104,8 @@ func (r *recordRun) waitPool(ok func(*gpupoolv1.GPUPoolProfile) bool) {
 
 // TestRecordAsAdmin (issue 39, recording): record follows the pool and the cluster's
 // pods on its own clock. Each change below is made at a minute of its own, and the trace
-// has exactly the events they make, at those minutes: a training pod (night only, demand
+// has exactly the events they make, at those minutes: a pod there before arrives at the
+// start; a training pod (night only, demand
 // counts it) arrives, is bound and runs, a switch to night starts and completes, the pod
 // succeeds; a service (both layouts) arrives and is deleted; a pod without GPUs and a
 // pod of another GPU resource are not recorded. A viewer may not record (it cannot list
@@ -131,9 +132,6 @@ func TestRecordAsAdmin(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "trace.jsonl")
 	t0 := mondayMorning
 	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
-	r := startRecord(t, "admin", w.name, file, t0)
-	r.waitPool(func(*gpupoolv1.GPUPoolProfile) bool { return true })
-
 	pod := func(name string, res corev1.ResourceName, sel map[string]string) *corev1.Pod {
 		q := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: corev1.PodSpec{NodeSelector: sel, Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
@@ -144,6 +142,12 @@ func TestRecordAsAdmin(t *testing.T) {
 		t.Cleanup(func() { _ = admin.Delete(w.ctx, q, client.GracePeriodSeconds(0)) })
 		return q
 	}
+	// A pod there before the recording arrives at its start (the first list).
+	pod("pre", nodes.DefaultGPUResource, nil)
+	r := startRecord(t, "admin", w.name, file, t0)
+	r.waitPool(func(*gpupoolv1.GPUPoolProfile) bool { return true })
+	r.waitPod("pre Pending")
+
 	r.set(at(1))
 	train := pod("train", nodes.DefaultGPUResource, map[string]string{"lab.example/workload": "training"})
 	r.waitPod("train Pending")
@@ -191,7 +195,7 @@ func TestRecordAsAdmin(t *testing.T) {
 	if err := <-r.errc; err != nil {
 		t.Fatalf("record: %v\n%s", err, r.out.String())
 	}
-	if !strings.Contains(r.out.String(), "recorded 2 pods and 1 switches of pool rec-lab") {
+	if !strings.Contains(r.out.String(), "recorded 3 pods and 1 switches of pool rec-lab") {
 		t.Errorf("record's summary:\n%s", r.out.String())
 	}
 	f, err := os.Open(file)
@@ -213,6 +217,7 @@ func TestRecordAsAdmin(t *testing.T) {
 		kind, what string
 	}
 	want := []ev{
+		{at(0), trace.Arrive, "rec-ml/pre 2 [day night] counts"},
 		{at(1), trace.Arrive, "rec-ml/train 2 [night] counts"},
 		{at(2), trace.Arrive, "rec-ml/web 2 [day night] counts"},
 		{at(3), trace.Start, "rec-ml/train"},

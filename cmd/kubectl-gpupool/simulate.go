@@ -64,7 +64,7 @@ when it was. docs/simulate.md.`,
 		},
 	}
 	cmd.Flags().StringArrayVar(&f.candidates, "candidate", nil, "A GPUPoolProfile manifest to replay the trace under (repeatable)")
-	cmd.Flags().StringVar(&f.sweep, "sweep", "", "FIELD=V1,V2,...: a spec field (such as demand.cooldown or demand.rules[0].for) set to each value in turn")
+	cmd.Flags().StringVar(&f.sweep, "sweep", "", "FIELD=V1,V2,...: a spec field (such as demand.cooldown or demand.rules[0].for) set to each value in turn (separate them with ; when they hold commas)")
 	cmd.Flags().DurationVar(&f.step, "step", replay.DefaultStep, "How often the replay decides")
 	cmd.Flags().DurationVar(&f.switchTime, "switch-time", 0, "How long every switch takes (default: learned from the trace's switches)")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "", "Output format: json (default: a table)")
@@ -130,7 +130,7 @@ func (a *app) simulate(path string, f simulateFlags) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"pool": tr.Header.Pool, "start": tr.Header.Start, "end": tr.Header.End, "rows": rows})
 	}
-	return writeSimTable(a.streams.Out, tr, rows, zone)
+	return writeSimTable(a.streams.Out, tr, rows, zone, f.switchTime > 0)
 }
 
 func readTrace(path string, stdin io.Reader) (*trace.Trace, error) {
@@ -175,8 +175,12 @@ func sweep(base simRow, arg string) ([]simRow, error) {
 	if !ok || path == "" || list == "" {
 		return nil, fmt.Errorf("--sweep %q: write FIELD=V1,V2,... such as demand.cooldown=5m,15m,30m", arg)
 	}
+	sep := ","
+	if strings.Contains(list, ";") {
+		sep = ";" // values with commas, such as cron's 0 20 * * 5,6
+	}
 	var out []simRow
-	for _, v := range strings.Split(list, ",") {
+	for _, v := range strings.Split(list, sep) {
 		spec, err := setField(&base.Spec, path, strings.TrimSpace(v))
 		if err != nil {
 			return nil, fmt.Errorf("--sweep %s=%s: %w", path, v, err)
@@ -283,7 +287,7 @@ func divergence(got, ref []replay.Switch, tol time.Duration, refName string, zon
 	return fmt.Sprintf("%s: %s (%s: %s)", at.In(zone).Format("Mon 01-02 15:04:05"), say(g), refName, say(r))
 }
 
-func writeSimTable(out io.Writer, tr *trace.Trace, rows []simRow, zone *time.Location) error {
+func writeSimTable(out io.Writer, tr *trace.Trace, rows []simRow, zone *time.Location, fixed bool) error {
 	pods := 0
 	for _, ev := range tr.Events {
 		if ev.Kind == trace.Arrive {
@@ -305,7 +309,11 @@ func writeSimTable(out io.Writer, tr *trace.Trace, rows []simRow, zone *time.Loc
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "switches take (learned): %s\n", switchTimes(rows[0].Result))
+	how := "learned from the trace"
+	if fixed {
+		how = "--switch-time"
+	}
+	fmt.Fprintf(out, "switches take (%s): %s\n", how, switchTimes(rows[0].Result))
 	return nil
 }
 

@@ -18,6 +18,9 @@ import (
 	"github.com/gpupool/gpupool/internal/trace"
 )
 
+// switchRoom is how many events of MaxEvents the pods leave to switches.
+const switchRoom = 10_000
+
 // HistoryBefore is how far before the recording's start the pool's history is kept in
 // the trace: the day maxSwitchesPerDay counts, longer than any cooldown or minDwell a
 // replay must respect from the first instant.
@@ -35,8 +38,33 @@ type Recorder struct {
 	// maxPods bounds the pods recorded; pods beyond it are not (Header.Truncated).
 	maxPods int
 	pods    map[types.UID]*seen
+	// names are the pods by the name the trace gives them (a name may come back).
+	names map[string]*seen
 	// switches are the Switch events by transition ID, to mark their end.
 	switches map[string]int
+	// last is the latest instant recorded: a clock stepped back (NTP) does not put
+	// events out of order.
+	last time.Time
+}
+
+// at is now as the trace records it: wall time only (what JSON keeps), never before an
+// instant already recorded.
+func (r *Recorder) at(now time.Time) time.Time {
+	now = now.Round(0)
+	if now.Before(r.last) {
+		return r.last
+	}
+	r.last = now
+	return now
+}
+
+// full: one more event would pass MaxEvents (the pods' bound keeps room for switches).
+func (r *Recorder) full() bool {
+	if len(r.t.Events) < trace.MaxEvents {
+		return false
+	}
+	r.t.Header.Truncated = true
+	return true
 }
 
 // seen is what has been recorded of a pod.
@@ -48,8 +76,10 @@ type seen struct {
 // New starts a trace of pool at start: its spec and active layout, the capacity its
 // layouts' workers give, its history of the day before and a switch in flight.
 func New(pool *gpupoolv1.GPUPoolProfile, start time.Time, maxPods int) *Recorder {
-	r := &Recorder{shapes: demand.ShapesOf(pool), maxPods: min(maxPods, trace.MaxEvents/3), pods: map[types.UID]*seen{},
-		switches: map[string]int{}, Tenant: func(ns string) string { return ns }}
+	// A pod makes at most three events; the rest of MaxEvents is the switches'.
+	r := &Recorder{shapes: demand.ShapesOf(pool), maxPods: min(maxPods, trace.MaxEvents/3-switchRoom), pods: map[types.UID]*seen{}, names: map[string]*seen{},
+		switches: map[string]int{}, Tenant: func(ns string) string { return ns }, last: start.Round(0)}
+	start = start.Round(0)
 	h := trace.Header{Pool: pool.Name, Start: start, End: start, Active: pool.Status.ActiveLayout, Spec: *pool.Spec.DeepCopy(),
 		Capacity: map[string]trace.Capacity{}}
 	for i := range pool.Spec.Layouts {
@@ -88,10 +118,17 @@ func New(pool *gpupoolv1.GPUPoolProfile, start time.Time, maxPods int) *Recorder
 // time starts at now (the recorder's clock, as the pods' events are); one gone from
 // status.transition ends at now, as its history entry says it ended.
 func (r *Recorder) Pool(now time.Time, pool *gpupoolv1.GPUPoolProfile) {
+	now = r.at(now)
 	if tr := pool.Status.Transition; tr != nil && tr.ID != "" {
-		if _, ok := r.switches[tr.ID]; !ok {
-			r.switches[tr.ID] = len(r.t.Events)
+		i, ok := r.switches[tr.ID]
+		if !ok && !r.full() {
+			i, ok = len(r.t.Events), true
+			r.switches[tr.ID] = i
 			r.t.Events = append(r.t.Events, trace.Event{At: now, Kind: trace.Switch, From: pool.Status.ActiveLayout, To: tr.To, Reason: tr.Reason})
+		}
+		if ok && tr.AbortedTime != nil {
+			// Aborted: it stays in status.transition until the next one, and made nothing.
+			r.t.Events[i].Aborted = true
 		}
 	}
 	for _, rec := range pool.Status.History {
@@ -119,6 +156,7 @@ func (r *Recorder) Pool(now time.Time, pool *gpupoolv1.GPUPoolProfile) {
 // deleted before). A pod first seen after the recording started arrived now; one that
 // was there before arrived at the start.
 func (r *Recorder) Pod(now time.Time, p *corev1.Pod, gpus int64, deleted bool) {
+	now = r.at(now)
 	s := r.pods[p.UID]
 	if s == nil {
 		if gpus <= 0 || deleted || demand.Finished(p) {
@@ -129,7 +167,12 @@ func (r *Recorder) Pod(now time.Time, p *corev1.Pod, gpus int64, deleted bool) {
 			return
 		}
 		s = &seen{name: p.Namespace + "/" + p.Name}
-		r.pods[p.UID] = s
+		if prev := r.names[s.name]; prev != nil && !prev.ended {
+			// A pod of the name again (a StatefulSet's replica made anew): the one
+			// before went, though its deletion was not seen.
+			r.end(now, prev, trace.Deleted)
+		}
+		r.pods[p.UID], r.names[s.name] = s, s
 		r.t.Events = append(r.t.Events, r.arrival(now, p, s.name, gpus))
 	}
 	if s.ended {
@@ -172,7 +215,7 @@ func (r *Recorder) arrival(now time.Time, p *corev1.Pod, name string, gpus int64
 // Finish ends the trace at now: the events sorted, the period closed. The recorder is
 // not to be used after.
 func (r *Recorder) Finish(now time.Time) *trace.Trace {
-	r.t.Header.End = now
+	r.t.Header.End = r.at(now)
 	t := &trace.Trace{Header: r.t.Header, Events: slices.Clone(r.t.Events)}
 	t.Sort()
 	return t

@@ -160,3 +160,37 @@ func TestSwitchesAsSeen(t *testing.T) {
 		"15 switch night>day aborted", "20 switch night>day done 25",
 	})
 }
+
+// TestNamesComeBackAndClocksStepBack: a StatefulSet's replica made anew under its name
+// arrives again (the one before ended, its deletion seen or not); a clock stepped back
+// records nothing before what is recorded: the trace reads back whatever happened.
+func TestNamesComeBackAndClocksStepBack(t *testing.T) {
+	r := New(testpods.DayNightPool(), t0, 100)
+	old := pod("infer-0")
+	r.Pod(at(1), old, 1, false)
+	r.Pod(at(2), old, 1, true)
+	again := pod("infer-0")
+	again.UID = "uid-infer-0-b"
+	r.Pod(at(3), again, 1, false)
+	third := pod("infer-0") // its predecessor's deletion never seen
+	third.UID = "uid-infer-0-c"
+	r.Pod(at(5), third, 1, false)
+	r.Pod(at(4), pod("late", testpods.OnNode("n"), phase(corev1.PodRunning)), 1, false) // the clock stepped back a minute
+	equal(t, events(t, r.Finish(at(3))), []string{
+		"1 arrive ml/infer-0", "2 end ml/infer-0deleted", "3 arrive ml/infer-0",
+		"5 end ml/infer-0deleted", "5 arrive ml/infer-0", "5 arrive ml/late", "5 start ml/late",
+	})
+}
+
+// TestAbortedWhileRecording: a transition marked aborted in status.transition is
+// recorded aborted then, without waiting for the next transition.
+func TestAbortedWhileRecording(t *testing.T) {
+	pool := testpods.DayNightPool()
+	pool.Status.ActiveLayout = "day"
+	r := New(pool, t0, 10)
+	pool.Status.Transition = &gpupoolv1.TransitionStatus{ID: "x", To: "night", StartTime: metav1.NewTime(at(1))}
+	r.Pool(at(1), pool)
+	pool.Status.Transition.AbortedTime = &metav1.Time{Time: at(4)}
+	r.Pool(at(4), pool)
+	equal(t, events(t, r.Finish(at(5))), []string{"1 switch day>night aborted"})
+}

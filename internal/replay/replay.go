@@ -156,10 +156,12 @@ func newWorld(t *trace.Trace, spec *gpupoolv1.GPUPoolProfileSpec, opt Options) (
 	for _, l := range spec.Layouts {
 		w.res.SwitchTimes[l.Name] = w.switchTime(l.Name)
 	}
-	for _, ev := range t.Events {
+	var last *trace.Event
+	for i, ev := range t.Events {
 		if ev.Kind == trace.Switch && ev.At.Before(t.Header.Start) {
 			w.history = append(w.history, plan.PastSwitch{ID: fmt.Sprint("recorded-", len(w.history)), To: ev.To, Reason: ev.Reason,
 				Start: ev.At, End: ev.Finished, Aborted: ev.Aborted})
+			last = &t.Events[i]
 		}
 	}
 	w.active = t.Header.Active
@@ -170,7 +172,21 @@ func newWorld(t *trace.Trace, spec *gpupoolv1.GPUPoolProfileSpec, opt Options) (
 		}
 		w.active = first.Layout
 	}
+	// A switch in flight when the recording started goes on as recorded: its GPUs are
+	// offline until it ended (or for as long as its layout's switches take).
+	if last != nil && inFlightAt(last, t.Header.Start) && w.capacity[last.To] != (trace.Capacity{}) {
+		w.inFlight, w.switchDone = last.To, last.Finished
+		if last.Finished.IsZero() {
+			w.switchDone = last.At.Add(w.switchTime(last.To))
+		}
+		w.history[len(w.history)-1].End = time.Time{}
+	}
 	return w, nil
+}
+
+// inFlightAt says whether a recorded switch was still in flight at start.
+func inFlightAt(ev *trace.Event, start time.Time) bool {
+	return !ev.Aborted && (ev.Finished.IsZero() || ev.Finished.After(start))
 }
 
 func cmpOr[T comparable](a, b T) T {
@@ -195,11 +211,15 @@ func (w *world) tick(now time.Time) error {
 	}()
 	if w.inFlight != "" && !now.Before(w.switchDone) {
 		w.active, w.inFlight = w.inFlight, ""
-		w.res.Switches[len(w.res.Switches)-1].End = now
+		if n := len(w.res.Switches); n > 0 && w.res.Switches[n-1].End.IsZero() {
+			w.res.Switches[n-1].End = now
+		} else {
+			w.history[len(w.history)-1].End = now // the one in flight at the start
+		}
 	}
 	settled := w.inFlight == ""
 	w.placeServices(now, settled)
-	obs := w.observe(settled)
+	obs := w.observe()
 	in := &plan.DemandInput{Active: w.active, InFlight: w.inFlight, Observed: obs, Timers: w.timers, WarnAhead: w.warnAhead,
 		Switches: slices.Clone(w.history)}
 	for i, s := range w.res.Switches {
@@ -289,8 +309,13 @@ func (w *world) runBatch(now time.Time, settled bool) {
 				p.running, p.gone = false, true
 			}
 		case settled && p.layouts[w.active] && free >= p.gpus:
+			// It runs during this step: work of n steps holds its GPUs for n.
 			p.running, p.started, free = true, now, free-p.gpus
 			p.everStarted = true
+			p.remaining -= w.step
+			if p.remaining <= 0 {
+				p.running, p.gone = false, true
+			}
 		default:
 			w.res.QueuedGPUHours += float64(p.gpus) * stepH
 		}

@@ -60,11 +60,11 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
 // TestReplayByHand: the hand trace under the pool, a decision a minute and switches of
 // 6 minutes, worked out by hand: the pod pending from 08:10 brings night in at 08:15
-// (for 5m); night is up at 08:21 and the pod starts then, running its hour through the
-// 09:21 step; night is idle from 09:22 and let go at 09:37 (idleFor 15m); day is back
-// at 09:43. The pod waited 08:10-08:20 (11 steps): 11/60 GPU-hours, 11 minutes. Idle
-// (1 physical GPU): 15 steps of day, 6 switching, 15 of idle night, 6 switching and
-// 137 of day after: 179 minutes.
+// (for 5m); night is up at 08:21 and the pod starts then, running its hour in the 60
+// steps 08:21-09:20; night is idle from 09:21 and let go at 09:36 (idleFor 15m); day is
+// back at 09:42. The pod waited 08:10-08:20 (11 steps): 11/60 GPU-hours, 11 minutes.
+// Idle (1 physical GPU): 15 steps of day, 6 switching, 15 of idle night, 6 switching
+// and 138 of day after: 180 minutes.
 func TestReplayByHand(t *testing.T) {
 	spec := pool()
 	res, err := Run(handTrace(spec), spec, Options{Step: time.Minute, SwitchTime: 6 * time.Minute})
@@ -73,7 +73,7 @@ func TestReplayByHand(t *testing.T) {
 	}
 	want := []Switch{
 		{From: "day", To: "night", Reason: gpupoolv1.DesiredByDemand, Start: t0.Add(15 * time.Minute), End: t0.Add(21 * time.Minute)},
-		{From: "night", To: "day", Start: t0.Add(97 * time.Minute), End: t0.Add(103 * time.Minute)},
+		{From: "night", To: "day", Start: t0.Add(96 * time.Minute), End: t0.Add(102 * time.Minute)},
 	}
 	if len(res.Switches) != len(want) {
 		t.Fatalf("switches %+v, want %+v", res.Switches, want)
@@ -87,8 +87,8 @@ func TestReplayByHand(t *testing.T) {
 	if !near(res.QueuedGPUHours, 11.0/60) || res.MeanWait() != 11*time.Minute || len(res.Waits) != 1 || res.Unstarted != 0 {
 		t.Errorf("queued %.4f GPU-h, waits %v, unstarted %d; want 11/60, [11m], 0", res.QueuedGPUHours, res.Waits, res.Unstarted)
 	}
-	if !near(res.IdleGPUHours, 179.0/60) {
-		t.Errorf("idle %.4f GPU-h, want 179/60", res.IdleGPUHours)
+	if !near(res.IdleGPUHours, 180.0/60) {
+		t.Errorf("idle %.4f GPU-h, want 180/60", res.IdleGPUHours)
 	}
 	if res.Evictions != 0 || res.UnservedGPUHours != 0 {
 		t.Errorf("evictions %d, services waited %.3f; want none", res.Evictions, res.UnservedGPUHours)
@@ -116,9 +116,9 @@ func TestReplayServicesAndEvictions(t *testing.T) {
 	if len(res.Switches) != 2 || res.Evictions != 1 || res.Switches[0].Evictions != 1 {
 		t.Fatalf("switches %+v, evictions %d; want two, the first evicting the service", res.Switches, res.Evictions)
 	}
-	// Away from day from 08:15 to 09:43: 88 steps.
-	if !near(res.UnservedGPUHours, 88.0/60) {
-		t.Errorf("services waited %.4f GPU-h, want 88/60", res.UnservedGPUHours)
+	// Away from day from 08:15 to 09:42: 87 steps.
+	if !near(res.UnservedGPUHours, 87.0/60) {
+		t.Errorf("services waited %.4f GPU-h, want 87/60", res.UnservedGPUHours)
 	}
 
 	tr.Events[0].DoNotDisrupt = true
@@ -229,5 +229,25 @@ func TestDivergence(t *testing.T) {
 	other := []Switch{a[0], {To: "big", Start: a[1].Start}}
 	if _, g, _, ok := Divergence(other, a, time.Hour); !ok || g.To != "big" {
 		t.Error("another layout is no divergence")
+	}
+}
+
+// TestReplaySwitchInFlightAtStart: a switch recorded in flight when the recording
+// started goes on in the replay until it ended: night comes up at 08:03 as recorded, the
+// training pod runs then, and the replay reports no switch of its own to night.
+func TestReplaySwitchInFlightAtStart(t *testing.T) {
+	spec := pool()
+	tr := handTrace(spec)
+	tr.Events = append([]trace.Event{{At: t0.Add(-2 * time.Minute), Kind: trace.Switch, From: "day", To: "night", Reason: gpupoolv1.DesiredByDemand,
+		Finished: t0.Add(3 * time.Minute)}}, tr.Events...)
+	res, err := Run(tr, spec, Options{Step: time.Minute, SwitchTime: 6 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Switches) == 0 || res.Switches[0].To != "day" || len(res.Waits) != 1 || res.Waits[0] != 0 {
+		t.Fatalf("switches %+v, waits %v; want night up from 08:03 (the pod starts on arrival at 08:10) and a switch back to day first", res.Switches, res.Waits)
+	}
+	if got := Recorded(tr); len(got) != 0 {
+		t.Errorf("the switch before the start is history, not recorded in the period: %+v", got)
 	}
 }

@@ -59,7 +59,8 @@ func podsOf(t *trace.Trace, spec *gpupoolv1.GPUPoolProfileSpec) ([]*pod, error) 
 					p.layouts[l.Name] = slices.Contains(ev.Layouts, l.Name)
 				}
 			}
-			byName[ev.Pod] = p
+			byName[ev.Pod] = p // a pod of a name that came back is another pod
+			delete(starts, ev.Pod)
 			out = append(out, p)
 		case trace.Start:
 			starts[ev.Pod] = ev.At
@@ -160,9 +161,10 @@ func (w *world) switchTime(layout string) time.Duration {
 
 // observe is what demand would see now, as internal/demand's Pods source counts it:
 // a pod waiting that the active layout could not take is pending for every other layout
-// that could (during a switch, for every layout that could); a pod running keeps the
-// active layout and would be evicted by a switch to any other.
-func (w *world) observe(settled bool) map[string]plan.LayoutDemand {
+// that could (the active layout is the one switched from until a switch completes, as
+// status.activeLayout is); a pod running keeps the active layout and would be evicted by
+// a switch to any other.
+func (w *world) observe() map[string]plan.LayoutDemand {
 	obs := map[string]plan.LayoutDemand{}
 	for _, p := range w.live {
 		if p.gone {
@@ -187,11 +189,11 @@ func (w *world) observe(settled bool) map[string]plan.LayoutDemand {
 			}
 			continue
 		}
-		if !p.counts || (settled && p.layouts[w.active]) {
+		if !p.counts || p.layouts[w.active] {
 			continue
 		}
 		for _, l := range w.spec.Layouts {
-			if !p.layouts[l.Name] || (settled && l.Name == w.active) {
+			if !p.layouts[l.Name] {
 				continue
 			}
 			o := obs[l.Name]

@@ -7,7 +7,6 @@ package trace
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -136,13 +135,11 @@ type Trace struct {
 	Events []Event
 }
 
-// Sort orders the events by time, then kind (arrivals before starts before ends at one
-// instant), then pod: one order for one set of events, whatever order they were seen in.
+// Sort orders the events by time, keeping the order they were added in at one instant:
+// that order is causal (a pod arrives before it starts; a replica's predecessor ends
+// before the replica of its name arrives), which no order of kinds is.
 func (t *Trace) Sort() {
-	rank := map[string]int{Switch: 0, Arrive: 1, Start: 2, End: 3}
-	slices.SortStableFunc(t.Events, func(a, b Event) int {
-		return cmp.Or(a.At.Compare(b.At), cmp.Compare(rank[a.Kind], rank[b.Kind]), cmp.Compare(a.Pod, b.Pod))
-	})
+	slices.SortStableFunc(t.Events, func(a, b Event) int { return a.At.Compare(b.At) })
 }
 
 // Write writes t as JSON Lines, events sorted.
@@ -194,7 +191,7 @@ func Read(r io.Reader) (*Trace, error) {
 		t.Events = append(t.Events, ev)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("line %d: %w", line+1, err)
 	}
 	if line == 0 {
 		return nil, errors.New("empty trace: no header")
@@ -216,7 +213,8 @@ func (t *Trace) check() error {
 	state := map[string]string{}
 	for i, ev := range t.Events {
 		where := fmt.Sprintf("line %d (%s %s)", i+2, ev.Kind, ev.Pod)
-		if ev.Kind != Switch && (ev.At.Before(t.Header.Start) || ev.At.After(t.Header.End)) {
+		// Switches before the start are the pool's history (cooldown, minDwell).
+		if (ev.Kind != Switch && ev.At.Before(t.Header.Start)) || ev.At.After(t.Header.End) {
 			return fmt.Errorf("%s: at %s, outside the period %s to %s", where, ev.At.Format(time.RFC3339), t.Header.Start.Format(time.RFC3339), t.Header.End.Format(time.RFC3339))
 		}
 		if i > 0 && ev.At.Before(t.Events[i-1].At) {
@@ -227,8 +225,8 @@ func (t *Trace) check() error {
 			if ev.Pod == "" || ev.GPUs <= 0 {
 				return fmt.Errorf("%s: an arrival names its pod and asks for at least one GPU (gpus %d)", where, ev.GPUs)
 			}
-			if state[ev.Pod] != "" {
-				return fmt.Errorf("%s: the pod arrived twice", where)
+			if s := state[ev.Pod]; s != "" && s != End {
+				return fmt.Errorf("%s: the pod arrived again before it ended", where)
 			}
 			state[ev.Pod] = Arrive
 		case Start:

@@ -265,7 +265,12 @@ func runJobs(w *World, t time.Time, jobs []*job, free int, res *Result) int {
 				j.running, j.done = false, t.Add(w.Step)
 			}
 		case free >= j.GPUs:
+			// It runs during this step: a job of n steps holds its GPUs for n.
 			j.running, j.started, free = true, t, free-j.GPUs
+			j.remaining -= w.Step
+			if j.remaining <= 0 {
+				j.running, j.done = false, t.Add(w.Step)
+			}
 		default:
 			res.QueuedGPUHours += float64(j.GPUs) * w.Step.Hours()
 		}
@@ -281,7 +286,9 @@ func observe(w *World, t time.Time, active, inFlight string, jobs []*job, inf, r
 	settled := inFlight == ""
 	night := plan.LayoutDemand{RunningGPUs: int64(running)}
 	day := plan.LayoutDemand{}
-	if !settled || active != Night {
+	// As status.activeLayout is the layout switched from until a switch completes, work
+	// it could take is not pending for it (internal/demand's Pods source).
+	if active != Night {
 		night.PendingGPUs, night.Pending = queued, pending
 	}
 	if settled && active == Day {
@@ -290,7 +297,7 @@ func observe(w *World, t time.Time, active, inFlight string, jobs []*job, inf, r
 		if w.DoNotDisrupt != nil && w.DoNotDisrupt(t) && inf > 0 {
 			night.DoNotDisrupt = []string{"pod serve/inference-0"}
 		}
-	} else if inf > 0 {
+	} else if inf > 0 && active != Day {
 		day.PendingGPUs = int64(inf)
 		day.Pending = []string{"pod serve/inference"}
 	}

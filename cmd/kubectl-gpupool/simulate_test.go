@@ -147,6 +147,21 @@ func TestSimulateWeek(t *testing.T) {
 	}
 }
 
+// TestSweepValuesWithCommas: values that hold commas (cron's day lists) are separated by
+// semicolons, one row each, named by the value.
+func TestSweepValuesWithCommas(t *testing.T) {
+	_, tracePath, _ := weekFiles(t)
+	out, err := offline("simulate", tracePath, "--step", "10m", "--sweep", "schedule.windows[0].start=0 20 * * 1,2,3;0 21 * * *")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, row := range []string{"live schedule.windows[0].start=0 20 * * 1,2,3 ", "live schedule.windows[0].start=0 21 * * * "} {
+		if !strings.Contains(out, row) {
+			t.Errorf("no row %q:\n%s", row, out)
+		}
+	}
+}
+
 // TestSimulateRefusesBadInput: every bad trace, candidate, sweep or flag is an error that
 // names what is wrong and what to write; none prints a table.
 func TestSimulateRefusesBadInput(t *testing.T) {

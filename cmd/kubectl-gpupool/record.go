@@ -91,6 +91,10 @@ func (a *app) record(ctx context.Context, name string, f recordFlags) error {
 	if err := rs.readScope(ctx); err != nil {
 		return err
 	}
+	// Refused rights are said before anything is recorded (and no file is written).
+	if err := c.List(ctx, &corev1.PodList{}, client.Limit(1)); err != nil {
+		return fmt.Errorf("listing pods (record needs list and watch on pods): %w", err)
+	}
 	errc := make(chan error, 2)
 	go func() {
 		errc <- a.watchPool(ctx, name, func(p *gpupoolv1.GPUPoolProfile) (bool, error) {

@@ -68,7 +68,7 @@ func (r *recorder) stop() (*trace.Trace, error) {
 		}
 	case <-time.After(30 * time.Second):
 		_ = r.cmd.Process.Kill()
-		<-r.done
+		_ = <-r.done
 		return nil, errors.New("kubectl gpupool record did not end within 30s of an interrupt (logs/record.log)")
 	}
 	f, err := os.Open(r.path)

@@ -62,27 +62,34 @@ type Result struct {
 	IdleGPUHours float64
 	// Waits are the batch pods' waits from arrival to their (last) start; Unstarted
 	// counts those that never started.
-	Waits     []time.Duration
+	Waits     Waits
 	Unstarted int
 	// SwitchTimes are the switch durations used, by target layout.
 	SwitchTimes map[string]time.Duration
 }
 
-// P50Wait, P95Wait and MeanWait summarise Waits (nearest rank).
-func (r *Result) P50Wait() time.Duration { return quantile(r.Waits, 0.5) }
-func (r *Result) P95Wait() time.Duration { return quantile(r.Waits, 0.95) }
-func (r *Result) MeanWait() time.Duration {
-	if len(r.Waits) == 0 {
+// P50Wait, P95Wait and MeanWait summarise Waits.
+func (r *Result) P50Wait() time.Duration  { return r.Waits.Quantile(0.5) }
+func (r *Result) P95Wait() time.Duration  { return r.Waits.Quantile(0.95) }
+func (r *Result) MeanWait() time.Duration { return r.Waits.Mean() }
+
+// Waits are work's waits, from arrival to start (test/demandsim's too).
+type Waits []time.Duration
+
+// Mean is the waits' mean, 0 for none.
+func (ws Waits) Mean() time.Duration {
+	if len(ws) == 0 {
 		return 0
 	}
 	var sum time.Duration
-	for _, w := range r.Waits {
+	for _, w := range ws {
 		sum += w
 	}
-	return sum / time.Duration(len(r.Waits))
+	return sum / time.Duration(len(ws))
 }
 
-func quantile(ws []time.Duration, q float64) time.Duration {
+// Quantile is the nearest-rank q-quantile, 0 for none.
+func (ws Waits) Quantile(q float64) time.Duration {
 	if len(ws) == 0 {
 		return 0
 	}

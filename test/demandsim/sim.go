@@ -20,6 +20,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/replay"
 )
 
 // Layout names of the simulated pool.
@@ -93,7 +94,7 @@ type Result struct {
 	IdleGPUHours float64
 	// Waits are the training jobs' waits from arrival to their (last) start; Unstarted
 	// counts those that never started.
-	Waits     []time.Duration
+	Waits     replay.Waits
 	Unstarted int
 }
 
@@ -111,30 +112,9 @@ func Spec(zone string, demand *gpupoolv1.DemandPolicy) *gpupoolv1.GPUPoolProfile
 }
 
 // MeanWait, P50Wait and P95Wait summarise Waits.
-func (r *Result) MeanWait() time.Duration {
-	if len(r.Waits) == 0 {
-		return 0
-	}
-	var sum time.Duration
-	for _, w := range r.Waits {
-		sum += w
-	}
-	return sum / time.Duration(len(r.Waits))
-}
-
-func (r *Result) P50Wait() time.Duration { return r.quantile(0.5) }
-
-func (r *Result) P95Wait() time.Duration { return r.quantile(0.95) }
-
-// quantile is the nearest-rank q-quantile of Waits.
-func (r *Result) quantile(q float64) time.Duration {
-	if len(r.Waits) == 0 {
-		return 0
-	}
-	w := slices.Clone(r.Waits)
-	slices.Sort(w)
-	return w[int(math.Ceil(q*float64(len(w))))-1]
-}
+func (r *Result) MeanWait() time.Duration { return r.Waits.Mean() }
+func (r *Result) P50Wait() time.Duration  { return r.Waits.Quantile(0.5) }
+func (r *Result) P95Wait() time.Duration  { return r.Waits.Quantile(0.95) }
 
 type job struct {
 	Job

@@ -118,6 +118,12 @@ func checkDemandCycle(ctx context.Context, t *testing.T, env *localenv.Env, res 
 	if p.Status.Phase != corev1.PodSucceeded || p.Spec.NodeName != "gpu-night-1" {
 		t.Errorf("training pod: phase %s on %q, want Succeeded on gpu-night-1", p.Status.Phase, p.Spec.NodeName)
 	}
+	// The pod's events woke the pool, whichever way it asks for its GPU: demand counted it
+	// within seconds of its creation, not at the next periodic pass (minutes). One clock:
+	// the API server and the operator run on this machine.
+	if ps := res.PendingDemand.PendingSince; ps != nil && ps.Sub(p.CreationTimestamp.Time) > 30*time.Second {
+		t.Errorf("demand counted the training pod from %s, %s after it was created: its events did not wake the pool", ps, ps.Sub(p.CreationTimestamp.Time))
+	}
 
 	// 4. Day back, the default layout outside the (distant) night window, once night was
 	// idle and past its dwell.

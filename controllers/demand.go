@@ -142,11 +142,7 @@ func (r *GPUPoolProfileReconciler) heldForDemand(ctx context.Context, pool *gpup
 	if err := r.readKueue(ctx, pool, kv); err != nil {
 		return nil, err
 	}
-	var out []demand.Held
-	for _, h := range heldWorkloads(pool, kv) {
-		out = append(out, demand.Held{Namespace: h.obj.GetNamespace(), Name: h.obj.GetName(), Layouts: h.layouts, GPUs: h.gpus})
-	}
-	return out, nil
+	return heldDemand(pool, kv), nil
 }
 
 // logMissing logs the sources whose demand counts as none, when that starts (the status

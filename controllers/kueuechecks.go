@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/text"
 )
@@ -152,6 +153,32 @@ func pendingCheck(wl *unstructured.Unstructured, v *kueueView) int {
 		}
 	}
 	return -1
+}
+
+// HeldWorkloads are the Workloads the pool's admission check holds now, as demand counts
+// them, read through c (kubectl gpupool record records them).
+func HeldWorkloads(ctx context.Context, c client.Reader, pool *gpupoolv1.GPUPoolProfile) ([]demand.Held, error) {
+	if pool.Spec.Kueue == nil {
+		return nil, nil
+	}
+	var v kueueView
+	if err := readKueueView(ctx, c, pool, &v); err != nil {
+		return nil, err
+	}
+	return heldDemand(pool, &v), nil
+}
+
+// heldDemand are v's held Workloads as demand counts them.
+func heldDemand(pool *gpupoolv1.GPUPoolProfile, v *kueueView) []demand.Held {
+	var out []demand.Held
+	for _, h := range heldWorkloads(pool, v) {
+		d := demand.Held{Namespace: h.obj.GetNamespace(), Name: h.obj.GetName(), Layouts: h.layouts, GPUs: h.gpus}
+		if ref := metav1.GetControllerOf(h.obj); ref != nil {
+			d.Owner = string(ref.UID)
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // heldWorkloads are the Workloads of v whose gpupool check the pool answers

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/controllers"
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/record"
 	"github.com/gpupool/gpupool/internal/trace"
@@ -95,7 +96,8 @@ func (a *app) record(ctx context.Context, name string, f recordFlags) error {
 	if err := c.List(ctx, &corev1.PodList{}, client.Limit(1)); err != nil {
 		return fmt.Errorf("listing pods (record needs list and watch on pods): %w", err)
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
+	go func() { errc <- rs.pollWorkloads(ctx) }()
 	go func() {
 		errc <- a.watchPool(ctx, name, func(p *gpupoolv1.GPUPoolProfile) (bool, error) {
 			rs.mu.Lock()
@@ -106,7 +108,7 @@ func (a *app) record(ctx context.Context, name string, f recordFlags) error {
 	}()
 	go func() { errc <- rs.watchPods(ctx) }()
 	var failed error
-	for range 2 {
+	for range 3 {
 		if err := <-errc; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && failed == nil {
 			failed = err
 			stop() // end the other watch
@@ -151,6 +153,39 @@ func summary(tr *trace.Trace, file string) string {
 		s += " (truncated: --max-pods reached, later pods were not recorded)"
 	}
 	return s
+}
+
+// workloadsEvery is how often record reads the Workloads gpupool's check holds (the pool's
+// spec.kueue): a Workload is held for minutes, until its layout is ready.
+const workloadsEvery = 5 * time.Second
+
+// pollWorkloads records the Workloads the pool's admission check holds, read every
+// workloadsEvery, until ctx ends. A read that fails (Kueue not served, no right to list
+// Workloads) is said once and tried again; it ends nothing.
+func (rs *recording) pollWorkloads(ctx context.Context) error {
+	if rs.pool.Spec.Kueue == nil {
+		return nil
+	}
+	t := time.NewTicker(workloadsEvery)
+	defer t.Stop()
+	said := ""
+	for {
+		held, err := controllers.HeldWorkloads(ctx, rs.c, rs.pool)
+		switch {
+		case err != nil && ctx.Err() == nil && err.Error() != said:
+			said = err.Error()
+			fmt.Fprintf(rs.streams.ErrOut, "Workloads not recorded for now (record needs list on Kueue's workloads, clusterqueues and admissionchecks): %v\n", err)
+		case err == nil:
+			rs.mu.Lock()
+			rs.rec.Workloads(rs.now(), held)
+			rs.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // recording is one record run: the recorder and what its pod watch keeps.

@@ -17,6 +17,9 @@ type Held struct {
 	Layouts []string
 	// GPUs is what it asks of the GPU resource on them.
 	GPUs int64
+	// Owner is the UID of the object it was made for (its Job), whose pods Kueue creates
+	// once it is admitted: kubectl gpupool record ties them to it.
+	Owner string
 }
 
 // HeldLister lists the Workloads the pool's check holds. An error (Kueue's API not served

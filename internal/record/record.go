@@ -40,6 +40,8 @@ type Recorder struct {
 	pods    map[types.UID]*seen
 	// names are the pods by the name the trace gives them (a name may come back).
 	names map[string]*seen
+	// held are the Workloads held when last read, by namespace/name.
+	held map[string]*seen
 	// switches are the Switch events by transition ID, to mark their end.
 	switches map[string]int
 	// last is the latest instant recorded: a clock stepped back (NTP) does not put
@@ -202,7 +204,7 @@ func (r *Recorder) arrival(now time.Time, p *corev1.Pod, name string, gpus int64
 		Constraints: trace.ConstraintsOf(p), Counts: r.Scope.Counts(p),
 		DoNotDisrupt: p.Annotations[gpupoolv1.AnnotationDoNotDisrupt] == "true"}
 	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "Job" {
-		ev.Job = true
+		ev.Job, ev.Group = true, string(ref.UID)
 	}
 	for _, l := range r.t.Header.Spec.Layouts {
 		if r.shapes.Serves(l.Name, p) {
@@ -211,6 +213,40 @@ func (r *Recorder) arrival(now time.Time, p *corev1.Pod, name string, gpus int64
 	}
 	return ev
 }
+
+// Workloads records the Workloads the pool's admission check holds now (all of them, as
+// controllers.HeldWorkloads reads them): one first seen arrives, waiting for its layouts;
+// one held before and not now ends, admitted (or deleted: the trace cannot tell, and a
+// replay releases it when its layout is ready either way).
+func (r *Recorder) Workloads(now time.Time, held []demand.Held) {
+	now = r.at(now)
+	if r.held == nil {
+		r.held = map[string]*seen{}
+	}
+	still := map[string]bool{}
+	for _, h := range held {
+		name := WorkloadName(h.Namespace, h.Name)
+		still[name] = true
+		if r.held[name] != nil || len(r.pods)+len(r.held) >= r.maxPods || r.full() {
+			if len(r.pods)+len(r.held) >= r.maxPods {
+				r.t.Header.Truncated = true
+			}
+			continue
+		}
+		r.held[name] = &seen{name: name}
+		r.t.Events = append(r.t.Events, trace.Event{At: now, Kind: trace.Arrive, Pod: name, Tenant: r.Tenant(h.Namespace), GPUs: h.GPUs,
+			Layouts: h.Layouts, Workload: true, Job: true, Group: h.Owner, Counts: r.Scope.Selects(h.Namespace)})
+	}
+	for name, s := range r.held {
+		if !still[name] {
+			r.end(now, s, trace.Admitted)
+			delete(r.held, name)
+		}
+	}
+}
+
+// WorkloadName is how a trace names a Workload, apart from pods: workload:ns/name.
+func WorkloadName(namespace, name string) string { return "workload:" + namespace + "/" + name }
 
 // Finish ends the trace at now: the events sorted, the period closed. The recorder is
 // not to be used after.

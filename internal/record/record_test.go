@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/testpods"
 	"github.com/gpupool/gpupool/internal/trace"
 )
@@ -193,4 +194,23 @@ func TestAbortedWhileRecording(t *testing.T) {
 	pool.Status.Transition.AbortedTime = &metav1.Time{Time: at(4)}
 	r.Pool(at(4), pool)
 	equal(t, events(t, r.Finish(at(5))), []string{"1 switch day>night aborted"})
+}
+
+// TestWorkloadsAsHeld: a Workload first seen held arrives (its layouts, GPUs, its Job as
+// its group, whether demand selects its namespace); held again it records nothing; no
+// longer held it ends, admitted; its pod, of the same Job, carries the same group.
+func TestWorkloadsAsHeld(t *testing.T) {
+	r := New(testpods.DayNightPool(), t0, 100)
+	held := []demand.Held{{Namespace: "ml", Name: "job-train", Layouts: []string{"night"}, GPUs: 2, Owner: "job-uid"}}
+	r.Workloads(at(1), held)
+	r.Workloads(at(2), held)
+	r.Workloads(at(3), nil)
+	p := pod("train-x")
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: "job-uid", Controller: new(true)}}
+	r.Pod(at(4), p, 2, false)
+	tr := r.Finish(at(5))
+	equal(t, events(t, tr), []string{"1 arrive workload:ml/job-train", "3 end workload:ml/job-trainadmitted", "4 arrive ml/train-x"})
+	if wl, pd := tr.Events[0], tr.Events[2]; !wl.Workload || wl.GPUs != 2 || fmt.Sprint(wl.Layouts) != "[night]" || wl.Group != "job-uid" || pd.Group != "job-uid" {
+		t.Errorf("workload %+v, pod %+v", wl, pd)
+	}
 }

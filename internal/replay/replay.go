@@ -124,6 +124,10 @@ type world struct {
 	pods []*pod
 	live []*pod
 	next int
+	// deferred are the pods of Workloads the replay admitted, by the time they arrive;
+	// allPods are the pods that arrived or will (not those of Workloads never admitted).
+	deferred []*pod
+	allPods  []*pod
 	// history are the switches recorded before the period: Decide counts them
 	// (cooldown, minDwell, maxSwitchesPerDay) as the operator would have.
 	history          []plan.PastSwitch
@@ -158,6 +162,7 @@ func newWorld(t *trace.Trace, spec *gpupoolv1.GPUPoolProfileSpec, opt Options) (
 	if w.pods, err = podsOf(t, spec); err != nil {
 		return nil, err
 	}
+	w.allPods = slices.Clone(w.pods)
 	w.switchTimes, w.defaultSwitch = learnSwitchTimes(t, opt.SwitchTime)
 	w.res.SwitchTimes = map[string]time.Duration{}
 	for _, l := range spec.Layouts {
@@ -212,6 +217,10 @@ func (w *world) tick(now time.Time) error {
 	for w.next < len(w.pods) && !w.pods[w.next].arrive.After(now) {
 		w.live = append(w.live, w.pods[w.next])
 		w.next++
+	}
+	for len(w.deferred) > 0 && !w.deferred[0].arrive.After(now) {
+		w.live = append(w.live, w.deferred[0])
+		w.deferred = w.deferred[1:]
 	}
 	defer func() {
 		w.live = slices.DeleteFunc(w.live, func(p *pod) bool { return p.gone })
@@ -278,7 +287,7 @@ func (w *world) used() int64 {
 func (w *world) placeServices(now time.Time, settled bool) {
 	free := w.capacity[w.active].GPUs - w.used()
 	for _, p := range w.live {
-		if p.batch() || p.gone {
+		if p.waits() || p.gone {
 			continue
 		}
 		if !p.leave.IsZero() && !now.Before(p.leave) {
@@ -306,6 +315,12 @@ func (w *world) runBatch(now time.Time, settled bool) {
 	for _, p := range w.live {
 		switch {
 		case p.gone:
+		case p.workload:
+			if settled && p.layouts[w.active] {
+				w.admit(now, p)
+			} else {
+				w.res.QueuedGPUHours += float64(p.gpus) * stepH
+			}
 		case !p.batch():
 			if !p.running {
 				w.res.UnservedGPUHours += float64(p.gpus) * stepH
@@ -334,10 +349,28 @@ func (w *world) runBatch(now time.Time, settled bool) {
 	w.res.IdleGPUHours += (w.physical - usedEq) * stepH
 }
 
-// finish collects the batch pods' waits.
+// admit is Kueue admitting a Workload once its layout is ready for work (gpupool's check
+// passes): its wait ends and its pods arrive as they did after the recorded admission.
+func (w *world) admit(now time.Time, wl *pod) {
+	wl.gone, wl.started, wl.everStarted = true, now, true
+	for _, m := range wl.members {
+		m.arrive = now.Add(m.offset)
+		// After those arriving at the same instant: pods keep the order they came in.
+		i, _ := slices.BinarySearchFunc(w.deferred, m.arrive, func(p *pod, t time.Time) int {
+			if p.arrive.After(t) {
+				return 1
+			}
+			return -1
+		})
+		w.deferred = slices.Insert(w.deferred, i, m)
+	}
+	w.allPods = append(w.allPods, wl.members...)
+}
+
+// finish collects the waits of the batch pods and Workloads.
 func (w *world) finish() {
-	for _, p := range w.pods {
-		if !p.batch() {
+	for _, p := range w.allPods {
+		if !p.waits() {
 			continue
 		}
 		if !p.everStarted {

@@ -251,3 +251,40 @@ func TestReplaySwitchInFlightAtStart(t *testing.T) {
 		t.Errorf("the switch before the start is history, not recorded in the period: %+v", got)
 	}
 }
+
+// TestReplayWorkloads: a Kueue Workload held for night waits (queued, no GPU) until the
+// replay's night is ready, then is admitted, and its pod, recorded a minute after the
+// recorded admission, arrives a minute after the replay's and runs its half hour: the
+// Workload arrives 08:10, night is brought in at 08:15 and ready at 08:21 (admitted,
+// waited 11 minutes), its pod arrives at 08:22 and runs 08:22-08:51, night is let go at
+// 09:07. Without demand the Workload is never admitted and its pod never arrives.
+func TestReplayWorkloads(t *testing.T) {
+	spec := pool()
+	tr := &trace.Trace{Header: trace.Header{Pool: "lab", Start: t0, End: t0.Add(4 * time.Hour), Active: "day", Spec: *spec},
+		Events: []trace.Event{
+			{At: t0.Add(10 * time.Minute), Kind: trace.Arrive, Pod: "workload:ml/job-train", GPUs: 1, Layouts: []string{"night"}, Workload: true, Job: true, Group: "job-uid", Counts: true},
+			{At: t0.Add(40 * time.Minute), Kind: trace.End, Pod: "workload:ml/job-train", Outcome: trace.Admitted},
+			{At: t0.Add(41 * time.Minute), Kind: trace.Arrive, Pod: "ml/train-x", GPUs: 1, Layouts: []string{"night"}, Constraints: training(), Job: true, Group: "job-uid", Counts: true},
+			{At: t0.Add(42 * time.Minute), Kind: trace.Start, Pod: "ml/train-x"},
+			{At: t0.Add(72 * time.Minute), Kind: trace.End, Pod: "ml/train-x", Outcome: trace.Succeeded},
+		}}
+	res, err := Run(tr, spec, Options{Step: time.Minute, SwitchTime: 6 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Switches) != 2 || !res.Switches[0].Start.Equal(t0.Add(15*time.Minute)) || !res.Switches[1].Start.Equal(t0.Add(67*time.Minute)) {
+		t.Fatalf("switches %+v; want night at 08:15 and day at 09:07", res.Switches)
+	}
+	if len(res.Waits) != 2 || res.Waits[0] != 11*time.Minute || res.Waits[1] != 0 || !near(res.QueuedGPUHours, 11.0/60) || res.Unstarted != 0 {
+		t.Errorf("waits %v, queued %.4f, unstarted %d; want the Workload's 11m and its pod's 0, 11/60 GPU-h", res.Waits, res.QueuedGPUHours, res.Unstarted)
+	}
+	none := pool()
+	none.Demand = nil
+	res, err = Run(tr, none, Options{Step: time.Minute, SwitchTime: 6 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Switches) != 0 || res.Unstarted != 1 || len(res.Waits) != 0 || !near(res.QueuedGPUHours, 230.0/60) {
+		t.Errorf("without demand: switches %+v, unstarted %d, waits %v, queued %.3f; want the Workload waiting 08:10-12:00 and no pod", res.Switches, res.Unstarted, res.Waits, res.QueuedGPUHours)
+	}
+}

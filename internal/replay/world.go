@@ -30,10 +30,22 @@ type pod struct {
 	running, gone   bool
 	started         time.Time
 	everStarted     bool
+	// A Workload (workload) waits, taking no GPU, until the replay admits it (its layout
+	// ready); admitted is when the recording's was; members are its pods, which arrive
+	// offset after the replay's admission. group is the Job a Workload or pod is of.
+	workload bool
+	group    string
+	admitted time.Time
+	members  []*pod
+	offset   time.Duration
 }
 
 // batch: the pod ran to its end in the recording, so its run is work to be done.
 func (p *pod) batch() bool { return p.work > 0 }
+
+// waits: what the replay measures waiting of (queued GPU-hours, waits): batch pods and
+// Workloads.
+func (p *pod) waits() bool { return p.batch() || p.workload }
 
 // stop evicts a running pod: a batch pod starts over, a service waits to run again.
 func (p *pod) stop() { p.running, p.remaining = false, p.work }
@@ -50,7 +62,8 @@ func podsOf(t *trace.Trace, spec *gpupoolv1.GPUPoolProfileSpec) ([]*pod, error) 
 	for _, ev := range t.Events {
 		switch ev.Kind {
 		case trace.Arrive:
-			p := &pod{name: ev.Pod, gpus: ev.GPUs, counts: ev.Counts, dnd: ev.DoNotDisrupt, arrive: ev.At, layouts: map[string]bool{}}
+			p := &pod{name: ev.Pod, gpus: ev.GPUs, counts: ev.Counts, dnd: ev.DoNotDisrupt, arrive: ev.At, layouts: map[string]bool{},
+				workload: ev.Workload, group: ev.Group}
 			for _, l := range spec.Layouts {
 				switch {
 				case ev.Constraints != nil && len(shapes[l.Name]) > 0:
@@ -69,14 +82,43 @@ func podsOf(t *trace.Trace, spec *gpupoolv1.GPUPoolProfileSpec) ([]*pod, error) 
 			if p == nil {
 				return nil, fmt.Errorf("pod %s ends without arriving", ev.Pod)
 			}
-			if s, ok := starts[ev.Pod]; ok && ev.Outcome != trace.Deleted && ev.At.After(s) {
+			switch s, ok := starts[ev.Pod]; {
+			case p.workload:
+				p.admitted = ev.At
+			case ok && ev.Outcome != trace.Deleted && ev.At.After(s):
 				p.work, p.remaining = ev.At.Sub(s), ev.At.Sub(s)
-			} else {
+			default:
 				p.leave = ev.At
 			}
 		}
 	}
-	return out, nil
+	return deferMembers(out), nil
+}
+
+// deferMembers takes out of the arrivals the pods of a Workload admitted in the
+// recording (Kueue created them on its admission): they arrive when the replay admits
+// the Workload, as long after it as they did after the recorded admission.
+func deferMembers(pods []*pod) []*pod {
+	workloads := map[string]*pod{}
+	for _, p := range pods {
+		if p.workload && p.group != "" && !p.admitted.IsZero() {
+			workloads[p.group] = p
+		}
+	}
+	if len(workloads) == 0 {
+		return pods
+	}
+	out := pods[:0:0]
+	for _, p := range pods {
+		wl := workloads[p.group]
+		if p.workload || wl == nil {
+			out = append(out, p)
+			continue
+		}
+		p.offset = max(p.arrive.Sub(wl.admitted), 0)
+		wl.members = append(wl.members, p)
+	}
+	return out
 }
 
 // capacities are what each of spec's layouts offers: from its workers (each vGPU a GPU

@@ -42,6 +42,9 @@ const (
 	Failed    = "failed"
 	// Deleted: the pod went before it ended (scaled down, evicted, deleted).
 	Deleted = "deleted"
+	// Admitted: a Workload's wait ended: Kueue admitted it (its pods, of its group, are
+	// created then).
+	Admitted = "admitted"
 )
 
 // Header is a trace's first line.
@@ -74,7 +77,8 @@ type Capacity struct {
 type Event struct {
 	At   time.Time `json:"at"`
 	Kind string    `json:"kind"`
-	// Pod is the pod's namespace/name (Arrive, Start, End).
+	// Pod is the pod's namespace/name (Arrive, Start, End); a Workload's is
+	// workload:namespace/name.
 	Pod string `json:"pod,omitempty"`
 
 	// Arrive: who the pod is, what it asks for and where it could run.
@@ -91,6 +95,11 @@ type Event struct {
 	Job          bool `json:"job,omitempty"`
 	DoNotDisrupt bool `json:"doNotDisrupt,omitempty"`
 	Counts       bool `json:"counts,omitempty"`
+	// Workload: a Kueue Workload gpupool's admission check holds (its pods do not exist
+	// yet); it waits for its layouts until it is admitted. Group is the UID of the Job a
+	// Workload or a pod belongs to: a Workload's pods are created when it is admitted.
+	Workload bool   `json:"workload,omitempty"`
+	Group    string `json:"group,omitempty"`
 
 	// End: how the pod ended.
 	Outcome string `json:"outcome,omitempty"`
@@ -238,8 +247,8 @@ func (t *Trace) check() error {
 			if s := state[ev.Pod]; s != Arrive && s != Start {
 				return fmt.Errorf("%s: an end follows the pod's arrival, once", where)
 			}
-			if ev.Outcome != Succeeded && ev.Outcome != Failed && ev.Outcome != Deleted {
-				return fmt.Errorf("%s: outcome %q; write %s, %s or %s", where, ev.Outcome, Succeeded, Failed, Deleted)
+			if ev.Outcome != Succeeded && ev.Outcome != Failed && ev.Outcome != Deleted && ev.Outcome != Admitted {
+				return fmt.Errorf("%s: outcome %q; write %s, %s, %s or %s", where, ev.Outcome, Succeeded, Failed, Deleted, Admitted)
 			}
 			state[ev.Pod] = End
 		case Switch:

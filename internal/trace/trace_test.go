@@ -118,7 +118,7 @@ func TestReadRefusesBadTraces(t *testing.T) {
 		{"start without arrival", []string{h, `{"at":"2026-11-30T09:00:00Z","kind":"start","pod":"ml/a"}`}, "a start follows the pod's arrival"},
 		{"started twice", []string{h, arrive, `{"at":"2026-11-30T09:00:00Z","kind":"start","pod":"ml/a"}`, `{"at":"2026-11-30T09:00:00Z","kind":"start","pod":"ml/a"}`}, "line 4"},
 		{"end without arrival", []string{h, `{"at":"2026-11-30T09:00:00Z","kind":"end","pod":"ml/a","outcome":"succeeded"}`}, "an end follows the pod's arrival"},
-		{"bad outcome", []string{h, arrive, `{"at":"2026-11-30T09:00:00Z","kind":"end","pod":"ml/a","outcome":"done"}`}, `outcome "done"; write succeeded, failed or deleted`},
+		{"bad outcome", []string{h, arrive, `{"at":"2026-11-30T09:00:00Z","kind":"end","pod":"ml/a","outcome":"done"}`}, `outcome "done"; write succeeded, failed, deleted or admitted`},
 		{"ended twice", []string{h, arrive, `{"at":"2026-11-30T09:00:00Z","kind":"end","pod":"ml/a","outcome":"deleted"}`, `{"at":"2026-11-30T09:00:00Z","kind":"end","pod":"ml/a","outcome":"deleted"}`}, "line 4"},
 		{"switch to nowhere", []string{h, `{"at":"2026-11-30T09:00:00Z","kind":"switch"}`}, "names the layout it switched to"},
 	} {

@@ -2,7 +2,6 @@ package localenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -68,8 +67,7 @@ func (r *recorder) stop() (*trace.Trace, error) {
 		}
 	case <-time.After(30 * time.Second):
 		_ = r.cmd.Process.Kill()
-		_ = <-r.done
-		return nil, errors.New("kubectl gpupool record did not end within 30s of an interrupt (logs/record.log)")
+		return nil, fmt.Errorf("kubectl gpupool record did not end within 30s of an interrupt (logs/record.log); killed: %w", <-r.done)
 	}
 	f, err := os.Open(r.path)
 	if err != nil {

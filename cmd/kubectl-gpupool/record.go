@@ -177,6 +177,7 @@ func (rs *recording) pollWorkloads(ctx context.Context) error {
 			fmt.Fprintf(rs.streams.ErrOut, "Workloads not recorded for now (record needs list on Kueue's workloads, clusterqueues and admissionchecks): %v\n", err)
 		case err == nil:
 			rs.mu.Lock()
+			rs.renewScope(ctx, held)
 			rs.rec.Workloads(rs.now(), held)
 			rs.mu.Unlock()
 		}
@@ -328,18 +329,32 @@ func (rs *recording) recordPod(ctx context.Context, p *corev1.Pod, deleted, atSt
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if !rs.namespaces[p.Namespace] {
-		// A namespace made after the scope was read: read it again (once per name).
-		rs.namespaces[p.Namespace] = true
-		if err := rs.readScope(ctx); err != nil {
-			fmt.Fprintf(rs.streams.ErrOut, "namespace %s: %v\n", p.Namespace, err)
-		}
-	}
+	rs.seeNamespace(ctx, p.Namespace)
 	now := rs.now()
 	if atStart {
 		now = rs.start
 	}
 	rs.rec.Pod(now, p, gpus, deleted)
+}
+
+// seeNamespace reads the scope again for a namespace made after it was read (once per
+// name), so that a tenant's first pod or Workload there is counted as demand counts it.
+// rs.mu is held.
+func (rs *recording) seeNamespace(ctx context.Context, ns string) {
+	if rs.namespaces[ns] {
+		return
+	}
+	rs.namespaces[ns] = true
+	if err := rs.readScope(ctx); err != nil {
+		fmt.Fprintf(rs.streams.ErrOut, "namespace %s: %v\n", ns, err)
+	}
+}
+
+// renewScope is seeNamespace for the Workloads' namespaces. rs.mu is held.
+func (rs *recording) renewScope(ctx context.Context, held []demand.Held) {
+	for _, h := range held {
+		rs.seeNamespace(ctx, h.Namespace)
+	}
 }
 
 // gpusOf is what the pod asks of the pool's GPUs: its extended resource, or with

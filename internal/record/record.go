@@ -42,6 +42,8 @@ type Recorder struct {
 	names map[string]*seen
 	// held are the Workloads held when last read, by namespace/name.
 	held map[string]*seen
+	// arrivals counts the pods and Workloads recorded, against maxPods.
+	arrivals int
 	// switches are the Switch events by transition ID, to mark their end.
 	switches map[string]int
 	// last is the latest instant recorded: a clock stepped back (NTP) does not put
@@ -78,7 +80,8 @@ type seen struct {
 // New starts a trace of pool at start: its spec and active layout, the capacity its
 // layouts' workers give, its history of the day before and a switch in flight.
 func New(pool *gpupoolv1.GPUPoolProfile, start time.Time, maxPods int) *Recorder {
-	// A pod makes at most three events; the rest of MaxEvents is the switches'.
+	// A pod or Workload makes at most three events; the rest of MaxEvents is the
+	// switches'.
 	r := &Recorder{shapes: demand.ShapesOf(pool), maxPods: min(maxPods, trace.MaxEvents/3-switchRoom), pods: map[types.UID]*seen{}, names: map[string]*seen{},
 		switches: map[string]int{}, Tenant: func(ns string) string { return ns }, last: start.Round(0)}
 	start = start.Round(0)
@@ -164,10 +167,11 @@ func (r *Recorder) Pod(now time.Time, p *corev1.Pod, gpus int64, deleted bool) {
 		if gpus <= 0 || deleted || demand.Finished(p) {
 			return
 		}
-		if len(r.pods) >= r.maxPods {
+		if r.arrivals >= r.maxPods {
 			r.t.Header.Truncated = true
 			return
 		}
+		r.arrivals++
 		s = &seen{name: p.Namespace + "/" + p.Name}
 		if prev := r.names[s.name]; prev != nil && !prev.ended {
 			// A pod of the name again (a StatefulSet's replica made anew): the one
@@ -203,8 +207,9 @@ func (r *Recorder) arrival(now time.Time, p *corev1.Pod, name string, gpus int64
 	ev := trace.Event{At: now, Kind: trace.Arrive, Pod: name, Tenant: r.Tenant(p.Namespace), GPUs: gpus,
 		Constraints: trace.ConstraintsOf(p), Counts: r.Scope.Counts(p),
 		DoNotDisrupt: p.Annotations[gpupoolv1.AnnotationDoNotDisrupt] == "true"}
-	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "Job" {
-		ev.Job, ev.Group = true, string(ref.UID)
+	if ref := metav1.GetControllerOf(p); ref != nil {
+		// Its controller (a Job, a JobSet, a RayJob...) is what a Workload is made for.
+		ev.Job, ev.Group = ref.Kind == "Job", string(ref.UID)
 	}
 	for _, l := range r.t.Header.Spec.Layouts {
 		if r.shapes.Serves(l.Name, p) {
@@ -227,12 +232,14 @@ func (r *Recorder) Workloads(now time.Time, held []demand.Held) {
 	for _, h := range held {
 		name := WorkloadName(h.Namespace, h.Name)
 		still[name] = true
-		if r.held[name] != nil || len(r.pods)+len(r.held) >= r.maxPods || r.full() {
-			if len(r.pods)+len(r.held) >= r.maxPods {
-				r.t.Header.Truncated = true
-			}
+		if r.held[name] != nil || h.GPUs <= 0 {
+			continue // known, or asking nothing of the pool's GPU resource
+		}
+		if r.arrivals >= r.maxPods || r.full() {
+			r.t.Header.Truncated = true
 			continue
 		}
+		r.arrivals++
 		r.held[name] = &seen{name: name}
 		r.t.Events = append(r.t.Events, trace.Event{At: now, Kind: trace.Arrive, Pod: name, Tenant: r.Tenant(h.Namespace), GPUs: h.GPUs,
 			Layouts: h.Layouts, Workload: true, Job: true, Group: h.Owner, Counts: r.Scope.Selects(h.Namespace)})

@@ -201,7 +201,8 @@ func TestAbortedWhileRecording(t *testing.T) {
 // longer held it ends, admitted; its pod, of the same Job, carries the same group.
 func TestWorkloadsAsHeld(t *testing.T) {
 	r := New(testpods.DayNightPool(), t0, 100)
-	held := []demand.Held{{Namespace: "ml", Name: "job-train", Layouts: []string{"night"}, GPUs: 2, Owner: "job-uid"}}
+	held := []demand.Held{{Namespace: "ml", Name: "job-train", Layouts: []string{"night"}, GPUs: 2, Owner: "job-uid"},
+		{Namespace: "ml", Name: "cpu-only", Layouts: []string{"night"}, Owner: "other"}} // asks no GPU: not recorded
 	r.Workloads(at(1), held)
 	r.Workloads(at(2), held)
 	r.Workloads(at(3), nil)

@@ -316,7 +316,7 @@ func (w *world) runBatch(now time.Time, settled bool) {
 		switch {
 		case p.gone:
 		case p.workload:
-			if settled && p.layouts[w.active] {
+			if p.ready(w.active, settled) {
 				w.admit(now, p)
 			} else {
 				w.res.QueuedGPUHours += float64(p.gpus) * stepH
@@ -353,8 +353,12 @@ func (w *world) runBatch(now time.Time, settled bool) {
 // passes): its wait ends and its pods arrive as they did after the recorded admission.
 func (w *world) admit(now time.Time, wl *pod) {
 	wl.gone, wl.started, wl.everStarted = true, now, true
+	shift := now.Sub(wl.admitted)
 	for _, m := range wl.members {
 		m.arrive = now.Add(m.offset)
+		if !m.leave.IsZero() {
+			m.leave = m.leave.Add(shift)
+		}
 		// After those arriving at the same instant: pods keep the order they came in.
 		i, _ := slices.BinarySearchFunc(w.deferred, m.arrive, func(p *pod, t time.Time) int {
 			if p.arrive.After(t) {

@@ -288,3 +288,25 @@ func TestReplayWorkloads(t *testing.T) {
 		t.Errorf("without demand: switches %+v, unstarted %d, waits %v, queued %.3f; want the Workload waiting 08:10-12:00 and no pod", res.Switches, res.Unstarted, res.Waits, res.QueuedGPUHours)
 	}
 }
+
+// TestReplayWorkloadMemberLeaves: a Workload's pod that left in the recording (a service
+// deleted nine minutes after it came) leaves nine minutes after the replay brings it:
+// admitted at 08:21, it arrives at 08:22 and leaves at 08:31, night is idle from then
+// and let go at 08:46.
+func TestReplayWorkloadMemberLeaves(t *testing.T) {
+	spec := pool()
+	tr := &trace.Trace{Header: trace.Header{Pool: "lab", Start: t0, End: t0.Add(4 * time.Hour), Active: "day", Spec: *spec},
+		Events: []trace.Event{
+			{At: t0.Add(10 * time.Minute), Kind: trace.Arrive, Pod: "workload:ml/serve", GPUs: 1, Layouts: []string{"night"}, Workload: true, Group: "rs-uid", Counts: true},
+			{At: t0.Add(40 * time.Minute), Kind: trace.End, Pod: "workload:ml/serve", Outcome: trace.Admitted},
+			{At: t0.Add(41 * time.Minute), Kind: trace.Arrive, Pod: "ml/serve-x", GPUs: 1, Layouts: []string{"night"}, Group: "rs-uid", Counts: true},
+			{At: t0.Add(50 * time.Minute), Kind: trace.End, Pod: "ml/serve-x", Outcome: trace.Deleted},
+		}}
+	res, err := Run(tr, spec, Options{Step: time.Minute, SwitchTime: 6 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Switches) != 2 || !res.Switches[1].Start.Equal(t0.Add(46*time.Minute)) {
+		t.Fatalf("switches %+v; want night let go at 08:46", res.Switches)
+	}
+}

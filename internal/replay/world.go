@@ -30,9 +30,10 @@ type pod struct {
 	running, gone   bool
 	started         time.Time
 	everStarted     bool
-	// A Workload (workload) waits, taking no GPU, until the replay admits it (its layout
+	// A Workload (workload) waits, taking no GPU, until the replay admits it (its layouts
 	// ready); admitted is when the recording's was; members are its pods, which arrive
-	// offset after the replay's admission. group is the Job a Workload or pod is of.
+	// (and leave) offset after the replay's admission. group is the UID of the controller
+	// (a Job) a Workload or pod is of.
 	workload bool
 	group    string
 	admitted time.Time
@@ -46,6 +47,20 @@ func (p *pod) batch() bool { return p.work > 0 }
 // waits: what the replay measures waiting of (queued GPU-hours, waits): batch pods and
 // Workloads.
 func (p *pod) waits() bool { return p.batch() || p.workload }
+
+// ready: gpupool's check would pass the Workload now: every layout it reserved is the
+// active one, with no switch in flight.
+func (p *pod) ready(active string, settled bool) bool {
+	if !settled {
+		return false
+	}
+	for l, ok := range p.layouts {
+		if ok && l != active {
+			return false
+		}
+	}
+	return p.layouts[active]
+}
 
 // stop evicts a running pod: a batch pod starts over, a service waits to run again.
 func (p *pod) stop() { p.running, p.remaining = false, p.work }
@@ -97,25 +112,34 @@ func podsOf(t *trace.Trace, spec *gpupoolv1.GPUPoolProfileSpec) ([]*pod, error) 
 
 // deferMembers takes out of the arrivals the pods of a Workload admitted in the
 // recording (Kueue created them on its admission): they arrive when the replay admits
-// the Workload, as long after it as they did after the recorded admission.
+// the Workload, as long after it as they did after the recorded admission. A pod belongs
+// to the latest Workload of its group admitted at or before it arrived (a Job preempted
+// and held again has a Workload each time); others arrive as recorded.
 func deferMembers(pods []*pod) []*pod {
-	workloads := map[string]*pod{}
+	byGroup := map[string][]*pod{}
 	for _, p := range pods {
 		if p.workload && p.group != "" && !p.admitted.IsZero() {
-			workloads[p.group] = p
+			byGroup[p.group] = append(byGroup[p.group], p)
 		}
 	}
-	if len(workloads) == 0 {
+	if len(byGroup) == 0 {
 		return pods
 	}
 	out := pods[:0:0]
 	for _, p := range pods {
-		wl := workloads[p.group]
-		if p.workload || wl == nil {
+		var wl *pod
+		if !p.workload {
+			for _, c := range byGroup[p.group] {
+				if !c.admitted.After(p.arrive) && (wl == nil || c.admitted.After(wl.admitted)) {
+					wl = c
+				}
+			}
+		}
+		if wl == nil {
 			out = append(out, p)
 			continue
 		}
-		p.offset = max(p.arrive.Sub(wl.admitted), 0)
+		p.offset = p.arrive.Sub(wl.admitted)
 		wl.members = append(wl.members, p)
 	}
 	return out
@@ -231,11 +255,13 @@ func (w *world) observe() map[string]plan.LayoutDemand {
 			}
 			continue
 		}
-		if !p.counts || p.layouts[w.active] {
+		// A pod the active layout could take waits for no other (internal/demand's Pods);
+		// a Workload waits for each of its layouts but the active one (its Workloads).
+		if !p.counts || (!p.workload && p.layouts[w.active]) {
 			continue
 		}
 		for _, l := range w.spec.Layouts {
-			if !p.layouts[l.Name] {
+			if !p.layouts[l.Name] || l.Name == w.active {
 				continue
 			}
 			o := obs[l.Name]

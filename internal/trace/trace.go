@@ -220,6 +220,7 @@ func strictUnmarshal(b []byte, v any) error {
 // check holds the events to what a replay relies on. Line numbers count the header.
 func (t *Trace) check() error {
 	state := map[string]string{}
+	workload := map[string]bool{}
 	for i, ev := range t.Events {
 		where := fmt.Sprintf("line %d (%s %s)", i+2, ev.Kind, ev.Pod)
 		// Switches before the start are the pool's history (cooldown, minDwell).
@@ -237,18 +238,21 @@ func (t *Trace) check() error {
 			if s := state[ev.Pod]; s != "" && s != End {
 				return fmt.Errorf("%s: the pod arrived again before it ended", where)
 			}
-			state[ev.Pod] = Arrive
+			state[ev.Pod], workload[ev.Pod] = Arrive, ev.Workload
 		case Start:
-			if state[ev.Pod] != Arrive {
-				return fmt.Errorf("%s: a start follows the pod's arrival, once", where)
+			if state[ev.Pod] != Arrive || workload[ev.Pod] {
+				return fmt.Errorf("%s: a start follows the pod's arrival, once (a Workload does not start: it is admitted)", where)
 			}
 			state[ev.Pod] = Start
 		case End:
 			if s := state[ev.Pod]; s != Arrive && s != Start {
 				return fmt.Errorf("%s: an end follows the pod's arrival, once", where)
 			}
-			if ev.Outcome != Succeeded && ev.Outcome != Failed && ev.Outcome != Deleted && ev.Outcome != Admitted {
-				return fmt.Errorf("%s: outcome %q; write %s, %s, %s or %s", where, ev.Outcome, Succeeded, Failed, Deleted, Admitted)
+			if workload[ev.Pod] && ev.Outcome != Admitted {
+				return fmt.Errorf("%s: a Workload ends %s, not %q", where, Admitted, ev.Outcome)
+			}
+			if !workload[ev.Pod] && ev.Outcome != Succeeded && ev.Outcome != Failed && ev.Outcome != Deleted {
+				return fmt.Errorf("%s: outcome %q; write %s, %s or %s (%s is a Workload's)", where, ev.Outcome, Succeeded, Failed, Deleted, Admitted)
 			}
 			state[ev.Pod] = End
 		case Switch:

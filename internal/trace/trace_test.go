@@ -118,8 +118,11 @@ func TestReadRefusesBadTraces(t *testing.T) {
 		{"start without arrival", []string{h, `{"at":"2026-11-30T09:00:00Z","kind":"start","pod":"ml/a"}`}, "a start follows the pod's arrival"},
 		{"started twice", []string{h, arrive, `{"at":"2026-11-30T09:00:00Z","kind":"start","pod":"ml/a"}`, `{"at":"2026-11-30T09:00:00Z","kind":"start","pod":"ml/a"}`}, "line 4"},
 		{"end without arrival", []string{h, `{"at":"2026-11-30T09:00:00Z","kind":"end","pod":"ml/a","outcome":"succeeded"}`}, "an end follows the pod's arrival"},
-		{"bad outcome", []string{h, arrive, `{"at":"2026-11-30T09:00:00Z","kind":"end","pod":"ml/a","outcome":"done"}`}, `outcome "done"; write succeeded, failed, deleted or admitted`},
+		{"bad outcome", []string{h, arrive, `{"at":"2026-11-30T09:00:00Z","kind":"end","pod":"ml/a","outcome":"done"}`}, `outcome "done"; write succeeded, failed or deleted (admitted is a Workload's)`},
 		{"ended twice", []string{h, arrive, `{"at":"2026-11-30T09:00:00Z","kind":"end","pod":"ml/a","outcome":"deleted"}`, `{"at":"2026-11-30T09:00:00Z","kind":"end","pod":"ml/a","outcome":"deleted"}`}, "line 4"},
+		{"a pod admitted", []string{h, arrive, `{"at":"2026-11-30T09:00:00Z","kind":"end","pod":"ml/a","outcome":"admitted"}`}, "(admitted is a Workload's)"},
+		{"a Workload started", []string{h, `{"at":"2026-11-30T09:00:00Z","kind":"arrive","pod":"workload:ml/w","gpus":1,"workload":true}`, `{"at":"2026-11-30T09:00:00Z","kind":"start","pod":"workload:ml/w"}`}, "a Workload does not start"},
+		{"a Workload succeeded", []string{h, `{"at":"2026-11-30T09:00:00Z","kind":"arrive","pod":"workload:ml/w","gpus":1,"workload":true}`, `{"at":"2026-11-30T09:00:00Z","kind":"end","pod":"workload:ml/w","outcome":"succeeded"}`}, `a Workload ends admitted, not "succeeded"`},
 		{"switch to nowhere", []string{h, `{"at":"2026-11-30T09:00:00Z","kind":"switch"}`}, "names the layout it switched to"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

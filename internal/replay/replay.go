@@ -55,13 +55,13 @@ type Result struct {
 	Switches  []Switch
 	Evictions int
 	// QueuedGPUHours: GPU-time batch pods (those with a recorded run: a Job's pod that
-	// ran to its end) waited; UnservedGPUHours: GPU-time the other pods (services) were
-	// wanted and not running.
+	// ran to its end) and Workloads waited; UnservedGPUHours: GPU-time the other pods
+	// (services) were wanted and not running.
 	QueuedGPUHours, UnservedGPUHours float64
 	// IdleGPUHours: physical GPU time (GPU-equivalents) no pod used, switching included.
 	IdleGPUHours float64
-	// Waits are the batch pods' waits from arrival to their (last) start; Unstarted
-	// counts those that never started.
+	// Waits are the batch pods' waits from arrival to their (last) start and the
+	// Workloads' to their admission; Unstarted counts those never started or admitted.
 	Waits     Waits
 	Unstarted int
 	// SwitchTimes are the switch durations used, by target layout.
@@ -128,9 +128,10 @@ type world struct {
 	// allPods are the pods that arrived or will (not those of Workloads never admitted).
 	deferred []*pod
 	allPods  []*pod
-	// history are the switches recorded before the period: Decide counts them
-	// (cooldown, minDwell, maxSwitchesPerDay) as the operator would have.
-	history          []plan.PastSwitch
+	// past are the switches recorded before the period, then the replay's, as Decide
+	// counts them (cooldown, minDwell, maxSwitchesPerDay) as the operator would; the
+	// last is the one in flight, if any.
+	past             []plan.PastSwitch
 	switchTimes      map[string]time.Duration
 	defaultSwitch    time.Duration
 	active, inFlight string
@@ -171,7 +172,7 @@ func newWorld(t *trace.Trace, spec *gpupoolv1.GPUPoolProfileSpec, opt Options) (
 	var last *trace.Event
 	for i, ev := range t.Events {
 		if ev.Kind == trace.Switch && ev.At.Before(t.Header.Start) {
-			w.history = append(w.history, plan.PastSwitch{ID: fmt.Sprint("recorded-", len(w.history)), To: ev.To, Reason: ev.Reason,
+			w.past = append(w.past, plan.PastSwitch{ID: fmt.Sprint("recorded-", len(w.past)), To: ev.To, Reason: ev.Reason,
 				Start: ev.At, End: ev.Finished, Aborted: ev.Aborted})
 			last = &t.Events[i]
 		}
@@ -191,7 +192,7 @@ func newWorld(t *trace.Trace, spec *gpupoolv1.GPUPoolProfileSpec, opt Options) (
 		if last.Finished.IsZero() {
 			w.switchDone = last.At.Add(w.switchTime(last.To))
 		}
-		w.history[len(w.history)-1].End = time.Time{}
+		w.past[len(w.past)-1].End = time.Time{}
 	}
 	return w, nil
 }
@@ -227,20 +228,16 @@ func (w *world) tick(now time.Time) error {
 	}()
 	if w.inFlight != "" && !now.Before(w.switchDone) {
 		w.active, w.inFlight = w.inFlight, ""
+		w.past[len(w.past)-1].End = now
 		if n := len(w.res.Switches); n > 0 && w.res.Switches[n-1].End.IsZero() {
-			w.res.Switches[n-1].End = now
-		} else {
-			w.history[len(w.history)-1].End = now // the one in flight at the start
+			w.res.Switches[n-1].End = now // not the one in flight at the start
 		}
 	}
 	settled := w.inFlight == ""
 	w.placeServices(now, settled)
 	obs := w.observe()
 	in := &plan.DemandInput{Active: w.active, InFlight: w.inFlight, Observed: obs, Timers: w.timers, WarnAhead: w.warnAhead,
-		Switches: slices.Clone(w.history)}
-	for i, s := range w.res.Switches {
-		in.Switches = append(in.Switches, plan.PastSwitch{ID: fmt.Sprint("replayed-", i), To: s.To, Reason: s.Reason, Start: s.Start, End: s.End})
-	}
+		Switches: slices.Clip(w.past)}
 	dec, err := plan.Decide(w.spec, now, in)
 	if err != nil {
 		return err
@@ -268,6 +265,7 @@ func (w *world) startSwitch(now time.Time, dec plan.DemandDecision, obs map[stri
 		}
 	}
 	w.res.Switches = append(w.res.Switches, Switch{From: w.active, To: dec.Layout, Reason: dec.Reason, Start: now, Evictions: evicted})
+	w.past = append(w.past, plan.PastSwitch{ID: fmt.Sprint("replayed-", len(w.res.Switches)), To: dec.Layout, Reason: dec.Reason, Start: now})
 	w.inFlight, w.switchDone = dec.Layout, now.Add(w.switchTime(dec.Layout))
 }
 

@@ -283,20 +283,16 @@ func (l *Ledger) day(start time.Time) *Day {
 	return d
 }
 
-func (d *Day) hour(k HourKey) *Sums {
-	s, ok := d.Hours[k]
-	if !ok {
-		s = &Sums{}
-		d.Hours[k] = s
-	}
-	return s
-}
+func (d *Day) hour(k HourKey) *Sums { return sumsAt(d.Hours, k) }
 
-func (d *Day) row(k RowKey) *Sums {
-	s, ok := d.Rows[k]
+func (d *Day) row(k RowKey) *Sums { return sumsAt(d.Rows, k) }
+
+// sumsAt is m's sums at k, made when missing.
+func sumsAt[K comparable](m map[K]*Sums, k K) *Sums {
+	s, ok := m[k]
 	if !ok {
 		s = &Sums{}
-		d.Rows[k] = s
+		m[k] = s
 	}
 	return s
 }

@@ -23,6 +23,7 @@ type benchConfig struct {
 	idle       *time.Duration
 	json       *string
 	nodeLease  *time.Duration
+	cpQPS      *int
 }
 
 func benchFlags(fs *flag.FlagSet) benchConfig {
@@ -34,6 +35,7 @@ func benchFlags(fs *flag.FlagSet) benchConfig {
 		sequential: fs.Int("sequential-hosts", 1, "bench: hosts the sequential script switches (extrapolated to all); 0 skips it"),
 		idle:       fs.Duration("idle", time.Minute, "bench: how long the manager's CPU use is measured at rest"),
 		json:       fs.String("json", "", "bench: also write the results, per size, as JSON to this file"),
+		cpQPS:      fs.Int("control-plane-qps", 200, "bench: requests a second the controller manager and the scheduler allow themselves (burst twice that; 0: their defaults, 20 and 50); the manager allows itself 200"),
 		nodeLease:  fs.Duration("node-lease", localenv.DefaultNodeLease, "bench: kwok's node lease (renewed every quarter of it; a longer one gives the node lifecycle controller's grace period the same length)"),
 	}
 }
@@ -56,6 +58,7 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 		vgArgs = append(vgArgs, "--task-delay", kv)
 	}
 	opts.NodeLease = *c.nodeLease
+	opts.ControlPlaneQPS = *c.cpQPS
 	var results []*localenv.BenchResult
 	var errs []error
 	for _, h := range strings.Split(*c.hosts, ",") {

@@ -71,6 +71,9 @@ type BenchResult struct {
 	// switches, by name (benchcpu.go); NodeLease is kwok's node lease in the run.
 	CPUSeconds map[string]float64
 	NodeLease  time.Duration
+	// ControlPlaneQPS is the controller manager's and the scheduler's client QPS in the
+	// run (0: their defaults).
+	ControlPlaneQPS int
 }
 
 // WriteBenchInventory writes a vgpusim inventory of hosts x gpus P100s with the day VMs
@@ -137,7 +140,7 @@ func (e *Env) benchPool(b BenchOptions) *gpupoolv1.GPUPoolProfile {
 // RunBench runs the benchmark on a started environment: day -> night -> day with the
 // pool, then the sequential script on a subset of hosts, and reports the table row.
 func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error) {
-	r := &BenchResult{Hosts: b.Hosts, GPUs: b.GPUs, ChangedVMs: 5 * b.Hosts * b.GPUs, NodeLease: e.NodeLease}
+	r := &BenchResult{Hosts: b.Hosts, GPUs: b.GPUs, ChangedVMs: 5 * b.Hosts * b.GPUs, NodeLease: e.NodeLease, ControlPlaneQPS: e.ControlPlaneQPS}
 	if r.NodeLease <= 0 {
 		r.NodeLease = DefaultNodeLease
 	}

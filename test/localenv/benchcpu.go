@@ -5,6 +5,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -79,8 +80,8 @@ func FormatCPU(rs []*BenchResult) string {
 	}
 	cols = append(cols, slices.Sorted(maps.Keys(names))...)
 	var b strings.Builder
-	fmt.Fprintf(&b, "| hosts | node lease | %s | total | gpupool's share |\n", strings.Join(cols, " | "))
-	fmt.Fprintf(&b, "| --- | --- |%s --- | --- |\n", strings.Repeat(" --- |", len(cols)))
+	fmt.Fprintf(&b, "| hosts | node lease | control plane QPS | %s | total | gpupool's share |\n", strings.Join(cols, " | "))
+	fmt.Fprintf(&b, "| --- | --- | --- |%s --- | --- |\n", strings.Repeat(" --- |", len(cols)))
 	for _, r := range rs {
 		total := 0.0
 		cells := make([]string, len(cols))
@@ -97,7 +98,15 @@ func FormatCPU(rs []*BenchResult) string {
 		if total > 0 {
 			share = fmt.Sprintf("%.0f %%", 100*r.CPUSeconds["manager"]/total)
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %.1f s | %s |\n", r.Hosts, r.NodeLease, strings.Join(cells, " | "), total, share)
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %.1f s | %s |\n", r.Hosts, r.NodeLease, qpsCell(r.ControlPlaneQPS), strings.Join(cells, " | "), total, share)
 	}
 	return b.String()
+}
+
+// qpsCell is the control plane's client QPS as the table shows it.
+func qpsCell(qps int) string {
+	if qps <= 0 {
+		return "defaults"
+	}
+	return strconv.Itoa(qps)
 }

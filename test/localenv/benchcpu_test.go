@@ -8,21 +8,57 @@ import (
 	"time"
 )
 
-func TestNodeLeaseArgs(t *testing.T) {
+func TestControlPlaneArgs(t *testing.T) {
 	for _, c := range []struct {
 		lease time.Duration
+		qps   int
 		want  []string
 	}{
-		{0, []string{"--node-lease-duration-seconds", "40"}},
-		{40 * time.Second, []string{"--node-lease-duration-seconds", "40"}},
+		{0, 0, []string{"--node-lease-duration-seconds", "40"}},
+		{40 * time.Second, 0, []string{"--node-lease-duration-seconds", "40"}},
 		// Shorter than the default: the controller's own grace period (40 s) is longer.
-		{20 * time.Second, []string{"--node-lease-duration-seconds", "20"}},
-		{400 * time.Second, []string{"--node-lease-duration-seconds", "400",
+		{20 * time.Second, 0, []string{"--node-lease-duration-seconds", "20"}},
+		{400 * time.Second, 0, []string{"--node-lease-duration-seconds", "400",
 			"--extra-args", "kube-controller-manager=node-monitor-grace-period=400s"}},
+		{0, 200, []string{"--node-lease-duration-seconds", "40",
+			"--extra-args", "kube-controller-manager=kube-api-qps=200", "--extra-args", "kube-scheduler=kube-api-qps=200",
+			"--extra-args", "kube-controller-manager=kube-api-burst=400", "--extra-args", "kube-scheduler=kube-api-burst=400"}},
+		// Each component's first flag before any second one (kwokctl v0.8.0 indexes
+		// its patches by the first flag's position).
+		{400 * time.Second, 10, []string{"--node-lease-duration-seconds", "400",
+			"--extra-args", "kube-controller-manager=node-monitor-grace-period=400s", "--extra-args", "kube-scheduler=kube-api-qps=10",
+			"--extra-args", "kube-controller-manager=kube-api-qps=10", "--extra-args", "kube-scheduler=kube-api-burst=20",
+			"--extra-args", "kube-controller-manager=kube-api-burst=20"}},
 	} {
-		if got := nodeLeaseArgs(c.lease); !slices.Equal(got, c.want) {
-			t.Errorf("nodeLeaseArgs(%s) = %q, want %q", c.lease, got, c.want)
+		got := controlPlaneArgs(c.lease, c.qps)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("controlPlaneArgs(%s, %d) = %q, want %q", c.lease, c.qps, got, c.want)
 		}
+		checkKwokctlReads(t, got)
+	}
+}
+
+// checkKwokctlReads replays kwokctl v0.8.0's reading of --extra-args
+// (mutationComponentPatches): a component's patch is looked up at the index of the
+// component's first flag among all of them, which must be below the number of patches.
+func checkKwokctlReads(t *testing.T, args []string) {
+	t.Helper()
+	first := map[string]int{}
+	patches, n := 0, 0
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] != "--extra-args" {
+			continue
+		}
+		comp, _, _ := strings.Cut(args[i+1], "=")
+		if p, ok := first[comp]; ok {
+			if p >= patches {
+				t.Errorf("%q: kwokctl would look up patch %d of %d", args, p, patches)
+			}
+		} else {
+			first[comp] = n
+			patches++
+		}
+		n++
 	}
 }
 
@@ -41,16 +77,16 @@ func TestCPUUsedLeavesOutRestartedAndGoneProcesses(t *testing.T) {
 }
 
 func TestFormatCPU(t *testing.T) {
-	out := FormatCPU([]*BenchResult{{Hosts: 16, NodeLease: 400 * time.Second,
+	out := FormatCPU([]*BenchResult{{Hosts: 16, NodeLease: 400 * time.Second, ControlPlaneQPS: 200,
 		CPUSeconds: map[string]float64{"etcd": 10, "manager": 5, "kube-apiserver": 25, "other": 10}}})
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 3 {
 		t.Fatalf("want a header, a rule and a row, got:\n%s", out)
 	}
-	if want := "| hosts | node lease | manager | kube-apiserver | etcd | other | total | gpupool's share |"; lines[0] != want {
+	if want := "| hosts | node lease | control plane QPS | manager | kube-apiserver | etcd | other | total | gpupool's share |"; lines[0] != want {
 		t.Errorf("header %q, want %q", lines[0], want)
 	}
-	if want := "| 16 | 6m40s | 5.0 s | 25.0 s | 10.0 s | 10.0 s | 50.0 s | 10 % |"; lines[2] != want {
+	if want := "| 16 | 6m40s | 200 | 5.0 s | 25.0 s | 10.0 s | 10.0 s | 50.0 s | 10 % |"; lines[2] != want {
 		t.Errorf("row %q, want %q", lines[2], want)
 	}
 }

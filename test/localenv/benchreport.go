@@ -152,21 +152,22 @@ func phaseOrder(m map[string]PhaseStat) []string {
 
 // benchJSON is one size's figures for a CI job to track; durations in seconds.
 type benchJSON struct {
-	Hosts          int                           `json:"hosts"`
-	GPUs           int                           `json:"gpus"`
-	ChangedVMs     int                           `json:"changedVMs"`
-	Makespans      map[string]float64            `json:"makespanSeconds"`
-	Bounds         map[string]float64            `json:"boundSeconds"`
-	Ratios         map[string]float64            `json:"ratios"`
-	Reactions      map[string]map[string]float64 `json:"reactionSeconds"`
-	Breakdown      map[string]map[string]float64 `json:"criticalPathSeconds"`
-	Reconcile      map[string]float64            `json:"reconcileSeconds"`
-	RSSPeakMiB     float64                       `json:"rssPeakMiB"`
-	IdleCPUPercent float64                       `json:"idleCPUPercentOfCore"`
-	ScriptRatio    float64                       `json:"sequentialScriptOverGpupool,omitempty"`
-	PassPhases     map[string]map[string]float64 `json:"passPhaseSeconds,omitempty"`
-	NodeLease      float64                       `json:"nodeLeaseSeconds"`
-	CPUSeconds     map[string]float64            `json:"cpuSecondsDuringSwitches,omitempty"`
+	Hosts           int                           `json:"hosts"`
+	GPUs            int                           `json:"gpus"`
+	ChangedVMs      int                           `json:"changedVMs"`
+	Makespans       map[string]float64            `json:"makespanSeconds"`
+	Bounds          map[string]float64            `json:"boundSeconds"`
+	Ratios          map[string]float64            `json:"ratios"`
+	Reactions       map[string]map[string]float64 `json:"reactionSeconds"`
+	Breakdown       map[string]map[string]float64 `json:"criticalPathSeconds"`
+	Reconcile       map[string]float64            `json:"reconcileSeconds"`
+	RSSPeakMiB      float64                       `json:"rssPeakMiB"`
+	IdleCPUPercent  float64                       `json:"idleCPUPercentOfCore"`
+	ScriptRatio     float64                       `json:"sequentialScriptOverGpupool,omitempty"`
+	PassPhases      map[string]map[string]float64 `json:"passPhaseSeconds,omitempty"`
+	NodeLease       float64                       `json:"nodeLeaseSeconds"`
+	ControlPlaneQPS int                           `json:"controlPlaneQPS,omitempty"`
+	CPUSeconds      map[string]float64            `json:"cpuSecondsDuringSwitches,omitempty"`
 }
 
 // WriteBenchJSON writes the results to path as a JSON list, one object per size.
@@ -174,7 +175,7 @@ func WriteBenchJSON(path string, rs []*BenchResult) error {
 	out := make([]benchJSON, 0, len(rs))
 	for _, r := range rs {
 		j := benchJSON{Hosts: r.Hosts, GPUs: r.Hosts * r.GPUs, ChangedVMs: r.ChangedVMs,
-			NodeLease: r.NodeLease.Seconds(), CPUSeconds: r.CPUSeconds,
+			NodeLease: r.NodeLease.Seconds(), ControlPlaneQPS: r.ControlPlaneQPS, CPUSeconds: r.CPUSeconds,
 			Makespans: map[string]float64{"dayToNight": r.DayToNight.Seconds(), "nightToDay": r.NightToDay.Seconds()},
 			Bounds:    map[string]float64{"dayToNight": r.BoundDayToNight.Seconds(), "nightToDay": r.BoundNightToDay.Seconds()},
 			Ratios: map[string]float64{"dayToNight": r.DayToNight.Seconds() / r.BoundDayToNight.Seconds(),

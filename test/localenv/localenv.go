@@ -69,11 +69,55 @@ type Options struct {
 	// gives the node lifecycle controller the same grace period (--node-monitor-grace-period),
 	// so that nodes stay Ready between renewals (nodeLeaseArgs).
 	NodeLease time.Duration
+	// ControlPlaneQPS is the requests a second the controller manager and the scheduler
+	// allow themselves to the API server (burst twice that); 0: their defaults (20 and
+	// 50). With the defaults, the ReplicaSet controller recreates a large drain's evicted
+	// pods at 20 a second, and the node lifecycle controller taints hundreds of parked
+	// nodes at the same pace, which a benchmark then counts as Kubernetes' share of a
+	// switch (controlPlaneQPSArgs).
+	ControlPlaneQPS int
 }
 
 // DefaultNodeLease is kwok's node lease unless Options.NodeLease says otherwise, the
 // kubelet's default.
 const DefaultNodeLease = 40 * time.Second
+
+// controlPlaneArgs are kwokctl's flags for the node lease (nodeLeaseArgs) and the
+// control plane's client QPS (controlPlaneQPSArgs).
+func controlPlaneArgs(lease time.Duration, qps int) []string {
+	flags, extra := nodeLeaseArgs(lease)
+	return append(flags, extraArgsFlags(append(extra, controlPlaneQPSArgs(qps)...))...)
+}
+
+// extraArg is one of kwokctl's --extra-args: a flag for one component.
+type extraArg struct{ component, key, value string }
+
+// extraArgsFlags are the --extra-args flags for args, ordered so that kwokctl v0.8.0
+// reads them: it indexes a component's patch by the position of the component's first
+// flag among all --extra-args, not among the components (mutationComponentPatches), and
+// panics unless each component's first flag comes before any component's second. So
+// the flags go round by round: every component's first, then every second, and so on,
+// components in the order they first appear.
+func extraArgsFlags(args []extraArg) []string {
+	var order []string
+	byComp := map[string][]extraArg{}
+	for _, a := range args {
+		if byComp[a.component] == nil {
+			order = append(order, a.component)
+		}
+		byComp[a.component] = append(byComp[a.component], a)
+	}
+	var out []string
+	for round := 0; len(out) < 2*len(args); round++ {
+		for _, c := range order {
+			if round < len(byComp[c]) {
+				a := byComp[c][round]
+				out = append(out, "--extra-args", fmt.Sprintf("%s=%s=%s", a.component, a.key, a.value))
+			}
+		}
+	}
+	return out
+}
 
 // nodeLeaseArgs are kwokctl's flags for the node lease: its duration and, when it is
 // longer than the default, the node lifecycle controller's grace period to match (a
@@ -81,14 +125,29 @@ const DefaultNodeLease = 40 * time.Second
 // monitor period stays the default 5 s, so that it still sees a parked node come back
 // within seconds. A lease of 400 s at 1,281 nodes is about 13 lease writes a second
 // instead of 128.
-func nodeLeaseArgs(lease time.Duration) []string {
+func nodeLeaseArgs(lease time.Duration) ([]string, []extraArg) {
 	if lease <= 0 {
 		lease = DefaultNodeLease
 	}
 	secs := int(lease.Round(time.Second) / time.Second)
-	args := []string{"--node-lease-duration-seconds", strconv.Itoa(secs)}
-	if lease > DefaultNodeLease {
-		args = append(args, "--extra-args", fmt.Sprintf("kube-controller-manager=node-monitor-grace-period=%ds", secs))
+	flags := []string{"--node-lease-duration-seconds", strconv.Itoa(secs)}
+	if lease <= DefaultNodeLease {
+		return flags, nil
+	}
+	return flags, []extraArg{{"kube-controller-manager", "node-monitor-grace-period", fmt.Sprintf("%ds", secs)}}
+}
+
+// controlPlaneQPSArgs are the components' flags for Options.ControlPlaneQPS: the
+// client-side limits of the controller manager and the scheduler only. The API server
+// keeps its own limits (max in flight, priority and fairness), as a real cluster does,
+// so the manager's requests are treated as in any cluster.
+func controlPlaneQPSArgs(qps int) []extraArg {
+	if qps <= 0 {
+		return nil
+	}
+	var args []extraArg
+	for _, c := range []string{"kube-controller-manager", "kube-scheduler"} {
+		args = append(args, extraArg{c, "kube-api-qps", strconv.Itoa(qps)}, extraArg{c, "kube-api-burst", strconv.Itoa(2 * qps)})
 	}
 	return args
 }
@@ -243,7 +302,7 @@ func (e *Env) startControlPlane(ctx context.Context) (err error) {
 	args := append([]string{"create", "cluster", "--name", clusterName, "--runtime", "binary",
 		"--kube-apiserver-binary", e.bin("kube-apiserver"), "--kube-controller-manager-binary", e.bin("kube-controller-manager"),
 		"--kube-scheduler-binary", e.bin("kube-scheduler"), "--etcd-binary", e.bin("etcd"), "--kwok-controller-binary", e.bin("kwok"),
-		"--config", stages, "--wait", "2m"}, nodeLeaseArgs(e.NodeLease)...)
+		"--config", stages, "--wait", "2m"}, controlPlaneArgs(e.NodeLease, e.ControlPlaneQPS)...)
 	if err := e.kwokctl(ctx, args...); err != nil {
 		return err
 	}

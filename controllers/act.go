@@ -43,6 +43,8 @@ func (r *GPUPoolProfileReconciler) executor(s *scope) *execute.Executor {
 		Timed:   recordPhaseTime,
 		// nil (the tests that call Reconcile directly): evictions inside the pass.
 		Evictions: r.evictions,
+		// nil (the tests that call Reconcile directly): task starts inside the pass.
+		Starts: r.starts,
 	}
 }
 

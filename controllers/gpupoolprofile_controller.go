@@ -45,6 +45,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		if apierrors.IsNotFound(err) {
 			r.tasks.watch(req.Name, nil, nil)
 			r.evictions.Cancel(req.Name)
+			r.starts.Forget(req.Name)
 			r.states.wait(req.Name)
 			r.stalls.forget(req.Name)
 			r.conversions.forget(req.Name)
@@ -130,7 +131,8 @@ func (r *GPUPoolProfileReconciler) updateWorkerMetrics(p *gpupoolv1.GPUPoolProfi
 // SetupWithManager registers the controller. Pools are reconciled on spec changes, on
 // node changes that matter (readiness, advertised GPUs, cordon, labels), on pod
 // changes on their nodes a drain waits for (nodePods, podUpdateMatters), when demand changes (the demand watch), when one of their vSphere tasks ends
-// (taskWatch) and when a node's eviction round ends with what no pod event tells (execute.Evictions). Beside it, it registers the demand watch and the Kueue controller
+// (taskWatch), when a node's eviction round ends with what no pod event tells (execute.Evictions)
+// and when the vSphere task starts a pass handed out are all answered (execute.Starts). Beside it, it registers the demand watch and the Kueue controller
 // (KueueReconciler); Kueue's events wake those, never the pool pass.
 func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := indexPods(ctx, mgr.GetFieldIndexer()); err != nil {
@@ -151,6 +153,8 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	r.nodePods = newNodePods(ctx, cs)
 	evictionsDone := make(chan event.GenericEvent, 1024)
 	r.evictions = execute.NewEvictions(ctx, func(pool string) { wakePool(evictionsDone, pool) })
+	startsDone := make(chan event.GenericEvent, 1024)
+	r.starts = execute.NewStarts(ctx, func(pool string) { wakePool(startsDone, pool) })
 	r.states = newStateBatches(ctx)
 	// Pods change demand through the demand watch, which wakes a pool only when its
 	// decision changes (demandwatch.go).
@@ -168,6 +172,7 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		WatchesRawSource(source.Channel(r.nodePods.wake, &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(r.tasks.events, &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(evictionsDone, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(startsDone, &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(dw.wake, &handler.EnqueueRequestForObject{}))
 	b, err = r.watchCredentials(mgr, b)
 	if err != nil {

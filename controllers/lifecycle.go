@@ -58,7 +58,7 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 	after := time.Duration(0)
 	if connected {
 		s.vc = vcc
-		after = r.checkTasks(ctx, s)
+		after = r.checkTasks(ctx, s, false)
 		r.flushVMEvents(s) // on the pool: a pool being deleted matches no nodes
 	}
 	waiting, late := tasksToWaitFor(pool, s.now)
@@ -201,7 +201,7 @@ func (r *GPUPoolProfileReconciler) followPausedTasks(ctx context.Context, s *sco
 	after := requeueTask
 	if vcc, _, ok := r.connectVCenter(ctx, s); ok {
 		s.vc = vcc
-		after = r.checkTasks(ctx, s)
+		after = r.checkTasks(ctx, s, false)
 	}
 	for _, w := range s.pool.Status.Workers {
 		if w.Task != nil {

@@ -107,6 +107,7 @@ func warningDiffers(n *corev1.Node, at time.Time, warn bool) bool {
 // otherwise. Nodes the pool marked and no longer matches to a worker lose the marks
 // (unmarkStale).
 func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope, done map[string]bool) {
+	r.waitStates(s) // what the last batch wrote, and what it could not
 	var changed []*corev1.Node
 	var wants []string
 	for name, want := range statesToWrite(stateFacts(s), s.w.Nodes, s.pool.Name, done, s.landed) {
@@ -116,8 +117,12 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope, 
 		changed, wants = append(changed, s.w.Nodes[name]), append(wants, want)
 	}
 	pool := s.pool.Name // not s: a batch outlives the pass
-	patch := func(ctx context.Context, n *corev1.Node, want string) error {
-		return r.patchNode(ctx, n, func(n *corev1.Node) { nodes.SetState(n, want, pool) })
+	patch := r.patchNode
+	if r.states != nil {
+		patch = r.patchNodeNow // the batch's own writes: patchNode would wait for them
+	}
+	patchState := func(ctx context.Context, n *corev1.Node, want string) error {
+		return patch(ctx, n, func(n *corev1.Node) { nodes.SetState(n, want, pool) })
 	}
 	if r.states != nil {
 		copies := make([]*corev1.Node, len(changed))
@@ -128,12 +133,12 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope, 
 			// failures are reported by this pass (waitStates).
 			s.budget.NodeWritten(s.statesRefused)
 		}
-		r.states.start(pool, copies, wants, patch)
+		r.states.start(pool, copies, wants, patchState)
 	} else {
 		// A transition changes the state of every node it touches at once: patch them
 		// concurrently (bounded), not one after the other.
 		errs := make([]error, len(changed))
-		execute.ForEach(len(changed), execute.MaxConcurrentWrites, func(i int) { errs[i] = patch(ctx, changed[i], wants[i]) })
+		execute.ForEach(len(changed), execute.MaxConcurrentWrites, func(i int) { errs[i] = patchState(ctx, changed[i], wants[i]) })
 		for _, err := range errs {
 			s.budget.NodeWritten(err)
 			if err != nil {
@@ -165,8 +170,8 @@ func statesToWrite(facts map[string]nodes.StateFacts, byVM map[string]*corev1.No
 }
 
 // waitStates waits for the state labels the pool's last pass handed to a batch
-// (stateBatches) before the pass writes to a node, so that none lands over a later
-// patch; the patches that failed are this pass's errors to report.
+// (stateBatches) and takes what it found: the labels that landed (s.landed, for
+// publishStates) and the patches that failed, this pass's errors to report.
 func (r *GPUPoolProfileReconciler) waitStates(s *scope) {
 	errs, landed := r.states.wait(s.pool.Name)
 	for _, err := range errs {

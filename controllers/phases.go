@@ -118,7 +118,7 @@ func (r *GPUPoolProfileReconciler) connectPhase(ctx context.Context, s *scope) (
 // between the two reads is still in flight for this pass, and a task recorded as ended
 // ended before the inventory was read (the snapshot rule, docs/operations.md).
 func (r *GPUPoolProfileReconciler) tasksPhase(ctx context.Context, s *scope) (outcome, error) {
-	wait := r.checkTasks(ctx, s)
+	wait := r.checkTasks(ctx, s, false)
 	s.tasks.inFlight = wait > 0
 	return outcome{after: wait}, nil
 }
@@ -129,9 +129,9 @@ func (r *GPUPoolProfileReconciler) tasksPhase(ctx context.Context, s *scope) (ou
 // back when the wanted layout changes at the latest.
 func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (outcome, error) {
 	retry, ok := r.observe(ctx, s)
-	// The last pass's state labels were written while observe read: from here on the
-	// pass writes to nodes.
-	r.waitStates(s)
+	// Note: the last pass's state labels may still be being written (stateBatches):
+	// each node write of this pass waits for the batch's write to its node (patchNode),
+	// and publishStates for the whole batch.
 	// The tasks that ended are told now, on the nodes observe matched, before this
 	// pass's own events (a transition it completes or starts, a VM's next task).
 	r.flushVMEvents(s)

@@ -72,7 +72,7 @@ func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.
 	s.vc = vcc
 	// The tasks in flight are known before the inventory is read, as in a pass; what
 	// the check records stays in this copy of the pool.
-	s.tasks.inFlight = r.checkTasks(ctx, s) > 0
+	s.tasks.inFlight = r.checkTasks(ctx, s, true) > 0
 	if _, ok := r.observe(ctx, s); !ok {
 		return nil, unseen()
 	}

@@ -65,6 +65,10 @@ type GPUPoolProfileReconciler struct {
 	// pods blocking or holding, an error); nil (the tests that call Reconcile directly)
 	// evicts inside the pass.
 	evictions *execute.Evictions
+	// starts asks vCenter to start the tasks a pass queued past the pass, and wakes the
+	// pool once a pass's starts are all answered; nil (the tests that call Reconcile
+	// directly) starts them inside the pass.
+	starts *execute.Starts
 	// states writes the node state labels a pass decides past the pass (statebatch.go);
 	// nil (the tests that call Reconcile directly) writes them inside the pass.
 	states *stateBatches

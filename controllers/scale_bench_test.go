@@ -61,7 +61,7 @@ func (w *scaleWorld) pass(ctx context.Context, tb testing.TB, layout string) *sc
 		tb.Fatalf("connect: %+v", s.facts)
 	}
 	s.vc = vcc
-	w.r.checkTasks(ctx, s)
+	w.r.checkTasks(ctx, s, false)
 	if _, ok := w.r.observe(ctx, s); !ok {
 		tb.Fatalf("observe: %+v", s.facts)
 	}

@@ -15,18 +15,22 @@ import (
 // The labels are derived from the workers' steps: no step is decided from them, and a
 // pass that finds one missing writes it again. What must not happen is a label of an
 // earlier pass landing over the patch of a later one (a step's own marks, an uncordon of
-// an abort, the marks taken off a deleted pool's nodes). So a pass waits for its pool's
-// batch before it writes to any node (waitStates: right after observe's read, and on
-// every way a pass stops before it: an invalid spec, the pause, vCenter out of reach;
-// the deletion and the NotFound path wait too), and a batch runs between two passes,
-// overlapping the next pass's start and its observe. A batch's nodes are copies: the
-// pass that made it may end before the batch does. A batch ends within
-// stateBatchTimeout, so a slow API server cannot hold the next pass longer than a pass
-// may take.
+// an abort, the marks taken off a deleted pool's nodes). So every other write to a node
+// waits for the batch's write to that node (waitNode, from patchNode), and a batch runs
+// between two passes, overlapping the next pass's start, its observe and its steps on
+// other nodes. The pass waits for the whole batch only where it needs what the batch
+// found: before it decides its own labels (publishStates: which landed, which failed),
+// and on the ways a pass stops early (an invalid spec, the pause, vCenter out of reach;
+// the deletion and the NotFound path wait too). A batch's nodes are copies: the pass
+// that made it may end before the batch does. A batch ends within stateBatchTimeout, so
+// a slow API server cannot hold the next pass longer than a pass may take.
 type stateBatches struct {
 	ctx   context.Context
 	mu    sync.Mutex
 	pools map[string]*stateBatch
+	// nodes are the batches' writes not yet returned, by node: closed when the write
+	// returns.
+	nodes map[string]chan struct{}
 }
 
 // stateBatch is one pass's state-label patches of a pool.
@@ -49,7 +53,7 @@ const stateBatchTimeout = reconcileTimeout
 
 // newStateBatches makes the batches of a manager; they end with ctx.
 func newStateBatches(ctx context.Context) *stateBatches {
-	return &stateBatches{ctx: ctx, pools: map[string]*stateBatch{}}
+	return &stateBatches{ctx: ctx, pools: map[string]*stateBatch{}, nodes: map[string]chan struct{}{}}
 }
 
 // start runs the patch of each node (a copy of it, as the pass read it) to its state
@@ -58,8 +62,13 @@ func newStateBatches(ctx context.Context) *stateBatches {
 func (b *stateBatches) start(pool string, nodes []*corev1.Node, wants []string, patch func(context.Context, *corev1.Node, string) error) {
 	b.wait(pool) // never two batches of a pool at once (a pass has waited already: waitStates)
 	sb := &stateBatch{done: make(chan struct{})}
+	written := make([]chan struct{}, len(nodes))
 	b.mu.Lock()
 	b.pools[pool] = sb
+	for i, n := range nodes {
+		written[i] = make(chan struct{})
+		b.nodes[n.Name] = written[i]
+	}
 	b.mu.Unlock()
 	go func() {
 		defer close(sb.done)
@@ -72,6 +81,12 @@ func (b *stateBatches) start(pool string, nodes []*corev1.Node, wants []string, 
 		}
 		execute.ForEach(len(nodes), execute.MaxConcurrentWrites, func(i int) {
 			errs[i] = patch(ctx, nodes[i], wants[i])
+			b.mu.Lock()
+			if b.nodes[nodes[i].Name] == written[i] {
+				delete(b.nodes, nodes[i].Name)
+			}
+			b.mu.Unlock()
+			close(written[i])
 		})
 		sb.landed = map[string]landedState{}
 		for i, err := range errs {
@@ -82,6 +97,20 @@ func (b *stateBatches) start(pool string, nodes []*corev1.Node, wants []string, 
 			sb.landed[nodes[i].Name] = landedState{readAt: readAt[i], value: wants[i]}
 		}
 	}()
+}
+
+// waitNode waits until a batch's write to the node, if one is under way, has returned:
+// a write of the pass to the node then lands after it.
+func (b *stateBatches) waitNode(node string) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	ch := b.nodes[node]
+	b.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
 }
 
 // wait waits until the pool's batch, if any, has ended, forgets it and returns what it

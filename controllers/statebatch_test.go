@@ -3,6 +3,8 @@ package controllers
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -132,5 +134,46 @@ func TestStatesToWrite(t *testing.T) {
 		if _, w := got["vm"]; w != c.write || (w && got["vm"] != "ready") {
 			t.Errorf("%s: %v, want written: %t", c.name, got, c.write)
 		}
+	}
+}
+
+// TestStateBatchWaitNode: a write to a node waits for the batch's write to that node
+// only: a node the batch does not write waits for nothing (it would hang here while
+// the batch is held), one it writes waits until that write has returned.
+func TestStateBatchWaitNode(t *testing.T) {
+	b := newStateBatches(t.Context())
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	b.start("p", batchNodes("a", "b"), []string{"parked", "ready"}, func(_ context.Context, n *corev1.Node, _ string) error {
+		if n.Name == "a" {
+			<-release
+		}
+		mu.Lock()
+		order = append(order, "batch wrote "+n.Name)
+		mu.Unlock()
+		return nil
+	})
+	b.waitNode("c") // not in the batch
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		b.waitNode("a")
+		mu.Lock()
+		order = append(order, "a free")
+		mu.Unlock()
+	}()
+	close(release)
+	<-waited
+	b.wait("p")
+	mu.Lock()
+	defer mu.Unlock()
+	if i := slices.Index(order, "a free"); i < 0 || !slices.Contains(order[:i], "batch wrote a") {
+		t.Errorf("order %v: the wait for a returned before the batch's write to a", order)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.nodes) != 0 {
+		t.Errorf("writes left recorded after the batch: %v", b.nodes)
 	}
 }

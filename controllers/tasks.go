@@ -16,9 +16,10 @@ import (
 // checkTasks follows the pool's vSphere tasks (execute.Follower.Check) before the pass
 // reads the inventory, so that the read shows the effect of every task recorded as
 // ended; it counts those in s.tasks.ended. Their events wait for observe to match the
-// VMs' nodes (laterEvents).
-func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope) time.Duration {
-	f := &execute.Follower{Pool: s.pool, Now: s.now, VSphere: s.vc, Events: laterEvents{r, s}}
+// VMs' nodes (laterEvents). The answers to the starts asked past the last passes are
+// taken here (peek: left for the next pass, as a preview writes nothing).
+func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope, peek bool) time.Duration {
+	f := &execute.Follower{Pool: s.pool, Now: s.now, VSphere: s.vc, Events: laterEvents{r, s}, Starts: r.starts, Peek: peek}
 	after := f.Check(ctx)
 	s.tasks.ended += f.Ended
 	return after

@@ -95,6 +95,10 @@ type Executor struct {
 	// evicts inside the pass and settles each drain in it (the tests that run passes by
 	// hand).
 	Evictions *Evictions
+	// Starts, when set, asks vCenter to start the pass's tasks past the pass (their
+	// intents are stored first, as always); nil starts them inside the pass (the tests
+	// that run passes by hand).
+	Starts *Starts
 }
 
 // Input is what one run acts on: the pool (whose workers' status it writes), the time

@@ -22,6 +22,11 @@ type Follower struct {
 	VSphere vsphere.Client
 	Events  Events
 	Ended   int
+	// Starts holds the answers to the starts asked past the passes (nil: none are).
+	Starts *Starts
+	// Peek leaves those answers for the next pass: the pool is a copy that is not
+	// written (a preview).
+	Peek bool
 }
 
 // A vSphere operation happens once per step whatever fails in between, because a task
@@ -30,12 +35,14 @@ type Follower struct {
 //  1. the intent (operation, no task id, the VM's recent tasks) is written to status
 //     (one write for all the tasks a pass starts), and only if that write succeeds
 //  2. vCenter is asked to start the task, and
-//  3. the task id is recorded (by the status patch at the end of the pass).
+//  3. the task id is recorded (by the status patch at the end of the pass; with Starts,
+//     by the next pass, which takes vCenter's answer first: takeStarts).
 //
 // A pass that finds an intent without a task id (the process died, or the last status
 // patch failed, between 1 and 3) asks vCenter for a recent task of that operation on the
 // VM that was not there at 1, and adopts it. Only when there is none is the step planned
-// again from the VM's observed state.
+// again from the VM's observed state. An intent whose start is still being asked past
+// the pass is a task in flight: vCenter is not asked about it.
 
 // Check looks at every worker's vSphere task in flight, before the pass reads the
 // inventory (observe), so that a finished task is recorded even when its VM no longer
@@ -44,7 +51,8 @@ type Follower struct {
 // read in one call. It counts the tasks that ended in f.Ended and returns when to
 // look again (0: nothing is in flight).
 func (f *Follower) Check(ctx context.Context) time.Duration {
-	after := f.resolveIntents(ctx)
+	after, starting := f.takeStarts(ctx)
+	after = Soonest(after, f.resolveIntents(ctx, starting))
 	var ids []string
 	for _, ws := range f.Pool.Status.Workers {
 		if ws.Task != nil && ws.Task.ID != "" {
@@ -75,23 +83,53 @@ func (f *Follower) Check(ctx context.Context) time.Duration {
 	return after
 }
 
+// takeStarts records the answers to the starts asked past the last passes (Starts) on
+// their workers' intents, as a pass that starts its tasks itself does (recordStart), and
+// returns the workers whose start is still being asked: their tasks are in flight, and
+// resolveIntents leaves them alone.
+func (f *Follower) takeStarts(ctx context.Context) (time.Duration, map[string]bool) {
+	if f.Starts == nil {
+		return 0, nil
+	}
+	var after time.Duration
+	starting := map[string]bool{}
+	for i := range f.Pool.Status.Workers {
+		ws := &f.Pool.Status.Workers[i]
+		if ws.Task == nil || ws.Task.ID != "" {
+			continue
+		}
+		id, err, ended, inFlight := f.Starts.take(f.Pool.Name, ws.VM, vsphere.Op(ws.Task.Operation), ws.Task.StartTime.Time, f.Peek)
+		switch {
+		case inFlight:
+			starting[ws.VM] = true
+			ws.Message = fmt.Sprintf("%s starting", ws.Task.Operation)
+			after = Soonest(after, RequeueTask)
+		case ended:
+			if wait := recordStart(ctx, f.Pool.Name, f.Now, f.Events, ws, id, err); ws.Task != nil {
+				after = Soonest(after, wait)
+			}
+		}
+	}
+	return after, starting
+}
+
 // resolveIntents looks for the task of every intent recorded without a task id
 // (resolveIntent); an intent it cannot settle counts as in flight (requeueTask). Such
 // intents are rare (the process died, or a status write failed, between recording an
 // intent and its task id), and finding a VM's recent tasks needs the VM's reference, so
 // only then is the inventory read here; observe reads it again after the tasks are
 // checked.
-func (f *Follower) resolveIntents(ctx context.Context) time.Duration {
+func (f *Follower) resolveIntents(ctx context.Context, starting map[string]bool) time.Duration {
 	var after time.Duration
 	var inv *inventory.Inventory
 	var readErr error
 	for i := range f.Pool.Status.Workers {
 		ws := &f.Pool.Status.Workers[i]
-		if ws.Task == nil || ws.Task.ID != "" {
+		if ws.Task == nil || ws.Task.ID != "" || starting[ws.VM] {
 			continue
 		}
 		if inv == nil && readErr == nil {
-			inv, readErr = f.VSphere.Inventory(ctx, intentVMs(f.Pool)...)
+			inv, readErr = f.VSphere.Inventory(ctx, intentVMs(f.Pool, starting)...)
 		}
 		if readErr != nil { // read once: a slow vCenter is not asked again per intent
 			ws.Message = fmt.Sprintf("cannot tell whether %s was started: %v", ws.Task.Operation, readErr)
@@ -105,11 +143,12 @@ func (f *Follower) resolveIntents(ctx context.Context) time.Duration {
 	return after
 }
 
-// intentVMs names the VMs of the workers with an intent recorded without a task id.
-func intentVMs(pool *gpupoolv1.GPUPoolProfile) []string {
+// intentVMs names the VMs of the workers with an intent recorded without a task id, but
+// those whose start is in flight (starting).
+func intentVMs(pool *gpupoolv1.GPUPoolProfile, starting map[string]bool) []string {
 	var out []string
 	for _, w := range pool.Status.Workers {
-		if w.Task != nil && w.Task.ID == "" {
+		if w.Task != nil && w.Task.ID == "" && !starting[w.VM] {
 			out = append(out, w.VM)
 		}
 	}

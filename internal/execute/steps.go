@@ -45,7 +45,7 @@ func (r *run) execute(ctx context.Context, step plan.Step) (time.Duration, error
 		if !r.markParked(ctx, step.VM, node) {
 			return RequeueBlocked, nil
 		}
-		return r.startTask(ws, vm, vsphere.OpSuspend, func() (string, error) { return r.VSphere.Suspend(ctx, vm.Ref) })
+		return r.startTask(ws, vm, vsphere.OpSuspend, func(ctx context.Context) (string, error) { return r.VSphere.Suspend(ctx, vm.Ref) })
 	case plan.PowerOff:
 		if !r.markParked(ctx, step.VM, node) {
 			return RequeueBlocked, nil
@@ -55,13 +55,15 @@ func (r *run) execute(ctx context.Context, step plan.Step) (time.Duration, error
 		}
 		return r.powerOff(ctx, ws, vm)
 	case plan.Reconfigure:
-		return r.startTask(ws, vm, vsphere.OpReconfigure, func() (string, error) { return r.VSphere.SetProfile(ctx, vm.Ref, step.Profile, step.VGPUs) })
+		return r.startTask(ws, vm, vsphere.OpReconfigure, func(ctx context.Context) (string, error) {
+			return r.VSphere.SetProfile(ctx, vm.Ref, step.Profile, step.VGPUs)
+		})
 	case plan.PowerOn:
 		host, err := powerOnHost(r.World.Inventory, vm, step)
 		if err != nil {
 			return r.failed(ws, "PowerOn not started", err.Error()), nil
 		}
-		return r.startTask(ws, vm, vsphere.OpPowerOn, func() (string, error) { return r.VSphere.PowerOn(ctx, vm.Ref, host) })
+		return r.startTask(ws, vm, vsphere.OpPowerOn, func(ctx context.Context) (string, error) { return r.VSphere.PowerOn(ctx, vm.Ref, host) })
 	case plan.WaitNodeReady:
 		return r.waitNodeReady(step, ws, node), nil
 	case plan.Relabel, plan.Uncordon:
@@ -82,7 +84,7 @@ func (r *run) execute(ctx context.Context, step plan.Step) (time.Duration, error
 // within spec.guestShutdownTimeout. Any other error asking the guest is retried with a
 // backoff: a transient error is no reason to pull the plug.
 func (r *run) powerOff(ctx context.Context, ws *gpupoolv1.WorkerStatus, vm *inventory.VM) (time.Duration, error) {
-	hard := func() (string, error) { return r.VSphere.PowerOff(ctx, vm.Ref) }
+	hard := func(ctx context.Context) (string, error) { return r.VSphere.PowerOff(ctx, vm.Ref) }
 	if vm.PowerState != inventory.PoweredOn {
 		return r.startTask(ws, vm, vsphere.OpPowerOff, hard)
 	}

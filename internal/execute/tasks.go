@@ -44,12 +44,12 @@ func (r *run) failed(ws *gpupoolv1.WorkerStatus, what, why string) time.Duration
 // startTask records the intent to start a vSphere operation on a VM and queues the
 // start; act starts the queued tasks of the pass together (startQueued), once all their
 // intents are stored in one status write: see the comment at the top of this file.
-func (r *run) startTask(ws *gpupoolv1.WorkerStatus, vm *inventory.VM, op vsphere.Op, start func() (string, error)) (time.Duration, error) {
+func (r *run) startTask(ws *gpupoolv1.WorkerStatus, vm *inventory.VM, op vsphere.Op, start func(context.Context) (string, error)) (time.Duration, error) {
 	if ws.Task != nil {
 		return RequeueTask, nil
 	}
 	ws.Task = &gpupoolv1.TaskReference{Operation: string(op), StartTime: metav1.NewTime(r.Now), KnownTasks: vm.RecentTasks}
-	r.queued = append(r.queued, queuedStart{worker: ws.VM, host: vm.Host, op: op, start: start})
+	r.queued = append(r.queued, queuedStart{worker: ws.VM, host: vm.Host, op: op, at: r.Now, start: start})
 	return RequeueTask, nil
 }
 
@@ -62,17 +62,24 @@ type queuedStart struct {
 	worker string
 	host   string
 	op     vsphere.Op
-	start  func() (string, error)
-	id     string
-	err    error
+	// at is the intent's time (TaskReference.StartTime).
+	at    time.Time
+	start func(context.Context) (string, error)
+	id    string
+	err   error
 }
+
+// powerOnHost is the host a queued power-on powers the VM on: the plan's when it moves
+// the power-on off the VM's own (powerOnHost).
+func (q queuedStart) powerOnHost() string { return cmp.Or(q.step.Host, q.host) }
 
 // maxConcurrentStarts bounds the task starts (groups of startGroups) run at once.
 const maxConcurrentStarts = 16
 
 // startQueued stores the intents of the tasks the pass queued in one status write and,
 // only if that succeeds, asks vCenter to start them, concurrently but for the
-// power-ons of one host (startGroups). A pass that
+// power-ons of one host (startGroups): past the pass when r.Starts is set (the next
+// pass records the answers, Follower.Check), else in it. A pass that
 // starts a task for every VM of a large pool thus costs one status write, not one per
 // VM. It reports, per queued start, its step and when to look again or the error.
 func (r *run) startQueued(ctx context.Context) {
@@ -91,13 +98,28 @@ func (r *run) startQueued(ctx context.Context) {
 		return
 	}
 	groups := startGroups(queued)
+	if r.Starts != nil {
+		r.Starts.hand(r.Pool.Name, queued, groups)
+		for _, q := range queued {
+			if ws := FindWorker(r.Pool, q.worker); ws != nil {
+				ws.Message = fmt.Sprintf("%s starting", q.op)
+			}
+			r.note(q.step, RequeueTask, nil)
+		}
+		return
+	}
 	ForEach(len(groups), maxConcurrentStarts, func(g int) {
 		for _, i := range groups[g] {
-			queued[i].id, queued[i].err = queued[i].start()
+			queued[i].id, queued[i].err = queued[i].start(ctx)
 		}
 	})
 	for _, q := range queued {
-		r.note(q.step, r.started(ctx, q), nil)
+		ws := FindWorker(r.Pool, q.worker)
+		if ws == nil || ws.Task == nil {
+			r.note(q.step, RequeueStep, nil) // cannot happen: nothing removes a worker or its intent within a pass
+			continue
+		}
+		r.note(q.step, recordStart(ctx, r.Pool.Name, r.Now, r.Events, ws, q.id, q.err), nil)
 	}
 }
 
@@ -115,9 +137,7 @@ func startGroups(queued []queuedStart) [][]int {
 			groups = append(groups, []int{i})
 			continue
 		}
-		// The host the VM is powered on on: the plan's when it moves the power-on off
-		// the VM's own (powerOnHost).
-		host := cmp.Or(q.step.Host, q.host)
+		host := q.powerOnHost()
 		g, ok := hostGroup[host]
 		if !ok {
 			g = len(groups)
@@ -129,30 +149,28 @@ func startGroups(queued []queuedStart) [][]int {
 	return groups
 }
 
-// started records what vCenter answered to one start. An empty task id means the VM was
+// recordStart records on the worker what vCenter answered to the start of its intent
+// (id, err), at now, and returns when to look again. An empty task id means the VM was
 // already in the target state.
-func (r *run) started(ctx context.Context, q queuedStart) time.Duration {
-	ws, op := FindWorker(r.Pool, q.worker), string(q.op)
-	if ws == nil || ws.Task == nil {
-		return RequeueStep // cannot happen: nothing removes a worker or its intent within a pass
-	}
-	if q.err != nil {
+func recordStart(ctx context.Context, pool string, now time.Time, ev Events, ws *gpupoolv1.WorkerStatus, id string, err error) time.Duration {
+	op := ws.Task.Operation
+	if err != nil {
 		// Note: the intent stays. The call may have failed after vCenter queued the task
 		// (a deadline, a reset connection); the next pass asks vCenter (resolveIntent)
 		// before the step is planned again.
-		TaskErrors.WithLabelValues(r.Pool.Name, op).Inc()
-		wait := r.failed(ws, op+" could not start", q.err.Error())
-		r.Events.VM(ws.VM, corev1.EventTypeWarning, op+"Failed", fmt.Sprintf("%s of VM %s could not start: %v", op, ws.VM, q.err))
+		TaskErrors.WithLabelValues(pool, op).Inc()
+		wait := Failed(ws, now, op+" could not start", err.Error())
+		ev.VM(ws.VM, corev1.EventTypeWarning, op+"Failed", fmt.Sprintf("%s of VM %s could not start: %v", op, ws.VM, err))
 		return wait
 	}
-	if q.id == "" {
+	if id == "" {
 		ws.Task = nil
 		return RequeueStep
 	}
-	ws.Task.ID = q.id
-	ws.Message = fmt.Sprintf("%s started (task %s)", op, q.id)
-	log.FromContext(ctx).Info("Started vSphere task", "vm", ws.VM, "operation", op, "task", q.id)
-	r.Events.VM(ws.VM, corev1.EventTypeNormal, op+"Started", fmt.Sprintf("%s of VM %s started (task %s)", op, ws.VM, q.id))
+	ws.Task.ID = id
+	ws.Message = fmt.Sprintf("%s started (task %s)", op, id)
+	log.FromContext(ctx).Info("Started vSphere task", "vm", ws.VM, "operation", op, "task", id)
+	ev.VM(ws.VM, corev1.EventTypeNormal, op+"Started", fmt.Sprintf("%s of VM %s started (task %s)", op, ws.VM, id))
 	return RequeueTask
 }
 

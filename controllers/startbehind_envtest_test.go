@@ -1,0 +1,196 @@
+package controllers
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/gpupool/gpupool/internal/execute"
+	"github.com/gpupool/gpupool/internal/testworld"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// TestStartsBehindThePass: the one-host world switches day -> night -> day with the
+// vSphere task starts inside the pass (the tests' reconciler) and past it
+// (execute.Starts, as the manager runs them), and past it with every start held at
+// vCenter's door while three more passes run. Each way reaches each layout, each VM's
+// operation is asked for once per switch, and no pass asks vCenter whether a start it
+// handed out happened (an intent whose start is in flight is a task in flight, not one
+// to resolve).
+func TestStartsBehindThePass(t *testing.T) {
+	for _, c := range []struct {
+		name, prefix string
+		behind, hold bool
+	}{
+		{"in the pass", "stp-", false, false},
+		{"behind the pass", "stb-", true, false},
+		{"behind the pass, passes while they are asked", "sth-", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, c.prefix)
+			door := &startDoor{asked: map[string]int{}}
+			door.cond = sync.NewCond(&door.mu)
+			h.conn = &doorConnector{Connector: h.conn, door: door}
+			var starts *execute.Starts
+			if c.behind {
+				starts = execute.NewStarts(h.ctx, nil)
+				h.reconciler().starts = starts
+			}
+			pool := h.dayNight()
+			h.clock.SetTime(monday1000)
+			h.create(pool)
+			h.converge(pool.Name, "day", 30)
+			asked := door.counts()
+			for _, sw := range []struct {
+				layout string
+				at     func()
+			}{
+				{"night", func() { h.clock.SetTime(monday1950) }},
+				{"day", func() { h.clock.SetTime(tuesday0750) }},
+			} {
+				sw.at()
+				reached, held := false, 0
+				for range 60 {
+					door.hold(c.hold && held < 3)
+					res := h.reconcile(pool.Name)
+					if door.waiting() > 0 {
+						held++ // a pass ran while starts were at the door
+					}
+					if !c.hold || held >= 3 {
+						door.hold(false)
+						if starts != nil {
+							starts.Wait()
+						}
+					}
+					h.settle()
+					if testworld.Reached(h.get(pool.Name), sw.layout) {
+						reached = true
+						break
+					}
+					h.clock.Step(testworld.Step(res))
+				}
+				door.hold(false)
+				if !reached {
+					t.Fatalf("pool did not reach %s: %s", sw.layout, testworld.Conditions(h.get(pool.Name)))
+				}
+				if c.hold && held < 3 {
+					t.Errorf("switch to %s: %d passes ran with starts held, want 3", sw.layout, held)
+				}
+				now, total := door.counts(), 0
+				for vm, n := range now {
+					total += n - asked[vm]
+					if n-asked[vm] > 1 {
+						t.Errorf("switch to %s: VM %s's operations asked %d times, want once", sw.layout, vm, n-asked[vm])
+					}
+				}
+				// Four day VMs suspended and the night VM powered on, or the other way.
+				if total != 5 {
+					t.Errorf("switch to %s: %d operations asked, want 5", sw.layout, total)
+				}
+				asked = now
+			}
+			if door.finds != 0 {
+				t.Errorf("vCenter was asked %d times for the task of an intent; a start in flight is no intent to resolve", door.finds)
+			}
+			if starts != nil {
+				if n := starts.InFlight(pool.Name); n != 0 {
+					t.Errorf("%d starts recorded and not taken after the switches", n)
+				}
+			}
+		})
+	}
+}
+
+// startDoor holds the vSphere task starts at vCenter's door while held, and counts
+// each VM's starts asked and the tasks asked for by intent (FindTask).
+type startDoor struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	held  bool
+	wait  int
+	asked map[string]int
+	finds int
+}
+
+func (d *startDoor) hold(on bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.held = on
+	d.cond.Broadcast()
+}
+
+// waiting is how many starts wait at the door.
+func (d *startDoor) waiting() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.wait
+}
+
+func (d *startDoor) counts() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range d.asked {
+		out[k] = v
+	}
+	return out
+}
+
+// pass counts a start of vm and waits while the door is held.
+func (d *startDoor) pass(vm string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.asked[vm]++
+	d.wait++
+	for d.held {
+		d.cond.Wait()
+	}
+	d.wait--
+}
+
+type doorConnector struct {
+	vsphere.Connector
+	door *startDoor
+}
+
+func (c *doorConnector) Connect(ctx context.Context, cfg vsphere.Config) (vsphere.Client, error) {
+	vc, err := c.Connector.Connect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &doorClient{Client: vc, door: c.door}, nil
+}
+
+func (c *doorConnector) Close() { closeConnector(c.Connector) }
+
+type doorClient struct {
+	vsphere.Client
+	door *startDoor
+}
+
+func (c *doorClient) PowerOn(ctx context.Context, vmRef, hostRef string) (string, error) {
+	c.door.pass(vmRef)
+	return c.Client.PowerOn(ctx, vmRef, hostRef)
+}
+
+func (c *doorClient) Suspend(ctx context.Context, vmRef string) (string, error) {
+	c.door.pass(vmRef)
+	return c.Client.Suspend(ctx, vmRef)
+}
+
+func (c *doorClient) PowerOff(ctx context.Context, vmRef string) (string, error) {
+	c.door.pass(vmRef)
+	return c.Client.PowerOff(ctx, vmRef)
+}
+
+func (c *doorClient) SetProfile(ctx context.Context, vmRef, profile string, count int) (string, error) {
+	c.door.pass(vmRef)
+	return c.Client.SetProfile(ctx, vmRef, profile, count)
+}
+
+func (c *doorClient) FindTask(ctx context.Context, vmRef string, op vsphere.Op, known []string) (string, error) {
+	c.door.mu.Lock()
+	c.door.finds++
+	c.door.mu.Unlock()
+	return c.Client.FindTask(ctx, vmRef, op, known)
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/test/localenv"
 )
 
@@ -79,6 +80,7 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 		fmt.Print(localenv.FormatPhases([]*localenv.BenchResult{r}))
 		fmt.Print(localenv.FormatOnce([]*localenv.BenchResult{r}))
 		fmt.Print(localenv.FormatCPU([]*localenv.BenchResult{r}))
+		fmt.Print(localenv.FormatFloor([]*localenv.BenchResult{r}))
 	}
 	fmt.Println("==> transition benchmark (task delays " + *c.delays + ")")
 	fmt.Print(localenv.FormatBench(results))
@@ -90,6 +92,8 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 	fmt.Print(localenv.FormatOnce(results))
 	fmt.Println("==> the environment's own time: CPU seconds each process used during the two switches (two cores shared)")
 	fmt.Print(localenv.FormatCPU(results))
+	fmt.Println("==> the environment alone, before the pool: a bare client patches the day nodes and evicts as many pods, " + strconv.Itoa(execute.MaxConcurrentWrites) + " at a time (no switch can cordon or drain faster)")
+	fmt.Print(localenv.FormatFloor(results))
 	if *c.json != "" {
 		if err := localenv.WriteBenchJSON(*c.json, results); err != nil {
 			errs = append(errs, fmt.Errorf("--json: %w", err))

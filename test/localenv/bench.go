@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/test/cluster"
 	"github.com/gpupool/gpupool/test/vgpusim"
 	"github.com/gpupool/gpupool/vsphere"
@@ -74,6 +75,9 @@ type BenchResult struct {
 	// ControlPlaneQPS is the controller manager's and the scheduler's client QPS in the
 	// run (0: their defaults).
 	ControlPlaneQPS int
+	// Floor is the environment's own time for a day -> night switch's cordons and
+	// evictions (benchfloor.go); zero without pods.
+	Floor Floor
 }
 
 // WriteBenchInventory writes a vgpusim inventory of hosts x gpus P100s with the day VMs
@@ -146,6 +150,14 @@ func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error)
 	}
 	if err := e.benchBound(ctx, b, r); err != nil {
 		return nil, err
+	}
+	if b.Pods {
+		var err error
+		if r.Floor, err = e.benchFloor(ctx, 4*b.Hosts*b.GPUs); err != nil {
+			return nil, err
+		}
+		e.logf("==> the environment alone, %d at a time: %d node patches in %s; %d pods evicted, all gone after %s",
+			execute.MaxConcurrentWrites, r.Floor.N, r.Floor.NodePatches.Round(10*time.Millisecond), r.Floor.N, r.Floor.EvictionsOut.Round(10*time.Millisecond))
 	}
 	pods, err := e.benchSetUp(ctx, b)
 	if err != nil {

@@ -102,3 +102,11 @@ func TestCPUByProcessReadsThisProcess(t *testing.T) {
 		t.Errorf("this process's CPU seconds: %v", got)
 	}
 }
+
+func TestFormatFloor(t *testing.T) {
+	out := FormatFloor([]*BenchResult{{Hosts: 16, Floor: Floor{N: 256, NodePatches: 3210 * time.Millisecond, EvictionsOut: 12345 * time.Millisecond}}, {Hosts: 4}})
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[1], "16     256     3.21s          12.35s") {
+		t.Errorf("FormatFloor: want a header and the row of the size with a floor, got:\n%s", out)
+	}
+}

@@ -167,6 +167,7 @@ type benchJSON struct {
 	PassPhases      map[string]map[string]float64 `json:"passPhaseSeconds,omitempty"`
 	NodeLease       float64                       `json:"nodeLeaseSeconds"`
 	ControlPlaneQPS int                           `json:"controlPlaneQPS,omitempty"`
+	Floor           map[string]float64            `json:"environmentAloneSeconds,omitempty"`
 	CPUSeconds      map[string]float64            `json:"cpuSecondsDuringSwitches,omitempty"`
 }
 
@@ -175,7 +176,7 @@ func WriteBenchJSON(path string, rs []*BenchResult) error {
 	out := make([]benchJSON, 0, len(rs))
 	for _, r := range rs {
 		j := benchJSON{Hosts: r.Hosts, GPUs: r.Hosts * r.GPUs, ChangedVMs: r.ChangedVMs,
-			NodeLease: r.NodeLease.Seconds(), ControlPlaneQPS: r.ControlPlaneQPS, CPUSeconds: r.CPUSeconds,
+			NodeLease: r.NodeLease.Seconds(), ControlPlaneQPS: r.ControlPlaneQPS, CPUSeconds: r.CPUSeconds, Floor: floorJSON(r.Floor),
 			Makespans: map[string]float64{"dayToNight": r.DayToNight.Seconds(), "nightToDay": r.NightToDay.Seconds()},
 			Bounds:    map[string]float64{"dayToNight": r.BoundDayToNight.Seconds(), "nightToDay": r.BoundNightToDay.Seconds()},
 			Ratios: map[string]float64{"dayToNight": r.DayToNight.Seconds() / r.BoundDayToNight.Seconds(),
@@ -207,4 +208,12 @@ func WriteBenchJSON(path string, rs []*BenchResult) error {
 
 func breakdownJSON(b Breakdown) map[string]float64 {
 	return map[string]float64{"vsphere": b.VSphere.Seconds(), "kubernetes": b.Kubernetes.Seconds(), "gpupool": b.Gpupool.Seconds()}
+}
+
+// floorJSON is the floor as JSON, nil when it was not measured.
+func floorJSON(f Floor) map[string]float64 {
+	if f.N == 0 {
+		return nil
+	}
+	return map[string]float64{"nodes": float64(f.N), "nodePatches": f.NodePatches.Seconds(), "evictionsGone": f.EvictionsOut.Seconds()}
 }

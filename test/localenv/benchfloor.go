@@ -1,0 +1,181 @@
+package localenv
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpupool/gpupool/internal/execute"
+)
+
+// Floor is what this environment alone takes for the Kubernetes work of a day -> night
+// switch, done by a bare client before the pool exists, at the executor's concurrency
+// (execute.MaxConcurrentWrites): a patch of each of the N day nodes (a switch's cordons),
+// and the eviction of N pods, each from the eviction request until the pod is gone while
+// their ReplicaSet recreates them (a switch's drains). Against it, a reaction or a
+// makespan measures gpupool, not the machine: no switch can cordon or drain faster.
+type Floor struct {
+	N            int
+	NodePatches  time.Duration
+	EvictionsOut time.Duration
+}
+
+// floorNamespace holds the pods the floor evicts.
+const floorNamespace = "bench-floor"
+
+// benchFloor measures the floor on n day nodes and n pods of a Deployment on the CPU
+// node, then deletes the Deployment and waits for its pods to be gone.
+func (e *Env) benchFloor(ctx context.Context, n int) (Floor, error) {
+	f := Floor{N: n}
+	var err error
+	if f.NodePatches, err = e.floorNodePatches(ctx, n); err != nil {
+		return f, err
+	}
+	if f.EvictionsOut, err = e.floorEvictions(ctx, n); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+// floorNodePatches patches an annotation onto n day nodes, as a cordon patches them
+// (a merge patch carrying the node's resourceVersion), at most MaxConcurrentWrites at
+// once, and returns how long until the last patch returned.
+func (e *Env) floorNodePatches(ctx context.Context, n int) (time.Duration, error) {
+	var list corev1.NodeList
+	if err := e.Client.List(ctx, &list); err != nil {
+		return 0, err
+	}
+	var day []*corev1.Node
+	for i := range list.Items {
+		if strings.HasPrefix(list.Items[i].Name, "day-") && len(day) < n {
+			day = append(day, &list.Items[i])
+		}
+	}
+	errs := make([]error, len(day))
+	start := time.Now()
+	execute.ForEach(len(day), execute.MaxConcurrentWrites, func(i int) {
+		before := day[i].DeepCopy()
+		metav1.SetMetaDataAnnotation(&day[i].ObjectMeta, "bench.gpupool.dev/floor", "patched")
+		errs[i] = e.Client.Patch(ctx, day[i], client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	})
+	took := time.Since(start)
+	for _, err := range errs {
+		if err != nil {
+			return 0, fmt.Errorf("the floor's node patches: %w", err)
+		}
+	}
+	return took, nil
+}
+
+// floorEvictions runs n pods on the CPU node (a Deployment, as the benchmark's
+// workload is), evicts them all, at most MaxConcurrentWrites requests at once, and
+// returns how long until every evicted pod was gone. It deletes the Deployment after.
+func (e *Env) floorEvictions(ctx context.Context, n int) (time.Duration, error) {
+	if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNamespace}}); client.IgnoreAlreadyExists(err) != nil {
+		return 0, err
+	}
+	replicas := int32(n)
+	labels := map[string]string{"app": "floor"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "floor", Namespace: floorNamespace},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				Containers:   []corev1.Container{{Name: "c", Image: "floor"}},
+				NodeSelector: map[string]string{"node.gpupool.dev/cpu-only": "true"},
+				Tolerations:  []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists}},
+			}}},
+	}
+	if err := e.Client.Create(ctx, d); err != nil {
+		return 0, err
+	}
+	var pods []corev1.Pod
+	running := func() (bool, error) {
+		var list corev1.PodList
+		if err := e.Client.List(ctx, &list, client.InNamespace(floorNamespace)); err != nil {
+			return false, err
+		}
+		pods = pods[:0]
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				pods = append(pods, p)
+			}
+		}
+		return len(pods) >= n, nil
+	}
+	if err := e.pollFor(ctx, 500*time.Millisecond, 5*time.Minute, "the floor's pods to run", running); err != nil {
+		return 0, err
+	}
+	evicted := pods[:n]
+	var mu sync.Mutex
+	var evictErr error
+	start := time.Now()
+	execute.ForEach(len(evicted), execute.MaxConcurrentWrites, func(i int) {
+		if err := e.Client.SubResource("eviction").Create(ctx, &evicted[i], &policyv1.Eviction{}); err != nil && !apierrors.IsNotFound(err) {
+			mu.Lock()
+			evictErr = err
+			mu.Unlock()
+		}
+	})
+	if evictErr != nil {
+		return 0, fmt.Errorf("the floor's evictions: %w", evictErr)
+	}
+	left := map[string]bool{}
+	for _, p := range evicted {
+		left[p.Name] = true
+	}
+	gone := func() (bool, error) {
+		var list corev1.PodList
+		if err := e.Client.List(ctx, &list, client.InNamespace(floorNamespace)); err != nil {
+			return false, err
+		}
+		still := 0
+		for _, p := range list.Items {
+			if left[p.Name] {
+				still++
+			}
+		}
+		return still == 0, nil
+	}
+	if err := e.pollFor(ctx, 100*time.Millisecond, 5*time.Minute, "the floor's evicted pods to be gone", gone); err != nil {
+		return 0, err
+	}
+	took := time.Since(start)
+	// The floor's pods go before the switches start, so that they cost nothing there.
+	if err := e.Client.Delete(ctx, d); err != nil {
+		return 0, err
+	}
+	none := func() (bool, error) {
+		var list corev1.PodList
+		if err := e.Client.List(ctx, &list, client.InNamespace(floorNamespace)); err != nil {
+			return false, err
+		}
+		return len(list.Items) == 0, nil
+	}
+	if err := e.pollFor(ctx, 500*time.Millisecond, 5*time.Minute, "the floor's pods to be deleted", none); err != nil {
+		return 0, err
+	}
+	return took, nil
+}
+
+// FormatFloor prints each size's floor: the environment's own time for a switch's
+// cordons and evictions, done alone.
+func FormatFloor(rs []*BenchResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-6s %-7s %-14s %-14s\n", "hosts", "nodes", "node patches", "evictions gone")
+	for _, r := range rs {
+		if r.Floor.N == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "%-6d %-7d %-14s %-14s\n", r.Hosts, r.Floor.N, r.Floor.NodePatches.Round(10*time.Millisecond), r.Floor.EvictionsOut.Round(10*time.Millisecond))
+	}
+	return b.String()
+}

@@ -45,6 +45,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		if apierrors.IsNotFound(err) {
 			r.tasks.watch(req.Name, nil, nil)
 			r.evictions.Cancel(req.Name)
+			r.starts.Cancel(req.Name)
 			r.starts.Forget(req.Name)
 			r.states.wait(req.Name)
 			r.stalls.forget(req.Name)

@@ -50,6 +50,7 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 		return ctrl.Result{}, nil
 	}
 	r.evictions.Cancel(pool.Name)
+	r.starts.Cancel(pool.Name)
 	// No state label lands after the marks come off; finalize reads the nodes the last
 	// batch wrote from the API server, as the cache may not show the batch yet.
 	_, landed := r.states.wait(pool.Name)

@@ -97,6 +97,7 @@ func (r *GPUPoolProfileReconciler) pausedPhase(ctx context.Context, s *scope) (o
 	s.facts.paused = true
 	r.accountUnobserved(s.pool)
 	r.evictions.Cancel(s.pool.Name) // a paused pool evicts nothing more
+	r.starts.Cancel(s.pool.Name)    // and starts no task it has not asked for yet
 	r.waitStates(s)
 	r.withdrawWarnings(ctx, s, func(time.Time) bool { return false })
 	return outcome{after: r.followPausedTasks(ctx, s), stop: true}, nil

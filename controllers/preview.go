@@ -71,7 +71,8 @@ func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.
 	}
 	s.vc = vcc
 	// The tasks in flight are known before the inventory is read, as in a pass; what
-	// the check records stays in this copy of the pool.
+	// the check records stays in this copy of the pool. An intent without a task id
+	// counts as in flight (peek): the manager may be asking vCenter for it right now.
 	s.tasks.inFlight = r.checkTasks(ctx, s, true) > 0
 	if _, ok := r.observe(ctx, s); !ok {
 		return nil, unseen()

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/testworld"
 	"github.com/gpupool/gpupool/vsphere"
@@ -101,6 +102,78 @@ func TestStartsBehindThePass(t *testing.T) {
 	}
 }
 
+// TestPauseDropsStartsNotAsked: night -> day hands the day VMs' power-ons, one after
+// the other on their host, to the starts past the pass; the first waits at vCenter's
+// door when the pool is paused. The paused pass drops the power-ons not yet asked, the
+// one being asked goes through, and once unpaused the pool reaches day with each day
+// VM's power-on asked once in all.
+func TestPauseDropsStartsNotAsked(t *testing.T) {
+	h := newHarness(t, "stq-")
+	door := &startDoor{asked: map[string]int{}}
+	door.cond = sync.NewCond(&door.mu)
+	h.conn = &doorConnector{Connector: h.conn, door: door}
+	starts := execute.NewStarts(h.ctx, nil)
+	h.reconciler().starts = starts
+	pool := h.dayNight()
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	h.converge(pool.Name, "day", 30)
+	h.clock.SetTime(monday1950)
+	h.converge(pool.Name, "night", 60)
+	asked := door.counts()
+	door.mu.Lock()
+	door.powerOns = 0 // night-1's
+	door.mu.Unlock()
+	h.clock.SetTime(tuesday0750)
+	door.hold(true)
+	atDoor := false
+	for range 60 {
+		res := h.reconcile(pool.Name)
+		door.mu.Lock()
+		atDoor = door.powerOns > 0
+		door.mu.Unlock()
+		if atDoor {
+			break
+		}
+		door.hold(false) // the night VM's park, if any: through
+		starts.Wait()
+		door.hold(true)
+		h.settle()
+		h.clock.Step(testworld.Step(res))
+	}
+	if !atDoor {
+		t.Fatal("no power-on was handed out")
+	}
+	if n := starts.InFlight(pool.Name); n < 2 {
+		t.Fatalf("%d starts handed out when paused, want the four power-ons", n)
+	}
+	h.patchPool(pool.Name, func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Paused = true })
+	h.reconcile(pool.Name)
+	door.hold(false)
+	starts.Wait()
+	door.mu.Lock()
+	if door.powerOns != 1 {
+		t.Errorf("%d power-ons asked by the pause, want the one at the door only", door.powerOns)
+	}
+	door.mu.Unlock()
+	h.patchPool(pool.Name, func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Paused = false })
+	h.converge(pool.Name, "day", 60)
+	h.checkDay(h.get(pool.Name))
+	now, total := door.counts(), 0
+	for vm, n := range now {
+		total += n - asked[vm]
+		if n-asked[vm] > 1 {
+			t.Errorf("VM %s's operations asked %d times in night -> day, want once", vm, n-asked[vm])
+		}
+	}
+	if total != 5 {
+		t.Errorf("%d operations asked in night -> day, want 5 (a suspend, four power-ons)", total)
+	}
+	if door.finds != 0 {
+		t.Errorf("vCenter was asked %d times for the task of an intent", door.finds)
+	}
+}
+
 // startDoor holds the vSphere task starts at vCenter's door while held, and counts
 // each VM's starts asked and the tasks asked for by intent (FindTask).
 type startDoor struct {
@@ -110,6 +183,8 @@ type startDoor struct {
 	wait  int
 	asked map[string]int
 	finds int
+	// powerOns counts the power-ons asked.
+	powerOns int
 }
 
 func (d *startDoor) hold(on bool) {
@@ -169,6 +244,9 @@ type doorClient struct {
 }
 
 func (c *doorClient) PowerOn(ctx context.Context, vmRef, hostRef string) (string, error) {
+	c.door.mu.Lock()
+	c.door.powerOns++
+	c.door.mu.Unlock()
 	c.door.pass(vmRef)
 	return c.Client.PowerOn(ctx, vmRef, hostRef)
 }

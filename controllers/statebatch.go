@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,9 +29,9 @@ type stateBatches struct {
 	ctx   context.Context
 	mu    sync.Mutex
 	pools map[string]*stateBatch
-	// nodes are the batches' writes not yet returned, by node: closed when the write
-	// returns.
-	nodes map[string]chan struct{}
+	// nodes are the batches' writes not yet returned, by node (a node some pool marked
+	// may be written by another's batch too): each closed when its write returns.
+	nodes map[string][]chan struct{}
 }
 
 // stateBatch is one pass's state-label patches of a pool.
@@ -53,7 +54,7 @@ const stateBatchTimeout = reconcileTimeout
 
 // newStateBatches makes the batches of a manager; they end with ctx.
 func newStateBatches(ctx context.Context) *stateBatches {
-	return &stateBatches{ctx: ctx, pools: map[string]*stateBatch{}, nodes: map[string]chan struct{}{}}
+	return &stateBatches{ctx: ctx, pools: map[string]*stateBatch{}, nodes: map[string][]chan struct{}{}}
 }
 
 // start runs the patch of each node (a copy of it, as the pass read it) to its state
@@ -67,7 +68,7 @@ func (b *stateBatches) start(pool string, nodes []*corev1.Node, wants []string, 
 	b.pools[pool] = sb
 	for i, n := range nodes {
 		written[i] = make(chan struct{})
-		b.nodes[n.Name] = written[i]
+		b.nodes[n.Name] = append(b.nodes[n.Name], written[i])
 	}
 	b.mu.Unlock()
 	go func() {
@@ -81,12 +82,13 @@ func (b *stateBatches) start(pool string, nodes []*corev1.Node, wants []string, 
 		}
 		execute.ForEach(len(nodes), execute.MaxConcurrentWrites, func(i int) {
 			errs[i] = patch(ctx, nodes[i], wants[i])
+			close(written[i])
 			b.mu.Lock()
-			if b.nodes[nodes[i].Name] == written[i] {
-				delete(b.nodes, nodes[i].Name)
+			name := nodes[i].Name
+			if b.nodes[name] = slices.DeleteFunc(b.nodes[name], func(c chan struct{}) bool { return c == written[i] }); len(b.nodes[name]) == 0 {
+				delete(b.nodes, name)
 			}
 			b.mu.Unlock()
-			close(written[i])
 		})
 		sb.landed = map[string]landedState{}
 		for i, err := range errs {
@@ -99,16 +101,16 @@ func (b *stateBatches) start(pool string, nodes []*corev1.Node, wants []string, 
 	}()
 }
 
-// waitNode waits until a batch's write to the node, if one is under way, has returned:
-// a write of the pass to the node then lands after it.
+// waitNode waits until the batches' writes to the node under way, if any, have
+// returned: a write of the pass to the node then lands after them.
 func (b *stateBatches) waitNode(node string) {
 	if b == nil {
 		return
 	}
 	b.mu.Lock()
-	ch := b.nodes[node]
+	chs := slices.Clone(b.nodes[node])
 	b.mu.Unlock()
-	if ch != nil {
+	for _, ch := range chs {
 		<-ch
 	}
 }

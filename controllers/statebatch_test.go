@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -137,43 +138,47 @@ func TestStatesToWrite(t *testing.T) {
 	}
 }
 
-// TestStateBatchWaitNode: a write to a node waits for the batch's write to that node
-// only: a node the batch does not write waits for nothing (it would hang here while
-// the batch is held), one it writes waits until that write has returned.
+// TestStateBatchWaitNode: a write to a node waits for the batches' writes to that node
+// only, of every pool: a node no batch writes waits for nothing (it would hang here while
+// the batches are held), one that two pools' batches write waits until both writes have
+// returned. The batches' writes are held a while after the waiter starts, so that a
+// wait that returned early would log before them.
 func TestStateBatchWaitNode(t *testing.T) {
 	b := newStateBatches(t.Context())
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var order []string
-	b.start("p", batchNodes("a", "b"), []string{"parked", "ready"}, func(_ context.Context, n *corev1.Node, _ string) error {
-		if n.Name == "a" {
-			<-release
-		}
+	logged := func(what string) {
 		mu.Lock()
-		order = append(order, "batch wrote "+n.Name)
+		order = append(order, what)
 		mu.Unlock()
-		return nil
-	})
-	b.waitNode("c") // not in the batch
-	waited := make(chan struct{})
+	}
+	for _, pool := range []string{"p", "q"} {
+		b.start(pool, batchNodes("a", "b-"+pool), []string{"parked", "ready"}, func(_ context.Context, n *corev1.Node, _ string) error {
+			if n.Name == "a" {
+				<-release
+				logged(pool + " wrote a")
+			}
+			return nil
+		})
+	}
+	b.waitNode("c") // in no batch
 	go func() {
-		defer close(waited)
-		b.waitNode("a")
-		mu.Lock()
-		order = append(order, "a free")
-		mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		close(release)
 	}()
-	close(release)
-	<-waited
+	b.waitNode("a")
+	logged("a free")
 	b.wait("p")
+	b.wait("q")
 	mu.Lock()
 	defer mu.Unlock()
-	if i := slices.Index(order, "a free"); i < 0 || !slices.Contains(order[:i], "batch wrote a") {
-		t.Errorf("order %v: the wait for a returned before the batch's write to a", order)
+	if i := slices.Index(order, "a free"); i != 2 {
+		t.Errorf("order %v: the wait for a returned before both batches' writes to a", order)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.nodes) != 0 {
-		t.Errorf("writes left recorded after the batch: %v", b.nodes)
+		t.Errorf("writes left recorded after the batches: %v", b.nodes)
 	}
 }

@@ -88,6 +88,7 @@ func (r *GPUPoolProfileReconciler) completeTransition(s *scope) {
 func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why string) {
 	st := &s.pool.Status
 	r.evictions.Cancel(s.pool.Name) // before the uncordons: nothing is evicted after them
+	r.starts.Cancel(s.pool.Name)    // nor a task started that the aborted switch decided
 	r.uncordonRunning(ctx, s)
 	if st.Transition == nil {
 		st.Transition = &gpupoolv1.TransitionStatus{
@@ -108,6 +109,7 @@ func (r *GPUPoolProfileReconciler) abort(ctx context.Context, s *scope, why stri
 // next scheduled switch still warns its nodes ahead.
 func (r *GPUPoolProfileReconciler) keepAborted(ctx context.Context, s *scope) time.Duration {
 	r.evictions.Cancel(s.pool.Name)
+	r.starts.Cancel(s.pool.Name)
 	r.uncordonRunning(ctx, s)
 	s.nodeStates = nodeStates(&s.w, s.pool, s.now, s.wanted)
 	r.planNext(s)

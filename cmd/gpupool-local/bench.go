@@ -92,7 +92,7 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 	fmt.Print(localenv.FormatOnce(results))
 	fmt.Println("==> the environment's own time: CPU seconds each process used during the two switches (two cores shared)")
 	fmt.Print(localenv.FormatCPU(results))
-	fmt.Println("==> the environment alone, before the pool: a bare client patches the day nodes and evicts as many pods, " + strconv.Itoa(execute.MaxConcurrentWrites) + " at a time (no switch can cordon or drain faster)")
+	fmt.Println("==> the environment alone, before the pool: a bare client patches the day nodes and evicts as many pods, " + strconv.Itoa(execute.MaxConcurrentWrites) + " at a time (no switch can cordon or drain faster); the day>night floor is those evictions, then one GPU's critical path without its eviction")
 	fmt.Print(localenv.FormatFloor(results))
 	if *c.json != "" {
 		if err := localenv.WriteBenchJSON(*c.json, results); err != nil {

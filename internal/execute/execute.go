@@ -146,7 +146,8 @@ type run struct {
 	*Executor
 	Input
 	out Outcome
-	// queued are the tasks whose intents the run recorded, started together at the end.
+	// queued are the tasks whose intents the run recorded, started (or handed to
+	// Starts) together at the end.
 	queued []queuedStart
 	// parkedAhead is what parkAhead found parking the nodes of the due steps, by VM
 	// (nil: parked).
@@ -160,7 +161,8 @@ type run struct {
 // Run runs the plan's due steps. Drains run their evictions concurrently, after every
 // node the plan will drain has been cordoned, and past the pass when e.Evictions is set
 // (evictBehind); the other steps run one by one, but the
-// vSphere tasks they start are started together at the end (startQueued). A failing
+// vSphere tasks they start are started together at the end (startQueued), past the pass
+// when e.Starts is set. A failing
 // step is reported and never stops the others; a drain that aborts the transition stops
 // the run.
 func (e *Executor) Run(ctx context.Context, in Input) Outcome {

@@ -86,9 +86,12 @@ func (f *Follower) Check(ctx context.Context) time.Duration {
 // takeStarts records the answers to the starts asked past the last passes (Starts) on
 // their workers' intents, as a pass that starts its tasks itself does (recordStart), and
 // returns the workers whose start is still being asked: their tasks are in flight, and
-// resolveIntents leaves them alone.
+// resolveIntents leaves them alone. A start answered "not asked" (cancelled, or queued
+// too long) leaves nothing in vCenter: its intent is cleared and its step planned again.
+// With Peek every intent without an answer counts as in flight: a preview cannot tell
+// a start the manager is asking from one that never was.
 func (f *Follower) takeStarts(ctx context.Context) (time.Duration, map[string]bool) {
-	if f.Starts == nil {
+	if f.Starts == nil && !f.Peek {
 		return 0, nil
 	}
 	var after time.Duration
@@ -98,16 +101,20 @@ func (f *Follower) takeStarts(ctx context.Context) (time.Duration, map[string]bo
 		if ws.Task == nil || ws.Task.ID != "" {
 			continue
 		}
-		id, err, ended, inFlight := f.Starts.take(f.Pool.Name, ws.VM, vsphere.Op(ws.Task.Operation), ws.Task.StartTime.Time, f.Peek)
+		a, ended, inFlight := f.Starts.take(f.Pool.Name, ws.VM, vsphere.Op(ws.Task.Operation), ws.Task.StartTime.Time, f.Peek)
 		switch {
-		case inFlight:
+		case ended && a.notAsked:
+			ws.Message = fmt.Sprintf("%s was not asked of vCenter (the pool was paused or deleted, its transition aborted, or the start waited too long): planned again from what is observed", ws.Task.Operation)
+			ws.Task = nil
+			after = Soonest(after, RequeueStep)
+		case ended:
+			if wait := recordStart(ctx, f.Pool.Name, f.Now, f.Events, ws, a.id, a.err); ws.Task != nil {
+				after = Soonest(after, wait)
+			}
+		case inFlight || f.Peek:
 			starting[ws.VM] = true
 			ws.Message = fmt.Sprintf("%s starting", ws.Task.Operation)
 			after = Soonest(after, RequeueTask)
-		case ended:
-			if wait := recordStart(ctx, f.Pool.Name, f.Now, f.Events, ws, id, err); ws.Task != nil {
-				after = Soonest(after, wait)
-			}
 		}
 	}
 	return after, starting

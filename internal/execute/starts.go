@@ -24,9 +24,15 @@ import (
 // vCenter, as before.
 //
 // Order: a host's power-ons go one after the other in the plan's order (startGroups), and
-// a pass's power-ons of a host wait for an earlier pass's, which they may need placed
-// first; the other starts each on their own. At most Limit starts of a pool are asked at
-// once.
+// a pass's power-ons of a host wait for an earlier pass's, in the order the passes handed
+// them out, which they may need placed first; the other starts each on their own. At most
+// Limit starts of a pool are asked at once.
+//
+// Not asked: a start still queued when its pool is paused, its transition aborted or
+// the pool deleted (Cancel), or queued longer than StartTimeout (a vCenter that answers
+// slowly), is not asked at all: it is answered "not asked", and the next pass clears its
+// intent and plans again from what it observes. Nothing was sent to vCenter, so the
+// operation still happens once; and no start acts on a snapshot older than that.
 type Starts struct {
 	// Limit bounds the starts of a pool asked at once; 0: maxConcurrentStarts.
 	Limit int
@@ -34,13 +40,16 @@ type Starts struct {
 	// that a pass records their task ids (and the task watch follows them). It must not
 	// block.
 	Wake func(pool string)
+	// Now is the clock a start's queueing is measured on (nil: time.Now; the tests).
+	Now func() time.Time
 
 	ctx context.Context
 	mu  sync.Mutex
 	// records are the pools' starts by worker, running or answered and not yet taken.
 	records map[string]map[string]*startRecord
-	// hosts orders the power-ons of a pool's host across passes, by pool and host.
-	hosts map[[2]string]*sync.Mutex
+	// hosts are the last power-on group handed out per pool and host, closed once it is
+	// through: the next group of the host waits for it (FIFO across passes).
+	hosts map[[2]string]chan struct{}
 	// slots bound each pool's starts at once.
 	slots map[string]chan struct{}
 	wg    sync.WaitGroup
@@ -54,22 +63,30 @@ type startRecord struct {
 	ended bool
 	id    string
 	err   error
+	// asking: the call to vCenter is under way (Cancel cannot stop it). cancelled: the
+	// start is not to be asked. notAsked: it was answered without asking vCenter.
+	asking, cancelled, notAsked bool
 }
 
-// StartTimeout bounds one start asked past the pass, as reconcileTimeout bounds a pass's.
+// StartTimeout bounds one start asked past the pass, as reconcileTimeout bounds a pass's,
+// and how long a start may queue before it is asked: an intent is answered within twice
+// that, well within the deletion's wait for a pool's tasks.
 const StartTimeout = 2 * time.Minute
 
 // NewStarts returns the starts of a manager: ctx ends them.
 func NewStarts(ctx context.Context, wake func(pool string)) *Starts {
 	return &Starts{ctx: ctx, Wake: wake, records: map[string]map[string]*startRecord{},
-		hosts: map[[2]string]*sync.Mutex{}, slots: map[string]chan struct{}{}}
+		hosts: map[[2]string]chan struct{}{}, slots: map[string]chan struct{}{}}
 }
 
 // hand records the starts a pass of pool queued (their intents are stored) and asks
 // vCenter for them past the pass, group by group (startGroups); the pool is woken once
 // every one has an answer.
 func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
+	handed := s.now()
 	recs := make([]*startRecord, len(queued))
+	after := make([]chan struct{}, len(groups)) // the host's earlier group, for power-ons
+	mine := make([]chan struct{}, len(groups))
 	s.mu.Lock()
 	if s.records[pool] == nil {
 		s.records[pool] = map[string]*startRecord{}
@@ -78,6 +95,13 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 		recs[i] = &startRecord{op: q.op, at: q.at}
 		s.records[pool][q.worker] = recs[i]
 	}
+	for g, idx := range groups {
+		if queued[idx[0]].op == vsphere.OpPowerOn {
+			k := [2]string{pool, queued[idx[0]].powerOnHost()}
+			after[g], mine[g] = s.hosts[k], make(chan struct{})
+			s.hosts[k] = mine[g]
+		}
+	}
 	slots := s.slots[pool]
 	if slots == nil {
 		slots = make(chan struct{}, s.limit())
@@ -85,26 +109,22 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 	}
 	s.mu.Unlock()
 	var left sync.WaitGroup
-	for _, g := range groups {
+	for g, idx := range groups {
 		left.Add(1)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			defer left.Done()
-			if queued[g[0]].op == vsphere.OpPowerOn {
-				host := s.hostLock(pool, queued[g[0]].powerOnHost())
-				host.Lock()
-				defer host.Unlock()
+			if mine[g] != nil {
+				defer s.hostDone(pool, queued[idx[0]].powerOnHost(), mine[g])
+				if after[g] != nil {
+					<-after[g]
+				}
 			}
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			for _, i := range g {
-				ctx, cancel := context.WithTimeout(s.ctx, StartTimeout)
-				id, err := queued[i].start(ctx)
-				cancel()
-				s.mu.Lock()
-				recs[i].ended, recs[i].id, recs[i].err = true, id, err
-				s.mu.Unlock()
+			for _, i := range idx {
+				s.ask(queued[i], recs[i], handed)
 			}
 		}()
 	}
@@ -118,22 +138,68 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 	}()
 }
 
+// ask asks vCenter for one start, unless it was cancelled, or queued since handed for
+// longer than StartTimeout: then it is answered not asked.
+func (s *Starts) ask(q queuedStart, rec *startRecord, handed time.Time) {
+	s.mu.Lock()
+	if rec.cancelled || s.now().Sub(handed) > StartTimeout || s.ctx.Err() != nil {
+		rec.ended, rec.notAsked = true, true
+		s.mu.Unlock()
+		return
+	}
+	rec.asking = true
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(s.ctx, StartTimeout)
+	id, err := q.start(ctx)
+	cancel()
+	s.mu.Lock()
+	rec.ended, rec.id, rec.err = true, id, err
+	s.mu.Unlock()
+}
+
+// hostDone ends a power-on group of the pool's host: the next group may go, and the host
+// is forgotten when no later group was handed out.
+func (s *Starts) hostDone(pool, host string, mine chan struct{}) {
+	close(mine)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k := [2]string{pool, host}; s.hosts[k] == mine {
+		delete(s.hosts, k)
+	}
+}
+
+// Cancel answers the pool's starts not yet asked "not asked" (its pool is paused, its
+// transition aborted, or it is being deleted: nothing more is to start on the snapshot
+// they were decided on). A call already under way goes on; its answer is taken as any.
+func (s *Starts) Cancel(pool string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rec := range s.records[pool] {
+		if !rec.asking && !rec.ended {
+			rec.cancelled = true
+		}
+	}
+}
+
 // take returns the answer to the start of a worker's intent (op at at, to the second as
 // status stores it) and forgets it (peek: keeps it, for a preview that records nothing),
 // or reports that the worker has a start in flight (whichever intent it is for: a call
 // to vCenter about the VM is under way), or that there is none.
-func (s *Starts) take(pool, worker string, op vsphere.Op, at time.Time, peek bool) (id string, err error, ended, inFlight bool) {
+func (s *Starts) take(pool, worker string, op vsphere.Op, at time.Time, peek bool) (a answer, ended, inFlight bool) {
 	if s == nil {
-		return "", nil, false, false
+		return answer{}, false, false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec := s.records[pool][worker]
 	switch {
 	case rec == nil:
-		return "", nil, false, false
+		return answer{}, false, false
 	case !rec.ended:
-		return "", nil, false, true
+		return answer{}, false, true
 	}
 	if !peek {
 		delete(s.records[pool], worker)
@@ -142,9 +208,16 @@ func (s *Starts) take(pool, worker string, op vsphere.Op, at time.Time, peek boo
 		}
 	}
 	if rec.op != op || !rec.at.Truncate(time.Second).Equal(at.Truncate(time.Second)) {
-		return "", nil, false, false // the answer to an earlier intent: not this one's
+		return answer{}, false, false // the answer to an earlier intent: not this one's
 	}
-	return rec.id, rec.err, true, false
+	return answer{id: rec.id, err: rec.err, notAsked: rec.notAsked}, true, false
+}
+
+// answer is what became of one start: vCenter's task id or error, or notAsked.
+type answer struct {
+	id       string
+	err      error
+	notAsked bool
 }
 
 // Forget drops the answers of a pool's starts not taken (the pool is gone); starts in
@@ -157,11 +230,6 @@ func (s *Starts) Forget(pool string) {
 	defer s.mu.Unlock()
 	delete(s.records, pool)
 	delete(s.slots, pool)
-	for k := range s.hosts {
-		if k[0] == pool {
-			delete(s.hosts, k)
-		}
-	}
 }
 
 // InFlight is how many starts of the pool are recorded and not taken (the tests).
@@ -171,18 +239,14 @@ func (s *Starts) InFlight(pool string) int {
 	return len(s.records[pool])
 }
 
-// Wait waits until every start has been answered and its pool woken (the tests; a
-// manager's shutdown).
+// Wait waits until every start has been answered and its pool woken (the tests).
 func (s *Starts) Wait() { s.wg.Wait() }
 
-func (s *Starts) hostLock(pool, host string) *sync.Mutex {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := [2]string{pool, host}
-	if s.hosts[k] == nil {
-		s.hosts[k] = &sync.Mutex{}
+func (s *Starts) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
 	}
-	return s.hosts[k]
+	return time.Now()
 }
 
 func (s *Starts) limit() int {

@@ -98,7 +98,7 @@ func TestStartsAnsweredOnce(t *testing.T) {
 		queue("c", vsphere.OpReconfigure, "h2", g.start("c", "", nil)),
 	}
 	s.hand("pool", q, startGroups(q))
-	if _, _, ended, inFlight := s.take("pool", "a", vsphere.OpSuspend, startsAt, false); ended || !inFlight {
+	if _, ended, inFlight := s.take("pool", "a", vsphere.OpSuspend, startsAt, false); ended || !inFlight {
 		t.Fatalf("a start not answered yet: ended %v, in flight %v", ended, inFlight)
 	}
 	g.open("a", "b")
@@ -116,21 +116,21 @@ func TestStartsAnsweredOnce(t *testing.T) {
 	}
 	mu.Unlock()
 	// The intent's time is stored to the second.
-	id, err, ended, _ := s.take("pool", "a", vsphere.OpSuspend, startsAt.Add(400*time.Millisecond), true)
-	if !ended || id != "task-a" || err != nil {
-		t.Errorf("peek of a: %q %v ended %v, want task-a", id, err, ended)
+	a, ended, _ := s.take("pool", "a", vsphere.OpSuspend, startsAt.Add(400*time.Millisecond), true)
+	if !ended || a.id != "task-a" || a.err != nil || a.notAsked {
+		t.Errorf("peek of a: %+v ended %v, want task-a", a, ended)
 	}
-	if id, _, ended, _ := s.take("pool", "a", vsphere.OpSuspend, startsAt, false); !ended || id != "task-a" {
-		t.Errorf("a after a peek: %q ended %v, want task-a (a peek keeps the answer)", id, ended)
+	if a, ended, _ := s.take("pool", "a", vsphere.OpSuspend, startsAt, false); !ended || a.id != "task-a" {
+		t.Errorf("a after a peek: %+v ended %v, want task-a (a peek keeps the answer)", a, ended)
 	}
-	if _, _, ended, inFlight := s.take("pool", "a", vsphere.OpSuspend, startsAt, false); ended || inFlight {
+	if _, ended, inFlight := s.take("pool", "a", vsphere.OpSuspend, startsAt, false); ended || inFlight {
 		t.Errorf("a taken twice")
 	}
-	if _, err, ended, _ := s.take("pool", "b", vsphere.OpSuspend, startsAt, false); !ended || err == nil {
-		t.Errorf("b: want its error, got %v (ended %v)", err, ended)
+	if a, ended, _ := s.take("pool", "b", vsphere.OpSuspend, startsAt, false); !ended || a.err == nil {
+		t.Errorf("b: want its error, got %+v (ended %v)", a, ended)
 	}
 	// An answer to another intent of the worker is dropped, not given to this one.
-	if _, _, ended, inFlight := s.take("pool", "c", vsphere.OpPowerOn, startsAt, false); ended || inFlight {
+	if _, ended, inFlight := s.take("pool", "c", vsphere.OpPowerOn, startsAt, false); ended || inFlight {
 		t.Errorf("c's reconfigure answered a power-on intent")
 	}
 	if n := s.InFlight("pool"); n != 0 {
@@ -302,4 +302,69 @@ func (v *askedVC) Tasks(_ context.Context, ids []string) (map[string]vsphere.Tas
 		}
 	}
 	return out, nil
+}
+
+// TestStartsNotAsked: a start still queued when its pool's starts are cancelled (a
+// pause, an abort, a deletion), or queued longer than StartTimeout, is not asked of
+// vCenter; one being asked goes on. The next pass clears the intent of one not asked, and
+// keeps the task id of one asked.
+func TestStartsNotAsked(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		stop func(s *Starts, clock *time.Time)
+	}{
+		{"cancelled", func(s *Starts, _ *time.Time) { s.Cancel("pool") }},
+		{"queued too long", func(_ *Starts, clock *time.Time) { *clock = clock.Add(StartTimeout + time.Second) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var mu sync.Mutex
+			clock := startsAt
+			s := NewStarts(t.Context(), nil)
+			s.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+			g := newGatedStarts()
+			q := []queuedStart{
+				queue("on-1", vsphere.OpPowerOn, "h1", g.start("on-1", "task-1", nil)),
+				queue("on-2", vsphere.OpPowerOn, "h1", g.start("on-2", "task-2", nil)),
+			}
+			s.hand("pool", q, startGroups(q))
+			g.waitStarted(t, 1) // on-1 is being asked; on-2 queues behind it
+			mu.Lock()
+			c.stop(s, &clock)
+			mu.Unlock()
+			g.open("on-1", "on-2")
+			s.Wait()
+			if !slices.Equal(g.order, []string{"on-1"}) {
+				t.Errorf("asked %v, want on-1 only", g.order)
+			}
+			pool := &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: "pool"}, Status: gpupoolv1.GPUPoolProfileStatus{Workers: []gpupoolv1.WorkerStatus{
+				{VM: "on-1", Task: &gpupoolv1.TaskReference{Operation: string(vsphere.OpPowerOn), StartTime: metav1.NewTime(startsAt)}},
+				{VM: "on-2", Task: &gpupoolv1.TaskReference{Operation: string(vsphere.OpPowerOn), StartTime: metav1.NewTime(startsAt)}},
+			}}}
+			vc := &askedVC{tasks: map[string]vsphere.TaskInfo{"task-1": {State: vsphere.TaskRunning}}}
+			(&Follower{Pool: pool, Now: startsAt, VSphere: vc, Events: noEvents{}, Starts: s}).Check(t.Context())
+			if w := pool.Status.Workers[0]; w.Task == nil || w.Task.ID != "task-1" {
+				t.Errorf("on-1: %+v, want task-1 recorded", w.Task)
+			}
+			if w := pool.Status.Workers[1]; w.Task != nil {
+				t.Errorf("on-2: %+v, want its intent cleared (not asked)", w.Task)
+			}
+			if len(vc.found) != 0 {
+				t.Errorf("vCenter asked for the tasks of %v; every intent had an answer", vc.found)
+			}
+		})
+	}
+}
+
+// TestPreviewLeavesIntents: a preview (Peek) with no starts of its own (kubectl
+// gpupool's live plan, another process) counts every intent without a task id as in
+// flight, and asks vCenter about none: the manager may be asking for it right now.
+func TestPreviewLeavesIntents(t *testing.T) {
+	pool := &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: "pool"}, Status: gpupoolv1.GPUPoolProfileStatus{Workers: []gpupoolv1.WorkerStatus{
+		{VM: "vm-1", Task: &gpupoolv1.TaskReference{Operation: string(vsphere.OpSuspend), StartTime: metav1.NewTime(startsAt)}},
+	}}}
+	vc := &askedVC{}
+	after := (&Follower{Pool: pool, Now: startsAt, VSphere: vc, Events: noEvents{}, Peek: true}).Check(t.Context())
+	if w := pool.Status.Workers[0]; w.Task == nil || after != RequeueTask || len(vc.found) != 0 {
+		t.Errorf("intent %+v, after %s, vCenter asked for %v; want the intent kept as a task in flight, nothing asked", w.Task, after, vc.found)
+	}
 }

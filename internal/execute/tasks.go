@@ -156,8 +156,8 @@ func recordStart(ctx context.Context, pool string, now time.Time, ev Events, ws 
 	op := ws.Task.Operation
 	if err != nil {
 		// Note: the intent stays. The call may have failed after vCenter queued the task
-		// (a deadline, a reset connection); the next pass asks vCenter (resolveIntent)
-		// before the step is planned again.
+		// (a deadline, a reset connection); vCenter is asked (resolveIntent: on the next
+		// pass, or right after this answer is taken) before the step is planned again.
 		TaskErrors.WithLabelValues(pool, op).Inc()
 		wait := Failed(ws, now, op+" could not start", err.Error())
 		ev.VM(ws.VM, corev1.EventTypeWarning, op+"Failed", fmt.Sprintf("%s of VM %s could not start: %v", op, ws.VM, err))

@@ -104,9 +104,14 @@ func TestCPUByProcessReadsThisProcess(t *testing.T) {
 }
 
 func TestFormatFloor(t *testing.T) {
-	out := FormatFloor([]*BenchResult{{Hosts: 16, Floor: Floor{N: 256, NodePatches: 3210 * time.Millisecond, EvictionsOut: 12345 * time.Millisecond}}, {Hosts: 4}})
+	r := &BenchResult{Hosts: 16, DayToNight: 45 * time.Second, BoundDayToNight: 9 * time.Second, EvictionLatency: time.Second,
+		Floor: Floor{N: 256, NodePatches: 3210 * time.Millisecond, EvictionsOut: 12 * time.Second}}
+	if got, want := r.SwitchFloor(), 20*time.Second; got != want {
+		t.Errorf("SwitchFloor = %s, want %s (the evictions alone, then the bound without its eviction)", got, want)
+	}
+	out := FormatFloor([]*BenchResult{r, {Hosts: 4}})
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[1], "16     256     3.21s          12.35s") {
+	if len(lines) != 2 || strings.Join(strings.Fields(lines[1]), " ") != "16 256 3.21s 12s 20s 45s 2.25" {
 		t.Errorf("FormatFloor: want a header and the row of the size with a floor, got:\n%s", out)
 	}
 }

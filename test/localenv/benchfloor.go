@@ -166,16 +166,29 @@ func (e *Env) floorEvictions(ctx context.Context, n int) (time.Duration, error) 
 	return took, nil
 }
 
+// SwitchFloor is the shortest day -> night this environment allows: every evicted pod
+// gone, as the environment alone takes for N of them, then the rest of one GPU's
+// critical path (the bound without its one eviction). Zero without a floor.
+func (r *BenchResult) SwitchFloor() time.Duration {
+	if r.Floor.N == 0 {
+		return 0
+	}
+	return r.Floor.EvictionsOut + r.BoundDayToNight - r.EvictionLatency
+}
+
 // FormatFloor prints each size's floor: the environment's own time for a switch's
-// cordons and evictions, done alone.
+// cordons and evictions, done alone, the switch floor they make, and day -> night
+// against it.
 func FormatFloor(rs []*BenchResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-6s %-7s %-14s %-14s\n", "hosts", "nodes", "node patches", "evictions gone")
+	fmt.Fprintf(&b, "%-6s %-7s %-14s %-14s %-16s %-10s %-12s\n", "hosts", "nodes", "node patches", "evictions gone", "day>night floor", "day>night", "ratio floor")
 	for _, r := range rs {
 		if r.Floor.N == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "%-6d %-7d %-14s %-14s\n", r.Hosts, r.Floor.N, r.Floor.NodePatches.Round(10*time.Millisecond), r.Floor.EvictionsOut.Round(10*time.Millisecond))
+		f := r.SwitchFloor()
+		fmt.Fprintf(&b, "%-6d %-7d %-14s %-14s %-16s %-10s %-12.2f\n", r.Hosts, r.Floor.N, r.Floor.NodePatches.Round(10*time.Millisecond),
+			r.Floor.EvictionsOut.Round(10*time.Millisecond), f.Round(100*time.Millisecond), r.DayToNight.Round(100*time.Millisecond), r.DayToNight.Seconds()/f.Seconds())
 	}
 	return b.String()
 }

@@ -176,7 +176,7 @@ func WriteBenchJSON(path string, rs []*BenchResult) error {
 	out := make([]benchJSON, 0, len(rs))
 	for _, r := range rs {
 		j := benchJSON{Hosts: r.Hosts, GPUs: r.Hosts * r.GPUs, ChangedVMs: r.ChangedVMs,
-			NodeLease: r.NodeLease.Seconds(), ControlPlaneQPS: r.ControlPlaneQPS, CPUSeconds: r.CPUSeconds, Floor: floorJSON(r.Floor),
+			NodeLease: r.NodeLease.Seconds(), ControlPlaneQPS: r.ControlPlaneQPS, CPUSeconds: r.CPUSeconds, Floor: floorJSONOf(r),
 			Makespans: map[string]float64{"dayToNight": r.DayToNight.Seconds(), "nightToDay": r.NightToDay.Seconds()},
 			Bounds:    map[string]float64{"dayToNight": r.BoundDayToNight.Seconds(), "nightToDay": r.BoundNightToDay.Seconds()},
 			Ratios: map[string]float64{"dayToNight": r.DayToNight.Seconds() / r.BoundDayToNight.Seconds(),
@@ -216,4 +216,13 @@ func floorJSON(f Floor) map[string]float64 {
 		return nil
 	}
 	return map[string]float64{"nodes": float64(f.N), "nodePatches": f.NodePatches.Seconds(), "evictionsGone": f.EvictionsOut.Seconds()}
+}
+
+// floorJSONOf is the floor of r as JSON, with the switch floor it makes.
+func floorJSONOf(r *BenchResult) map[string]float64 {
+	out := floorJSON(r.Floor)
+	if out != nil {
+		out["dayToNightFloor"] = r.SwitchFloor().Seconds()
+	}
+	return out
 }

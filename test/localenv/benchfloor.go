@@ -47,8 +47,9 @@ func (e *Env) benchFloor(ctx context.Context, n int) (Floor, error) {
 }
 
 // floorNodePatches patches an annotation onto n day nodes, as a cordon patches them
-// (a merge patch carrying the node's resourceVersion), at most MaxConcurrentWrites at
-// once, and returns how long until the last patch returned.
+// (a merge patch carrying the node's resourceVersion, read again and tried again on a
+// conflict with kwok's or the controller manager's own writes), at most
+// MaxConcurrentWrites at once, and returns how long until the last patch returned.
 func (e *Env) floorNodePatches(ctx context.Context, n int) (time.Duration, error) {
 	var list corev1.NodeList
 	if err := e.Client.List(ctx, &list); err != nil {
@@ -63,9 +64,16 @@ func (e *Env) floorNodePatches(ctx context.Context, n int) (time.Duration, error
 	errs := make([]error, len(day))
 	start := time.Now()
 	execute.ForEach(len(day), execute.MaxConcurrentWrites, func(i int) {
-		before := day[i].DeepCopy()
-		metav1.SetMetaDataAnnotation(&day[i].ObjectMeta, "bench.gpupool.dev/floor", "patched")
-		errs[i] = e.Client.Patch(ctx, day[i], client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		for attempt := 1; ; attempt++ {
+			before := day[i].DeepCopy()
+			metav1.SetMetaDataAnnotation(&day[i].ObjectMeta, "bench.gpupool.dev/floor", "patched")
+			if errs[i] = e.Client.Patch(ctx, day[i], client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); !apierrors.IsConflict(errs[i]) || attempt == 5 {
+				return
+			}
+			if errs[i] = e.Client.Get(ctx, client.ObjectKeyFromObject(day[i]), day[i]); errs[i] != nil {
+				return
+			}
+		}
 	})
 	took := time.Since(start)
 	for _, err := range errs {

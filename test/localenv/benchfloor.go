@@ -2,9 +2,10 @@ package localenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -107,51 +108,31 @@ func (e *Env) floorEvictions(ctx context.Context, n int) (time.Duration, error) 
 	}
 	var pods []corev1.Pod
 	running := func() (bool, error) {
-		var list corev1.PodList
-		if err := e.Client.List(ctx, &list, client.InNamespace(floorNamespace)); err != nil {
-			return false, err
-		}
-		pods = pods[:0]
-		for _, p := range list.Items {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-				pods = append(pods, p)
-			}
-		}
-		return len(pods) >= n, nil
+		var err error
+		pods, err = e.floorPods(ctx, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil })
+		return len(pods) >= n, err
 	}
 	if err := e.pollFor(ctx, 500*time.Millisecond, 5*time.Minute, "the floor's pods to run", running); err != nil {
 		return 0, err
 	}
 	evicted := pods[:n]
-	var mu sync.Mutex
-	var evictErr error
+	errs := make([]error, len(evicted))
 	start := time.Now()
 	execute.ForEach(len(evicted), execute.MaxConcurrentWrites, func(i int) {
-		if err := e.Client.SubResource("eviction").Create(ctx, &evicted[i], &policyv1.Eviction{}); err != nil && !apierrors.IsNotFound(err) {
-			mu.Lock()
-			evictErr = err
-			mu.Unlock()
+		if err := e.Client.SubResource("eviction").Create(ctx, &evicted[i], &policyv1.Eviction{}); !apierrors.IsNotFound(err) {
+			errs[i] = err
 		}
 	})
-	if evictErr != nil {
-		return 0, fmt.Errorf("the floor's evictions: %w", evictErr)
+	if err := errors.Join(errs...); err != nil {
+		return 0, fmt.Errorf("the floor's evictions: %w", err)
 	}
 	left := map[string]bool{}
 	for _, p := range evicted {
 		left[p.Name] = true
 	}
 	gone := func() (bool, error) {
-		var list corev1.PodList
-		if err := e.Client.List(ctx, &list, client.InNamespace(floorNamespace)); err != nil {
-			return false, err
-		}
-		still := 0
-		for _, p := range list.Items {
-			if left[p.Name] {
-				still++
-			}
-		}
-		return still == 0, nil
+		still, err := e.floorPods(ctx, func(p *corev1.Pod) bool { return left[p.Name] })
+		return len(still) == 0, err
 	}
 	if err := e.pollFor(ctx, 100*time.Millisecond, 5*time.Minute, "the floor's evicted pods to be gone", gone); err != nil {
 		return 0, err
@@ -162,16 +143,22 @@ func (e *Env) floorEvictions(ctx context.Context, n int) (time.Duration, error) 
 		return 0, err
 	}
 	none := func() (bool, error) {
-		var list corev1.PodList
-		if err := e.Client.List(ctx, &list, client.InNamespace(floorNamespace)); err != nil {
-			return false, err
-		}
-		return len(list.Items) == 0, nil
+		all, err := e.floorPods(ctx, func(*corev1.Pod) bool { return true })
+		return len(all) == 0, err
 	}
 	if err := e.pollFor(ctx, 500*time.Millisecond, 5*time.Minute, "the floor's pods to be deleted", none); err != nil {
 		return 0, err
 	}
 	return took, nil
+}
+
+// floorPods lists the floor's pods that keep says.
+func (e *Env) floorPods(ctx context.Context, keep func(*corev1.Pod) bool) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := e.Client.List(ctx, &list, client.InNamespace(floorNamespace)); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return !keep(&p) }), nil
 }
 
 // SwitchFloor is the shortest day -> night this environment allows: every evicted pod

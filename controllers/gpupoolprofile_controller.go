@@ -40,9 +40,10 @@ import (
 // computes the conditions and the phase from what the pass found, and one patch writes
 // the status.
 func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
-	pool := &gpupoolv1.GPUPoolProfile{}
-	if err := r.APIReader.Get(ctx, req.NamespacedName, pool); err != nil {
+	pool, err := r.readPool(ctx, req.NamespacedName)
+	if err != nil {
 		if apierrors.IsNotFound(err) {
+			r.fresh.forget(req.Name)
 			r.tasks.watch(req.Name, nil, nil)
 			r.evictions.Cancel(req.Name)
 			r.starts.Cancel(req.Name)
@@ -62,7 +63,9 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return r.reconcileDelete(ctx, pool)
 	}
 	if controllerutil.AddFinalizer(pool, FinalizerName) {
-		if err := r.Client.Update(ctx, pool); err != nil {
+		err := r.Client.Update(ctx, pool)
+		r.wrote(pool, err)
+		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 		}
 	}
@@ -86,7 +89,9 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		}
 		// Note: a failed patch loses only what can be re-observed: task ids are found
 		// again through the intent persisted before each task (see internal/execute: Run, Follower).
-		if err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(s.persisted)); err != nil && !apierrors.IsNotFound(err) {
+		err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(s.persisted))
+		r.wrote(pool, err)
+		if err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
 		}
 	}()

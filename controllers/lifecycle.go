@@ -75,7 +75,9 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 		}
 		s.facts.deleting = msg
 		summarize(s)
-		if err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(s.persisted)); client.IgnoreNotFound(err) != nil {
+		err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(s.persisted))
+		r.wrote(pool, err)
+		if client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("patching status: %w", err)
 		}
 		r.tasks.watch(pool.Name, s.vc, inFlight(pool))
@@ -96,7 +98,9 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 	// The Workloads the pool's check holds are released before the finalizer goes:
 	// afterwards nothing answers them.
 	if again := r.releaseDeletedKueue(ctx, pool, s.now); again > 0 {
-		if err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(s.persisted)); client.IgnoreNotFound(err) != nil {
+		err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(s.persisted))
+		r.wrote(pool, err)
+		if client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("patching status: %w", err)
 		}
 		return ctrl.Result{RequeueAfter: again}, nil
@@ -185,7 +189,9 @@ func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1
 		return ctrl.Result{}, err
 	}
 	controllerutil.RemoveFinalizer(pool, FinalizerName)
-	if err := r.Client.Update(ctx, pool); client.IgnoreNotFound(err) != nil {
+	err := r.Client.Update(ctx, pool)
+	r.wrote(pool, err)
+	if client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}
 	return ctrl.Result{}, nil

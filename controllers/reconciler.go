@@ -21,8 +21,9 @@ import (
 type GPUPoolProfileReconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
 	Client client.Client
-	// APIReader reads the pool itself uncached, so a reconcile never acts on a status
-	// older than its own last write (which would start a vSphere task twice).
+	// APIReader reads the pool itself uncached when the cache may hold a status older
+	// than the reconciler's own last write (which would start a vSphere task twice;
+	// readPool).
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// Clock is injected so tests can step time across window boundaries.
@@ -94,6 +95,10 @@ type GPUPoolProfileReconciler struct {
 	selections poolMemo[map[string]plan.Selected]
 	// usage is each pool's GPU-hour ledger (usage.go).
 	usage poolMemo[*usageState]
+	// fresh is, per pool, the newest resourceVersion this reconciler wrote or read from
+	// the API server: the cache serves a pass's read of the pool when it holds that
+	// version (readPool).
+	fresh poolMemo[string]
 }
 
 // kueueReleaser releases the admission checks a pool being deleted holds (the Kueue

@@ -32,7 +32,9 @@ func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope, pee
 // object it is given, and the pass holds pointers into s.pool's worker list.
 func (r *GPUPoolProfileReconciler) persist(ctx context.Context, s *scope) error {
 	obj := s.pool.DeepCopy()
-	if err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(s.persisted, client.MergeFromWithOptimisticLock{})); err != nil {
+	err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(s.persisted, client.MergeFromWithOptimisticLock{}))
+	r.wrote(obj, err)
+	if err != nil {
 		return err
 	}
 	s.persisted = obj

@@ -879,10 +879,11 @@ type GPUPoolProfileStatus struct {
 	// Transition is the switch in progress, if any.
 	// +optional
 	Transition *TransitionStatus `json:"transition,omitempty"`
-	// Workers is the state of every VM of the pool.
+	// Workers is the state of every VM of the pool, one entry per VM. gpupool writes
+	// the list whole (atomic), so that the API server keeps no ownership per entry in
+	// managedFields, which for a pool of 1,280 VMs was a third of the object.
 	// +optional
-	// +listType=map
-	// +listMapKey=vm
+	// +listType=atomic
 	Workers []WorkerStatus `json:"workers,omitempty"`
 	// Progress is "settled/total" over Workers: how many workers have no step left
 	// (such as 3/5). It exists for the WORKERS column of kubectl get -o wide, which can

@@ -508,21 +508,6 @@ func (e *Env) trainingSucceeded(ctx context.Context) bool {
 	return false
 }
 
-// waitPool polls the named pool every so often until cond holds.
-func (e *Env) waitPool(ctx context.Context, name string, every time.Duration, what string, cond func(*gpupoolv1.GPUPoolProfile) bool) error {
-	for {
-		var p gpupoolv1.GPUPoolProfile
-		if err := e.Client.Get(ctx, client.ObjectKey{Name: name}, &p); err == nil && cond(&p) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		case <-time.After(every):
-		}
-	}
-}
-
 // snapshot renders the nodes and where the demo pods run, one line each.
 func (e *Env) snapshot(ctx context.Context, res *DemoResult) (string, string, error) {
 	var nodes corev1.NodeList

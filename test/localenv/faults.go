@@ -83,7 +83,8 @@ func (e *Env) signal(sig syscall.Signal, names []string) error {
 	return nil
 }
 
-// WaitPool polls the pool every interval until cond holds or ctx ends.
+// WaitPool waits until cond holds for the pool or ctx ends (waitPool: a watch; every is
+// the pause before listing again when the watch ends).
 func (e *Env) WaitPool(ctx context.Context, name string, every time.Duration, what string, cond func(*gpupoolv1.GPUPoolProfile) bool) error {
 	return e.waitPool(ctx, name, every, what, cond)
 }

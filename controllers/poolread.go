@@ -13,17 +13,24 @@ import (
 // a task the last pass asked for, and the pass would ask again. The manager's cache
 // serves the read when it holds a version of the pool this reconciler knows is at least
 // that new: the resourceVersion its last write returned, or one it read from the API
-// server since (fresh). Any other version (the cache behind, another writer such as the
-// Kueue controller or a user, a manager just started, a write whose outcome is unknown)
-// is read from the API server. A pool of 1,280 workers is half a megabyte that the API
-// server reads from etcd and decodes for every uncached read: with a read per pass, that
-// was a sixth of its CPU during a 64-host switch (docs/performance.md).
+// server since (fresh). Any other version (the cache behind, or showing another writer's
+// change; a manager just started; a write whose outcome is unknown) is read from the API
+// server. A cache that has not shown another writer's change yet may still serve the
+// pass, as any controller's cache does: the pass's own intents are never older. A pool
+// of 1,280 workers is a third of a megabyte that the API server reads from etcd and
+// decodes for every uncached read.
+//
+// A pool with spec.kueue (or a status.kueue left to release) is read from the API server
+// on every pass, as before: the Kueue controller writes its status.kueue, and a pass that
+// started from the cache before the cache showed that write would have its intents' write
+// (optimistically locked) refused, and start nothing that pass.
 //
 // Note: resourceVersions are compared for equality only; their order is the API
 // server's.
 func (r *GPUPoolProfileReconciler) readPool(ctx context.Context, key client.ObjectKey) (*gpupoolv1.GPUPoolProfile, error) {
 	cached := &gpupoolv1.GPUPoolProfile{}
-	if err := r.Client.Get(ctx, key, cached); err == nil && cached.ResourceVersion != "" && r.fresh.last(cached) == cached.ResourceVersion {
+	if err := r.Client.Get(ctx, key, cached); err == nil && cached.ResourceVersion != "" && !kueueWrites(cached) &&
+		r.fresh.last(cached) == cached.ResourceVersion {
 		return cached, nil
 	}
 	pool := &gpupoolv1.GPUPoolProfile{}
@@ -44,4 +51,10 @@ func (r *GPUPoolProfileReconciler) wrote(pool *gpupoolv1.GPUPoolProfile, err err
 		return
 	}
 	r.fresh.remember(pool, pool.ResourceVersion)
+}
+
+// kueueWrites tells whether the Kueue controller may write the pool's status
+// (status.kueue): while spec.kueue is set, and until the status it left is released.
+func kueueWrites(pool *gpupoolv1.GPUPoolProfile) bool {
+	return pool.Spec.Kueue != nil || pool.Status.Kueue != nil
 }

@@ -229,7 +229,7 @@ func TestStatusManagedFieldsDoNotGrowWithWorkers(t *testing.T) {
 		}
 		for _, mf := range got.ManagedFields {
 			if mf.Manager == FieldOwner && mf.Subresource == "status" && mf.FieldsV1 != nil {
-				return len(mf.FieldsV1.Raw)
+				return len(mf.FieldsV1.GetRawBytes())
 			}
 		}
 		t.Fatalf("no managedFields entry of %s for the status: %+v", FieldOwner, got.ManagedFields)

@@ -42,8 +42,29 @@ func CacheOptions() cache.Options {
 			// pools' nodes are watched node by node (nodePods), and no other bound pod
 			// of the cluster is held.
 			&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", ""), Transform: transformPod},
+			// Every node of the cluster is held (any may be a pool VM's, by
+			// spec.providerID): what grows with the cluster is kept small.
+			&corev1.Node{}: {Transform: transformNode},
 		},
 	}
+}
+
+// transformNode drops from a cached node what gpupool never reads and a kubelet fills
+// in: the images the node holds (up to 50 by default, most of a real node's status),
+// the volumes in use and attached, and managedFields (the default transform, which a
+// transform of the type's own replaces). A node is written by patches computed against
+// the cached copy (nodewrite.go), which leave out what the copy lacks, and status is a
+// subresource gpupool never writes: nothing dropped is written back.
+func transformNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	n.ManagedFields = nil
+	n.Status.Images = nil
+	n.Status.VolumesInUse = nil
+	n.Status.VolumesAttached = nil
+	return n, nil
 }
 
 // transformPod is leanPod as a cache transform; anything else (a tombstone is never

@@ -10,15 +10,18 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/diff"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/randfill"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
@@ -382,5 +385,34 @@ func TestDemandListsNoClusterPods(t *testing.T) {
 	}
 	if unselected > 0 || cachedJobs > 0 {
 		t.Errorf("%d pod list(s) without a field selector, %d Job read(s) through the cache; want none", unselected, cachedJobs)
+	}
+}
+
+// TestTransformNodeDropsOnlyWhatIsNeverRead: for nodes with every field filled at random,
+// the cached node is the node without its images, volumes in use and attached and
+// managedFields; every other field (labels, taints, providerID, conditions, capacity,
+// nodeInfo: what matching, readiness and the plan read) is kept as it was.
+func TestTransformNodeDropsOnlyWhatIsNeverRead(t *testing.T) {
+	f := randfill.NewWithSeed(37).NilChance(0).NumElements(1, 3)
+	for i := range 200 {
+		var n corev1.Node
+		f.Fill(&n)
+		want := n.DeepCopy()
+		want.ManagedFields, want.Status.Images, want.Status.VolumesInUse, want.Status.VolumesAttached = nil, nil, nil, nil
+		got, err := transformNode(n.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equality.Semantic.DeepEqual(got, want) {
+			t.Fatalf("node %d: the cached node differs in more than the dropped fields: %s", i, diff.Diff(want, got))
+		}
+		if len(n.Status.Images) == 0 || len(n.ManagedFields) == 0 {
+			t.Fatalf("node %d: the fill left a dropped field empty; the test checks nothing", i)
+		}
+	}
+	// Anything not a node passes as it is.
+	pod := &corev1.Pod{}
+	if got, _ := transformNode(pod); got != pod {
+		t.Fatal("a pod was changed by the node transform")
 	}
 }

@@ -168,7 +168,7 @@ func checkPoolFromUp(t *testing.T, env *localenv.Env, kubectl func(...string) st
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	var last gpupoolv1.GPUPoolProfile
-	err := env.WaitPool(ctx, localenv.DemoPool, time.Second, "the pool of "+file+" to be Ready", func(p *gpupoolv1.GPUPoolProfile) bool {
+	err := env.WaitPool(ctx, localenv.DemoPool, "the pool of "+file+" to be Ready", func(p *gpupoolv1.GPUPoolProfile) bool {
 		last = *p
 		return p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout != "" && p.Status.ActiveLayout == p.Status.DesiredLayout &&
 			meta.IsStatusConditionTrue(p.Status.Conditions, gpupoolv1.ConditionReady)

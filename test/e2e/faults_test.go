@@ -289,7 +289,7 @@ func (w *faultWorld) waitLayout(layout string) {
 	ctx, cancel := context.WithTimeout(w.ctx, 3*time.Minute)
 	defer cancel()
 	var last *gpupoolv1.GPUPoolProfile
-	if err := w.env.WaitPool(ctx, localenv.DemoPool, 250*time.Millisecond, "layout "+layout, func(p *gpupoolv1.GPUPoolProfile) bool {
+	if err := w.env.WaitPool(ctx, localenv.DemoPool, "layout "+layout, func(p *gpupoolv1.GPUPoolProfile) bool {
 		last = p
 		return p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == layout
 	}); err != nil {

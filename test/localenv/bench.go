@@ -202,7 +202,7 @@ func (e *Env) benchSetUp(ctx context.Context, b BenchOptions) (int, error) {
 	if err := e.Client.Create(ctx, e.benchPool(b)); err != nil {
 		return 0, err
 	}
-	if err := e.waitPool(ctx, BenchPool, 100*time.Millisecond, "day active", func(p *gpupoolv1.GPUPoolProfile) bool {
+	if err := e.waitPool(ctx, BenchPool, "day active", func(p *gpupoolv1.GPUPoolProfile) bool {
 		return p.Status.ActiveLayout == "day" && p.Status.Phase == gpupoolv1.PhaseSteady
 	}); err != nil {
 		return 0, err
@@ -323,7 +323,7 @@ func (e *Env) switchTo(ctx context.Context, layout string) (time.Duration, *swit
 	if err := e.Client.Update(ctx, &p); err != nil {
 		return 0, nil, err
 	}
-	err = e.waitPool(ctx, BenchPool, 100*time.Millisecond, want+" active", func(p *gpupoolv1.GPUPoolProfile) bool {
+	err = e.waitPool(ctx, BenchPool, want+" active", func(p *gpupoolv1.GPUPoolProfile) bool {
 		return p.Status.ActiveLayout == want && p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ObservedGeneration == p.Generation
 	})
 	took := time.Since(start)

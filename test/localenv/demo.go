@@ -469,7 +469,7 @@ func (e *Env) createPoolAtDay(ctx context.Context, pool *gpupoolv1.GPUPoolProfil
 	if err := e.Client.Create(ctx, pool); err != nil {
 		return fmt.Errorf("creating the pool: %w", err)
 	}
-	return e.waitPool(ctx, DemoPool, time.Second, "the day layout to be active", func(p *gpupoolv1.GPUPoolProfile) bool {
+	return e.waitPool(ctx, DemoPool, "the day layout to be active", func(p *gpupoolv1.GPUPoolProfile) bool {
 		return p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == "day"
 	})
 }

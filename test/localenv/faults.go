@@ -83,10 +83,9 @@ func (e *Env) signal(sig syscall.Signal, names []string) error {
 	return nil
 }
 
-// WaitPool waits until cond holds for the pool or ctx ends (waitPool: a watch; every is
-// the pause before listing again when the watch ends).
-func (e *Env) WaitPool(ctx context.Context, name string, every time.Duration, what string, cond func(*gpupoolv1.GPUPoolProfile) bool) error {
-	return e.waitPool(ctx, name, every, what, cond)
+// WaitPool waits until cond holds for the pool or ctx ends (waitPool: a watch).
+func (e *Env) WaitPool(ctx context.Context, name, what string, cond func(*gpupoolv1.GPUPoolProfile) bool) error {
+	return e.waitPool(ctx, name, what, cond)
 }
 
 // Kill ends a process Freeze can name with SIGKILL, as a crash would.

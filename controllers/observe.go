@@ -29,6 +29,7 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.
 		}
 		s.vc = vcc
 	}
+	start := time.Now()
 	if plan.HasSelections(&pool.Spec) {
 		// The selected VMs are pool VMs: found before the inventory read.
 		if retry, ok := r.resolveSelections(ctx, s); !ok {
@@ -36,9 +37,12 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.
 		}
 	}
 	inv, retry, ok := r.readInventory(ctx, s)
+	recordPhaseTime("observe:vcenter", start)
 	if !ok {
 		return retry, false
 	}
+	start = time.Now()
+	defer recordPhaseTime("observe:cluster", start)
 	w := world.Resolve(&pool.Spec, inv)
 	w.TasksInFlight, w.TasksEnded = s.tasks.inFlight, s.tasks.ended
 	if retry, ok := r.checkClaims(ctx, s, w); !ok {

@@ -63,15 +63,19 @@ func (r *GPUPoolProfileReconciler) conversionCosts(ctx context.Context, pool *gp
 	res := demand.GPUResource(pool)
 	costs := make(plan.Costs, len(w.Nodes))
 	jobs := map[types.NamespacedName]bool{}
-	for vm, n := range w.Nodes {
-		if !w.Runs(vm) {
-			continue // a VM that does not run disrupts nothing, and its pods are not watched
+	var running []string
+	for vm := range w.Nodes {
+		if w.Runs(vm) { // a VM that does not run disrupts nothing, and its pods are not watched
+			running = append(running, vm)
 		}
-		pods, err := r.podsOnNode(ctx, n.Name)
-		if err != nil {
+	}
+	onNodes, errs := r.podsOnNodes(ctx, w, running)
+	for k, vm := range running {
+		if errs[k] != nil {
 			costs[vm] = plan.VMCost{GPUPods: 1, DoNotDisrupt: 1}
 			continue
 		}
+		pods := onNodes[k]
 		var c plan.VMCost
 		for i := range pods {
 			p := &pods[i]

@@ -74,7 +74,10 @@ func BenchmarkNodePodsWatches(b *testing.B) {
 		heap += float64(h1) - float64(h0)
 		np.track("lab", nil)
 		cancel()
-		for try := 0; runtime.NumGoroutine() > g0+10 && try < 400; try++ {
+		for try := 0; runtime.NumGoroutine() > g0+10; try++ {
+			if try > 400 { // a guard: the watches end within milliseconds of their context
+				b.Fatalf("%d goroutines left after the watches stopped, %d before they started", runtime.NumGoroutine(), g0)
+			}
 			time.Sleep(25 * time.Millisecond)
 		}
 	}

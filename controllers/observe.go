@@ -2,13 +2,13 @@ package controllers
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
+	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/internal/world"
@@ -31,13 +31,7 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.
 		s.vc = vcc
 	}
 	start := time.Now()
-	if plan.HasSelections(&pool.Spec) {
-		// The selected VMs are pool VMs: found before the inventory read.
-		if retry, ok := r.resolveSelections(ctx, s); !ok {
-			return retry, false
-		}
-	}
-	inv, retry, ok := r.readInventory(ctx, s)
+	inv, retry, ok := r.readPoolInventory(ctx, s)
 	recordPhaseTime("observe:vcenter", start)
 	if !ok {
 		return retry, false
@@ -62,6 +56,18 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.
 	s.w = *w
 	s.facts.observed = true
 	return 0, true
+}
+
+// readPoolInventory reads the pool's VMs and hosts from vCenter: the VMs its selections
+// find first, then the inventory.
+func (r *GPUPoolProfileReconciler) readPoolInventory(ctx context.Context, s *scope) (*inventory.Inventory, time.Duration, bool) {
+	if plan.HasSelections(&s.pool.Spec) {
+		// The selected VMs are pool VMs: found before the inventory read.
+		if retry, ok := r.resolveSelections(ctx, s); !ok {
+			return nil, retry, false
+		}
+	}
+	return r.readInventory(ctx, s)
 }
 
 // observeNodes records what the planner needs of each pool node that only the cluster
@@ -93,24 +99,17 @@ func (r *GPUPoolProfileReconciler) observeNodes(ctx context.Context, s *scope, w
 // podReadsAtOnce bounds the pod lists observe sends the API server at once.
 const podReadsAtOnce = 16
 
-// podsOnNodes reads the pods of the nodes of vms, podReadsAtOnce at a time. Most come
-// from the nodes' watches at once; a node whose watch has not listed yet (a VM powered
-// on since the last pass: its node is watched from this pass on) is listed from the API
-// server. One after the other, the hundreds of nodes a night -> day switch powers on in a
-// pass took observe a minute at 64 hosts (docs/performance.md).
+// podsOnNodes reads the pods of the nodes of vms (observe's cordoned nodes, a layout by
+// count's running nodes), podReadsAtOnce at a time. Most come from the nodes' watches at
+// once; a node whose watch has not listed yet (a VM powered on since the last pass: its
+// node is watched from this pass on) is listed from the API server. One after the
+// other, the hundreds of nodes a night -> day switch powers on in a pass took observe up
+// to a minute at 64 hosts (docs/performance.md, "The runs of 2026-12-05 morning").
 func (r *GPUPoolProfileReconciler) podsOnNodes(ctx context.Context, w *world.World, vms []string) ([][]corev1.Pod, []error) {
 	pods, errs := make([][]corev1.Pod, len(vms)), make([]error, len(vms))
-	sem := make(chan struct{}, podReadsAtOnce)
-	var wg sync.WaitGroup
-	for i, vm := range vms {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			pods[i], errs[i] = r.podsOnNode(ctx, w.Nodes[vm].Name)
-		}()
-	}
-	wg.Wait()
+	execute.ForEach(len(vms), podReadsAtOnce, func(i int) {
+		pods[i], errs[i] = r.podsOnNode(ctx, w.Nodes[vms[i]].Name)
+	})
 	return pods, errs
 }
 

@@ -33,7 +33,8 @@ const podPendingResourceField = "gpupool.dev/pending-extended-resource"
 var keptPodAnnotations = []string{gpupoolv1.AnnotationDoNotDisrupt, corev1.MirrorPodAnnotationKey}
 
 // CacheOptions are the manager cache's options: managedFields stripped from every
-// object, and pods held lean (leanPod).
+// object, only the pods not bound to a node held, lean (leanPod), and nodes without what
+// kubelets fill in and gpupool never reads (transformNode).
 func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),

@@ -415,4 +415,18 @@ func TestTransformNodeDropsOnlyWhatIsNeverRead(t *testing.T) {
 	if got, _ := transformNode(pod); got != pod {
 		t.Fatal("a pod was changed by the node transform")
 	}
+	// And the manager's cache applies it to nodes.
+	var fromCache func(any) (any, error)
+	for o, by := range CacheOptions().ByObject {
+		if _, ok := o.(*corev1.Node); ok {
+			fromCache = by.Transform
+		}
+	}
+	if fromCache == nil {
+		t.Fatal("the manager's cache has no transform for nodes")
+	}
+	n := &corev1.Node{Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"busybox"}}}}}
+	if got, err := fromCache(n); err != nil || len(got.(*corev1.Node).Status.Images) != 0 {
+		t.Fatalf("the cache's node transform kept the images: %v", err)
+	}
 }

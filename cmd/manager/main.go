@@ -142,8 +142,9 @@ func newManager(o *options) (ctrl.Manager, error) {
 	restCfg.QPS, restCfg.Burst = float32(o.kubeQPS), o.kubeBurst
 	return ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme: scheme,
-		// The informers hold every Node and Pod (drains read pods by node, demand the
-		// pending ones): managedFields are stripped, and pods kept to what gpupool reads.
+		// The informers hold every Node and the pods no node has yet (demand's pending
+		// ones; a pool node's pods are watched node by node): managedFields are stripped,
+		// and pods and nodes kept to what gpupool reads.
 		Cache:                   controllers.CacheOptions(),
 		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir),
 		HealthProbeBindAddress:  o.probeAddr,

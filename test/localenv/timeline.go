@@ -136,7 +136,7 @@ func (e *Env) follow(ctx context.Context, list client.ObjectList, opts []client.
 // watchExpired says that a watch could not resume from rv, and returns the version to
 // watch from instead: now.
 func (e *Env) watchExpired(list client.ObjectList, rv string) string {
-	e.logf("==> the benchmark's watch of %T could not resume from resourceVersion %s (expired): events in between are lost", list, rv)
+	e.logf("==> the watch of %T could not resume from resourceVersion %s (expired): events in between are lost", list, rv)
 	return ""
 }
 

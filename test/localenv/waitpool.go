@@ -20,7 +20,7 @@ import (
 func (e *Env) waitPool(ctx context.Context, name, what string, cond func(*gpupoolv1.GPUPoolProfile) bool) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	met := false // follow calls on in its own goroutine, one event at a time
+	met := false // follow runs in this goroutine and calls on one event at a time
 	e.follow(wctx, &gpupoolv1.GPUPoolProfileList{}, []client.ListOption{client.MatchingFields{"metadata.name": name}}, func(ev watch.Event) {
 		if p, ok := ev.Object.(*gpupoolv1.GPUPoolProfile); ok && !met && (ev.Type == watch.Added || ev.Type == watch.Modified) && cond(p) {
 			met = true

@@ -34,7 +34,7 @@ func benchFlags(fs *flag.FlagSet) benchConfig {
 		pods:       fs.Bool("pods", true, "bench: one light pod per day node"),
 		delays:     fs.String("task-delays", "SuspendVM_Task=2s,PowerOnVM_Task=3s,PowerOffVM_Task=2s,ReconfigVM_Task=2s", "bench: vgpusim task durations"),
 		sequential: fs.Int("sequential-hosts", 1, "bench: hosts the sequential script switches (extrapolated to all); 0 skips it"),
-		idle:       fs.Duration("idle", time.Minute, "bench: how long the manager's CPU use is measured at rest"),
+		idle:       fs.Duration("idle", time.Minute, "bench: how long the manager's CPU use is measured at rest, twice: from the end of the last switch, and after that"),
 		json:       fs.String("json", "", "bench: also write the results, per size, as JSON to this file"),
 		cpQPS:      fs.Int("control-plane-qps", 200, "bench: requests a second the controller manager and the scheduler allow themselves (burst twice that; 0: their defaults, 20 and 50); the manager allows itself 200"),
 		nodeLease:  fs.Duration("node-lease", localenv.DefaultNodeLease, "bench: kwok's node lease (renewed every quarter of it; a longer one gives the node lifecycle controller's grace period the same length)"),

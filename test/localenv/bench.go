@@ -54,10 +54,14 @@ type BenchResult struct {
 	Reconciles                 int
 	ReconcileP50, ReconcileP99 time.Duration
 	RSSPeakMiB                 float64
-	IdleCPUPercent             float64
-	Sequential                 time.Duration // extrapolated to all hosts
-	SequentialMeasured         time.Duration
-	SequentialHosts            int
+	// IdleCPUPercent is the manager's CPU over Idle from the moment night -> day is
+	// Steady, while the cluster still settles the switch (the node lifecycle controller
+	// marks the parked nodes NotReady a lease after they stop); IdleCPUPercentLater over
+	// the Idle after that.
+	IdleCPUPercent, IdleCPUPercentLater float64
+	Sequential                          time.Duration // extrapolated to all hosts
+	SequentialMeasured                  time.Duration
+	SequentialHosts                     int
 	// Reactions are gpupool's reaction times by kind (React*), over both switches, and
 	// the breakdowns each switch's critical path, from the watches and vgpusim's task
 	// log (reaction.go).
@@ -275,19 +279,22 @@ func (e *Env) benchSwitches(ctx context.Context, r *BenchResult, pods int) error
 	return nil
 }
 
-// benchManagerCost records the manager's CPU at rest (over b.Idle), its peak RSS and its
-// reconciles.
+// benchManagerCost records the manager's CPU at rest (over b.Idle, twice: right after
+// the switch and then), its peak RSS and its reconciles.
 func (e *Env) benchManagerCost(ctx context.Context, b BenchOptions, r *BenchResult) error {
 	pid, _ := e.managerPID()
 	if b.Idle > 0 && pid > 0 {
-		before, _ := cpuSeconds(pid)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(b.Idle):
+		at, _ := cpuSeconds(pid)
+		for _, into := range []*float64{&r.IdleCPUPercent, &r.IdleCPUPercentLater} {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(b.Idle):
+			}
+			now, _ := cpuSeconds(pid)
+			*into = 100 * (now - at) / b.Idle.Seconds()
+			at = now
 		}
-		after, _ := cpuSeconds(pid)
-		r.IdleCPUPercent = 100 * (after - before) / b.Idle.Seconds()
 	}
 	if pid > 0 {
 		r.RSSPeakMiB, _ = rssPeakMiB(pid)

@@ -1,7 +1,9 @@
 package localenv
 
 import (
+	"encoding/json"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -113,5 +115,31 @@ func TestFormatFloor(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || strings.Join(strings.Fields(lines[1]), " ") != "16 256 3.21s 12s 20s 45s 2.25" {
 		t.Errorf("FormatFloor: want a header and the row of the size with a floor, got:\n%s", out)
+	}
+}
+
+// TestBenchIdleCPUBothMinutes: the table and the JSON report the manager's CPU at rest
+// of both minutes, the one while the cluster settles the switch and the one after, each
+// in its place.
+func TestBenchIdleCPUBothMinutes(t *testing.T) {
+	r := &BenchResult{Hosts: 4, GPUs: 4, DayToNight: time.Minute, NightToDay: time.Minute, BoundDayToNight: time.Second, BoundNightToDay: time.Second,
+		IdleCPUPercent: 1.7, IdleCPUPercentLater: 0.42}
+	if out := FormatBench([]*BenchResult{r}); !strings.Contains(out, " 1.70/0.42 ") {
+		t.Errorf("the table does not show both minutes as first/then:\n%s", out)
+	}
+	path := filepath.Join(t.TempDir(), "bench.json")
+	if err := WriteBenchJSON(path, []*BenchResult{r}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(raw, &got); err != nil || len(got) != 1 {
+		t.Fatalf("%v: %s", err, raw)
+	}
+	if got[0]["idleCPUPercentOfCore"] != 1.7 || got[0]["idleCPUPercentOfCoreLater"] != 0.42 {
+		t.Errorf("JSON idle CPU %v then %v, want 1.7 then 0.42", got[0]["idleCPUPercentOfCore"], got[0]["idleCPUPercentOfCoreLater"])
 	}
 }

@@ -12,20 +12,21 @@ import (
 // FormatBench renders results as the benchmark's table.
 func FormatBench(rs []*BenchResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-6s %-5s %-8s %-10s %-10s %-7s %-10s %-10s %-7s %-12s %-10s %-12s %-9s %-8s %-8s\n",
+	fmt.Fprintf(&b, "%-6s %-5s %-8s %-10s %-10s %-7s %-10s %-10s %-7s %-12s %-10s %-12s %-9s %-11s %-8s\n",
 		"hosts", "GPUs", "changed", "day>night", "night>day", "bound", "ratio d>n", "ratio n>d", "evict/", "calls per", "reconciles", "reconcile", "RSS peak", "idle CPU", "sequential")
-	fmt.Fprintf(&b, "%-6s %-5s %-8s %-10s %-10s %-7s %-10s %-10s %-7s %-12s %-10s %-12s %-9s %-8s %-8s\n",
+	fmt.Fprintf(&b, "%-6s %-5s %-8s %-10s %-10s %-7s %-10s %-10s %-7s %-12s %-10s %-12s %-9s %-11s %-8s\n",
 		"", "", "VMs", "", "", "", "", "", "pod", "changed VM", "", "p50/p99", "MiB", "% core", "/ gpupool")
 	for _, r := range rs {
 		seq := "-"
 		if r.Sequential > 0 {
 			seq = fmt.Sprintf("%.1fx", r.Sequential.Seconds()/r.DayToNight.Seconds())
 		}
-		fmt.Fprintf(&b, "%-6d %-5d %-8d %-10s %-10s %-7s %-10.2f %-10.2f %-7.2f %-12.2f %-10d %-12s %-9.0f %-8.2f %-8s\n",
+		fmt.Fprintf(&b, "%-6d %-5d %-8d %-10s %-10s %-7s %-10.2f %-10.2f %-7.2f %-12.2f %-10d %-12s %-9.0f %-11s %-8s\n",
 			r.Hosts, r.Hosts*r.GPUs, r.ChangedVMs, r.DayToNight.Round(100*time.Millisecond), r.NightToDay.Round(100*time.Millisecond),
 			r.BoundDayToNight.Round(100*time.Millisecond), r.DayToNight.Seconds()/r.BoundDayToNight.Seconds(), r.NightToDay.Seconds()/r.BoundNightToDay.Seconds(),
-			r.EvictionsPerPod, r.CallsPerChangedVM, r.Reconciles, fmt.Sprintf("%s/%s", reconcileQuantile(r.ReconcileP50), reconcileQuantile(r.ReconcileP99)), r.RSSPeakMiB, r.IdleCPUPercent, seq)
+			r.EvictionsPerPod, r.CallsPerChangedVM, r.Reconciles, fmt.Sprintf("%s/%s", reconcileQuantile(r.ReconcileP50), reconcileQuantile(r.ReconcileP99)), r.RSSPeakMiB, fmt.Sprintf("%.2f/%.2f", r.IdleCPUPercent, r.IdleCPUPercentLater), seq)
 	}
+	b.WriteString("(idle CPU: the manager's over --idle from the end of night -> day, while the cluster still settles the switch / over the --idle after that)\n")
 	for _, r := range rs {
 		if len(r.CallsByMethod) > 0 {
 			fmt.Fprintf(&b, "vCenter calls during the switches at %d hosts: %s\n", r.Hosts, callsByMethod(r.CallsByMethod))
@@ -164,6 +165,7 @@ type benchJSON struct {
 	Reconcile       map[string]float64            `json:"reconcileSeconds"`
 	RSSPeakMiB      float64                       `json:"rssPeakMiB"`
 	IdleCPUPercent  float64                       `json:"idleCPUPercentOfCore"`
+	IdleCPULater    float64                       `json:"idleCPUPercentOfCoreLater"`
 	ScriptRatio     float64                       `json:"sequentialScriptOverGpupool,omitempty"`
 	PassPhases      map[string]map[string]float64 `json:"passPhaseSeconds,omitempty"`
 	NodeLease       float64                       `json:"nodeLeaseSeconds"`
@@ -185,7 +187,7 @@ func WriteBenchJSON(path string, rs []*BenchResult) error {
 			Reactions:  map[string]map[string]float64{},
 			Breakdown:  map[string]map[string]float64{"dayToNight": breakdownJSON(r.BreakdownDayToNight), "nightToDay": breakdownJSON(r.BreakdownNightToDay)},
 			Reconcile:  map[string]float64{"p50": r.ReconcileP50.Seconds(), "p99": r.ReconcileP99.Seconds(), "count": float64(r.Reconciles)},
-			RSSPeakMiB: r.RSSPeakMiB, IdleCPUPercent: r.IdleCPUPercent}
+			RSSPeakMiB: r.RSSPeakMiB, IdleCPUPercent: r.IdleCPUPercent, IdleCPULater: r.IdleCPUPercentLater}
 		for k, p := range r.Reactions {
 			j.Reactions[k] = map[string]float64{"n": float64(p.N), "p50": p.P50.Seconds(), "p99": p.P99.Seconds(), "max": p.Max.Seconds()}
 		}

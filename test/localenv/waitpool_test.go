@@ -21,8 +21,7 @@ import (
 // watch at its timeout or drops a watcher too slow for a burst.
 type endAfterFirst struct {
 	watch.Interface
-	out  chan watch.Event
-	once sync.Once
+	out chan watch.Event
 }
 
 func newEndAfterFirst(w watch.Interface) *endAfterFirst {

@@ -14,7 +14,7 @@ import (
 
 // act hands the plan's due steps to the executor (internal/execute), with the nodes'
 // state labels for the nodes its steps patch (stepMarks), and takes its Outcome into the
-// pass's facts. It returns when to come back and the VMs whose last step it did
+// pass's facts; the task starts it queued wait for the pass's status write (s.starts). It returns when to come back and the VMs whose last step it did
 // (execute.Outcome.Done), for publishStates. A drain that timed out with
 // spec.drain.onTimeout Abort comes back as Outcome.Abort: the transition is aborted
 // here, where transitions end.
@@ -25,6 +25,7 @@ func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Pl
 	s.facts.drainBlocked = append(s.facts.drainBlocked, out.DrainBlocked...)
 	s.facts.nodeWaits = append(s.facts.nodeWaits, out.NodeWaits...)
 	s.facts.held = append(s.facts.held, out.Held...)
+	s.starts = out.Starts
 	if out.Abort != "" {
 		r.abort(ctx, s, out.Abort)
 	}

@@ -20,24 +20,35 @@ import (
 // boundary: (a) the manager restarts before every pass (a new reconciler and a new
 // vSphere session); (b) every other status write of the pool fails, so that both the
 // intent writes and the end-of-pass patches are lost in turn; (c) the first task of each
-// vSphere operation fails in each direction. It counts from vgpusim's call log that each
-// operation was issued exactly once per step (besides the retries of the injected task
-// failures), and that no node is left cordoned.
+// vSphere operation fails in each direction; (d) the manager dies right after each
+// intent is stored. The task starts run inside the pass (their intents stored by a write
+// of their own) and, in the "starts behind" cases, past it (the intents stored by the
+// pass's one status write, the starts then handed to execute.Starts, as the manager runs
+// them). It counts from vgpusim's call log that each operation was issued exactly once
+// per step (besides the retries of the injected task failures), and that no node is
+// left cordoned.
 func TestFaultMatrix(t *testing.T) {
 	cases := []struct {
 		name                              string
 		restart, failPatch, failVC, crash bool
+		// behind: the task starts are asked past the pass, once the pass's own status
+		// write stored their intents (execute.Starts, as the manager runs them).
+		behind bool
 	}{
-		{"restart", true, false, false, false},
-		{"status-write", false, true, false, false},
-		{"task", false, false, true, false},
-		{"crash", false, false, false, true},
-		{"all", true, true, true, true},
+		{"restart", true, false, false, false, false},
+		{"status-write", false, true, false, false, false},
+		{"task", false, false, true, false, false},
+		{"crash", false, false, false, true, false},
+		{"all", true, true, true, true, false},
+		{"status-write, starts behind", false, true, false, false, true},
+		{"crash, starts behind", false, false, false, true, true},
+		{"all, starts behind", true, true, true, true, true},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, fmt.Sprintf("fm%d-", i))
 			h.restart = tc.restart
+			h.startsBehind = tc.behind
 			h.tolerateErrors = tc.failPatch
 			patchFailures, writes := 0, 0
 			crashed := map[string]bool{}

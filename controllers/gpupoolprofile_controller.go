@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -84,15 +85,11 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		if retErr == nil {
 			pool.Status.ObservedGeneration = pool.Generation
 		}
-		if equality.Semantic.DeepEqual(s.persisted.Status, pool.Status) {
+		if equality.Semantic.DeepEqual(s.persisted.Status, pool.Status) && s.starts.Len() == 0 {
 			return
 		}
-		// Note: a failed patch loses only what can be re-observed: task ids are found
-		// again through the intent persisted before each task (see internal/execute: Run, Follower).
-		err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(s.persisted))
-		r.wrote(pool, err)
-		if err != nil && !apierrors.IsNotFound(err) {
-			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
+		if err := r.writeStatus(ctx, s); err != nil {
+			retErr = errors.Join(retErr, err)
 		}
 	}()
 
@@ -110,6 +107,35 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		res.RequeueAfter = r.stalls.next(pool.Name, res.RequeueAfter, s.budget)
 	}
 	return res, err
+}
+
+// writeStatus is the pass's status write, and then hands out the task starts whose
+// intents it stores (s.starts). With starts it is optimistically locked, as any write of
+// an intent: a pool another writer changed since the pass read it may hold a step this
+// pass did not see, and a start is asked only once its intent is stored over the status
+// the pass decided on. A write that fails hands nothing out: the next pass reads the
+// pool from the API server (wrote) and plans from what it observes.
+//
+// Note: a failed patch otherwise loses only what can be re-observed: task ids are found
+// again through the intents stored before each task (internal/execute: Run, Follower).
+func (r *GPUPoolProfileReconciler) writeStatus(ctx context.Context, s *scope) error {
+	patch := client.MergeFrom(s.persisted)
+	if s.starts.Len() > 0 {
+		patch = client.MergeFromWithOptions(s.persisted, client.MergeFromWithOptimisticLock{})
+	}
+	err := r.Client.Status().Patch(ctx, s.pool, patch)
+	r.wrote(s.pool, err)
+	switch {
+	case err == nil:
+		s.starts.Hand()
+		return nil
+	case s.starts.Len() > 0:
+		log.FromContext(ctx).Info("The status write failed: the pass's vSphere task starts are not asked", "starts", s.starts.Len(), "error", err.Error())
+	}
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return fmt.Errorf("patching status: %w", err)
 }
 
 // announce records a Warning event when the pool becomes Stalled, or Stalled for

@@ -68,6 +68,9 @@ type scope struct {
 	// decide or keep-aborted (planNext): the plan of the next scheduled switch to
 	// another layout; nil when none is scheduled.
 	nextPlan *plan.Plan
+	// act: the task starts whose intents the pass recorded, handed out (past the pass)
+	// once the pass's status write has stored them; nil: none.
+	starts *execute.Handout
 
 	facts facts
 }

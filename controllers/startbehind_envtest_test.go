@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -32,6 +33,7 @@ func TestStartsBehindThePass(t *testing.T) {
 			door := &startDoor{asked: map[string]int{}}
 			door.cond = sync.NewCond(&door.mu)
 			h.conn = &doorConnector{Connector: h.conn, door: door}
+			door.stored = h.intentStored
 			var starts *execute.Starts
 			if c.behind {
 				starts = execute.NewStarts(h.ctx, nil)
@@ -92,6 +94,9 @@ func TestStartsBehindThePass(t *testing.T) {
 			}
 			if door.finds != 0 {
 				t.Errorf("vCenter was asked %d times for the task of an intent; a start in flight is no intent to resolve", door.finds)
+			}
+			if len(door.unstored) > 0 {
+				t.Errorf("vCenter was asked for starts whose intents were not stored: %v", door.unstored)
 			}
 			if starts != nil {
 				if n := starts.InFlight(pool.Name); n != 0 {
@@ -174,6 +179,26 @@ func TestPauseDropsStartsNotAsked(t *testing.T) {
 	}
 }
 
+// intentStored tells whether the API server holds the pool's intent of op for the VM
+// of vmRef (the worker's task, op, no task id yet): a start must not be asked before.
+func (h *harness) intentStored(vmRef string, op vsphere.Op) error {
+	var pools gpupoolv1.GPUPoolProfileList
+	if err := k8s.List(context.Background(), &pools); err != nil {
+		return err
+	}
+	for _, p := range pools.Items {
+		for _, w := range p.Status.Workers {
+			if vm, ok := h.sim.VM(w.VM); ok && vm.Ref == vmRef {
+				if t := w.Task; t == nil || t.Operation != string(op) || t.ID != "" {
+					return fmt.Errorf("%s of VM %s asked with task %+v stored", op, w.VM, t)
+				}
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%s of VM %s asked: no pool holds its worker", op, vmRef)
+}
+
 // startDoor holds the vSphere task starts at vCenter's door while held, and counts
 // each VM's starts asked and the tasks asked for by intent (FindTask).
 type startDoor struct {
@@ -185,6 +210,10 @@ type startDoor struct {
 	finds int
 	// powerOns counts the power-ons asked.
 	powerOns int
+	// stored, when set, checks as a start is asked that its intent is stored (nil:
+	// stored); unstored lists the starts it found otherwise.
+	stored   func(vmRef string, op vsphere.Op) error
+	unstored []string
 }
 
 func (d *startDoor) hold(on bool) {
@@ -211,8 +240,16 @@ func (d *startDoor) counts() map[string]int {
 	return out
 }
 
-// pass counts a start of vm and waits while the door is held.
-func (d *startDoor) pass(vm string) {
+// pass counts a start of vm and waits while the door is held; with stored set, it
+// first checks that the start's intent is stored.
+func (d *startDoor) pass(vm string, op vsphere.Op) {
+	if d.stored != nil {
+		if err := d.stored(vm, op); err != nil {
+			d.mu.Lock()
+			d.unstored = append(d.unstored, err.Error())
+			d.mu.Unlock()
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.asked[vm]++
@@ -247,22 +284,22 @@ func (c *doorClient) PowerOn(ctx context.Context, vmRef, hostRef string) (string
 	c.door.mu.Lock()
 	c.door.powerOns++
 	c.door.mu.Unlock()
-	c.door.pass(vmRef)
+	c.door.pass(vmRef, vsphere.OpPowerOn)
 	return c.Client.PowerOn(ctx, vmRef, hostRef)
 }
 
 func (c *doorClient) Suspend(ctx context.Context, vmRef string) (string, error) {
-	c.door.pass(vmRef)
+	c.door.pass(vmRef, vsphere.OpSuspend)
 	return c.Client.Suspend(ctx, vmRef)
 }
 
 func (c *doorClient) PowerOff(ctx context.Context, vmRef string) (string, error) {
-	c.door.pass(vmRef)
+	c.door.pass(vmRef, vsphere.OpPowerOff)
 	return c.Client.PowerOff(ctx, vmRef)
 }
 
 func (c *doorClient) SetProfile(ctx context.Context, vmRef, profile string, count int) (string, error) {
-	c.door.pass(vmRef)
+	c.door.pass(vmRef, vsphere.OpReconfigure)
 	return c.Client.SetProfile(ctx, vmRef, profile, count)
 }
 

@@ -25,6 +25,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
 	"github.com/gpupool/gpupool/internal/testenv"
 	"github.com/gpupool/gpupool/internal/testworld"
@@ -168,7 +169,11 @@ type harness struct {
 	// restart makes every reconcile run on a new reconciler with a new vSphere
 	// connector, as after an operator restart.
 	restart bool
-	rec     *GPUPoolProfileReconciler
+	// startsBehind: the reconciler asks vCenter for its task starts past the pass
+	// (execute.Starts, as the manager does), each reconciler with Starts of its own (a
+	// restarted manager remembers none); reconcile waits for them after each pass.
+	startsBehind bool
+	rec          *GPUPoolProfileReconciler
 	// steps is every (vm, step) a worker was seen at, in order.
 	steps []string
 	// client, when set, wraps the reconciler's client (to inject faults).
@@ -282,6 +287,9 @@ func (h *harness) reconciler() *GPUPoolProfileReconciler {
 		// The field managers the manager's clients write under (cmd/manager, SetupWithManager).
 		h.rec = &GPUPoolProfileReconciler{Client: client.WithFieldOwner(c, FieldOwner), APIReader: operator, Recorder: rec, Clock: h.clock, VSphere: h.conn,
 			Credentials: secretpolicy.Policy{Namespace: h.prefix + "apps"}}
+		if h.startsBehind {
+			h.rec.starts = execute.NewStarts(h.ctx, nil)
+		}
 	}
 	return h.rec
 }
@@ -310,6 +318,9 @@ func (h *harness) call(name string) (res ctrl.Result, err error) {
 func (h *harness) reconcile(name string) ctrl.Result {
 	h.t.Helper()
 	res, err := h.call(name)
+	if h.startsBehind && h.rec != nil {
+		h.rec.starts.Wait() // the starts the pass handed out are answered
+	}
 	if err != nil {
 		h.errors++
 		if !h.tolerateErrors {

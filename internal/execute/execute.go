@@ -82,8 +82,8 @@ func (e *HoldError) Error() string { return e.Err.Error() }
 func (e *HoldError) Unwrap() error { return e.Err }
 
 // Executor runs one pass's steps. Its fields are what it acts through; Persist stores
-// the pool's status (the task intents) before any task starts, and Timed records the
-// time a part of the run took (nil: not recorded).
+// the pool's status (the task intents) before a task starts in the pass (without
+// Starts), and Timed records the time a part of the run took (nil: not recorded).
 type Executor struct {
 	Nodes   Nodes
 	Drainer Drainer
@@ -95,9 +95,10 @@ type Executor struct {
 	// evicts inside the pass and settles each drain in it (the tests that run passes by
 	// hand).
 	Evictions *Evictions
-	// Starts, when set, asks vCenter to start the pass's tasks past the pass (their
-	// intents are stored first, as always); nil starts them inside the pass (the tests
-	// that run passes by hand).
+	// Starts, when set, asks vCenter to start the pass's tasks past the pass, once the
+	// pass's own status write has stored their intents (Outcome.Starts); nil stores
+	// them with Persist and starts them inside the pass (the tests that run passes by
+	// hand).
 	Starts *Starts
 }
 
@@ -139,6 +140,10 @@ type Outcome struct {
 	Held         []plan.Problem
 	Abort        string
 	Done         map[string]bool
+	// Starts are the task starts the run queued with Executor.Starts set: their intents
+	// are on the pool's workers, and the controller hands them out (Handout.Hand) once
+	// its status write of the pass has stored them; nil: none.
+	Starts *Handout
 }
 
 // run is one Run's state.
@@ -162,7 +167,8 @@ type run struct {
 // node the plan will drain has been cordoned, and past the pass when e.Evictions is set
 // (evictBehind); the other steps run one by one, but the
 // vSphere tasks they start are started together at the end (startQueued), past the pass
-// when e.Starts is set. A failing
+// when e.Starts is set (once the pass's status write has stored their intents:
+// Outcome.Starts). A failing
 // step is reported and never stops the others; a drain that aborts the transition stops
 // the run.
 func (e *Executor) Run(ctx context.Context, in Input) Outcome {

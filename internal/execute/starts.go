@@ -10,13 +10,15 @@ import (
 
 // Starts asks vCenter to start the vSphere tasks of passes past the passes that queue
 // them (issue 37: the starts were a third of act, and a precondition met meanwhile
-// waited for them to end). A pass stores the intents of its tasks in one status write,
-// as before, hands the starts to Starts and goes on; the next pass takes each answer
+// waited for them to end). A pass records the intents of its tasks on the workers; once
+// its status write has stored them (the pass's one write: Handout) the starts go to
+// Starts, and the pass ends; the next pass takes each answer
 // (take, from Follower.Check, before it reads the inventory) and records the task id,
 // or the failure, on the worker, as the pass that started the task did before.
 //
-// Exactly once: a start is recorded, by pool and worker with its intent's operation and
-// time, before the pass that hands it out ends, and runs once. A pass that finds the
+// Exactly once: a start is handed out only once its intent is stored, is recorded, by
+// pool and worker with its intent's operation and time, before the pass that hands it
+// out ends, and runs once. A pass that finds the
 // intent of a start still in flight counts the VM's task as in flight (the plan gives the
 // VM no step) and does not ask vCenter for it (resolveIntent would find no task yet and
 // plan the step again). An intent with no record (the process restarted, or the answer

@@ -17,8 +17,8 @@ import (
 )
 
 // A vSphere operation happens once per step whatever fails in between: the intent of
-// every task the run queues is stored (Persist, one write for all of them) before
-// vCenter is asked to start it, and the controller resolves an intent stored without a
+// every task the run queues is stored (one status write for all of them: the pass's
+// own with Starts, Persist without) before vCenter is asked to start it, and the controller resolves an intent stored without a
 // task id on its next pass (docs/operations.md, "Exactly once").
 
 // Backoff of a failed step: from baseBackoff, doubling, to maxBackoff.
@@ -76,16 +76,28 @@ func (q queuedStart) powerOnHost() string { return cmp.Or(q.step.Host, q.host) }
 // maxConcurrentStarts bounds the task starts (groups of startGroups) run at once.
 const maxConcurrentStarts = 16
 
-// startQueued stores the intents of the tasks the pass queued in one status write and,
-// only if that succeeds, asks vCenter to start them, concurrently but for the
-// power-ons of one host (startGroups): past the pass when r.Starts is set (the next
-// pass records the answers, Follower.Check), else in it. A pass that
-// starts a task for every VM of a large pool thus costs one status write, not one per
-// VM. It reports, per queued start, its step and when to look again or the error.
+// startQueued has the tasks the pass queued started once their intents are stored, and
+// only then: with r.Starts, past the pass, after the pass's own status write has stored
+// them (Outcome.Starts: the controller hands them out once that write succeeded); else
+// in the pass, after one status write of their own (Persist). Either way a pass that
+// starts a task for every VM of a large pool costs one status write for all the
+// intents, not one per VM, and the manager's passes no second write at all. The starts
+// go concurrently but for the power-ons of one host (startGroups). It reports, per
+// queued start, its step and when to look again or the error.
 func (r *run) startQueued(ctx context.Context) {
 	queued := r.queued
 	r.queued = nil
 	if len(queued) == 0 {
+		return
+	}
+	if r.Starts != nil {
+		r.out.Starts = &Handout{starts: r.Starts, pool: r.Pool.Name, queued: queued, groups: startGroups(queued)}
+		for _, q := range queued {
+			if ws := FindWorker(r.Pool, q.worker); ws != nil {
+				ws.Message = fmt.Sprintf("%s starting", q.op)
+			}
+			r.note(q.step, RequeueTask, nil)
+		}
 		return
 	}
 	if err := r.Persist(ctx); err != nil {
@@ -98,16 +110,6 @@ func (r *run) startQueued(ctx context.Context) {
 		return
 	}
 	groups := startGroups(queued)
-	if r.Starts != nil {
-		r.Starts.hand(r.Pool.Name, queued, groups)
-		for _, q := range queued {
-			if ws := FindWorker(r.Pool, q.worker); ws != nil {
-				ws.Message = fmt.Sprintf("%s starting", q.op)
-			}
-			r.note(q.step, RequeueTask, nil)
-		}
-		return
-	}
 	ForEach(len(groups), maxConcurrentStarts, func(g int) {
 		for _, i := range groups[g] {
 			queued[i].id, queued[i].err = queued[i].start(ctx)
@@ -121,6 +123,36 @@ func (r *run) startQueued(ctx context.Context) {
 		}
 		r.note(q.step, recordStart(ctx, r.Pool.Name, r.Now, r.Events, ws, q.id, q.err), nil)
 	}
+}
+
+// Handout is the task starts of a run whose intents are recorded on the pool's workers
+// (Outcome.Starts), to hand to Starts once the pool's status with those intents is
+// stored, and not before: a start handed out before its intent is stored could happen
+// twice (a crash, or a failed write, then a pass that finds no intent plans the step
+// again). When the write fails nothing is handed out: the intents are lost with the
+// status, and the next pass plans from what it observes (or, when the write may have
+// been made, resolves the intents it finds from vCenter, as after a crash).
+type Handout struct {
+	starts *Starts
+	pool   string
+	queued []queuedStart
+	groups [][]int
+}
+
+// Hand asks vCenter for the starts past the pass (Starts); call it once, after the
+// status write that stores their intents succeeded. A nil Handout hands nothing.
+func (h *Handout) Hand() {
+	if h != nil {
+		h.starts.hand(h.pool, h.queued, h.groups)
+	}
+}
+
+// Len is how many starts the handout holds.
+func (h *Handout) Len() int {
+	if h == nil {
+		return 0
+	}
+	return len(h.queued)
 }
 
 // startGroups groups the queued starts that must go one after the other: the power-ons

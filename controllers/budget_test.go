@@ -18,7 +18,7 @@ import (
 	"github.com/gpupool/gpupool/internal/testworld"
 )
 
-// TestPassesCapTheirWrites: with caps of two node writes and one eviction a pass, a
+// TestPassesCapTheirWrites: with caps of two node writes (and cordons) and one eviction a pass, a
 // day-to-night switch of four nodes with two pods each (eight evictions, a dozen node
 // writes) converges over several passes; no pass writes more than the caps, a pass
 // that reached one asks to be followed at once, and the workers' progress is in the
@@ -52,7 +52,7 @@ func TestPassesCapTheirWrites(t *testing.T) {
 		}
 	}
 	rec := h.reconciler()
-	rec.maxNodeWrites, rec.maxEvictions = 2, 1
+	rec.maxNodeWrites, rec.maxCordons, rec.maxEvictions = 2, 2, 1
 	h.clock.SetTime(monday1950)
 	capped, progressed := 0, 0
 	var totalWrites, totalEvictions int32
@@ -78,6 +78,74 @@ func TestPassesCapTheirWrites(t *testing.T) {
 				t.Errorf("converged with %d capped passes, %d evictions and %d node writes; want several capped passes, 8 evictions, 8 or more writes", capped, totalEvictions, totalWrites)
 			}
 			t.Logf("converged after %d passes, %d of them capped; %d node writes, %d evictions; the workers' steps changed %d times", pass+1, capped, totalWrites, totalEvictions, progressed)
+			return
+		}
+		h.settle()
+		h.clock.Step(testworld.Step(res))
+	}
+	p := h.get(pool.Name)
+	t.Fatalf("did not converge to night: phase %s, workers %s, %s", p.Status.Phase, workerSteps(p), testworld.Conditions(p))
+}
+
+// TestCordonsTakeOnePass: with a cap of two node writes a pass but the cordons' own
+// allowance, the first pass of a day-to-night switch cordons all four day nodes and
+// evicts from them in the same pass (the tests' reconciler evicts inside the pass),
+// rather than a pass per two cordons and every eviction after the last; the passes
+// after it make no more than two node writes each, and the switch completes.
+func TestCordonsTakeOnePass(t *testing.T) {
+	h := newHarness(t, "cop-")
+	var nodeWrites, evictions atomic.Int32
+	h.client = func(c client.WithWatch) client.Client {
+		return interceptor.NewClient(c, interceptor.Funcs{
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				if _, isNode := obj.(*corev1.Node); isNode {
+					nodeWrites.Add(1)
+				}
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+			SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj client.Object, sr client.Object, opts ...client.SubResourceCreateOption) error {
+				if sub == "eviction" {
+					evictions.Add(1)
+				}
+				return c.SubResource(sub).Create(ctx, obj, sr, opts...)
+			},
+		})
+	}
+	pool := h.dayNight()
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	h.converge(pool.Name, "day", 30)
+	days := []string{"day-1", "day-2", "day-3", "day-4"}
+	for i, vm := range days {
+		h.addPod("p"+string(rune('a'+i)), h.prefix+vm, map[string]string{"app": "p"})
+	}
+	rec := h.reconciler()
+	rec.maxNodeWrites = 2
+	h.clock.SetTime(monday1950)
+	cordoned := func() int {
+		n := 0
+		for _, vm := range days {
+			if h.node(vm).Spec.Unschedulable {
+				n++
+			}
+		}
+		return n
+	}
+	first := true
+	for pass := range 80 {
+		nodeWrites.Store(0)
+		evictions.Store(0)
+		res := h.reconcile(pool.Name)
+		if c := cordoned(); first && c > 0 {
+			first = false
+			if c != len(days) || evictions.Load() == 0 {
+				t.Fatalf("the first pass that cordoned cordoned %d of %d day nodes and evicted %d pods; want all cordoned, evictions in the same pass", c, len(days), evictions.Load())
+			}
+		} else if w := nodeWrites.Load(); !first && w > 2 {
+			t.Errorf("pass %d made %d node writes after the cordons, want at most 2", pass, w)
+		}
+		p := h.get(pool.Name)
+		if p.Status.Phase == gpupoolv1.PhaseSteady && p.Status.ActiveLayout == "night" {
 			return
 		}
 		h.settle()
@@ -149,7 +217,7 @@ func TestAfterCapped(t *testing.T) {
 	}
 }
 
-// TestCappedPassWithoutProgressBacksOff: with a cap of two node writes a pass, a
+// TestCappedPassWithoutProgressBacksOff: with a cap of two node writes (and cordons) a pass, a
 // day-to-night switch whose node patches the API server refuses is capped on every pass
 // and writes nothing. Its passes do not come back after requeueCapped, re-reading
 // vCenter every millisecond, but after a back-off that grows; once the patches go
@@ -172,7 +240,7 @@ func TestCappedPassWithoutProgressBacksOff(t *testing.T) {
 	h.create(pool)
 	h.converge(pool.Name, "day", 30)
 	rec := h.reconciler()
-	rec.maxNodeWrites = 2
+	rec.maxNodeWrites, rec.maxCordons = 2, 2
 	refuse.Store(true)
 	h.clock.SetTime(monday1950)
 	var last time.Duration

@@ -75,7 +75,8 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	r.expandSpec(pool)
 
 	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now(),
-		budget: execute.NewBudget(cmp.Or(r.maxNodeWrites, maxNodeWritesPerPass), cmp.Or(r.maxEvictions, maxEvictionsPerPass))}
+		budget: execute.NewBudget(cmp.Or(r.maxNodeWrites, maxNodeWritesPerPass), cmp.Or(r.maxEvictions, maxEvictionsPerPass)).
+			WithCordons(cmp.Or(r.maxCordons, maxCordonsPerPass))}
 	before := pool.DeepCopy()
 	defer func() {
 		r.flushVMEvents(s) // what observe did not tell (a paused pool's tasks): on the pool

@@ -81,9 +81,10 @@ type GPUPoolProfileReconciler struct {
 	// deletion pass releases the pool's checks through it (kueueBridge).
 	kueue kueueReleaser
 
-	// maxNodeWrites and maxEvictions override maxNodeWritesPerPass and
-	// maxEvictionsPerPass when not 0 (tests, to cross the caps with few nodes).
-	maxNodeWrites, maxEvictions int
+	// maxNodeWrites, maxCordons and maxEvictions override maxNodeWritesPerPass,
+	// maxCordonsPerPass and maxEvictionsPerPass when not 0 (tests, to cross the caps with
+	// few nodes).
+	maxNodeWrites, maxCordons, maxEvictions int
 	// stalls counts the capped passes in a row that made no write, per pool
 	// (afterCapped).
 	stalls stallCount

@@ -21,7 +21,11 @@ var ErrCapped = errors.New("deferred to the next pass: this pass has made its sh
 // tried (NodeWritten, EvictionDone): one the API server refused goes back.
 type Budget struct {
 	nodeWrites, evictions atomic.Int32
-	capped                atomic.Bool
+	// cordons is the allowance of the cordons ahead of drains, when they have one of
+	// their own (ownCordons: WithCordons).
+	cordons    atomic.Int32
+	ownCordons bool
+	capped     atomic.Bool
 	// made counts the writes that succeeded.
 	made atomic.Int32
 }
@@ -32,6 +36,46 @@ func NewBudget(nodeWrites, evictions int) *Budget {
 	b.nodeWrites.Store(int32(nodeWrites))
 	b.evictions.Store(int32(evictions))
 	return b
+}
+
+// WithCordons gives the cordons ahead of drains (Cordon) an allowance of n of their own
+// and returns b. Without it they are node writes like any.
+func (b *Budget) WithCordons(n int) *Budget {
+	b.cordons.Store(int32(n))
+	b.ownCordons = true
+	return b
+}
+
+// Cordon takes one cordon ahead of a drain from the budget: from the cordons' own
+// allowance when they have one (WithCordons), else as a node write; false when none is
+// left. A cordon from the own allowance still counts as a node write: the node writes
+// left shrink by one each, to below none, so that a pass that cordoned its share of
+// node writes makes no other node write.
+func (b *Budget) Cordon() bool {
+	switch {
+	case b == nil:
+		return true
+	case !b.ownCordons:
+		return b.NodeWrite()
+	case !b.take(&b.cordons):
+		return false
+	}
+	b.nodeWrites.Add(-1)
+	return true
+}
+
+// CordonWritten settles a cordon taken with Cordon, as NodeWritten settles a node write.
+func (b *Budget) CordonWritten(err error) {
+	switch {
+	case b == nil:
+	case !b.ownCordons:
+		b.NodeWritten(err)
+	case err == nil:
+		b.made.Add(1)
+	case refused(err):
+		b.cordons.Add(1)
+		b.nodeWrites.Add(1)
+	}
 }
 
 // NodeWrite takes one node write from the budget; false when none is left, and the

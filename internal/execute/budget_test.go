@@ -83,3 +83,77 @@ func TestPassBudgetSettles(t *testing.T) {
 		t.Errorf("%d node writes left of 8", left)
 	}
 }
+
+// TestCordonsOwnAllowance: with an allowance of their own, cordons are taken from it
+// and still counted as node writes (the node writes left go below none, and no other
+// node write is then made); a refused cordon gives both back; without it a cordon is a
+// node write; concurrent cordons never take more than the allowance.
+func TestCordonsOwnAllowance(t *testing.T) {
+	refusal := apierrors.NewForbidden(corev1.Resource("nodes"), "n", errors.New("no"))
+	b := NewBudget(2, 0).WithCordons(4)
+	for i := range 4 {
+		if !b.Cordon() {
+			t.Fatalf("cordon %d of an allowance of 4 refused", i+1)
+		}
+		b.CordonWritten(nil)
+	}
+	if b.Capped() || !b.Progressed() {
+		t.Errorf("after 4 cordons of 4: capped %v, progressed %v; want not capped, progressed", b.Capped(), b.Progressed())
+	}
+	if b.Cordon() || !b.Capped() {
+		t.Error("a fifth cordon was allowed, or did not cap the pass")
+	}
+	if b.NodeWrite() {
+		t.Error("a node write was allowed after cordons beyond the node writes' cap")
+	}
+
+	b = NewBudget(2, 0).WithCordons(1)
+	if !b.Cordon() {
+		t.Fatal("the one cordon refused")
+	}
+	b.CordonWritten(refusal)
+	if !b.Cordon() {
+		t.Error("a refused cordon did not go back to the allowance")
+	}
+	if !b.NodeWrite() || b.NodeWrite() {
+		t.Error("one cordon taken: want one node write left of two")
+	}
+	if b.Progressed() {
+		t.Error("a refused cordon counted as progress")
+	}
+
+	b = NewBudget(2, 0)
+	if !b.Cordon() || !b.Cordon() || b.Cordon() {
+		t.Error("without an allowance of their own cordons are not capped as node writes")
+	}
+	b.CordonWritten(refusal)
+	if !b.NodeWrite() {
+		t.Error("without an allowance of their own a refused cordon did not go back to the node writes")
+	}
+
+	var none *Budget
+	none.CordonWritten(refusal)
+	if !none.Cordon() {
+		t.Error("a nil budget refused a cordon")
+	}
+
+	b = NewBudget(0, 0).WithCordons(8)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	took := 0
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if b.Cordon() {
+				mu.Lock()
+				took++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if took != 8 {
+		t.Errorf("%d concurrent cordons taken of an allowance of 8", took)
+	}
+}

@@ -26,14 +26,14 @@ func (r *run) cordonNode(ctx context.Context, vm string, node *corev1.Node) erro
 	if node.Spec.Unschedulable && node.Labels[gpupoolv1.LabelPool] == r.Pool.Name {
 		return nil
 	}
-	if !r.Budget.NodeWrite() {
+	if !r.Budget.Cordon() {
 		return ErrCapped
 	}
 	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, false, func(n *corev1.Node) {
 		nodes.Cordon(n)
 		nodes.SetManagedLabel(n, gpupoolv1.LabelPool, r.Pool.Name)
 	}))
-	r.Budget.NodeWritten(err)
+	r.Budget.CordonWritten(err)
 	if err != nil {
 		return err
 	}
@@ -44,8 +44,8 @@ func (r *run) cordonNode(ctx context.Context, vm string, node *corev1.Node) erro
 // cordonAhead cordons, before anything is evicted, every node the plan will drain, on
 // every host: an evicted pod is then rescheduled onto a node that stays, and evicted
 // once, rather than onto a node whose drain comes later. It reports whether every one
-// is cordoned; when the pass's budget ran out first, the rest are cordoned in the next
-// pass and nothing is evicted before.
+// is cordoned; when the pass's budget ran out first (Budget.Cordon), the rest are
+// cordoned in the next pass and nothing is evicted before.
 func (r *run) cordonAhead(ctx context.Context) bool {
 	var toCordon []string // VMs
 	for _, hp := range r.Plan.Hosts {

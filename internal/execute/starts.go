@@ -36,7 +36,7 @@ import (
 // intent and plans again from what it observes. Nothing was sent to vCenter, so the
 // operation still happens once; and no start acts on a snapshot older than that.
 type Starts struct {
-	// Limit bounds the starts of a pool asked at once; 0: maxConcurrentStarts.
+	// Limit bounds the starts of a pool asked at once; 0: MaxConcurrentStarts.
 	Limit int
 	// Wake is told the pool once all the starts a pass handed out have been answered, so
 	// that a pass records their task ids (and the task watch follows them). It must not
@@ -255,5 +255,5 @@ func (s *Starts) limit() int {
 	if s.Limit > 0 {
 		return s.Limit
 	}
-	return maxConcurrentStarts
+	return MaxConcurrentStarts
 }

@@ -73,8 +73,8 @@ type queuedStart struct {
 // the power-on off the VM's own (powerOnHost).
 func (q queuedStart) powerOnHost() string { return cmp.Or(q.step.Host, q.host) }
 
-// maxConcurrentStarts bounds the task starts (groups of startGroups) run at once.
-const maxConcurrentStarts = 16
+// MaxConcurrentStarts bounds the task starts (groups of startGroups) run at once.
+const MaxConcurrentStarts = 16
 
 // startQueued has the tasks the pass queued started once their intents are stored, and
 // only then: with r.Starts, past the pass, after the pass's own status write has stored
@@ -110,7 +110,7 @@ func (r *run) startQueued(ctx context.Context) {
 		return
 	}
 	groups := startGroups(queued)
-	ForEach(len(groups), maxConcurrentStarts, func(g int) {
+	ForEach(len(groups), MaxConcurrentStarts, func(g int) {
 		for _, i := range groups[g] {
 			queued[i].id, queued[i].err = queued[i].start(ctx)
 		}

@@ -16,6 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpupool/gpupool/internal/execute"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/test/cluster"
+	"github.com/gpupool/gpupool/vsphere"
 )
 
 // Floor is what this environment alone takes for the Kubernetes work of a day -> night
@@ -24,10 +27,18 @@ import (
 // and the eviction of N pods, each from the eviction request until the pod is gone while
 // their ReplicaSet recreates them (a switch's drains). Against it, a reaction or a
 // makespan measures gpupool, not the machine: no switch can cordon or drain faster.
+//
+// And the vSphere side of it, through the vSphere client the manager uses: N suspends
+// of the day VMs asked of vgpusim, then N power-ons, at the starts' concurrency
+// (execute.Starts: 16 of a pool at once), each from the first call until the last has
+// returned a task (a switch's parks, and the power-ons once the GPUs are freed). No
+// switch can ask for its tasks faster.
 type Floor struct {
 	N            int
 	NodePatches  time.Duration
 	EvictionsOut time.Duration
+	// Suspends and PowerOns are how long asking for N of each took (zero: not measured).
+	Suspends, PowerOns time.Duration
 }
 
 // floorNamespace holds the pods the floor evicts.
@@ -44,7 +55,89 @@ func (e *Env) benchFloor(ctx context.Context, n int) (Floor, error) {
 	if f.EvictionsOut, err = e.floorEvictions(ctx, n); err != nil {
 		return f, err
 	}
+	if f.Suspends, f.PowerOns, err = e.floorTaskStarts(ctx, n); err != nil {
+		return f, err
+	}
 	return f, nil
+}
+
+// floorTaskStarts suspends n day VMs through vCenter, execute.MaxConcurrentStarts calls
+// at once, waits for the tasks, powers the VMs on again the same way, waits for those
+// tasks and for the day nodes to be ready for work again, and returns how long asking
+// for the suspends and for the power-ons took.
+func (e *Env) floorTaskStarts(ctx context.Context, n int) (suspends, powerOns time.Duration, err error) {
+	conn := vsphere.NewConnector()
+	defer func() { _ = conn.Close() }()
+	vc, err := conn.Connect(ctx, e.VCenter)
+	if err != nil {
+		return 0, 0, err
+	}
+	inv, err := vc.Inventory(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	var refs, names []string
+	for _, vm := range inv.VMs {
+		if strings.HasPrefix(vm.Name, "day-") && vm.PowerState == inventory.PoweredOn && len(refs) < n {
+			refs, names = append(refs, vm.Ref), append(names, vm.Name)
+		}
+	}
+	if suspends, err = e.floorAsk(ctx, vc, refs, "suspends", func(ref string) (string, error) { return vc.Suspend(ctx, ref) }); err != nil {
+		return 0, 0, err
+	}
+	if powerOns, err = e.floorAsk(ctx, vc, refs, "power-ons", func(ref string) (string, error) { return vc.PowerOn(ctx, ref, "") }); err != nil {
+		return 0, 0, err
+	}
+	err = e.pollFor(ctx, 500*time.Millisecond, 5*time.Minute, "the day nodes to be ready for work again", func() (bool, error) {
+		var list corev1.NodeList
+		if err := e.Client.List(ctx, &list); err != nil {
+			return false, err
+		}
+		ready := map[string]bool{}
+		for i := range list.Items {
+			ready[list.Items[i].Name] = cluster.Ready(&list.Items[i]) && cluster.AdvertisedGPUs(&list.Items[i]) != "0"
+		}
+		for _, name := range names {
+			if !ready[name] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	return suspends, powerOns, err
+}
+
+// floorAsk asks op of every VM of refs, execute.MaxConcurrentStarts at a time, and
+// returns how long until the last call returned; then it waits for every task to end
+// (successfully).
+func (e *Env) floorAsk(ctx context.Context, vc vsphere.Client, refs []string, what string, op func(ref string) (string, error)) (time.Duration, error) {
+	ids, errs := make([]string, len(refs)), make([]error, len(refs))
+	start := time.Now()
+	execute.ForEach(len(refs), execute.MaxConcurrentStarts, func(i int) { ids[i], errs[i] = op(refs[i]) })
+	took := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return 0, fmt.Errorf("the floor's %s: %w", what, err)
+	}
+	pending := slices.DeleteFunc(ids, func(id string) bool { return id == "" })
+	err := e.pollFor(ctx, 200*time.Millisecond, 5*time.Minute, "the floor's "+what+" to end", func() (bool, error) {
+		infos, err := vc.Tasks(ctx, pending)
+		if err != nil {
+			return false, err
+		}
+		var left []string
+		for _, id := range pending {
+			switch infos[id].State {
+			case vsphere.TaskError:
+				return false, fmt.Errorf("the floor's %s: task %s: %s", what, id, infos[id].Error)
+			case vsphere.TaskSuccess:
+			default:
+				left = append(left, id)
+			}
+		}
+		pending = left
+		return len(pending) == 0, nil
+	})
+	return took, err
 }
 
 // floorNodePatches patches an annotation onto n day nodes, as a cordon patches them
@@ -172,18 +265,19 @@ func (r *BenchResult) SwitchFloor() time.Duration {
 }
 
 // FormatFloor prints each size's floor: the environment's own time for a switch's
-// cordons and evictions, done alone, the switch floor they make, and day -> night
+// cordons, evictions and task starts, done alone, the switch floor they make, and day -> night
 // against it.
 func FormatFloor(rs []*BenchResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-6s %-7s %-14s %-14s %-16s %-10s %-12s\n", "hosts", "nodes", "node patches", "evictions gone", "day>night floor", "day>night", "ratio floor")
+	fmt.Fprintf(&b, "%-6s %-7s %-14s %-14s %-15s %-15s %-16s %-10s %-12s\n", "hosts", "nodes", "node patches", "evictions gone", "suspends asked", "power-ons asked", "day>night floor", "day>night", "ratio floor")
 	for _, r := range rs {
 		if r.Floor.N == 0 {
 			continue
 		}
 		f := r.SwitchFloor()
-		fmt.Fprintf(&b, "%-6d %-7d %-14s %-14s %-16s %-10s %-12.2f\n", r.Hosts, r.Floor.N, r.Floor.NodePatches.Round(10*time.Millisecond),
-			r.Floor.EvictionsOut.Round(10*time.Millisecond), f.Round(100*time.Millisecond), r.DayToNight.Round(100*time.Millisecond), r.DayToNight.Seconds()/f.Seconds())
+		fmt.Fprintf(&b, "%-6d %-7d %-14s %-14s %-15s %-15s %-16s %-10s %-12.2f\n", r.Hosts, r.Floor.N, r.Floor.NodePatches.Round(10*time.Millisecond),
+			r.Floor.EvictionsOut.Round(10*time.Millisecond), r.Floor.Suspends.Round(10*time.Millisecond), r.Floor.PowerOns.Round(10*time.Millisecond),
+			f.Round(100*time.Millisecond), r.DayToNight.Round(100*time.Millisecond), r.DayToNight.Seconds()/f.Seconds())
 	}
 	return b.String()
 }

@@ -218,7 +218,8 @@ func floorJSON(f Floor) map[string]float64 {
 	if f.N == 0 {
 		return nil
 	}
-	return map[string]float64{"nodes": float64(f.N), "nodePatches": f.NodePatches.Seconds(), "evictionsGone": f.EvictionsOut.Seconds()}
+	return map[string]float64{"nodes": float64(f.N), "nodePatches": f.NodePatches.Seconds(), "evictionsGone": f.EvictionsOut.Seconds(),
+		"suspendsAsked": f.Suspends.Seconds(), "powerOnsAsked": f.PowerOns.Seconds()}
 }
 
 // floorJSONOf is the floor of r as JSON, with the switch floor it makes.

@@ -219,7 +219,7 @@ func floorJSON(f Floor) map[string]float64 {
 		return nil
 	}
 	return map[string]float64{"nodes": float64(f.N), "nodePatches": f.NodePatches.Seconds(), "evictionsGone": f.EvictionsOut.Seconds(),
-		"suspendsAsked": f.Suspends.Seconds(), "powerOnsAsked": f.PowerOns.Seconds()}
+		"suspendsAsked": f.Suspends.Seconds(), "powerOnsAsked": f.PowerOns.Seconds(), "inventoryRead": f.InventoryRead.Seconds()}
 }
 
 // floorJSONOf is the floor of r as JSON, with the switch floor it makes.

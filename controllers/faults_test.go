@@ -21,12 +21,12 @@ import (
 // vSphere session); (b) every other status write of the pool fails, so that both the
 // intent writes and the end-of-pass patches are lost in turn; (c) the first task of each
 // vSphere operation fails in each direction; (d) the manager dies right after each
-// intent is stored. The task starts run inside the pass (their intents stored by a write
-// of their own) and, in the "starts behind" cases, past it (the intents stored by the
-// pass's one status write, the starts then handed to execute.Starts, as the manager runs
-// them). It counts from vgpusim's call log that each operation was issued exactly once
-// per step (besides the retries of the injected task failures), and that no node is
-// left cordoned.
+// intent is stored; (e) status writes are stored but answered with a timeout. The task
+// starts run inside the pass (their intents stored by a write of their own) and, in the
+// "starts behind" cases, past it (the intents stored by the pass's one status write, the
+// starts then handed to execute.Starts, as the manager runs them). It counts from
+// vgpusim's call log that each operation was issued exactly once per step (besides the
+// retries of the injected task failures), and that no node is left cordoned.
 func TestFaultMatrix(t *testing.T) {
 	cases := []struct {
 		name                              string
@@ -34,15 +34,19 @@ func TestFaultMatrix(t *testing.T) {
 		// behind: the task starts are asked past the pass, once the pass's own status
 		// write stored their intents (execute.Starts, as the manager runs them).
 		behind bool
+		// made: a failing status write is applied before it fails (a timeout after the
+		// API server stored it), rather than refused.
+		made bool
 	}{
-		{"restart", true, false, false, false, false},
-		{"status-write", false, true, false, false, false},
-		{"task", false, false, true, false, false},
-		{"crash", false, false, false, true, false},
-		{"all", true, true, true, true, false},
-		{"status-write, starts behind", false, true, false, false, true},
-		{"crash, starts behind", false, false, false, true, true},
-		{"all, starts behind", true, true, true, true, true},
+		{"restart", true, false, false, false, false, false},
+		{"status-write", false, true, false, false, false, false},
+		{"task", false, false, true, false, false, false},
+		{"crash", false, false, false, true, false, false},
+		{"all", true, true, true, true, false, false},
+		{"status-write, starts behind", false, true, false, false, true, false},
+		{"crash, starts behind", false, false, false, true, true, false},
+		{"all, starts behind", true, true, true, true, true, false},
+		{"status-write made, starts behind", false, true, false, false, true, true},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,6 +65,12 @@ func TestFaultMatrix(t *testing.T) {
 						}
 						if writes++; tc.failPatch && writes%2 == 1 {
 							patchFailures++
+							if tc.made {
+								if err := c.SubResource(sub).Patch(ctx, obj, patch, opts...); err != nil {
+									return err
+								}
+								return apierrors.NewTimeoutError("injected: the write was stored, its answer lost", 0)
+							}
 							return apierrors.NewServiceUnavailable("injected: the API server is not available")
 						}
 						intent := pendingIntent(pool)
@@ -112,8 +122,12 @@ func TestFaultMatrix(t *testing.T) {
 			}
 			adopted := testutil.ToFloat64(execute.IntentsResolved.WithLabelValues(pool.Name, "adopted"))
 			notStarted := testutil.ToFloat64(execute.IntentsResolved.WithLabelValues(pool.Name, "not-started"))
-			if tc.failPatch && adopted == 0 {
+			kept := tc.behind && !tc.restart && !tc.crash // the starts' answers outlive a failed status write
+			switch {
+			case tc.failPatch && !kept && !tc.made && adopted == 0:
 				t.Error("no task was ever adopted from a recorded intent: the lost-task-id path was not exercised")
+			case kept && adopted != 0:
+				t.Errorf("%.0f tasks were looked for in vCenter although the starts still held their answers (a failed status write must leave them for the next pass)", adopted)
 			}
 			stranded := 0
 			var nodes corev1.NodeList

@@ -87,6 +87,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			pool.Status.ObservedGeneration = pool.Generation
 		}
 		if equality.Semantic.DeepEqual(s.persisted.Status, pool.Status) && s.starts.Len() == 0 {
+			r.starts.Commit(pool.Name) // nothing the pass took from the starts is left to store
 			return
 		}
 		if err := r.writeStatus(ctx, s); err != nil {
@@ -115,7 +116,8 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 // an intent: a pool another writer changed since the pass read it may hold a step this
 // pass did not see, and a start is asked only once its intent is stored over the status
 // the pass decided on. A write that fails hands nothing out: the next pass reads the
-// pool from the API server (wrote) and plans from what it observes.
+// pool from the API server (wrote) and plans from what it observes; the answers of
+// earlier starts the pass took are kept for it (execute.Starts.Commit).
 //
 // Note: a failed patch otherwise loses only what can be re-observed: task ids are found
 // again through the intents stored before each task (internal/execute: Run, Follower).
@@ -128,6 +130,7 @@ func (r *GPUPoolProfileReconciler) writeStatus(ctx context.Context, s *scope) er
 	r.wrote(s.pool, err)
 	switch {
 	case err == nil:
+		r.starts.Commit(s.pool.Name) // the task ids the pass took from the starts are stored
 		s.starts.Hand()
 		return nil
 	case s.starts.Len() > 0:

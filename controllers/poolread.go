@@ -22,8 +22,9 @@ import (
 //
 // A pool with spec.kueue (or a status.kueue left to release) is read from the API server
 // on every pass, as before: the Kueue controller writes its status.kueue, and a pass that
-// started from the cache before the cache showed that write would have its intents' write
-// (optimistically locked) refused, and start nothing that pass.
+// started from the cache before the cache showed that write would have its status write
+// (optimistically locked when it carries task intents: writeStatus) refused, and start
+// nothing that pass.
 //
 // Note: resourceVersions are compared for equality only; their order is the API
 // server's.

@@ -14,16 +14,17 @@ import (
 // its status write has stored them (the pass's one write: Handout) the starts go to
 // Starts, and the pass ends; the next pass takes each answer
 // (take, from Follower.Check, before it reads the inventory) and records the task id,
-// or the failure, on the worker, as the pass that started the task did before.
+// or the failure, on the worker, as the pass that started the task did before; the
+// answer is forgotten once that pass's status write stored it (Commit), and taken again
+// by the next pass when the write failed.
 //
 // Exactly once: a start is handed out only once its intent is stored, is recorded, by
 // pool and worker with its intent's operation and time, before the pass that hands it
 // out ends, and runs once. A pass that finds the
 // intent of a start still in flight counts the VM's task as in flight (the plan gives the
 // VM no step) and does not ask vCenter for it (resolveIntent would find no task yet and
-// plan the step again). An intent with no record (the process restarted, or the answer
-// was taken and the status write that would have stored it failed) is resolved from
-// vCenter, as before.
+// plan the step again). An intent with no record (the process restarted) is resolved
+// from vCenter, as before.
 //
 // Order: a host's power-ons go one after the other in the plan's order (startGroups), and
 // a pass's power-ons of a host wait for an earlier pass's, in the order the passes handed
@@ -68,6 +69,8 @@ type startRecord struct {
 	// asking: the call to vCenter is under way (Cancel cannot stop it). cancelled: the
 	// start is not to be asked. notAsked: it was answered without asking vCenter.
 	asking, cancelled, notAsked bool
+	// held: a pass took the answer and has not stored what it recorded yet (Commit).
+	held bool
 }
 
 // StartTimeout bounds one start asked past the pass, as reconcileTimeout bounds a pass's,
@@ -187,9 +190,12 @@ func (s *Starts) Cancel(pool string) {
 }
 
 // take returns the answer to the start of a worker's intent (op at at, to the second as
-// status stores it) and forgets it (peek: keeps it, for a preview that records nothing),
-// or reports that the worker has a start in flight (whichever intent it is for: a call
-// to vCenter about the VM is under way), or that there is none.
+// status stores it), or reports that the worker has a start in flight (whichever intent
+// it is for: a call to vCenter about the VM is under way), or that there is none. The
+// answer is kept until the pool's next Commit, which the pass that took it calls once
+// its status write has stored the task id it recorded: a pass whose write fails leaves
+// it for the next pass, which takes it again rather than ask vCenter for the task
+// (peek: a preview, which records nothing). An answer to an earlier intent is dropped.
 func (s *Starts) take(pool, worker string, op vsphere.Op, at time.Time, peek bool) (a answer, ended, inFlight bool) {
 	if s == nil {
 		return answer{}, false, false
@@ -203,16 +209,39 @@ func (s *Starts) take(pool, worker string, op vsphere.Op, at time.Time, peek boo
 	case !rec.ended:
 		return answer{}, false, true
 	}
-	if !peek {
-		delete(s.records[pool], worker)
-		if len(s.records[pool]) == 0 {
-			delete(s.records, pool)
-		}
-	}
 	if rec.op != op || !rec.at.Truncate(time.Second).Equal(at.Truncate(time.Second)) {
-		return answer{}, false, false // the answer to an earlier intent: not this one's
+		if !peek {
+			s.drop(pool, worker) // the answer to an earlier intent: not this one's
+		}
+		return answer{}, false, false
+	}
+	if !peek {
+		rec.held = true
 	}
 	return answer{id: rec.id, err: rec.err, notAsked: rec.notAsked}, true, false
+}
+
+// Commit forgets the answers the pool's passes took: call it once a pass's status write
+// has stored what the pass recorded of them (or the pass had nothing to write).
+func (s *Starts) Commit(pool string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for worker, rec := range s.records[pool] {
+		if rec.held {
+			s.drop(pool, worker)
+		}
+	}
+}
+
+// drop forgets a worker's record; s.mu is held.
+func (s *Starts) drop(pool, worker string) {
+	delete(s.records[pool], worker)
+	if len(s.records[pool]) == 0 {
+		delete(s.records, pool)
+	}
 }
 
 // answer is what became of one start: vCenter's task id or error, or notAsked.

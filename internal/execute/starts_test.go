@@ -84,9 +84,9 @@ func queue(w string, op vsphere.Op, host string, start func(context.Context) (st
 	return queuedStart{worker: w, host: host, op: op, at: startsAt, start: start}
 }
 
-// TestStartsAnsweredOnce: a start is in flight until answered, its answer is taken once,
-// for its own intent only, and the pool is woken once per pass when all its starts are
-// answered.
+// TestStartsAnsweredOnce: a start is in flight until answered, its answer is taken for
+// its own intent only and kept until the pool's commit (a pass's stored status), and the
+// pool is woken once per pass when all its starts are answered.
 func TestStartsAnsweredOnce(t *testing.T) {
 	var mu sync.Mutex
 	wakes := 0
@@ -123,8 +123,18 @@ func TestStartsAnsweredOnce(t *testing.T) {
 	if a, ended, _ := s.take("pool", "a", vsphere.OpSuspend, startsAt, false); !ended || a.id != "task-a" {
 		t.Errorf("a after a peek: %+v ended %v, want task-a (a peek keeps the answer)", a, ended)
 	}
+	// Taken, the answer is kept until a pass's status write stored it (Commit): a pass
+	// whose write failed leaves it for the next.
+	if a, ended, _ := s.take("pool", "a", vsphere.OpSuspend, startsAt, false); !ended || a.id != "task-a" {
+		t.Errorf("a taken again before a commit: %+v ended %v, want task-a", a, ended)
+	}
+	s.Commit("other pool")
+	if a, ended, _ := s.take("pool", "a", vsphere.OpSuspend, startsAt, false); !ended || a.id != "task-a" {
+		t.Errorf("a after another pool's commit: %+v ended %v, want task-a", a, ended)
+	}
+	s.Commit("pool")
 	if _, ended, inFlight := s.take("pool", "a", vsphere.OpSuspend, startsAt, false); ended || inFlight {
-		t.Errorf("a taken twice")
+		t.Errorf("a taken after its pass's commit")
 	}
 	if a, ended, _ := s.take("pool", "b", vsphere.OpSuspend, startsAt, false); !ended || a.err == nil {
 		t.Errorf("b: want its error, got %+v (ended %v)", a, ended)
@@ -133,6 +143,10 @@ func TestStartsAnsweredOnce(t *testing.T) {
 	if _, ended, inFlight := s.take("pool", "c", vsphere.OpPowerOn, startsAt, false); ended || inFlight {
 		t.Errorf("c's reconfigure answered a power-on intent")
 	}
+	if n := s.InFlight("pool"); n != 1 {
+		t.Errorf("%d records left before the commit, want b's", n)
+	}
+	s.Commit("pool")
 	if n := s.InFlight("pool"); n != 0 {
 		t.Errorf("%d records left, want none", n)
 	}

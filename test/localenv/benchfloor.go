@@ -66,10 +66,11 @@ func (e *Env) benchFloor(ctx context.Context, n int) (Floor, error) {
 }
 
 // floorTaskStarts reads the pool's inventory as a pass does (read: the slowest of
-// three, after a first), suspends n day VMs through vCenter, execute.MaxConcurrentStarts calls
-// at once, waits for the tasks, powers the VMs on again the same way, waits for those
-// tasks and for the day nodes to be ready for work again, and returns how long asking
-// for the suspends and for the power-ons took.
+// three, after a first), suspends n day VMs through vCenter, execute.MaxConcurrentStarts
+// calls at once, waits for the tasks and the nodes to go NotReady, powers the VMs on
+// again the same way, waits for those tasks and for the day nodes to be ready for work
+// again (and untainted), and returns how long asking for the suspends and for the
+// power-ons took. On an error it powers the VMs on again, best effort.
 func (e *Env) floorTaskStarts(ctx context.Context, n int) (suspends, powerOns, read time.Duration, err error) {
 	conn := vsphere.NewConnector()
 	defer func() { _ = conn.Close() }()
@@ -99,29 +100,50 @@ func (e *Env) floorTaskStarts(ctx context.Context, n int) (suspends, powerOns, r
 			read = max(read, time.Since(start))
 		}
 	}
+	defer func() {
+		if err != nil { // best effort: the day VMs on again, for whoever looks at the environment
+			for _, ref := range refs {
+				_, _ = vc.PowerOn(context.WithoutCancel(ctx), ref, "")
+			}
+		}
+	}()
 	if suspends, err = e.floorAsk(ctx, vc, refs, "suspends", func(ref string) (string, error) { return vc.Suspend(ctx, ref) }); err != nil {
+		return 0, 0, 0, err
+	}
+	// The nodes follow their VMs down before the VMs go up again, so that none goes
+	// NotReady late, under the pool's workload.
+	if err = e.floorNodes(ctx, names, "NotReady", func(n *corev1.Node) bool { return !cluster.Ready(n) }); err != nil {
 		return 0, 0, 0, err
 	}
 	if powerOns, err = e.floorAsk(ctx, vc, refs, "power-ons", func(ref string) (string, error) { return vc.PowerOn(ctx, ref, "") }); err != nil {
 		return 0, 0, 0, err
 	}
-	err = e.pollFor(ctx, 500*time.Millisecond, 5*time.Minute, "the day nodes to be ready for work again", func() (bool, error) {
+	err = e.floorNodes(ctx, names, "ready for work again", func(n *corev1.Node) bool {
+		return cluster.Ready(n) && cluster.AdvertisedGPUs(n) != "0" && !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+			return strings.HasPrefix(t.Key, "node.kubernetes.io/") // the node lifecycle controller's, while NotReady
+		})
+	})
+	return suspends, powerOns, read, err
+}
+
+// floorNodes waits until every node of names is as want says.
+func (e *Env) floorNodes(ctx context.Context, names []string, what string, want func(*corev1.Node) bool) error {
+	return e.pollFor(ctx, 500*time.Millisecond, 5*time.Minute, "the day nodes to be "+what, func() (bool, error) {
 		var list corev1.NodeList
 		if err := e.Client.List(ctx, &list); err != nil {
 			return false, err
 		}
-		ready := map[string]bool{}
+		ok := map[string]bool{}
 		for i := range list.Items {
-			ready[list.Items[i].Name] = cluster.Ready(&list.Items[i]) && cluster.AdvertisedGPUs(&list.Items[i]) != "0"
+			ok[list.Items[i].Name] = want(&list.Items[i])
 		}
 		for _, name := range names {
-			if !ready[name] {
+			if !ok[name] {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
-	return suspends, powerOns, read, err
 }
 
 // floorAsk asks op of every VM of refs, execute.MaxConcurrentStarts at a time, and

@@ -18,8 +18,9 @@ import (
 
 // A vSphere operation happens once per step whatever fails in between: the intent of
 // every task the run queues is stored (one status write for all of them: the pass's
-// own with Starts, Persist without) before vCenter is asked to start it, and the controller resolves an intent stored without a
-// task id on its next pass (docs/operations.md, "Exactly once").
+// own with Starts, Persist without) before vCenter is asked to start it, and the
+// controller resolves an intent stored without a task id on its next pass
+// (docs/operations.md, "Exactly once").
 
 // Backoff of a failed step: from baseBackoff, doubling, to maxBackoff.
 const (

@@ -263,7 +263,7 @@ func (s *Starts) Forget(pool string) {
 	delete(s.slots, pool)
 }
 
-// InFlight is how many starts of the pool are recorded and not taken (the tests).
+// InFlight is how many starts of the pool are recorded and not committed (the tests).
 func (s *Starts) InFlight(pool string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -25,23 +25,7 @@ import (
 // status after every pass.
 func TestPassesCapTheirWrites(t *testing.T) {
 	h := newHarness(t, "cap-")
-	var nodeWrites, evictions atomic.Int32
-	h.client = func(c client.WithWatch) client.Client {
-		return interceptor.NewClient(c, interceptor.Funcs{
-			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-				if _, isNode := obj.(*corev1.Node); isNode {
-					nodeWrites.Add(1)
-				}
-				return c.Patch(ctx, obj, patch, opts...)
-			},
-			SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj client.Object, sr client.Object, opts ...client.SubResourceCreateOption) error {
-				if sub == "eviction" {
-					evictions.Add(1)
-				}
-				return c.SubResource(sub).Create(ctx, obj, sr, opts...)
-			},
-		})
-	}
+	nodeWrites, evictions := countWrites(h)
 	pool := h.dayNight()
 	h.clock.SetTime(monday1000)
 	h.create(pool)
@@ -94,23 +78,7 @@ func TestPassesCapTheirWrites(t *testing.T) {
 // after it make no more than two node writes each, and the switch completes.
 func TestCordonsTakeOnePass(t *testing.T) {
 	h := newHarness(t, "cop-")
-	var nodeWrites, evictions atomic.Int32
-	h.client = func(c client.WithWatch) client.Client {
-		return interceptor.NewClient(c, interceptor.Funcs{
-			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-				if _, isNode := obj.(*corev1.Node); isNode {
-					nodeWrites.Add(1)
-				}
-				return c.Patch(ctx, obj, patch, opts...)
-			},
-			SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj client.Object, sr client.Object, opts ...client.SubResourceCreateOption) error {
-				if sub == "eviction" {
-					evictions.Add(1)
-				}
-				return c.SubResource(sub).Create(ctx, obj, sr, opts...)
-			},
-		})
-	}
+	nodeWrites, evictions := countWrites(h)
 	pool := h.dayNight()
 	h.clock.SetTime(monday1000)
 	h.create(pool)
@@ -153,6 +121,28 @@ func TestCordonsTakeOnePass(t *testing.T) {
 	}
 	p := h.get(pool.Name)
 	t.Fatalf("did not converge to night: phase %s, workers %s, %s", p.Status.Phase, workerSteps(p), testworld.Conditions(p))
+}
+
+// countWrites makes the harness's reconcilers count their node patches and evictions.
+func countWrites(h *harness) (nodeWrites, evictions *atomic.Int32) {
+	nodeWrites, evictions = &atomic.Int32{}, &atomic.Int32{}
+	h.client = func(c client.WithWatch) client.Client {
+		return interceptor.NewClient(c, interceptor.Funcs{
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				if _, isNode := obj.(*corev1.Node); isNode {
+					nodeWrites.Add(1)
+				}
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+			SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj client.Object, sr client.Object, opts ...client.SubResourceCreateOption) error {
+				if sub == "eviction" {
+					evictions.Add(1)
+				}
+				return c.SubResource(sub).Create(ctx, obj, sr, opts...)
+			},
+		})
+	}
+	return nodeWrites, evictions
 }
 
 func workerSteps(p *gpupoolv1.GPUPoolProfile) string {

@@ -2,7 +2,6 @@ package vsphere_test
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"k8s.io/client-go/util/workqueue"
@@ -14,28 +13,10 @@ import (
 // and to power them on again, at a number of calls at once: how fast one vCenter session
 // takes task starts, the bound of execute.Starts' per-pool limit.
 func BenchmarkTaskStarts(b *testing.B) {
-	var y strings.Builder
-	var names []string
-	y.WriteString("datacenter: dc1\nhosts:\n")
-	for h := range 64 {
-		fmt.Fprintf(&y, "  - name: esx-%02d\n    gpus:\n", h)
-		for g := range 4 {
-			fmt.Fprintf(&y, "      - {model: Tesla P100, memoryGiB: 16, pciId: \"0000:%02x:00.0\"}\n", 0x10+g)
-		}
-		y.WriteString("    profiles: [{name: grid_p100-4q}, {name: grid_p100-16q}]\n")
-	}
-	y.WriteString("vms:\n")
-	for h := range 64 {
-		for g := range 4 {
-			for k := range 4 {
-				names = append(names, fmt.Sprintf("day-%02d-%d-%d", h, g, k))
-				fmt.Fprintf(&y, "  - {name: %s, host: esx-%02d, profile: grid_p100-4q, powerState: poweredOn}\n", names[len(names)-1], h)
-			}
-		}
-	}
+	y, names := sixtyFourHosts(false)
 	for _, at := range []int{16, 32, 64} {
 		b.Run(fmt.Sprintf("at-once-%d", at), func(b *testing.B) {
-			e := newEnv(b, y.String())
+			e := newEnv(b, y)
 			refs := make([]string, len(names))
 			for i, n := range names {
 				refs[i] = e.ref(n)

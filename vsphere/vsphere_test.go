@@ -634,28 +634,8 @@ func BenchmarkInventory(b *testing.B) {
 // bench-transition at 64 hosts), read scoped to the pool's VMs once the devices of
 // unchanged VMs are in the session's memo (devicememo.go).
 func BenchmarkScopedInventory(b *testing.B) {
-	var y strings.Builder
-	var ids []string
-	y.WriteString("datacenter: dc1\nhosts:\n")
-	for h := range 64 {
-		fmt.Fprintf(&y, "  - name: esx-%02d\n    gpus:\n", h)
-		for g := range 4 {
-			fmt.Fprintf(&y, "      - {model: Tesla P100, memoryGiB: 16, pciId: \"0000:%02x:00.0\"}\n", 0x10+g)
-		}
-		y.WriteString("    profiles: [{name: grid_p100-4q}, {name: grid_p100-16q}]\n")
-	}
-	y.WriteString("vms:\n")
-	for h := range 64 {
-		for g := range 4 {
-			for k := range 4 {
-				ids = append(ids, fmt.Sprintf("day-%02d-%d-%d", h, g, k))
-				fmt.Fprintf(&y, "  - {name: %s, host: esx-%02d, profile: grid_p100-4q, powerState: poweredOn}\n", ids[len(ids)-1], h)
-			}
-			ids = append(ids, fmt.Sprintf("night-%02d-%d", h, g))
-			fmt.Fprintf(&y, "  - {name: %s, host: esx-%02d, profile: grid_p100-16q, powerState: poweredOff}\n", ids[len(ids)-1], h)
-		}
-	}
-	e := newEnv(b, y.String())
+	y, ids := sixtyFourHosts(true)
+	e := newEnv(b, y)
 	if _, err := e.c.Inventory(e.ctx, ids...); err != nil {
 		b.Fatal(err)
 	}
@@ -668,6 +648,36 @@ func BenchmarkScopedInventory(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(e.sim.Calls("RetrievePropertiesEx"))/float64(b.N), "roundtrips/op")
+}
+
+// sixtyFourHosts is the inventory of the 64-host benchmarks: 64 hosts of four P100s,
+// four 4Q day VMs on each GPU, powered on, and with night one 16Q night VM per GPU,
+// powered off; and the VMs' names.
+func sixtyFourHosts(night bool) (string, []string) {
+	var y strings.Builder
+	var names []string
+	y.WriteString("datacenter: dc1\nhosts:\n")
+	for h := range 64 {
+		fmt.Fprintf(&y, "  - name: esx-%02d\n    gpus:\n", h)
+		for g := range 4 {
+			fmt.Fprintf(&y, "      - {model: Tesla P100, memoryGiB: 16, pciId: \"0000:%02x:00.0\"}\n", 0x10+g)
+		}
+		y.WriteString("    profiles: [{name: grid_p100-4q}, {name: grid_p100-16q}]\n")
+	}
+	y.WriteString("vms:\n")
+	for h := range 64 {
+		for g := range 4 {
+			for k := range 4 {
+				names = append(names, fmt.Sprintf("day-%02d-%d-%d", h, g, k))
+				fmt.Fprintf(&y, "  - {name: %s, host: esx-%02d, profile: grid_p100-4q, powerState: poweredOn}\n", names[len(names)-1], h)
+			}
+			if night {
+				names = append(names, fmt.Sprintf("night-%02d-%d", h, g))
+				fmt.Fprintf(&y, "  - {name: %s, host: esx-%02d, profile: grid_p100-16q, powerState: poweredOff}\n", names[len(names)-1], h)
+			}
+		}
+	}
+	return y.String(), names
 }
 
 // powerOn powers a VM on on its own host, in e.do's shape.

@@ -14,7 +14,8 @@ import (
 
 // act hands the plan's due steps to the executor (internal/execute), with the nodes'
 // state labels for the nodes its steps patch (stepMarks), and takes its Outcome into the
-// pass's facts; the task starts it queued wait for the pass's status write (s.starts). It returns when to come back and the VMs whose last step it did
+// pass's facts; the task starts it queued wait for the pass's status write (s.starts).
+// It returns when to come back and the VMs whose last step it did
 // (execute.Outcome.Done), for publishStates. A drain that timed out with
 // spec.drain.onTimeout Abort comes back as Outcome.Abort: the transition is aborted
 // here, where transitions end.

@@ -20,11 +20,11 @@ import (
 //
 // Exactly once: a start is handed out only once its intent is stored, is recorded, by
 // pool and worker with its intent's operation and time, before the pass that hands it
-// out ends, and runs once. A pass that finds the
-// intent of a start still in flight counts the VM's task as in flight (the plan gives the
-// VM no step) and does not ask vCenter for it (resolveIntent would find no task yet and
-// plan the step again). An intent with no record (the process restarted) is resolved
-// from vCenter, as before.
+// out ends, and runs once. A pass that finds the intent of a start still in flight
+// counts the VM's task as in flight (the plan gives the VM no step) and does not ask
+// vCenter for it (resolveIntent would find no task yet and plan the step again). An
+// intent with no record (the process restarted) is resolved from vCenter, as before.
+// An answer taken again after a failed status write tells its event again.
 //
 // Order: a host's power-ons go one after the other in the plan's order (startGroups), and
 // a pass's power-ons of a host wait for an earlier pass's, in the order the passes handed

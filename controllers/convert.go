@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,7 +44,21 @@ func (r *GPUPoolProfileReconciler) resolveConversions(ctx context.Context, s *sc
 	costs := r.conversionCosts(ctx, s.pool, w)
 	sr := r.sizeCounts(s, inv, costs, plan.ResolveSpec(&s.pool.Spec, inv, costs))
 	s.conversions = sr
-	r.conversions.remember(s.pool, sr.Layouts) // only those resolved now: one that failed starts from its candidates
+	remember := sr.Layouts // only those resolved now: one that failed starts from its candidates
+	if w.TasksInFlight || w.TasksEnded > 0 {
+		// A read taken while tasks run may catch a VM between two states (a vGPU placed
+		// on a VM that still reads as powered off): a choice it moves is not believed,
+		// and the last one stays the one to compare the next read with (decide settles).
+		last := r.conversions.last(s.pool)
+		remember = maps.Clone(sr.Layouts)
+		for name, l := range sr.Layouts {
+			if prev, ok := last[name]; ok && plan.ChoiceMoved(prev, l) {
+				s.facts.choiceMoved = append(s.facts.choiceMoved, name)
+				remember[name] = prev
+			}
+		}
+	}
+	r.conversions.remember(s.pool, remember)
 	s.pool.Spec = *sr.Spec.DeepCopy()
 	s.persisted.Spec = *sr.Spec.DeepCopy()
 	if s.wanted != nil {

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -276,7 +277,10 @@ func (r *GPUPoolProfileReconciler) actPhase(ctx context.Context, s *scope) (outc
 // is not believed: the inventory may have caught a VM between two states (a vGPU placed
 // on a VM that still reads as powered off) and counted a GPU twice. The pass then waits
 // for the tasks (facts.settling) and decides on the next one, whatever was reported
-// before. Feasibility proper is decided on quiet reads (decidePhase).
+// before. So does a layout by count whose GPUs to convert moved on such a read
+// (facts.choiceMoved): parking the VMs of another GPU than the one being converted is
+// decided on a quiet read only. Feasibility proper is decided on quiet reads
+// (decidePhase).
 func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layout, error) {
 	d := s.decision
 	s.nodeStates = nodeStates(&s.w, s.pool, s.now, s.wanted)
@@ -288,6 +292,12 @@ func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layo
 		// A layout by count that could not be resolved lists its candidates, not a
 		// choice: nothing is done for it.
 		p.Hosts, p.Problems = nil, append(p.Problems, pr)
+	}
+	if slices.Contains(s.facts.choiceMoved, d.Layout) {
+		// Its GPUs to convert moved on a read taken while tasks ran or had just ended:
+		// the next read tells whether they did (resolveConversions).
+		s.facts.settling = true
+		return p, s.wanted, nil
 	}
 	if len(p.Problems) > 0 && (s.w.TasksInFlight || s.w.TasksEnded > 0) {
 		s.facts.settling = true

@@ -100,9 +100,13 @@ type facts struct {
 	fallback string
 	// done: nothing is left to do for the layout being made (wanted or fallback).
 	done bool
-	// settling: the wanted layout looked infeasible while vSphere tasks were in flight or
-	// had just ended; the pass waits rather than believe a read taken between two states.
+	// settling: the wanted layout looked infeasible, or its choice of GPUs to convert
+	// moved, while vSphere tasks were in flight or had just ended; the pass waits rather
+	// than believe a read taken between two states.
 	settling bool
+	// choiceMoved are the layouts by count whose choice moved from the last pass's on a
+	// read taken while tasks were in flight or had just ended (resolveConversions).
+	choiceMoved []string
 	// drainBlocked and stepErrors name what kept steps from going on this pass.
 	drainBlocked []string
 	stepErrors   []string

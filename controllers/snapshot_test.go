@@ -30,6 +30,10 @@ type hookConnector struct {
 	mu             sync.Mutex
 	afterInventory func()
 	afterTasks     func()
+	// read changes what an inventory read of the named VMs returns, as a read caught
+	// between two states of a VM would (the operator's reads name the pool's VMs; the
+	// harness's settle reads them all).
+	read func(inv *inventory.Inventory, vms []string)
 }
 
 func (c *hookConnector) Connect(ctx context.Context, cfg vsphere.Config) (vsphere.Client, error) {
@@ -64,6 +68,12 @@ type hookClient struct {
 
 func (cl *hookClient) Inventory(ctx context.Context, vms ...string) (*inventory.Inventory, error) {
 	inv, err := cl.Client.Inventory(ctx, vms...)
+	cl.c.mu.Lock()
+	read := cl.c.read
+	cl.c.mu.Unlock()
+	if read != nil && err == nil {
+		read(inv, vms)
+	}
 	cl.c.run(func(c *hookConnector) func() { return c.afterInventory })
 	return inv, err
 }

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"slices"
+	"strings"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
@@ -210,4 +211,18 @@ func WithCounts(spec *gpupoolv1.GPUPoolProfileSpec, counts map[string]int) *gpup
 		out.Layouts[i].Convert = &conv
 	}
 	return out
+}
+
+// ChoiceMoved tells whether now, a layout by count resolved again, chose other workers
+// than prev, its last resolution, for the same conversion (the same count, candidates
+// and weights): the GPUs to convert moved. The workers' order does not matter.
+func ChoiceMoved(prev, now gpupoolv1.Layout) bool {
+	if prev.Convert == nil || now.Convert == nil || !equalConvert(prev.Convert, now.Convert) {
+		return false
+	}
+	byVM := func(x, y gpupoolv1.Worker) int { return strings.Compare(x.VM, y.VM) }
+	a, b := slices.Clone(prev.Workers), slices.Clone(now.Workers)
+	slices.SortFunc(a, byVM)
+	slices.SortFunc(b, byVM)
+	return !slices.Equal(a, b)
 }

@@ -170,3 +170,39 @@ func TestResolveSpecMaxHoldBoundsVetoes(t *testing.T) {
 		}
 	}
 }
+
+// TestChoiceMoved: a choice moved when the same conversion (count, candidates, weights)
+// resolved to other workers, in any way they differ but their order; a changed
+// conversion, or a layout that is not by count, is not a moved choice (it is a new one).
+func TestChoiceMoved(t *testing.T) {
+	conv := &gpupoolv1.Conversion{Base: "day", Count: 1, Profile: "grid_p100-16q",
+		Candidates: []gpupoolv1.Candidate{{VM: "night-1"}, {VM: "night-2"}}}
+	a := gpupoolv1.Layout{Name: "night", Convert: conv, Workers: []gpupoolv1.Worker{
+		{VM: "day-2", Profile: "grid_p100-4q"}, {VM: "night-1", Profile: "grid_p100-16q"}}}
+	with := func(change func(l *gpupoolv1.Layout)) gpupoolv1.Layout {
+		l := *a.DeepCopy()
+		change(&l)
+		return l
+	}
+	for _, c := range []struct {
+		name string
+		now  gpupoolv1.Layout
+		want bool
+	}{
+		{"same", with(func(*gpupoolv1.Layout) {}), false},
+		{"another VM", with(func(l *gpupoolv1.Layout) { l.Workers[0].VM = "day-1" }), true},
+		{"another profile", with(func(l *gpupoolv1.Layout) { l.Workers[1].Profile = "grid_p100-8q" }), true},
+		{"another vGPU count", with(func(l *gpupoolv1.Layout) { l.Workers[1].VGPUs = 2 }), true},
+		{"another node", with(func(l *gpupoolv1.Layout) { l.Workers[1].Node = "n" }), true},
+		{"a worker more", with(func(l *gpupoolv1.Layout) { l.Workers = append(l.Workers, gpupoolv1.Worker{VM: "day-4"}) }), true},
+		{"a worker less", with(func(l *gpupoolv1.Layout) { l.Workers = l.Workers[:1] }), true},
+		{"another order", with(func(l *gpupoolv1.Layout) { slices.Reverse(l.Workers) }), false},
+		{"another count", with(func(l *gpupoolv1.Layout) { l.Convert.Count = 2; l.Workers[0].VM = "day-1" }), false},
+		{"other candidates", with(func(l *gpupoolv1.Layout) { l.Convert.Candidates = l.Convert.Candidates[:1]; l.Workers[0].VM = "day-1" }), false},
+		{"not by count", with(func(l *gpupoolv1.Layout) { l.Convert = nil; l.Workers[0].VM = "day-1" }), false},
+	} {
+		if got := ChoiceMoved(a, c.now); got != c.want {
+			t.Errorf("%s: ChoiceMoved = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -70,6 +70,11 @@ func upInventory(t *testing.T, inventory string) (context.Context, *localenv.Env
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = localenv.Down(opts) })
+	t.Cleanup(func() {
+		if t.Failed() { // before Down: the environment goes with the test
+			env.Diagnose(ctx, os.Stdout)
+		}
+	})
 	return ctx, env
 }
 

@@ -48,6 +48,11 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 			_ = localenv.Down(opts)
 		}
 	})
+	t.Cleanup(func() {
+		if t.Failed() && !downDone { // before Down: the environment goes with the test
+			env.Diagnose(ctx, os.Stdout)
+		}
+	})
 
 	scraper := startMetricsScraper(t, dir)
 	res, err := localenv.RunDemo(ctx, env, os.Stdout, 2*time.Minute, 12*time.Minute)
@@ -142,6 +147,9 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 	checkPoolFromUp(t, env, kubectl, filepath.Join(dir, localenv.PoolFile), filepath.Join(root, "bin", "kubectl-gpupool"))
 
 	// Down leaves no process behind.
+	if t.Failed() {
+		env.Diagnose(ctx, os.Stdout) // while the environment is up
+	}
 	if err := localenv.Down(opts); err != nil {
 		t.Fatal(err)
 	}

@@ -46,17 +46,7 @@ func (r *GPUPoolProfileReconciler) resolveConversions(ctx context.Context, s *sc
 	s.conversions = sr
 	remember := sr.Layouts // only those resolved now: one that failed starts from its candidates
 	if w.TasksInFlight || w.TasksEnded > 0 {
-		// A read taken while tasks run may catch a VM between two states (a vGPU placed
-		// on a VM that still reads as powered off): a choice it moves is not believed,
-		// and the last one stays the one to compare the next read with (decide settles).
-		last := r.conversions.last(s.pool)
-		remember = maps.Clone(sr.Layouts)
-		for name, l := range sr.Layouts {
-			if prev, ok := last[name]; ok && plan.ChoiceMoved(prev, l) {
-				s.facts.choiceMoved = append(s.facts.choiceMoved, name)
-				remember[name] = prev
-			}
-		}
+		remember = r.holdMovedChoices(s, sr.Layouts)
 	}
 	r.conversions.remember(s.pool, remember)
 	s.pool.Spec = *sr.Spec.DeepCopy()
@@ -68,6 +58,34 @@ func (r *GPUPoolProfileReconciler) resolveConversions(ctx context.Context, s *sc
 	nw.TasksInFlight, nw.TasksEnded = w.TasksInFlight, w.TasksEnded
 	nw.Match(&s.pool.Spec, nodes)
 	return nw
+}
+
+// holdMovedChoices is what to remember of the layouts by count resolved (now) on a read
+// taken while the pool's tasks ran or at the pass that saw some end. Such a read may catch
+// a VM between two states (vSphere places a powering-on VM's vGPU before the VM reads as
+// powered on): a choice it moves is not believed. The layout the pass makes is named in
+// s.facts.choiceMoved (decide settles) when its choice moved from the last pass's, which
+// stays the one to compare the next read with, or when there is no last one to compare
+// with (the manager restarted in the middle of a switch): then its first choice is made
+// on a quiet read.
+func (r *GPUPoolProfileReconciler) holdMovedChoices(s *scope, now map[string]gpupoolv1.Layout) map[string]gpupoolv1.Layout {
+	last := r.conversions.last(s.pool)
+	keep := maps.Clone(now)
+	for name, l := range now {
+		prev, ok := last[name]
+		switch {
+		case ok && plan.ChoiceMoved(prev, l):
+			keep[name] = prev
+		case !ok && name == s.decision.Layout:
+			delete(keep, name)
+		default:
+			continue
+		}
+		if name == s.decision.Layout {
+			s.facts.choiceMoved = append(s.facts.choiceMoved, name)
+		}
+	}
+	return keep
 }
 
 // conversionCosts counts, for each pool VM with a node, what draining the node

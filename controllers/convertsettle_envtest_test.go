@@ -43,11 +43,24 @@ vms:
 // other GPU the one to convert. The switch must not act on it: the other GPU's day
 // VMs keep running and their nodes are never cordoned; each VM gets each operation
 // once, the converted GPU's day nodes are cordoned once, and the pool never reports
-// the layout infeasible. Without the settle (decide, facts.choiceMoved) the other GPU's
+// the layout infeasible. So with a new manager every pass, which remembers no earlier
+// choice to compare with. Without the settle (decide, facts.choiceMoved) the other GPU's
 // four day nodes were cordoned and drained for one pass (the e2e test
 // TestDemandSizedPartialSwitchOnLocalCluster saw it under load).
 func TestCountChoiceHoldsOnAReadBetweenTwoStates(t *testing.T) {
-	h := newHarnessWith(t, "csr-", countPairInventory)
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
+			choiceHolds(t, restart)
+		})
+	}
+}
+
+func choiceHolds(t *testing.T, restart bool) {
+	prefix := "csr-"
+	if restart {
+		prefix = "csrr-"
+	}
+	h := newHarnessWith(t, prefix, countPairInventory)
 	var dayW, vms []string
 	for i := 1; i <= 8; i++ {
 		dayW = append(dayW, fmt.Sprintf("day-%d=grid_p100-4q", i))
@@ -60,6 +73,7 @@ func TestCountChoiceHoldsOnAReadBetweenTwoStates(t *testing.T) {
 	h.clock.SetTime(monday1000)
 	h.create(pool)
 	h.converge(pool.Name, "day", 40)
+	h.forget = restart // a new manager every pass: no choice remembered from the last
 
 	// The operator's first read that shows a night VM running shows it placed but
 	// powered off.

@@ -104,8 +104,9 @@ type facts struct {
 	// moved, while vSphere tasks were in flight or had just ended; the pass waits rather
 	// than believe a read taken between two states.
 	settling bool
-	// choiceMoved are the layouts by count whose choice moved from the last pass's on a
-	// read taken while tasks were in flight or had just ended (resolveConversions).
+	// choiceMoved names the layout by count the pass makes when its choice of GPUs moved
+	// from the last pass's, or has no last one, on a read taken while tasks were in
+	// flight or had just ended (holdMovedChoices).
 	choiceMoved []string
 	// drainBlocked and stepErrors name what kept steps from going on this pass.
 	drainBlocked []string

@@ -169,6 +169,10 @@ type harness struct {
 	// restart makes every reconcile run on a new reconciler with a new vSphere
 	// connector, as after an operator restart.
 	restart bool
+	// forget makes every reconcile run on a new reconciler on the same connector: what
+	// a restarted operator remembers of earlier passes (nothing), with the connector's
+	// hooks (hookConnector) kept.
+	forget bool
 	// startsBehind: the reconciler asks vCenter for its task starts past the pass
 	// (execute.Starts, as the manager does), each reconciler with Starts of its own (a
 	// restarted manager remembers none); reconcile waits for them after each pass.
@@ -268,7 +272,7 @@ func (h *harness) create(p *gpupoolv1.GPUPoolProfile) {
 }
 
 func (h *harness) reconciler() *GPUPoolProfileReconciler {
-	if h.rec == nil || h.restart {
+	if h.rec == nil || h.restart || h.forget {
 		if h.restart && h.rec != nil {
 			closeConnector(h.conn)
 			h.conn = vsphere.NewConnector()

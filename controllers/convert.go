@@ -46,7 +46,7 @@ func (r *GPUPoolProfileReconciler) resolveConversions(ctx context.Context, s *sc
 	s.conversions = sr
 	remember := sr.Layouts // only those resolved now: one that failed starts from its candidates
 	if w.TasksInFlight || w.TasksEnded > 0 {
-		remember = r.holdMovedChoices(s, sr.Layouts)
+		remember = r.holdMovedChoices(s, sr)
 	}
 	r.conversions.remember(s.pool, remember)
 	s.pool.Spec = *sr.Spec.DeepCopy()
@@ -60,23 +60,31 @@ func (r *GPUPoolProfileReconciler) resolveConversions(ctx context.Context, s *sc
 	return nw
 }
 
-// holdMovedChoices is what to remember of the layouts by count resolved (now) on a read
+// holdMovedChoices is what to remember of the layouts by count resolved (sr) on a read
 // taken while the pool's tasks ran or at the pass that saw some end. Such a read may catch
 // a VM between two states (vSphere places a powering-on VM's vGPU before the VM reads as
-// powered on): a choice it moves is not believed. The layout the pass makes is named in
-// s.facts.choiceMoved (decide settles) when its choice moved from the last pass's, which
-// stays the one to compare the next read with, or when there is no last one to compare
-// with (the manager restarted in the middle of a switch): then its first choice is made
-// on a quiet read.
-func (r *GPUPoolProfileReconciler) holdMovedChoices(s *scope, now map[string]gpupoolv1.Layout) map[string]gpupoolv1.Layout {
+// powered on): a choice it moves is not believed. A layout whose choice moved from the
+// last pass's keeps the last one, in the pass's spec (the plan, the next switch's
+// warnings and the node states read it) and as the one to compare the next read with.
+// The layout the pass makes is also named in s.facts.choiceMoved (decide settles) when
+// its choice moved, or when there is none of the same conversion to compare it with (the
+// manager restarted, or the count changed, in the middle of a switch): then its first
+// choice is made on a quiet read.
+func (r *GPUPoolProfileReconciler) holdMovedChoices(s *scope, sr plan.SpecResolution) map[string]gpupoolv1.Layout {
 	last := r.conversions.last(s.pool)
-	keep := maps.Clone(now)
-	for name, l := range now {
+	keep := maps.Clone(sr.Layouts)
+	for i := range sr.Spec.Layouts {
+		name := sr.Spec.Layouts[i].Name
+		now, resolved := sr.Layouts[name]
+		if !resolved {
+			continue
+		}
 		prev, ok := last[name]
 		switch {
-		case ok && plan.ChoiceMoved(prev, l):
+		case ok && plan.ChoiceMoved(prev, now):
 			keep[name] = prev
-		case !ok && name == s.decision.Layout:
+			sr.Spec.Layouts[i].Workers = prev.Workers // the same conversion: only the choice differs
+		case name == s.decision.Layout && (!ok || !plan.SameConversion(prev.Convert, now.Convert)):
 			delete(keep, name)
 		default:
 			continue

@@ -293,18 +293,16 @@ func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layo
 		// choice: nothing is done for it.
 		p.Hosts, p.Problems = nil, append(p.Problems, pr)
 	}
-	if slices.Contains(s.facts.choiceMoved, d.Layout) {
-		// Its GPUs to convert moved on a read taken while tasks ran or had just ended:
-		// the next read tells whether they did (resolveConversions).
-		s.facts.settling = true
-		return p, s.wanted, nil
-	}
-	if len(p.Problems) > 0 && (s.w.TasksInFlight || s.w.TasksEnded > 0) {
+	if moved := slices.Contains(s.facts.choiceMoved, d.Layout); moved || (len(p.Problems) > 0 && (s.w.TasksInFlight || s.w.TasksEnded > 0)) {
 		s.facts.settling = true
 		if reportedInfeasible(s.persisted) {
 			// Reported on two quiet reads before these tasks: the report stands (no
-			// flapping) while nothing is acted on.
-			s.facts.problems = p.Problems
+			// flapping) while nothing is acted on; a moved choice's problems are not
+			// believed either.
+			s.facts.reportStands = true
+			if !moved {
+				s.facts.problems = p.Problems
+			}
 		}
 		return p, s.wanted, nil
 	}

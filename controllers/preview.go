@@ -24,6 +24,10 @@ type Preview struct {
 	// Conversion is the choice of the layout planned when it is a layout by count: the
 	// GPUs chosen, not chosen and that cannot be converted, with why (nil otherwise).
 	Conversion *plan.Resolution
+	// Settling: the read was taken while the pool's vSphere tasks ran or had just ended,
+	// and what it shows (a shortfall, a layout by count's choice) is not one a pass acts
+	// on: the pass would wait for the next read.
+	Settling bool
 }
 
 // Preview observes the pool's world and decides as a pass does, through the pass's own
@@ -84,5 +88,6 @@ func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.
 	if !ok {
 		return nil, unseen()
 	}
-	return &Preview{Decision: d, Plan: p, Layout: making.Name, Demand: w.demand, Conversion: s.conversions.Resolutions[making.Name]}, nil
+	return &Preview{Decision: d, Plan: p, Layout: making.Name, Demand: w.demand, Conversion: s.conversions.Resolutions[making.Name],
+		Settling: s.facts.settling}, nil
 }

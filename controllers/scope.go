@@ -104,6 +104,10 @@ type facts struct {
 	// moved, while vSphere tasks were in flight or had just ended; the pass waits rather
 	// than believe a read taken between two states.
 	settling bool
+	// reportStands: the pass settles with the layout reported infeasible on earlier quiet
+	// reads; without problems of its own to report (problems), the report is kept as
+	// the last pass wrote it.
+	reportStands bool
 	// choiceMoved names the layout by count the pass makes when its choice of GPUs moved
 	// from the last pass's, or has no last one, on a read taken while tasks were in
 	// flight or had just ended (holdMovedChoices).

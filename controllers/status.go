@@ -156,6 +156,10 @@ func stalled(s *scope) (string, string) {
 			msg = fmt.Sprintf("layout %s cannot be completed: %s; layout %s is brought back where its GPUs are free", s.decision.Layout, msg, f.fallback)
 		}
 		return ReasonInfeasible, msg
+	case f.reportStands:
+		if c := findCondition(s.persisted, gpupoolv1.ConditionStalled); c != nil {
+			return c.Reason, c.Message
+		}
 	case len(f.held) > 0:
 		return f.held[0].Reason, problemsMessage(f.held)
 	}

@@ -72,6 +72,9 @@ func (a *app) livePlan(ctx context.Context, name string, o liveOptions) error {
 	if n := pv.Decision.Next; n != nil && o.layout == "" {
 		fmt.Fprintf(out, "next: %s at %s\n", n.Layout, sc.at(n.At))
 	}
+	if pv.Settling {
+		fmt.Fprintln(out, "read while the pool's vSphere tasks run or just ended: a pass would act on none of this and wait for the next read")
+	}
 	if pv.Conversion != nil {
 		fmt.Fprint(out, sc.text(pv.Conversion.String()))
 	}

@@ -217,7 +217,7 @@ func WithCounts(spec *gpupoolv1.GPUPoolProfileSpec, counts map[string]int) *gpup
 // than prev, its last resolution, for the same conversion (the same count, candidates
 // and weights): the GPUs to convert moved. The workers' order does not matter.
 func ChoiceMoved(prev, now gpupoolv1.Layout) bool {
-	if prev.Convert == nil || now.Convert == nil || !equalConvert(prev.Convert, now.Convert) {
+	if !SameConversion(prev.Convert, now.Convert) {
 		return false
 	}
 	byVM := func(x, y gpupoolv1.Worker) int { return strings.Compare(x.VM, y.VM) }
@@ -225,4 +225,11 @@ func ChoiceMoved(prev, now gpupoolv1.Layout) bool {
 	slices.SortFunc(a, byVM)
 	slices.SortFunc(b, byVM)
 	return !slices.Equal(a, b)
+}
+
+// SameConversion tells whether a and b are the same conversion: the same base, count,
+// profile, candidates and disruption weights (a resolution of one is a resolution of the
+// other). Two nil conversions are not: neither is a layout by count.
+func SameConversion(a, b *gpupoolv1.Conversion) bool {
+	return a != nil && b != nil && equalConvert(a, b)
 }

@@ -9,32 +9,25 @@ import (
 	"github.com/gpupool/gpupool/internal/inventory"
 )
 
-// countPairInventory is the count demo's world (test/vgpusim/testdata/count.yaml): one
-// host with two 16 GB P100s, eight 4Q day VMs running (four per GPU, as the
-// performance policy spreads them) and two 16Q night VMs powered off.
-const countPairInventory = `
-datacenter: dc1
-hosts:
-  - name: %[1]sesx-01
-    policy: performance
-    gpus:
-      - {model: Tesla P100, memoryGiB: 16, pciId: "0000:3b:00.0"}
-      - {model: Tesla P100, memoryGiB: 16, pciId: "0000:d8:00.0"}
-    profiles:
-      - {name: grid_p100-4q, frameBufferGiB: 4, suspendSupported: true}
-      - {name: grid_p100-16q, frameBufferGiB: 16, suspendSupported: true}
-vms:
-  - {name: %[1]sday-1, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]sday-2, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]sday-3, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]sday-4, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]sday-5, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]sday-6, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]sday-7, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]sday-8, host: %[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}
-  - {name: %[1]snight-1, host: %[1]sesx-01, profile: grid_p100-16q, powerState: poweredOff}
-  - {name: %[1]snight-2, host: %[1]sesx-01, profile: grid_p100-16q, powerState: poweredOff}
-`
+// countPairInventory is the count demo's world (test/vgpusim/testdata/count.yaml), a
+// template for fmt as fourByFour: one host with two 16 GB P100s, eight 4Q day VMs
+// running (four per GPU, as the performance policy spreads them) and two 16Q night VMs
+// powered off.
+func countPairInventory() string {
+	var b strings.Builder
+	b.WriteString("datacenter: dc1\nhosts:\n  - name: %[1]sesx-01\n    policy: performance\n    gpus:\n")
+	for _, pci := range []string{"0000:3b:00.0", "0000:d8:00.0"} {
+		fmt.Fprintf(&b, "      - {model: Tesla P100, memoryGiB: 16, pciId: %q}\n", pci)
+	}
+	b.WriteString("    profiles:\n      - {name: grid_p100-4q, frameBufferGiB: 4, suspendSupported: true}\n      - {name: grid_p100-16q, frameBufferGiB: 16, suspendSupported: true}\nvms:\n")
+	for i := 1; i <= 8; i++ {
+		fmt.Fprintf(&b, "  - {name: %%[1]sday-%d, host: %%[1]sesx-01, profile: grid_p100-4q, powerState: poweredOn}\n", i)
+	}
+	for i := 1; i <= 2; i++ {
+		fmt.Fprintf(&b, "  - {name: %%[1]snight-%d, host: %%[1]sesx-01, profile: grid_p100-16q, powerState: poweredOff}\n", i)
+	}
+	return b.String()
+}
 
 // TestCountChoiceHoldsOnAReadBetweenTwoStates: night is day with one GPU converted. A
 // read taken just after the night VM's power-on catches it with its vGPU already
@@ -60,7 +53,7 @@ func choiceHolds(t *testing.T, restart bool) {
 	if restart {
 		prefix = "csrr-"
 	}
-	h := newHarnessWith(t, prefix, countPairInventory)
+	h := newHarnessWith(t, prefix, countPairInventory())
 	var dayW, vms []string
 	for i := 1; i <= 8; i++ {
 		dayW = append(dayW, fmt.Sprintf("day-%d=grid_p100-4q", i))

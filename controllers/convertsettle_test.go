@@ -125,15 +125,7 @@ func TestSettlingKeepsTheInfeasibleReport(t *testing.T) {
 		s := &scope{pool: persisted.DeepCopy(), persisted: persisted, now: w.clock.Now()}
 		s.decision = plan.Decision{Layout: "night", Reason: gpupoolv1.DesiredByDefault, Window: -1}
 		s.wanted = layoutNamed(&s.pool.Spec, "night")
-		vcc, _, ok := w.r.connectVCenter(ctx, s)
-		if !ok {
-			t.Fatalf("connect: %+v", s.facts)
-		}
-		s.vc = vcc
-		w.r.checkTasks(ctx, s, false)
-		if _, ok := w.r.observe(ctx, s); !ok {
-			t.Fatalf("observe: %+v", s.facts)
-		}
+		w.observe(ctx, t, s)
 		s.facts.choiceMoved = []string{"night"} // as holdMovedChoices names it
 		if _, _, err := w.r.decide(s); err != nil {
 			t.Fatal(err)

@@ -49,13 +49,9 @@ func benchPass(b *testing.B, n int, layout string) {
 	runtime.KeepAlive(w)
 }
 
-// pass runs observe and decide, and fills the status from the plan, as Reconcile does,
-// on a fresh copy of the stored pool; it writes nothing.
-func (w *scaleWorld) pass(ctx context.Context, tb testing.TB, layout string) *scope {
-	pool := w.pool.DeepCopy()
-	s := &scope{pool: pool, persisted: w.pool, now: w.clock.Now()}
-	s.decision = plan.Decision{Layout: layout, Reason: "Default", Window: -1}
-	s.wanted = layoutNamed(&pool.Spec, layout)
+// observe connects, checks the tasks and observes as a pass does, into s.
+func (w *scaleWorld) observe(ctx context.Context, tb testing.TB, s *scope) {
+	tb.Helper()
 	vcc, _, ok := w.r.connectVCenter(ctx, s)
 	if !ok {
 		tb.Fatalf("connect: %+v", s.facts)
@@ -65,6 +61,16 @@ func (w *scaleWorld) pass(ctx context.Context, tb testing.TB, layout string) *sc
 	if _, ok := w.r.observe(ctx, s); !ok {
 		tb.Fatalf("observe: %+v", s.facts)
 	}
+}
+
+// pass runs observe and decide, and fills the status from the plan, as Reconcile does,
+// on a fresh copy of the stored pool; it writes nothing.
+func (w *scaleWorld) pass(ctx context.Context, tb testing.TB, layout string) *scope {
+	pool := w.pool.DeepCopy()
+	s := &scope{pool: pool, persisted: w.pool, now: w.clock.Now()}
+	s.decision = plan.Decision{Layout: layout, Reason: "Default", Window: -1}
+	s.wanted = layoutNamed(&pool.Spec, layout)
+	w.observe(ctx, tb, s)
 	p, making, err := w.r.decide(s)
 	if err != nil || len(p.Problems) > 0 {
 		tb.Fatalf("decide: %v %v", err, p.Problems)

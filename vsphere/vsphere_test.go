@@ -42,7 +42,13 @@ func newEnv(t testing.TB, yamlOrFile string, opts ...vsphere.Option) *env {
 		t.Fatal(err)
 	}
 	sim := vgpusim.StartInventoryT(t, inv, vgpusim.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// A test's calls end within 30 s; a benchmark's run as many times as -benchtime asks
+	// (40 reads of the 64-host inventory take half a minute).
+	timeout := 30 * time.Second
+	if _, bench := t.(*testing.B); bench {
+		timeout = 30 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
 	conn := vsphere.NewConnector(opts...)
 	t.Cleanup(func() { _ = conn.Close() })

@@ -70,12 +70,21 @@ func upInventory(t *testing.T, inventory string) (context.Context, *localenv.Env
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = localenv.Down(opts) })
+	diagnoseOnFailure(t, ctx, env)
+	return ctx, env
+}
+
+// diagnoseOnFailure has a failed test print the cluster's events and the tails of the
+// environment's logs named (the manager's when none is: localenv.Env.Diagnose). Called
+// after the test's Down is registered, it runs before it: the environment and its state
+// folder go with the test.
+func diagnoseOnFailure(t *testing.T, ctx context.Context, env *localenv.Env, logs ...string) {
+	t.Helper()
 	t.Cleanup(func() {
-		if t.Failed() { // before Down: the environment goes with the test
-			env.Diagnose(ctx, os.Stdout)
+		if t.Failed() {
+			env.Diagnose(ctx, os.Stdout, logs...)
 		}
 	})
-	return ctx, env
 }
 
 // checkDemandCycle checks what the demand demo saw: the pod pending and counted, night

@@ -59,14 +59,7 @@ func TestFaultsOnLocalCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = localenv.Down(opts) })
-	t.Cleanup(func() {
-		if t.Failed() { // the state folder goes with the test: show what its logs say
-			for _, log := range []string{"powerwire.log", "manager.log"} {
-				b, _ := os.ReadFile(filepath.Join(dir, "logs", log))
-				t.Logf("tail of %s:\n%s", log, tailOf(string(b), 4000))
-			}
-		}
-	})
+	diagnoseOnFailure(t, ctx, env, "powerwire.log", "manager.log")
 	w := &faultWorld{t: t, ctx: ctx, env: env, dir: dir}
 	w.readNames()
 
@@ -380,11 +373,4 @@ func (w *faultWorld) poolEvents(reason string) []string {
 		}
 	}
 	return out
-}
-
-func tailOf(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }

@@ -40,12 +40,7 @@ func TestSwitchesOnceAtScaleOnLocalCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = localenv.Down(opts) })
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(dir, "logs", "manager.log"))
-			t.Logf("tail of manager.log:\n%s", tailOf(string(b), 4000))
-		}
-	})
+	diagnoseOnFailure(t, ctx, env)
 	checks, err := localenv.RunSwitchesOnce(ctx, env, localenv.BenchOptions{Hosts: 4, GPUs: 4, Pods: true}, []string{"night", "", "night"})
 	t.Logf("\n%s", localenv.FormatOnce([]*localenv.BenchResult{{Hosts: 4, Once: checks}}))
 	if err != nil {

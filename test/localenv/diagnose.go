@@ -22,9 +22,10 @@ const (
 
 // Diagnose prints what a failed end-to-end test needs to be understood after its
 // environment is gone: the cluster's newest events, oldest first (gpupool's on its pools
-// and nodes, the scheduler's, the kubelets'), and the tail of the manager's log. A
-// failure to read either is printed in its place.
-func (e *Env) Diagnose(ctx context.Context, out io.Writer) {
+// and nodes, the scheduler's, the kubelets'), and the tail of each of the environment's
+// logs named (Dir/logs/NAME), the manager's when none is. A failure to read any of them
+// is printed in its place.
+func (e *Env) Diagnose(ctx context.Context, out io.Writer, logs ...string) {
 	fmt.Fprintf(out, "==> diagnosis: the cluster's last %d events, oldest first\n", diagnoseEvents)
 	var evs eventsv1.EventList
 	if err := e.Client.List(ctx, &evs); err != nil {
@@ -41,7 +42,16 @@ func (e *Env) Diagnose(ctx context.Context, out io.Writer) {
 				ev.Regarding.Kind, ev.Regarding.Name, ev.Note)
 		}
 	}
-	path := filepath.Join(e.Dir, "logs", "manager.log")
+	if len(logs) == 0 {
+		logs = []string{"manager.log"}
+	}
+	for _, name := range logs {
+		printTail(out, filepath.Join(e.Dir, "logs", name))
+	}
+}
+
+// printTail prints the last diagnoseLogLines lines of the file at path.
+func printTail(out io.Writer, path string) {
 	fmt.Fprintf(out, "==> diagnosis: the last %d lines of %s\n", diagnoseLogLines, path)
 	b, err := os.ReadFile(path)
 	if err != nil {

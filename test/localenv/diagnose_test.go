@@ -18,8 +18,8 @@ import (
 )
 
 // TestDiagnose: the newest events, oldest first, whichever of their times is set, cut to
-// the newest diagnoseEvents; the manager log's last lines; a log that cannot be read
-// says so instead.
+// the newest diagnoseEvents; the last lines of the logs named (the manager's when none
+// is), in turn; a log that cannot be read says so instead.
 func TestDiagnose(t *testing.T) {
 	scheme := runtime.NewScheme()
 	if err := eventsv1.AddToScheme(scheme); err != nil {
@@ -83,6 +83,20 @@ func TestDiagnose(t *testing.T) {
 	got = out.String()
 	if strings.Contains(got, "line 9\n") || !strings.Contains(got, "    line 10\n") || !strings.Contains(got, fmt.Sprintf("    line %d\n", diagnoseLogLines+9)) {
 		t.Errorf("the log's tail is not its last %d lines:\n%s", diagnoseLogLines, got)
+	}
+
+	// Logs named: each in turn, a missing one said so; the manager's only when named.
+	out.Reset()
+	e.Diagnose(context.Background(), &out, "powerwire.log", "manager.log")
+	got = out.String()
+	wire, mgr := strings.Index(got, "powerwire.log\n    cannot read it"), strings.Index(got, "manager.log\n    line 10\n")
+	if wire < 0 || mgr < wire {
+		t.Errorf("the logs named are not printed in turn, the missing one said so:\n%s", got)
+	}
+	out.Reset()
+	e.Diagnose(context.Background(), &out, "powerwire.log")
+	if got = out.String(); strings.Contains(got, "manager.log") {
+		t.Errorf("the manager's log printed though not named:\n%s", got)
 	}
 }
 

@@ -20,8 +20,12 @@ import (
 // spec.drain.onTimeout Abort comes back as Outcome.Abort: the transition is aborted
 // here, where transitions end.
 func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Plan) (time.Duration, map[string]bool) {
+	warn := drainWarningsOf(s, p)
 	out := r.executor(s).Run(ctx, execute.Input{Pool: s.pool, Now: s.now, Plan: p, Layout: s.layout, World: &s.w, Budget: s.budget,
-		Marks: stepMarks(stateFacts(s), drainWarningsOf(s, p), s.pool.Name), ReadyOnceRelabelled: readyOnceRelabelled(s)})
+		Marks: stepMarks(stateFacts(s), warn, s.pool.Name), ReadyOnceRelabelled: readyOnceRelabelled(s), Claim: r.claimNodeStep(s)})
+	if r.ready != nil {
+		s.arms = readyArms(s, p, warn)
+	}
 	s.facts.stepErrors = append(s.facts.stepErrors, out.StepErrors...)
 	s.facts.drainBlocked = append(s.facts.drainBlocked, out.DrainBlocked...)
 	s.facts.nodeWaits = append(s.facts.nodeWaits, out.NodeWaits...)
@@ -31,6 +35,21 @@ func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Pl
 		r.abort(ctx, s, out.Abort)
 	}
 	return out.After, out.Done
+}
+
+// claimNodeStep is the executor's Claim: the ready follower's word on the node of a VM
+// (nil without a follower: the tests that call Reconcile directly).
+func (r *GPUPoolProfileReconciler) claimNodeStep(s *scope) func(vm string) (bool, bool) {
+	if r.ready == nil {
+		return nil
+	}
+	return func(vm string) (bool, bool) {
+		n := s.w.Nodes[vm]
+		if n == nil {
+			return false, false
+		}
+		return r.ready.claim(s.pool.Name, n.Name, s.readySeq)
+	}
 }
 
 // executor is the pass's executor: it acts through this reconciler's clients, on the

@@ -54,6 +54,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			r.conversions.forget(req.Name)
 			r.selections.forget(req.Name)
 			r.usage.forget(req.Name)
+			r.ready.forget(req.Name)
 			forgetUsageMetrics(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -76,9 +77,13 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 
 	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now(),
 		budget: execute.NewBudget(cmp.Or(r.maxNodeWrites, maxNodeWritesPerPass), cmp.Or(r.maxEvictions, maxEvictionsPerPass)).
-			WithCordons(cmp.Or(r.maxCordons, maxCordonsPerPass))}
+			WithCordons(cmp.Or(r.maxCordons, maxCordonsPerPass)), readySeq: r.ready.begin(pool.Name)}
 	before := pool.DeepCopy()
 	defer func() {
+		// What the pass's plan waits for, once its state labels are handed out (a
+		// follower's write waits for the batch's to the same node: patchNode); a pass
+		// that stopped before act leaves nothing armed.
+		r.ready.set(pool.Name, s.readySeq, s.arms)
 		r.flushVMEvents(s) // what observe did not tell (a paused pool's tasks): on the pool
 		summarize(s)
 		r.announce(before, pool)
@@ -192,6 +197,10 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	startsDone := make(chan event.GenericEvent, 1024)
 	r.starts = execute.NewStarts(ctx, func(pool string) { wakePool(startsDone, pool) })
 	r.states = newStateBatches(ctx)
+	r.ready = newReadyFollow(ctx, r)
+	if err := r.ready.watch(ctx, mgr.GetCache()); err != nil {
+		return err
+	}
 	// Pods change demand through the demand watch, which wakes a pool only when its
 	// decision changes (demandwatch.go).
 	dw := newDemandWatch(r)

@@ -51,6 +51,7 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 	}
 	r.evictions.Cancel(pool.Name)
 	r.starts.Cancel(pool.Name)
+	r.ready.forget(pool.Name)
 	// No state label lands after the marks come off; finalize reads the nodes the last
 	// batch wrote from the API server, as the cache may not show the batch yet.
 	_, landed := r.states.wait(pool.Name)

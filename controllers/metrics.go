@@ -32,10 +32,14 @@ var (
 		Help:    "Time a reconcile pass spends in each of its phases (desire, paused, observe, tasks, keep-aborted, decide, settled, act), in observe's parts (observe:vcenter, its read of vCenter's inventory; observe:cluster, its read of the nodes and pods; observe:account, its accounting) and in the parts of act (act:cordon, act:evict, act:node-steps, act:park, act:steps, act:start, act:warn, act:states), on the manager's own clock: where a pass's time goes.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 17), // 1 ms to 65 s
 	}, []string{"phase"})
+	readySteps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpupool_ready_node_steps_total",
+		Help: "Relabels and uncordons made the moment a node became ready for work, between passes (readyFollow), by pool and result: done, failed (the next pass makes it), dropped (the pool changed since the pass that planned it).",
+	}, []string{"pool", "result"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(transitionsTotal, transitionDuration, workersByStep, shortfallRereads, phaseDuration)
+	metrics.Registry.MustRegister(transitionsTotal, transitionDuration, workersByStep, shortfallRereads, phaseDuration, readySteps)
 }
 
 // recordPhaseTime records the time a phase (or a part of act, "act:<part>") took since

@@ -73,6 +73,10 @@ type GPUPoolProfileReconciler struct {
 	// states writes the node state labels a pass decides past the pass (statebatch.go);
 	// nil (the tests that call Reconcile directly) writes them inside the pass.
 	states *stateBatches
+	// ready relabels and uncordons a node the moment it is ready for work, when the
+	// pool's last pass left only that to do (readyfollow.go); nil (the tests that call
+	// Reconcile directly) leaves it to the next pass.
+	ready *readyFollow
 	// kueueWatch starts the watches of Kueue's objects once Kueue is installed; demand
 	// asks it whether Kueue is served. nil (the tests that call Reconcile directly)
 	// watches nothing.

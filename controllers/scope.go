@@ -71,6 +71,10 @@ type scope struct {
 	// act: the task starts whose intents the pass recorded, handed out (past the pass)
 	// once the pass's status write has stored them; nil: none.
 	starts *execute.Handout
+	// Reconcile: the pass's number for the ready follower (readyFollow.begin); act: the
+	// node steps the pass leaves to it (readyArms), armed when the pass ends.
+	readySeq uint64
+	arms     []readyArm
 
 	facts facts
 }

@@ -124,6 +124,12 @@ type Input struct {
 	// work, stays so once it carries the layout's labels and taints: its relabel then
 	// uncordons it too, when the plan uncordons it next (nil: never, each in its pass).
 	ReadyOnceRelabelled func(vm string) bool
+	// Claim, when set, is asked before the run relabels or uncordons the node of VM vm
+	// (by inventory name): skip says that this node step was made, or is being made,
+	// outside the pass since it read the node (the controller's ready follower), and the
+	// run leaves it; done, that that write did the worker's last step (Outcome.Done).
+	// nil: the run makes every node step.
+	Claim func(vm string) (skip, done bool)
 }
 
 // Outcome is what a run did that the pass's summary needs: when to come back (0: no

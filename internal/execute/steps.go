@@ -231,6 +231,9 @@ func (r *run) uncordonStep(ctx context.Context, vm string, node *corev1.Node) (t
 		r.Budget.NodeUnwritten()
 		return RequeueNodeReady, nil
 	}
+	if r.madeElsewhere(vm) {
+		return RequeueStep, nil
+	}
 	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, true, nodes.Uncordon))
 	r.Budget.NodeWritten(err)
 	if err != nil {
@@ -249,6 +252,9 @@ func (r *run) relabel(ctx context.Context, vm string, node *corev1.Node, uncordo
 	if node == nil || !ok {
 		r.Budget.NodeUnwritten()
 		return RequeueNodeReady, nil
+	}
+	if r.madeElsewhere(vm) {
+		return RequeueStep, nil
 	}
 	// The uncordon is the only step that may follow a relabel: the patch does the
 	// worker's last step unless the plan still uncordons the node afterwards.
@@ -274,6 +280,24 @@ func (r *run) relabel(ctx context.Context, vm string, node *corev1.Node, uncordo
 		r.Events.Node(node, corev1.EventTypeNormal, "Uncordoned", fmt.Sprintf("uncordoned node %s", node.Name))
 	}
 	return RequeueStep, nil
+}
+
+// madeElsewhere tells whether the node step of vm was made outside the pass since it
+// read the node (Input.Claim): the run then leaves it, gives back the write it counted,
+// and records the worker done when that write did its last step.
+func (r *run) madeElsewhere(vm string) bool {
+	if r.Claim == nil {
+		return false
+	}
+	skip, done := r.Claim(vm)
+	if !skip {
+		return false
+	}
+	r.Budget.NodeUnwritten()
+	if done {
+		r.finished(vm)
+	}
+	return true
 }
 
 // uncordonWithRelabel tells whether the relabel of the node of vm uncordons it in the

@@ -1,0 +1,386 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
+	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/plan"
+)
+
+// readyFollow relabels and uncordons a node the moment it is ready for work, when that
+// is all its worker has left: the pool's last pass planned WaitNodeReady as the worker's
+// due step and only Relabel and Uncordon after it (readyArms). The pass decided those
+// steps; the node's readiness, seen on the node watch, is only the precondition it
+// waited for. Without it the node waited for the pass in flight to end and for the next
+// one's read of vCenter (`ready -> relabelled` in make bench-transition: seconds at 64
+// hosts).
+//
+// A node step is made once: the pass's own relabel or uncordon of an armed node claims
+// the arm first (claim), and a step the follower made while a pass ran is skipped by
+// that pass, whose read of the node may be older than the follower's write. Nothing
+// here touches vSphere or the pool's status: the next pass reads the node as it is.
+//
+// An arm lives until the pool's next pass ends: that pass arms what its own plan waits
+// for, and a pass that stops before it acts (paused, vCenter unreadable, settled)
+// leaves none. A pool whose spec changed since the arming pass (its generation), that
+// is paused or being deleted, fires nothing.
+type readyFollow struct {
+	ctx context.Context
+	r   *GPUPoolProfileReconciler
+	// sem bounds the node writes in flight, as a pass bounds its own.
+	sem chan struct{}
+	// fires counts the writes in flight (the tests wait for them; forget waits for a
+	// deleted pool's).
+	fires sync.WaitGroup
+
+	mu sync.Mutex
+	// passes counts each pool's passes begun (begin): a write's sequence number.
+	passes map[string]uint64
+	// arms are by node name: a node is one pool's worker (ambiguity holds).
+	arms map[string]*armEntry
+}
+
+// readyArm is what a pass leaves for the follower about one worker: the node it waits
+// for, what ready for work means for it (as observe judged it: readiness and the GPUs
+// wanted, without DRA's published devices, so the follower is never less strict), and
+// what the plan does once it is (relabel with meta, uncordon), with the facts its state
+// label is derived from.
+type readyArm struct {
+	pool      string
+	gen       int64
+	vm        string
+	node      string
+	layout    string
+	meta      nodes.Meta
+	relabel   bool
+	uncordon  bool
+	readiness gpupoolv1.ReadinessSpec
+	want      nodes.GPUWant
+	facts     nodes.StateFacts
+}
+
+type armState int
+
+const (
+	armWaiting armState = iota // waiting for the node to be ready
+	armClaimed                 // the pass does the step itself
+	armFiring                  // the follower's write is in flight
+	armFired                   // the follower's write went through
+)
+
+type armEntry struct {
+	readyArm
+	state armState
+	// seq is the pool's pass count when the write went through (armFired); last: it
+	// did the worker's last step.
+	seq  uint64
+	last bool
+}
+
+func newReadyFollow(ctx context.Context, r *GPUPoolProfileReconciler) *readyFollow {
+	return &readyFollow{ctx: ctx, r: r, sem: make(chan struct{}, execute.MaxConcurrentWrites),
+		passes: map[string]uint64{}, arms: map[string]*armEntry{}}
+}
+
+// begin counts a pass of the pool and returns its number (0 without a follower).
+func (f *readyFollow) begin(pool string) uint64 {
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.passes[pool]++
+	return f.passes[pool]
+}
+
+// set replaces the pool's arms with those of its pass number seq (nil: none), and fires
+// those whose node is ready already. A write in flight stays, and so does one that went
+// through during pass seq: that pass read the node before it, and its plan may still
+// wait for it (its arm is not renewed).
+func (f *readyFollow) set(pool string, seq uint64, arms []readyArm) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	for node, e := range f.arms {
+		if e.pool == pool && e.state != armFiring && (e.state != armFired || e.seq < seq) {
+			delete(f.arms, node)
+		}
+	}
+	var added []string
+	for _, a := range arms {
+		if _, taken := f.arms[a.node]; taken {
+			continue
+		}
+		f.arms[a.node] = &armEntry{readyArm: a}
+		added = append(added, a.node)
+	}
+	f.mu.Unlock()
+	for _, name := range added {
+		var n corev1.Node
+		if err := f.r.Client.Get(f.ctx, client.ObjectKey{Name: name}, &n); err == nil {
+			f.consider(&n)
+		}
+	}
+}
+
+// forget drops the pool's arms and waits for the follower's writes in flight (a pool
+// being deleted takes its marks off its nodes after them).
+func (f *readyFollow) forget(pool string) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	for node, e := range f.arms {
+		if e.pool == pool {
+			delete(f.arms, node)
+		}
+	}
+	delete(f.passes, pool)
+	f.mu.Unlock()
+	f.fires.Wait()
+}
+
+// claim is asked by pass number seq of the pool before it relabels or uncordons node:
+// skip says the follower made the step during that pass (the pass's read of the node
+// may be older than the write) or is making it; done, that the write did the worker's
+// last step. An arm still waiting is the pass's from now on.
+func (f *readyFollow) claim(pool, node string, seq uint64) (skip, done bool) {
+	if f == nil {
+		return false, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.arms[node]
+	if e == nil || e.pool != pool {
+		return false, false
+	}
+	switch e.state {
+	case armWaiting:
+		e.state = armClaimed
+	case armFiring:
+		return true, false
+	case armFired:
+		return e.seq >= seq, e.last
+	}
+	return false, false
+}
+
+// consider fires the node's arm when the node is ready for work and the step changes it.
+func (f *readyFollow) consider(n *corev1.Node) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	e := f.arms[n.Name]
+	if e == nil || e.state != armWaiting {
+		f.mu.Unlock()
+		return
+	}
+	st, ok := readyStep(e.readyArm, n)
+	if !ok {
+		f.mu.Unlock()
+		return
+	}
+	e.state = armFiring
+	f.fires.Add(1)
+	f.mu.Unlock()
+	go f.fire(e, n.DeepCopy(), st)
+}
+
+// fire writes the step, unless the pool changed since the arming pass.
+func (f *readyFollow) fire(e *armEntry, n *corev1.Node, st nodeStep) {
+	defer f.fires.Done()
+	f.sem <- struct{}{}
+	defer func() { <-f.sem }()
+	ctx := log.IntoContext(f.ctx, log.FromContext(f.ctx).WithValues("pool", e.pool, "node", e.node))
+	var pool gpupoolv1.GPUPoolProfile
+	err := f.r.Client.Get(ctx, client.ObjectKey{Name: e.pool}, &pool)
+	if err != nil || pool.Generation != e.gen || pool.Spec.Paused || !pool.DeletionTimestamp.IsZero() {
+		f.drop(e)
+		readySteps.WithLabelValues(e.pool, "dropped").Inc()
+		return
+	}
+	if err := f.r.patchNode(ctx, n, st.change); err != nil {
+		// The next pass plans the step again from what it reads.
+		log.FromContext(ctx).Info("Could not relabel a node ready for work; the next pass will", "error", err.Error())
+		f.drop(e)
+		readySteps.WithLabelValues(e.pool, "failed").Inc()
+		return
+	}
+	f.mu.Lock()
+	e.state, e.seq, e.last = armFired, f.passes[e.pool], st.last
+	f.mu.Unlock()
+	readySteps.WithLabelValues(e.pool, "done").Inc()
+	if e.relabel {
+		f.r.nodeEvent(&pool, n, corev1.EventTypeNormal, "Relabelled", "node %s labelled for layout %s", n.Name, e.layout)
+		if err := f.r.releaseMachine(ctx, n); err != nil {
+			f.r.nodeEvent(&pool, n, corev1.EventTypeWarning, "MachineNotReleased", "releasing the Machine of node %s: %v", n.Name, err)
+		}
+	}
+	if st.uncordon {
+		f.r.nodeEvent(&pool, n, corev1.EventTypeNormal, "Uncordoned", "uncordoned node %s", n.Name)
+	}
+}
+
+// drop removes an arm whose write was not made: the next pass plans the step.
+func (f *readyFollow) drop(e *armEntry) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.arms[e.node] == e {
+		delete(f.arms, e.node)
+	}
+}
+
+// nodeStep is the follower's write to a node: the change, whether it uncordons the node
+// and whether it does the worker's last step.
+type nodeStep struct {
+	change         func(*corev1.Node)
+	uncordon, last bool
+}
+
+// readyStep decides what the follower writes to node n for arm a: nothing (ok false)
+// until n is ready for work as observe judges it, or when n already carries the step;
+// else the step. A relabel uncordons in the same patch only when the node is still
+// ready once it carries the layout's labels (as readyOnceRelabelled decides for a
+// pass); otherwise the next pass uncordons it.
+func readyStep(a readyArm, n *corev1.Node) (nodeStep, bool) {
+	if len(nodes.ReadinessGaps(n, a.readiness, a.want, 0)) > 0 {
+		return nodeStep{}, false
+	}
+	after := n.DeepCopy()
+	if a.relabel {
+		nodes.ApplyMeta(after, a.meta)
+	}
+	uncordon := a.uncordon && len(nodes.ReadinessGaps(after, a.readiness, a.want, 0)) == 0
+	last := uncordon || !a.uncordon
+	f := a.facts
+	f.PoweredOn, f.NodeReady = true, true
+	state := stateAfter(f, last)
+	change := func(n *corev1.Node) {
+		if a.relabel {
+			nodes.ApplyMeta(n, a.meta)
+		}
+		if uncordon {
+			nodes.Uncordon(n)
+		}
+		nodes.SetState(n, state, a.pool)
+	}
+	change(after)
+	if equality.Semantic.DeepEqual(after, n) {
+		return nodeStep{}, false
+	}
+	return nodeStep{change: change, uncordon: uncordon && nodes.CordonedByUs(n), last: last}, true
+}
+
+// String names an arm in test failures.
+func (a readyArm) String() string {
+	return fmt.Sprintf("%s/%s node %s relabel=%t uncordon=%t", a.pool, a.vm, a.node, a.relabel, a.uncordon)
+}
+
+// readyArms are the workers of the pass's plan the follower may finish: those whose due
+// step is a wait for their node (not overdue), with only Relabel and Uncordon after it,
+// whose node exists, with no task, retry, hold or failure, and no draining-soon
+// warning to carry (warn). None for a layout with gpuReplicas (its node is judged
+// again once relabelled: the plan waits for it after the relabel) and none for an
+// aborted switch.
+func readyArms(s *scope, p *plan.Plan, warn map[string]time.Time) []readyArm {
+	if p == nil || s.layout == nil || s.layout.GPUReplicas != nil || (s.wanted != nil && s.wanted.GPUReplicas != nil) || s.aborted {
+		return nil
+	}
+	due := map[string]bool{}
+	for _, st := range p.Due(int(max(s.pool.Spec.MaxParallel, 1))) {
+		if st.Action == plan.WaitNodeReady && !st.Overdue {
+			due[st.VM] = true
+		}
+	}
+	facts := stateFacts(s)
+	var out []readyArm
+	for _, hp := range p.Hosts {
+		steps := map[string][]plan.Action{}
+		var vms []string
+		for _, st := range hp.Steps {
+			if due[st.VM] {
+				if steps[st.VM] == nil {
+					vms = append(vms, st.VM)
+				}
+				steps[st.VM] = append(steps[st.VM], st.Action)
+			}
+		}
+		for _, vm := range vms {
+			if a, ok := readyArmOf(s, vm, steps[vm], facts[vm], warn); ok {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// readyArmOf is the arm of one worker whose steps (in the plan's order) start with its
+// due wait, if the follower may finish it (readyArms).
+func readyArmOf(s *scope, vm string, steps []plan.Action, f nodes.StateFacts, warn map[string]time.Time) (readyArm, bool) {
+	n := s.w.Nodes[vm]
+	ws := s.worker(vm)
+	_, warned := warn[vm]
+	if n == nil || ws == nil || ws.Task != nil || ws.NextRetryTime != nil || f.Failed || f.Aborted || warned ||
+		len(steps) < 2 || steps[0] != plan.WaitNodeReady {
+		return readyArm{}, false
+	}
+	a := readyArm{pool: s.pool.Name, gen: s.pool.Generation, vm: vm, node: n.Name, layout: s.layout.Name,
+		readiness: s.pool.Spec.Readiness, want: gpusWanted(&s.w, s.pool, s.wanted, vm, n), facts: f}
+	for _, act := range steps[1:] {
+		switch act {
+		case plan.Relabel:
+			m, ok := s.w.MetaFor(s.pool.Name, s.layout, vm)
+			if !ok {
+				return readyArm{}, false
+			}
+			a.relabel, a.meta = true, m
+		case plan.Uncordon:
+			a.uncordon = true
+		default:
+			return readyArm{}, false
+		}
+	}
+	return a, true
+}
+
+// watch hands the node updates that change what readiness reads (nodes.Changed) and
+// the nodes added to the follower, from the node informer of informers (the manager's
+// cache).
+func (f *readyFollow) watch(ctx context.Context, informers cache.Informers) error {
+	inf, err := informers.GetInformer(ctx, &corev1.Node{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("the node informer for the ready follower: %w", err)
+	}
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			if n, ok := o.(*corev1.Node); ok {
+				f.consider(n)
+			}
+		},
+		UpdateFunc: func(o, n any) {
+			on, ok1 := o.(*corev1.Node)
+			nn, ok2 := n.(*corev1.Node)
+			if ok1 && ok2 && nodes.Changed(on, nn) {
+				f.consider(nn)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("watching nodes for the ready follower: %w", err)
+	}
+	return nil
+}

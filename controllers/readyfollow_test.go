@@ -1,0 +1,222 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/testworld"
+)
+
+// followNode is a pool node as the follower sees it: cordoned by gpupool, Ready or not,
+// advertising gpus GPUs.
+func followNode(name string, ready bool, gpus int64) *corev1.Node {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"keep": "me"},
+			Annotations: map[string]string{gpupoolv1.AnnotationCordoned: "p"}},
+		Spec: corev1.NodeSpec{Unschedulable: true},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}},
+			Allocatable: corev1.ResourceList{nodes.DefaultGPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}},
+	}
+}
+
+func followArm(node string) readyArm {
+	return readyArm{pool: "p", gen: 1, vm: node, node: node, layout: "day", relabel: true, uncordon: true,
+		meta: nodes.Meta{Labels: map[string]string{gpupoolv1.LabelPool: "p", gpupoolv1.LabelLayout: "day"}},
+		want: nodes.GPUWant{Count: 1}, facts: nodes.StateFacts{InLayout: true, Step: gpupoolv1.StepWaitNodeReady}}
+}
+
+// TestReadyStep is the follower's decision over the classes of node it may see: not yet
+// ready for work (NotReady, no GPUs, a readiness label missing), ready (relabel and
+// uncordon in one patch, the worker done), ready but not once relabelled (the relabel
+// alone: the pass uncordons), an uncordon alone, and a node that carries it all already.
+func TestReadyStep(t *testing.T) {
+	withLabel := func(n *corev1.Node, k, v string) *corev1.Node { n.Labels[k] = v; return n }
+	readinessLabel := gpupoolv1.ReadinessSpec{NodeLabels: map[string]string{"feature": "on"}}
+	cases := []struct {
+		name     string
+		arm      func(readyArm) readyArm
+		node     *corev1.Node
+		fires    bool
+		uncordon bool
+		last     bool
+		state    string
+	}{
+		{name: "NotReady", node: followNode("n", false, 1)},
+		{name: "Ready without its GPUs", node: followNode("n", true, 0)},
+		{name: "Ready, a readiness label missing", arm: func(a readyArm) readyArm { a.readiness = readinessLabel; return a }, node: followNode("n", true, 1)},
+		{name: "ready for work", node: followNode("n", true, 1), fires: true, uncordon: true, last: true, state: gpupoolv1.StateReady},
+		{name: "ready with its readiness label", arm: func(a readyArm) readyArm { a.readiness = readinessLabel; return a },
+			node: withLabel(followNode("n", true, 1), "feature", "on"), fires: true, uncordon: true, last: true, state: gpupoolv1.StateReady},
+		{name: "ready, but the layout's labels change a readiness label", arm: func(a readyArm) readyArm {
+			a.readiness = readinessLabel
+			a.meta.Labels["feature"] = "off"
+			return a
+		}, node: withLabel(followNode("n", true, 1), "feature", "on"), fires: true, state: gpupoolv1.StatePending},
+		{name: "uncordon alone", arm: func(a readyArm) readyArm { a.relabel, a.meta = false, nodes.Meta{}; return a },
+			node: followNode("n", true, 1), fires: true, uncordon: true, last: true, state: gpupoolv1.StateReady},
+		{name: "relabel alone", arm: func(a readyArm) readyArm { a.uncordon = false; return a },
+			node: followNode("n", true, 1), fires: true, last: true, state: gpupoolv1.StateReady},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := followArm("n")
+			if tc.arm != nil {
+				a = tc.arm(a)
+			}
+			st, ok := readyStep(a, tc.node)
+			if ok != tc.fires {
+				t.Fatalf("fires = %v, want %v", ok, tc.fires)
+			}
+			if !ok {
+				return
+			}
+			if st.uncordon != tc.uncordon || st.last != tc.last {
+				t.Errorf("uncordon, last = %v, %v; want %v, %v", st.uncordon, st.last, tc.uncordon, tc.last)
+			}
+			n := tc.node.DeepCopy()
+			st.change(n)
+			if a.relabel && !nodes.HasMeta(n, a.meta) {
+				t.Errorf("not relabelled: %v", n.Labels)
+			}
+			if n.Spec.Unschedulable == tc.uncordon {
+				t.Errorf("unschedulable = %v after the step, uncordon %v", n.Spec.Unschedulable, tc.uncordon)
+			}
+			if got := n.Labels[LabelState]; got != tc.state {
+				t.Errorf("state label %q, want %q", got, tc.state)
+			}
+			if n.Labels["keep"] != "me" {
+				t.Error("a label gpupool does not own was lost")
+			}
+			if _, again := readyStep(a, n); again {
+				t.Error("the step fires again on the node it wrote")
+			}
+		})
+	}
+}
+
+// followWorld is a reconciler on a fake client with pool p (generation 1) and the nodes.
+func followWorld(t *testing.T, ns ...*corev1.Node) (*readyFollow, client.Client, *events.FakeRecorder) {
+	t.Helper()
+	p := &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 1}}
+	b := fake.NewClientBuilder().WithScheme(testworld.Scheme()).WithObjects(p)
+	for _, n := range ns {
+		b = b.WithObjects(n)
+	}
+	c := b.Build()
+	rec := events.NewFakeRecorder(100)
+	r := &GPUPoolProfileReconciler{Client: c, APIReader: c, Recorder: rec}
+	return newReadyFollow(context.Background(), r), c, rec
+}
+
+func nodeNow(t *testing.T, c client.Client, name string) *corev1.Node {
+	t.Helper()
+	var n corev1.Node
+	if err := c.Get(context.Background(), client.ObjectKey{Name: name}, &n); err != nil {
+		t.Fatal(err)
+	}
+	return &n
+}
+
+// TestReadyFollowOnce walks the ways a node step can be asked twice, and checks that it
+// is made once: the pass claims an arm before the node is ready; the node is ready before
+// the pass gets to it (the pass skips it and counts the worker done); the same pass arms
+// it again from its older read; the next pass trusts its own read; the node was ready
+// before the arm (fired at once); the pool's spec changed (dropped); a deleted pool
+// (forget) keeps nothing.
+func TestReadyFollowOnce(t *testing.T) {
+	t.Run("the pass claims first", func(t *testing.T) {
+		f, c, _ := followWorld(t, followNode("n", false, 1))
+		seq := f.begin("p")
+		f.set("p", seq, []readyArm{followArm("n")})
+		if skip, _ := f.claim("p", "n", f.begin("p")); skip {
+			t.Fatal("the pass skipped a node step nobody made")
+		}
+		f.consider(followNode("n", true, 1))
+		f.fires.Wait()
+		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable {
+			t.Error("the follower wrote a node step the pass had claimed")
+		}
+	})
+	t.Run("the follower first, during a pass", func(t *testing.T) {
+		f, c, rec := followWorld(t, followNode("n", false, 1))
+		f.set("p", f.begin("p"), []readyArm{followArm("n")})
+		seq := f.begin("p") // a pass reads the node, not ready yet
+		f.consider(nodeNow(t, c, "n"))
+		f.fires.Wait()
+		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable {
+			t.Fatal("the follower fired on a node not ready")
+		}
+		ready := nodeNow(t, c, "n")
+		ready.Status = followNode("n", true, 1).Status
+		if err := c.Status().Update(context.Background(), ready); err != nil {
+			t.Fatal(err)
+		}
+		f.consider(nodeNow(t, c, "n"))
+		f.fires.Wait()
+		n := nodeNow(t, c, "n")
+		if n.Spec.Unschedulable || n.Labels[gpupoolv1.LabelLayout] != "day" || n.Labels[LabelState] != gpupoolv1.StateReady {
+			t.Fatalf("not relabelled and uncordoned: %v unschedulable=%v", n.Labels, n.Spec.Unschedulable)
+		}
+		if skip, done := f.claim("p", "n", seq); !skip || !done {
+			t.Errorf("the pass that read the node before the write: skip, done = %v, %v; want true, true", skip, done)
+		}
+		f.set("p", seq, []readyArm{followArm("n")}) // that pass's plan still waits for the node
+		f.consider(n)
+		f.fires.Wait()
+		if got := len(rec.Events); got != 2 {
+			t.Errorf("%d events, want Relabelled and Uncordoned once", got)
+		}
+		next := f.begin("p")
+		if skip, _ := f.claim("p", "n", next); skip {
+			t.Error("the next pass, which read the node after the write, skips its own step")
+		}
+		f.set("p", next, nil)
+		if len(f.arms) != 0 {
+			t.Errorf("arms left after a pass armed nothing: %v", f.arms)
+		}
+	})
+	t.Run("ready before the arm", func(t *testing.T) {
+		f, c, _ := followWorld(t, followNode("n", true, 1))
+		f.set("p", f.begin("p"), []readyArm{followArm("n")})
+		f.fires.Wait()
+		if n := nodeNow(t, c, "n"); n.Spec.Unschedulable {
+			t.Error("a node ready when armed waits for an update")
+		}
+	})
+	t.Run("the spec changed", func(t *testing.T) {
+		f, c, _ := followWorld(t, followNode("n", true, 1))
+		a := followArm("n")
+		a.gen = 0 // armed by a pass of an older spec
+		f.set("p", f.begin("p"), []readyArm{a})
+		f.fires.Wait()
+		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable {
+			t.Error("the follower acted on the plan of an older spec")
+		}
+		if skip, _ := f.claim("p", "n", f.begin("p")); skip {
+			t.Error("a dropped step is skipped by the pass")
+		}
+	})
+	t.Run("forget", func(t *testing.T) {
+		f, c, _ := followWorld(t, followNode("n", false, 1))
+		f.set("p", f.begin("p"), []readyArm{followArm("n")})
+		f.forget("p")
+		f.consider(followNode("n", true, 1))
+		f.fires.Wait()
+		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable || len(f.arms) != 0 || len(f.passes) != 0 {
+			t.Error("a forgotten pool's arm fired or stayed")
+		}
+	})
+}

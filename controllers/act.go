@@ -23,13 +23,13 @@ func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Pl
 	warn := drainWarningsOf(s, p)
 	out := r.executor(s).Run(ctx, execute.Input{Pool: s.pool, Now: s.now, Plan: p, Layout: s.layout, World: &s.w, Budget: s.budget,
 		Marks: stepMarks(stateFacts(s), warn, s.pool.Name), ReadyOnceRelabelled: readyOnceRelabelled(s), Claim: r.claimNodeStep(s)})
-	if r.ready != nil {
-		s.arms = readyArms(s, p, warn)
-	}
 	s.facts.stepErrors = append(s.facts.stepErrors, out.StepErrors...)
 	s.facts.drainBlocked = append(s.facts.drainBlocked, out.DrainBlocked...)
 	s.facts.nodeWaits = append(s.facts.nodeWaits, out.NodeWaits...)
 	s.facts.held = append(s.facts.held, out.Held...)
+	if r.ready != nil {
+		s.arms = readyArms(s, p, warn) // after the holds the run found
+	}
 	s.starts = out.Starts
 	if out.Abort != "" {
 		r.abort(ctx, s, out.Abort)

@@ -106,26 +106,35 @@ func (f *readyFollow) begin(pool string) uint64 {
 }
 
 // set replaces the pool's arms with those of its pass number seq (nil: none), and fires
-// those whose node is ready already. A write in flight stays, and so does one that went
-// through during pass seq: that pass read the node before it, and its plan may still
-// wait for it (its arm is not renewed).
+// the new ones whose node is ready already (it became so after the pass read it). An arm
+// still waiting is renewed in place: every update of its node since it was armed was
+// considered. A write in flight stays, and so does one that went through during pass
+// seq: that pass read the node before it, and its plan may still wait for it (its arm
+// is not renewed).
 func (f *readyFollow) set(pool string, seq uint64, arms []readyArm) {
 	if f == nil {
 		return
 	}
 	f.mu.Lock()
+	wanted := make(map[string]bool, len(arms))
+	for _, a := range arms {
+		wanted[a.node] = true
+	}
 	for node, e := range f.arms {
-		if e.pool == pool && e.state != armFiring && (e.state != armFired || e.seq < seq) {
+		kept := e.state == armFiring || (e.state == armFired && e.seq >= seq) || (e.state == armWaiting && wanted[node])
+		if e.pool == pool && !kept {
 			delete(f.arms, node)
 		}
 	}
 	var added []string
 	for _, a := range arms {
-		if _, taken := f.arms[a.node]; taken {
-			continue
+		switch e := f.arms[a.node]; {
+		case e == nil:
+			f.arms[a.node] = &armEntry{readyArm: a}
+			added = append(added, a.node)
+		case e.pool == pool && e.state == armWaiting:
+			e.readyArm = a
 		}
-		f.arms[a.node] = &armEntry{readyArm: a}
-		added = append(added, a.node)
 	}
 	f.mu.Unlock()
 	for _, name := range added {

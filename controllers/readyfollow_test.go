@@ -130,6 +130,17 @@ func nodeNow(t *testing.T, c client.Client, name string) *corev1.Node {
 	return &n
 }
 
+// makeReady makes the node Ready with its GPU, as its kubelet and device plugin would.
+func makeReady(t *testing.T, c client.Client, name string) *corev1.Node {
+	t.Helper()
+	n := nodeNow(t, c, name)
+	n.Status = followNode(name, true, 1).Status
+	if err := c.Status().Update(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	return nodeNow(t, c, name)
+}
+
 // TestReadyFollowOnce walks the ways a node step can be asked twice, and checks that it
 // is made once: the pass claims an arm before the node is ready; the node is ready before
 // the pass gets to it (the pass skips it and counts the worker done); the same pass arms
@@ -144,7 +155,7 @@ func TestReadyFollowOnce(t *testing.T) {
 		if skip, _ := f.claim("p", "n", f.begin("p")); skip {
 			t.Fatal("the pass skipped a node step nobody made")
 		}
-		f.consider(followNode("n", true, 1))
+		f.consider(makeReady(t, c, "n"))
 		f.fires.Wait()
 		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable {
 			t.Error("the follower wrote a node step the pass had claimed")
@@ -159,12 +170,7 @@ func TestReadyFollowOnce(t *testing.T) {
 		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable {
 			t.Fatal("the follower fired on a node not ready")
 		}
-		ready := nodeNow(t, c, "n")
-		ready.Status = followNode("n", true, 1).Status
-		if err := c.Status().Update(context.Background(), ready); err != nil {
-			t.Fatal(err)
-		}
-		f.consider(nodeNow(t, c, "n"))
+		f.consider(makeReady(t, c, "n"))
 		f.fires.Wait()
 		n := nodeNow(t, c, "n")
 		if n.Spec.Unschedulable || n.Labels[gpupoolv1.LabelLayout] != "day" || n.Labels[LabelState] != gpupoolv1.StateReady {
@@ -186,6 +192,25 @@ func TestReadyFollowOnce(t *testing.T) {
 		f.set("p", next, nil)
 		if len(f.arms) != 0 {
 			t.Errorf("arms left after a pass armed nothing: %v", f.arms)
+		}
+	})
+	t.Run("the next pass's arms", func(t *testing.T) {
+		f, c, _ := followWorld(t, followNode("a", false, 1), followNode("b", false, 1))
+		f.set("p", f.begin("p"), []readyArm{followArm("a"), followArm("b")})
+		a := followArm("a")
+		a.uncordon = false
+		f.set("p", f.begin("p"), []readyArm{a})
+		if len(f.arms) != 1 || f.arms["a"] == nil || f.arms["a"].uncordon {
+			t.Fatalf("arms after the next pass: %v", f.arms)
+		}
+		f.consider(makeReady(t, c, "b"))
+		f.consider(makeReady(t, c, "a"))
+		f.fires.Wait()
+		if nodeNow(t, c, "b").Labels[gpupoolv1.LabelLayout] != "" {
+			t.Error("an arm the next pass did not renew fired")
+		}
+		if n := nodeNow(t, c, "a"); n.Labels[gpupoolv1.LabelLayout] != "day" || !n.Spec.Unschedulable {
+			t.Errorf("the renewed arm did not fire as the next pass armed it: %v unschedulable=%v", n.Labels, n.Spec.Unschedulable)
 		}
 	})
 	t.Run("ready before the arm", func(t *testing.T) {
@@ -213,7 +238,7 @@ func TestReadyFollowOnce(t *testing.T) {
 		f, c, _ := followWorld(t, followNode("n", false, 1))
 		f.set("p", f.begin("p"), []readyArm{followArm("n")})
 		f.forget("p")
-		f.consider(followNode("n", true, 1))
+		f.consider(makeReady(t, c, "n"))
 		f.fires.Wait()
 		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable || len(f.arms) != 0 || len(f.passes) != 0 {
 			t.Error("a forgotten pool's arm fired or stayed")

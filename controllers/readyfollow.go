@@ -41,11 +41,12 @@ type readyFollow struct {
 	r   *GPUPoolProfileReconciler
 	// sem bounds the node writes in flight, as a pass bounds its own.
 	sem chan struct{}
-	// fires counts the writes in flight (the tests wait for them; forget waits for a
-	// deleted pool's).
-	fires sync.WaitGroup
 
 	mu sync.Mutex
+	// firing counts each pool's writes in flight (forget waits for a deleted pool's,
+	// the tests for all: idle); landed is signalled when one ends.
+	firing map[string]int
+	landed *sync.Cond
 	// passes counts each pool's passes begun (begin): a write's sequence number.
 	passes map[string]uint64
 	// arms are by node name: a node is one pool's worker (ambiguity holds).
@@ -90,8 +91,10 @@ type armEntry struct {
 }
 
 func newReadyFollow(ctx context.Context, r *GPUPoolProfileReconciler) *readyFollow {
-	return &readyFollow{ctx: ctx, r: r, sem: make(chan struct{}, execute.MaxConcurrentWrites),
-		passes: map[string]uint64{}, arms: map[string]*armEntry{}}
+	f := &readyFollow{ctx: ctx, r: r, sem: make(chan struct{}, execute.MaxConcurrentWrites),
+		passes: map[string]uint64{}, arms: map[string]*armEntry{}, firing: map[string]int{}}
+	f.landed = sync.NewCond(&f.mu)
+	return f
 }
 
 // begin counts a pass of the pool and returns its number (0 without a follower).
@@ -158,8 +161,20 @@ func (f *readyFollow) forget(pool string) {
 		}
 	}
 	delete(f.passes, pool)
+	for f.firing[pool] > 0 {
+		f.landed.Wait()
+	}
+	delete(f.firing, pool)
 	f.mu.Unlock()
-	f.fires.Wait()
+}
+
+// idle waits until no write of the follower is in flight (the tests).
+func (f *readyFollow) idle() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.firing) > 0 {
+		f.landed.Wait()
+	}
 }
 
 // claim is asked by pass number seq of the pool before it relabels or uncordons node:
@@ -204,14 +219,14 @@ func (f *readyFollow) consider(n *corev1.Node) {
 		return
 	}
 	e.state = armFiring
-	f.fires.Add(1)
+	f.firing[e.pool]++
 	f.mu.Unlock()
 	go f.fire(e, n.DeepCopy(), st)
 }
 
 // fire writes the step, unless the pool changed since the arming pass.
 func (f *readyFollow) fire(e *armEntry, n *corev1.Node, st nodeStep) {
-	defer f.fires.Done()
+	defer f.ended(e.pool)
 	f.sem <- struct{}{}
 	defer func() { <-f.sem }()
 	ctx := log.IntoContext(f.ctx, log.FromContext(f.ctx).WithValues("pool", e.pool, "node", e.node))
@@ -242,6 +257,16 @@ func (f *readyFollow) fire(e *armEntry, n *corev1.Node, st nodeStep) {
 	if st.uncordon {
 		f.r.nodeEvent(&pool, n, corev1.EventTypeNormal, "Uncordoned", "uncordoned node %s", n.Name)
 	}
+}
+
+// ended counts a write of the pool's no longer in flight.
+func (f *readyFollow) ended(pool string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.firing[pool]--; f.firing[pool] <= 0 {
+		delete(f.firing, pool)
+	}
+	f.landed.Broadcast()
 }
 
 // drop removes an arm whose write was not made: the next pass plans the step.

@@ -37,7 +37,7 @@ func TestReadyNodesRelabelledBetweenPasses(t *testing.T) {
 	if !informers.WaitForCacheSync(h.ctx) {
 		t.Fatal("the node informer did not sync")
 	}
-	t.Cleanup(r.ready.fires.Wait)
+	t.Cleanup(r.ready.idle)
 
 	pool := h.dayNight()
 	h.clock.SetTime(monday1000)
@@ -45,7 +45,7 @@ func TestReadyNodesRelabelledBetweenPasses(t *testing.T) {
 	h.converge(pool.Name, "day", 30)
 	h.clock.SetTime(monday1950)
 	h.converge(pool.Name, "night", 40)
-	r.ready.fires.Wait()
+	r.ready.idle()
 	h.events()
 
 	// Night -> day, the nodes left as they are: the passes get the day VMs powered on
@@ -86,7 +86,7 @@ func TestReadyNodesRelabelledBetweenPasses(t *testing.T) {
 		return !strings.HasPrefix(vm, "day-") ||
 			(!n.Spec.Unschedulable && n.Labels[gpupoolv1.LabelLayout] == "day" && n.Labels[LabelState] == gpupoolv1.StateReady)
 	})
-	r.ready.fires.Wait()
+	r.ready.idle()
 	if got := testutil.ToFloat64(readySteps.WithLabelValues(pool.Name, "done")) - done; got != float64(len(day)) {
 		t.Errorf("the follower made %v node steps, want %d", got, len(day))
 	}

@@ -156,7 +156,7 @@ func TestReadyFollowOnce(t *testing.T) {
 			t.Fatal("the pass skipped a node step nobody made")
 		}
 		f.consider(makeReady(t, c, "n"))
-		f.fires.Wait()
+		f.idle()
 		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable {
 			t.Error("the follower wrote a node step the pass had claimed")
 		}
@@ -166,12 +166,12 @@ func TestReadyFollowOnce(t *testing.T) {
 		f.set("p", f.begin("p"), []readyArm{followArm("n")})
 		seq := f.begin("p") // a pass reads the node, not ready yet
 		f.consider(nodeNow(t, c, "n"))
-		f.fires.Wait()
+		f.idle()
 		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable {
 			t.Fatal("the follower fired on a node not ready")
 		}
 		f.consider(makeReady(t, c, "n"))
-		f.fires.Wait()
+		f.idle()
 		n := nodeNow(t, c, "n")
 		if n.Spec.Unschedulable || n.Labels[gpupoolv1.LabelLayout] != "day" || n.Labels[LabelState] != gpupoolv1.StateReady {
 			t.Fatalf("not relabelled and uncordoned: %v unschedulable=%v", n.Labels, n.Spec.Unschedulable)
@@ -181,7 +181,7 @@ func TestReadyFollowOnce(t *testing.T) {
 		}
 		f.set("p", seq, []readyArm{followArm("n")}) // that pass's plan still waits for the node
 		f.consider(n)
-		f.fires.Wait()
+		f.idle()
 		if got := len(rec.Events); got != 2 {
 			t.Errorf("%d events, want Relabelled and Uncordoned once", got)
 		}
@@ -205,7 +205,7 @@ func TestReadyFollowOnce(t *testing.T) {
 		}
 		f.consider(makeReady(t, c, "b"))
 		f.consider(makeReady(t, c, "a"))
-		f.fires.Wait()
+		f.idle()
 		if nodeNow(t, c, "b").Labels[gpupoolv1.LabelLayout] != "" {
 			t.Error("an arm the next pass did not renew fired")
 		}
@@ -216,7 +216,7 @@ func TestReadyFollowOnce(t *testing.T) {
 	t.Run("ready before the arm", func(t *testing.T) {
 		f, c, _ := followWorld(t, followNode("n", true, 1))
 		f.set("p", f.begin("p"), []readyArm{followArm("n")})
-		f.fires.Wait()
+		f.idle()
 		if n := nodeNow(t, c, "n"); n.Spec.Unschedulable {
 			t.Error("a node ready when armed waits for an update")
 		}
@@ -226,7 +226,7 @@ func TestReadyFollowOnce(t *testing.T) {
 		a := followArm("n")
 		a.gen = 0 // armed by a pass of an older spec
 		f.set("p", f.begin("p"), []readyArm{a})
-		f.fires.Wait()
+		f.idle()
 		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable {
 			t.Error("the follower acted on the plan of an older spec")
 		}
@@ -239,7 +239,7 @@ func TestReadyFollowOnce(t *testing.T) {
 		f.set("p", f.begin("p"), []readyArm{followArm("n")})
 		f.forget("p")
 		f.consider(makeReady(t, c, "n"))
-		f.fires.Wait()
+		f.idle()
 		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable || len(f.arms) != 0 || len(f.passes) != 0 {
 			t.Error("a forgotten pool's arm fired or stayed")
 		}

@@ -17,13 +17,17 @@ import (
 	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/vsphere"
 )
 
 // readyFollow relabels and uncordons a node the moment it is ready for work, when that
 // is all its worker has left: the pool's last pass planned WaitNodeReady as the worker's
-// due step and only Relabel and Uncordon after it (readyArms). The pass decided those
-// steps; the node's readiness, seen on the node watch, is only the precondition it
-// waited for. Without it the node waited for the pass in flight to end and for the next
+// due step, or its power-on and then WaitNodeReady, and only Relabel and Uncordon after
+// it (readyArms). The pass decided those steps; the node's readiness, seen on the node
+// watch, is only the precondition it waited for. A node armed with its VM's power-on
+// still to come must first be seen not Ready: a node still Ready from before its VM
+// went down (the node lifecycle controller marks it NotReady only a grace period later)
+// says nothing of the VM now. Without it the node waited for the pass in flight to end and for the next
 // one's read of vCenter (`ready -> relabelled` in make bench-transition: seconds at 64
 // hosts).
 //
@@ -70,6 +74,9 @@ type readyArm struct {
 	readiness gpupoolv1.ReadinessSpec
 	want      nodes.GPUWant
 	facts     nodes.StateFacts
+	// afterPowerOn: armed with the VM's power-on still to come or in flight; the node
+	// must be seen not Ready before its Ready counts.
+	afterPowerOn bool
 }
 
 type armState int
@@ -88,6 +95,8 @@ type armEntry struct {
 	// did the worker's last step.
 	seq  uint64
 	last bool
+	// sawNotReady: the node was seen not Ready since it was armed (afterPowerOn).
+	sawNotReady bool
 }
 
 func newReadyFollow(ctx context.Context, r *GPUPoolProfileReconciler) *readyFollow {
@@ -213,6 +222,11 @@ func (f *readyFollow) consider(n *corev1.Node) {
 		f.mu.Unlock()
 		return
 	}
+	if e.afterPowerOn && !e.sawNotReady {
+		e.sawNotReady = !nodes.Ready(n)
+		f.mu.Unlock()
+		return // not Ready now, or not known to have gone down
+	}
 	st, ok := readyStep(e.readyArm, n)
 	if !ok {
 		f.mu.Unlock()
@@ -301,7 +315,7 @@ func readyStep(a readyArm, n *corev1.Node) (nodeStep, bool) {
 	uncordon := a.uncordon && len(nodes.ReadinessGaps(after, a.readiness, a.want, 0)) == 0
 	last := uncordon || !a.uncordon
 	f := a.facts
-	f.PoweredOn, f.NodeReady = true, true
+	f.PoweredOn, f.NodeReady, f.Step = true, true, gpupoolv1.StepWaitNodeReady
 	state := stateAfter(f, last)
 	change := func(n *corev1.Node) {
 		if a.relabel {
@@ -325,9 +339,9 @@ func (a readyArm) String() string {
 }
 
 // readyArms are the workers of the pass's plan the follower may finish: those whose due
-// step is a wait for their node (not overdue), with only Relabel and Uncordon after it,
-// whose node exists, with no task, retry, hold or failure, and no draining-soon
-// warning to carry (warn). None for a layout with gpuReplicas (its node is judged
+// step is a wait for their node (not overdue), or their power-on followed by that wait,
+// with only Relabel and Uncordon after it, whose node exists, with no task but that
+// power-on's, no retry, hold or failure, and no draining-soon warning to carry (warn). None for a layout with gpuReplicas (its node is judged
 // again once relabelled: the plan waits for it after the relabel) and none for an
 // aborted switch.
 func readyArms(s *scope, p *plan.Plan, warn map[string]time.Time) []readyArm {
@@ -336,7 +350,7 @@ func readyArms(s *scope, p *plan.Plan, warn map[string]time.Time) []readyArm {
 	}
 	due := map[string]bool{}
 	for _, st := range p.Due(int(max(s.pool.Spec.MaxParallel, 1))) {
-		if st.Action == plan.WaitNodeReady && !st.Overdue {
+		if (st.Action == plan.WaitNodeReady && !st.Overdue) || st.Action == plan.PowerOn {
 			due[st.VM] = true
 		}
 	}
@@ -368,12 +382,17 @@ func readyArmOf(s *scope, vm string, steps []plan.Action, f nodes.StateFacts, wa
 	n := s.w.Nodes[vm]
 	ws := s.worker(vm)
 	_, warned := warn[vm]
-	if n == nil || ws == nil || ws.Task != nil || ws.NextRetryTime != nil || f.Failed || f.Aborted || warned ||
+	afterPowerOn := len(steps) > 0 && steps[0] == plan.PowerOn
+	if afterPowerOn {
+		steps = steps[1:]
+	}
+	task := ws != nil && ws.Task != nil && (!afterPowerOn || ws.Task.Operation != string(vsphere.OpPowerOn))
+	if n == nil || ws == nil || task || ws.NextRetryTime != nil || f.Failed || f.Aborted || warned ||
 		len(steps) < 2 || steps[0] != plan.WaitNodeReady {
 		return readyArm{}, false
 	}
 	a := readyArm{pool: s.pool.Name, gen: s.pool.Generation, vm: vm, node: n.Name, layout: s.layout.Name,
-		readiness: s.pool.Spec.Readiness, want: gpusWanted(&s.w, s.pool, s.wanted, vm, n), facts: f}
+		readiness: s.pool.Spec.Readiness, want: gpusWanted(&s.w, s.pool, s.wanted, vm, n), facts: f, afterPowerOn: afterPowerOn}
 	for _, act := range steps[1:] {
 		switch act {
 		case plan.Relabel:

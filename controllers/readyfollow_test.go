@@ -69,6 +69,11 @@ func TestReadyStep(t *testing.T) {
 			node: followNode("n", true, 1), fires: true, uncordon: true, last: true, state: gpupoolv1.StateReady},
 		{name: "relabel alone", arm: func(a readyArm) readyArm { a.uncordon = false; return a },
 			node: followNode("n", true, 1), fires: true, last: true, state: gpupoolv1.StateReady},
+		{name: "armed at its power-on, the uncordon left", arm: func(a readyArm) readyArm {
+			a.readiness, a.afterPowerOn, a.facts.Step = readinessLabel, true, gpupoolv1.StepPowerOnRequired
+			a.meta.Labels["feature"] = "off"
+			return a
+		}, node: withLabel(followNode("n", true, 1), "feature", "on"), fires: true, state: gpupoolv1.StatePending},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -211,6 +216,29 @@ func TestReadyFollowOnce(t *testing.T) {
 		}
 		if n := nodeNow(t, c, "a"); n.Labels[gpupoolv1.LabelLayout] != "day" || !n.Spec.Unschedulable {
 			t.Errorf("the renewed arm did not fire as the next pass armed it: %v unschedulable=%v", n.Labels, n.Spec.Unschedulable)
+		}
+	})
+	t.Run("armed at the power-on", func(t *testing.T) {
+		// The node still reads Ready from before its VM went down.
+		f, c, _ := followWorld(t, followNode("n", true, 1))
+		a := followArm("n")
+		a.afterPowerOn = true
+		f.set("p", f.begin("p"), []readyArm{a})
+		f.consider(nodeNow(t, c, "n"))
+		f.idle()
+		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable {
+			t.Fatal("a node Ready from before the power-on was relabelled")
+		}
+		down := nodeNow(t, c, "n")
+		down.Status = followNode("n", false, 1).Status
+		if err := c.Status().Update(context.Background(), down); err != nil {
+			t.Fatal(err)
+		}
+		f.consider(nodeNow(t, c, "n"))
+		f.consider(makeReady(t, c, "n"))
+		f.idle()
+		if n := nodeNow(t, c, "n"); n.Spec.Unschedulable || n.Labels[LabelState] != gpupoolv1.StateReady {
+			t.Errorf("Ready after NotReady: not uncordoned and ready (%v, %v)", n.Spec.Unschedulable, n.Labels)
 		}
 	})
 	t.Run("ready before the arm", func(t *testing.T) {

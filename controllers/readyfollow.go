@@ -4,20 +4,16 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/nodes"
-	"github.com/gpupool/gpupool/internal/plan"
-	"github.com/gpupool/gpupool/vsphere"
 )
 
 // readyFollow relabels and uncordons a node the moment it is ready for work, when that
@@ -42,7 +38,7 @@ import (
 // is paused or being deleted, fires nothing.
 type readyFollow struct {
 	ctx context.Context
-	r   *GPUPoolProfileReconciler
+	w   readyWriter
 	// sem bounds the node writes in flight, as a pass bounds its own.
 	sem chan struct{}
 
@@ -57,11 +53,21 @@ type readyFollow struct {
 	arms map[string]*armEntry
 }
 
+// readyWriter is what the follower reads and writes through: the reconciler
+// (readyarms.go), whose node writes wait for the state labels' batches (patchNode).
+type readyWriter interface {
+	readyPool(ctx context.Context, name string) (*gpupoolv1.GPUPoolProfile, error)
+	readyNode(ctx context.Context, name string) (*corev1.Node, error)
+	// writeReady patches node n with the step (a conflict read again) and tells it
+	// (events; a relabel releases the node's Machine).
+	writeReady(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, n *corev1.Node, a readyArm, st nodeStep) error
+}
+
 // readyArm is what a pass leaves for the follower about one worker: the node it waits
 // for, what ready for work means for it (as observe judged it: readiness and the GPUs
 // wanted, without DRA's published devices, so the follower is never less strict), and
-// what the plan does once it is (relabel with meta, uncordon), with the facts its state
-// label is derived from.
+// what the plan does once it is (relabel with meta, uncordon), with the state label
+// the node then gets (done: the worker has no step left; pending: its uncordon is).
 type readyArm struct {
 	pool      string
 	gen       int64
@@ -73,7 +79,8 @@ type readyArm struct {
 	uncordon  bool
 	readiness gpupoolv1.ReadinessSpec
 	want      nodes.GPUWant
-	facts     nodes.StateFacts
+	done      string
+	pending   string
 	// afterPowerOn: armed with the VM's power-on still to come or in flight; the node
 	// must be seen not Ready before its Ready counts.
 	afterPowerOn bool
@@ -99,8 +106,8 @@ type armEntry struct {
 	sawNotReady bool
 }
 
-func newReadyFollow(ctx context.Context, r *GPUPoolProfileReconciler) *readyFollow {
-	f := &readyFollow{ctx: ctx, r: r, sem: make(chan struct{}, execute.MaxConcurrentWrites),
+func newReadyFollow(ctx context.Context, w readyWriter) *readyFollow {
+	f := &readyFollow{ctx: ctx, w: w, sem: make(chan struct{}, execute.MaxConcurrentWrites),
 		passes: map[string]uint64{}, arms: map[string]*armEntry{}, firing: map[string]int{}}
 	f.landed = sync.NewCond(&f.mu)
 	return f
@@ -150,9 +157,8 @@ func (f *readyFollow) set(pool string, seq uint64, arms []readyArm) {
 	}
 	f.mu.Unlock()
 	for _, name := range added {
-		var n corev1.Node
-		if err := f.r.Client.Get(f.ctx, client.ObjectKey{Name: name}, &n); err == nil {
-			f.consider(&n)
+		if n, err := f.w.readyNode(f.ctx, name); err == nil {
+			f.consider(n)
 		}
 	}
 }
@@ -244,14 +250,13 @@ func (f *readyFollow) fire(e *armEntry, n *corev1.Node, st nodeStep) {
 	f.sem <- struct{}{}
 	defer func() { <-f.sem }()
 	ctx := log.IntoContext(f.ctx, log.FromContext(f.ctx).WithValues("pool", e.pool, "node", e.node))
-	var pool gpupoolv1.GPUPoolProfile
-	err := f.r.Client.Get(ctx, client.ObjectKey{Name: e.pool}, &pool)
+	pool, err := f.w.readyPool(ctx, e.pool)
 	if err != nil || pool.Generation != e.gen || pool.Spec.Paused || !pool.DeletionTimestamp.IsZero() {
 		f.drop(e)
 		readySteps.WithLabelValues(e.pool, "dropped").Inc()
 		return
 	}
-	if err := f.r.patchNode(ctx, n, st.change); err != nil {
+	if err := f.w.writeReady(ctx, pool, n, e.readyArm, st); err != nil {
 		// The next pass plans the step again from what it reads.
 		log.FromContext(ctx).Info("Could not relabel a node ready for work; the next pass will", "error", err.Error())
 		f.drop(e)
@@ -262,15 +267,6 @@ func (f *readyFollow) fire(e *armEntry, n *corev1.Node, st nodeStep) {
 	e.state, e.seq, e.last = armFired, f.passes[e.pool], st.last
 	f.mu.Unlock()
 	readySteps.WithLabelValues(e.pool, "done").Inc()
-	if e.relabel {
-		f.r.nodeEvent(&pool, n, corev1.EventTypeNormal, "Relabelled", "node %s labelled for layout %s", n.Name, e.layout)
-		if err := f.r.releaseMachine(ctx, n); err != nil {
-			f.r.nodeEvent(&pool, n, corev1.EventTypeWarning, "MachineNotReleased", "releasing the Machine of node %s: %v", n.Name, err)
-		}
-	}
-	if st.uncordon {
-		f.r.nodeEvent(&pool, n, corev1.EventTypeNormal, "Uncordoned", "uncordoned node %s", n.Name)
-	}
 }
 
 // ended counts a write of the pool's no longer in flight.
@@ -314,9 +310,10 @@ func readyStep(a readyArm, n *corev1.Node) (nodeStep, bool) {
 	}
 	uncordon := a.uncordon && len(nodes.ReadinessGaps(after, a.readiness, a.want, 0)) == 0
 	last := uncordon || !a.uncordon
-	f := a.facts
-	f.PoweredOn, f.NodeReady, f.Step = true, true, gpupoolv1.StepWaitNodeReady
-	state := stateAfter(f, last)
+	state := a.pending
+	if last {
+		state = a.done
+	}
 	change := func(n *corev1.Node) {
 		if a.relabel {
 			nodes.ApplyMeta(n, a.meta)
@@ -336,78 +333,6 @@ func readyStep(a readyArm, n *corev1.Node) (nodeStep, bool) {
 // String names an arm in test failures.
 func (a readyArm) String() string {
 	return fmt.Sprintf("%s/%s node %s relabel=%t uncordon=%t", a.pool, a.vm, a.node, a.relabel, a.uncordon)
-}
-
-// readyArms are the workers of the pass's plan the follower may finish: those whose due
-// step is a wait for their node (not overdue), or their power-on followed by that wait,
-// with only Relabel and Uncordon after it, whose node exists, with no task but that
-// power-on's, no retry, hold or failure, and no draining-soon warning to carry (warn). None for a layout with gpuReplicas (its node is judged
-// again once relabelled: the plan waits for it after the relabel) and none for an
-// aborted switch.
-func readyArms(s *scope, p *plan.Plan, warn map[string]time.Time) []readyArm {
-	if p == nil || s.layout == nil || s.layout.GPUReplicas != nil || (s.wanted != nil && s.wanted.GPUReplicas != nil) || s.aborted {
-		return nil
-	}
-	due := map[string]bool{}
-	for _, st := range p.Due(int(max(s.pool.Spec.MaxParallel, 1))) {
-		if (st.Action == plan.WaitNodeReady && !st.Overdue) || st.Action == plan.PowerOn {
-			due[st.VM] = true
-		}
-	}
-	facts := stateFacts(s)
-	var out []readyArm
-	for _, hp := range p.Hosts {
-		steps := map[string][]plan.Action{}
-		var vms []string
-		for _, st := range hp.Steps {
-			if due[st.VM] {
-				if steps[st.VM] == nil {
-					vms = append(vms, st.VM)
-				}
-				steps[st.VM] = append(steps[st.VM], st.Action)
-			}
-		}
-		for _, vm := range vms {
-			if a, ok := readyArmOf(s, vm, steps[vm], facts[vm], warn); ok {
-				out = append(out, a)
-			}
-		}
-	}
-	return out
-}
-
-// readyArmOf is the arm of one worker whose steps (in the plan's order) start with its
-// due wait, if the follower may finish it (readyArms).
-func readyArmOf(s *scope, vm string, steps []plan.Action, f nodes.StateFacts, warn map[string]time.Time) (readyArm, bool) {
-	n := s.w.Nodes[vm]
-	ws := s.worker(vm)
-	_, warned := warn[vm]
-	afterPowerOn := len(steps) > 0 && steps[0] == plan.PowerOn
-	if afterPowerOn {
-		steps = steps[1:]
-	}
-	task := ws != nil && ws.Task != nil && (!afterPowerOn || ws.Task.Operation != string(vsphere.OpPowerOn))
-	if n == nil || ws == nil || task || ws.NextRetryTime != nil || f.Failed || f.Aborted || warned ||
-		len(steps) < 2 || steps[0] != plan.WaitNodeReady {
-		return readyArm{}, false
-	}
-	a := readyArm{pool: s.pool.Name, gen: s.pool.Generation, vm: vm, node: n.Name, layout: s.layout.Name,
-		readiness: s.pool.Spec.Readiness, want: gpusWanted(&s.w, s.pool, s.wanted, vm, n), facts: f, afterPowerOn: afterPowerOn}
-	for _, act := range steps[1:] {
-		switch act {
-		case plan.Relabel:
-			m, ok := s.w.MetaFor(s.pool.Name, s.layout, vm)
-			if !ok {
-				return readyArm{}, false
-			}
-			a.relabel, a.meta = true, m
-		case plan.Uncordon:
-			a.uncordon = true
-		default:
-			return readyArm{}, false
-		}
-	}
-	return a, true
 }
 
 // watch hands the node updates that change what readiness reads (nodes.Changed) and

@@ -35,7 +35,7 @@ func followNode(name string, ready bool, gpus int64) *corev1.Node {
 func followArm(node string) readyArm {
 	return readyArm{pool: "p", gen: 1, vm: node, node: node, layout: "day", relabel: true, uncordon: true,
 		meta: nodes.Meta{Labels: map[string]string{gpupoolv1.LabelPool: "p", gpupoolv1.LabelLayout: "day"}},
-		want: nodes.GPUWant{Count: 1}, facts: nodes.StateFacts{InLayout: true, Step: gpupoolv1.StepWaitNodeReady}}
+		want: nodes.GPUWant{Count: 1}, done: gpupoolv1.StateReady, pending: gpupoolv1.StatePending}
 }
 
 // TestReadyStep is the follower's decision over the classes of node it may see: not yet
@@ -70,7 +70,7 @@ func TestReadyStep(t *testing.T) {
 		{name: "relabel alone", arm: func(a readyArm) readyArm { a.uncordon = false; return a },
 			node: followNode("n", true, 1), fires: true, last: true, state: gpupoolv1.StateReady},
 		{name: "armed at its power-on, the uncordon left", arm: func(a readyArm) readyArm {
-			a.readiness, a.afterPowerOn, a.facts.Step = readinessLabel, true, gpupoolv1.StepPowerOnRequired
+			a.readiness, a.afterPowerOn = readinessLabel, true
 			a.meta.Labels["feature"] = "off"
 			return a
 		}, node: withLabel(followNode("n", true, 1), "feature", "on"), fires: true, state: gpupoolv1.StatePending},

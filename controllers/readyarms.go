@@ -19,9 +19,9 @@ import (
 // readyArms are the workers of the pass's plan the follower may finish: those whose due
 // step is a wait for their node (not overdue), or their power-on followed by that wait,
 // with only Relabel and Uncordon after it, whose node exists, with no task but that
-// power-on's, no retry, hold or failure, and no draining-soon warning to carry (warn). None for a layout with gpuReplicas (its node is judged
-// again once relabelled: the plan waits for it after the relabel) and none for an
-// aborted switch.
+// power-on's, no retry, hold or failure, and no draining-soon warning to carry (warn).
+// None for a layout with gpuReplicas (its node is judged again once relabelled: the
+// plan waits for it after the relabel) and none for an aborted switch.
 func readyArms(s *scope, p *plan.Plan, warn map[string]time.Time) []readyArm {
 	if p == nil || s.layout == nil || s.layout.GPUReplicas != nil || (s.wanted != nil && s.wanted.GPUReplicas != nil) || s.aborted {
 		return nil

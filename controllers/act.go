@@ -21,17 +21,25 @@ import (
 // here, where transitions end.
 func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Plan) (time.Duration, map[string]bool) {
 	warn := drainWarningsOf(s, p)
+	if r.ready != nil {
+		// This plan's arms, before any node write of the pass: an arm of an older plan
+		// must not fire on a node the pass drains or parks, nor a write of it land after.
+		s.arms = readyArms(s, p, warn)
+		r.ready.set(s.pool.Name, s.readySeq, s.arms)
+		r.ready.settle(s.pool.Name)
+	}
 	out := r.executor(s).Run(ctx, execute.Input{Pool: s.pool, Now: s.now, Plan: p, Layout: s.layout, World: &s.w, Budget: s.budget,
 		Marks: stepMarks(stateFacts(s), warn, s.pool.Name), ReadyOnceRelabelled: readyOnceRelabelled(s), Claim: r.claimNodeStep(s)})
 	s.facts.stepErrors = append(s.facts.stepErrors, out.StepErrors...)
 	s.facts.drainBlocked = append(s.facts.drainBlocked, out.DrainBlocked...)
 	s.facts.nodeWaits = append(s.facts.nodeWaits, out.NodeWaits...)
 	s.facts.held = append(s.facts.held, out.Held...)
-	if r.ready != nil {
-		s.arms = readyArms(s, p, warn) // after the holds the run found
-	}
 	s.starts = out.Starts
 	if out.Abort != "" {
+		// An aborted switch leaves nothing armed for the layout it was making.
+		s.arms = nil
+		r.ready.set(s.pool.Name, s.readySeq, nil)
+		r.ready.settle(s.pool.Name)
 		r.abort(ctx, s, out.Abort)
 	}
 	return out.After, out.Done
@@ -48,7 +56,7 @@ func (r *GPUPoolProfileReconciler) claimNodeStep(s *scope) func(vm string) (bool
 		if n == nil {
 			return false, false
 		}
-		return r.ready.claim(s.pool.Name, n.Name, s.readySeq)
+		return r.ready.claim(s.pool.Name, n.Name, n.ResourceVersion, s.readySeq)
 	}
 }
 

@@ -80,9 +80,10 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			WithCordons(cmp.Or(r.maxCordons, maxCordonsPerPass)), readySeq: r.ready.begin(pool.Name)}
 	before := pool.DeepCopy()
 	defer func() {
-		// What the pass's plan waits for, once its state labels are handed out (a
-		// follower's write waits for the batch's to the same node: patchNode); a pass
-		// that stopped before act leaves nothing armed.
+		// act armed what the pass's plan waits for before its node writes; here, once
+		// its state labels are handed out (a follower's write waits for the batch's to
+		// the same node: patchNode), the ones already ready fire, and a pass that
+		// stopped before act leaves nothing armed.
 		r.ready.set(pool.Name, s.readySeq, s.arms)
 		r.flushVMEvents(s) // what observe did not tell (a paused pool's tasks): on the pool
 		summarize(s)

@@ -111,6 +111,9 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope, 
 	var changed []*corev1.Node
 	var wants []string
 	for name, want := range statesToWrite(stateFacts(s), s.w.Nodes, s.pool.Name, done, s.landed) {
+		if n := s.w.Nodes[name]; r.ready.madeDuring(s.pool.Name, n.Name, n.ResourceVersion, s.readySeq) {
+			continue // the ready follower wrote it after this pass read the node
+		}
 		if !s.budget.NodeWrite() {
 			continue // published in the next pass
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -98,10 +99,11 @@ const (
 type armEntry struct {
 	readyArm
 	state armState
-	// seq is the pool's pass count when the write went through (armFired); last: it
-	// did the worker's last step.
-	seq  uint64
-	last bool
+	// seq is the pool's pass count when the write went through (armFired); readAt, the
+	// node's resourceVersion the write started from; last: it did the worker's last step.
+	seq    uint64
+	readAt string
+	last   bool
 	// sawNotReady: the node was seen not Ready since it was armed (afterPowerOn).
 	sawNotReady bool
 }
@@ -125,11 +127,13 @@ func (f *readyFollow) begin(pool string) uint64 {
 }
 
 // set replaces the pool's arms with those of its pass number seq (nil: none), and fires
-// the new ones whose node is ready already (it became so after the pass read it). An arm
-// still waiting is renewed in place: every update of its node since it was armed was
-// considered. A write in flight stays, and so does one that went through during pass
-// seq: that pass read the node before it, and its plan may still wait for it (its arm
-// is not renewed).
+// the new ones whose node is ready already (it became so after the pass read it). A pass
+// sets them before its first node write, so that no arm of an older plan (the layout
+// wanted changed with the schedule or demand, the spec did not) fires on a node the pass
+// writes, and again when it ends. An arm still waiting is renewed in place: every
+// update of its node since it was armed was considered. A write in flight stays, and so
+// does one that went through since the last pass began: a pass may read the node from
+// a cache that does not show it yet (claim).
 func (f *readyFollow) set(pool string, seq uint64, arms []readyArm) {
 	if f == nil {
 		return
@@ -140,7 +144,7 @@ func (f *readyFollow) set(pool string, seq uint64, arms []readyArm) {
 		wanted[a.node] = true
 	}
 	for node, e := range f.arms {
-		kept := e.state == armFiring || (e.state == armFired && e.seq >= seq) || (e.state == armWaiting && wanted[node])
+		kept := e.state == armFiring || (e.state == armFired && e.seq+1 >= seq) || (e.state == armWaiting && wanted[node])
 		if e.pool == pool && !kept {
 			delete(f.arms, node)
 		}
@@ -192,11 +196,12 @@ func (f *readyFollow) idle() {
 	}
 }
 
-// claim is asked by pass number seq of the pool before it relabels or uncordons node:
-// skip says the follower made the step during that pass (the pass's read of the node
-// may be older than the write) or is making it; done, that the write did the worker's
-// last step. An arm still waiting is the pass's from now on.
-func (f *readyFollow) claim(pool, node string, seq uint64) (skip, done bool) {
+// claim is asked by pass number seq of the pool before it relabels or uncordons node,
+// which it read at resourceVersion rv: skip says the follower is making the step, or
+// made it after the pass read the node (during the pass, or from the very version the
+// pass read: its cache did not show the write yet); done, that the write did the
+// worker's last step. An arm still waiting is the pass's from now on.
+func (f *readyFollow) claim(pool, node, rv string, seq uint64) (skip, done bool) {
 	if f == nil {
 		return false, false
 	}
@@ -206,15 +211,41 @@ func (f *readyFollow) claim(pool, node string, seq uint64) (skip, done bool) {
 	if e == nil || e.pool != pool {
 		return false, false
 	}
-	switch e.state {
-	case armWaiting:
+	if e.state == armWaiting {
 		e.state = armClaimed
-	case armFiring:
-		return true, false
-	case armFired:
-		return e.seq >= seq, e.last
+		return false, false
 	}
-	return false, false
+	return madeSince(e, rv, seq), e.state == armFired && e.last
+}
+
+// madeDuring tells whether the follower is writing node's step, or wrote it since pass
+// number seq of the pool read it at resourceVersion rv: the pass does not write the
+// node's state label from its older read (publishStates).
+func (f *readyFollow) madeDuring(pool, node, rv string, seq uint64) bool {
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.arms[node]
+	return e != nil && e.pool == pool && madeSince(e, rv, seq)
+}
+
+func madeSince(e *armEntry, rv string, seq uint64) bool {
+	return e.state == armFiring || (e.state == armFired && (e.seq >= seq || rv == e.readAt))
+}
+
+// settle waits until none of the pool's writes is in flight: a pass that is about to
+// write nodes lets the follower's writes of an older plan land first.
+func (f *readyFollow) settle(pool string) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.firing[pool] > 0 {
+		f.landed.Wait()
+	}
 }
 
 // consider fires the node's arm when the node is ready for work and the step changes it.
@@ -244,12 +275,24 @@ func (f *readyFollow) consider(n *corev1.Node) {
 	go f.fire(e, n.DeepCopy(), st)
 }
 
+// readyWriteTimeout bounds a write of the follower, as reconcileTimeout bounds a pass:
+// a pass that settles the pool's writes, or a deleted pool's forget, waits for it.
+const readyWriteTimeout = 2 * time.Minute
+
 // fire writes the step, unless the pool changed since the arming pass.
 func (f *readyFollow) fire(e *armEntry, n *corev1.Node, st nodeStep) {
 	defer f.ended(e.pool)
-	f.sem <- struct{}{}
+	ctx, cancel := context.WithTimeout(f.ctx, readyWriteTimeout)
+	defer cancel()
+	select {
+	case f.sem <- struct{}{}:
+	case <-ctx.Done():
+		f.drop(e)
+		return
+	}
 	defer func() { <-f.sem }()
-	ctx := log.IntoContext(f.ctx, log.FromContext(f.ctx).WithValues("pool", e.pool, "node", e.node))
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("pool", e.pool, "node", e.node))
+	readAt := n.ResourceVersion
 	pool, err := f.w.readyPool(ctx, e.pool)
 	if err != nil || pool.Generation != e.gen || pool.Spec.Paused || !pool.DeletionTimestamp.IsZero() {
 		f.drop(e)
@@ -264,7 +307,7 @@ func (f *readyFollow) fire(e *armEntry, n *corev1.Node, st nodeStep) {
 		return
 	}
 	f.mu.Lock()
-	e.state, e.seq, e.last = armFired, f.passes[e.pool], st.last
+	e.state, e.seq, e.readAt, e.last = armFired, f.passes[e.pool], readAt, st.last
 	f.mu.Unlock()
 	readySteps.WithLabelValues(e.pool, "done").Inc()
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,11 +70,6 @@ func TestReadyStep(t *testing.T) {
 			node: followNode("n", true, 1), fires: true, uncordon: true, last: true, state: gpupoolv1.StateReady},
 		{name: "relabel alone", arm: func(a readyArm) readyArm { a.uncordon = false; return a },
 			node: followNode("n", true, 1), fires: true, last: true, state: gpupoolv1.StateReady},
-		{name: "armed at its power-on, the uncordon left", arm: func(a readyArm) readyArm {
-			a.readiness, a.afterPowerOn = readinessLabel, true
-			a.meta.Labels["feature"] = "off"
-			return a
-		}, node: withLabel(followNode("n", true, 1), "feature", "on"), fires: true, state: gpupoolv1.StatePending},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -157,7 +153,7 @@ func TestReadyFollowOnce(t *testing.T) {
 		f, c, _ := followWorld(t, followNode("n", false, 1))
 		seq := f.begin("p")
 		f.set("p", seq, []readyArm{followArm("n")})
-		if skip, _ := f.claim("p", "n", f.begin("p")); skip {
+		if skip, _ := f.claim("p", "n", "", f.begin("p")); skip {
 			t.Fatal("the pass skipped a node step nobody made")
 		}
 		f.consider(makeReady(t, c, "n"))
@@ -175,14 +171,18 @@ func TestReadyFollowOnce(t *testing.T) {
 		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable {
 			t.Fatal("the follower fired on a node not ready")
 		}
-		f.consider(makeReady(t, c, "n"))
+		ready := makeReady(t, c, "n")
+		f.consider(ready)
 		f.idle()
 		n := nodeNow(t, c, "n")
 		if n.Spec.Unschedulable || n.Labels[gpupoolv1.LabelLayout] != "day" || n.Labels[LabelState] != gpupoolv1.StateReady {
 			t.Fatalf("not relabelled and uncordoned: %v unschedulable=%v", n.Labels, n.Spec.Unschedulable)
 		}
-		if skip, done := f.claim("p", "n", seq); !skip || !done {
+		if skip, done := f.claim("p", "n", "", seq); !skip || !done {
 			t.Errorf("the pass that read the node before the write: skip, done = %v, %v; want true, true", skip, done)
+		}
+		if !f.madeDuring("p", "n", "", seq) {
+			t.Error("that pass would write the node's state label from its older read")
 		}
 		f.set("p", seq, []readyArm{followArm("n")}) // that pass's plan still waits for the node
 		f.consider(n)
@@ -191,12 +191,16 @@ func TestReadyFollowOnce(t *testing.T) {
 			t.Errorf("%d events, want Relabelled and Uncordoned once", got)
 		}
 		next := f.begin("p")
-		if skip, _ := f.claim("p", "n", next); skip {
+		if skip, _ := f.claim("p", "n", n.ResourceVersion, next); skip {
 			t.Error("the next pass, which read the node after the write, skips its own step")
 		}
+		if skip, done := f.claim("p", "n", ready.ResourceVersion, next); !skip || !done {
+			t.Errorf("the next pass, whose cache showed the node as the write found it: skip, done = %v, %v; want true, true", skip, done)
+		}
 		f.set("p", next, nil)
+		f.set("p", f.begin("p"), nil)
 		if len(f.arms) != 0 {
-			t.Errorf("arms left after a pass armed nothing: %v", f.arms)
+			t.Errorf("arms left two passes that armed nothing after the write: %v", f.arms)
 		}
 	})
 	t.Run("the next pass's arms", func(t *testing.T) {
@@ -258,7 +262,7 @@ func TestReadyFollowOnce(t *testing.T) {
 		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable {
 			t.Error("the follower acted on the plan of an older spec")
 		}
-		if skip, _ := f.claim("p", "n", f.begin("p")); skip {
+		if skip, _ := f.claim("p", "n", "", f.begin("p")); skip {
 			t.Error("a dropped step is skipped by the pass")
 		}
 	})
@@ -272,4 +276,70 @@ func TestReadyFollowOnce(t *testing.T) {
 			t.Error("a forgotten pool's arm fired or stayed")
 		}
 	})
+}
+
+// TestReadyFollowConcurrently runs passes (begin, set, claim, madeDuring, settle), node
+// events (consider) and a deletion (forget) of two pools at once, for the race detector,
+// and checks that every node ends written once at most and nothing stays armed.
+func TestReadyFollowConcurrently(t *testing.T) {
+	var ns []*corev1.Node
+	for _, name := range []string{"a", "b", "c", "d"} {
+		ns = append(ns, followNode(name, false, 1))
+	}
+	f, c, rec := followWorld(t, ns...)
+	arms := func(pool string, names ...string) []readyArm {
+		var out []readyArm
+		for _, n := range names {
+			a := followArm(n)
+			a.pool = pool
+			out = append(out, a)
+		}
+		return out
+	}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		for range 50 {
+			seq := f.begin("p")
+			f.set("p", seq, arms("p", "a", "b"))
+			f.settle("p")
+			f.claim("p", "a", "", seq)
+			f.madeDuring("p", "b", "", seq)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range 50 {
+			f.set("q", f.begin("q"), arms("q", "c", "d"))
+		}
+		f.forget("q")
+	}()
+	var readyErr error
+	go func() {
+		defer wg.Done()
+		for _, name := range []string{"a", "b", "c", "d"} {
+			var n corev1.Node
+			if readyErr = c.Get(context.Background(), client.ObjectKey{Name: name}, &n); readyErr != nil {
+				return
+			}
+			n.Status = followNode(name, true, 1).Status
+			if readyErr = c.Status().Update(context.Background(), &n); readyErr != nil {
+				return
+			}
+			f.consider(&n)
+		}
+	}()
+	wg.Wait()
+	if readyErr != nil {
+		t.Fatal(readyErr)
+	}
+	f.forget("p")
+	f.idle()
+	if len(f.arms) != 0 || len(f.firing) != 0 {
+		t.Errorf("left after both pools were forgotten: arms %v, writes in flight %v", f.arms, f.firing)
+	}
+	if got := len(rec.Events); got > 8 {
+		t.Errorf("%d events for 4 nodes, each relabelled and uncordoned once at most", got)
+	}
 }

@@ -44,8 +44,8 @@ type readyFollow struct {
 	sem chan struct{}
 
 	mu sync.Mutex
-	// firing counts each pool's writes in flight (forget waits for a deleted pool's,
-	// the tests for all: idle); landed is signalled when one ends.
+	// firing counts each pool's writes in flight (forget waits for a deleted pool's, a
+	// pass for its own pool's: settle); landed is signalled when one ends.
 	firing map[string]int
 	landed *sync.Cond
 	// passes counts each pool's passes begun (begin): a write's sequence number.
@@ -187,14 +187,6 @@ func (f *readyFollow) forget(pool string) {
 	f.mu.Unlock()
 }
 
-// idle waits until no write of the follower is in flight (the tests).
-func (f *readyFollow) idle() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for len(f.firing) > 0 {
-		f.landed.Wait()
-	}
-}
 
 // claim is asked by pass number seq of the pool before it relabels or uncordons node,
 // which it read at resourceVersion rv: skip says the follower is making the step, or

@@ -131,6 +131,15 @@ func nodeNow(t *testing.T, c client.Client, name string) *corev1.Node {
 	return &n
 }
 
+// idle waits until no write of the follower is in flight.
+func (f *readyFollow) idle() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.firing) > 0 {
+		f.landed.Wait()
+	}
+}
+
 // makeReady makes the node Ready with its GPU, as its kubelet and device plugin would.
 func makeReady(t *testing.T, c client.Client, name string) *corev1.Node {
 	t.Helper()

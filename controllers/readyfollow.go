@@ -187,7 +187,6 @@ func (f *readyFollow) forget(pool string) {
 	f.mu.Unlock()
 }
 
-
 // claim is asked by pass number seq of the pool before it relabels or uncordons node,
 // which it read at resourceVersion rv: skip says the follower is making the step, or
 // made it after the pass read the node (during the pass, or from the very version the

@@ -284,7 +284,9 @@ func (r *GPUPoolProfileReconciler) actPhase(ctx context.Context, s *scope) (outc
 func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layout, error) {
 	d := s.decision
 	s.nodeStates = nodeStates(&s.w, s.pool, s.now, s.wanted)
-	p, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.w.Inventory, Nodes: s.nodeStates, InFlight: plannedInFlight(s.pool), Held: s.w.Holds})
+	in := plan.Input{Spec: &s.pool.Spec, Layout: d.Layout, Inventory: s.w.Inventory, Nodes: s.nodeStates, InFlight: plannedInFlight(s.pool), Held: s.w.Holds}
+	s.planned = nil
+	p, err := plan.Build(in)
 	if err != nil {
 		return nil, nil, fmt.Errorf("planning: %w", err)
 	}
@@ -310,6 +312,9 @@ func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layo
 	s.facts.held = append(s.facts.held, p.Held...)
 	t := s.pool.Status.Transition
 	if len(p.Problems) == 0 || t == nil || t.From == "" || t.From == d.Layout {
+		if len(p.Problems) == 0 {
+			s.planned = &in // the power-ons ahead of parks are planned from it (act)
+		}
 		return p, s.wanted, nil
 	}
 	from := layoutNamed(&s.pool.Spec, t.From)

@@ -18,8 +18,9 @@ import (
 
 // readyArms are the workers of the pass's plan the follower may finish: those whose due
 // step is a wait for their node (not overdue), or their power-on followed by that wait,
-// with only Relabel and Uncordon after it, whose node exists, with no task but that
-// power-on's, no retry, hold or failure, and no draining-soon warning to carry (warn).
+// with only Relabel and Uncordon after it, whose node exists, with no task but a
+// power-on's (its node counts only once seen not Ready: afterPowerOn), no retry, hold or
+// failure, and no draining-soon warning to carry (warn).
 // None for a layout with gpuReplicas (its node is judged again once relabelled: the
 // plan waits for it after the relabel) and none for an aborted switch.
 func readyArms(s *scope, p *plan.Plan, warn map[string]time.Time) []readyArm {
@@ -60,11 +61,15 @@ func readyArmOf(s *scope, vm string, steps []plan.Action, f nodes.StateFacts, wa
 	n := s.w.Nodes[vm]
 	ws := s.worker(vm)
 	_, warned := warn[vm]
+	// A power-on due now, or in flight (asked, or ahead of the parks on its host and
+	// asked once they end: execute's ahead.go), is what the node waits for.
+	poweringOn := ws != nil && ws.Task != nil && ws.Task.Operation == string(vsphere.OpPowerOn)
 	afterPowerOn := len(steps) > 0 && steps[0] == plan.PowerOn
 	if afterPowerOn {
 		steps = steps[1:]
 	}
-	task := ws != nil && ws.Task != nil && (!afterPowerOn || ws.Task.Operation != string(vsphere.OpPowerOn))
+	afterPowerOn = afterPowerOn || poweringOn
+	task := ws != nil && ws.Task != nil && !poweringOn
 	if n == nil || ws == nil || task || ws.NextRetryTime != nil || f.Failed || f.Aborted || warned ||
 		len(steps) < 2 || steps[0] != plan.WaitNodeReady {
 		return readyArm{}, false

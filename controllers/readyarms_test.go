@@ -72,7 +72,8 @@ func TestReadyArms(t *testing.T) {
 		{name: "drain first", actions: []plan.Action{plan.Drain, plan.PowerOff, plan.Reconfigure, powerOn, wait, relabel}},
 		{name: "relabel due", actions: []plan.Action{relabel, uncordon}},
 		{name: "another task in flight", actions: []plan.Action{wait, relabel}, change: task(vsphere.OpSuspend)},
-		{name: "a task in flight before the wait", actions: []plan.Action{wait, relabel}, change: task(vsphere.OpPowerOn)},
+		{name: "its power-on in flight before the wait", actions: []plan.Action{wait, relabel}, change: task(vsphere.OpPowerOn), armed: true, after: true, relabel: true},
+		{name: "a reconfigure in flight before the wait", actions: []plan.Action{wait, relabel}, change: task(vsphere.OpReconfigure)},
 		{name: "backing off", actions: []plan.Action{wait, relabel}, change: func(s *scope) {
 			s.pool.Status.Workers[0].NextRetryTime = &metav1.Time{Time: time.Unix(1, 0)}
 		}},

@@ -62,6 +62,9 @@ type scope struct {
 	nodeStates map[string]plan.NodeState
 	plan       *plan.Plan
 	layout     *gpupoolv1.Layout
+	// planned is the input of the plan when it makes the wanted layout with no problem
+	// (execute.Input.Planned: the power-ons ahead of parks); nil otherwise.
+	planned *plan.Input
 	// keep-aborted: the pass keeps an aborted switch (the workers' recorded steps are
 	// stale, so node states come from what was observed).
 	aborted bool

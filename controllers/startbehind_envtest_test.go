@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
@@ -107,11 +108,12 @@ func TestStartsBehindThePass(t *testing.T) {
 	}
 }
 
-// TestPauseDropsStartsNotAsked: night -> day hands the day VMs' power-ons, one after
-// the other on their host, to the starts past the pass; the first waits at vCenter's
-// door when the pool is paused. The paused pass drops the power-ons not yet asked, the
-// one being asked goes through, and once unpaused the pool reaches day with each day
-// VM's power-on asked once in all.
+// TestPauseDropsStartsNotAsked: night -> day hands the night VM's suspend and, ahead of
+// it, the day VMs' power-ons, one after the other on their host, to the starts past the
+// pass. Once the suspend ended the first power-on waits at vCenter's door when the pool is
+// paused. The paused pass drops the power-ons not yet asked, the one being asked goes
+// through, and once unpaused the pool reaches day with each day VM's power-on asked once
+// in all.
 func TestPauseDropsStartsNotAsked(t *testing.T) {
 	h := newHarness(t, "stq-")
 	door := &startDoor{asked: map[string]int{}}
@@ -130,27 +132,15 @@ func TestPauseDropsStartsNotAsked(t *testing.T) {
 	door.powerOns = 0 // night-1's
 	door.mu.Unlock()
 	h.clock.SetTime(tuesday0750)
+	h.sim.HoldTasksOf("SuspendVM_Task")
+	handed := h.handAhead(pool.Name, starts, 5) // the suspend and the four power-ons
+	if !handed {
+		t.Fatal("the power-ons were never handed out ahead of the suspend")
+	}
 	door.hold(true)
-	atDoor := false
-	for range 60 {
-		res := h.reconcile(pool.Name)
-		door.mu.Lock()
-		atDoor = door.powerOns > 0
-		door.mu.Unlock()
-		if atDoor {
-			break
-		}
-		door.hold(false) // the night VM's park, if any: through
-		starts.Wait()
-		door.hold(true)
-		h.settle()
-		h.clock.Step(testworld.Step(res))
-	}
-	if !atDoor {
-		t.Fatal("no power-on was handed out")
-	}
-	if n := starts.InFlight(pool.Name); n < 2 {
-		t.Fatalf("%d starts handed out when paused, want the four power-ons", n)
+	h.sim.ReleaseTasks()
+	if !door.waitFor(func() bool { return door.powerOns > 0 }) {
+		t.Fatal("no power-on reached vCenter's door once the suspend ended")
 	}
 	h.patchPool(pool.Name, func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Paused = true })
 	h.reconcile(pool.Name)
@@ -177,6 +167,23 @@ func TestPauseDropsStartsNotAsked(t *testing.T) {
 	if door.finds != 0 {
 		t.Errorf("vCenter was asked %d times for the task of an intent", door.finds)
 	}
+}
+
+// handAhead reconciles the pool (bounded) until a pass has handed out at least n starts
+// and left them in flight, as a pass that starts parks with power-ons ahead of them does
+// while the parks' tasks are held; the starts of the passes before are answered.
+func (h *harness) handAhead(pool string, starts *execute.Starts, n int) bool {
+	h.t.Helper()
+	for range 60 {
+		res := h.reconcile(pool)
+		if starts.InFlight(pool) >= n {
+			return true
+		}
+		starts.Wait()
+		h.settle()
+		h.clock.Step(testworld.Step(res))
+	}
+	return false
 }
 
 // intentStored tells whether the API server holds the pool's intent of op for the VM
@@ -230,6 +237,27 @@ func (d *startDoor) waiting() int {
 	return d.wait
 }
 
+// waitFor waits, bounded, until ok holds (it is called with d.mu held); a start that
+// reaches the door wakes it.
+func (d *startDoor) waitFor(ok func() bool) bool {
+	deadline := time.AfterFunc(30*time.Second, func() {
+		d.mu.Lock()
+		d.cond.Broadcast()
+		d.mu.Unlock()
+	})
+	defer deadline.Stop()
+	start := time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for !ok() {
+		if time.Since(start) >= 30*time.Second {
+			return false
+		}
+		d.cond.Wait()
+	}
+	return true
+}
+
 func (d *startDoor) counts() map[string]int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -254,6 +282,7 @@ func (d *startDoor) pass(vm string, op vsphere.Op) {
 	defer d.mu.Unlock()
 	d.asked[vm]++
 	d.wait++
+	d.cond.Broadcast() // waitFor
 	for d.held {
 		d.cond.Wait()
 	}

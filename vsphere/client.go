@@ -84,6 +84,10 @@ type Client interface {
 	// WaitTasks blocks until one of the tasks is over, vCenter forgets one, or ctx ends
 	// (then it returns ctx's error).
 	WaitTasks(ctx context.Context, taskIDs []string) error
+	// WatchTasks calls ended for each of the tasks as it ends, ok when it succeeded (a
+	// task vCenter forgot: not ok), and returns once all have; ctx's error when ctx ends
+	// first.
+	WatchTasks(ctx context.Context, taskIDs []string, ended func(id string, ok bool)) error
 	// FindTask returns the newest of the VM's recent tasks of the operation
 	// (OpPowerOn, OpPowerOff, OpSuspend, OpReconfigure) whose id is not in known, or "" when there is none.
 	FindTask(ctx context.Context, vmRef string, op Op, known []string) (string, error)

@@ -130,6 +130,11 @@ type Input struct {
 	// run leaves it; done, that that write did the worker's last step (Outcome.Done).
 	// nil: the run makes every node step.
 	Claim func(vm string) (skip, done bool)
+	// Planned, when set with Executor.Starts, is the input the plan was built from: the
+	// run also plans the power-ons that its parks and those in flight make due, and has
+	// them asked once those parks end (ahead.go). nil: each power-on waits for a pass
+	// that observes its GPUs free.
+	Planned *plan.Input
 }
 
 // Outcome is what a run did that the pass's summary needs: when to come back (0: no
@@ -203,6 +208,7 @@ func (e *Executor) Run(ctx context.Context, in Input) Outcome {
 	r.timed("act:node-steps", func() { others = r.patchNodesTogether(ctx, others) })
 	r.timed("act:park", func() { r.parkAhead(ctx, others) })
 	r.timed("act:steps", func() { r.runSteps(ctx, others) })
+	r.timed("act:ahead", r.startAhead)
 	r.timed("act:start", func() { r.startQueued(ctx) })
 	return r.out
 }

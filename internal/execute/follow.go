@@ -113,7 +113,9 @@ func (f *Follower) takeStarts(ctx context.Context) (time.Duration, map[string]bo
 			}
 		case inFlight || f.Peek:
 			starting[ws.VM] = true
-			ws.Message = fmt.Sprintf("%s starting", ws.Task.Operation)
+			if !a.ahead {
+				ws.Message = fmt.Sprintf("%s starting", ws.Task.Operation)
+			}
 			after = Soonest(after, RequeueTask)
 		}
 	}

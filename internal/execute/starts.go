@@ -55,7 +55,9 @@ type Starts struct {
 	hosts map[[2]string]chan struct{}
 	// slots bound each pool's starts at once.
 	slots map[string]chan struct{}
-	wg    sync.WaitGroup
+	// follows end the pool's watches of the parks its power-ons ahead wait for.
+	follows map[string]map[*int]context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // startRecord is one task start: its intent (operation and time, as status stores it),
@@ -71,6 +73,10 @@ type startRecord struct {
 	asking, cancelled, notAsked bool
 	// held: a pass took the answer and has not stored what it recorded yet (Commit).
 	held bool
+	// ahead: a power-on ahead of parks (ahead.go), not asked before they end.
+	ahead bool
+	// done is closed once the start is answered (ended).
+	done chan struct{}
 }
 
 // StartTimeout bounds one start asked past the pass, as reconcileTimeout bounds a pass's,
@@ -81,30 +87,38 @@ const StartTimeout = 2 * time.Minute
 // NewStarts returns the starts of a manager: ctx ends them.
 func NewStarts(ctx context.Context, wake func(pool string)) *Starts {
 	return &Starts{ctx: ctx, Wake: wake, records: map[string]map[string]*startRecord{},
-		hosts: map[[2]string]chan struct{}{}, slots: map[string]chan struct{}{}}
+		hosts: map[[2]string]chan struct{}{}, slots: map[string]chan struct{}{}, follows: map[string]map[*int]context.CancelFunc{}}
 }
 
 // hand records the starts a pass of pool queued (their intents are stored) and asks
 // vCenter for them past the pass, group by group (startGroups); the pool is woken once
-// every one has an answer.
+// every one has an answer. A group of power-ons ahead of parks (ahead.go) is asked once
+// those parks have ended well (followParks), and answered not asked otherwise; the pool
+// is woken again once each such group has its answers.
 func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 	handed := s.now()
 	recs := make([]*startRecord, len(queued))
 	after := make([]chan struct{}, len(groups)) // the host's earlier group, for power-ons
 	mine := make([]chan struct{}, len(groups))
+	cond := make([]chan bool, len(groups)) // groups ahead of parks: whether they may go
 	s.mu.Lock()
 	if s.records[pool] == nil {
 		s.records[pool] = map[string]*startRecord{}
 	}
 	for i, q := range queued {
-		recs[i] = &startRecord{op: q.op, at: q.at}
+		recs[i] = &startRecord{op: q.op, at: q.at, ahead: q.after != nil, done: make(chan struct{})}
 		s.records[pool][q.worker] = recs[i]
 	}
+	var aheads []aheadGroup
 	for g, idx := range groups {
 		if queued[idx[0]].op == vsphere.OpPowerOn {
 			k := [2]string{pool, queued[idx[0]].powerOnHost()}
 			after[g], mine[g] = s.hosts[k], make(chan struct{})
 			s.hosts[k] = mine[g]
+		}
+		if q := queued[idx[0]]; q.after != nil {
+			cond[g] = make(chan bool, 1)
+			aheads = append(aheads, aheadGroup{after: aheadOf(queued, idx), watch: q.watch, result: cond[g]})
 		}
 	}
 	slots := s.slots[pool]
@@ -113,34 +127,79 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 		s.slots[pool] = slots
 	}
 	s.mu.Unlock()
+	if len(aheads) > 0 {
+		byWorker := make(map[string]*startRecord, len(queued))
+		for i, q := range queued {
+			byWorker[q.worker] = recs[i]
+		}
+		s.followParks(pool, aheads, byWorker, handed)
+	}
 	var left sync.WaitGroup
+	plain := 0
 	for g, idx := range groups {
-		left.Add(1)
+		if cond[g] == nil {
+			plain++
+			left.Add(1)
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer left.Done()
+			if cond[g] == nil {
+				defer left.Done()
+			} else {
+				defer s.wake(pool)
+			}
 			if mine[g] != nil {
 				defer s.hostDone(pool, queued[idx[0]].powerOnHost(), mine[g])
 				if after[g] != nil {
 					<-after[g]
 				}
 			}
+			from := handed
+			if cond[g] != nil {
+				// Its parks must have ended well within StartTimeout of the handout, as
+				// any start must be asked within it: no older decision is acted on.
+				if ok := <-cond[g]; !ok || s.now().Sub(handed) > StartTimeout {
+					for _, i := range idx {
+						s.notAsked(recs[i])
+					}
+					return
+				}
+				from = s.now() // its parks ended: it waits for a slot from now on
+			}
 			slots <- struct{}{}
 			defer func() { <-slots }()
 			for _, i := range idx {
-				s.ask(queued[i], recs[i], handed)
+				s.ask(queued[i], recs[i], from)
 			}
 		}()
+	}
+	if plain == 0 {
+		return
 	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		left.Wait()
-		if s.Wake != nil && s.ctx.Err() == nil {
-			s.Wake(pool)
-		}
+		s.wake(pool)
 	}()
+}
+
+// wake tells the pool that starts of it were answered.
+func (s *Starts) wake(pool string) {
+	if s.Wake != nil && s.ctx.Err() == nil {
+		s.Wake(pool)
+	}
+}
+
+// notAsked answers a start without asking vCenter.
+func (s *Starts) notAsked(rec *startRecord) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !rec.ended {
+		rec.ended, rec.notAsked = true, true
+		close(rec.done)
+	}
 }
 
 // ask asks vCenter for one start, unless it was cancelled, or queued since handed for
@@ -149,6 +208,7 @@ func (s *Starts) ask(q queuedStart, rec *startRecord, handed time.Time) {
 	s.mu.Lock()
 	if rec.cancelled || s.now().Sub(handed) > StartTimeout || s.ctx.Err() != nil {
 		rec.ended, rec.notAsked = true, true
+		close(rec.done)
 		s.mu.Unlock()
 		return
 	}
@@ -159,6 +219,7 @@ func (s *Starts) ask(q queuedStart, rec *startRecord, handed time.Time) {
 	cancel()
 	s.mu.Lock()
 	rec.ended, rec.id, rec.err = true, id, err
+	close(rec.done)
 	s.mu.Unlock()
 }
 
@@ -187,6 +248,9 @@ func (s *Starts) Cancel(pool string) {
 			rec.cancelled = true
 		}
 	}
+	for _, stop := range s.follows[pool] {
+		stop() // the power-ons ahead are cancelled: their parks need no watching
+	}
 }
 
 // take returns the answer to the start of a worker's intent (op at at, to the second as
@@ -207,7 +271,7 @@ func (s *Starts) take(pool, worker string, op vsphere.Op, at time.Time, peek boo
 	case rec == nil:
 		return answer{}, false, false
 	case !rec.ended:
-		return answer{}, false, true
+		return answer{ahead: rec.ahead && !rec.asking}, false, true
 	}
 	if rec.op != op || !rec.at.Truncate(time.Second).Equal(at.Truncate(time.Second)) {
 		if !peek {
@@ -249,6 +313,8 @@ type answer struct {
 	id       string
 	err      error
 	notAsked bool
+	// ahead: in flight, a power-on ahead of parks that waits for them.
+	ahead bool
 }
 
 // Forget drops the answers of a pool's starts not taken (the pool is gone); starts in
@@ -261,6 +327,9 @@ func (s *Starts) Forget(pool string) {
 	defer s.mu.Unlock()
 	delete(s.records, pool)
 	delete(s.slots, pool)
+	for _, stop := range s.follows[pool] {
+		stop()
+	}
 }
 
 // InFlight is how many starts of the pool are recorded and not committed (the tests).

@@ -68,6 +68,10 @@ type queuedStart struct {
 	start func(context.Context) (string, error)
 	id    string
 	err   error
+	// after are the parks a power-on ahead waits for (ahead.go), and watch follows
+	// their tasks; nil for any other start.
+	after []prereq
+	watch func(ctx context.Context, ids []string, ended func(id string, ok bool)) error
 }
 
 // powerOnHost is the host a queued power-on powers the VM on: the plan's when it moves
@@ -94,7 +98,7 @@ func (r *run) startQueued(ctx context.Context) {
 	if r.Starts != nil {
 		r.out.Starts = &Handout{starts: r.Starts, pool: r.Pool.Name, queued: queued, groups: startGroups(queued)}
 		for _, q := range queued {
-			if ws := FindWorker(r.Pool, q.worker); ws != nil {
+			if ws := FindWorker(r.Pool, q.worker); ws != nil && q.after == nil {
 				ws.Message = fmt.Sprintf("%s starting", q.op)
 			}
 			r.note(q.step, RequeueTask, nil)

@@ -1,0 +1,224 @@
+package execute
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// Power-ons ahead of parks (issue 37: a GPU a park freed waited for the next pass, its
+// read of vCenter and its status write, before the power-on it made due was asked).
+// A pass that starts parks, or follows parks in flight, also plans the power-ons those
+// parks make due on their hosts (plan.AfterParks), records their intents with the
+// parks' in its one status write, and hands them to Starts with the parks they wait
+// for. Starts asks vCenter for them once every one of those parks has ended well, as
+// the task ends reach it (vsphere.Client.WatchTasks), and only then; a park that fails,
+// is not asked, or is not seen to end within StartTimeout, leaves them not asked, and
+// the next pass plans from what it observes. Until then they are starts in flight: the
+// passes count their VMs as starting (no other power-on on the host, plan.settled), and
+// a manager that restarts resolves their intents as any (no task found: planned again).
+
+// prereq is a park a power-on ahead waits for: a start of the same handout (worker), or
+// a task in flight (id).
+type prereq struct {
+	worker string
+	id     string
+}
+
+// startAhead queues the power-ons that the pass's parks, and the parks in flight whose
+// task ids are known, make due (plan.AfterParks over Input.Planned), each after the
+// parks of its host. Only past the pass (Starts): a run that starts its tasks itself
+// has nothing to ask them later with. A power-on whose worker has a task or backs off
+// stops its host's run there: those after it may need it placed first.
+func (r *run) startAhead() {
+	if r.Starts == nil || r.Planned == nil {
+		return
+	}
+	parks := map[string]plan.Action{}
+	from := map[string]prereq{} // park key -> what to follow
+	for _, q := range r.queued {
+		if a, ok := parkAction(q.op); ok {
+			parks[q.step.VM], from[q.step.VM] = a, prereq{worker: q.worker}
+		}
+	}
+	for _, ws := range r.Pool.Status.Workers {
+		if ws.Task == nil || ws.Task.ID == "" {
+			continue // an intent whose start is not answered yet has no task to follow
+		}
+		if a, ok := parkAction(vsphere.Op(ws.Task.Operation)); ok {
+			parks[ws.VM], from[ws.VM] = a, prereq{id: ws.Task.ID}
+		}
+	}
+	for _, ahead := range plan.AfterParks(*r.Planned, parks) {
+		var after []prereq
+		for _, k := range ahead.After {
+			after = append(after, from[k])
+		}
+		for _, step := range ahead.PowerOns {
+			ws := r.worker(step.VM)
+			vm, ok := r.World.VM(step.VM)
+			if !ok || ws.Task != nil || backingOff(ws, r.Now) {
+				break
+			}
+			host, err := powerOnHost(r.World.Inventory, vm, step)
+			if err != nil {
+				break
+			}
+			if ws.StepStartTime == nil {
+				ws.StepStartTime = ptrTime(r.Now)
+			}
+			wait, _ := r.startTask(ws, vm, vsphere.OpPowerOn, func(ctx context.Context) (string, error) { return r.VSphere.PowerOn(ctx, vm.Ref, host) })
+			q := &r.queued[len(r.queued)-1]
+			q.step, q.after, q.watch = step, after, r.VSphere.WatchTasks
+			ws.Message = fmt.Sprintf("PowerOn to be asked once the parks on host %s end", ahead.Host)
+			r.out.After = Soonest(r.out.After, wait)
+		}
+	}
+}
+
+// parkAction is the plan's action of a park operation.
+func parkAction(op vsphere.Op) (plan.Action, bool) {
+	switch op {
+	case vsphere.OpSuspend:
+		return plan.Suspend, true
+	case vsphere.OpPowerOff:
+		return plan.PowerOff, true
+	}
+	return "", false
+}
+
+// aheadGroup is a group of power-ons ahead of parks in a handout: the parks they wait
+// for, the watch to follow those parks' tasks with, and where followParks says, once,
+// whether they may be asked.
+type aheadGroup struct {
+	after  []prereq
+	watch  func(ctx context.Context, ids []string, ended func(id string, ok bool)) error
+	result chan bool
+}
+
+// aheadOf is the parks the power-ons of a group wait for (those of their host).
+func aheadOf(queued []queuedStart, idx []int) []prereq {
+	var out []prereq
+	for _, i := range idx {
+		for _, p := range queued[i].after {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// followParks tells each group of power-ons ahead, once, whether every park it waits
+// for ended well, past the pass: a park of the same handout once its start is answered
+// (not asked, or refused: no), then by its task, with the parks in flight, through one
+// watch of all their tasks (vsphere.Client.WatchTasks), which ends once no group waits.
+// A group is told no as soon as one of its parks fails, and every group still waiting
+// when the watch fails, Cancel or Forget ends it, or StartTimeout has passed: their
+// power-ons are then not asked, and the next pass plans from what it observes. (hand
+// also answers not asked a group told yes after StartTimeout on the Starts' clock.)
+func (s *Starts) followParks(pool string, groups []aheadGroup, recs map[string]*startRecord, handed time.Time) {
+	ctx, stop := context.WithTimeout(s.ctx, StartTimeout-s.now().Sub(handed))
+	key := new(int)
+	s.mu.Lock()
+	if s.follows[pool] == nil {
+		s.follows[pool] = map[*int]context.CancelFunc{}
+	}
+	s.follows[pool][key] = stop
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			stop()
+			s.mu.Lock()
+			delete(s.follows[pool], key)
+			if len(s.follows[pool]) == 0 {
+				delete(s.follows, pool)
+			}
+			s.mu.Unlock()
+		}()
+		pending := map[int][]string{} // group -> the park tasks it waits for
+		var ids []string
+		for gi, g := range groups {
+			gids, ok := s.parkTasks(ctx, g.after, recs)
+			switch {
+			case !ok:
+				g.result <- false
+			case len(gids) == 0:
+				g.result <- true // every park found its VM parked already
+			default:
+				pending[gi] = gids
+				ids = append(ids, gids...)
+			}
+		}
+		if len(pending) == 0 {
+			return
+		}
+		ended := map[string]bool{}
+		decide := func() {
+			for gi, gids := range pending {
+				done, good := true, true
+				for _, id := range gids {
+					ok, over := ended[id]
+					done = done && over
+					good = good && (!over || ok)
+				}
+				if !good || done {
+					groups[gi].result <- good
+					delete(pending, gi)
+				}
+			}
+			if len(pending) == 0 {
+				stop() // no group waits for the parks still running
+			}
+		}
+		err := groups[0].watch(ctx, ids, func(id string, ok bool) {
+			ended[id] = ok
+			decide()
+		})
+		if err != nil && ctx.Err() == nil {
+			log.FromContext(s.ctx).Info("Watching the parks of power-ons ahead failed; they are planned again", "pool", pool, "error", err)
+		}
+		for gi := range pending {
+			groups[gi].result <- false
+		}
+	}()
+}
+
+// parkTasks are the task ids of the parks: those of the handout once their starts are
+// answered (a VM found parked already has none); ok is false when one was not asked or
+// refused, or ctx ended first.
+func (s *Starts) parkTasks(ctx context.Context, after []prereq, recs map[string]*startRecord) (ids []string, ok bool) {
+	for _, p := range after {
+		if p.id != "" {
+			ids = append(ids, p.id)
+			continue
+		}
+		rec := recs[p.worker]
+		if rec == nil {
+			return nil, false
+		}
+		select {
+		case <-rec.done:
+		case <-ctx.Done():
+			return nil, false
+		}
+		s.mu.Lock()
+		id, err, notAsked := rec.id, rec.err, rec.notAsked
+		s.mu.Unlock()
+		if err != nil || notAsked {
+			return nil, false
+		}
+		if id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids, true
+}

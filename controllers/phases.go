@@ -194,6 +194,10 @@ func (r *GPUPoolProfileReconciler) decidePhase(ctx context.Context, s *scope) (o
 		return outcome{after: requeueStep, stop: true}, nil // they just ended: look again soon
 	}
 	s.plan, s.layout = p, making
+	if making != nil {
+		// Power-ons ahead of parks planned for another spec or layout are not asked.
+		r.starts.CancelAhead(s.pool.Name, s.pool.Generation, making.Name)
+	}
 	execute.Record(s.pool, p, &s.w, s.facts.held, passEvents{r, s})
 	r.publishPlan(ctx, s, p)
 	return outcome{}, nil

@@ -3,6 +3,7 @@ package execute
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -55,7 +56,17 @@ func (r *run) startAhead() {
 			parks[ws.VM], from[ws.VM] = a, prereq{id: ws.Task.ID}
 		}
 	}
-	for _, ahead := range plan.AfterParks(*r.Planned, parks) {
+	in := *r.Planned
+	in.InFlight = maps.Clone(in.InFlight)
+	for _, q := range r.queued { // the pass's own starts are in flight for the plan after them
+		if a, ok := taskAction(q.op); ok {
+			if in.InFlight == nil {
+				in.InFlight = map[string]plan.Action{}
+			}
+			in.InFlight[q.worker] = a
+		}
+	}
+	for _, ahead := range plan.AfterParks(in, parks) {
 		var after []prereq
 		for _, k := range ahead.After {
 			after = append(after, from[k])
@@ -63,23 +74,37 @@ func (r *run) startAhead() {
 		for _, step := range ahead.PowerOns {
 			ws := r.worker(step.VM)
 			vm, ok := r.World.VM(step.VM)
-			if !ok || ws.Task != nil || backingOff(ws, r.Now) {
+			// A power-on the plan moves to another host is left to a pass: the passes
+			// count a power-on in flight on its VM's own host (plan.settled).
+			if !ok || ws.Task != nil || backingOff(ws, r.Now) || (step.Host != "" && step.Host != vm.Host) {
 				break
 			}
-			host, err := powerOnHost(r.World.Inventory, vm, step)
-			if err != nil {
-				break
-			}
+			queued := len(r.queued)
 			if ws.StepStartTime == nil {
 				ws.StepStartTime = ptrTime(r.Now)
 			}
-			wait, _ := r.startTask(ws, vm, vsphere.OpPowerOn, func(ctx context.Context) (string, error) { return r.VSphere.PowerOn(ctx, vm.Ref, host) })
-			q := &r.queued[len(r.queued)-1]
+			wait, _ := r.startTask(ws, vm, vsphere.OpPowerOn, func(ctx context.Context) (string, error) { return r.VSphere.PowerOn(ctx, vm.Ref, "") })
+			if len(r.queued) == queued {
+				break
+			}
+			q := &r.queued[queued]
 			q.step, q.after, q.watch = step, after, r.VSphere.WatchTasks
+			q.plannedFor = aheadPlan{generation: r.Pool.Generation, layout: r.Planned.Layout}
 			ws.Message = fmt.Sprintf("PowerOn to be asked once the parks on host %s end", ahead.Host)
 			r.out.After = Soonest(r.out.After, wait)
 		}
 	}
+}
+
+// taskAction is the plan's action of a vSphere operation.
+func taskAction(op vsphere.Op) (plan.Action, bool) {
+	switch op {
+	case vsphere.OpReconfigure:
+		return plan.Reconfigure, true
+	case vsphere.OpPowerOn:
+		return plan.PowerOn, true
+	}
+	return parkAction(op)
 }
 
 // parkAction is the plan's action of a park operation.
@@ -221,4 +246,30 @@ func (s *Starts) parkTasks(ctx context.Context, after []prereq, recs map[string]
 		}
 	}
 	return ids, true
+}
+
+// aheadPlan is what a power-on ahead was planned for: the pool's generation and the
+// layout being made.
+type aheadPlan struct {
+	generation int64
+	layout     string
+}
+
+// CancelAhead answers "not asked" the pool's power-ons ahead of parks not yet asked that
+// were planned for another generation of the pool or another layout than the pass that
+// calls it makes: the switch they were part of is no longer the one being made (a spec
+// edit, the schedule or demand wanting another layout, the way back to the layout the
+// switch started from). Their VMs are then planned again from what is observed.
+func (s *Starts) CancelAhead(pool string, generation int64, layout string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	want := aheadPlan{generation: generation, layout: layout}
+	for _, rec := range s.records[pool] {
+		if rec.ahead && !rec.asking && !rec.ended && rec.plannedFor != want {
+			rec.cancelled = true
+		}
+	}
 }

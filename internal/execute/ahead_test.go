@@ -97,6 +97,21 @@ func TestStartsAheadOfParks(t *testing.T) {
 		}, want: result{asked: []string{"a", "b"}}},
 		{name: "the watch fails", parkID: "task-p1", fail: errors.New("session lost"), run: func(*Starts, *endingTasks) {},
 			want: result{notAsked: []string{"a", "b"}}},
+		{name: "the same switch goes on", parkID: "task-p1", run: func(s *Starts, tasks *endingTasks) {
+			s.CancelAhead("pool", 3, "night")
+			tasks.end("task-p1", true)
+			tasks.end("task-p2", true)
+		}, want: result{asked: []string{"a", "b"}}},
+		{name: "another layout is made", parkID: "task-p1", run: func(s *Starts, tasks *endingTasks) {
+			s.CancelAhead("pool", 3, "day")
+			tasks.end("task-p1", true)
+			tasks.end("task-p2", true)
+		}, want: result{notAsked: []string{"a", "b"}}},
+		{name: "the spec changed", parkID: "task-p1", run: func(s *Starts, tasks *endingTasks) {
+			s.CancelAhead("pool", 4, "night")
+			tasks.end("task-p1", true)
+			tasks.end("task-p2", true)
+		}, want: result{notAsked: []string{"a", "b"}}},
 		{name: "cancelled", parkID: "task-p1", run: func(s *Starts, tasks *endingTasks) {
 			tasks.end("task-p1", true)
 			s.Cancel("pool")
@@ -114,7 +129,7 @@ func TestStartsAheadOfParks(t *testing.T) {
 			after := []prereq{{worker: "p1"}, {id: "task-p2"}}
 			ahead := func(w string) queuedStart {
 				q := queue(w, vsphere.OpPowerOn, "h1", g.start(w, "task-"+w, nil))
-				q.after, q.watch = after, tasks.watch
+				q.after, q.watch, q.plannedFor = after, tasks.watch, aheadPlan{generation: 3, layout: "night"}
 				return q
 			}
 			q := []queuedStart{queue("p1", vsphere.OpSuspend, "h1", g.start("p1", c.parkID, c.parkErr)), ahead("a"), ahead("b")}
@@ -183,5 +198,23 @@ func TestStartsAheadTimeOut(t *testing.T) {
 	}
 	if len(g.order) != 0 {
 		t.Errorf("asked %v after the timeout", g.order)
+	}
+}
+
+// TestStartGroupsAhead: the power-ons ahead of a host's parks are a group of their own,
+// apart from the host's other power-ons of the same pass, in the plan's order.
+func TestStartGroupsAhead(t *testing.T) {
+	on := func(w, host string, ahead bool) queuedStart {
+		q := queue(w, vsphere.OpPowerOn, host, nil)
+		if ahead {
+			q.after = []prereq{{id: "task-p"}}
+		}
+		return q
+	}
+	q := []queuedStart{on("a", "h1", false), on("b", "h1", true), on("c", "h1", false), on("d", "h1", true), on("e", "h2", true)}
+	got := startGroups(q)
+	want := [][]int{{0, 2}, {1, 3}, {4}}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("groups %v, want %v", got, want)
 	}
 }

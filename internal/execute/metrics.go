@@ -22,8 +22,14 @@ var (
 		Name: "gpupool_task_intents_resolved_total",
 		Help: "Recorded intents to start a vSphere task whose task id was lost (a crash or a failed status write), by what vCenter showed: adopted (the task had been started) or not-started.",
 	}, []string{"pool", "result"})
+	// PowerOnsAhead counts the power-ons planned ahead of parks (ahead.go) by what
+	// became of them.
+	PowerOnsAhead = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpupool_power_ons_ahead_total",
+		Help: "Power-ons planned ahead of the parks on their host, by result: asked (the parks ended well and vCenter was asked without waiting for a pass; it may still refuse) or not-asked (a park failed or was not asked, the watch of the parks failed, the pool was paused, aborted, edited, switched to another layout or deleted, or the parks did not end within 2 minutes of the pass: the next pass plans again).",
+	}, []string{"pool", "result"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(TaskErrors, PodEvictions, IntentsResolved)
+	metrics.Registry.MustRegister(TaskErrors, PodEvictions, IntentsResolved, PowerOnsAhead)
 }

@@ -73,8 +73,10 @@ type startRecord struct {
 	asking, cancelled, notAsked bool
 	// held: a pass took the answer and has not stored what it recorded yet (Commit).
 	held bool
-	// ahead: a power-on ahead of parks (ahead.go), not asked before they end.
-	ahead bool
+	// ahead: a power-on ahead of parks (ahead.go), not asked before they end, and what
+	// it was planned for (CancelAhead).
+	ahead      bool
+	plannedFor aheadPlan
 	// done is closed once the start is answered (ended).
 	done chan struct{}
 }
@@ -106,7 +108,7 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 		s.records[pool] = map[string]*startRecord{}
 	}
 	for i, q := range queued {
-		recs[i] = &startRecord{op: q.op, at: q.at, ahead: q.after != nil, done: make(chan struct{})}
+		recs[i] = &startRecord{op: q.op, at: q.at, ahead: q.after != nil, plannedFor: q.plannedFor, done: make(chan struct{})}
 		s.records[pool][q.worker] = recs[i]
 	}
 	var aheads []aheadGroup
@@ -155,22 +157,20 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 					<-after[g]
 				}
 			}
-			from := handed
-			if cond[g] != nil {
-				// Its parks must have ended well within StartTimeout of the handout, as
-				// any start must be asked within it: no older decision is acted on.
-				if ok := <-cond[g]; !ok || s.now().Sub(handed) > StartTimeout {
-					for _, i := range idx {
-						s.notAsked(recs[i])
-					}
-					return
+			if cond[g] != nil && !s.parksEnded(cond[g], handed) {
+				for _, i := range idx {
+					s.notAsked(recs[i])
 				}
-				from = s.now() // its parks ended: it waits for a slot from now on
+				PowerOnsAhead.WithLabelValues(pool, "not-asked").Add(float64(len(idx)))
+				return
 			}
 			slots <- struct{}{}
 			defer func() { <-slots }()
 			for _, i := range idx {
-				s.ask(queued[i], recs[i], from)
+				s.ask(queued[i], recs[i], handed)
+				if cond[g] != nil {
+					PowerOnsAhead.WithLabelValues(pool, map[bool]string{false: "asked", true: "not-asked"}[recs[i].notAsked]).Inc()
+				}
 			}
 		}()
 	}
@@ -183,6 +183,24 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 		left.Wait()
 		s.wake(pool)
 	}()
+}
+
+// parksEnded waits until followParks says whether a group ahead of parks may go (cond),
+// and reports true when it may and StartTimeout has not passed since handed: its parks
+// must have ended well within StartTimeout of the handout, as any start must be asked
+// within it, so that no older decision is acted on. It stops waiting at StartTimeout
+// whatever the watch does (a vCenter that does not answer may hold it longer), and when
+// the Starts' context ends.
+func (s *Starts) parksEnded(cond <-chan bool, handed time.Time) bool {
+	timer := time.NewTimer(StartTimeout)
+	defer timer.Stop()
+	select {
+	case ok := <-cond:
+		return ok && s.now().Sub(handed) <= StartTimeout
+	case <-timer.C:
+	case <-s.ctx.Done():
+	}
+	return false
 }
 
 // wake tells the pool that starts of it were answered.

@@ -72,6 +72,9 @@ type queuedStart struct {
 	// their tasks; nil for any other start.
 	after []prereq
 	watch func(ctx context.Context, ids []string, ended func(id string, ok bool)) error
+	// plannedFor is the pool's generation and the layout a power-on ahead was planned
+	// for (CancelAhead).
+	plannedFor aheadPlan
 }
 
 // powerOnHost is the host a queued power-on powers the VM on: the plan's when it moves
@@ -164,8 +167,9 @@ func (h *Handout) Len() int {
 // of one host, in the plan's order, which placement may need (vSphere places a vGPU at
 // power-on). A park or a reconfigure takes no GPU, so each is a group of its own: a pass
 // that parks the twenty VMs of a host does not wait for twenty calls in a row. A
-// power-on never needs a park of the same pass: the plan frees GPUs only when it sees
-// the parked VM off.
+// power-on never needs a park of the same pass, the plan frees GPUs only when it sees
+// the parked VM off, but for the power-ons ahead of parks (ahead.go): those of a host
+// are a group of their own, which waits for the parks, after the host's others.
 func startGroups(queued []queuedStart) [][]int {
 	var groups [][]int
 	hostGroup := map[string]int{}
@@ -175,6 +179,9 @@ func startGroups(queued []queuedStart) [][]int {
 			continue
 		}
 		host := q.powerOnHost()
+		if q.after != nil {
+			host += "\x00ahead" // asked once its parks end: never with the host's others
+		}
 		g, ok := hostGroup[host]
 		if !ok {
 			g = len(groups)

@@ -107,7 +107,14 @@ func TestRandomPowerOnsAheadOfParks(t *testing.T) {
 					sim.fatalf("%v (in flight: %v)\nplan:\n%s", err, actions, p)
 				}
 			}
-			for _, a := range AfterParks(in, parks) {
+			// As the executor does: the pass's own starts are in flight for the plan after
+			// the parks.
+			aheadIn := in
+			aheadIn.InFlight = map[string]Action{}
+			for vm, tk := range inFlight {
+				aheadIn.InFlight[vm] = tk.step.Action
+			}
+			for _, a := range AfterParks(aheadIn, parks) {
 				var after []*task
 				for _, vm := range a.After {
 					after = append(after, parkTasks[vm])

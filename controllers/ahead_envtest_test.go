@@ -110,3 +110,54 @@ func TestPowerOnsAheadOfParks(t *testing.T) {
 		})
 	}
 }
+
+// TestPowerOnsAheadDroppedForAnotherLayout: day -> night hands night's power-on out
+// ahead of the four suspends; while they run, an override asks for day again. The pass
+// on the new spec drops the power-on not yet asked: once the suspends end it is not
+// asked, and the pool goes back to day with each day VM suspended and resumed once and
+// night never powered on.
+func TestPowerOnsAheadDroppedForAnotherLayout(t *testing.T) {
+	h := newHarness(t, "pad-")
+	door := &startDoor{asked: map[string]int{}}
+	door.cond = sync.NewCond(&door.mu)
+	door.stored = h.intentStored
+	h.conn = &doorConnector{Connector: h.conn, door: door}
+	starts := execute.NewStarts(h.ctx, nil)
+	h.reconciler().starts = starts
+	pool := h.dayNight()
+	h.clock.SetTime(monday1000)
+	h.create(pool)
+	h.converge(pool.Name, "day", 30)
+	asked := door.counts()
+	night := h.vm("night-1").Ref
+
+	h.clock.SetTime(monday1950)
+	h.sim.HoldTasksOf("SuspendVM_Task")
+	if !h.handAhead(pool.Name, starts, 5) {
+		t.Fatal("no pass handed out the four suspends and night's power-on")
+	}
+	h.patchPool(pool.Name, func(p *gpupoolv1.GPUPoolProfile) { p.Spec.Override = &gpupoolv1.Override{Layout: "day"} })
+	h.reconcile(pool.Name)
+	h.sim.ReleaseTasks()
+	starts.Wait()
+	if n := door.counts()[night] - asked[night]; n != 0 {
+		t.Fatalf("night's power-on asked %d times after day was wanted again, want never", n)
+	}
+	h.converge(pool.Name, "day", 60)
+	h.checkDay(h.get(pool.Name))
+	now, total := door.counts(), 0
+	for vm, n := range now {
+		total += n - asked[vm]
+		if vm != night && n-asked[vm] != 2 {
+			t.Errorf("day VM %s: %d operations asked, want its suspend and its resume", vm, n-asked[vm])
+		}
+	}
+	if total != 8 || now[night] != asked[night] {
+		t.Errorf("%d operations asked, night's %d; want 8 (four suspends, four resumes) and none of night's", total, now[night]-asked[night])
+	}
+	door.mu.Lock()
+	defer door.mu.Unlock()
+	if door.finds != 0 || len(door.unstored) > 0 {
+		t.Errorf("intents looked up in vCenter %d times; starts asked before their intents were stored: %v", door.finds, door.unstored)
+	}
+}

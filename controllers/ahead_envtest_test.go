@@ -2,11 +2,9 @@ package controllers
 
 import (
 	"strings"
-	"sync"
 	"testing"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/vsphere"
 )
 
@@ -27,12 +25,7 @@ func TestPowerOnsAheadOfParks(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, c.prefix)
-			door := &startDoor{asked: map[string]int{}}
-			door.cond = sync.NewCond(&door.mu)
-			door.stored = h.intentStored
-			h.conn = &doorConnector{Connector: h.conn, door: door}
-			starts := execute.NewStarts(h.ctx, nil)
-			h.reconciler().starts = starts
+			door, starts := h.doorStarts(true)
 			pool := h.dayNight()
 			h.clock.SetTime(monday1000)
 			h.create(pool)
@@ -118,12 +111,7 @@ func TestPowerOnsAheadOfParks(t *testing.T) {
 // night never powered on.
 func TestPowerOnsAheadDroppedForAnotherLayout(t *testing.T) {
 	h := newHarness(t, "pad-")
-	door := &startDoor{asked: map[string]int{}}
-	door.cond = sync.NewCond(&door.mu)
-	door.stored = h.intentStored
-	h.conn = &doorConnector{Connector: h.conn, door: door}
-	starts := execute.NewStarts(h.ctx, nil)
-	h.reconciler().starts = starts
+	door, starts := h.doorStarts(true)
 	pool := h.dayNight()
 	h.clock.SetTime(monday1000)
 	h.create(pool)

@@ -116,11 +116,7 @@ func TestStartsBehindThePass(t *testing.T) {
 // in all.
 func TestPauseDropsStartsNotAsked(t *testing.T) {
 	h := newHarness(t, "stq-")
-	door := &startDoor{asked: map[string]int{}}
-	door.cond = sync.NewCond(&door.mu)
-	h.conn = &doorConnector{Connector: h.conn, door: door}
-	starts := execute.NewStarts(h.ctx, nil)
-	h.reconciler().starts = starts
+	door, starts := h.doorStarts(false)
 	pool := h.dayNight()
 	h.clock.SetTime(monday1000)
 	h.create(pool)
@@ -167,6 +163,21 @@ func TestPauseDropsStartsNotAsked(t *testing.T) {
 	if door.finds != 0 {
 		t.Errorf("vCenter was asked %d times for the task of an intent", door.finds)
 	}
+}
+
+// doorStarts puts a startDoor in front of the harness's vCenter (checking, with stored,
+// that each start's intent is stored when it is asked) and has the reconciler ask its
+// starts past the pass, as the manager does.
+func (h *harness) doorStarts(stored bool) (*startDoor, *execute.Starts) {
+	door := &startDoor{asked: map[string]int{}}
+	door.cond = sync.NewCond(&door.mu)
+	if stored {
+		door.stored = h.intentStored
+	}
+	h.conn = &doorConnector{Connector: h.conn, door: door}
+	starts := execute.NewStarts(h.ctx, nil)
+	h.reconciler().starts = starts
+	return door, starts
 }
 
 // handAhead reconciles the pool (bounded) until a pass has handed out at least n starts

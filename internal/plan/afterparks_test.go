@@ -135,19 +135,7 @@ func TestRandomPowerOnsAheadOfParks(t *testing.T) {
 			sim.checkGPUs()
 			return false
 		}
-		for range 12 {
-			pass(true)
-		}
-		limit := 10*len(w.inv.VMs) + 40
-		for i := 0; !pass(false); i++ {
-			if i > limit {
-				sim.fatalf("no convergence to %s after %d passes", sim.target, limit)
-			}
-		}
-		if len(Check(spec, sim.target, w.inv)) == 0 && !held {
-			sim.checkConverged(sim.wanted(), sim.poolVMs())
-			stats["converged"]++
-		}
+		sim.flipThenConverge(pass, &held, stats)
 	}
 	t.Logf("%v", stats)
 	for _, k := range []string{"flips", "power-ons ahead", "asked ahead and ended", "converged"} {

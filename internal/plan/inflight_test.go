@@ -108,19 +108,7 @@ func TestRandomFlipsWithTasksInFlight(t *testing.T) {
 			sim.checkGPUs()
 			return false
 		}
-		for range 12 {
-			pass(true)
-		}
-		limit := 10*len(w.inv.VMs) + 40
-		for i := 0; !pass(false); i++ {
-			if i > limit {
-				sim.fatalf("no convergence to %s after %d passes", sim.target, limit)
-			}
-		}
-		if len(Check(spec, sim.target, w.inv)) == 0 && !held {
-			sim.checkConverged(sim.wanted(), sim.poolVMs())
-			stats["converged"]++
-		}
+		sim.flipThenConverge(pass, &held, stats)
 	}
 	t.Logf("%v", stats)
 	for _, k := range []string{"flips", "tasks left in flight", "tasks ended", "converged"} {
@@ -183,5 +171,25 @@ func TestPowerOnInFlightHoldsItsHost(t *testing.T) {
 	}
 	if p.Done() {
 		t.Error("plan done while night-1 is not running")
+	}
+}
+
+// flipThenConverge runs 12 passes with flips, then passes without until pass reports
+// the pool done (bounded), and checks that it reached the last wanted layout when that
+// is feasible and nothing is held.
+func (s *simulation) flipThenConverge(pass func(flips bool) bool, held *bool, stats map[string]int) {
+	s.t.Helper()
+	for range 12 {
+		pass(true)
+	}
+	limit := 10*len(s.w.inv.VMs) + 40
+	for i := 0; !pass(false); i++ {
+		if i > limit {
+			s.fatalf("no convergence to %s after %d passes", s.target, limit)
+		}
+	}
+	if len(Check(s.spec, s.target, s.w.inv)) == 0 && !*held {
+		s.checkConverged(s.wanted(), s.poolVMs())
+		stats["converged"]++
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -142,12 +143,13 @@ func aheadOf(queued []queuedStart, idx []int) []prereq {
 
 // followParks tells each group of power-ons ahead, once, whether every park it waits
 // for ended well, past the pass: a park of the same handout once its start is answered
-// (not asked, or refused: no), then by its task, with the parks in flight, through one
-// watch of all their tasks (vsphere.Client.WatchTasks), which ends once no group waits.
-// A group is told no as soon as one of its parks fails, and every group still waiting
-// when the watch fails, Cancel or Forget ends it, or StartTimeout has passed: their
-// power-ons are then not asked, and the next pass plans from what it observes. (hand
-// also answers not asked a group told yes after StartTimeout on the Starts' clock.)
+// (not asked, or refused: no), then by its task, with the parks in flight, through a
+// watch of the group's parks' tasks (vsphere.Client.WatchTasks), one per group, so that
+// a host whose parks were asked first is not held by the parks of other hosts that wait
+// for a slot. A group is told no as soon as one of its parks fails, and when its watch
+// fails, Cancel or Forget ends the watches, or StartTimeout has passed: its power-ons
+// are then not asked, and the next pass plans from what it observes. (hand also answers
+// not asked a group told yes after StartTimeout on the Starts' clock.)
 func (s *Starts) followParks(pool string, groups []aheadGroup, recs map[string]*startRecord, handed time.Time) {
 	ctx, stop := context.WithTimeout(s.ctx, StartTimeout-s.now().Sub(handed))
 	key := new(int)
@@ -157,64 +159,53 @@ func (s *Starts) followParks(pool string, groups []aheadGroup, recs map[string]*
 	}
 	s.follows[pool][key] = stop
 	s.mu.Unlock()
+	var left sync.WaitGroup
+	for _, g := range groups {
+		left.Add(1)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer left.Done()
+			g.result <- s.parksWell(ctx, pool, g, recs)
+		}()
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer func() {
-			stop()
-			s.mu.Lock()
-			delete(s.follows[pool], key)
-			if len(s.follows[pool]) == 0 {
-				delete(s.follows, pool)
-			}
-			s.mu.Unlock()
-		}()
-		pending := map[int][]string{} // group -> the park tasks it waits for
-		var ids []string
-		for gi, g := range groups {
-			gids, ok := s.parkTasks(ctx, g.after, recs)
-			switch {
-			case !ok:
-				g.result <- false
-			case len(gids) == 0:
-				g.result <- true // every park found its VM parked already
-			default:
-				pending[gi] = gids
-				ids = append(ids, gids...)
-			}
+		left.Wait()
+		stop()
+		s.mu.Lock()
+		delete(s.follows[pool], key)
+		if len(s.follows[pool]) == 0 {
+			delete(s.follows, pool)
 		}
-		if len(pending) == 0 {
-			return
-		}
-		ended := map[string]bool{}
-		decide := func() {
-			for gi, gids := range pending {
-				done, good := true, true
-				for _, id := range gids {
-					ok, over := ended[id]
-					done = done && over
-					good = good && (!over || ok)
-				}
-				if !good || done {
-					groups[gi].result <- good
-					delete(pending, gi)
-				}
-			}
-			if len(pending) == 0 {
-				stop() // no group waits for the parks still running
-			}
-		}
-		err := groups[0].watch(ctx, ids, func(id string, ok bool) {
-			ended[id] = ok
-			decide()
-		})
-		if err != nil && ctx.Err() == nil {
-			log.FromContext(s.ctx).Info("Watching the parks of power-ons ahead failed; they are planned again", "pool", pool, "error", err)
-		}
-		for gi := range pending {
-			groups[gi].result <- false
-		}
+		s.mu.Unlock()
 	}()
+}
+
+// parksWell reports whether every park of the group ended well (followParks); it stops
+// watching at the first that did not.
+func (s *Starts) parksWell(ctx context.Context, pool string, g aheadGroup, recs map[string]*startRecord) bool {
+	ids, ok := s.parkTasks(ctx, g.after, recs)
+	if !ok {
+		return false
+	}
+	if len(ids) == 0 {
+		return true // every park found its VM parked already
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	good := true
+	err := g.watch(ctx, ids, func(_ string, ok bool) {
+		if !ok {
+			good = false
+			stop()
+		}
+	})
+	if err != nil && good && ctx.Err() == nil {
+		log.FromContext(s.ctx).Info("Watching the parks of power-ons ahead failed; they are planned again", "pool", pool, "error", err)
+	}
+	return good && err == nil
 }
 
 // parkTasks are the task ids of the parks: those of the handout once their starts are

@@ -78,7 +78,8 @@ func readyArmOf(s *scope, vm string, steps []plan.Action, f nodes.StateFacts, wa
 	f.PoweredOn, f.NodeReady, f.Step = true, true, gpupoolv1.StepWaitNodeReady
 	a := readyArm{pool: s.pool.Name, gen: s.pool.Generation, vm: vm, node: n.Name, layout: s.layout.Name,
 		readiness: s.pool.Spec.Readiness, want: gpusWanted(&s.w, s.pool, s.wanted, vm, n),
-		done: stateAfter(f, true), pending: stateAfter(f, false), afterPowerOn: afterPowerOn}
+		done: stateAfter(f, true), pending: stateAfter(f, false), afterPowerOn: afterPowerOn,
+		readNotReady: afterPowerOn && !nodes.Ready(n)}
 	for _, act := range steps[1:] {
 		switch act {
 		case plan.Relabel:

@@ -10,6 +10,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/internal/world"
 	"github.com/gpupool/gpupool/vsphere"
@@ -66,6 +67,9 @@ func TestReadyArms(t *testing.T) {
 		{name: "wait, uncordon", actions: []plan.Action{wait, uncordon}, armed: true, uncord: true},
 		{name: "the wait alone", actions: []plan.Action{wait}},
 		{name: "power-on, wait, relabel, uncordon", actions: []plan.Action{powerOn, wait, relabel, uncordon}, armed: true, after: true, relabel: true, uncord: true},
+		{name: "power-on, its node still Ready from before", actions: []plan.Action{powerOn, wait, relabel}, change: func(s *scope) {
+			s.w.Nodes["vm-1"].Status.Conditions[0].Status = corev1.ConditionTrue
+		}, armed: true, after: true, relabel: true},
 		{name: "power-on in flight", actions: []plan.Action{powerOn, wait, relabel}, change: task(vsphere.OpPowerOn), armed: true, after: true, relabel: true},
 		{name: "power-on, the wait alone", actions: []plan.Action{powerOn, wait}},
 		{name: "reconfigure first", actions: []plan.Action{plan.Reconfigure, powerOn, wait, relabel}},
@@ -102,6 +106,11 @@ func TestReadyArms(t *testing.T) {
 			a := arms[0]
 			if a.node != "vm-1" || a.gen != 3 || a.afterPowerOn != tc.after || a.relabel != tc.relabel || a.uncordon != tc.uncord {
 				t.Errorf("arm %v: afterPowerOn %v relabel %v uncordon %v; want %v %v %v", a, a.afterPowerOn, a.relabel, a.uncordon, tc.after, tc.relabel, tc.uncord)
+			}
+			// The pass's own read counts as the node seen not Ready only for an arm at the
+			// power-on, and only when it read the node not Ready.
+			if want := tc.after && !nodes.Ready(s.w.Nodes["vm-1"]); a.readNotReady != want {
+				t.Errorf("readNotReady %v, want %v", a.readNotReady, want)
 			}
 			if a.relabel && a.meta.Labels[gpupoolv1.LabelLayout] != "day" {
 				t.Errorf("relabel meta %v", a.meta.Labels)

@@ -83,8 +83,13 @@ type readyArm struct {
 	done      string
 	pending   string
 	// afterPowerOn: armed with the VM's power-on still to come or in flight; the node
-	// must be seen not Ready before its Ready counts.
-	afterPowerOn bool
+	// must be seen not Ready before its Ready counts. readNotReady: the arming pass read
+	// it not Ready, after it saw the VM down or its power-on asked (observe lists the
+	// nodes after vCenter's inventory, and the tasks before both), so that any Ready
+	// after that read is the power-on's. Without it, a node that came up between the
+	// pass's read and the arm was never seen not Ready by the follower, and waited for
+	// the next pass.
+	afterPowerOn, readNotReady bool
 }
 
 type armState int
@@ -104,7 +109,8 @@ type armEntry struct {
 	seq    uint64
 	readAt string
 	last   bool
-	// sawNotReady: the node was seen not Ready since it was armed (afterPowerOn).
+	// sawNotReady: the node was seen not Ready since it was armed, or by an arming
+	// pass's read (afterPowerOn).
 	sawNotReady bool
 }
 
@@ -127,7 +133,8 @@ func (f *readyFollow) begin(pool string) uint64 {
 }
 
 // set replaces the pool's arms with those of its pass number seq (nil: none), and fires
-// the new ones whose node is ready already (it became so after the pass read it). A pass
+// the new ones whose node is ready already (it became so after the pass read it), and
+// those the pass read not Ready for the first time (readNotReady). A pass
 // sets them before its first node write, so that no arm of an older plan (the layout
 // wanted changed with the schedule or demand, the spec did not) fires on a node the pass
 // writes, and again when it ends. An arm still waiting is renewed in place: every
@@ -153,10 +160,15 @@ func (f *readyFollow) set(pool string, seq uint64, arms []readyArm) {
 	for _, a := range arms {
 		switch e := f.arms[a.node]; {
 		case e == nil:
-			f.arms[a.node] = &armEntry{readyArm: a}
+			f.arms[a.node] = &armEntry{readyArm: a, sawNotReady: a.readNotReady}
 			added = append(added, a.node)
 		case e.pool == pool && e.state == armWaiting:
 			e.readyArm = a
+			if a.readNotReady && !e.sawNotReady {
+				// The node's updates since the arm were not counted: consider it now.
+				e.sawNotReady = true
+				added = append(added, a.node)
+			}
 		}
 	}
 	f.mu.Unlock()

@@ -254,6 +254,36 @@ func TestReadyFollowOnce(t *testing.T) {
 			t.Errorf("Ready after NotReady: not uncordoned and ready (%v, %v)", n.Spec.Unschedulable, n.Labels)
 		}
 	})
+	t.Run("read not Ready by the arming pass, Ready before the arm", func(t *testing.T) {
+		// The pass read the node not Ready after its VM went down; the VM came up before
+		// the pass armed it, so the follower never sees the node not Ready itself.
+		f, c, _ := followWorld(t, followNode("n", true, 1))
+		a := followArm("n")
+		a.afterPowerOn, a.readNotReady = true, true
+		f.set("p", f.begin("p"), []readyArm{a})
+		f.idle()
+		if n := nodeNow(t, c, "n"); n.Spec.Unschedulable || n.Labels[LabelState] != gpupoolv1.StateReady {
+			t.Errorf("a node the pass read not Ready, Ready when armed, waits for the next pass (%v, %v)", n.Spec.Unschedulable, n.Labels)
+		}
+	})
+	t.Run("read not Ready by the next pass, Ready before its arm", func(t *testing.T) {
+		// The first pass read the node Ready from before its VM went down; the next one
+		// read it not Ready, and it came up before that pass renewed the arm.
+		f, c, _ := followWorld(t, followNode("n", true, 1))
+		a := followArm("n")
+		a.afterPowerOn = true
+		f.set("p", f.begin("p"), []readyArm{a})
+		f.idle()
+		if n := nodeNow(t, c, "n"); !n.Spec.Unschedulable {
+			t.Fatal("a node Ready from before the power-on was relabelled")
+		}
+		a.readNotReady = true
+		f.set("p", f.begin("p"), []readyArm{a})
+		f.idle()
+		if n := nodeNow(t, c, "n"); n.Spec.Unschedulable || n.Labels[LabelState] != gpupoolv1.StateReady {
+			t.Errorf("the renewed arm did not fire (%v, %v)", n.Spec.Unschedulable, n.Labels)
+		}
+	})
 	t.Run("ready before the arm", func(t *testing.T) {
 		f, c, _ := followWorld(t, followNode("n", true, 1))
 		f.set("p", f.begin("p"), []readyArm{followArm("n")})

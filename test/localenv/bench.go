@@ -344,8 +344,13 @@ func (e *Env) switchTo(ctx context.Context, layout string) (time.Duration, *swit
 	b := tr.criticalPath()
 	e.logf("==> switch to %s: critical path %s vSphere, %s Kubernetes, %s gpupool", want,
 		b.VSphere.Round(100*time.Millisecond), b.Kubernetes.Round(100*time.Millisecond), b.Gpupool.Round(100*time.Millisecond))
-	if slow := tr.slowestParks(3); len(slow) > 0 {
-		e.logf("==> switch to %s: slowest pods gone -> park: %s", want, strings.Join(slow, "; "))
+	for _, r := range []struct {
+		kind string
+		slow []string
+	}{{ReactPark, tr.slowestParks(3)}, {ReactFreed, tr.slowestFreed(3)}, {ReactRelabel, tr.slowestRelabels(3)}} {
+		if len(r.slow) > 0 {
+			e.logf("==> switch to %s: slowest %s: %s", want, strings.Replace(r.kind, ">", " -> ", 1), strings.Join(r.slow, "; "))
+		}
 	}
 	return took, tr, err
 }

@@ -101,23 +101,55 @@ func since(a, b time.Time) time.Duration {
 // drains were done (drained), with both times from the switch's start: where to look in
 // the manager's log.
 func (tr *switchTrace) slowestParks(n int) []string {
-	type park struct {
-		vm         string
-		from, park time.Time
-	}
 	tasks := tr.tasksOf()
 	drained := tr.drained(tasks)
-	var all []park
+	var all []slowStep
 	for vm := range tr.Old {
 		if ts, d := tasks[vm], drained[tr.HostOf(vm)]; len(ts) > 0 && !d.at.IsZero() {
-			all = append(all, park{vm, d.at, tr.local(ts[0].Start)})
+			all = append(all, slowStep{vm, d.at, tr.local(ts[0].Start)})
 		}
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].park.Sub(all[i].from) > all[j].park.Sub(all[j].from) })
+	return tr.slowest(all, n, "host drained", "park")
+}
+
+// slowestRelabels describes the n new nodes relabelled longest after they were ready
+// for work, and slowestFreed the n new VMs whose first task started longest after their
+// host's GPUs were freed, with both times from the switch's start.
+func (tr *switchTrace) slowestRelabels(n int) []string {
+	var all []slowStep
+	for vm, nt := range tr.New {
+		if !nt.ReadyForWork.IsZero() && !nt.Done.IsZero() {
+			all = append(all, slowStep{vm, nt.ReadyForWork, nt.Done})
+		}
+	}
+	return tr.slowest(all, n, "ready", "relabelled")
+}
+
+func (tr *switchTrace) slowestFreed(n int) []string {
+	tasks := tr.tasksOf()
+	freed := tr.freedAt(tasks)
+	var all []slowStep
+	for vm := range tr.New {
+		ts, f := tasks[vm], freed[tr.HostOf(vm)]
+		if len(ts) > 0 && !f.IsZero() && !tr.local(ts[0].Start).Before(f) {
+			all = append(all, slowStep{vm, f, tr.local(ts[0].Start)})
+		}
+	}
+	return tr.slowest(all, n, "GPUs freed", "task")
+}
+
+// slowStep is a worker's precondition met (from) and its step taken (to).
+type slowStep struct {
+	vm       string
+	from, to time.Time
+}
+
+func (tr *switchTrace) slowest(all []slowStep, n int, from, to string) []string {
+	sort.Slice(all, func(i, j int) bool { return all[i].to.Sub(all[i].from) > all[j].to.Sub(all[j].from) })
 	var out []string
-	for _, p := range all[:min(n, len(all))] {
-		out = append(out, fmt.Sprintf("%s %s (host drained at %s, park at %s)", p.vm, p.park.Sub(p.from).Round(10*time.Millisecond),
-			p.from.Sub(tr.Start).Round(10*time.Millisecond), p.park.Sub(tr.Start).Round(10*time.Millisecond)))
+	for _, s := range all[:min(n, len(all))] {
+		out = append(out, fmt.Sprintf("%s %s (%s at %s, %s at %s)", s.vm, s.to.Sub(s.from).Round(10*time.Millisecond),
+			from, s.from.Sub(tr.Start).Round(10*time.Millisecond), to, s.to.Sub(tr.Start).Round(10*time.Millisecond)))
 	}
 	return out
 }

@@ -89,6 +89,28 @@ func TestParkWaitsForTheHostsDrains(t *testing.T) {
 	}
 }
 
+// TestSlowestOfASyntheticSwitch: the slowest lists name the worker that waited longest
+// first, with times on the benchmark's clock (vgpusim's offset taken off).
+func TestSlowestOfASyntheticSwitch(t *testing.T) {
+	tr := syntheticSwitch()
+	at := func(s float64) time.Time { return tr.Start.Add(time.Duration(s * float64(time.Second))) }
+	vg := func(s float64) time.Time { return at(s).Add(10 * time.Second) }
+	tr.New["night-00-1"] = &nodeTrace{ReadyForWork: at(7), Done: at(9)}
+	tr.Tasks = append(tr.Tasks, vgpusim.TaskRecord{Method: "PowerOnVM_Task", VMName: "night-00-1", Start: vg(4.5), Finish: vg(5)})
+	for _, c := range []struct {
+		name      string
+		got, want []string
+	}{
+		{"relabels", tr.slowestRelabels(3), []string{"night-00-1 2s (ready at 7s, relabelled at 9s)", "night-00-0 400ms (ready at 7s, relabelled at 7.4s)"}},
+		{"freed", tr.slowestFreed(1), []string{"night-00-1 1s (GPUs freed at 3.5s, task at 4.5s)"}},
+		{"parks", tr.slowestParks(3), []string{"day-00-0-0 500ms (host drained at 1s, park at 1.5s)"}},
+	} {
+		if strings.Join(c.got, "; ") != strings.Join(c.want, "; ") {
+			t.Errorf("%s: %q, want %q", c.name, c.got, c.want)
+		}
+	}
+}
+
 func TestPercentilesNearestRank(t *testing.T) {
 	var ds []time.Duration
 	for i := 100; i >= 1; i-- {

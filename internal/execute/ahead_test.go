@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/gpupool/gpupool/vsphere"
 )
 
@@ -134,6 +137,7 @@ func TestStartsAheadOfParks(t *testing.T) {
 			}
 			q := []queuedStart{queue("p1", vsphere.OpSuspend, "h1", g.start("p1", c.parkID, c.parkErr)), ahead("a"), ahead("b")}
 			g.open("a", "b")
+			stages := stageCounts(t)
 			s.hand("pool", q, startGroups(q))
 			if a, ended, inFlight := s.take("pool", "a", vsphere.OpPowerOn, startsAt, false); ended || !inFlight || !a.ahead {
 				t.Fatalf("a power-on ahead before its parks: %+v ended %v in flight %v, want in flight and ahead", a, ended, inFlight)
@@ -157,6 +161,16 @@ func TestStartsAheadOfParks(t *testing.T) {
 				if a, ended, _ := s.take("pool", w, vsphere.OpPowerOn, startsAt, false); !ended || a.id != "task-"+w {
 					t.Errorf("%s: %+v ended %v, want its task", w, a, ended)
 				}
+			}
+			// Every start asked is timed in the queue and at vCenter's door (the park
+			// too, refused or not); the parks' wait once they ended well and in time.
+			timed := stageCounts(t)
+			asked := uint64(1 + len(c.want.asked))
+			if timed["queue"]-stages["queue"] != asked || timed["ask"]-stages["ask"] != asked {
+				t.Errorf("stages timed %v -> %v, want %d more queue and ask", stages, timed, asked)
+			}
+			if parks := timed["parks"] - stages["parks"]; len(c.want.asked) > 0 && parks != 1 {
+				t.Errorf("the parks' wait timed %d times, want once", parks)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -217,4 +231,18 @@ func TestStartGroupsAhead(t *testing.T) {
 	if !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("groups %v, want %v", got, want)
 	}
+}
+
+// stageCounts is how many starts StartStages timed so far, by stage.
+func stageCounts(t *testing.T) map[string]uint64 {
+	t.Helper()
+	out := map[string]uint64{}
+	for _, stage := range []string{"parks", "queue", "ask"} {
+		var m dto.Metric
+		if err := StartStages.WithLabelValues(stage).(prometheus.Metric).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		out[stage] = m.GetHistogram().GetSampleCount()
+	}
+	return out
 }

@@ -28,8 +28,16 @@ var (
 		Name: "gpupool_power_ons_ahead_total",
 		Help: "Power-ons planned ahead of the parks on their host, by result: asked (the parks ended well and vCenter was asked without waiting for a pass; it may still refuse) or not-asked (a park failed or was not asked, the watch of the parks failed, the pool was paused, aborted, edited, switched to another layout or deleted, or the parks did not end within 2 minutes of the pass: the next pass plans again).",
 	}, []string{"pool", "result"})
+	// StartStages splits the time of the starts asked past the pass (Starts), so that a
+	// benchmark can tell vCenter's answers from the waits gpupool adds. No pool label:
+	// the waits are the manager's own, read across pools.
+	StartStages = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpupool_task_start_stage_seconds",
+		Help:    "Time the vSphere task starts asked past the pass spent, by stage: parks (a power-on ahead of the parks on its host, from its handout until the parks were seen to end well), queue (from its handout, or its parks' end, until it was asked: the host's earlier power-ons, the pool's start slots, the group's earlier starts) and ask (vCenter's answer to the start).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 17), // 1 ms to 65 s
+	}, []string{"stage"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(TaskErrors, PodEvictions, IntentsResolved, PowerOnsAhead)
+	metrics.Registry.MustRegister(TaskErrors, PodEvictions, IntentsResolved, PowerOnsAhead, StartStages)
 }

@@ -98,7 +98,7 @@ func NewStarts(ctx context.Context, wake func(pool string)) *Starts {
 // those parks have ended well (followParks), and answered not asked otherwise; the pool
 // is woken again once each such group has its answers.
 func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
-	handed := s.now()
+	handed, handedAt := s.now(), time.Now() // handedAt: the machine's clock, for StartStages
 	recs := make([]*startRecord, len(queued))
 	after := make([]chan struct{}, len(groups)) // the host's earlier group, for power-ons
 	mine := make([]chan struct{}, len(groups))
@@ -157,17 +157,22 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 					<-after[g]
 				}
 			}
-			if cond[g] != nil && !s.parksEnded(cond[g], handed) {
-				for _, i := range idx {
-					s.notAsked(recs[i])
+			ready := handedAt
+			if cond[g] != nil {
+				if !s.parksEnded(cond[g], handed) {
+					for _, i := range idx {
+						s.notAsked(recs[i])
+					}
+					PowerOnsAhead.WithLabelValues(pool, "not-asked").Add(float64(len(idx)))
+					return
 				}
-				PowerOnsAhead.WithLabelValues(pool, "not-asked").Add(float64(len(idx)))
-				return
+				ready = time.Now()
+				StartStages.WithLabelValues("parks").Observe(ready.Sub(handedAt).Seconds())
 			}
 			slots <- struct{}{}
 			defer func() { <-slots }()
 			for _, i := range idx {
-				s.ask(queued[i], recs[i], handed)
+				s.ask(queued[i], recs[i], handed, ready)
 				if cond[g] != nil {
 					PowerOnsAhead.WithLabelValues(pool, map[bool]string{false: "asked", true: "not-asked"}[recs[i].notAsked]).Inc()
 				}
@@ -221,8 +226,10 @@ func (s *Starts) notAsked(rec *startRecord) {
 }
 
 // ask asks vCenter for one start, unless it was cancelled, or queued since handed for
-// longer than StartTimeout: then it is answered not asked.
-func (s *Starts) ask(q queuedStart, rec *startRecord, handed time.Time) {
+// longer than StartTimeout: then it is answered not asked. ready is when it could go
+// but for the queue (its handout, or its parks' end), timed on the machine's clock
+// (StartStages), not the Starts' clock, which tests may fake.
+func (s *Starts) ask(q queuedStart, rec *startRecord, handed, ready time.Time) {
 	s.mu.Lock()
 	if rec.cancelled || s.now().Sub(handed) > StartTimeout || s.ctx.Err() != nil {
 		rec.ended, rec.notAsked = true, true
@@ -233,7 +240,10 @@ func (s *Starts) ask(q queuedStart, rec *startRecord, handed time.Time) {
 	rec.asking = true
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.ctx, StartTimeout)
+	asked := time.Now()
+	StartStages.WithLabelValues("queue").Observe(asked.Sub(ready).Seconds())
 	id, err := q.start(ctx)
+	StartStages.WithLabelValues("ask").Observe(time.Since(asked).Seconds())
 	cancel()
 	s.mu.Lock()
 	rec.ended, rec.id, rec.err = true, id, err

@@ -72,6 +72,9 @@ type BenchResult struct {
 	// Phases are where the manager's passes spent their time during the two switches,
 	// by phase of the pass (gpupool_pass_phase_duration_seconds).
 	Phases map[string]PhaseStat
+	// StartStages split the task starts asked past the passes (parks, queue, ask:
+	// gpupool_task_start_stage_seconds), over the two switches.
+	StartStages map[string]PhaseStat
 	// CPUSeconds are the CPU seconds each process of the environment used during the two
 	// switches, by name (benchcpu.go); NodeLease is kwok's node lease in the run.
 	CPUSeconds map[string]float64
@@ -260,6 +263,7 @@ func (e *Env) benchSwitches(ctx context.Context, r *BenchResult, pods int) error
 	r.CPUSeconds = cpuUsed(cpuBefore, cpuByProcess(pidsAfter), pidsBefore, pidsAfter)
 	if phasesAfter, err := e.scrapeLines(); err == nil {
 		r.Phases = phaseStats(phasesBefore, phasesAfter)
+		r.StartStages = startStageStats(phasesBefore, phasesAfter)
 	}
 	r.Reactions = reactionPercentiles(toNight, toDay)
 	r.Once = []OnceCheck{onceCheck("day>night", toNight, r.ChangedVMs), onceCheck("night>day", toDay, r.ChangedVMs)}

@@ -130,7 +130,16 @@ func FormatPhases(rs []*BenchResult) string {
 				p.Total.Round(10*time.Millisecond), 100*p.Total.Seconds()/max(whole.Seconds(), 1e-9))
 		}
 	}
-	b.WriteString("(p50/p99 at the histogram's bucket resolution, powers of two from 1 ms)\n")
+	for _, r := range rs {
+		for _, name := range []string{"parks", "queue", "ask"} {
+			if p, ok := r.StartStages[name]; ok {
+				fmt.Fprintf(&b, "%-6d %-15s %-7d %-10s %-10s %-10s %6s\n", r.Hosts, "start:"+name, p.N, q(p.P50), q(p.P99),
+					p.Total.Round(10*time.Millisecond), "-")
+			}
+		}
+	}
+	b.WriteString("(p50/p99 at the histogram's bucket resolution, powers of two from 1 ms; start: the task starts asked past\n" +
+		"the passes, per start: parks, a power-on ahead waiting for its host's parks; queue, for its turn; ask, vCenter's answer)\n")
 	return b.String()
 }
 
@@ -168,6 +177,7 @@ type benchJSON struct {
 	IdleCPULater    float64                       `json:"idleCPUPercentOfCoreLater"`
 	ScriptRatio     float64                       `json:"sequentialScriptOverGpupool,omitempty"`
 	PassPhases      map[string]map[string]float64 `json:"passPhaseSeconds,omitempty"`
+	StartStages     map[string]map[string]float64 `json:"startStageSeconds,omitempty"`
 	NodeLease       float64                       `json:"nodeLeaseSeconds"`
 	ControlPlaneQPS int                           `json:"controlPlaneQPS,omitempty"`
 	Floor           map[string]float64            `json:"environmentAloneSeconds,omitempty"`
@@ -196,6 +206,12 @@ func WriteBenchJSON(path string, rs []*BenchResult) error {
 				j.PassPhases = map[string]map[string]float64{}
 			}
 			j.PassPhases[k] = map[string]float64{"n": float64(p.N), "p50": p.P50.Seconds(), "p99": p.P99.Seconds(), "total": p.Total.Seconds()}
+		}
+		for k, p := range r.StartStages {
+			if j.StartStages == nil {
+				j.StartStages = map[string]map[string]float64{}
+			}
+			j.StartStages[k] = map[string]float64{"n": float64(p.N), "p50": p.P50.Seconds(), "p99": p.P99.Seconds(), "total": p.Total.Seconds()}
 		}
 		if r.Sequential > 0 {
 			j.ScriptRatio = r.Sequential.Seconds() / r.DayToNight.Seconds()

@@ -274,15 +274,25 @@ type PhaseStat struct {
 // phaseStats are the passes' phase durations (gpupool_pass_phase_duration_seconds)
 // observed between two scrapes.
 func phaseStats(before, after []string) map[string]PhaseStat {
-	const metric = "gpupool_pass_phase_duration_seconds"
-	b, a := parseHistograms(before, metric, "", "phase"), parseHistograms(after, metric, "", "phase")
+	return histogramStats(before, after, "gpupool_pass_phase_duration_seconds", "phase")
+}
+
+// startStageStats are the stages of the task starts asked past the passes
+// (gpupool_task_start_stage_seconds) observed between two scrapes.
+func startStageStats(before, after []string) map[string]PhaseStat {
+	return histogramStats(before, after, "gpupool_task_start_stage_seconds", "stage")
+}
+
+// histogramStats are metric's observations between two scrapes, by the label by.
+func histogramStats(before, after []string, metric, by string) map[string]PhaseStat {
+	b, a := parseHistograms(before, metric, "", by), parseHistograms(after, metric, "", by)
 	out := map[string]PhaseStat{}
-	for phase, h := range a {
-		d := h.minus(b[phase])
+	for key, h := range a {
+		d := h.minus(b[key])
 		if d.count <= 0 {
 			continue
 		}
-		out[phase] = PhaseStat{N: int(d.count), P50: d.quantile(0.5), P99: d.quantile(0.99), Total: time.Duration(d.sum * float64(time.Second))}
+		out[key] = PhaseStat{N: int(d.count), P50: d.quantile(0.5), P99: d.quantile(0.99), Total: time.Duration(d.sum * float64(time.Second))}
 	}
 	return out
 }

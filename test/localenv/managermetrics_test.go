@@ -91,8 +91,12 @@ func TestFormatPhasesShares(t *testing.T) {
 		"observe":    {N: 10, P50: time.Millisecond, P99: 2 * time.Millisecond, Total: time.Second},
 		"act":        {N: 10, P50: time.Millisecond, P99: -1, Total: 3 * time.Second},
 		"act:cordon": {N: 2, P50: time.Millisecond, P99: time.Millisecond, Total: 1500 * time.Millisecond},
-	}}
+	}, StartStages: map[string]PhaseStat{"queue": {N: 7, P50: 4 * time.Millisecond, P99: 8 * time.Millisecond, Total: 40 * time.Millisecond}}}
 	out := FormatPhases([]*BenchResult{r})
+	// The starts' stages are listed after the passes' phases, outside their shares.
+	if !strings.Contains(out, "start:queue") || strings.Index(out, "start:queue") < strings.Index(out, "act:cordon") || strings.Contains(out, "start:parks") {
+		t.Errorf("the starts' stages are not listed after the phases, only those timed:\n%s", out)
+	}
 	for _, want := range []string{"observe", "25.0%", "75.0%", "50.0%", ">65s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
@@ -100,6 +104,24 @@ func TestFormatPhasesShares(t *testing.T) {
 	}
 	if i, j, k := strings.Index(out, "observe"), strings.Index(out, "act "), strings.Index(out, "act:cordon"); i > j || j > k {
 		t.Errorf("phases out of pass order:\n%s", out)
+	}
+}
+
+// TestStartStageStatsDiffScrapes: the starts' stages are read by their stage label from
+// their own histogram, apart from the passes' phases.
+func TestStartStageStatsDiffScrapes(t *testing.T) {
+	after := strings.Split(scrapeAfter+`gpupool_task_start_stage_seconds_bucket{stage="queue",le="0.001"} 1
+gpupool_task_start_stage_seconds_bucket{stage="queue",le="0.002"} 4
+gpupool_task_start_stage_seconds_bucket{stage="queue",le="+Inf"} 4
+gpupool_task_start_stage_seconds_sum{stage="queue"} 0.006
+gpupool_task_start_stage_seconds_count{stage="queue"} 4
+`, "\n")
+	got := startStageStats(strings.Split(scrapeBefore, "\n"), after)
+	if q := got["queue"]; len(got) != 1 || q.N != 4 || q.P50 != 2*time.Millisecond || q.Total != 6*time.Millisecond {
+		t.Errorf("stages %+v, want queue alone: 4 starts, p50 2ms, 6ms in all", got)
+	}
+	if _, mixed := phaseStats(strings.Split(scrapeBefore, "\n"), after)["queue"]; mixed {
+		t.Error("a start stage was read as a pass phase")
 	}
 }
 

@@ -197,6 +197,7 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	r.evictions = execute.NewEvictions(ctx, func(pool string) { wakePool(evictionsDone, pool) })
 	startsDone := make(chan event.GenericEvent, 1024)
 	r.starts = execute.NewStarts(ctx, func(pool string) { wakePool(startsDone, pool) })
+	r.starts.Limit = r.MaxConcurrentStarts
 	r.states = newStateBatches(ctx)
 	r.ready = newReadyFollow(ctx, r)
 	if err := r.ready.watch(ctx, mgr.GetCache()); err != nil {

@@ -39,6 +39,9 @@ type GPUPoolProfileReconciler struct {
 	// that one pool's long pass never holds another back. One pool is never reconciled
 	// twice at the same time.
 	MaxConcurrentReconciles int
+	// MaxConcurrentStarts bounds the vSphere task starts a pool asks for at once past
+	// its passes; 0: execute.MaxConcurrentStarts.
+	MaxConcurrentStarts int
 	// RequestRetention is how long a GPUPoolRequest stays after it reached a final
 	// phase; 0: DefaultRequestRetention.
 	RequestRetention time.Duration

@@ -25,6 +25,7 @@ type benchConfig struct {
 	json       *string
 	nodeLease  *time.Duration
 	cpQPS      *int
+	starts     *int
 }
 
 func benchFlags(fs *flag.FlagSet) benchConfig {
@@ -37,6 +38,7 @@ func benchFlags(fs *flag.FlagSet) benchConfig {
 		idle:       fs.Duration("idle", time.Minute, "bench: how long the manager's CPU use is measured at rest, twice: from the end of the last switch, and after that"),
 		json:       fs.String("json", "", "bench: also write the results, per size, as JSON to this file"),
 		cpQPS:      fs.Int("control-plane-qps", 200, "bench: requests a second the controller manager and the scheduler allow themselves (burst twice that; 0: their defaults, 20 and 50); the manager allows itself 200"),
+		starts:     fs.Int("max-concurrent-starts", 0, "bench: the manager's --max-concurrent-starts, and the task starts the environment-alone floor asks at once (0: the manager's default, 16)"),
 		nodeLease:  fs.Duration("node-lease", localenv.DefaultNodeLease, "bench: kwok's node lease (renewed every quarter of it; a longer one gives the node lifecycle controller's grace period the same length)"),
 	}
 }
@@ -60,6 +62,10 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 	}
 	opts.NodeLease = *c.nodeLease
 	opts.ControlPlaneQPS = *c.cpQPS
+	if *c.starts < 0 {
+		return fmt.Errorf("--max-concurrent-starts %d: at least 1, or 0 for the manager's default", *c.starts)
+	}
+	opts.MaxConcurrentStarts = *c.starts
 	var results []*localenv.BenchResult
 	var errs []error
 	for _, h := range strings.Split(*c.hosts, ",") {

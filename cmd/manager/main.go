@@ -68,6 +68,9 @@ func main() {
 	} else if soft > 0 {
 		log.Info("Soft memory limit set", "bytes", soft)
 	}
+	if err := startsLimitError(*maxConcurrentStarts); err != nil {
+		fail(nil, err.Error())
+	}
 	if o.usageInterval < 10*time.Second {
 		fail(nil, fmt.Sprintf("--accounting-write-interval %s is too short: at least 10s (default %s)", o.usageInterval, controllers.DefaultUsageInterval))
 	}
@@ -182,6 +185,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.
 		VSphere:                 conn,
 		Credentials:             creds,
 		MaxConcurrentReconciles: *maxConcurrentReconciles,
+		MaxConcurrentStarts:     *maxConcurrentStarts,
 		RequestRetention:        retention,
 		UsageInterval:           usageInterval,
 	}

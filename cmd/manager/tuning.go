@@ -7,11 +7,28 @@ import (
 	"runtime/debug"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpupool/gpupool/internal/execute"
 )
 
 // maxConcurrentReconciles is how many pools are reconciled at once, so that one pool's
 // pass never holds another pool's back; a pool is never reconciled twice at once.
 var maxConcurrentReconciles = flag.Int("max-concurrent-reconciles", 4, "How many GPUPoolProfiles are reconciled at the same time.")
+
+// maxConcurrentStarts bounds the vSphere task starts a pool asks vCenter for at once:
+// in a switch of a large pool, GPU freed -> task is the time a power-on waits for its
+// turn among the pool's (docs/performance.md). Each start waits for vCenter's answer
+// (the task queued), not for the task's end.
+var maxConcurrentStarts = flag.Int("max-concurrent-starts", execute.MaxConcurrentStarts,
+	"How many vSphere task starts (power-ons, suspends, reconfigures) a pool asks vCenter for at the same time; a host's power-ons still go one after the other, in the plan's order. At least 1.")
+
+// startsLimitError says what is wrong with --max-concurrent-starts, or nil.
+func startsLimitError(n int) error {
+	if n < 1 {
+		return fmt.Errorf("--max-concurrent-starts %d: at least 1 (default %d)", n, execute.MaxConcurrentStarts)
+	}
+	return nil
+}
 
 // memoryLimit is the container's memory limit (the manifests pass limits.memory through
 // the downward API). The Go runtime does not see a cgroup's limit: without a soft limit

@@ -38,3 +38,19 @@ func TestSoftMemoryLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestStartsLimitError: --max-concurrent-starts takes any count from 1; zero and
+// negative counts are refused with the flag, the value and the default.
+func TestStartsLimitError(t *testing.T) {
+	for _, n := range []int{1, 16, 64} {
+		if err := startsLimitError(n); err != nil {
+			t.Errorf("%d: %v", n, err)
+		}
+	}
+	for _, n := range []int{0, -1} {
+		err := startsLimitError(n)
+		if err == nil || !strings.Contains(err.Error(), "--max-concurrent-starts") || !strings.Contains(err.Error(), "default 16") {
+			t.Errorf("%d: %v, want an error naming the flag and its default", n, err)
+		}
+	}
+}

@@ -66,8 +66,8 @@ func (e *Env) benchFloor(ctx context.Context, n int) (Floor, error) {
 }
 
 // floorTaskStarts reads the pool's inventory as a pass does (read: the slowest of
-// three, after a first), suspends n day VMs through vCenter, execute.MaxConcurrentStarts
-// calls at once, waits for the tasks and the nodes to go NotReady, powers the VMs on
+// three, after a first), suspends n day VMs through vCenter, as many calls at once as
+// the manager makes, waits for the tasks and the nodes to go NotReady, powers the VMs on
 // again the same way, waits for those tasks and for the day nodes to be ready for work
 // again (and untainted), and returns how long asking for the suspends and for the
 // power-ons took. On an error it powers the VMs on again, best effort.
@@ -146,13 +146,13 @@ func (e *Env) floorNodes(ctx context.Context, names []string, what string, want 
 	})
 }
 
-// floorAsk asks op of every VM of refs, execute.MaxConcurrentStarts at a time, and
+// floorAsk asks op of every VM of refs, as many at a time as the manager does, and
 // returns how long until the last call returned; then it waits for every task to end
 // (successfully).
 func (e *Env) floorAsk(ctx context.Context, vc vsphere.Client, refs []string, what string, op func(ref string) (string, error)) (time.Duration, error) {
 	ids, errs := make([]string, len(refs)), make([]error, len(refs))
 	start := time.Now()
-	execute.ForEach(len(refs), execute.MaxConcurrentStarts, func(i int) { ids[i], errs[i] = op(refs[i]) })
+	execute.ForEach(len(refs), e.startsAtOnce(), func(i int) { ids[i], errs[i] = op(refs[i]) })
 	took := time.Since(start)
 	if err := errors.Join(errs...); err != nil {
 		return 0, fmt.Errorf("the floor's %s: %w", what, err)

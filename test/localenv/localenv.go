@@ -9,6 +9,7 @@ package localenv
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -37,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/loopback"
 	"github.com/gpupool/gpupool/internal/testcert"
 	"github.com/gpupool/gpupool/test/cluster"
@@ -76,6 +78,15 @@ type Options struct {
 	// nodes at the same pace, which a benchmark then counts as Kubernetes' share of a
 	// switch (controlPlaneQPSArgs).
 	ControlPlaneQPS int
+	// MaxConcurrentStarts is the manager's --max-concurrent-starts, and how many task
+	// starts the benchmark's environment-alone floor asks at once; 0: the manager's
+	// default (execute.MaxConcurrentStarts).
+	MaxConcurrentStarts int
+}
+
+// startsAtOnce is how many task starts the manager asks at once in this environment.
+func (o Options) startsAtOnce() int {
+	return cmp.Or(o.MaxConcurrentStarts, execute.MaxConcurrentStarts)
 }
 
 // DefaultNodeLease is kwok's node lease unless Options.NodeLease says otherwise, the
@@ -761,7 +772,8 @@ func (e *Env) startOperator(ctx context.Context) error {
 		// gives (config/manager/manager.yaml), so that the benchmark's RSS is the
 		// deployed manager's.
 		"--memory-limit", "256Mi",
-		"--accounting-write-interval", usageInterval.String()}}
+		"--accounting-write-interval", usageInterval.String(),
+		"--max-concurrent-starts", strconv.Itoa(e.startsAtOnce())}}
 	if err := e.spawnManager(e.Kubeconfig, certDir, e.manager.args...); err != nil {
 		return err
 	}

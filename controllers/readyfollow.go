@@ -22,11 +22,12 @@ import (
 // due step, or its power-on and then WaitNodeReady, and only Relabel and Uncordon after
 // it (readyArms). The pass decided those steps; the node's readiness, seen on the node
 // watch, is only the precondition it waited for. A node armed with its VM's power-on
-// still to come must first be seen not Ready: a node still Ready from before its VM
-// went down (the node lifecycle controller marks it NotReady only a grace period later)
-// says nothing of the VM now. Without it the node waited for the pass in flight to end and for the next
-// one's read of vCenter (`ready -> relabelled` in make bench-transition: seconds at 64
-// hosts).
+// still to come must first be seen not Ready, by the follower or in the arming pass's
+// own read (readNotReady): a node still Ready from before its VM went down (the node
+// lifecycle controller marks it NotReady only a grace period later) says nothing of the
+// VM now. Without the follower the node waited for the pass in flight to end and for the
+// next one's read of vCenter (`ready -> relabelled` in make bench-transition: seconds at
+// 64 hosts).
 //
 // A node step is made once: the pass's own relabel or uncordon of an armed node claims
 // the arm first (claim), and a step the follower made while a pass ran is skipped by
@@ -86,7 +87,9 @@ type readyArm struct {
 	// must be seen not Ready before its Ready counts. readNotReady: the arming pass read
 	// it not Ready, after it saw the VM down or its power-on asked (observe lists the
 	// nodes after vCenter's inventory, and the tasks before both), so that any Ready
-	// after that read is the power-on's. Without it, a node that came up between the
+	// after that read is the power-on's. (Both reads are of the manager's node cache,
+	// which the follower's watch also feeds: a cache behind by a whole power cycle
+	// would mislead either the same way.) Without it, a node that came up between the
 	// pass's read and the arm was never seen not Ready by the follower, and waited for
 	// the next pass.
 	afterPowerOn, readNotReady bool
@@ -138,7 +141,8 @@ func (f *readyFollow) begin(pool string) uint64 {
 // sets them before its first node write, so that no arm of an older plan (the layout
 // wanted changed with the schedule or demand, the spec did not) fires on a node the pass
 // writes, and again when it ends. An arm still waiting is renewed in place: every
-// update of its node since it was armed was considered. A write in flight stays, and so
+// update of its node since it was armed was considered (but for the node's first read
+// not Ready, which is considered again). A write in flight stays, and so
 // does one that went through since the last pass began: a pass may read the node from
 // a cache that does not show it yet (claim).
 func (f *readyFollow) set(pool string, seq uint64, arms []readyArm) {

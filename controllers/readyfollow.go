@@ -56,7 +56,8 @@ type readyFollow struct {
 }
 
 // readyWriter is what the follower reads and writes through: the reconciler
-// (readyarms.go), whose node writes wait for the state labels' batches (patchNode).
+// (readyarms.go), whose node writes take over the pool's state-label batch's writes to
+// the node not yet started, and wait for those under way (takeNode).
 type readyWriter interface {
 	readyPool(ctx context.Context, name string) (*gpupoolv1.GPUPoolProfile, error)
 	readyNode(ctx context.Context, name string) (*corev1.Node, error)

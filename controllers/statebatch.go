@@ -30,8 +30,18 @@ type stateBatches struct {
 	mu    sync.Mutex
 	pools map[string]*stateBatch
 	// nodes are the batches' writes not yet returned, by node (a node some pool marked
-	// may be written by another's batch too): each closed when its write returns.
-	nodes map[string][]chan struct{}
+	// may be written by another's batch too).
+	nodes map[string][]*batchWrite
+}
+
+// batchWrite is a batch's write to one node.
+type batchWrite struct {
+	pool string
+	// done is closed when the write has returned, or was taken over (takeNode).
+	done chan struct{}
+	// started: the patch is under way; skipped: the pool's ready follower took it over
+	// before it started, with a write of its own that carries a newer state.
+	started, skipped bool
 }
 
 // stateBatch is one pass's state-label patches of a pool.
@@ -54,7 +64,7 @@ const stateBatchTimeout = reconcileTimeout
 
 // newStateBatches makes the batches of a manager; they end with ctx.
 func newStateBatches(ctx context.Context) *stateBatches {
-	return &stateBatches{ctx: ctx, pools: map[string]*stateBatch{}, nodes: map[string][]chan struct{}{}}
+	return &stateBatches{ctx: ctx, pools: map[string]*stateBatch{}, nodes: map[string][]*batchWrite{}}
 }
 
 // start runs the patch of each node (a copy of it, as the pass read it) to its state
@@ -63,12 +73,12 @@ func newStateBatches(ctx context.Context) *stateBatches {
 func (b *stateBatches) start(pool string, nodes []*corev1.Node, wants []string, patch func(context.Context, *corev1.Node, string) error) {
 	b.wait(pool) // never two batches of a pool at once (a pass has waited already: waitStates)
 	sb := &stateBatch{done: make(chan struct{})}
-	written := make([]chan struct{}, len(nodes))
+	writes := make([]*batchWrite, len(nodes))
 	b.mu.Lock()
 	b.pools[pool] = sb
 	for i, n := range nodes {
-		written[i] = make(chan struct{})
-		b.nodes[n.Name] = append(b.nodes[n.Name], written[i])
+		writes[i] = &batchWrite{pool: pool, done: make(chan struct{})}
+		b.nodes[n.Name] = append(b.nodes[n.Name], writes[i])
 	}
 	b.mu.Unlock()
 	go func() {
@@ -81,22 +91,32 @@ func (b *stateBatches) start(pool string, nodes []*corev1.Node, wants []string, 
 			readAt[i] = n.ResourceVersion
 		}
 		execute.ForEach(len(nodes), execute.MaxConcurrentWrites, func(i int) {
-			errs[i] = patch(ctx, nodes[i], wants[i])
-			close(written[i])
+			w := writes[i]
+			b.mu.Lock()
+			w.started = !w.skipped
+			b.mu.Unlock()
+			if w.started {
+				errs[i] = patch(ctx, nodes[i], wants[i])
+			}
+			if !w.skipped {
+				close(w.done)
+			}
 			b.mu.Lock()
 			name := nodes[i].Name
-			if b.nodes[name] = slices.DeleteFunc(b.nodes[name], func(c chan struct{}) bool { return c == written[i] }); len(b.nodes[name]) == 0 {
+			if b.nodes[name] = slices.DeleteFunc(b.nodes[name], func(o *batchWrite) bool { return o == w }); len(b.nodes[name]) == 0 {
 				delete(b.nodes, name)
 			}
 			b.mu.Unlock()
 		})
 		sb.landed = map[string]landedState{}
 		for i, err := range errs {
-			if err != nil {
+			switch {
+			case writes[i].skipped:
+			case err != nil:
 				sb.errs = append(sb.errs, err)
-				continue
+			default:
+				sb.landed[nodes[i].Name] = landedState{readAt: readAt[i], value: wants[i]}
 			}
-			sb.landed[nodes[i].Name] = landedState{readAt: readAt[i], value: wants[i]}
 		}
 	}()
 }
@@ -108,11 +128,44 @@ func (b *stateBatches) waitNode(node string) {
 		return
 	}
 	b.mu.Lock()
-	chs := slices.Clone(b.nodes[node])
+	ws := slices.Clone(b.nodes[node])
 	b.mu.Unlock()
-	for _, ch := range chs {
-		<-ch
+	for _, w := range ws {
+		<-w.done
 	}
+}
+
+// takeNode is waitNode for the pool's ready follower, whose write carries the node's
+// newer state: the pool's batch writes to the node not yet started are not made (their
+// label is the arming pass's, older than the follower's), and it waits only for those
+// under way and for other pools'. Without it a node ready for work waited for its
+// place in a batch of hundreds of labels (seconds at 64 hosts). A write taken over is
+// neither landed nor failed: the next pass reads the node and writes the label if it
+// is missing, unless the follower wrote it since that read (madeDuring).
+func (b *stateBatches) takeNode(node, pool string) {
+	if b == nil {
+		return
+	}
+	for _, w := range b.takeOver(node, pool) {
+		<-w.done
+	}
+}
+
+// takeOver marks the pool's batch writes to the node not yet started as not to be
+// made, and returns the writes to wait for.
+func (b *stateBatches) takeOver(node, pool string) []*batchWrite {
+	var wait []*batchWrite
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, w := range b.nodes[node] {
+		if w.pool == pool && !w.started && !w.skipped {
+			w.skipped = true
+			close(w.done)
+			continue
+		}
+		wait = append(wait, w)
+	}
+	return wait
 }
 
 // wait waits until the pool's batch, if any, has ended, forgets it and returns what it

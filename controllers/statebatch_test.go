@@ -182,3 +182,103 @@ func TestStateBatchWaitNode(t *testing.T) {
 		t.Errorf("writes left recorded after the batches: %v", b.nodes)
 	}
 }
+
+// TestStateBatchTakeNode: the ready follower's write to a node takes over its pool's
+// batch write to that node not yet started (never made, neither landed nor failed, and
+// the follower does not wait for the batch's other writes), but waits for a write under
+// way and for another pool's, which are made.
+func TestStateBatchTakeNode(t *testing.T) {
+	b := newStateBatches(t.Context())
+	release := make(chan struct{})
+	began := make(chan string, 64)
+	var mu sync.Mutex
+	patched := map[string]bool{}
+	hold := func(_ context.Context, n *corev1.Node, _ string) error {
+		began <- n.Name
+		<-release
+		mu.Lock()
+		patched[n.Name] = true
+		mu.Unlock()
+		return nil
+	}
+	// One more node than the batch writes at once: the last waits for a free writer.
+	var names []string
+	for i := range 16 + 1 {
+		names = append(names, string(rune('a'+i)))
+	}
+	wants := slices.Repeat([]string{"pending"}, len(names))
+	b.start("p", batchNodes(names...), wants, hold)
+	running := map[string]bool{}
+	for range 16 {
+		running[<-began] = true
+	}
+	var queued, under string
+	for _, n := range names {
+		if !running[n] {
+			queued = n
+		} else if under == "" {
+			under = n
+		}
+	}
+	b.takeNode(queued, "p") // returns with every started write still held
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.takeNode(under, "p")
+	}()
+	close(release)
+	<-done
+	mu.Lock()
+	if !patched[under] {
+		t.Errorf("the follower's write to %s did not wait for the batch's write under way", under)
+	}
+	mu.Unlock()
+	errs, landed := b.wait("p")
+	mu.Lock()
+	defer mu.Unlock()
+	if patched[queued] {
+		t.Errorf("the batch wrote %s after the follower took it over", queued)
+	}
+	if _, ok := landed[queued]; ok || len(errs) != 0 || len(landed) != 16 {
+		t.Errorf("landed %v errs %v: want the 16 writes made, not the one taken over", landed, errs)
+	}
+
+	// Another pool's follower does not take over p's write not yet started: it waits
+	// for it to be made.
+	b2 := newStateBatches(t.Context())
+	release2 := make(chan struct{})
+	began2 := make(chan string, 64)
+	var made atomic.Bool
+	b2.start("p", batchNodes(names...), wants, func(_ context.Context, n *corev1.Node, _ string) error {
+		began2 <- n.Name
+		<-release2
+		if n.Name == queued {
+			made.Store(true)
+		}
+		return nil
+	})
+	running = map[string]bool{}
+	for range 16 {
+		running[<-began2] = true
+	}
+	for _, n := range names {
+		if !running[n] {
+			queued = n
+		}
+	}
+	wait := b2.takeOver(queued, "q")
+	if len(wait) != 1 || wait[0].skipped {
+		t.Errorf("another pool's follower took over p's write to %s not yet started (waits for %v)", queued, wait)
+	}
+	close(release2)
+	for _, w := range wait {
+		<-w.done
+	}
+	if !made.Load() {
+		t.Errorf("another pool's follower took over p's write to %s", queued)
+	}
+	b2.wait("p")
+	if len(b.nodes)+len(b2.nodes) != 0 {
+		t.Errorf("writes left recorded: %v %v", b.nodes, b2.nodes)
+	}
+}

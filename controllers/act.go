@@ -70,7 +70,7 @@ func (r *GPUPoolProfileReconciler) executor(s *scope) *execute.Executor {
 		Events:  passEvents{r, s},
 		VSphere: s.vc,
 		Persist: func(ctx context.Context) error { return r.persist(ctx, s) },
-		Timed:   recordPhaseTime,
+		Timed:   s.times.record,
 		// nil (the tests that call Reconcile directly): evictions inside the pass.
 		Evictions: r.evictions,
 		// nil (the tests that call Reconcile directly): task starts inside the pass.

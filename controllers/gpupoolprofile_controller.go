@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -40,7 +41,7 @@ import (
 // Reconcile implements reconcile.Reconciler: observe, decide, act; then one function
 // computes the conditions and the phase from what the pass found, and one patch writes
 // the status.
-func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	pool, err := r.readPool(ctx, req.NamespacedName)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -77,8 +78,10 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 
 	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now(),
 		budget: execute.NewBudget(cmp.Or(r.maxNodeWrites, maxNodeWritesPerPass), cmp.Or(r.maxEvictions, maxEvictionsPerPass)).
-			WithCordons(cmp.Or(r.maxCordons, maxCordonsPerPass)), readySeq: r.ready.begin(pool.Name)}
+			WithCordons(cmp.Or(r.maxCordons, maxCordonsPerPass)), readySeq: r.ready.begin(pool.Name),
+		times: &passTimes{begun: time.Now()}}
 	before := pool.DeepCopy()
+	defer func() { logPass(ctx, s, res, retErr) }() // last: after the status write
 	defer func() {
 		// act armed what the pass's plan waits for before its node writes; here, once
 		// its state labels are handed out (a follower's write waits for the batch's to
@@ -96,9 +99,11 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			r.starts.Commit(pool.Name) // nothing the pass took from the starts is left to store
 			return
 		}
+		start := time.Now()
 		if err := r.writeStatus(ctx, s); err != nil {
 			retErr = errors.Join(retErr, err)
 		}
+		s.times.record("status", start)
 	}()
 
 	// A vCenter that accepts connections but hangs must not hold the worker: the body
@@ -107,7 +112,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	defer cancel()
 	// Kueue's quota and checks are the Kueue controller's (KueueReconciler): it follows
 	// the status this pass writes, and the pass never waits for Kueue's API.
-	res, err := r.reconcile(bodyCtx, s)
+	res, err = r.reconcile(bodyCtx, s)
 	r.tasks.watch(pool.Name, s.vc, inFlight(pool))
 	if err == nil {
 		// A pass that left writes for the next one is followed at once, or backs off

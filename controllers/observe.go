@@ -32,12 +32,12 @@ func (r *GPUPoolProfileReconciler) observe(ctx context.Context, s *scope) (time.
 	}
 	start := time.Now()
 	inv, retry, ok := r.readPoolInventory(ctx, s)
-	recordPhaseTime("observe:vcenter", start)
+	s.times.record("observe:vcenter", start)
 	if !ok {
 		return retry, false
 	}
 	start = time.Now()
-	defer recordPhaseTime("observe:cluster", start)
+	defer s.times.record("observe:cluster", start)
 	w := world.Resolve(&pool.Spec, inv)
 	w.TasksInFlight, w.TasksEnded = s.tasks.inFlight, s.tasks.ended
 	if retry, ok := r.checkClaims(ctx, s, w); !ok {

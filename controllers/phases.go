@@ -51,7 +51,7 @@ func runPhases(ctx context.Context, s *scope, phases []phase) (ctrl.Result, erro
 	for _, ph := range phases {
 		start := time.Now()
 		o, err := ph.run(ctx, s)
-		recordPhaseTime(ph.name, start)
+		s.times.record(ph.name, start)
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("%s: %w", ph.name, err)
 		}
@@ -144,7 +144,7 @@ func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (
 	// pool claiming this pool's VMs (checkClaims): a pool held by a conflict touches no node.
 	r.releaseRemoved(ctx, s)
 	r.nodePods.track(s.pool.Name, s.w.Running())
-	timed("observe:account", func() { r.account(ctx, s) })
+	s.times.timed("observe:account", func() { r.account(ctx, s) })
 	return outcome{after: r.untilBoundary(s)}, nil
 }
 
@@ -263,8 +263,8 @@ func (r *GPUPoolProfileReconciler) actPhase(ctx context.Context, s *scope) (outc
 		r.startTransition(s, s.plan)
 	}
 	after, done := r.act(ctx, s, s.plan)
-	timed("act:warn", func() { after = execute.Soonest(after, r.warnSchedulers(ctx, s, s.plan)) })
-	timed("act:states", func() { r.publishStates(ctx, s, done) })
+	s.times.timed("act:warn", func() { after = execute.Soonest(after, r.warnSchedulers(ctx, s, s.plan)) })
+	s.times.timed("act:states", func() { r.publishStates(ctx, s, done) })
 	if len(s.facts.held) > 0 {
 		after = execute.Soonest(after, requeueBlocked)
 	}

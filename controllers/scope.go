@@ -78,6 +78,8 @@ type scope struct {
 	// node steps the pass leaves to it (readyArms), armed when the pass ends.
 	readySeq uint64
 	arms     []readyArm
+	// times are what the pass's phases took (nil in a preview's scope).
+	times *passTimes
 
 	facts facts
 }

@@ -26,6 +26,7 @@ type benchConfig struct {
 	nodeLease  *time.Duration
 	cpQPS      *int
 	starts     *int
+	logLevel   *string
 }
 
 func benchFlags(fs *flag.FlagSet) benchConfig {
@@ -39,6 +40,7 @@ func benchFlags(fs *flag.FlagSet) benchConfig {
 		json:       fs.String("json", "", "bench: also write the results, per size, as JSON to this file"),
 		cpQPS:      fs.Int("control-plane-qps", 200, "bench: requests a second the controller manager and the scheduler allow themselves (burst twice that; 0: their defaults, 20 and 50); the manager allows itself 200"),
 		starts:     fs.Int("max-concurrent-starts", 0, "bench: the manager's --max-concurrent-starts, and the task starts the environment-alone floor asks at once (0: the manager's default, 16)"),
+		logLevel:   fs.String("manager-log-level", "", "bench: the manager's --zap-log-level (debug: a line per pass, with where its time went, in the kept logs/manager.log; \"\": info)"),
 		nodeLease:  fs.Duration("node-lease", localenv.DefaultNodeLease, "bench: kwok's node lease (renewed every quarter of it; a longer one gives the node lifecycle controller's grace period the same length)"),
 	}
 }
@@ -66,6 +68,7 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 		return fmt.Errorf("--max-concurrent-starts %d: at least 1, or 0 for the manager's default", *c.starts)
 	}
 	opts.MaxConcurrentStarts = *c.starts
+	opts.ManagerLogLevel = *c.logLevel
 	var results []*localenv.BenchResult
 	var errs []error
 	for _, h := range strings.Split(*c.hosts, ",") {

@@ -82,6 +82,9 @@ type Options struct {
 	// starts the benchmark's environment-alone floor asks at once; 0: the manager's
 	// default (execute.MaxConcurrentStarts).
 	MaxConcurrentStarts int
+	// ManagerLogLevel is the manager's --zap-log-level ("": its default, info); "debug"
+	// adds a line per pass with where its time went (controllers.logPass).
+	ManagerLogLevel string
 }
 
 // startsAtOnce is how many task starts the manager asks at once in this environment.
@@ -774,6 +777,9 @@ func (e *Env) startOperator(ctx context.Context) error {
 		"--memory-limit", "256Mi",
 		"--accounting-write-interval", usageInterval.String(),
 		"--max-concurrent-starts", strconv.Itoa(e.startsAtOnce())}}
+	if e.ManagerLogLevel != "" {
+		e.manager.args = append(e.manager.args, "--zap-log-level", e.ManagerLogLevel)
+	}
 	if err := e.spawnManager(e.Kubeconfig, certDir, e.manager.args...); err != nil {
 		return err
 	}

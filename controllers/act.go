@@ -36,6 +36,7 @@ func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Pl
 	s.facts.nodeWaits = append(s.facts.nodeWaits, out.NodeWaits...)
 	s.facts.held = append(s.facts.held, out.Held...)
 	s.starts = out.Starts
+	s.marksLater = out.MarksLater
 	if out.Abort != "" {
 		// An aborted switch leaves nothing armed for the layout it was making.
 		s.arms = nil

@@ -114,6 +114,9 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope, 
 		if n := s.w.Nodes[name]; r.ready.madeDuring(s.pool.Name, n.Name, n.ResourceVersion, s.readySeq) {
 			continue // the ready follower wrote it after this pass read the node
 		}
+		if s.marksLater[name] {
+			continue // the write of its parked marks, past the pass, carries its label
+		}
 		if !s.budget.NodeWrite() {
 			continue // published in the next pass
 		}
@@ -252,8 +255,8 @@ func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope,
 	var changed []string
 	for name, n := range s.w.Nodes {
 		at, warn := want[name]
-		if !warningDiffers(n, at, warn) {
-			continue
+		if !warningDiffers(n, at, warn) || s.marksLater[name] {
+			continue // the write of its parked marks, past the pass, carries its warning
 		}
 		if !s.budget.NodeWrite() {
 			continue // warned in the next pass

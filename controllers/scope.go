@@ -74,6 +74,10 @@ type scope struct {
 	// act: the task starts whose intents the pass recorded, handed out (past the pass)
 	// once the pass's status write has stored them; nil: none.
 	starts *execute.Handout
+	// marksLater are the VMs whose node's marks the start of their suspend writes, past
+	// the pass (execute.Outcome.MarksLater): the pass's state labels and warnings leave
+	// those nodes to it.
+	marksLater map[string]bool
 	// Reconcile: the pass's number for the ready follower (readyFollow.begin); act: the
 	// node steps the pass leaves to it (readyArms), armed when the pass ends.
 	readySeq uint64

@@ -7,8 +7,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/testworld"
 	"github.com/gpupool/gpupool/vsphere"
 )
@@ -198,7 +202,8 @@ func (h *harness) handAhead(pool string, starts *execute.Starts, n int) bool {
 }
 
 // intentStored tells whether the API server holds the pool's intent of op for the VM
-// of vmRef (the worker's task, op, no task id yet): a start must not be asked before.
+// of vmRef (the worker's task, op, no task id yet) and, for a park, its node's parked
+// marks: a start must not be asked before.
 func (h *harness) intentStored(vmRef string, op vsphere.Op) error {
 	var pools gpupoolv1.GPUPoolProfileList
 	if err := k8s.List(context.Background(), &pools); err != nil {
@@ -209,6 +214,18 @@ func (h *harness) intentStored(vmRef string, op vsphere.Op) error {
 			if vm, ok := h.sim.VM(w.VM); ok && vm.Ref == vmRef {
 				if t := w.Task; t == nil || t.Operation != string(op) || t.ID != "" {
 					return fmt.Errorf("%s of VM %s asked with task %+v stored", op, w.VM, t)
+				}
+				if op != vsphere.OpSuspend && op != vsphere.OpPowerOff || w.Node == "" {
+					return nil
+				}
+				// A park is asked once its node is marked parked (in the pass, or by the
+				// start past it: execute.Starts.mark), as the API server has it.
+				var n corev1.Node
+				if err := k8s.Get(context.Background(), client.ObjectKey{Name: w.Node}, &n); err != nil {
+					return err
+				}
+				if !nodes.HasMeta(&n, nodes.ParkedMeta(p.Name)) {
+					return fmt.Errorf("%s of VM %s asked before its node %s was marked parked (labels %v)", op, w.VM, w.Node, n.Labels)
 				}
 				return nil
 			}

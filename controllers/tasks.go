@@ -22,6 +22,7 @@ func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope, pee
 	f := &execute.Follower{Pool: s.pool, Now: s.now, VSphere: s.vc, Events: laterEvents{r, s}, Starts: r.starts, Peek: peek}
 	after := f.Check(ctx)
 	s.tasks.ended += f.Ended
+	s.facts.stepErrors = append(s.facts.stepErrors, f.StepErrors...)
 	return after
 }
 

@@ -151,6 +151,10 @@ type Outcome struct {
 	Held         []plan.Problem
 	Abort        string
 	Done         map[string]bool
+	// MarksLater are the VMs (by inventory name) whose node's parked marks, with the
+	// pass's marks, the start of their suspend writes past the pass (markLater): the
+	// pass leaves their state labels to that write. nil: none.
+	MarksLater map[string]bool
 	// Starts are the task starts the run queued with Executor.Starts set: their intents
 	// are on the pool's workers, and the controller hands them out (Handout.Hand) once
 	// its status write of the pass has stored them; nil: none.

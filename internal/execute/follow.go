@@ -27,6 +27,9 @@ type Follower struct {
 	// Peek leaves those answers for the next pass: the pool is a copy that is not
 	// written (a preview).
 	Peek bool
+	// StepErrors are the starts that failed before vCenter was asked (the node write
+	// before a suspend: Starts.mark), for the pass's Degraded condition.
+	StepErrors []string
 }
 
 // A vSphere operation happens once per step whatever fails in between, because a task
@@ -103,6 +106,11 @@ func (f *Follower) takeStarts(ctx context.Context) (time.Duration, map[string]bo
 		}
 		a, ended, inFlight := f.Starts.take(f.Pool.Name, ws.VM, vsphere.Op(ws.Task.Operation), ws.Task.StartTime.Time, f.Peek)
 		switch {
+		case ended && a.markErr != nil:
+			ws.Message = fmt.Sprintf("%s was not asked of vCenter: marking its node parked failed (%v); planned again from what is observed", ws.Task.Operation, a.markErr)
+			f.StepErrors = append(f.StepErrors, fmt.Sprintf("%s of VM %s not asked: %v", ws.Task.Operation, ws.VM, a.markErr))
+			ws.Task = nil
+			after = Soonest(after, RequeueDrain) // as a node write that fails in a pass
 		case ended && a.notAsked:
 			ws.Message = fmt.Sprintf("%s was not asked of vCenter (the pool was paused or deleted, its transition aborted, or the start waited too long): planned again from what is observed", ws.Task.Operation)
 			ws.Task = nil

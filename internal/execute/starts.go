@@ -57,6 +57,9 @@ type Starts struct {
 	slots map[string]chan struct{}
 	// follows end the pool's watches of the parks its power-ons ahead wait for.
 	follows map[string]map[*int]context.CancelFunc
+	// marks bound each pool's node writes made before their starts (queuedStart.mark),
+	// apart from the starts' slots: a start asked waits for no other start's node write.
+	marks map[string]chan struct{}
 	wg      sync.WaitGroup
 }
 
@@ -71,6 +74,9 @@ type startRecord struct {
 	// asking: the call to vCenter is under way (Cancel cannot stop it). cancelled: the
 	// start is not to be asked. notAsked: it was answered without asking vCenter.
 	asking, cancelled, notAsked bool
+	// markErr: the node write to make before the start (queuedStart.mark) failed, and
+	// the start was not asked.
+	markErr error
 	// held: a pass took the answer and has not stored what it recorded yet (Commit).
 	held bool
 	// ahead: a power-on ahead of parks (ahead.go), not asked before they end, and what
@@ -89,7 +95,8 @@ const StartTimeout = 2 * time.Minute
 // NewStarts returns the starts of a manager: ctx ends them.
 func NewStarts(ctx context.Context, wake func(pool string)) *Starts {
 	return &Starts{ctx: ctx, Wake: wake, records: map[string]map[string]*startRecord{},
-		hosts: map[[2]string]chan struct{}{}, slots: map[string]chan struct{}{}, follows: map[string]map[*int]context.CancelFunc{}}
+		hosts: map[[2]string]chan struct{}{}, slots: map[string]chan struct{}{}, follows: map[string]map[*int]context.CancelFunc{},
+		marks: map[string]chan struct{}{}}
 }
 
 // hand records the starts a pass of pool queued (their intents are stored) and asks
@@ -127,6 +134,11 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 	if slots == nil {
 		slots = make(chan struct{}, s.limit())
 		s.slots[pool] = slots
+	}
+	marks := s.marks[pool]
+	if marks == nil {
+		marks = make(chan struct{}, MaxConcurrentWrites)
+		s.marks[pool] = marks
 	}
 	s.mu.Unlock()
 	if len(aheads) > 0 {
@@ -169,9 +181,19 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 				ready = time.Now()
 				StartStages.WithLabelValues("parks").Observe(ready.Sub(handedAt).Seconds())
 			}
+			marked := make([]bool, len(idx))
+			for j, i := range idx {
+				marked[j] = s.mark(marks, queued[i], recs[i], handed)
+			}
+			if queued[idx[0]].mark != nil {
+				ready = time.Now() // the queue is measured from the node write's end
+			}
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			for _, i := range idx {
+			for j, i := range idx {
+				if !marked[j] {
+					continue // answered: not asked
+				}
 				s.ask(queued[i], recs[i], handed, ready)
 				if cond[g] != nil {
 					PowerOnsAhead.WithLabelValues(pool, map[bool]string{false: "asked", true: "not-asked"}[recs[i].notAsked]).Inc()
@@ -223,6 +245,42 @@ func (s *Starts) notAsked(rec *startRecord) {
 		rec.ended, rec.notAsked = true, true
 		close(rec.done)
 	}
+}
+
+// mark makes the node write a start needs before it is asked (queuedStart.mark: the
+// parked marks of a suspend's node), at most MaxConcurrentWrites of a pool at once, and
+// reports whether the start may be asked. A start cancelled, or queued since handed for
+// longer than StartTimeout, is answered not asked without the write, as ask would; one
+// whose write fails is answered not asked with the error (markErr): its VM must not go
+// down unmarked, and the next pass plans it again from what it observes.
+func (s *Starts) mark(marks chan struct{}, q queuedStart, rec *startRecord, handed time.Time) bool {
+	if q.mark == nil {
+		return true
+	}
+	marks <- struct{}{}
+	defer func() { <-marks }()
+	s.mu.Lock()
+	stale := rec.cancelled || s.now().Sub(handed) > StartTimeout || s.ctx.Err() != nil
+	s.mu.Unlock()
+	if stale {
+		s.notAsked(rec)
+		return false
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, StartTimeout)
+	defer cancel()
+	began := time.Now()
+	err := q.mark(ctx)
+	StartStages.WithLabelValues("mark").Observe(time.Since(began).Seconds())
+	if err == nil {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !rec.ended {
+		rec.ended, rec.notAsked, rec.markErr = true, true, err
+		close(rec.done)
+	}
+	return false
 }
 
 // ask asks vCenter for one start, unless it was cancelled, or queued since handed for
@@ -310,7 +368,7 @@ func (s *Starts) take(pool, worker string, op vsphere.Op, at time.Time, peek boo
 	if !peek {
 		rec.held = true
 	}
-	return answer{id: rec.id, err: rec.err, notAsked: rec.notAsked}, true, false
+	return answer{id: rec.id, err: rec.err, notAsked: rec.notAsked, markErr: rec.markErr}, true, false
 }
 
 // Commit forgets the answers the pool's passes took: call it once a pass's status write
@@ -341,6 +399,8 @@ type answer struct {
 	id       string
 	err      error
 	notAsked bool
+	// markErr: not asked because the node write before it failed (Starts.mark).
+	markErr error
 	// ahead: in flight, a power-on ahead of parks that waits for them.
 	ahead bool
 }
@@ -355,6 +415,7 @@ func (s *Starts) Forget(pool string) {
 	defer s.mu.Unlock()
 	delete(s.records, pool)
 	delete(s.slots, pool)
+	delete(s.marks, pool)
 	for _, stop := range s.follows[pool] {
 		stop()
 	}

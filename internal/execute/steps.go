@@ -42,12 +42,17 @@ func (r *run) execute(ctx context.Context, step plan.Step) (time.Duration, error
 	node := r.World.Nodes[step.VM]
 	switch step.Action {
 	case plan.Suspend:
-		if !r.markParked(ctx, step.VM, node) {
+		if !r.markParked(ctx, step.VM, node, step.Action) {
 			return RequeueBlocked, nil
 		}
-		return r.startTask(ws, vm, vsphere.OpSuspend, func(ctx context.Context) (string, error) { return r.VSphere.Suspend(ctx, vm.Ref) })
+		queued := len(r.queued)
+		wait, err := r.startTask(ws, vm, vsphere.OpSuspend, func(ctx context.Context) (string, error) { return r.VSphere.Suspend(ctx, vm.Ref) })
+		if len(r.queued) > queued {
+			r.queued[queued].mark = r.markLater(step.VM, node)
+		}
+		return wait, err
 	case plan.PowerOff:
-		if !r.markParked(ctx, step.VM, node) {
+		if !r.markParked(ctx, step.VM, node, step.Action) {
 			return RequeueBlocked, nil
 		}
 		if vm.PowerState == inventory.Suspended {
@@ -123,7 +128,7 @@ func guestShutdownTimeout(p *gpupoolv1.GPUPoolProfile) time.Duration {
 // Machine cannot be read, or the Machine its annotations name is not the node's, so it
 // could not be protected (the VM is held and Stalled says why); a failed node patch is
 // reported as a step error the same way.
-func (r *run) markParked(ctx context.Context, vm string, node *corev1.Node) bool {
+func (r *run) markParked(ctx context.Context, vm string, node *corev1.Node, action plan.Action) bool {
 	if node == nil {
 		return true
 	}
@@ -134,7 +139,7 @@ func (r *run) markParked(ctx context.Context, vm string, node *corev1.Node) bool
 	case !nodes.HasMeta(node, nodes.ParkedMeta(r.Pool.Name)) && !r.Budget.NodeWrite():
 		err = ErrCapped
 	default:
-		err = r.parkNode(ctx, vm, node)
+		err = r.parkNode(ctx, vm, node, r.marksLater(action))
 	}
 	switch {
 	case err == nil:
@@ -151,9 +156,10 @@ func (r *run) markParked(ctx context.Context, vm string, node *corev1.Node) bool
 
 // parkNode protects the Machine of the node of vm and marks the node parked by the pool
 // (with the pass's marks); the node write was taken from the budget unless the node is
-// marked already. It changes nothing in the run, so that parkAhead may run it for many
-// nodes at once.
-func (r *run) parkNode(ctx context.Context, vm string, node *corev1.Node) error {
+// marked already. The marks of a suspend's node are left to the start of its task
+// (later: markLater), which writes them before it asks vCenter, past the pass. It
+// changes nothing in the run, so that parkAhead may run it for many nodes at once.
+func (r *run) parkNode(ctx context.Context, vm string, node *corev1.Node, later bool) error {
 	marked := nodes.HasMeta(node, nodes.ParkedMeta(r.Pool.Name))
 	if err := r.Nodes.Protect(ctx, node); err != nil {
 		if !marked {
@@ -164,7 +170,13 @@ func (r *run) parkNode(ctx context.Context, vm string, node *corev1.Node) error 
 		}
 		return fmt.Errorf("protecting the Machine of node %s: %w", node.Name, err)
 	}
-	if marked {
+	switch {
+	case marked:
+		return nil
+	case later:
+		// Counted as made: the start reports a failure (Starts.mark), and its VM is
+		// then not parked and planned again.
+		r.Budget.NodeWritten(nil)
 		return nil
 	}
 	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, false, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(r.Pool.Name)) }))
@@ -172,11 +184,40 @@ func (r *run) parkNode(ctx context.Context, vm string, node *corev1.Node) error 
 	return err
 }
 
+// marksLater tells whether the parked marks of the node of a due park step are written
+// by the start of its task, past the pass, rather than in the pass (parkNode): a
+// suspend whose start Starts asks. The pass then ends without waiting for hundreds of
+// node writes, and each VM goes down as soon as its own node is marked (issue 37: a
+// pass's parks waited for all their nodes' writes, then for its status write, before
+// the first suspend was asked). A power-off stays in the pass: it asks the guest first.
+func (r *run) marksLater(action plan.Action) bool {
+	return r.Starts != nil && action == plan.Suspend
+}
+
+// markLater is the node write the start of the suspend of vm makes before it asks
+// vCenter (queuedStart.mark): the parked marks, with the pass's own, on a copy of the
+// node as the pass read it (Nodes.Patch reads it again on a conflict); nil when the
+// node carries them already or there is no node. The node is left out of the pass's
+// state labels (Outcome.MarksLater): this write carries its label.
+func (r *run) markLater(vm string, node *corev1.Node) func(context.Context) error {
+	pool := r.Pool.Name
+	if node == nil || !r.marksLater(plan.Suspend) || nodes.HasMeta(node, nodes.ParkedMeta(pool)) {
+		return nil
+	}
+	if r.out.MarksLater == nil {
+		r.out.MarksLater = map[string]bool{}
+	}
+	r.out.MarksLater[vm] = true
+	n, change, write := node.DeepCopy(), r.withMarks(vm, false, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(pool)) }), r.Nodes
+	return func(ctx context.Context) error { return write.Patch(ctx, n, change) }
+}
+
 // parkAhead runs parkNode for the nodes of the due steps that will park their VM
 // (bounded, concurrently), so that a pass parking hundreds of VMs does not patch their
 // nodes one after the other; markParked then reads the outcome.
 func (r *run) parkAhead(ctx context.Context, steps []plan.Step) {
 	var vms []string
+	var later []bool
 	for _, st := range steps {
 		ws := r.worker(st.VM)
 		if _, ok := r.World.VM(st.VM); !ok {
@@ -186,7 +227,7 @@ func (r *run) parkAhead(ctx context.Context, steps []plan.Step) {
 			backingOff(ws, r.Now) {
 			continue
 		}
-		vms = append(vms, st.VM)
+		vms, later = append(vms, st.VM), append(later, r.marksLater(st.Action))
 	}
 	if len(vms) < 2 {
 		return
@@ -199,7 +240,7 @@ func (r *run) parkAhead(ctx context.Context, steps []plan.Step) {
 	}
 	ForEach(len(vms), MaxConcurrentWrites, func(i int) {
 		if errs[i] == nil {
-			errs[i] = r.parkNode(ctx, vms[i], r.World.Nodes[vms[i]])
+			errs[i] = r.parkNode(ctx, vms[i], r.World.Nodes[vms[i]], later[i])
 		}
 	})
 	r.parkedAhead = make(map[string]error, len(vms))

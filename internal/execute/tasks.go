@@ -75,6 +75,9 @@ type queuedStart struct {
 	// plannedFor is the pool's generation and the layout a power-on ahead was planned
 	// for (CancelAhead).
 	plannedFor aheadPlan
+	// mark, when set, is the node write to make before the start is asked, past the
+	// pass (Starts.mark): the parked marks of a suspend's node (markLater). nil: none.
+	mark func(context.Context) error
 }
 
 // powerOnHost is the host a queued power-on powers the VM on: the plan's when it moves

@@ -1,0 +1,308 @@
+package execute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/plan"
+	"github.com/gpupool/gpupool/internal/world"
+	"github.com/gpupool/gpupool/vsphere"
+)
+
+// orderLog is one log of the node writes and the vCenter calls of a test, in the order
+// they were made, from any goroutine.
+type orderLog struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (o *orderLog) add(s string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.log = append(o.log, s)
+}
+
+func (o *orderLog) all() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.log)
+}
+
+// loggedNodes writes nodes in memory and logs each patch and protect; patches of the
+// nodes in fail fail.
+type loggedNodes struct {
+	log  *orderLog
+	fail map[string]bool
+	// writing, most: node patches under way now, and at most (Starts.mark's bound).
+	mu            sync.Mutex
+	writing, most int
+	gate          chan struct{} // when set, each patch waits for it
+}
+
+func (l *loggedNodes) Patch(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error {
+	l.mu.Lock()
+	l.writing++
+	l.most = max(l.most, l.writing)
+	l.mu.Unlock()
+	defer func() { l.mu.Lock(); l.writing--; l.mu.Unlock() }()
+	if l.gate != nil {
+		select {
+		case <-l.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	l.log.add("patch " + n.Name)
+	if l.fail[n.Name] {
+		return errors.New("admission webhook denied the request")
+	}
+	change(n)
+	return nil
+}
+
+func (l *loggedNodes) Protect(_ context.Context, n *corev1.Node) error {
+	l.log.add("protect " + n.Name)
+	return nil
+}
+func (l *loggedNodes) Release(context.Context, *corev1.Node) error { return nil }
+
+// suspendVC answers suspends with a task per VM and logs them.
+type suspendVC struct {
+	vsphere.Client
+	log *orderLog
+}
+
+func (v *suspendVC) Suspend(_ context.Context, ref string) (string, error) {
+	v.log.add("suspend " + ref)
+	return "task-" + ref, nil
+}
+
+// suspendWorld is a pool of n drained VMs, each with its cordoned node (node-<vm>), the
+// nodes in marked already parked, and a plan that suspends every VM.
+func suspendWorld(n int, marked map[string]bool) (*gpupoolv1.GPUPoolProfile, *world.World, *plan.Plan) {
+	var workers []gpupoolv1.Worker
+	inv := &inventory.Inventory{Hosts: []inventory.Host{{Name: "esx-01"}}}
+	p := &plan.Plan{Layout: "night", Hosts: []plan.HostPlan{{Host: "esx-01"}}}
+	for i := range n {
+		vm := fmt.Sprintf("vm-%02d", i)
+		workers = append(workers, gpupoolv1.Worker{VM: vm, Profile: "grid_a100-40c"})
+		inv.VMs = append(inv.VMs, inventory.VM{Name: vm, Ref: vm, Host: "esx-01", Profile: "grid_a100-10c", PowerState: inventory.PoweredOn})
+		p.Hosts[0].Steps = append(p.Hosts[0].Steps, plan.Step{Action: plan.Suspend, VM: vm})
+	}
+	pool := &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: "pool"}, Spec: gpupoolv1.GPUPoolProfileSpec{MaxParallel: int32(n),
+		Layouts: []gpupoolv1.Layout{{Name: "night", Workers: workers}}}}
+	w := world.Resolve(&pool.Spec, inv)
+	w.Nodes = map[string]*corev1.Node{}
+	for _, vm := range inv.VMs {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + vm.Name}}
+		nodes.Cordon(node)
+		if marked[vm.Name] {
+			nodes.ApplyMeta(node, nodes.ParkedMeta("pool"))
+		}
+		w.Nodes[vm.Name] = node
+	}
+	return pool, w, p
+}
+
+// TestSuspendMarksLater: with Starts, a pass protects the Machines of the nodes it parks
+// but leaves their parked marks to the start of each suspend, which writes them, with
+// the pass's marks, before it asks vCenter, past the pass, once the pass's status has
+// stored the intents. A node marked already is not written again. Every VM is asked
+// once, each after its own node's write; the pass leaves the written nodes' labels to
+// those writes (Outcome.MarksLater). One VM and many (parkAhead) go the same way.
+func TestSuspendMarksLater(t *testing.T) {
+	for _, n := range []int{1, 3, MaxConcurrentWrites + 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			marked := map[string]bool{"vm-01": true}
+			pool, w, p := suspendWorld(n, marked)
+			log := &orderLog{}
+			ln := &loggedNodes{log: log}
+			s := NewStarts(t.Context(), nil)
+			e := &Executor{Nodes: ln, Events: noEvents{}, VSphere: &suspendVC{log: log}, Starts: s}
+			var marks []string
+			var marksMu sync.Mutex
+			out := e.Run(t.Context(), Input{Pool: pool, Now: startsAt, Plan: p, Layout: &pool.Spec.Layouts[0], World: w,
+				Marks: func(vm string, done bool, n *corev1.Node) {
+					marksMu.Lock()
+					marks = append(marks, vm)
+					marksMu.Unlock()
+					nodes.SetState(n, "parking", "pool")
+				}})
+			for _, l := range log.all() {
+				if !slicesHasPrefix(l, "protect ") {
+					t.Fatalf("the pass made %q: want only the Machines protected in it", l)
+				}
+			}
+			if got := len(log.all()); got != n {
+				t.Errorf("%d Machines protected in the pass, want %d", got, n)
+			}
+			for vm := range w.Nodes {
+				if want := !marked[vm]; out.MarksLater[vm] != want {
+					t.Errorf("Outcome.MarksLater[%s] = %v, want %v", vm, out.MarksLater[vm], want)
+				}
+			}
+			if out.Starts.Len() != n {
+				t.Fatalf("%d starts handed out, want %d", out.Starts.Len(), n)
+			}
+			for _, ws := range pool.Status.Workers {
+				if ws.Task == nil || ws.Task.Operation != string(vsphere.OpSuspend) || ws.Task.ID != "" {
+					t.Errorf("worker %s: task %+v, want the suspend's intent recorded", ws.VM, ws.Task)
+				}
+			}
+			out.Starts.Hand()
+			s.Wait()
+			got := log.all()[n:]
+			for vm := range w.Nodes {
+				node := "node-" + vm
+				patch, suspend := slices.Index(got, "patch "+node), slices.Index(got, "suspend "+vm)
+				switch {
+				case suspend < 0 || slices.Index(got[suspend+1:], "suspend "+vm) >= 0:
+					t.Errorf("%s: suspends in %v, want one", vm, got)
+				case marked[vm] && patch >= 0:
+					t.Errorf("%s: its node, parked already, was written again", vm)
+				case !marked[vm] && (patch < 0 || patch > suspend || slices.Index(got[patch+1:], "patch "+node) >= 0):
+					t.Errorf("%s: want one write of its node before its suspend, got %v", vm, got)
+				}
+				if !marked[vm] && nodes.HasMeta(w.Nodes[vm], nodes.ParkedMeta("pool")) {
+					// The write is on a copy: the pass's world is not changed past it.
+					t.Errorf("%s: the pass's node changed past the pass", vm)
+				}
+				a, ended, _ := s.take("pool", vm, vsphere.OpSuspend, startsAt, false)
+				if !ended || a.id != "task-"+vm || a.notAsked {
+					t.Errorf("%s: answer %+v ended %v, want its task", vm, a, ended)
+				}
+			}
+			if want := len(out.MarksLater); len(marks) != want {
+				t.Errorf("the pass's marks put on %d node writes (%v), want %d: each write carries them", len(marks), marks, want)
+			}
+			if ln.most > MaxConcurrentWrites {
+				t.Errorf("%d node writes at once, want at most %d", ln.most, MaxConcurrentWrites)
+			}
+		})
+	}
+}
+
+func slicesHasPrefix(s, prefix string) bool { return len(s) >= len(prefix) && s[:len(prefix)] == prefix }
+
+// TestSuspendMarkFails: a suspend whose node cannot be marked parked is not asked (its
+// VM must not go down unmarked), the others go on; the next pass clears its intent,
+// says why and reports a step error, so that it is planned again. A start cancelled
+// before its write (a pause, an abort) writes nothing and asks nothing.
+func TestSuspendMarkFails(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		fail      map[string]bool
+		cancel    bool
+		asked     []string
+		stepError bool
+	}{
+		{"one node refused", map[string]bool{"node-vm-01": true}, false, []string{"vm-00", "vm-02"}, true},
+		// More than are written at once: those waiting for their turn are never written.
+		{"cancelled while the first are written", nil, true, nil, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := 3
+			if c.cancel {
+				n = MaxConcurrentWrites + 4
+			}
+			pool, w, p := suspendWorld(n, nil)
+			log := &orderLog{}
+			s := NewStarts(t.Context(), nil)
+			ln := &loggedNodes{log: log, fail: c.fail}
+			if c.cancel {
+				ln.gate = make(chan struct{})
+			}
+			e := &Executor{Nodes: ln, Events: noEvents{}, VSphere: &suspendVC{log: log}, Starts: s}
+			out := e.Run(t.Context(), Input{Pool: pool, Now: startsAt, Plan: p, Layout: &pool.Spec.Layouts[0], World: w})
+			out.Starts.Hand()
+			if c.cancel {
+				for i := 0; ; i++ { // bounded: the writes run on the Starts' goroutines
+					ln.mu.Lock()
+					writing := ln.writing
+					ln.mu.Unlock()
+					if writing == MaxConcurrentWrites {
+						break
+					}
+					if i == 10000 {
+						t.Fatalf("%d node writes under way, want %d", writing, MaxConcurrentWrites)
+					}
+					time.Sleep(time.Millisecond)
+				}
+				s.Cancel("pool")
+				close(ln.gate)
+			}
+			s.Wait()
+			var asked []string
+			for _, l := range log.all() {
+				if vm, ok := cutPrefix(l, "suspend "); ok {
+					asked = append(asked, vm)
+				}
+			}
+			if patches := len(log.all()) - n - len(asked); c.cancel && patches != MaxConcurrentWrites {
+				t.Errorf("cancelled: %d nodes written, want only the %d under way", patches, MaxConcurrentWrites)
+			}
+			slices.Sort(asked)
+			if !slices.Equal(asked, c.asked) {
+				t.Errorf("suspends asked %v, want %v", asked, c.asked)
+			}
+			vc := &askedVC{tasks: map[string]vsphere.TaskInfo{}}
+			for _, vm := range c.asked {
+				vc.tasks["task-"+vm] = vsphere.TaskInfo{State: vsphere.TaskRunning}
+			}
+			f := &Follower{Pool: pool, Now: startsAt.Add(time.Second), VSphere: vc, Events: noEvents{}, Starts: s}
+			f.Check(t.Context())
+			for _, ws := range pool.Status.Workers {
+				if slices.Contains(c.asked, ws.VM) {
+					if ws.Task == nil || ws.Task.ID != "task-"+ws.VM {
+						t.Errorf("%s: task %+v, want its id recorded", ws.VM, ws.Task)
+					}
+					continue
+				}
+				if ws.Task != nil {
+					t.Errorf("%s: intent %+v kept, want it cleared (not asked)", ws.VM, ws.Task)
+				}
+			}
+			if got := len(f.StepErrors) > 0; got != c.stepError {
+				t.Errorf("step errors %q, want some: %v", f.StepErrors, c.stepError)
+			}
+		})
+	}
+}
+
+func cutPrefix(s, prefix string) (string, bool) {
+	if !slicesHasPrefix(s, prefix) {
+		return "", false
+	}
+	return s[len(prefix):], true
+}
+
+// TestSuspendMarksInThePassWithoutStarts: a pass that starts its tasks itself (no
+// Starts) marks the nodes in the pass, before it records the intents, as before.
+func TestSuspendMarksInThePassWithoutStarts(t *testing.T) {
+	pool, w, p := suspendWorld(3, nil)
+	log := &orderLog{}
+	e := &Executor{Nodes: &loggedNodes{log: log}, Events: noEvents{}, VSphere: &suspendVC{log: log},
+		Persist: func(context.Context) error { log.add("persist"); return nil }}
+	out := e.Run(t.Context(), Input{Pool: pool, Now: startsAt, Plan: p, Layout: &pool.Spec.Layouts[0], World: w})
+	got := log.all()
+	persist := slices.Index(got, "persist")
+	for vm := range w.Nodes {
+		if i := slices.Index(got, "patch node-"+vm); i < 0 || i > persist {
+			t.Errorf("%s: its node not written before the intents were stored: %v", vm, got)
+		}
+	}
+	if len(out.MarksLater) != 0 {
+		t.Errorf("Outcome.MarksLater = %v, want none", out.MarksLater)
+	}
+}

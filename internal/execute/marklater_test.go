@@ -193,7 +193,9 @@ func TestSuspendMarksLater(t *testing.T) {
 	}
 }
 
-func slicesHasPrefix(s, prefix string) bool { return len(s) >= len(prefix) && s[:len(prefix)] == prefix }
+func slicesHasPrefix(s, prefix string) bool {
+	return len(s) >= len(prefix) && s[:len(prefix)] == prefix
+}
 
 // TestSuspendMarkFails: a suspend whose node cannot be marked parked is not asked (its
 // VM must not go down unmarked), the others go on; the next pass clears its intent,

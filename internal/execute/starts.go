@@ -60,7 +60,7 @@ type Starts struct {
 	// marks bound each pool's node writes made before their starts (queuedStart.mark),
 	// apart from the starts' slots: a start asked waits for no other start's node write.
 	marks map[string]chan struct{}
-	wg      sync.WaitGroup
+	wg    sync.WaitGroup
 }
 
 // startRecord is one task start: its intent (operation and time, as status stores it),

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,7 +76,8 @@ func stateAfter(f nodes.StateFacts, done bool) string {
 // executor's steps patch (execute.Input.Marks), from the facts as the pass found them
 // before its steps (stateFacts), and the draining-soon warnings the pass wants (warn,
 // drainWarningsOf): publishStates and warnSchedulers find them in place afterwards
-// unless a step's outcome changed them (a failed start, a hold, an abort). So a drain's
+// unless a step's outcome changed them (a failed start, a hold, an abort), or leave them
+// to the suspends' node writes past the pass (marksPending). So a drain's
 // cordon carries the node's warning and its park takes it off, instead of two patches
 // of their own.
 func stepMarks(facts map[string]nodes.StateFacts, warn map[string]time.Time, pool string) func(vm string, done bool, n *corev1.Node) {
@@ -98,23 +100,48 @@ func warningDiffers(n *corev1.Node, at time.Time, warn bool) bool {
 	return warn != nodes.HasWarning(n, at) || (!warn && nodes.HasAnyWarning(n))
 }
 
+// marksPending are the VMs (by inventory name) whose node's parked marks a suspend's
+// start writes past a pass, this one's (s.marksLater) or an earlier one's still to be
+// made (execute.Starts.PendingMarks): that write carries the node's state label and
+// warning, so the pass leaves them to it rather than write the node before it (which
+// would make it wait for the batch and conflict). Should it fail, the pass that clears
+// its intent writes them.
+func (r *GPUPoolProfileReconciler) marksPending(s *scope) map[string]bool {
+	pending := r.starts.PendingMarks(s.pool.Name)
+	if len(pending) == 0 {
+		return s.marksLater
+	}
+	out := maps.Clone(s.marksLater)
+	if out == nil {
+		out = map[string]bool{}
+	}
+	for name := range s.w.Nodes {
+		if pending[s.w.ID(name)] {
+			out[name] = true
+		}
+	}
+	return out
+}
+
 // publishStates sets each pool node's state label from its worker's recorded step, and
 // records the pool as the owner of its marks (AnnotationMarkedBy); done are the VMs
 // whose last step the pass did (execute.Outcome.Done). A node is patched only when its
-// value changes: a node a step of the pass patched carries them already (stepMarks), and
-// one the pool's last batch wrote after this pass read it carries it too (landed). The
+// value changes: a node a step of the pass patched carries them already (stepMarks), one
+// whose parked marks a suspend's start writes past the pass is left to that write
+// (marksPending), and one the pool's last batch wrote after this pass read it carries it too (landed). The
 // patches run past the pass (stateBatches) when the manager runs them, inside it
 // otherwise. Nodes the pool marked and no longer matches to a worker lose the marks
 // (unmarkStale).
 func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope, done map[string]bool) {
 	r.waitStates(s) // what the last batch wrote, and what it could not
+	later := r.marksPending(s)
 	var changed []*corev1.Node
 	var wants []string
 	for name, want := range statesToWrite(stateFacts(s), s.w.Nodes, s.pool.Name, done, s.landed) {
 		if n := s.w.Nodes[name]; r.ready.madeDuring(s.pool.Name, n.Name, n.ResourceVersion, s.readySeq) {
 			continue // the ready follower wrote it after this pass read the node
 		}
-		if s.marksLater[name] {
+		if later[name] {
 			continue // the write of its parked marks, past the pass, carries its label
 		}
 		if !s.budget.NodeWrite() {
@@ -251,11 +278,12 @@ func drainWarningsOf(s *scope, current *plan.Plan) map[string]time.Time {
 // warning starts (0: none pending).
 func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope, current *plan.Plan) time.Duration {
 	want := drainWarningsOf(s, current)
+	later := r.marksPending(s)
 	// The nodes to patch, by VM name (the keys of want and s.w.Nodes).
 	var changed []string
 	for name, n := range s.w.Nodes {
 		at, warn := want[name]
-		if !warningDiffers(n, at, warn) || s.marksLater[name] {
+		if !warningDiffers(n, at, warn) || later[name] {
 			continue // the write of its parked marks, past the pass, carries its warning
 		}
 		if !s.budget.NodeWrite() {

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/testworld"
 )
 
@@ -146,6 +147,19 @@ func (f patchFields) warningOnly() bool {
 	return at
 }
 
+// parks tells whether a node patch marks the node parked (its parked label).
+func (f patchFields) parks() bool {
+	v := f.Metadata.Labels[gpupoolv1.LabelParked]
+	return v != nil && *v == "true"
+}
+
+// taintsParked tells whether a node patch's taints hold the parked taint.
+func (f patchFields) taintsParked() bool {
+	var taints []corev1.Taint
+	_ = json.Unmarshal(f.Spec["taints"], &taints)
+	return slices.ContainsFunc(taints, func(t corev1.Taint) bool { return t.Key == gpupoolv1.TaintParked })
+}
+
 // uncordons tells whether a node patch makes the node schedulable again.
 func (f patchFields) uncordons() bool {
 	u, ok := f.Spec["unschedulable"]
@@ -176,9 +190,12 @@ func (f patchFields) uncordons() bool {
 // The state labels are written in the pass (the tests' reconciler) and past it
 // (stateBatches, as the manager writes them): each node is written the same state
 // values in the same order in every mode, and in the same passes when the test waits
-// for each pass's batch.
+// for each pass's batch. In the last mode the task starts are asked past the pass too
+// (execute.Starts, as the manager asks them), and a suspend's start writes its node's
+// parked marks just before it asks: that write carries the node's state label, and
+// neither that pass nor the next writes the label or the warning on its own.
 func TestDayNightDayNodeWrites(t *testing.T) {
-	modes := []string{"in the pass", "past the pass", "overlapping the next pass"}
+	modes := []string{"in the pass", "past the pass", "overlapping the next pass", "suspends' node writes past the pass"}
 	states := map[string]map[string][]string{}
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) { states[mode] = dayNightDayNodeWrites(t, mode) })
@@ -190,7 +207,7 @@ func TestDayNightDayNodeWrites(t *testing.T) {
 	for _, mode := range modes[1:] {
 		for vm, w := range want {
 			got := states[mode][vm]
-			if mode == "overlapping the next pass" {
+			if mode != "past the pass" {
 				w, got = valuesOnly(w), valuesOnly(got)
 			}
 			if !slices.Equal(got, w) {
@@ -217,7 +234,8 @@ func valuesOnly(entries []string) []string {
 // observe. Either way the same writes, and the same labels in the end.
 func dayNightDayNodeWrites(t *testing.T, mode string) map[string][]string {
 	const maxPerNode = 4
-	h := newHarness(t, map[string]string{"in the pass": "nwr-", "past the pass": "nwb-", "overlapping the next pass": "nwo-"}[mode])
+	h := newHarness(t, map[string]string{"in the pass": "nwr-", "past the pass": "nwb-", "overlapping the next pass": "nwo-",
+		"suspends' node writes past the pass": "nws-"}[mode])
 	log := &nodeWriteLog{}
 	log.reset()
 	h.client = log.wrap
@@ -226,9 +244,18 @@ func dayNightDayNodeWrites(t *testing.T, mode string) map[string][]string {
 		states = newStateBatches(h.ctx)
 		h.reconciler().states = states
 	}
+	// The manager's task starts: a suspend's start marks its node parked past the pass.
+	var starts *execute.Starts
+	if mode == "suspends' node writes past the pass" {
+		starts = execute.NewStarts(h.ctx, nil)
+		h.reconciler().starts = starts
+	}
 	reconcile := func(pool string) ctrl.Result {
 		res := h.reconcile(pool)
-		if mode == "past the pass" {
+		if starts != nil {
+			starts.Wait() // its node writes count for the pass that handed them out
+		}
+		if mode != "in the pass" && mode != "overlapping the next pass" {
 			states.idle(pool)
 		}
 		return res
@@ -291,6 +318,13 @@ func dayNightDayNodeWrites(t *testing.T, mode string) map[string][]string {
 		}
 		if mode == "overlapping the next pass" {
 			continue // a batch's writes land in the next pass's numbering
+		}
+		if starts != nil {
+			for _, w := range ws {
+				if f := parsePatch(t, w.patch); f.parks() && (f.Metadata.Labels[LabelState] == nil || !f.taintsParked()) {
+					t.Errorf("node %s: pass %d parked it without its state label or taint: %s", n, w.pass, w.patch)
+				}
+			}
 		}
 		perPass := map[int]int{}
 		for _, w := range ws {

@@ -117,8 +117,9 @@ type Input struct {
 	// node carries them in its own patch, so that the pass does not patch the node a
 	// second time for them. done says that the patch does the worker's last step (a
 	// relabel, an uncordon): the marks are then those of a worker with no step left,
-	// which the next pass publishes. It is called from the run's concurrent writes and
-	// must only read the pass.
+	// which the next pass publishes. It is called from the run's concurrent writes, and
+	// past the pass by the suspends' node writes (Outcome.MarksLater), possibly while the
+	// next pass runs: it must only read what nothing changes once the run has begun.
 	Marks func(vm string, done bool, n *corev1.Node)
 	// ReadyOnceRelabelled tells whether the node of VM vm (by inventory name), ready for
 	// work, stays so once it carries the layout's labels and taints: its relabel then

@@ -110,7 +110,7 @@ func (f *Follower) takeStarts(ctx context.Context) (time.Duration, map[string]bo
 			ws.Message = fmt.Sprintf("%s was not asked of vCenter: marking its node parked failed (%v); planned again from what is observed", ws.Task.Operation, a.markErr)
 			f.StepErrors = append(f.StepErrors, fmt.Sprintf("%s of VM %s not asked: %v", ws.Task.Operation, ws.VM, a.markErr))
 			ws.Task = nil
-			after = Soonest(after, RequeueDrain) // as a node write that fails in a pass
+			after = Soonest(after, RequeueBlocked) // as a park whose node write fails in a pass
 		case ended && a.notAsked:
 			ws.Message = fmt.Sprintf("%s was not asked of vCenter (the pool was paused or deleted, its transition aborted, or the start waited too long): planned again from what is observed", ws.Task.Operation)
 			ws.Task = nil

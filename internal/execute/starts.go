@@ -77,6 +77,10 @@ type startRecord struct {
 	// markErr: the node write to make before the start (queuedStart.mark) failed, and
 	// the start was not asked.
 	markErr error
+	// marking: that node write is still to be made or under way (PendingMarks), and
+	// stopMark ends it when the start is cancelled while it is under way.
+	marking  bool
+	stopMark context.CancelFunc
 	// held: a pass took the answer and has not stored what it recorded yet (Commit).
 	held bool
 	// ahead: a power-on ahead of parks (ahead.go), not asked before they end, and what
@@ -88,8 +92,10 @@ type startRecord struct {
 }
 
 // StartTimeout bounds one start asked past the pass, as reconcileTimeout bounds a pass's,
-// and how long a start may queue before it is asked: an intent is answered within twice
-// that, well within the deletion's wait for a pool's tasks.
+// how long a start may queue before it is asked, and the node write a suspend makes
+// before (Starts.mark; it may also wait for a state-label write to the same node under
+// way, each bounded by its own request): an intent is answered within a few times that,
+// well within the deletion's wait for a pool's tasks.
 const StartTimeout = 2 * time.Minute
 
 // NewStarts returns the starts of a manager: ctx ends them.
@@ -115,7 +121,7 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 		s.records[pool] = map[string]*startRecord{}
 	}
 	for i, q := range queued {
-		recs[i] = &startRecord{op: q.op, at: q.at, ahead: q.after != nil, plannedFor: q.plannedFor, done: make(chan struct{})}
+		recs[i] = &startRecord{op: q.op, at: q.at, ahead: q.after != nil, plannedFor: q.plannedFor, marking: q.mark != nil, done: make(chan struct{})}
 		s.records[pool][q.worker] = recs[i]
 	}
 	var aheads []aheadGroup
@@ -242,7 +248,7 @@ func (s *Starts) notAsked(rec *startRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !rec.ended {
-		rec.ended, rec.notAsked = true, true
+		rec.ended, rec.notAsked, rec.marking = true, true, false
 		close(rec.done)
 	}
 }
@@ -259,28 +265,57 @@ func (s *Starts) mark(marks chan struct{}, q queuedStart, rec *startRecord, hand
 	}
 	marks <- struct{}{}
 	defer func() { <-marks }()
+	ctx, cancel := context.WithTimeout(s.ctx, StartTimeout)
+	defer cancel()
 	s.mu.Lock()
 	stale := rec.cancelled || s.now().Sub(handed) > StartTimeout || s.ctx.Err() != nil
+	if !stale {
+		rec.stopMark = cancel // Cancel ends the write under way: its pass is moot
+	}
 	s.mu.Unlock()
 	if stale {
 		s.notAsked(rec)
 		return false
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, StartTimeout)
-	defer cancel()
 	began := time.Now()
 	err := q.mark(ctx)
 	StartStages.WithLabelValues("mark").Observe(time.Since(began).Seconds())
-	if err == nil {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec.marking, rec.stopMark = false, nil
+	switch {
+	case rec.ended:
+		return false
+	case rec.cancelled: // not asked, as any start cancelled before it is asked
+		err = nil
+	case err == nil:
 		return true
+	}
+	rec.ended, rec.notAsked, rec.markErr = true, true, err
+	close(rec.done)
+	return false
+}
+
+// PendingMarks are the workers of the pool whose start still has its node write to make
+// (queuedStart.mark: a suspend's parked marks), by status key: a later pass leaves those
+// nodes' state labels and warnings to that write, which carries them, rather than write
+// the node before it and make it wait and conflict.
+func (s *Starts) PendingMarks(pool string) map[string]bool {
+	if s == nil {
+		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !rec.ended {
-		rec.ended, rec.notAsked, rec.markErr = true, true, err
-		close(rec.done)
+	var out map[string]bool
+	for w, rec := range s.records[pool] {
+		if rec.marking && !rec.ended {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[w] = true
+		}
 	}
-	return false
+	return out
 }
 
 // ask asks vCenter for one start, unless it was cancelled, or queued since handed for
@@ -332,6 +367,9 @@ func (s *Starts) Cancel(pool string) {
 	for _, rec := range s.records[pool] {
 		if !rec.asking && !rec.ended {
 			rec.cancelled = true
+			if rec.stopMark != nil {
+				rec.stopMark() // a node write under way for it is ended
+			}
 		}
 	}
 	for _, stop := range s.follows[pool] {

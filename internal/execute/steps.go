@@ -124,10 +124,12 @@ func guestShutdownTimeout(p *gpupoolv1.GPUPoolProfile) time.Duration {
 }
 
 // markParked labels and taints a node as parked and shields its Cluster API Machine
-// before its VM goes down. It reports false when the VM must not be parked now: its
-// Machine cannot be read, or the Machine its annotations name is not the node's, so it
-// could not be protected (the VM is held and Stalled says why); a failed node patch is
-// reported as a step error the same way.
+// before its VM goes down; the marks of a suspend's node are left to the start of its
+// task (marksLater), which writes them just before it asks, and reports a failed write
+// through the next pass (Follower.StepErrors). It reports false when the VM must not be
+// parked now: its Machine cannot be read, or the Machine its annotations name is not
+// the node's, so it could not be protected (the VM is held and Stalled says why); a
+// failed node patch in the pass is reported as a step error the same way.
 func (r *run) markParked(ctx context.Context, vm string, node *corev1.Node, action plan.Action) bool {
 	if node == nil {
 		return true
@@ -174,8 +176,9 @@ func (r *run) parkNode(ctx context.Context, vm string, node *corev1.Node, later 
 	case marked:
 		return nil
 	case later:
-		// Counted as made: the start reports a failure (Starts.mark), and its VM is
-		// then not parked and planned again.
+		// Counted as made when handed out: the start's answer tells a failure
+		// (Starts.mark), its VM is then not parked, and the next pass plans it again a
+		// minute later, as after a park whose node write failed in the pass.
 		r.Budget.NodeWritten(nil)
 		return nil
 	}

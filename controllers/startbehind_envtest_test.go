@@ -137,6 +137,12 @@ func TestPauseDropsStartsNotAsked(t *testing.T) {
 	if !handed {
 		t.Fatal("the power-ons were never handed out ahead of the suspend")
 	}
+	// The suspend is asked past the pass once its node is marked parked: the door holds
+	// only what comes after it.
+	night, ok := h.sim.VM(h.prefix + "night-1")
+	if !ok || !door.waitFor(func() bool { return door.asked[night.Ref] > asked[night.Ref] }) {
+		t.Fatal("the suspend of night-1 was never asked")
+	}
 	door.hold(true)
 	h.sim.ReleaseTasks()
 	if !door.waitFor(func() bool { return door.powerOns > 0 }) {

@@ -199,8 +199,9 @@ func (r *GPUPoolProfileReconciler) finalize(ctx context.Context, pool *gpupoolv1
 }
 
 // followPausedTasks records the end of the vSphere tasks a paused pool started before the
-// pause: a pause starts nothing and touches no node, but its status must not claim a task
-// runs that has ended (or hide one that failed). It returns when to look again (0:
+// pause: a pause starts nothing and touches no node (a suspend's node write under way
+// when it came is ended, and its suspend not asked: execute.Starts.Cancel), but its
+// status must not claim a task runs that has ended (or hide one that failed). It returns when to look again (0:
 // nothing is in flight).
 func (r *GPUPoolProfileReconciler) followPausedTasks(ctx context.Context, s *scope) time.Duration {
 	if !slices.ContainsFunc(s.pool.Status.Workers, func(w gpupoolv1.WorkerStatus) bool { return w.Task != nil }) {

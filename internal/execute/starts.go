@@ -268,7 +268,7 @@ func (s *Starts) mark(marks chan struct{}, q queuedStart, rec *startRecord, hand
 	ctx, cancel := context.WithTimeout(s.ctx, StartTimeout)
 	defer cancel()
 	s.mu.Lock()
-	stale := rec.cancelled || s.now().Sub(handed) > StartTimeout || s.ctx.Err() != nil
+	stale := s.stale(rec, handed)
 	if !stale {
 		rec.stopMark = cancel // Cancel ends the write under way: its pass is moot
 	}
@@ -294,6 +294,13 @@ func (s *Starts) mark(marks chan struct{}, q queuedStart, rec *startRecord, hand
 	rec.ended, rec.notAsked, rec.markErr = true, true, err
 	close(rec.done)
 	return false
+}
+
+// stale tells whether a start handed out at handed is no longer to be asked, nor its node
+// written: it was cancelled, has queued for longer than StartTimeout, or the Starts'
+// context ended. s.mu is held.
+func (s *Starts) stale(rec *startRecord, handed time.Time) bool {
+	return rec.cancelled || s.now().Sub(handed) > StartTimeout || s.ctx.Err() != nil
 }
 
 // PendingMarks are the workers of the pool whose start still has its node write to make
@@ -324,7 +331,7 @@ func (s *Starts) PendingMarks(pool string) map[string]bool {
 // (StartStages), not the Starts' clock, which tests may fake.
 func (s *Starts) ask(q queuedStart, rec *startRecord, handed, ready time.Time) {
 	s.mu.Lock()
-	if rec.cancelled || s.now().Sub(handed) > StartTimeout || s.ctx.Err() != nil {
+	if s.stale(rec, handed) {
 		rec.ended, rec.notAsked = true, true
 		close(rec.done)
 		s.mu.Unlock()

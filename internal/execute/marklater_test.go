@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -140,7 +141,7 @@ func TestSuspendMarksLater(t *testing.T) {
 					nodes.SetState(n, "parking", "pool")
 				}})
 			for _, l := range log.all() {
-				if !slicesHasPrefix(l, "protect ") {
+				if !strings.HasPrefix(l, "protect ") {
 					t.Fatalf("the pass made %q: want only the Machines protected in it", l)
 				}
 			}
@@ -191,10 +192,6 @@ func TestSuspendMarksLater(t *testing.T) {
 			}
 		})
 	}
-}
-
-func slicesHasPrefix(s, prefix string) bool {
-	return len(s) >= len(prefix) && s[:len(prefix)] == prefix
 }
 
 // TestSuspendMarkFails: a suspend whose node cannot be marked parked is not asked (its
@@ -253,7 +250,7 @@ func TestSuspendMarkFails(t *testing.T) {
 			}
 			var asked []string
 			for _, l := range log.all() {
-				if vm, ok := cutPrefix(l, "suspend "); ok {
+				if vm, ok := strings.CutPrefix(l, "suspend "); ok {
 					asked = append(asked, vm)
 				}
 			}
@@ -286,13 +283,6 @@ func TestSuspendMarkFails(t *testing.T) {
 			}
 		})
 	}
-}
-
-func cutPrefix(s, prefix string) (string, bool) {
-	if !slicesHasPrefix(s, prefix) {
-		return "", false
-	}
-	return s[len(prefix):], true
 }
 
 // TestSuspendMarksInThePassWithoutStarts: a pass that starts its tasks itself (no

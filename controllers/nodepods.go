@@ -42,6 +42,9 @@ type nodePodsWatch struct {
 	pods  *podStore
 	stop  context.CancelFunc
 	pools map[string]bool
+	// changed is closed, and replaced, when a pod of the node goes or changes what
+	// matters (notify), and when the watch stops: waitDrained waits on it. np.mu guards it.
+	changed chan struct{}
 }
 
 func newNodePods(ctx context.Context, cs kubernetes.Interface) *nodePods {
@@ -68,6 +71,7 @@ func (np *nodePods) track(pool string, nodes []string) {
 			delete(w.pools, pool)
 			if len(w.pools) == 0 {
 				w.stop()
+				close(w.changed)
 				delete(np.watches, n)
 			}
 		}
@@ -114,7 +118,7 @@ func (np *nodePods) start(node string) *nodePodsWatch {
 	}
 	ctx, cancel := context.WithCancel(np.ctx)
 	store := newPodStore(func() { np.notify(node) })
-	w := &nodePodsWatch{pods: store, stop: cancel, pools: map[string]bool{}}
+	w := &nodePodsWatch{pods: store, stop: cancel, pools: map[string]bool{}, changed: make(chan struct{})}
 	r := toolscache.NewReflectorWithOptions(lw, &corev1.Pod{}, store, toolscache.ReflectorOptions{Name: "pods of node " + node,
 		MinWatchTimeout: nodePodsWatchTimeout})
 	go r.RunWithContext(ctx)
@@ -130,6 +134,8 @@ func (np *nodePods) notify(node string) {
 		for p := range w.pools {
 			pools = append(pools, p)
 		}
+		close(w.changed)
+		w.changed = make(chan struct{})
 	}
 	np.mu.Unlock()
 	for _, p := range pools {
@@ -167,6 +173,36 @@ func (np *nodePods) list(node string) ([]corev1.Pod, bool) {
 		}
 	}
 	return out, true
+}
+
+// waitDrained waits until the watched pods of every node are gone but those a drain
+// leaves alone (drain.Gone), and reports whether they were before ctx ended: the
+// executor's Drained, for the suspends after drains. A node whose pods are not watched,
+// or not listed yet, is never taken as drained here (false at once): a pass decides it.
+func (np *nodePods) waitDrained(ctx context.Context, nodes []string) bool {
+	for _, node := range nodes {
+		for {
+			np.mu.Lock()
+			w := np.watches[node]
+			var changed chan struct{}
+			if w != nil {
+				changed = w.changed // before the list: a change after it closes this one
+			}
+			np.mu.Unlock()
+			if w == nil || !w.pods.synced.Load() {
+				return false
+			}
+			if pods, _ := np.list(node); drain.Gone(pods) {
+				break
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // watched is how many nodes' pods are watched (a gauge, the tests).

@@ -301,6 +301,20 @@ func blocksUnlessForced(p *corev1.Pod, d gpupoolv1.DrainSpec) string {
 	return ""
 }
 
+// Gone tells whether no pod is left on a node but those a drain leaves alone (DaemonSet
+// and mirror pods, pods that finished): none running, none terminating. It is stricter
+// than AnyToEvict, which stops waiting for a terminating pod past its deadline or on a
+// node that is not Ready: a suspend asked between passes (internal/execute,
+// afterdrains.go) goes only once the pods are gone, and leaves any doubt to a pass.
+func Gone(pods []corev1.Pod) bool {
+	for i := range pods {
+		if !skip(&pods[i]) {
+			return false
+		}
+	}
+	return true
+}
+
 // AnyToEvict tells whether a drain of a node with these pods would still evict or wait
 // for a pod: the planner's "drained" for a cordoned node.
 func (h *Helper) AnyToEvict(pods []corev1.Pod, nodeReady bool, now time.Time) bool {

@@ -57,17 +57,7 @@ func (r *run) startAhead() {
 			parks[ws.VM], from[ws.VM] = a, prereq{id: ws.Task.ID}
 		}
 	}
-	in := *r.Planned
-	in.InFlight = maps.Clone(in.InFlight)
-	for _, q := range r.queued { // the pass's own starts are in flight for the plan after them
-		if a, ok := taskAction(q.op); ok {
-			if in.InFlight == nil {
-				in.InFlight = map[string]plan.Action{}
-			}
-			in.InFlight[q.worker] = a
-		}
-	}
-	for _, ahead := range plan.AfterParks(in, parks) {
+	for _, ahead := range plan.AfterParks(r.plannedWithQueued(), parks) {
 		var after []prereq
 		for _, k := range ahead.After {
 			after = append(after, from[k])
@@ -95,6 +85,22 @@ func (r *run) startAhead() {
 			r.out.After = Soonest(r.out.After, wait)
 		}
 	}
+}
+
+// plannedWithQueued is the input the pass's plan was built from, with the pass's own
+// starts in flight: the plan after them counts them as the next pass will.
+func (r *run) plannedWithQueued() plan.Input {
+	in := *r.Planned
+	in.InFlight = maps.Clone(in.InFlight)
+	for _, q := range r.queued {
+		if a, ok := taskAction(q.op); ok {
+			if in.InFlight == nil {
+				in.InFlight = map[string]plan.Action{}
+			}
+			in.InFlight[q.worker] = a
+		}
+	}
+	return in
 }
 
 // taskAction is the plan's action of a vSphere operation.
@@ -261,6 +267,12 @@ func (s *Starts) CancelAhead(pool string, generation int64, layout string) {
 	for _, rec := range s.records[pool] {
 		if rec.ahead && !rec.asking && !rec.ended && rec.plannedFor != want {
 			rec.cancelled = true
+			if rec.stopGate != nil {
+				rec.stopGate()
+			}
+			if rec.stopMark != nil {
+				rec.stopMark()
+			}
 		}
 	}
 }

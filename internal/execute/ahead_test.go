@@ -237,7 +237,7 @@ func TestStartGroupsAhead(t *testing.T) {
 func stageCounts(t *testing.T) map[string]uint64 {
 	t.Helper()
 	out := map[string]uint64{}
-	for _, stage := range []string{"parks", "queue", "ask"} {
+	for _, stage := range []string{"parks", "drains", "mark", "queue", "ask"} {
 		var m dto.Metric
 		if err := StartStages.WithLabelValues(stage).(prometheus.Metric).Write(&m); err != nil {
 			t.Fatal(err)
@@ -245,4 +245,14 @@ func stageCounts(t *testing.T) map[string]uint64 {
 		out[stage] = m.GetHistogram().GetSampleCount()
 	}
 	return out
+}
+
+// counterValue is a counter's value for the labels.
+func counterValue(t *testing.T, c *prometheus.CounterVec, labels ...string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.WithLabelValues(labels...).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

@@ -284,6 +284,11 @@ func (r *run) evictBehind(ctx context.Context, steps []plan.Step) bool {
 				r.Evictions.Cancel(r.Pool.Name)
 				return true
 			}
+			if !stuck(out) {
+				// Nothing left that the pods' owners hold: its suspend may be asked
+				// as soon as its pods are gone (startAfterDrains).
+				r.drainsEnding = append(r.drainsEnding, step.VM)
+			}
 			if !out.res.Done && !stuck(out) {
 				// Pods terminating, or evictions the last pass's cap deferred: the next
 				// round now (a pod whose eviction was granted is not asked again).

@@ -100,6 +100,13 @@ type Executor struct {
 	// them with Persist and starts them inside the pass (the tests that run passes by
 	// hand).
 	Starts *Starts
+	// Drained, when set with Starts, waits until the pods of every named node are gone
+	// but those a drain leaves alone (drain.Gone), and reports whether they were before
+	// ctx ended; false when it cannot tell (a node whose pods are not watched). The
+	// suspends that drains ending in the pass make due are then asked as soon as it
+	// says so (afterdrains.go). nil: each suspend waits for a pass that observes its
+	// node drained.
+	Drained func(ctx context.Context, nodes []string) bool
 }
 
 // Input is what one run acts on: the pool (whose workers' status it writes), the time
@@ -175,6 +182,9 @@ type run struct {
 	parkedAhead map[string]error
 	// uncordons are the VMs whose node the plan uncordons (uncordonWithRelabel).
 	uncordons map[string]bool
+	// drainsEnding are the VMs whose drain's round the pass settled with nothing left
+	// to evict: their nodes' pods are only terminating, or gone (startAfterDrains).
+	drainsEnding []string
 	// doneMu guards out.Done, which concurrent node steps add to (finished).
 	doneMu sync.Mutex
 }
@@ -213,6 +223,7 @@ func (e *Executor) Run(ctx context.Context, in Input) Outcome {
 	r.timed("act:node-steps", func() { others = r.patchNodesTogether(ctx, others) })
 	r.timed("act:park", func() { r.parkAhead(ctx, others) })
 	r.timed("act:steps", func() { r.runSteps(ctx, others) })
+	r.timed("act:after-drains", func() { r.startAfterDrains(ctx) })
 	r.timed("act:ahead", r.startAhead)
 	r.timed("act:start", func() { r.startQueued(ctx) })
 	return r.out

@@ -28,16 +28,22 @@ var (
 		Name: "gpupool_power_ons_ahead_total",
 		Help: "Power-ons planned ahead of the parks on their host, by result: asked (the parks ended well and vCenter was asked without waiting for a pass; it may still refuse) or not-asked (a park failed or was not asked, the watch of the parks failed, the pool was paused, aborted, edited, switched to another layout or deleted, or the parks did not end within 2 minutes of the pass: the next pass plans again).",
 	}, []string{"pool", "result"})
+	// SuspendsAfterDrains counts the suspends planned after drains (afterdrains.go) by
+	// what became of them.
+	SuspendsAfterDrains = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpupool_suspends_after_drains_total",
+		Help: "Suspends planned after the drains on their host, by result: asked (the drained nodes' pods were gone and vCenter was asked without waiting for a pass; it may still refuse) or not-asked (the pods were not gone within 2 minutes of the pass, the node's parked marks could not be written, or the pool was paused, aborted, edited, switched to another layout or deleted: the next pass plans again).",
+	}, []string{"pool", "result"})
 	// StartStages splits the time of the starts asked past the pass (Starts), so that a
 	// benchmark can tell vCenter's answers from the waits gpupool adds. No pool label:
 	// the waits are the manager's own, read across pools.
 	StartStages = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gpupool_task_start_stage_seconds",
-		Help:    "Time the vSphere task starts asked past the pass spent, by stage: parks (a power-on ahead of the parks on its host, from its handout until the parks were seen to end well), mark (a suspend's write of its node's parked marks, made just before it is asked), queue (from its handout, its parks' end or its node's write, until it was asked: the host's earlier power-ons, the pool's start slots, the group's earlier starts) and ask (vCenter's answer to the start).",
+		Help:    "Time the vSphere task starts asked past the pass spent, by stage: parks (a power-on ahead of the parks on its host, from its handout until the parks were seen to end well), drains (a suspend after the drains on its host, from its handout until the drained nodes' pods were gone), mark (a suspend's write of its node's parked marks, made just before it is asked), queue (from its handout, its parks' or drains' end or its node's write, until it was asked: the host's earlier power-ons, the pool's start slots, the group's earlier starts) and ask (vCenter's answer to the start).",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 17), // 1 ms to 65 s
 	}, []string{"stage"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(TaskErrors, PodEvictions, IntentsResolved, PowerOnsAhead, StartStages)
+	metrics.Registry.MustRegister(TaskErrors, PodEvictions, IntentsResolved, PowerOnsAhead, SuspendsAfterDrains, StartStages)
 }

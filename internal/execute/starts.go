@@ -83,10 +83,13 @@ type startRecord struct {
 	stopMark context.CancelFunc
 	// held: a pass took the answer and has not stored what it recorded yet (Commit).
 	held bool
-	// ahead: a power-on ahead of parks (ahead.go), not asked before they end, and what
-	// it was planned for (CancelAhead).
+	// ahead: a start asked on a condition past the pass, a power-on ahead of parks
+	// (ahead.go) or a suspend after drains (afterdrains.go), not asked before it holds,
+	// and what it was planned for (CancelAhead).
 	ahead      bool
 	plannedFor aheadPlan
+	// stopGate ends the wait of a suspend after drains for them (drainsEnd).
+	stopGate context.CancelFunc
 	// done is closed once the start is answered (ended).
 	done chan struct{}
 }
@@ -121,7 +124,7 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 		s.records[pool] = map[string]*startRecord{}
 	}
 	for i, q := range queued {
-		recs[i] = &startRecord{op: q.op, at: q.at, ahead: q.after != nil, plannedFor: q.plannedFor, marking: q.mark != nil, done: make(chan struct{})}
+		recs[i] = &startRecord{op: q.op, at: q.at, ahead: q.after != nil || q.gate != nil, plannedFor: q.plannedFor, marking: q.mark != nil, done: make(chan struct{})}
 		s.records[pool][q.worker] = recs[i]
 	}
 	var aheads []aheadGroup
@@ -157,14 +160,15 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 	var left sync.WaitGroup
 	plain := 0
 	for g, idx := range groups {
-		if cond[g] == nil {
+		gate := queued[idx[0]].gate // a suspend after drains: a group of its own (startGroups)
+		if cond[g] == nil && gate == nil {
 			plain++
 			left.Add(1)
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			if cond[g] == nil {
+			if cond[g] == nil && gate == nil {
 				defer left.Done()
 			} else {
 				defer s.wake(pool)
@@ -187,6 +191,15 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 				ready = time.Now()
 				StartStages.WithLabelValues("parks").Observe(ready.Sub(handedAt).Seconds())
 			}
+			if gate != nil {
+				if !s.drainsEnd(gate, recs[idx[0]], handed) {
+					s.notAsked(recs[idx[0]])
+					SuspendsAfterDrains.WithLabelValues(pool, "not-asked").Inc()
+					return
+				}
+				ready = time.Now()
+				StartStages.WithLabelValues("drains").Observe(ready.Sub(handedAt).Seconds())
+			}
 			marked := make([]bool, len(idx))
 			for j, i := range idx {
 				marked[j] = s.mark(marks, queued[i], recs[i], handed)
@@ -198,11 +211,18 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 			defer func() { <-slots }()
 			for j, i := range idx {
 				if !marked[j] {
+					if gate != nil {
+						SuspendsAfterDrains.WithLabelValues(pool, "not-asked").Inc()
+					}
 					continue // answered: not asked
 				}
 				s.ask(queued[i], recs[i], handed, ready)
-				if cond[g] != nil {
-					PowerOnsAhead.WithLabelValues(pool, map[bool]string{false: "asked", true: "not-asked"}[recs[i].notAsked]).Inc()
+				result := map[bool]string{false: "asked", true: "not-asked"}[recs[i].notAsked]
+				switch {
+				case cond[g] != nil:
+					PowerOnsAhead.WithLabelValues(pool, result).Inc()
+				case gate != nil:
+					SuspendsAfterDrains.WithLabelValues(pool, result).Inc()
 				}
 			}
 		}()
@@ -376,6 +396,9 @@ func (s *Starts) Cancel(pool string) {
 			rec.cancelled = true
 			if rec.stopMark != nil {
 				rec.stopMark() // a node write under way for it is ended
+			}
+			if rec.stopGate != nil {
+				rec.stopGate() // and a wait for its drains
 			}
 		}
 	}

@@ -78,6 +78,9 @@ type queuedStart struct {
 	// mark, when set, is the node write to make before the start is asked, past the
 	// pass (Starts.mark): the parked marks of a suspend's node (markLater). nil: none.
 	mark func(context.Context) error
+	// gate, when set, waits until the drains a suspend after drains waits for have
+	// ended (afterdrains.go): it is asked only if gate reports true.
+	gate func(context.Context) bool
 }
 
 // powerOnHost is the host a queued power-on powers the VM on: the plan's when it moves
@@ -104,7 +107,7 @@ func (r *run) startQueued(ctx context.Context) {
 	if r.Starts != nil {
 		r.out.Starts = &Handout{starts: r.Starts, pool: r.Pool.Name, queued: queued, groups: startGroups(queued)}
 		for _, q := range queued {
-			if ws := FindWorker(r.Pool, q.worker); ws != nil && q.after == nil {
+			if ws := FindWorker(r.Pool, q.worker); ws != nil && q.after == nil && q.gate == nil {
 				ws.Message = fmt.Sprintf("%s starting", q.op)
 			}
 			r.note(q.step, RequeueTask, nil)

@@ -1,0 +1,90 @@
+package execute
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpupool/gpupool/internal/plan"
+)
+
+// Suspends after drains (issue 37: a node whose last pod went waited for the next pass,
+// its read of vCenter and its status write, before the suspend of its VM was asked). A
+// pass that settles a drain's eviction round with nothing left to evict, its node's pods
+// only terminating (or none left), plans the suspends that the end of those drains makes
+// due on their host (plan.AfterDrains), protects their Machines, records their intents
+// in its one status write and hands them to Starts with the nodes they wait for
+// (Executor.Drained). Starts asks vCenter for each once the pods of every one of those
+// nodes are gone, after its node's parked marks (Starts.mark), and only then; drains that
+// do not end within StartTimeout of the handout, or a pause, abort, deletion, edit or
+// switch to another layout meanwhile, leave them not asked, and the next pass plans from
+// what it observes. Until then they are starts in flight: the passes go on with the
+// drains (a suspend in flight keeps its VM's steps), and a manager that restarts
+// resolves their intents as any (no task found: planned again).
+//
+// Only the drains settled in the pass are taken: a round that found pods blocking or
+// holding the drain (a PodDisruptionBudget, do-not-disrupt) waits for a pass, which
+// asks again and keeps drain.timeout; its pods would not go by themselves.
+
+// startAfterDrains queues the suspends that the drains ending in the pass make due
+// (r.drainsEnding), each waiting for its host's drains.
+func (r *run) startAfterDrains(ctx context.Context) {
+	if r.Starts == nil || r.Planned == nil || r.Drained == nil || len(r.drainsEnding) == 0 {
+		return
+	}
+	for _, ad := range plan.AfterDrains(r.plannedWithQueued(), r.drainsEnding) {
+		var nodes []string
+		for _, vm := range ad.After {
+			if n := r.World.Nodes[vm]; n != nil {
+				nodes = append(nodes, n.Name)
+			}
+		}
+		if len(nodes) != len(ad.After) {
+			continue // cannot happen: a drain ending has its node
+		}
+		drained := r.Drained
+		gate := func(ctx context.Context) bool { return drained(ctx, nodes) }
+		for _, step := range ad.Suspends {
+			ws := r.worker(step.VM)
+			if ws.Task != nil || backingOff(ws, r.Now) {
+				continue
+			}
+			msg := ws.Message
+			queued := len(r.queued)
+			wait, err := r.execute(ctx, step) // protects the Machine, queues the suspend and its node's marks
+			for i := queued; i < len(r.queued); i++ {
+				q := &r.queued[i]
+				q.step, q.gate = step, gate
+				q.plannedFor = aheadPlan{generation: r.Pool.Generation, layout: r.Planned.Layout}
+				ws.Message = msg // the drain's own, for a node still draining
+				if n := r.World.Nodes[step.VM]; n == nil || !slices.Contains(nodes, n.Name) {
+					ws.Message = fmt.Sprintf("Suspend to be asked once the drains on host %s end", ad.Host)
+				}
+			}
+			r.note(step, wait, err)
+		}
+	}
+}
+
+// drainsEnd waits until the gate of a suspend after drains (queuedStart.gate) opens, and
+// reports true when it did within StartTimeout of handed, the start neither cancelled
+// nor stale: its drains must end within StartTimeout of the handout, as any start must be
+// asked within it, so that no older decision is acted on. Cancel and CancelAhead end
+// the wait.
+func (s *Starts) drainsEnd(gate func(context.Context) bool, rec *startRecord, handed time.Time) bool {
+	ctx, stop := context.WithTimeout(s.ctx, StartTimeout-s.now().Sub(handed))
+	defer stop()
+	s.mu.Lock()
+	if s.stale(rec, handed) {
+		s.mu.Unlock()
+		return false
+	}
+	rec.stopGate = stop
+	s.mu.Unlock()
+	open := gate(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec.stopGate = nil
+	return open && ctx.Err() == nil && !s.stale(rec, handed)
+}

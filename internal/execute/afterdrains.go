@@ -55,7 +55,7 @@ func (r *run) startAfterDrains(ctx context.Context) {
 			wait, err := r.execute(ctx, step) // protects the Machine, queues the suspend and its node's marks
 			for i := queued; i < len(r.queued); i++ {
 				q := &r.queued[i]
-				q.step, q.gate = step, gate
+				q.step, q.gate, q.gateVMs = step, gate, ad.After
 				q.plannedFor = aheadPlan{generation: r.Pool.Generation, layout: r.Planned.Layout}
 				ws.Message = msg // the drain's own, for a node still draining
 				if n := r.World.Nodes[step.VM]; n == nil || !slices.Contains(nodes, n.Name) {
@@ -82,9 +82,58 @@ func (s *Starts) drainsEnd(gate func(context.Context) bool, rec *startRecord, ha
 	}
 	rec.stopGate = stop
 	s.mu.Unlock()
-	open := gate(ctx)
+	gateCtx, stopGate := context.WithCancel(ctx)
+	defer stopGate()
+	go func() { // a pass that observed the drains ended opens the gate (OpenGates)
+		select {
+		case <-rec.opened:
+			stopGate()
+		case <-gateCtx.Done():
+		}
+	}()
+	open := gate(gateCtx)
+	select {
+	case <-rec.opened:
+		open = true
+	default:
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec.stopGate = nil
 	return open && ctx.Err() == nil && !s.stale(rec, handed)
+}
+
+// OpenGates lets the pool's suspends after drains go whose drains a pass observed ended
+// (drained, by VM as plan.AfterDrains was given them): the pass's word, with its full
+// view of a drain (a terminating pod past its deadline, a node that is not Ready), where
+// the wait on the pods' watches sees pods still there.
+func (s *Starts) OpenGates(pool string, drained func(vm string) bool) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rec := range s.records[pool] {
+		if rec.opened == nil || rec.ended || rec.asking || slices.ContainsFunc(rec.gateVMs, func(vm string) bool { return !drained(vm) }) {
+			continue
+		}
+		select {
+		case <-rec.opened:
+		default:
+			close(rec.opened)
+		}
+	}
+}
+
+// openDrainedGates opens the gates of the pool's suspends after drains whose drains the
+// pass observed ended (Starts.OpenGates).
+func (r *run) openDrainedGates() {
+	if r.Starts == nil || r.Planned == nil {
+		return
+	}
+	nodes := r.Planned.Nodes
+	r.Starts.OpenGates(r.Pool.Name, func(vm string) bool {
+		ns, ok := nodes[vm]
+		return ok && ns.Drained
+	})
 }

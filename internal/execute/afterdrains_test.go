@@ -125,6 +125,14 @@ func TestStartsAfterDrains(t *testing.T) {
 		}, want: result{asked: []string{"a"}, markFailed: []string{"b"}}},
 		{name: "the wait cannot tell", never: true, run: func(*Starts, *drainGates, func()) {},
 			want: result{notAsked: []string{"a", "b"}}},
+		{name: "a pass sees the drains ended", run: func(s *Starts, _ *drainGates, _ func()) {
+			s.OpenGates("pool", func(string) bool { return true }) // a terminating pod past its deadline, say
+		}, want: result{asked: []string{"a", "b"}}},
+		{name: "a pass sees one drain ended", run: func(s *Starts, d *drainGates, _ func()) {
+			s.OpenGates("pool", func(vm string) bool { return vm == "a" })
+			s.OpenGates("other", func(string) bool { return true })
+			s.Cancel("pool")
+		}, want: result{notAsked: []string{"a", "b"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -144,6 +152,7 @@ func TestStartsAfterDrains(t *testing.T) {
 				st := queue(w, vsphere.OpSuspend, "h1", func(ctx context.Context) (string, error) { return vc.Suspend(ctx, w) })
 				st.mark = func(ctx context.Context) error { return ln.Patch(ctx, node, func(*corev1.Node) {}) }
 				st.gate = func(ctx context.Context) bool { return d.wait(ctx, []string{"node-a", "node-b"}) }
+				st.gateVMs = []string{"a", "b"}
 				st.plannedFor = aheadPlan{generation: 3, layout: "night"}
 				q = append(q, st)
 			}
@@ -271,8 +280,12 @@ func TestRunSuspendsAfterDrains(t *testing.T) {
 		name    string
 		result  drain.Result
 		holdOne bool // the round of node-day-4 is still in flight at the second pass
-		want    int
+		// passOpens: the pods never go (no kubelet); a pass that observes the nodes
+		// drained (terminating pods past their deadline) lets the suspends go.
+		passOpens bool
+		want      int
 	}{
+		{name: "a pass sees the nodes drained", result: drain.Result{Evicted: 1, Waiting: []string{"ns/p"}}, passOpens: true, want: 5},
 		{name: "pods terminating", result: drain.Result{Evicted: 1, Waiting: []string{"ns/p"}}, want: 5},
 		{name: "pods gone", result: drain.Result{Done: true}, want: 5},
 		{name: "a pod blocks", result: drain.Result{Blocked: []string{"ns/p: PodDisruptionBudget"}}},
@@ -311,6 +324,7 @@ func TestRunSuspendsAfterDrains(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 			out := pass()
+			intents := now // the suspends' intents' time
 			if out.Starts.Len() != c.want {
 				t.Fatalf("the settling pass handed out %d starts, want %d (the suspends, and night-1's power-on ahead of them)", out.Starts.Len(), c.want)
 			}
@@ -336,11 +350,30 @@ func TestRunSuspendsAfterDrains(t *testing.T) {
 			if got := log.all()[before:]; len(got) != 0 {
 				t.Fatalf("before the pods are gone: %v", got)
 			}
-			gates.end("node-day-1", "node-day-2", "node-day-3")
-			if got := log.all()[before:]; len(got) != 0 {
-				t.Fatalf("with node-day-4's pods still there: %v", got)
+			if c.passOpens {
+				drained := *in
+				drained.Nodes = map[string]plan.NodeState{}
+				for vm, ns := range in.Nodes {
+					ns.Cordoned, ns.Drained = true, vm != "day-4"
+					drained.Nodes[vm] = ns
+				}
+				now = now.Add(time.Second)
+				e.Run(t.Context(), Input{Pool: pool, Now: now, Plan: &plan.Plan{Layout: "night"}, Layout: &pool.Spec.Layouts[1], World: w, Planned: &drained})
+				if got := log.all()[before:]; len(got) != 0 {
+					t.Fatalf("a pass that saw node-day-4 still draining let suspends go: %v", got)
+				}
+				ns := drained.Nodes["day-4"]
+				ns.Drained = true
+				drained.Nodes["day-4"] = ns
+				now = now.Add(time.Second)
+				e.Run(t.Context(), Input{Pool: pool, Now: now, Plan: &plan.Plan{Layout: "night"}, Layout: &pool.Spec.Layouts[1], World: w, Planned: &drained})
+			} else {
+				gates.end("node-day-1", "node-day-2", "node-day-3")
+				if got := log.all()[before:]; len(got) != 0 {
+					t.Fatalf("with node-day-4's pods still there: %v", got)
+				}
+				gates.end("node-day-4")
 			}
-			gates.end("node-day-4")
 			s.Wait()
 			ev.Cancel("pool")
 			got := log.all()[before:]
@@ -350,7 +383,7 @@ func TestRunSuspendsAfterDrains(t *testing.T) {
 				if mark < 0 || ask < mark || slices.Index(got[ask+1:], "suspend "+vm) >= 0 {
 					t.Errorf("%s: %v, want its node's marks, then one suspend", vm, got)
 				}
-				if a, ended, _ := s.take("pool", vm, vsphere.OpSuspend, now, false); !ended || a.id != "task-"+vm {
+				if a, ended, _ := s.take("pool", vm, vsphere.OpSuspend, intents, false); !ended || a.id != "task-"+vm {
 					t.Errorf("%s: %+v ended %v, want its task", vm, a, ended)
 				}
 			}

@@ -223,7 +223,10 @@ func (e *Executor) Run(ctx context.Context, in Input) Outcome {
 	r.timed("act:node-steps", func() { others = r.patchNodesTogether(ctx, others) })
 	r.timed("act:park", func() { r.parkAhead(ctx, others) })
 	r.timed("act:steps", func() { r.runSteps(ctx, others) })
-	r.timed("act:after-drains", func() { r.startAfterDrains(ctx) })
+	r.timed("act:after-drains", func() {
+		r.openDrainedGates()
+		r.startAfterDrains(ctx)
+	})
 	r.timed("act:ahead", r.startAhead)
 	r.timed("act:start", func() { r.startQueued(ctx) })
 	return r.out

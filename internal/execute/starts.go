@@ -88,8 +88,12 @@ type startRecord struct {
 	// and what it was planned for (CancelAhead).
 	ahead      bool
 	plannedFor aheadPlan
-	// stopGate ends the wait of a suspend after drains for them (drainsEnd).
+	// stopGate ends the wait of a suspend after drains for them (drainsEnd); opened is
+	// closed when a pass observed those drains ended (OpenGates), and gateVMs are the
+	// VMs whose drains it waits for.
 	stopGate context.CancelFunc
+	opened   chan struct{}
+	gateVMs  []string
 	// done is closed once the start is answered (ended).
 	done chan struct{}
 }
@@ -125,6 +129,9 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 	}
 	for i, q := range queued {
 		recs[i] = &startRecord{op: q.op, at: q.at, ahead: q.after != nil || q.gate != nil, plannedFor: q.plannedFor, marking: q.mark != nil, done: make(chan struct{})}
+		if q.gate != nil {
+			recs[i].opened, recs[i].gateVMs = make(chan struct{}), q.gateVMs
+		}
 		s.records[pool][q.worker] = recs[i]
 	}
 	var aheads []aheadGroup

@@ -79,8 +79,10 @@ type queuedStart struct {
 	// pass (Starts.mark): the parked marks of a suspend's node (markLater). nil: none.
 	mark func(context.Context) error
 	// gate, when set, waits until the drains a suspend after drains waits for have
-	// ended (afterdrains.go): it is asked only if gate reports true.
-	gate func(context.Context) bool
+	// ended (afterdrains.go): it is asked only if gate reports true, or a pass observed
+	// the drains of gateVMs ended (Starts.OpenGates).
+	gate    func(context.Context) bool
+	gateVMs []string
 }
 
 // powerOnHost is the host a queued power-on powers the VM on: the plan's when it moves

@@ -150,6 +150,18 @@ func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (
 
 // blind ends a pass that could not see its world: it comes back after retry, and
 // the draining-soon warnings stay only while their switch is still due.
+// heldWorkers are the workers (by status key) of the VMs the pass holds.
+func heldWorkers(s *scope) map[string]bool {
+	var out map[string]bool
+	for _, h := range s.facts.held {
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[s.w.ID(h.VM)] = true
+	}
+	return out
+}
+
 func (r *GPUPoolProfileReconciler) blind(ctx context.Context, s *scope, retry time.Duration) outcome {
 	d, due, horizon := s.decision, switchDue(s), plan.WarnAhead(&s.pool.Spec)
 	r.accountUnobserved(s.pool)
@@ -195,9 +207,11 @@ func (r *GPUPoolProfileReconciler) decidePhase(ctx context.Context, s *scope) (o
 	}
 	s.plan, s.layout = p, making
 	if making != nil {
-		// Power-ons ahead of parks planned for another spec or layout are not asked.
+		// Power-ons ahead of parks and suspends after drains planned for another spec
+		// or layout are not asked.
 		r.starts.CancelAhead(s.pool.Name, s.pool.Generation, making.Name)
 	}
+	r.starts.CancelAheadOf(s.pool.Name, heldWorkers(s)) // nor those of the VMs held now
 	execute.Record(s.pool, p, &s.w, s.facts.held, passEvents{r, s})
 	r.publishPlan(ctx, s, p)
 	return outcome{}, nil

@@ -125,6 +125,10 @@ func TestStartsAfterDrains(t *testing.T) {
 		}, want: result{asked: []string{"a"}, markFailed: []string{"b"}}},
 		{name: "the wait cannot tell", never: true, run: func(*Starts, *drainGates, func()) {},
 			want: result{notAsked: []string{"a", "b"}}},
+		{name: "a VM is held", run: func(s *Starts, d *drainGates, _ func()) {
+			s.CancelAheadOf("pool", map[string]bool{"b": true})
+			d.end("node-a", "node-b")
+		}, want: result{asked: []string{"a"}, notAsked: []string{"b"}}},
 		{name: "a pass sees the drains ended", run: func(s *Starts, _ *drainGates, _ func()) {
 			s.OpenGates("pool", func(string) bool { return true }) // a terminating pod past its deadline, say
 		}, want: result{asked: []string{"a", "b"}}},

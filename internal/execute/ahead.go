@@ -252,27 +252,45 @@ type aheadPlan struct {
 	layout     string
 }
 
-// CancelAhead answers "not asked" the pool's power-ons ahead of parks not yet asked that
-// were planned for another generation of the pool or another layout than the pass that
-// calls it makes: the switch they were part of is no longer the one being made (a spec
-// edit, the schedule or demand wanting another layout, the way back to the layout the
-// switch started from). Their VMs are then planned again from what is observed.
+// CancelAhead answers "not asked" the pool's starts asked on a condition past the pass
+// (power-ons ahead of parks, suspends after drains) not yet asked that were planned for
+// another generation of the pool or another layout than the pass that calls it makes:
+// the switch they were part of is no longer the one being made (a spec edit, the
+// schedule or demand wanting another layout, the way back to the layout the switch
+// started from). Their VMs are then planned again from what is observed.
 func (s *Starts) CancelAhead(pool string, generation int64, layout string) {
 	if s == nil {
 		return
 	}
+	want := aheadPlan{generation: generation, layout: layout}
+	s.cancelAheadWhere(pool, func(_ string, rec *startRecord) bool { return rec.plannedFor != want })
+}
+
+// CancelAheadOf answers "not asked" the pool's starts asked on a condition past the pass
+// not yet asked of the workers held (by status key): a VM the pass holds (its node
+// ambiguous, its Machine not protectable) starts nothing decided before it was held.
+func (s *Starts) CancelAheadOf(pool string, held map[string]bool) {
+	if s == nil || len(held) == 0 {
+		return
+	}
+	s.cancelAheadWhere(pool, func(worker string, _ *startRecord) bool { return held[worker] })
+}
+
+// cancelAheadWhere cancels the pool's starts on a condition, not yet asked, that drop
+// says, and ends their waits and node writes under way.
+func (s *Starts) cancelAheadWhere(pool string, drop func(worker string, rec *startRecord) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	want := aheadPlan{generation: generation, layout: layout}
-	for _, rec := range s.records[pool] {
-		if rec.ahead && !rec.asking && !rec.ended && rec.plannedFor != want {
-			rec.cancelled = true
-			if rec.stopGate != nil {
-				rec.stopGate()
-			}
-			if rec.stopMark != nil {
-				rec.stopMark()
-			}
+	for worker, rec := range s.records[pool] {
+		if !rec.ahead || rec.asking || rec.ended || !drop(worker, rec) {
+			continue
+		}
+		rec.cancelled = true
+		if rec.stopGate != nil {
+			rec.stopGate()
+		}
+		if rec.stopMark != nil {
+			rec.stopMark()
 		}
 	}
 }

@@ -167,71 +167,22 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 	var left sync.WaitGroup
 	plain := 0
 	for g, idx := range groups {
-		gate := queued[idx[0]].gate // a suspend after drains: a group of its own (startGroups)
-		if cond[g] == nil && gate == nil {
+		grp := startGroup{pool: pool, queued: queued, idx: idx, recs: recs, handed: handed, handedAt: handedAt,
+			after: after[g], mine: mine[g], cond: cond[g], gate: queued[idx[0]].gate, marks: marks, slots: slots}
+		waits := grp.cond != nil || grp.gate != nil
+		if !waits {
 			plain++
 			left.Add(1)
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			if cond[g] == nil && gate == nil {
-				defer left.Done()
+			if waits {
+				defer s.wake(pool) // asked on its own condition, after the others' wake
 			} else {
-				defer s.wake(pool)
+				defer left.Done()
 			}
-			if mine[g] != nil {
-				defer s.hostDone(pool, queued[idx[0]].powerOnHost(), mine[g])
-				if after[g] != nil {
-					<-after[g]
-				}
-			}
-			ready := handedAt
-			if cond[g] != nil {
-				if !s.parksEnded(cond[g], handed) {
-					for _, i := range idx {
-						s.notAsked(recs[i])
-					}
-					PowerOnsAhead.WithLabelValues(pool, "not-asked").Add(float64(len(idx)))
-					return
-				}
-				ready = time.Now()
-				StartStages.WithLabelValues("parks").Observe(ready.Sub(handedAt).Seconds())
-			}
-			if gate != nil {
-				if !s.drainsEnd(gate, recs[idx[0]], handed) {
-					s.notAsked(recs[idx[0]])
-					SuspendsAfterDrains.WithLabelValues(pool, "not-asked").Inc()
-					return
-				}
-				ready = time.Now()
-				StartStages.WithLabelValues("drains").Observe(ready.Sub(handedAt).Seconds())
-			}
-			marked := make([]bool, len(idx))
-			for j, i := range idx {
-				marked[j] = s.mark(marks, queued[i], recs[i], handed)
-			}
-			if queued[idx[0]].mark != nil {
-				ready = time.Now() // the queue is measured from the node write's end
-			}
-			slots <- struct{}{}
-			defer func() { <-slots }()
-			for j, i := range idx {
-				if !marked[j] {
-					if gate != nil {
-						SuspendsAfterDrains.WithLabelValues(pool, "not-asked").Inc()
-					}
-					continue // answered: not asked
-				}
-				s.ask(queued[i], recs[i], handed, ready)
-				result := map[bool]string{false: "asked", true: "not-asked"}[recs[i].notAsked]
-				switch {
-				case cond[g] != nil:
-					PowerOnsAhead.WithLabelValues(pool, result).Inc()
-				case gate != nil:
-					SuspendsAfterDrains.WithLabelValues(pool, result).Inc()
-				}
-			}
+			s.run(grp)
 		}()
 	}
 	if plain == 0 {

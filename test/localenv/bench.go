@@ -72,7 +72,7 @@ type BenchResult struct {
 	// Phases are where the manager's passes spent their time during the two switches,
 	// by phase of the pass (gpupool_pass_phase_duration_seconds).
 	Phases map[string]PhaseStat
-	// StartStages split the task starts asked past the passes (parks, queue, ask:
+	// StartStages split the task starts asked past the passes (parks, drains, mark, queue, ask:
 	// gpupool_task_start_stage_seconds), over the two switches.
 	StartStages map[string]PhaseStat
 	// CPUSeconds are the CPU seconds each process of the environment used during the two

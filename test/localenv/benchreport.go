@@ -131,7 +131,7 @@ func FormatPhases(rs []*BenchResult) string {
 		}
 	}
 	for _, r := range rs {
-		for _, name := range []string{"parks", "mark", "queue", "ask"} {
+		for _, name := range []string{"parks", "drains", "mark", "queue", "ask"} {
 			if p, ok := r.StartStages[name]; ok {
 				fmt.Fprintf(&b, "%-6d %-15s %-7d %-10s %-10s %-10s %6s\n", r.Hosts, "start:"+name, p.N, q(p.P50), q(p.P99),
 					p.Total.Round(10*time.Millisecond), "-")
@@ -139,7 +139,8 @@ func FormatPhases(rs []*BenchResult) string {
 		}
 	}
 	b.WriteString("(p50/p99 at the histogram's bucket resolution, powers of two from 1 ms; start: the task starts asked past\n" +
-		"the passes, per start: parks, a power-on ahead waiting for its host's parks; mark, a suspend's node marked parked;\n" +
+		"the passes, per start: parks, a power-on ahead waiting for its host's parks; drains, a suspend after drains\n" +
+		"waiting for the drained nodes' pods to go; mark, a suspend's node marked parked;\n" +
 		"queue, for its turn; ask, vCenter's answer)\n")
 	return b.String()
 }

@@ -92,7 +92,8 @@ func TestFormatPhasesShares(t *testing.T) {
 		"act":        {N: 10, P50: time.Millisecond, P99: -1, Total: 3 * time.Second},
 		"act:cordon": {N: 2, P50: time.Millisecond, P99: time.Millisecond, Total: 1500 * time.Millisecond},
 	}, StartStages: map[string]PhaseStat{"queue": {N: 7, P50: 4 * time.Millisecond, P99: 8 * time.Millisecond, Total: 40 * time.Millisecond},
-		"mark": {N: 3, P50: 16 * time.Millisecond, P99: 32 * time.Millisecond, Total: 50 * time.Millisecond}}}
+		"mark":   {N: 3, P50: 16 * time.Millisecond, P99: 32 * time.Millisecond, Total: 50 * time.Millisecond},
+		"drains": {N: 2, P50: 256 * time.Millisecond, P99: 512 * time.Millisecond, Total: 600 * time.Millisecond}}}
 	out := FormatPhases([]*BenchResult{r})
 	// The starts' stages are listed after the passes' phases, outside their shares, in
 	// a start's order.
@@ -101,6 +102,9 @@ func TestFormatPhasesShares(t *testing.T) {
 	}
 	if i, j := strings.Index(out, "start:mark"), strings.Index(out, "start:queue"); i < 0 || i > j {
 		t.Errorf("start:mark not listed before start:queue:\n%s", out)
+	}
+	if i, j := strings.Index(out, "start:drains"), strings.Index(out, "start:mark"); i < 0 || i > j {
+		t.Errorf("start:drains not listed before start:mark:\n%s", out)
 	}
 	for _, want := range []string{"observe", "25.0%", "75.0%", "50.0%", ">65s"} {
 		if !strings.Contains(out, want) {

@@ -23,9 +23,12 @@ import (
 // drains (a suspend in flight keeps its VM's steps), and a manager that restarts
 // resolves their intents as any (no task found: planned again).
 //
-// Only the drains settled in the pass are taken: a round that found pods blocking or
-// holding the drain (a PodDisruptionBudget, do-not-disrupt) waits for a pass, which
-// asks again and keeps drain.timeout; its pods would not go by themselves.
+// The drains taken are those whose first round the pass hands out (most drains end with
+// it) and those whose round the pass settles with nothing left to evict. A round that
+// found pods blocking or holding the drain (a PodDisruptionBudget, do-not-disrupt)
+// cancels the suspends waiting for it (CancelGatesOn): its pods would not go by
+// themselves, and the drain waits for the passes, which ask again and keep
+// drain.timeout.
 
 // startAfterDrains queues the suspends that the drains ending in the pass make due
 // (r.drainsEnding), each waiting for its host's drains.
@@ -50,15 +53,15 @@ func (r *run) startAfterDrains(ctx context.Context) {
 			if ws.Task != nil || backingOff(ws, r.Now) {
 				continue
 			}
-			msg := ws.Message
+			msg := ws.Message // the drain's, when the pass settled one of its rounds
 			queued := len(r.queued)
 			wait, err := r.execute(ctx, step) // protects the Machine, queues the suspend and its node's marks
 			for i := queued; i < len(r.queued); i++ {
 				q := &r.queued[i]
 				q.step, q.gate, q.gateVMs = step, gate, ad.After
 				q.plannedFor = aheadPlan{generation: r.Pool.Generation, layout: r.Planned.Layout}
-				ws.Message = msg // the drain's own, for a node still draining
-				if n := r.World.Nodes[step.VM]; n == nil || !slices.Contains(nodes, n.Name) {
+				ws.Message = msg
+				if !r.settled[step.VM] {
 					ws.Message = fmt.Sprintf("Suspend to be asked once the drains on host %s end", ad.Host)
 				}
 			}
@@ -101,6 +104,16 @@ func (s *Starts) drainsEnd(gate func(context.Context) bool, rec *startRecord, ha
 	defer s.mu.Unlock()
 	rec.stopGate = nil
 	return open && ctx.Err() == nil && !s.stale(rec, handed)
+}
+
+// CancelGatesOn answers "not asked" the pool's suspends after drains, not yet asked,
+// that wait for the drain of vm: a round found pods that block or hold it, and they
+// will not go by themselves.
+func (s *Starts) CancelGatesOn(pool, vm string) {
+	if s == nil {
+		return
+	}
+	s.cancelAheadWhere(pool, func(_ string, rec *startRecord) bool { return slices.Contains(rec.gateVMs, vm) })
 }
 
 // OpenGates lets the pool's suspends after drains go whose drains a pass observed ended

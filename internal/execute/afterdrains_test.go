@@ -273,27 +273,31 @@ func sampleDayToNight(t *testing.T) (*gpupoolv1.GPUPoolProfile, *world.World, *p
 	return pool, w, in, p
 }
 
-// TestRunSuspendsAfterDrains: a pass that settles eviction rounds with nothing left but
-// terminating pods hands out the suspends the end of those drains makes due on the host,
-// their intents recorded on the workers, each waiting for every drain of the host; they
-// are asked, once each and after their node's parked marks, only once the pods are gone.
-// A round that found a pod blocking the drain, or a round still in flight on the host,
-// hands out none: the host waits for a pass.
+// TestRunSuspendsAfterDrains: the pass that hands out the drains' first rounds, or the
+// pass that settles rounds with nothing left but terminating pods, hands out the
+// suspends the end of those drains makes due on the host (and the power-on ahead of
+// them), their intents recorded on the workers, each waiting for every drain of the
+// host; they are asked, once each and after their node's parked marks, only once the
+// pods are gone, or a pass observes the nodes drained. A round that finds a pod blocking
+// the drain cancels them: nothing is asked.
 func TestRunSuspendsAfterDrains(t *testing.T) {
 	cases := []struct {
-		name    string
-		result  drain.Result
-		holdOne bool // the round of node-day-4 is still in flight at the second pass
-		// passOpens: the pods never go (no kubelet); a pass that observes the nodes
+		name   string
+		result drain.Result
+		// settled: the first rounds' pass hands out no suspends (no Drained then); the
+		// pass that settles the rounds does.
+		settled bool
+		// passOpens: the pods do not go (no kubelet); a pass that observes the nodes
 		// drained (terminating pods past their deadline) lets the suspends go.
 		passOpens bool
-		want      int
+		blocked   bool
 	}{
-		{name: "a pass sees the nodes drained", result: drain.Result{Evicted: 1, Waiting: []string{"ns/p"}}, passOpens: true, want: 5},
-		{name: "pods terminating", result: drain.Result{Evicted: 1, Waiting: []string{"ns/p"}}, want: 5},
-		{name: "pods gone", result: drain.Result{Done: true}, want: 5},
-		{name: "a pod blocks", result: drain.Result{Blocked: []string{"ns/p: PodDisruptionBudget"}}},
-		{name: "a round in flight", result: drain.Result{Evicted: 1, Waiting: []string{"ns/p"}}, holdOne: true},
+		{name: "the first rounds", result: drain.Result{Evicted: 1, Waiting: []string{"ns/p"}}},
+		{name: "rounds settled, pods terminating", result: drain.Result{Evicted: 1, Waiting: []string{"ns/p"}}, settled: true},
+		{name: "rounds settled, pods gone", result: drain.Result{Done: true}, settled: true},
+		{name: "a pass sees the nodes drained", result: drain.Result{Evicted: 1, Waiting: []string{"ns/p"}}, passOpens: true},
+		{name: "a pod blocks", result: drain.Result{Blocked: []string{"ns/p: PodDisruptionBudget"}}, blocked: true},
+		{name: "a pod blocks, rounds settled", result: drain.Result{Blocked: []string{"ns/p: PodDisruptionBudget"}}, settled: true, blocked: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -304,56 +308,69 @@ func TestRunSuspendsAfterDrains(t *testing.T) {
 			dr := newGatedDrainer(c.result, held...)
 			gates := newDrainGates()
 			ev := NewEvictions(t.Context(), nil)
+			defer ev.Cancel("pool")
 			s := NewStarts(t.Context(), nil)
 			e := &Executor{Nodes: ln, Drainer: dr, Events: noEvents{}, VSphere: &chainVC{suspendVC{log: log}}, Evictions: ev, Starts: s, Drained: gates.wait}
-			now := startsAt
+			now, intents := startsAt, time.Time{}
 			pass := func() Outcome {
 				t.Helper()
 				now = now.Add(time.Second)
 				return e.Run(t.Context(), Input{Pool: pool, Now: now, Plan: p, Layout: &pool.Spec.Layouts[1], World: w, Planned: in})
 			}
-			if out := pass(); out.Starts.Len() != 0 {
-				t.Fatalf("the pass that hands out the rounds started %d tasks", out.Starts.Len())
-			}
-			for _, n := range held {
-				if n != "node-day-4" || !c.holdOne {
-					close(dr.gates[n])
+			// settling: the pass settled the drains' rounds, and the workers' messages
+			// say what the drains wait for; else what the suspends wait for.
+			handOut := func(out Outcome, want int, settling bool) {
+				t.Helper()
+				if out.Starts.Len() != want {
+					t.Fatalf("handed out %d starts, want %d (the suspends, and night-1's power-on ahead of them)", out.Starts.Len(), want)
 				}
+				if want == 0 {
+					return
+				}
+				intents = now
+				for i := 1; i <= 4; i++ {
+					ws := FindWorker(pool, fmt.Sprintf("day-%d", i))
+					if ws == nil || ws.Task == nil || ws.Task.Operation != string(vsphere.OpSuspend) || ws.Task.ID != "" {
+						t.Fatalf("worker day-%d: %+v, want the suspend's intent", i, ws)
+					}
+					if want := "Suspend to be asked once the drains on host esx-01 end"; settling && !strings.HasPrefix(ws.Message, "draining node node-day-") ||
+						!settling && ws.Message != want {
+						t.Errorf("worker day-%d's message %q, want its drain's (%v) or %q", i, ws.Message, settling, want)
+					}
+				}
+				out.Starts.Hand()
+				gates.waiting(t, 4)
 			}
-			want := map[bool]int{false: 4, true: 3}[c.holdOne]
-			for i := 0; endedRounds(ev, "pool") < want; i++ { // the rounds let through end
+			if c.settled {
+				e.Drained = nil
+			}
+			handOut(pass(), map[bool]int{false: 5, true: 0}[c.settled], false)
+			e.Drained = gates.wait
+			for _, n := range held {
+				close(dr.gates[n])
+			}
+			for i := 0; endedRounds(ev, "pool") < 4; i++ { // the rounds end
 				if i == 10000 {
-					t.Fatalf("%d rounds ended, want %d", endedRounds(ev, "pool"), want)
+					t.Fatalf("%d rounds ended, want 4", endedRounds(ev, "pool"))
 				}
 				time.Sleep(time.Millisecond)
 			}
-			out := pass()
-			intents := now // the suspends' intents' time
-			if out.Starts.Len() != c.want {
-				t.Fatalf("the settling pass handed out %d starts, want %d (the suspends, and night-1's power-on ahead of them)", out.Starts.Len(), c.want)
-			}
-			if c.holdOne {
-				close(dr.gates["node-day-4"])
-			}
-			if c.want == 0 {
-				ev.Cancel("pool")
+			handOut(pass(), map[bool]int{false: 0, true: 5}[c.settled && !c.blocked], true) // settles the rounds
+			if c.blocked {
+				s.Wait()
+				if got := log.all(); slices.ContainsFunc(got, func(l string) bool { return strings.HasPrefix(l, "suspend ") || strings.HasPrefix(l, "power-on ") }) {
+					t.Errorf("with a pod blocking the drains: %v, want nothing asked", got)
+				}
+				if !c.settled {
+					for _, vm := range []string{"day-1", "day-2", "day-3", "day-4"} {
+						if a, ended, _ := s.take("pool", vm, vsphere.OpSuspend, intents, false); !ended || !a.notAsked {
+							t.Errorf("%s: %+v ended %v, want not asked", vm, a, ended)
+						}
+					}
+				}
 				return
 			}
-			for i := 1; i <= 4; i++ {
-				ws := FindWorker(pool, fmt.Sprintf("day-%d", i))
-				if ws == nil || ws.Task == nil || ws.Task.Operation != string(vsphere.OpSuspend) || ws.Task.ID != "" {
-					t.Fatalf("worker day-%d: %+v, want the suspend's intent", i, ws)
-				}
-				if !strings.HasPrefix(ws.Message, "draining node node-day-") {
-					t.Errorf("worker day-%d's message %q, want its drain's", i, ws.Message)
-				}
-			}
 			before := len(log.all())
-			out.Starts.Hand()
-			gates.waiting(t, 4)
-			if got := log.all()[before:]; len(got) != 0 {
-				t.Fatalf("before the pods are gone: %v", got)
-			}
 			if c.passOpens {
 				drained := *in
 				drained.Nodes = map[string]plan.NodeState{}
@@ -379,7 +396,6 @@ func TestRunSuspendsAfterDrains(t *testing.T) {
 				gates.end("node-day-4")
 			}
 			s.Wait()
-			ev.Cancel("pool")
 			got := log.all()[before:]
 			for i := 1; i <= 4; i++ {
 				vm := fmt.Sprintf("day-%d", i)

@@ -284,10 +284,18 @@ func (r *run) evictBehind(ctx context.Context, steps []plan.Step) bool {
 				r.Evictions.Cancel(r.Pool.Name)
 				return true
 			}
-			if !stuck(out) {
+			if stuck(out) {
+				// Its pods will not go by themselves: a suspend waiting for them is
+				// not asked, and the next round comes with a pass.
+				r.Starts.CancelGatesOn(r.Pool.Name, step.VM)
+			} else {
 				// Nothing left that the pods' owners hold: its suspend may be asked
 				// as soon as its pods are gone (startAfterDrains).
 				r.drainsEnding = append(r.drainsEnding, step.VM)
+				if r.settled == nil {
+					r.settled = map[string]bool{}
+				}
+				r.settled[step.VM] = true
 			}
 			if !out.res.Done && !stuck(out) {
 				// Pods terminating, or evictions the last pass's cap deferred: the next
@@ -297,6 +305,9 @@ func (r *run) evictBehind(ctx context.Context, steps []plan.Step) bool {
 		default:
 			r.handOut(step, node)
 			r.note(step, RequeueDrain, nil)
+			// Most drains end with this round: its suspend goes as soon as the pods are
+			// gone, and a round that finds them blocked or held cancels it.
+			r.drainsEnding = append(r.drainsEnding, step.VM)
 		}
 	}
 	return false

@@ -182,9 +182,12 @@ type run struct {
 	parkedAhead map[string]error
 	// uncordons are the VMs whose node the plan uncordons (uncordonWithRelabel).
 	uncordons map[string]bool
-	// drainsEnding are the VMs whose drain's round the pass settled with nothing left
-	// to evict: their nodes' pods are only terminating, or gone (startAfterDrains).
+	// drainsEnding are the VMs whose drain's first round the pass hands out, or whose
+	// round it settled with nothing left to evict: their nodes' pods are only
+	// terminating, or gone (startAfterDrains). settled are the VMs whose drain's round
+	// the pass settled: their worker's message says what the drain waits for.
 	drainsEnding []string
+	settled      map[string]bool
 	// doneMu guards out.Done, which concurrent node steps add to (finished).
 	doneMu sync.Mutex
 }

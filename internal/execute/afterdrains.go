@@ -11,24 +11,22 @@ import (
 
 // Suspends after drains (issue 37: a node whose last pod went waited for the next pass,
 // its read of vCenter and its status write, before the suspend of its VM was asked). A
-// pass that settles a drain's eviction round with nothing left to evict, its node's pods
-// only terminating (or none left), plans the suspends that the end of those drains makes
-// due on their host (plan.AfterDrains), protects their Machines, records their intents
-// in its one status write and hands them to Starts with the nodes they wait for
-// (Executor.Drained). Starts asks vCenter for each once the pods of every one of those
-// nodes are gone, after its node's parked marks (Starts.mark), and only then; drains that
-// do not end within StartTimeout of the handout, or a pause, abort, deletion, edit or
-// switch to another layout meanwhile, leave them not asked, and the next pass plans from
+// pass that hands out a drain's first eviction round (most drains end with it), or
+// settles a round with nothing left to evict (the node's pods only terminating, or
+// gone), plans the suspends that the end of those drains makes due on their host
+// (plan.AfterDrains), protects their Machines, records their intents in its one status
+// write and hands them to Starts with the nodes they wait for. Starts asks vCenter for
+// each once the pods of every one of those nodes are gone (Executor.Drained), or a pass
+// observed those drains ended (OpenGates: a terminating pod past its deadline, a node not
+// Ready), after its node's parked marks (Starts.mark), and only then. A round that finds
+// pods blocking or holding the drain (a PodDisruptionBudget, do-not-disrupt) cancels
+// them (CancelGatesOn): those pods would not go by themselves, and the drain waits for
+// the passes, which ask again and keep drain.timeout. Drains that do not end within
+// StartTimeout of the handout, or a pause, abort, deletion, edit, switch to another
+// layout or hold of the VM meanwhile, leave them not asked, and the next pass plans from
 // what it observes. Until then they are starts in flight: the passes go on with the
 // drains (a suspend in flight keeps its VM's steps), and a manager that restarts
 // resolves their intents as any (no task found: planned again).
-//
-// The drains taken are those whose first round the pass hands out (most drains end with
-// it) and those whose round the pass settles with nothing left to evict. A round that
-// found pods blocking or holding the drain (a PodDisruptionBudget, do-not-disrupt)
-// cancels the suspends waiting for it (CancelGatesOn): its pods would not go by
-// themselves, and the drain waits for the passes, which ask again and keep
-// drain.timeout.
 
 // startAfterDrains queues the suspends that the drains ending in the pass make due
 // (r.drainsEnding), each waiting for its host's drains.

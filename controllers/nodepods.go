@@ -180,8 +180,11 @@ func (np *nodePods) list(node string) ([]corev1.Pod, bool) {
 // executor's Drained, for the suspends after drains. A node whose pods are not watched,
 // or not listed yet, is never taken as drained here (false at once): a pass decides it.
 func (np *nodePods) waitDrained(ctx context.Context, nodes []string) bool {
-	for _, node := range nodes {
-		for {
+	for {
+		// One sweep over every node: all gone at once, not one after the other (a pod
+		// bound to a node swept before would otherwise go unseen).
+		var wait chan struct{}
+		for _, node := range nodes {
 			np.mu.Lock()
 			w := np.watches[node]
 			var changed chan struct{}
@@ -192,17 +195,20 @@ func (np *nodePods) waitDrained(ctx context.Context, nodes []string) bool {
 			if w == nil || !w.pods.synced.Load() {
 				return false
 			}
-			if pods, _ := np.list(node); drain.Gone(pods) {
+			if pods, _ := np.list(node); !drain.Gone(pods) {
+				wait = changed
 				break
 			}
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				return false
-			}
+		}
+		if wait == nil {
+			return true
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return false
 		}
 	}
-	return true
 }
 
 // watched is how many nodes' pods are watched (a gauge, the tests).

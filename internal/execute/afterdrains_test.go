@@ -444,3 +444,23 @@ func (v *chainVC) WatchTasks(_ context.Context, ids []string, ended func(string,
 	}
 	return nil
 }
+
+// TestFollowerSaysWhyASuspendAfterDrainsWasNotAsked: the pass that takes the answer of a
+// suspend after drains not asked clears its intent and says what it waited for.
+func TestFollowerSaysWhyASuspendAfterDrainsWasNotAsked(t *testing.T) {
+	s := NewStarts(t.Context(), nil)
+	q := queue("a", vsphere.OpSuspend, "h1", func(context.Context) (string, error) {
+		t.Error("a suspend after drains that never ended was asked")
+		return "", nil
+	})
+	q.gate = func(context.Context) bool { return false }
+	s.hand("pool", []queuedStart{q}, startGroups([]queuedStart{q}))
+	s.Wait()
+	pool := &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: "pool"}, Status: gpupoolv1.GPUPoolProfileStatus{Workers: []gpupoolv1.WorkerStatus{
+		{VM: "a", Task: &gpupoolv1.TaskReference{Operation: string(vsphere.OpSuspend), StartTime: metav1.NewTime(startsAt)}}}}}
+	f := &Follower{Pool: pool, Starts: s, Now: startsAt.Add(time.Minute)}
+	f.takeStarts(t.Context())
+	if ws := pool.Status.Workers[0]; ws.Task != nil || !strings.Contains(ws.Message, "the drains it waited for did not end within 2m0s") {
+		t.Errorf("worker after the answer: %+v, want its intent cleared and what it waited for", ws)
+	}
+}

@@ -111,6 +111,10 @@ func (f *Follower) takeStarts(ctx context.Context) (time.Duration, map[string]bo
 			f.StepErrors = append(f.StepErrors, fmt.Sprintf("%s of VM %s not asked: %v", ws.Task.Operation, ws.VM, a.markErr))
 			ws.Task = nil
 			after = Soonest(after, RequeueBlocked) // as a park whose node write fails in a pass
+		case ended && a.notAsked && a.afterDrains:
+			ws.Message = fmt.Sprintf("%s was not asked of vCenter: the drains it waited for did not end within %s, pods blocked one, or the switch changed; planned again from what is observed", ws.Task.Operation, StartTimeout)
+			ws.Task = nil
+			after = Soonest(after, RequeueStep)
 		case ended && a.notAsked:
 			ws.Message = fmt.Sprintf("%s was not asked of vCenter (the pool was paused or deleted, its transition aborted, or the start waited too long): planned again from what is observed", ws.Task.Operation)
 			ws.Task = nil

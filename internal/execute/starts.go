@@ -394,7 +394,7 @@ func (s *Starts) take(pool, worker string, op vsphere.Op, at time.Time, peek boo
 	if !peek {
 		rec.held = true
 	}
-	return answer{id: rec.id, err: rec.err, notAsked: rec.notAsked, markErr: rec.markErr}, true, false
+	return answer{id: rec.id, err: rec.err, notAsked: rec.notAsked, markErr: rec.markErr, afterDrains: rec.opened != nil}, true, false
 }
 
 // Commit forgets the answers the pool's passes took: call it once a pass's status write
@@ -427,8 +427,12 @@ type answer struct {
 	notAsked bool
 	// markErr: not asked because the node write before it failed (Starts.mark).
 	markErr error
-	// ahead: in flight, a power-on ahead of parks that waits for them.
+	// ahead: in flight, a start on a condition that waits for it (a power-on ahead of
+	// parks, a suspend after drains).
 	ahead bool
+	// afterDrains: a suspend after drains (its not asked most often says its drains did
+	// not end in time).
+	afterDrains bool
 }
 
 // Forget drops the answers of a pool's starts not taken (the pool is gone); starts in

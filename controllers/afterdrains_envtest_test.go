@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,16 +35,12 @@ func TestSuspendsAfterDrains(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, c.prefix)
-			door := &startDoor{asked: map[string]int{}}
-			door.cond = sync.NewCond(&door.mu)
-			h.conn = &doorConnector{Connector: h.conn, door: door}
-			door.stored = h.intentStored
+			door, starts := h.doorStarts(true)
 			cs, err := kubernetes.NewForConfig(operatorConfig)
 			if err != nil {
 				t.Fatal(err)
 			}
 			rec := h.reconciler()
-			rec.starts = execute.NewStarts(h.ctx, nil)
 			rec.evictions = execute.NewEvictions(h.ctx, nil)
 			rec.nodePods = newNodePods(h.ctx, cs)
 			pool := h.dayNight()
@@ -98,7 +93,7 @@ func TestSuspendsAfterDrains(t *testing.T) {
 				h.clock.Step(2 * time.Minute) // past the pods' grace period and the margin
 				h.reconcile(pool.Name)
 			}
-			rec.starts.Wait() // the suspends answered: no pass ran since the pods went
+			starts.Wait() // the suspends answered: no pass ran since the pods went
 			now := door.counts()
 			for _, vm := range []string{"day-1", "day-2", "day-3", "day-4"} {
 				ref, _ := h.sim.VMRef(h.prefix + vm)

@@ -27,7 +27,9 @@ import (
 // them over passes bought nothing but a full read of vCenter and the cluster between
 // every 256 (start -> cordon p99 13-14 s at 64 hosts, 1,024 nodes to cordon, against
 // 6.3-7 s for as many patches from a bare client: docs/performance.md). They still
-// count as node writes: a pass that cordons 256 or more makes no other node write.
+// count as node writes: a pass that cordons 256 or more makes no other node write. The
+// parked marks of the suspends a pass hands out are not counted: their starts make them
+// past the pass, execute.MaxConcurrentWrites of a pool at once (execute.Starts.mark).
 const (
 	maxNodeWritesPerPass = 256
 	maxCordonsPerPass    = 1024

@@ -138,7 +138,7 @@ func (r *run) markParked(ctx context.Context, vm string, node *corev1.Node, acti
 	err, ahead := r.parkedAhead[vm]
 	switch {
 	case ahead:
-	case !nodes.HasMeta(node, nodes.ParkedMeta(r.Pool.Name)) && !r.Budget.NodeWrite():
+	case !nodes.HasMeta(node, nodes.ParkedMeta(r.Pool.Name)) && !r.marksLater(action) && !r.Budget.NodeWrite():
 		err = ErrCapped
 	default:
 		err = r.parkNode(ctx, vm, node, r.marksLater(action))
@@ -159,12 +159,15 @@ func (r *run) markParked(ctx context.Context, vm string, node *corev1.Node, acti
 // parkNode protects the Machine of the node of vm and marks the node parked by the pool
 // (with the pass's marks); the node write was taken from the budget unless the node is
 // marked already. The marks of a suspend's node are left to the start of its task
-// (later: markLater), which writes them before it asks vCenter, past the pass. It
-// changes nothing in the run, so that parkAhead may run it for many nodes at once.
+// (later: markLater), which writes them before it asks vCenter, past the pass, paced by
+// Starts (MaxConcurrentWrites of a pool at once), not by the pass's budget: the pass that
+// spent its node writes on a thousand cordons still hands out the suspends its drains
+// make due. It changes nothing in the run, so that parkAhead may run it for many nodes at
+// once.
 func (r *run) parkNode(ctx context.Context, vm string, node *corev1.Node, later bool) error {
 	marked := nodes.HasMeta(node, nodes.ParkedMeta(r.Pool.Name))
 	if err := r.Nodes.Protect(ctx, node); err != nil {
-		if !marked {
+		if !marked && !later {
 			r.Budget.NodeUnwritten()
 		}
 		if held := (*HoldError)(nil); errors.As(err, &held) {
@@ -176,10 +179,9 @@ func (r *run) parkNode(ctx context.Context, vm string, node *corev1.Node, later 
 	case marked:
 		return nil
 	case later:
-		// Counted as made when handed out: the start's answer tells a failure
-		// (Starts.mark), its VM is then not parked, and the next pass plans it again a
-		// minute later, as after a park whose node write failed in the pass.
-		r.Budget.NodeWritten(nil)
+		// The start's answer tells a failure (Starts.mark), its VM is then not parked,
+		// and the next pass plans it again a minute later, as after a park whose node
+		// write failed in the pass.
 		return nil
 	}
 	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, false, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(r.Pool.Name)) }))
@@ -237,7 +239,7 @@ func (r *run) parkAhead(ctx context.Context, steps []plan.Step) {
 	}
 	errs := make([]error, len(vms))
 	for i, vm := range vms {
-		if !nodes.HasMeta(r.World.Nodes[vm], nodes.ParkedMeta(r.Pool.Name)) && !r.Budget.NodeWrite() {
+		if !nodes.HasMeta(r.World.Nodes[vm], nodes.ParkedMeta(r.Pool.Name)) && !later[i] && !r.Budget.NodeWrite() {
 			errs[i] = ErrCapped
 		}
 	}

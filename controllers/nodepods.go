@@ -165,14 +165,7 @@ func (np *nodePods) list(node string) ([]corev1.Pod, bool) {
 	if w == nil || !w.pods.synced.Load() {
 		return nil, false
 	}
-	items := w.pods.List()
-	out := make([]corev1.Pod, 0, len(items))
-	for _, it := range items {
-		if p, ok := it.(*corev1.Pod); ok {
-			out = append(out, *p)
-		}
-	}
-	return out, true
+	return w.pods.pods(), true
 }
 
 // waitDrained waits until the watched pods of every node are gone but those a drain
@@ -181,8 +174,8 @@ func (np *nodePods) list(node string) ([]corev1.Pod, bool) {
 // or not listed yet, is never taken as drained here (false at once): a pass decides it.
 func (np *nodePods) waitDrained(ctx context.Context, nodes []string) bool {
 	for {
-		// One sweep over every node: all gone at once, not one after the other (a pod
-		// bound to a node swept before would otherwise go unseen).
+		// A sweep over every node with no pod seen left: a node found with pods restarts
+		// the sweep once they change, so that a pod bound to a node swept before is seen.
 		var wait chan struct{}
 		for _, node := range nodes {
 			np.mu.Lock()
@@ -195,7 +188,7 @@ func (np *nodePods) waitDrained(ctx context.Context, nodes []string) bool {
 			if w == nil || !w.pods.synced.Load() {
 				return false
 			}
-			if pods, _ := np.list(node); !drain.Gone(pods) {
+			if !drain.Gone(w.pods.pods()) {
 				wait = changed
 				break
 			}

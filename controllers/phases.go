@@ -148,8 +148,6 @@ func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (
 	return outcome{after: r.untilBoundary(s)}, nil
 }
 
-// blind ends a pass that could not see its world: it comes back after retry, and
-// the draining-soon warnings stay only while their switch is still due.
 // heldWorkers are the workers (by status key) of the VMs the pass holds.
 func heldWorkers(s *scope) map[string]bool {
 	var out map[string]bool
@@ -162,6 +160,8 @@ func heldWorkers(s *scope) map[string]bool {
 	return out
 }
 
+// blind ends a pass that could not see its world: it comes back after retry, and
+// the draining-soon warnings stay only while their switch is still due.
 func (r *GPUPoolProfileReconciler) blind(ctx context.Context, s *scope, retry time.Duration) outcome {
 	d, due, horizon := s.decision, switchDue(s), plan.WarnAhead(&s.pool.Spec)
 	r.accountUnobserved(s.pool)

@@ -3,6 +3,7 @@ package controllers
 import (
 	"sync/atomic"
 
+	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
@@ -78,4 +79,16 @@ func (s *podStore) Replace(list []any, rv string) error {
 		s.changed()
 	}
 	return nil
+}
+
+// pods is what the store holds.
+func (s *podStore) pods() []corev1.Pod {
+	items := s.List()
+	out := make([]corev1.Pod, 0, len(items))
+	for _, it := range items {
+		if p, ok := it.(*corev1.Pod); ok {
+			out = append(out, *p)
+		}
+	}
+	return out
 }

@@ -53,10 +53,13 @@ func (r *run) startAfterDrains(ctx context.Context) {
 			}
 			msg := ws.Message // the drain's, when the pass settled one of its rounds
 			queued := len(r.queued)
-			wait, err := r.execute(ctx, step) // protects the Machine, queues the suspend and its node's marks
+			r.protectLater = true
+			wait, err := r.execute(ctx, step) // queues the suspend and its node's marks
+			r.protectLater = false
 			for i := queued; i < len(r.queued); i++ {
 				q := &r.queued[i]
 				q.step, q.gate, q.gateVMs = step, gate, ad.After
+				q.mark = r.protectThen(step.VM, q.mark)
 				q.plannedFor = aheadPlan{generation: r.Pool.Generation, layout: r.Planned.Layout}
 				ws.Message = msg
 				if !r.settled[step.VM] {
@@ -65,6 +68,28 @@ func (r *run) startAfterDrains(ctx context.Context) {
 			}
 			r.note(step, wait, err)
 		}
+	}
+}
+
+// protectThen is the write a suspend after drains makes once its drains ended, before it
+// is asked: its node's Machine protected, then mark (its node's parked marks; nil when
+// the node carries them). A suspend that is never asked (its drains blocked, the switch
+// aborted) leaves its Machine to Cluster API, which a protection made at the handout,
+// minutes before, would not.
+func (r *run) protectThen(vm string, mark func(context.Context) error) func(context.Context) error {
+	node := r.World.Nodes[vm]
+	if node == nil {
+		return mark
+	}
+	n, protect := node.DeepCopy(), r.Nodes.Protect
+	return func(ctx context.Context) error {
+		if err := protect(ctx, n); err != nil {
+			return err
+		}
+		if mark == nil {
+			return nil
+		}
+		return mark(ctx)
 	}
 }
 

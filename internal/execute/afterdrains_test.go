@@ -361,8 +361,19 @@ func TestRunSuspendsAfterDrains(t *testing.T) {
 			handOut(pass(), map[bool]int{false: 0, true: 5}[c.settled && !c.blocked], true) // settles the rounds
 			if c.blocked {
 				s.Wait()
-				if got := log.all(); slices.ContainsFunc(got, func(l string) bool { return strings.HasPrefix(l, "suspend ") || strings.HasPrefix(l, "power-on ") }) {
-					t.Errorf("with a pod blocking the drains: %v, want nothing asked", got)
+				if got := log.all(); slices.ContainsFunc(got, func(l string) bool {
+					return strings.HasPrefix(l, "suspend ") || strings.HasPrefix(l, "power-on ") || strings.HasPrefix(l, "protect ")
+				}) {
+					t.Errorf("with a pod blocking the drains: %v, want nothing asked, no Machine protected", got)
+				}
+				// The next pass, the intents cleared (as the answers not asked clear them),
+				// hands the node its next round, and no suspend: the drain waits for the
+				// passes, not for a suspend cancelled each round.
+				for i := 1; i <= 4; i++ {
+					FindWorker(pool, fmt.Sprintf("day-%d", i)).Task = nil
+				}
+				if out := pass(); out.Starts.Len() != 0 {
+					t.Errorf("the pass after a blocked round handed out %d starts, want none", out.Starts.Len())
 				}
 				if !c.settled {
 					for _, vm := range []string{"day-1", "day-2", "day-3", "day-4"} {
@@ -402,9 +413,9 @@ func TestRunSuspendsAfterDrains(t *testing.T) {
 			got := log.all()[before:]
 			for i := 1; i <= 4; i++ {
 				vm := fmt.Sprintf("day-%d", i)
-				mark, ask := slices.Index(got, "patch node-"+vm), slices.Index(got, "suspend "+vm)
-				if mark < 0 || ask < mark || slices.Index(got[ask+1:], "suspend "+vm) >= 0 {
-					t.Errorf("%s: %v, want its node's marks, then one suspend", vm, got)
+				protect, mark, ask := slices.Index(got, "protect node-"+vm), slices.Index(got, "patch node-"+vm), slices.Index(got, "suspend "+vm)
+				if protect < 0 || mark < protect || ask < mark || slices.Index(got[ask+1:], "suspend "+vm) >= 0 {
+					t.Errorf("%s: %v, want its Machine protected and its node's marks once its drains ended, then one suspend", vm, got)
 				}
 				if a, ended, _ := s.take("pool", vm, vsphere.OpSuspend, intents, false); !ended || a.id != "task-"+vm {
 					t.Errorf("%s: %+v ended %v, want its task", vm, a, ended)

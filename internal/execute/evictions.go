@@ -305,9 +305,13 @@ func (r *run) evictBehind(ctx context.Context, steps []plan.Step) bool {
 		default:
 			r.handOut(step, node)
 			r.note(step, RequeueDrain, nil)
-			// Most drains end with this round: its suspend goes as soon as the pods are
-			// gone, and a round that finds them blocked or held cancels it.
-			r.drainsEnding = append(r.drainsEnding, step.VM)
+			if r.drainStart(step).Equal(r.Now) {
+				// The drain's first round, and most drains end with it: its suspend goes
+				// as soon as the pods are gone, and a round that finds them blocked or
+				// held cancels it. A later round after a stuck one gets none: its pass
+				// settled the stuck round, and the drain waits at the passes' pace.
+				r.drainsEnding = append(r.drainsEnding, step.VM)
+			}
 		}
 	}
 	return false

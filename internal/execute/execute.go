@@ -188,6 +188,9 @@ type run struct {
 	// the pass settled: their worker's message says what the drain waits for.
 	drainsEnding []string
 	settled      map[string]bool
+	// protectLater: the suspends being queued (startAfterDrains) protect their
+	// Machines in their starts, once their drains ended, not in the pass.
+	protectLater bool
 	// doneMu guards out.Done, which concurrent node steps add to (finished).
 	doneMu sync.Mutex
 }

@@ -32,7 +32,7 @@ var (
 	// what became of them.
 	SuspendsAfterDrains = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpupool_suspends_after_drains_total",
-		Help: "Suspends planned after the drains on their host, by result: asked (the drained nodes' pods were gone and vCenter was asked without waiting for a pass; it may still refuse) or not-asked (the pods were not gone within 2 minutes of the pass, the node's parked marks could not be written, or the pool was paused, aborted, edited, switched to another layout or deleted: the next pass plans again).",
+		Help: "Suspends planned after the drains on their host, by result: asked (the drained nodes' pods were gone and vCenter was asked without waiting for a pass; it may still refuse) or not-asked (the pods were not gone within 2 minutes of the pass, a round found pods blocking the drain, the pods could not be watched, the Machine could not be protected or the node's parked marks written, the VM was held, or the pool was paused, aborted, edited, switched to another layout or deleted: the next pass plans again).",
 	}, []string{"pool", "result"})
 	// StartStages splits the time of the starts asked past the pass (Starts), so that a
 	// benchmark can tell vCenter's answers from the waits gpupool adds. No pool label:

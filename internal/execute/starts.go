@@ -383,7 +383,7 @@ func (s *Starts) take(pool, worker string, op vsphere.Op, at time.Time, peek boo
 	case rec == nil:
 		return answer{}, false, false
 	case !rec.ended:
-		return answer{ahead: rec.ahead && !rec.asking}, false, true
+		return answer{ahead: rec.ahead && !rec.asking, afterDrains: rec.opened != nil}, false, true
 	}
 	if rec.op != op || !rec.at.Truncate(time.Second).Equal(at.Truncate(time.Second)) {
 		if !peek {

@@ -166,6 +166,9 @@ func (r *run) markParked(ctx context.Context, vm string, node *corev1.Node, acti
 // once.
 func (r *run) parkNode(ctx context.Context, vm string, node *corev1.Node, later bool) error {
 	marked := nodes.HasMeta(node, nodes.ParkedMeta(r.Pool.Name))
+	if later && r.protectLater {
+		return nil // the start protects the Machine, then marks the node (startAfterDrains)
+	}
 	if err := r.Nodes.Protect(ctx, node); err != nil {
 		if !marked && !later {
 			r.Budget.NodeUnwritten()

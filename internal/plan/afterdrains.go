@@ -7,12 +7,12 @@ import (
 
 // AfterDrain are the suspends of one host that drains under way hold back (issue 37: a
 // node whose pods were gone waited for the next pass, its reads and its status write,
-// before its VM's suspend was asked). A pass that finds every eviction of a node's drain
-// granted, its pods only terminating, plans the suspends the end of those drains makes
-// due on their host, stores their intents in its one status write, and the controller
-// asks vCenter for each once the pods of every node in After are gone, without a pass in
-// between. A drain that does not end in time leaves them not asked, and the next pass
-// plans from what it observes.
+// before its VM's suspend was asked). A pass that hands out a drain's first eviction
+// round, or settles one with only terminating pods left, plans the suspends the end of
+// those drains makes due on their host, stores their intents in its one status write,
+// and the controller asks vCenter for each once the pods of every node in After are
+// gone, without a pass in between. A drain that does not end in time leaves them not
+// asked, and the next pass plans from what it observes.
 type AfterDrain struct {
 	Host string
 	// Suspends are the Suspend steps Due would return on the host once the drains have

@@ -14,11 +14,12 @@ import (
 // pass that hands out a drain's first eviction round (most drains end with it), or
 // settles a round with nothing left to evict (the node's pods only terminating, or
 // gone), plans the suspends that the end of those drains makes due on their host
-// (plan.AfterDrains), protects their Machines, records their intents in its one status
-// write and hands them to Starts with the nodes they wait for. Starts asks vCenter for
-// each once the pods of every one of those nodes are gone (Executor.Drained), or a pass
-// observed those drains ended (OpenGates: a terminating pod past its deadline, a node not
-// Ready), after its node's parked marks (Starts.mark), and only then. A round that finds
+// (plan.AfterDrains), records their intents in its one status write and hands them to
+// Starts with the nodes they wait for. Starts asks vCenter for each once the pods of
+// every one of those nodes are gone (Executor.Drained), or a pass observed those drains
+// ended (OpenGates: a terminating pod past its deadline, a node not Ready), after its
+// Machine is protected and its node's parked marks written (protectThen, Starts.mark),
+// and only then. A round that finds
 // pods blocking or holding the drain (a PodDisruptionBudget, do-not-disrupt) cancels
 // them (CancelGatesOn): those pods would not go by themselves, and the drain waits for
 // the passes, which ask again and keep drain.timeout. Drains that do not end within

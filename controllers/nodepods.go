@@ -7,11 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -34,6 +31,11 @@ type nodePods struct {
 	// wake hands the pools of a node to the pool controller and the demand watch.
 	wake, demand chan event.GenericEvent
 
+	// timeout is the shortest a watch lasts before it is renewed (nodePodsWatchTimeout);
+	// clock paces the waits after failures.
+	timeout time.Duration
+	clock   clock.Clock
+
 	mu      sync.Mutex
 	watches map[string]*nodePodsWatch
 }
@@ -48,7 +50,7 @@ type nodePodsWatch struct {
 }
 
 func newNodePods(ctx context.Context, cs kubernetes.Interface) *nodePods {
-	return &nodePods{cs: cs, ctx: ctx, watches: map[string]*nodePodsWatch{},
+	return &nodePods{cs: cs, ctx: ctx, watches: map[string]*nodePodsWatch{}, timeout: nodePodsWatchTimeout, clock: clock.RealClock{},
 		wake: make(chan event.GenericEvent, 1024), demand: make(chan event.GenericEvent, 1024)}
 }
 
@@ -86,42 +88,24 @@ func (np *nodePods) track(pool string, nodes []string) {
 	}
 }
 
-// nodePodsWatchTimeout is the shortest a node's pod watch lasts before the reflector
-// renews it (random up to twice as long). A pool of 1,280 nodes holds as many watches:
-// at client-go's 5 minutes their renewals (a new stream, its goroutines and buffers,
-// each 5-10 minutes) were, with the API server's bookmark a minute to each watch, most of
-// the manager's CPU at rest (pprof at 64 hosts). The watches ask for no bookmarks: a
-// bookmark only moves a quiet node's version on, so that a renewal can resume from it;
-// without them, a renewal from a version the API server no longer keeps is refused
-// (410) and the reflector lists the node's few pods again (from the watch cache), which
-// wakes no pool when nothing changed (podStore.Replace). One list per node per renewal
-// costs less than a bookmark per node per minute, on both sides of the watch.
+// nodePodsWatchTimeout is the shortest a node's pod watch lasts before it is renewed
+// (random up to twice as long). A pool of 1,280 nodes holds as many watches: at
+// client-go's 5 minutes their renewals (a new stream, its goroutines and buffers, each
+// 5-10 minutes) were, with the API server's bookmark a minute to each watch, most of the
+// manager's CPU at rest (pprof at 64 hosts). The watches ask for no bookmarks: a bookmark
+// only moves a quiet node's version on, so that a renewal can resume from it; without
+// them, a renewal from a version the API server no longer keeps is refused (410) and the
+// node's few pods are listed again, which wakes no pool when nothing changed
+// (podStore.Replace). One list per node per renewal costs less than a bookmark per node
+// per minute, on both sides of the watch.
 const nodePodsWatchTimeout = 30 * time.Minute
 
-// start begins the watch of a node's pods.
+// start begins the watch of a node's pods (runPodWatch: one goroutine per node).
 func (np *nodePods) start(node string) *nodePodsWatch {
-	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
-	lw := &toolscache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return np.cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			if o.SendInitialEvents == nil {
-				// No bookmarks (see nodePodsWatchTimeout): a streaming list needs its
-				// end-of-list bookmark, a watch does not.
-				o.AllowWatchBookmarks = false
-			}
-			return np.cs.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
-		},
-	}
 	ctx, cancel := context.WithCancel(np.ctx)
 	store := newPodStore(func() { np.notify(node) })
 	w := &nodePodsWatch{pods: store, stop: cancel, pools: map[string]bool{}, changed: make(chan struct{})}
-	r := toolscache.NewReflectorWithOptions(lw, &corev1.Pod{}, store, toolscache.ReflectorOptions{Name: "pods of node " + node,
-		MinWatchTimeout: nodePodsWatchTimeout})
-	go r.RunWithContext(ctx)
+	go runPodWatch(ctx, newAPIPods(np.cs, node), store, np.timeout, np.clock, pauseOn(np.clock))
 	return w
 }
 

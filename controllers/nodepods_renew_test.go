@@ -18,19 +18,25 @@ import (
 
 // expireFirstWatch is the API server's transport with the first plain watch of pods
 // refused as too old (410), as the API server refuses a renewal from a version it no
-// longer keeps, and every streaming list refused as unsupported, so that the reflector
-// lists and watches at once rather than renewing after its first stream's 30-60
-// minutes; it records each watch's query.
+// longer keeps, and every streaming list refused as unsupported; it records each
+// watch's query and counts the lists of pods.
 type expireFirstWatch struct {
 	next    http.RoundTripper
 	mu      sync.Mutex
 	watches []string
+	lists   int
 	expired bool
 }
 
 func (e *expireFirstWatch) RoundTrip(req *http.Request) (*http.Response, error) {
 	q := req.URL.Query()
-	if q.Get("watch") != "true" || !strings.HasSuffix(req.URL.Path, "/pods") {
+	if !strings.HasSuffix(req.URL.Path, "/pods") {
+		return e.next.RoundTrip(req)
+	}
+	if q.Get("watch") != "true" {
+		e.mu.Lock()
+		e.lists++
+		e.mu.Unlock()
 		return e.next.RoundTrip(req)
 	}
 	e.mu.Lock()
@@ -44,7 +50,7 @@ func (e *expireFirstWatch) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	code, body := http.StatusGone, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old resource version","reason":"Expired","code":410}`
 	if streaming {
-		// As an API server without streaming lists answers: the reflector lists instead.
+		// As an API server without streaming lists answers (the watch does not ask them).
 		code, body = http.StatusBadRequest, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"sendInitialEvents is not supported","reason":"BadRequest","code":400}`
 	}
 	return &http.Response{StatusCode: code, Header: http.Header{"Content-Type": []string{"application/json"}},
@@ -61,7 +67,8 @@ func (e *expireFirstWatch) queries() []string {
 // bookmarks (a bookmark a minute to each of 1,024 watches was most of the manager's CPU
 // at rest), and a renewal the API server refuses as too old (410: without bookmarks a
 // quiet node's version ages) loses nothing: the node's pods are listed again and a pod
-// created meanwhile is seen.
+// created meanwhile is seen. The watches here last 1-2 s: the renewals the API server
+// ends resume from their version, with no list, and miss nothing either.
 func TestNodePodsWatchAsksNoBookmarks(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -88,10 +95,11 @@ func TestNodePodsWatchAsksNoBookmarks(t *testing.T) {
 	}
 	pod("before")
 	np := newNodePods(ctx, cs)
+	np.timeout = time.Second
 	np.track("lab", []string{node})
 	defer np.track("lab", nil)
 	seen := func(want string) bool {
-		for range 600 { // a guard against a hang: the reflector lists again within a second
+		for range 600 { // a guard against a hang: the watch lists again within a second
 			pods, _ := np.list(node)
 			for _, p := range pods {
 				if p.Name == want {
@@ -105,9 +113,9 @@ func TestNodePodsWatchAsksNoBookmarks(t *testing.T) {
 	if !seen("before") {
 		t.Fatal("the node's pod was never listed")
 	}
-	for range 600 {
+	for range 600 { // at most 15 s: four watches of 1-2 s
 		tr.mu.Lock()
-		done := tr.expired && len(tr.watches) >= 2
+		done := tr.expired && len(tr.watches) >= 4
 		tr.mu.Unlock()
 		if done {
 			break
@@ -129,7 +137,18 @@ func TestNodePodsWatchAsksNoBookmarks(t *testing.T) {
 			t.Errorf("a watch asks for bookmarks: %s", q)
 		}
 	}
-	if plain < 2 {
-		t.Errorf("watches %v: want the refused renewal and the one after it", qs)
+	if plain < 4 {
+		t.Errorf("watches %v: want the refused renewal and the renewals after it", qs)
+	}
+	for i, q := range qs[1:] {
+		if !strings.Contains(q, "timeoutSeconds=1") && !strings.Contains(q, "timeoutSeconds=2") {
+			t.Errorf("watch %d asks %s: want a timeout of 1-2 s", i+1, q)
+		}
+	}
+	tr.mu.Lock()
+	lists := tr.lists
+	tr.mu.Unlock()
+	if lists != 2 {
+		t.Errorf("%d lists of the node's pods, want 2 (the first, and after the refused renewal): a renewal the API server ended resumes from its version", lists)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
-// podStore is a node's pods as the node's reflector keeps them (nodePods): a plain store
+// podStore is a node's pods as the node's watch keeps them (runPodWatch): a plain store
 // of lean pods (transformPod) whose writes call changed when a pod is deleted, finishes,
 // or changes its do-not-disrupt annotation (podUpdateMatters). It takes the place of a
 // shared informer per node, whose delta queue, listener and processor goroutines the
@@ -17,7 +17,7 @@ import (
 type podStore struct {
 	toolscache.Store
 	changed func()
-	// synced is set by the first Replace: the reflector's initial list is in.
+	// synced is set by the first Replace: the watch's initial list is in.
 	synced atomic.Bool
 }
 

@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestPodStoreWakesOnWhatADrainWaitsFor drives a node's pod store as its reflector does
+// TestPodStoreWakesOnWhatADrainWaitsFor drives a node's pod store as its watch does
 // (the initial list, watch events, a relist after a lost watch) and counts the wake-ups:
 // one for each pod deleted, finished, or whose do-not-disrupt annotation changed, none
 // for the other changes nor for the initial list; and the store holds lean pods.

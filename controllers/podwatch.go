@@ -1,0 +1,263 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"mime"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	restwatch "k8s.io/client-go/rest/watch"
+	"k8s.io/utils/clock"
+)
+
+// A node's pod watch runs in one goroutine, which lists the node's pods, watches them
+// from the list's version and decodes the stream itself; the HTTP/2 stream that carries
+// it is the only other goroutine. client-go's reflector and stream watcher took four per
+// node (the reflector's loop, its resync timer, the decoder, the stream): at 64 hosts the
+// 1,024-1,280 watched nodes' goroutines held 27 MB of stacks (pprof, docs/performance.md).
+
+// podSource lists a node's pods and watches them from a version.
+type podSource interface {
+	list(ctx context.Context) (pods []corev1.Pod, version string, err error)
+	// watch streams the changes after version until the API server ends the stream
+	// (after timeout) or ctx ends.
+	watch(ctx context.Context, version string, timeout time.Duration) (podEvents, error)
+}
+
+// podEvents is a watch's stream: next blocks until the next event, or returns an error
+// (io.EOF: the stream ended).
+type podEvents interface {
+	next() (watch.EventType, runtime.Object, error)
+	close()
+}
+
+// podWatchBackoff bounds the waits between failed lists and watches: doubling from the
+// first to the last, as client-go's reflector (0.8 s to 30 s).
+var podWatchBackoff = [2]time.Duration{time.Second, 30 * time.Second}
+
+// runPodWatch keeps store in step with src until ctx ends: a list, then watches from the
+// last version seen, renewed when the API server ends one (after timeout to twice
+// timeout); a version the API server no longer keeps (410) is listed again. A failure
+// waits, doubling up to podWatchBackoff's last wait; a watch that delivered an event, or
+// ended cleanly after a second or more, resets the wait.
+// clk tells how long a watch ran; pause waits d, or returns false when ctx ends first.
+func runPodWatch(ctx context.Context, src podSource, store *podStore, timeout time.Duration, clk clock.PassiveClock,
+	pause func(ctx context.Context, d time.Duration) bool) {
+	version := ""
+	fails := 0
+	wait := func() bool {
+		fails++
+		return pause(ctx, min(podWatchBackoff[0]<<min(fails-1, 16), podWatchBackoff[1]))
+	}
+	for ctx.Err() == nil {
+		if version == "" {
+			pods, v, err := src.list(ctx)
+			if err != nil {
+				if !wait() {
+					return
+				}
+				continue
+			}
+			objs := make([]any, len(pods))
+			for i := range pods {
+				objs[i] = &pods[i]
+			}
+			_ = store.Replace(objs, v) // a plain store's Replace does not fail
+			version = v
+		}
+		ev, err := src.watch(ctx, version, timeout+time.Duration(rand.Int64N(int64(timeout)+1)))
+		if err != nil {
+			if versionGone(err) {
+				version = ""
+				continue
+			}
+			if !wait() {
+				return
+			}
+			continue
+		}
+		began := clk.Now()
+		v, applied, err := follow(ev, store, version)
+		ev.close()
+		version = v
+		switch {
+		case versionGone(err):
+			version = ""
+		// A clean end right away (an API server going down) is no sign of health.
+		case applied || (err == nil && clk.Since(began) >= time.Second):
+			fails = 0
+		case ctx.Err() == nil:
+			if !wait() {
+				return
+			}
+		}
+	}
+}
+
+// pauseOn is runPodWatch's pause on a clock.
+func pauseOn(clk clock.Clock) func(context.Context, time.Duration) bool {
+	return func(ctx context.Context, d time.Duration) bool {
+		t := clk.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C():
+			return true
+		}
+	}
+}
+
+// follow applies a watch's events to store until the stream ends. It returns the last
+// version seen, whether an event was applied, and the error that ended the stream (nil
+// at a clean end).
+func follow(ev podEvents, store *podStore, version string) (string, bool, error) {
+	applied := false
+	for {
+		typ, obj, err := ev.next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+			return version, applied, err
+		}
+		if typ == watch.Error {
+			return version, applied, apierrors.FromObject(obj)
+		}
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return version, applied, fmt.Errorf("a pod watch sent a %T", obj)
+		}
+		switch typ {
+		case watch.Added, watch.Modified:
+			_ = store.Update(pod)
+		case watch.Deleted:
+			_ = store.Delete(pod)
+		case watch.Bookmark:
+		default:
+			return version, applied, fmt.Errorf("a pod watch sent an event of type %q", typ)
+		}
+		version = pod.ResourceVersion
+		applied = true
+	}
+}
+
+// versionGone is the API server's answer to a list or watch from a version it no longer
+// keeps (410 Gone or Expired), or does not have yet: the node's pods are listed again.
+func versionGone(err error) bool {
+	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)
+}
+
+// apiPods is a node's pods on the API server. The watch is asked over the clientset's
+// own HTTP client (its connections, credentials and user agent), decoded in the caller's
+// goroutine; a clientset that is not backed by a REST client (a fake) watches through
+// its typed client.
+type apiPods struct {
+	cs   kubernetes.Interface
+	sel  string
+	http *http.Client
+}
+
+func newAPIPods(cs kubernetes.Interface, node string) apiPods {
+	a := apiPods{cs: cs, sel: fields.OneTermEqualSelector("spec.nodeName", node).String()}
+	if rc, ok := cs.CoreV1().RESTClient().(*rest.RESTClient); ok && rc != nil && rc.Client != nil {
+		a.http = rc.Client
+	}
+	return a
+}
+
+func (a apiPods) list(ctx context.Context) ([]corev1.Pod, string, error) {
+	l, err := a.cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: a.sel})
+	if err != nil {
+		return nil, "", err
+	}
+	return l.Items, l.ResourceVersion, nil
+}
+
+// podWatchAccept asks for protobuf, as client-go's typed clients do, JSON else.
+const podWatchAccept = "application/vnd.kubernetes.protobuf, application/json"
+
+func (a apiPods) watch(ctx context.Context, version string, timeout time.Duration) (podEvents, error) {
+	secs := int64(timeout / time.Second)
+	// No bookmarks (see nodePodsWatchTimeout).
+	opts := &metav1.ListOptions{Watch: true, FieldSelector: a.sel, ResourceVersion: version, TimeoutSeconds: &secs}
+	if a.http == nil {
+		w, err := a.cs.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, *opts)
+		if err != nil {
+			return nil, err
+		}
+		return chanEvents{w}, nil
+	}
+	u := a.cs.CoreV1().RESTClient().Get().Resource("pods").VersionedParams(opts, scheme.ParameterCodec).URL()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", podWatchAccept)
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return nil, statusError(resp, body)
+	}
+	mediaType, params, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if err != nil {
+		resp.Body.Close()
+		return nil, fmt.Errorf("a pod watch answered with content type %q: %w", resp.Header.Get("Content-Type"), err)
+	}
+	objects, events, framer, err := podWatchNegotiator.StreamDecoder(mediaType, params)
+	if err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	dec := restwatch.NewDecoder(streaming.NewDecoder(framer.NewFrameReader(resp.Body), events), objects)
+	return streamEvents{dec}, nil
+}
+
+var podWatchNegotiator = runtime.NewClientNegotiator(scheme.Codecs.WithoutConversion(), corev1.SchemeGroupVersion)
+
+// statusError is the API server's refusal of a watch as an error: its Status when the
+// body holds one (410 Expired: list again), else the code and body.
+func statusError(resp *http.Response, body []byte) error {
+	if obj, err := runtime.Decode(scheme.Codecs.UniversalDeserializer(), body); err == nil {
+		if st, ok := obj.(*metav1.Status); ok {
+			return &apierrors.StatusError{ErrStatus: *st}
+		}
+	}
+	return apierrors.NewGenericServerResponse(resp.StatusCode, http.MethodGet, corev1.Resource("pods"), "", string(body), 0, false)
+}
+
+// streamEvents is a watch decoded in the caller's goroutine.
+type streamEvents struct{ dec *restwatch.Decoder }
+
+func (s streamEvents) next() (watch.EventType, runtime.Object, error) { return s.dec.Decode() }
+func (s streamEvents) close()                                         { s.dec.Close() }
+
+// chanEvents is a watch.Interface's result channel as podEvents.
+type chanEvents struct{ w watch.Interface }
+
+func (c chanEvents) next() (watch.EventType, runtime.Object, error) {
+	e, ok := <-c.w.ResultChan()
+	if !ok {
+		return "", nil, io.EOF
+	}
+	return e.Type, e.Object, nil
+}
+func (c chanEvents) close() { c.w.Stop() }

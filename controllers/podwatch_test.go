@@ -1,0 +1,296 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// scriptedPods is a podSource the test answers call by call: each list, watch, event
+// read and pause is a request on calls that waits for the test's answer, so that the
+// watch's goroutine and the test take turns and nothing depends on timing.
+type scriptedPods struct {
+	calls chan *podCall
+}
+
+type podCall struct {
+	kind    string // list, watch, next, pause
+	version string // watch: from which version
+	timeout time.Duration
+	answer  chan podAnswer
+}
+
+type podAnswer struct {
+	pods    []corev1.Pod
+	version string
+	typ     watch.EventType
+	obj     runtime.Object
+	err     error
+	resume  bool // pause: go on (false: as if ctx ended)
+}
+
+func (s *scriptedPods) ask(c *podCall) podAnswer {
+	c.answer = make(chan podAnswer, 1)
+	s.calls <- c
+	return <-c.answer
+}
+
+func (s *scriptedPods) list(context.Context) ([]corev1.Pod, string, error) {
+	a := s.ask(&podCall{kind: "list"})
+	return a.pods, a.version, a.err
+}
+
+func (s *scriptedPods) watch(_ context.Context, version string, timeout time.Duration) (podEvents, error) {
+	a := s.ask(&podCall{kind: "watch", version: version, timeout: timeout})
+	if a.err != nil {
+		return nil, a.err
+	}
+	return scriptedEvents{s}, nil
+}
+
+func (s *scriptedPods) pause(_ context.Context, d time.Duration) bool {
+	return s.ask(&podCall{kind: "pause", timeout: d}).resume
+}
+
+type scriptedEvents struct{ s *scriptedPods }
+
+func (e scriptedEvents) next() (watch.EventType, runtime.Object, error) {
+	a := e.s.ask(&podCall{kind: "next"})
+	return a.typ, a.obj, a.err
+}
+func (e scriptedEvents) close() {}
+
+func swPod(name, version string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "apps", ResourceVersion: version},
+		Spec: corev1.PodSpec{NodeName: "n1"}}
+}
+
+var errGone = apierrors.NewResourceExpired("too old resource version: 5 (10)")
+
+func goneStatus() runtime.Object {
+	st := errGone.Status()
+	return &st
+}
+
+// step is one call the watch is expected to make and the answer it gets; advance moves
+// the clock before the answer (how long the watch ran).
+type step struct {
+	kind, version string
+	answer        podAnswer
+	advance       time.Duration
+	// wantPause is the wait a pause asks.
+	wantPause time.Duration
+}
+
+// TestRunPodWatch drives a node's pod watch through the API server's answers a watch
+// meets: renewals, versions the server no longer keeps (as a refused watch or as an
+// error event), failed lists and watches (the waits double up to 30 s and a healthy
+// watch resets them), a stream that ends at once, events of other types, and the end
+// of its context, checking each call's kind and version, the store after each script,
+// and that the goroutine ends.
+func TestRunPodWatch(t *testing.T) {
+	const timeout = 30 * time.Minute
+	listed := func(version string, pods ...*corev1.Pod) podAnswer {
+		a := podAnswer{version: version}
+		for _, p := range pods {
+			a.pods = append(a.pods, *p)
+		}
+		return a
+	}
+	ev := func(typ watch.EventType, obj runtime.Object) podAnswer { return podAnswer{typ: typ, obj: obj} }
+	eof := podAnswer{err: io.EOF}
+	broken := podAnswer{err: errors.New("connection reset by peer")}
+	refused := podAnswer{err: apierrors.NewServiceUnavailable("the server is shutting down")}
+	cases := []struct {
+		name  string
+		steps []step
+		want  []string // the store's pods (name@version) at the end
+		wakes int      // how many times the store said that what a drain waits for changed
+	}{
+		{name: "events apply, a renewal resumes from the last version without a list", steps: []step{
+			{kind: "list", answer: listed("10", swPod("a", "8"), swPod("b", "9"))},
+			{kind: "watch", version: "10"},
+			{kind: "next", answer: ev(watch.Added, swPod("c", "11"))},
+			{kind: "next", answer: ev(watch.Modified, swPod("a", "12"))},
+			{kind: "next", answer: ev(watch.Deleted, swPod("b", "13"))},
+			{kind: "next", answer: eof, advance: timeout},
+			{kind: "watch", version: "13"},
+			{kind: "next", answer: ev(watch.Bookmark, swPod("", "20"))},
+			{kind: "next", answer: eof, advance: timeout},
+			{kind: "watch", version: "20"},
+		}, want: []string{"a@12", "c@11"}, wakes: 1},
+		{name: "a renewal refused as too old lists again", steps: []step{
+			{kind: "list", answer: listed("10", swPod("a", "8"), swPod("b", "9"))},
+			{kind: "watch", version: "10"},
+			{kind: "next", answer: eof, advance: timeout},
+			{kind: "watch", version: "10", answer: podAnswer{err: errGone}},
+			{kind: "list", answer: listed("30", swPod("a", "8"), swPod("d", "25"))},
+			{kind: "watch", version: "30"},
+		}, want: []string{"a@8", "d@25"}, wakes: 1},
+		{name: "an expired error event lists again", steps: []step{
+			{kind: "list", answer: listed("10", swPod("a", "8"))},
+			{kind: "watch", version: "10"},
+			{kind: "next", answer: ev(watch.Modified, swPod("a", "11"))},
+			{kind: "next", answer: ev(watch.Error, goneStatus())},
+			{kind: "list", answer: listed("40")},
+			{kind: "watch", version: "40"},
+		}, want: nil, wakes: 1},
+		{name: "failed lists wait, doubling up to 30 s", steps: []step{
+			{kind: "list", answer: podAnswer{err: refused.err}},
+			{kind: "pause", wantPause: time.Second, answer: podAnswer{resume: true}},
+			{kind: "list", answer: podAnswer{err: refused.err}},
+			{kind: "pause", wantPause: 2 * time.Second, answer: podAnswer{resume: true}},
+			{kind: "list", answer: podAnswer{err: refused.err}},
+			{kind: "pause", wantPause: 4 * time.Second, answer: podAnswer{resume: true}},
+			{kind: "list", answer: podAnswer{err: refused.err}},
+			{kind: "pause", wantPause: 8 * time.Second, answer: podAnswer{resume: true}},
+			{kind: "list", answer: podAnswer{err: refused.err}},
+			{kind: "pause", wantPause: 16 * time.Second, answer: podAnswer{resume: true}},
+			{kind: "list", answer: podAnswer{err: refused.err}},
+			{kind: "pause", wantPause: 30 * time.Second, answer: podAnswer{resume: true}},
+			{kind: "list", answer: podAnswer{err: refused.err}},
+			{kind: "pause", wantPause: 30 * time.Second, answer: podAnswer{resume: true}},
+			{kind: "list", answer: listed("10", swPod("a", "8"))},
+			{kind: "watch", version: "10"},
+		}, want: []string{"a@8"}},
+		{name: "a failed watch waits and resumes from its version; an event resets the wait", steps: []step{
+			{kind: "list", answer: listed("10", swPod("a", "8"))},
+			{kind: "watch", version: "10", answer: podAnswer{err: refused.err}},
+			{kind: "pause", wantPause: time.Second, answer: podAnswer{resume: true}},
+			{kind: "watch", version: "10"},
+			{kind: "next", answer: broken},
+			{kind: "pause", wantPause: 2 * time.Second, answer: podAnswer{resume: true}},
+			{kind: "watch", version: "10"},
+			{kind: "next", answer: ev(watch.Added, swPod("b", "12"))},
+			{kind: "next", answer: broken},
+			{kind: "watch", version: "12"},
+			{kind: "next", answer: broken},
+			{kind: "pause", wantPause: time.Second, answer: podAnswer{resume: true}},
+			{kind: "watch", version: "12"},
+		}, want: []string{"a@8", "b@12"}},
+		{name: "a stream that ends at once, again and again, waits", steps: []step{
+			{kind: "list", answer: listed("10")},
+			{kind: "watch", version: "10"},
+			{kind: "next", answer: eof},
+			{kind: "pause", wantPause: time.Second, answer: podAnswer{resume: true}},
+			{kind: "watch", version: "10"},
+			{kind: "next", answer: eof},
+			{kind: "pause", wantPause: 2 * time.Second, answer: podAnswer{resume: true}},
+			{kind: "watch", version: "10"},
+			{kind: "next", answer: eof, advance: 2 * time.Second},
+			{kind: "watch", version: "10"},
+		}},
+		{name: "what is not a pod, or an unknown event, ends the stream and waits", steps: []step{
+			{kind: "list", answer: listed("10")},
+			{kind: "watch", version: "10"},
+			{kind: "next", answer: ev(watch.Added, &corev1.Node{})},
+			{kind: "pause", wantPause: time.Second, answer: podAnswer{resume: true}},
+			{kind: "watch", version: "10"},
+			{kind: "next", answer: ev("SURPRISE", swPod("a", "11"))},
+			{kind: "pause", wantPause: 2 * time.Second, answer: podAnswer{resume: true}},
+			{kind: "watch", version: "10"},
+		}},
+		{name: "another error event waits and resumes from its version", steps: []step{
+			{kind: "list", answer: listed("10")},
+			{kind: "watch", version: "10"},
+			{kind: "next", answer: ev(watch.Error, &metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError})},
+			{kind: "pause", wantPause: time.Second, answer: podAnswer{resume: true}},
+			{kind: "watch", version: "10"},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			src := &scriptedPods{calls: make(chan *podCall)}
+			clk := testingclock.NewFakePassiveClock(time.Date(2031, 6, 15, 10, 0, 0, 0, time.UTC))
+			wakes := 0
+			store := newPodStore(func() { wakes++ })
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				runPodWatch(ctx, src, store, timeout, clk, src.pause)
+			}()
+			for i, s := range c.steps {
+				call := <-src.calls
+				if call.kind != s.kind || (s.kind == "watch" && call.version != s.version) {
+					t.Fatalf("call %d: %s from %q, want %s from %q", i, call.kind, call.version, s.kind, s.version)
+				}
+				if s.kind == "watch" && (call.timeout < timeout || call.timeout > 2*timeout) {
+					t.Errorf("call %d: a watch of %s, want %s to %s", i, call.timeout, timeout, 2*timeout)
+				}
+				if s.kind == "pause" && call.timeout != s.wantPause {
+					t.Errorf("call %d: a pause of %s, want %s", i, call.timeout, s.wantPause)
+				}
+				clk.SetTime(clk.Now().Add(s.advance))
+				call.answer <- s.answer
+			}
+			// The watch's next call is under way: the context's end answers it, and
+			// the goroutine ends.
+			cancel()
+			call := <-src.calls
+			call.answer <- podAnswer{err: context.Canceled}
+			<-done
+			var got []string
+			for _, p := range store.pods() {
+				got = append(got, p.Name+"@"+p.ResourceVersion)
+			}
+			slices.Sort(got)
+			if strings.Join(got, ",") != strings.Join(c.want, ",") {
+				t.Errorf("store %v, want %v", got, c.want)
+			}
+			if wakes != c.wakes {
+				t.Errorf("%d wake-ups, want %d", wakes, c.wakes)
+			}
+		})
+	}
+}
+
+// TestRunPodWatchEndsWhilePaused: a watch waiting after a failure ends with its context.
+func TestRunPodWatchEndsWhilePaused(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	src := &scriptedPods{calls: make(chan *podCall)}
+	clk := testingclock.NewFakeClock(time.Date(2031, 6, 15, 10, 0, 0, 0, time.UTC))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runPodWatch(ctx, src, newPodStore(func() {}), time.Minute, clk, pauseOn(clk))
+	}()
+	call := <-src.calls
+	call.answer <- podAnswer{err: fmt.Errorf("refused")}
+	cancel()
+	<-done // pauseOn returns at the context's end: the fake clock never moves
+}
+
+func TestVersionGone(t *testing.T) {
+	tooLarge := apierrors.NewTimeoutError("Too large resource version", 1)
+	tooLarge.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge}}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{errGone, true},
+		{&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonGone}}, true},
+		{tooLarge, true},
+		{apierrors.NewTimeoutError("slow", 1), false},
+		{apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "x"), false},
+		{errors.New("connection refused"), false},
+		{nil, false},
+	} {
+		if got := versionGone(c.err); got != c.want {
+			t.Errorf("versionGone(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

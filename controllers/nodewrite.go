@@ -29,6 +29,9 @@ func (r *GPUPoolProfileReconciler) patchNodeNow(ctx context.Context, n *corev1.N
 		change(n)
 		err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 		if err == nil {
+			// The API server's answer is the whole node: the pass holds it as the cache
+			// would (its managedFields alone are kilobytes a node).
+			_, _ = transformNode(n)
 			return nil
 		}
 		if !apierrors.IsConflict(err) || i == attempts-1 {
@@ -39,5 +42,6 @@ func (r *GPUPoolProfileReconciler) patchNodeNow(ctx context.Context, n *corev1.N
 			*n = *before
 			return fmt.Errorf("reading node %s again after a conflict: %w", n.Name, err)
 		}
+		_, _ = transformNode(n)
 	}
 }

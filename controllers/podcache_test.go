@@ -389,9 +389,10 @@ func TestDemandListsNoClusterPods(t *testing.T) {
 }
 
 // TestTransformNodeDropsOnlyWhatIsNeverRead: for nodes with every field filled at random,
-// the cached node is the node without its images, volumes in use and attached and
-// managedFields; every other field (labels, taints, providerID, conditions, capacity,
-// nodeInfo: what matching, readiness and the plan read) is kept as it was.
+// the cached node is the node without its images, volumes in use and attached, system
+// info, addresses, daemon endpoints, runtime handlers, features, config and
+// managedFields; every other field (labels, annotations, taints, providerID, conditions,
+// capacity, allocatable: what matching, readiness and the plan read) is kept as it was.
 func TestTransformNodeDropsOnlyWhatIsNeverRead(t *testing.T) {
 	f := randfill.NewWithSeed(37).NilChance(0).NumElements(1, 3)
 	for i := range 200 {
@@ -399,6 +400,8 @@ func TestTransformNodeDropsOnlyWhatIsNeverRead(t *testing.T) {
 		f.Fill(&n)
 		want := n.DeepCopy()
 		want.ManagedFields, want.Status.Images, want.Status.VolumesInUse, want.Status.VolumesAttached = nil, nil, nil, nil
+		want.Status.NodeInfo, want.Status.Addresses, want.Status.DaemonEndpoints = corev1.NodeSystemInfo{}, nil, corev1.NodeDaemonEndpoints{}
+		want.Status.RuntimeHandlers, want.Status.Features, want.Status.Config, want.Status.DeclaredFeatures = nil, nil, nil, nil
 		got, err := transformNode(n.DeepCopy())
 		if err != nil {
 			t.Fatal(err)
@@ -406,7 +409,7 @@ func TestTransformNodeDropsOnlyWhatIsNeverRead(t *testing.T) {
 		if !equality.Semantic.DeepEqual(got, want) {
 			t.Fatalf("node %d: the cached node differs in more than the dropped fields: %s", i, diff.Diff(want, got))
 		}
-		if len(n.Status.Images) == 0 || len(n.ManagedFields) == 0 {
+		if len(n.Status.Images) == 0 || len(n.ManagedFields) == 0 || len(n.Status.Addresses) == 0 || len(n.Status.DeclaredFeatures) == 0 {
 			t.Fatalf("node %d: the fill left a dropped field empty; the test checks nothing", i)
 		}
 	}

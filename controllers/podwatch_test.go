@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -292,5 +295,82 @@ func TestVersionGone(t *testing.T) {
 		if got := versionGone(c.err); got != c.want {
 			t.Errorf("versionGone(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// TestFrameEventsDecodesTheAPIServersStreams: a watch stream as the API server writes it,
+// in protobuf and in JSON, with events that fit the watch's own buffer (a bookmark),
+// that need a shared one, and that outgrow it (an annotation of 100 KiB), decodes to
+// the same events in order, then ends (io.EOF); a stream cut inside an event is an
+// error, not a clean end.
+func TestFrameEventsDecodesTheAPIServersStreams(t *testing.T) {
+	big := strings.Repeat("x", 100<<10)
+	events := []watch.Event{
+		{Type: watch.Bookmark, Object: swPod("", "5")},
+		{Type: watch.Added, Object: swPod("a", "6")},
+		{Type: watch.Modified, Object: func() runtime.Object {
+			p := swPod("a", "7")
+			p.Annotations = map[string]string{"big": big}
+			return p
+		}()},
+		{Type: watch.Added, Object: func() runtime.Object {
+			p := swPod("b", "8")
+			p.Annotations = map[string]string{"mid": big[:9<<10]}
+			return p
+		}()},
+		{Type: watch.Deleted, Object: swPod("a", "9")},
+	}
+	for _, mediaType := range []string{"application/vnd.kubernetes.protobuf", "application/json"} {
+		t.Run(mediaType, func(t *testing.T) {
+			info, ok := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), mediaType)
+			if !ok || info.StreamSerializer == nil {
+				t.Fatalf("no stream serializer for %s", mediaType)
+			}
+			objects := scheme.Codecs.EncoderForVersion(info.Serializer, corev1.SchemeGroupVersion)
+			var stream bytes.Buffer
+			enc := streaming.NewEncoder(info.StreamSerializer.Framer.NewFrameWriter(&stream), info.StreamSerializer.Serializer)
+			for _, e := range events {
+				raw, err := runtime.Encode(objects, e.Object)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := enc.Encode(&metav1.WatchEvent{Type: string(e.Type), Object: runtime.RawExtension{Raw: raw}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			decode := func(b []byte) *frameEvents {
+				objs, evs, framer, err := podWatchNegotiator.StreamDecoder(mediaType, map[string]string{"stream": "watch"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return &frameEvents{frames: framer.NewFrameReader(io.NopCloser(bytes.NewReader(b))), events: evs, objects: objs}
+			}
+			f := decode(stream.Bytes())
+			for i, want := range events {
+				typ, obj, err := f.next()
+				if err != nil {
+					t.Fatalf("event %d: %v", i, err)
+				}
+				got, ok := obj.(*corev1.Pod)
+				wp := want.Object.(*corev1.Pod)
+				if typ != want.Type || !ok || got.Name != wp.Name || got.ResourceVersion != wp.ResourceVersion || len(got.Annotations["big"]) != len(wp.Annotations["big"]) || len(got.Annotations["mid"]) != len(wp.Annotations["mid"]) {
+					t.Fatalf("event %d: %s %T, want %s of pod %s@%s", i, typ, obj, want.Type, wp.Name, wp.ResourceVersion)
+				}
+			}
+			if _, _, err := f.next(); !errors.Is(err, io.EOF) {
+				t.Fatalf("after the last event: %v, want io.EOF", err)
+			}
+			// Cut inside the big event: an error, not a clean end.
+			cut := decode(stream.Bytes()[:stream.Len()-len(big)])
+			var err error
+			for range len(events) + 1 {
+				if _, _, err = cut.next(); err != nil {
+					break
+				}
+			}
+			if err == nil || errors.Is(err, io.EOF) {
+				t.Fatalf("a stream cut inside an event ended with %v, want an error", err)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"mime"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,7 +32,9 @@ import (
 
 // podSource lists a node's pods and watches them from a version.
 type podSource interface {
-	list(ctx context.Context) (pods []corev1.Pod, version string, err error)
+	// list lists the node's pods as of version: "0" any (the API server's watch cache),
+	// a version not older than it (the watch cache too), "" now (a consistent read).
+	list(ctx context.Context, version string) (pods []corev1.Pod, listed string, err error)
 	// watch streams the changes after version until the API server ends the stream
 	// (after timeout) or ctx ends.
 	watch(ctx context.Context, version string, timeout time.Duration) (podEvents, error)
@@ -45,28 +48,56 @@ type podEvents interface {
 }
 
 // podWatchBackoff bounds the waits between failed lists and watches: doubling from the
-// first to the last, as client-go's reflector (0.8 s to 30 s).
+// first to the last, each drawn up to twice as long (client-go's reflector: 0.8 s to
+// 30 s, jitter 1), so that the watches of a thousand nodes failing together (an API
+// server restarting) do not come back together.
 var podWatchBackoff = [2]time.Duration{time.Second, 30 * time.Second}
+
+// undecodable is an event the watch cannot apply (not a pod, an unknown type, bytes
+// that do not decode): the node's pods are listed again rather than watched from the
+// same version, which would send it again.
+type undecodable struct{ err error }
+
+func (u undecodable) Error() string { return u.err.Error() }
+func (u undecodable) Unwrap() error { return u.err }
 
 // runPodWatch keeps store in step with src until ctx ends: a list, then watches from the
 // last version seen, renewed when the API server ends one (after timeout to twice
-// timeout); a version the API server no longer keeps (410) is listed again. A failure
-// waits, doubling up to podWatchBackoff's last wait; a watch that delivered an event, or
-// ended cleanly after a second or more, resets the wait.
-// clk tells how long a watch ran; pause waits d, or returns false when ctx ends first.
+// timeout), as client-go's reflector does. The first list is served by the API server's
+// watch cache ("0"); a version the API server no longer keeps (410) is listed again at
+// once from the watch cache, not older than the last version seen, and as of now only
+// when the watch cache refuses that too. A failure waits (podWatchBackoff, at least what
+// the API server asks: Retry-After), as does a watch that ends at once after a fresh
+// list; a watch that delivered an event, or ended cleanly after a second or more,
+// resets the wait. clk tells how long a watch ran; pause waits d, or returns false when
+// ctx ends first.
 func runPodWatch(ctx context.Context, src podSource, store *podStore, timeout time.Duration, clk clock.PassiveClock,
 	pause func(ctx context.Context, d time.Duration) bool) {
-	version := ""
-	fails := 0
-	wait := func() bool {
+	var (
+		version  string // the last version seen
+		listFrom = "0"  // what the next list asks for ("": no list due)
+		fresh    bool   // the watch is the first after a list
+		fails    int
+	)
+	wait := func(err error) bool {
 		fails++
-		return pause(ctx, min(podWatchBackoff[0]<<min(fails-1, 16), podWatchBackoff[1]))
+		d := min(podWatchBackoff[0]<<min(fails-1, 16), podWatchBackoff[1])
+		d += time.Duration(rand.Int64N(int64(d)))
+		if s, ok := apierrors.SuggestsClientDelay(err); ok {
+			d = max(d, time.Duration(s)*time.Second)
+		}
+		return pause(ctx, d)
 	}
+	relist := true
 	for ctx.Err() == nil {
-		if version == "" {
-			pods, v, err := src.list(ctx)
+		if relist {
+			pods, v, err := src.list(ctx, listFrom)
 			if err != nil {
-				if !wait() {
+				if versionGone(err) && listFrom != "" {
+					listFrom = "" // the watch cache has not that version: as of now, at once
+					continue
+				}
+				if !wait(err) {
 					return
 				}
 				continue
@@ -76,34 +107,33 @@ func runPodWatch(ctx context.Context, src podSource, store *podStore, timeout ti
 				objs[i] = &pods[i]
 			}
 			_ = store.Replace(objs, v) // a plain store's Replace does not fail
-			version = v
-		}
-		ev, err := src.watch(ctx, version, timeout+time.Duration(rand.Int64N(int64(timeout)+1)))
-		if err != nil {
-			if versionGone(err) {
-				version = ""
-				continue
-			}
-			if !wait() {
-				return
-			}
-			continue
+			version, relist, fresh = v, false, true
 		}
 		began := clk.Now()
-		v, applied, err := follow(ev, store, version)
-		ev.close()
-		version = v
-		switch {
-		case versionGone(err):
-			version = ""
-		// A clean end right away (an API server going down) is no sign of health.
-		case applied || (err == nil && clk.Since(began) >= time.Second):
-			fails = 0
-		case ctx.Err() == nil:
-			if !wait() {
-				return
-			}
+		ev, err := src.watch(ctx, version, timeout+time.Duration(rand.Int64N(int64(timeout)+1)))
+		applied := false
+		if err == nil {
+			version, applied, err = follow(ev, store, version)
+			ev.close()
 		}
+		if ctx.Err() != nil {
+			return
+		}
+		// A clean end right away (an API server going down) is no sign of health.
+		healthy := applied || (err == nil && clk.Since(began) >= time.Second)
+		if healthy {
+			fails = 0
+		}
+		gone := versionGone(err) || errors.As(err, new(undecodable))
+		if gone {
+			relist, listFrom = true, version
+		}
+		// A version gone is listed again at once, unless the list just gave it: a watch
+		// cache that lags would have every node list again and again.
+		if !healthy && (!gone || fresh) && !wait(err) {
+			return
+		}
+		fresh = false
 	}
 }
 
@@ -139,7 +169,7 @@ func follow(ev podEvents, store *podStore, version string) (string, bool, error)
 		}
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
-			return version, applied, fmt.Errorf("a pod watch sent a %T", obj)
+			return version, applied, undecodable{fmt.Errorf("a pod watch sent a %T", obj)}
 		}
 		switch typ {
 		case watch.Added, watch.Modified:
@@ -148,7 +178,7 @@ func follow(ev podEvents, store *podStore, version string) (string, bool, error)
 			_ = store.Delete(pod)
 		case watch.Bookmark:
 		default:
-			return version, applied, fmt.Errorf("a pod watch sent an event of type %q", typ)
+			return version, applied, undecodable{fmt.Errorf("a pod watch sent an event of type %q", typ)}
 		}
 		version = pod.ResourceVersion
 		applied = true
@@ -179,8 +209,8 @@ func newAPIPods(cs kubernetes.Interface, node string) apiPods {
 	return a
 }
 
-func (a apiPods) list(ctx context.Context) ([]corev1.Pod, string, error) {
-	l, err := a.cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: a.sel})
+func (a apiPods) list(ctx context.Context, version string) ([]corev1.Pod, string, error) {
+	l, err := a.cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: a.sel, ResourceVersion: version})
 	if err != nil {
 		return nil, "", err
 	}
@@ -216,11 +246,9 @@ func (a apiPods) watch(ctx context.Context, version string, timeout time.Duratio
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		return nil, statusError(resp, body)
 	}
-	mediaType, params, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if err != nil {
-		resp.Body.Close()
-		return nil, fmt.Errorf("a pod watch answered with content type %q: %w", resp.Header.Get("Content-Type"), err)
-	}
+	// No content type, or one that does not parse: the first the client knows (JSON),
+	// as client-go's watch does.
+	mediaType, params, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	objects, events, framer, err := podWatchNegotiator.StreamDecoder(mediaType, params)
 	if err != nil {
 		resp.Body.Close()
@@ -232,14 +260,22 @@ func (a apiPods) watch(ctx context.Context, version string, timeout time.Duratio
 var podWatchNegotiator = runtime.NewClientNegotiator(scheme.Codecs.WithoutConversion(), corev1.SchemeGroupVersion)
 
 // statusError is the API server's refusal of a watch as an error: its Status when the
-// body holds one (410 Expired: list again), else the code and body.
+// body holds one (410 Expired: list again), else the code and body; a Retry-After
+// header (429, 503) is the wait it asks (apierrors.SuggestsClientDelay).
 func statusError(resp *http.Response, body []byte) error {
+	after, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
 	if obj, err := runtime.Decode(scheme.Codecs.UniversalDeserializer(), body); err == nil {
 		if st, ok := obj.(*metav1.Status); ok {
+			if after > 0 && (st.Details == nil || st.Details.RetryAfterSeconds == 0) {
+				if st.Details == nil {
+					st.Details = &metav1.StatusDetails{}
+				}
+				st.Details.RetryAfterSeconds = int32(min(after, 3600))
+			}
 			return &apierrors.StatusError{ErrStatus: *st}
 		}
 	}
-	return apierrors.NewGenericServerResponse(resp.StatusCode, http.MethodGet, corev1.Resource("pods"), "", string(body), 0, false)
+	return apierrors.NewGenericServerResponse(resp.StatusCode, http.MethodGet, corev1.Resource("pods"), "", string(body), min(after, 3600), true)
 }
 
 // frameEvents is a watch decoded in the caller's goroutine, one frame at a time into a
@@ -293,12 +329,12 @@ func (f *frameEvents) next() (watch.EventType, runtime.Object, error) {
 	}
 	var got metav1.WatchEvent
 	if _, _, err := f.events.Decode(frame, nil, &got); err != nil {
-		return "", nil, err
+		return "", nil, undecodable{fmt.Errorf("a pod watch's event: %w", err)}
 	}
 	// The event's object is copied out of the buffer by both decoders (protobuf, JSON).
 	obj, err := runtime.Decode(f.objects, got.Object.Raw)
 	if err != nil {
-		return "", nil, fmt.Errorf("a pod watch's event: %w", err)
+		return "", nil, undecodable{fmt.Errorf("a pod watch's event: %w", err)}
 	}
 	return watch.EventType(got.Type), obj, nil
 }

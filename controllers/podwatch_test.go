@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -31,7 +32,7 @@ type scriptedPods struct {
 
 type podCall struct {
 	kind    string // list, watch, next, pause
-	version string // watch: from which version
+	version string // list, watch: from which version
 	timeout time.Duration
 	answer  chan podAnswer
 }
@@ -51,8 +52,8 @@ func (s *scriptedPods) ask(c *podCall) podAnswer {
 	return <-c.answer
 }
 
-func (s *scriptedPods) list(context.Context) ([]corev1.Pod, string, error) {
-	a := s.ask(&podCall{kind: "list"})
+func (s *scriptedPods) list(_ context.Context, version string) ([]corev1.Pod, string, error) {
+	a := s.ask(&podCall{kind: "list", version: version})
 	return a.pods, a.version, a.err
 }
 
@@ -81,7 +82,14 @@ func swPod(name, version string) *corev1.Pod {
 		Spec: corev1.PodSpec{NodeName: "n1"}}
 }
 
-var errGone = apierrors.NewResourceExpired("too old resource version: 5 (10)")
+var (
+	errGone     = apierrors.NewResourceExpired("too old resource version: 5 (10)")
+	errTooLarge = func() error {
+		e := apierrors.NewTimeoutError("Too large resource version", 1)
+		e.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge}}
+		return e
+	}()
+)
 
 func goneStatus() runtime.Object {
 	st := errGone.Status()
@@ -124,7 +132,7 @@ func TestRunPodWatch(t *testing.T) {
 		wakes int      // how many times the store said that what a drain waits for changed
 	}{
 		{name: "events apply, a renewal resumes from the last version without a list", steps: []step{
-			{kind: "list", answer: listed("10", swPod("a", "8"), swPod("b", "9"))},
+			{kind: "list", version: "0", answer: listed("10", swPod("a", "8"), swPod("b", "9"))},
 			{kind: "watch", version: "10"},
 			{kind: "next", answer: ev(watch.Added, swPod("c", "11"))},
 			{kind: "next", answer: ev(watch.Modified, swPod("a", "12"))},
@@ -136,41 +144,41 @@ func TestRunPodWatch(t *testing.T) {
 			{kind: "watch", version: "20"},
 		}, want: []string{"a@12", "c@11"}, wakes: 1},
 		{name: "a renewal refused as too old lists again", steps: []step{
-			{kind: "list", answer: listed("10", swPod("a", "8"), swPod("b", "9"))},
+			{kind: "list", version: "0", answer: listed("10", swPod("a", "8"), swPod("b", "9"))},
 			{kind: "watch", version: "10"},
 			{kind: "next", answer: eof, advance: timeout},
 			{kind: "watch", version: "10", answer: podAnswer{err: errGone}},
-			{kind: "list", answer: listed("30", swPod("a", "8"), swPod("d", "25"))},
+			{kind: "list", version: "10", answer: listed("30", swPod("a", "8"), swPod("d", "25"))},
 			{kind: "watch", version: "30"},
 		}, want: []string{"a@8", "d@25"}, wakes: 1},
 		{name: "an expired error event lists again", steps: []step{
-			{kind: "list", answer: listed("10", swPod("a", "8"))},
+			{kind: "list", version: "0", answer: listed("10", swPod("a", "8"))},
 			{kind: "watch", version: "10"},
 			{kind: "next", answer: ev(watch.Modified, swPod("a", "11"))},
 			{kind: "next", answer: ev(watch.Error, goneStatus())},
-			{kind: "list", answer: listed("40")},
+			{kind: "list", version: "11", answer: listed("40")},
 			{kind: "watch", version: "40"},
 		}, want: nil, wakes: 1},
 		{name: "failed lists wait, doubling up to 30 s", steps: []step{
-			{kind: "list", answer: podAnswer{err: refused.err}},
+			{kind: "list", version: "0", answer: podAnswer{err: refused.err}},
 			{kind: "pause", wantPause: time.Second, answer: podAnswer{resume: true}},
-			{kind: "list", answer: podAnswer{err: refused.err}},
+			{kind: "list", version: "0", answer: podAnswer{err: refused.err}},
 			{kind: "pause", wantPause: 2 * time.Second, answer: podAnswer{resume: true}},
-			{kind: "list", answer: podAnswer{err: refused.err}},
+			{kind: "list", version: "0", answer: podAnswer{err: refused.err}},
 			{kind: "pause", wantPause: 4 * time.Second, answer: podAnswer{resume: true}},
-			{kind: "list", answer: podAnswer{err: refused.err}},
+			{kind: "list", version: "0", answer: podAnswer{err: refused.err}},
 			{kind: "pause", wantPause: 8 * time.Second, answer: podAnswer{resume: true}},
-			{kind: "list", answer: podAnswer{err: refused.err}},
+			{kind: "list", version: "0", answer: podAnswer{err: refused.err}},
 			{kind: "pause", wantPause: 16 * time.Second, answer: podAnswer{resume: true}},
-			{kind: "list", answer: podAnswer{err: refused.err}},
+			{kind: "list", version: "0", answer: podAnswer{err: refused.err}},
 			{kind: "pause", wantPause: 30 * time.Second, answer: podAnswer{resume: true}},
-			{kind: "list", answer: podAnswer{err: refused.err}},
+			{kind: "list", version: "0", answer: podAnswer{err: refused.err}},
 			{kind: "pause", wantPause: 30 * time.Second, answer: podAnswer{resume: true}},
-			{kind: "list", answer: listed("10", swPod("a", "8"))},
+			{kind: "list", version: "0", answer: listed("10", swPod("a", "8"))},
 			{kind: "watch", version: "10"},
 		}, want: []string{"a@8"}},
 		{name: "a failed watch waits and resumes from its version; an event resets the wait", steps: []step{
-			{kind: "list", answer: listed("10", swPod("a", "8"))},
+			{kind: "list", version: "0", answer: listed("10", swPod("a", "8"))},
 			{kind: "watch", version: "10", answer: podAnswer{err: refused.err}},
 			{kind: "pause", wantPause: time.Second, answer: podAnswer{resume: true}},
 			{kind: "watch", version: "10"},
@@ -185,7 +193,7 @@ func TestRunPodWatch(t *testing.T) {
 			{kind: "watch", version: "12"},
 		}, want: []string{"a@8", "b@12"}},
 		{name: "a stream that ends at once, again and again, waits", steps: []step{
-			{kind: "list", answer: listed("10")},
+			{kind: "list", version: "0", answer: listed("10")},
 			{kind: "watch", version: "10"},
 			{kind: "next", answer: eof},
 			{kind: "pause", wantPause: time.Second, answer: podAnswer{resume: true}},
@@ -196,18 +204,49 @@ func TestRunPodWatch(t *testing.T) {
 			{kind: "next", answer: eof, advance: 2 * time.Second},
 			{kind: "watch", version: "10"},
 		}},
-		{name: "what is not a pod, or an unknown event, ends the stream and waits", steps: []step{
-			{kind: "list", answer: listed("10")},
+		{name: "what is not a pod, or an unknown event, lists again", steps: []step{
+			{kind: "list", version: "0", answer: listed("10")},
 			{kind: "watch", version: "10"},
 			{kind: "next", answer: ev(watch.Added, &corev1.Node{})},
 			{kind: "pause", wantPause: time.Second, answer: podAnswer{resume: true}},
+			{kind: "list", version: "10", answer: listed("10")},
 			{kind: "watch", version: "10"},
 			{kind: "next", answer: ev("SURPRISE", swPod("a", "11"))},
 			{kind: "pause", wantPause: 2 * time.Second, answer: podAnswer{resume: true}},
+			{kind: "list", version: "10", answer: listed("10")},
+			{kind: "watch", version: "10"},
+		}},
+		{name: "a version gone right after its list waits before listing again", steps: []step{
+			{kind: "list", version: "0", answer: listed("10")},
+			{kind: "watch", version: "10", answer: podAnswer{err: errGone}},
+			{kind: "pause", wantPause: time.Second, answer: podAnswer{resume: true}},
+			{kind: "list", version: "10", answer: listed("12")},
+			{kind: "watch", version: "12", answer: podAnswer{err: errGone}},
+			{kind: "pause", wantPause: 2 * time.Second, answer: podAnswer{resume: true}},
+			{kind: "list", version: "12", answer: listed("12")},
+			{kind: "watch", version: "12"},
+			{kind: "next", answer: ev(watch.Added, swPod("c", "13"))},
+			{kind: "next", answer: ev(watch.Error, goneStatus())},
+			{kind: "list", version: "13", answer: listed("20", swPod("c", "13"))},
+			{kind: "watch", version: "20"},
+		}, want: []string{"c@13"}},
+		{name: "a version the watch cache refuses too is listed as of now, at once", steps: []step{
+			{kind: "list", version: "0", answer: listed("10")},
+			{kind: "watch", version: "10"},
+			{kind: "next", answer: eof, advance: timeout},
+			{kind: "watch", version: "10", answer: podAnswer{err: errGone}},
+			{kind: "list", version: "10", answer: podAnswer{err: errTooLarge}},
+			{kind: "list", version: "", answer: listed("20", swPod("d", "19"))},
+			{kind: "watch", version: "20"},
+		}, want: []string{"d@19"}},
+		{name: "the wait the API server asks is kept", steps: []step{
+			{kind: "list", version: "0", answer: listed("10")},
+			{kind: "watch", version: "10", answer: podAnswer{err: apierrors.NewTooManyRequests("slow down", 7)}},
+			{kind: "pause", wantPause: 7 * time.Second, answer: podAnswer{resume: true}},
 			{kind: "watch", version: "10"},
 		}},
 		{name: "another error event waits and resumes from its version", steps: []step{
-			{kind: "list", answer: listed("10")},
+			{kind: "list", version: "0", answer: listed("10")},
 			{kind: "watch", version: "10"},
 			{kind: "next", answer: ev(watch.Error, &metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError})},
 			{kind: "pause", wantPause: time.Second, answer: podAnswer{resume: true}},
@@ -228,14 +267,14 @@ func TestRunPodWatch(t *testing.T) {
 			}()
 			for i, s := range c.steps {
 				call := <-src.calls
-				if call.kind != s.kind || (s.kind == "watch" && call.version != s.version) {
+				if call.kind != s.kind || ((s.kind == "watch" || s.kind == "list") && call.version != s.version) {
 					t.Fatalf("call %d: %s from %q, want %s from %q", i, call.kind, call.version, s.kind, s.version)
 				}
 				if s.kind == "watch" && (call.timeout < timeout || call.timeout > 2*timeout) {
 					t.Errorf("call %d: a watch of %s, want %s to %s", i, call.timeout, timeout, 2*timeout)
 				}
-				if s.kind == "pause" && call.timeout != s.wantPause {
-					t.Errorf("call %d: a pause of %s, want %s", i, call.timeout, s.wantPause)
+				if s.kind == "pause" && (call.timeout < s.wantPause || call.timeout >= 2*s.wantPause) {
+					t.Errorf("call %d: a pause of %s, want %s up to twice as long", i, call.timeout, s.wantPause)
 				}
 				clk.SetTime(clk.Now().Add(s.advance))
 				call.answer <- s.answer
@@ -278,15 +317,13 @@ func TestRunPodWatchEndsWhilePaused(t *testing.T) {
 }
 
 func TestVersionGone(t *testing.T) {
-	tooLarge := apierrors.NewTimeoutError("Too large resource version", 1)
-	tooLarge.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge}}
 	for _, c := range []struct {
 		err  error
 		want bool
 	}{
 		{errGone, true},
 		{&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonGone}}, true},
-		{tooLarge, true},
+		{errTooLarge, true},
 		{apierrors.NewTimeoutError("slow", 1), false},
 		{apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "x"), false},
 		{errors.New("connection refused"), false},
@@ -328,7 +365,7 @@ func TestFrameEventsDecodesTheAPIServersStreams(t *testing.T) {
 			}
 			objects := scheme.Codecs.EncoderForVersion(info.Serializer, corev1.SchemeGroupVersion)
 			var stream bytes.Buffer
-			enc := streaming.NewEncoder(info.StreamSerializer.Framer.NewFrameWriter(&stream), info.StreamSerializer.Serializer)
+			enc := streaming.NewEncoder(info.StreamSerializer.NewFrameWriter(&stream), info.StreamSerializer.Serializer)
 			for _, e := range events {
 				raw, err := runtime.Encode(objects, e.Object)
 				if err != nil {
@@ -346,15 +383,22 @@ func TestFrameEventsDecodesTheAPIServersStreams(t *testing.T) {
 				return &frameEvents{frames: framer.NewFrameReader(io.NopCloser(bytes.NewReader(b))), events: evs, objects: objs}
 			}
 			f := decode(stream.Bytes())
-			for i, want := range events {
+			// All events read first, then compared: a decoder whose objects pointed into
+			// the shared buffer would show the later events' bytes.
+			var got []watch.Event
+			for i := range events {
 				typ, obj, err := f.next()
 				if err != nil {
 					t.Fatalf("event %d: %v", i, err)
 				}
-				got, ok := obj.(*corev1.Pod)
+				got = append(got, watch.Event{Type: typ, Object: obj})
+			}
+			for i, want := range events {
+				gp, ok := got[i].Object.(*corev1.Pod)
 				wp := want.Object.(*corev1.Pod)
-				if typ != want.Type || !ok || got.Name != wp.Name || got.ResourceVersion != wp.ResourceVersion || len(got.Annotations["big"]) != len(wp.Annotations["big"]) || len(got.Annotations["mid"]) != len(wp.Annotations["mid"]) {
-					t.Fatalf("event %d: %s %T, want %s of pod %s@%s", i, typ, obj, want.Type, wp.Name, wp.ResourceVersion)
+				if got[i].Type != want.Type || !ok || gp.Name != wp.Name || gp.ResourceVersion != wp.ResourceVersion ||
+					gp.Annotations["big"] != wp.Annotations["big"] || gp.Annotations["mid"] != wp.Annotations["mid"] {
+					t.Fatalf("event %d: %s %T, want %s of pod %s@%s", i, got[i].Type, got[i].Object, want.Type, wp.Name, wp.ResourceVersion)
 				}
 			}
 			if _, _, err := f.next(); !errors.Is(err, io.EOF) {
@@ -372,5 +416,53 @@ func TestFrameEventsDecodesTheAPIServersStreams(t *testing.T) {
 				t.Fatalf("a stream cut inside an event ended with %v, want an error", err)
 			}
 		})
+	}
+}
+
+// TestStatusError: the API server's refusal of a watch, as a Status (JSON or protobuf) or
+// a bare body, is an error the watch reads right: 410 lists again, and the Retry-After
+// of a 429 or 503 is the wait asked, whether the Status says it or only the header.
+func TestStatusError(t *testing.T) {
+	status := func(code int32, reason metav1.StatusReason, after int32) *metav1.Status {
+		st := &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Code: code, Reason: reason}
+		if after > 0 {
+			st.Details = &metav1.StatusDetails{RetryAfterSeconds: after}
+		}
+		return st
+	}
+	encode := func(mediaType string, st *metav1.Status) []byte {
+		info, _ := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), mediaType)
+		b, err := runtime.Encode(scheme.Codecs.EncoderForVersion(info.Serializer, metav1.SchemeGroupVersion), st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, mediaType := range []string{"application/json", "application/vnd.kubernetes.protobuf"} {
+		for _, c := range []struct {
+			name      string
+			code      int
+			header    string
+			body      []byte
+			gone      bool
+			wantAfter int
+		}{
+			{name: "expired", code: 410, body: encode(mediaType, status(410, metav1.StatusReasonExpired, 0)), gone: true},
+			{name: "too many requests, in the status", code: 429, body: encode(mediaType, status(429, metav1.StatusReasonTooManyRequests, 4)), wantAfter: 4},
+			{name: "too many requests, in the header", code: 429, header: "6", body: encode(mediaType, status(429, metav1.StatusReasonTooManyRequests, 0)), wantAfter: 6},
+			{name: "unavailable, a bare body", code: 503, header: "3", body: []byte("try later"), wantAfter: 3},
+			{name: "gone, a bare body", code: 410, body: []byte("gone"), gone: true},
+			{name: "forbidden", code: 403, body: encode(mediaType, status(403, metav1.StatusReasonForbidden, 0))},
+		} {
+			resp := &http.Response{StatusCode: c.code, Header: http.Header{}}
+			if c.header != "" {
+				resp.Header.Set("Retry-After", c.header)
+			}
+			err := statusError(resp, c.body)
+			after, ok := apierrors.SuggestsClientDelay(err)
+			if versionGone(err) != c.gone || ok != (c.wantAfter > 0) || after != c.wantAfter {
+				t.Errorf("%s, %s: %v: gone %v, delay %d (%v); want gone %v, delay %d", mediaType, c.name, err, versionGone(err), after, ok, c.gone, c.wantAfter)
+			}
+		}
 	}
 }

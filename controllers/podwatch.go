@@ -75,7 +75,7 @@ func runPodWatch(ctx context.Context, src podSource, store *podStore, timeout ti
 	pause func(ctx context.Context, d time.Duration) bool) {
 	var (
 		version  string // the last version seen
-		listFrom = "0"  // what the next list asks for ("": no list due)
+		listFrom = "0"  // what the next list asks for: "0" any, a version, "" now
 		fresh    bool   // the watch is the first after a list
 		fails    int
 	)

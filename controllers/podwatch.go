@@ -192,9 +192,8 @@ func versionGone(err error) bool {
 }
 
 // apiPods is a node's pods on the API server. The watch is asked over the clientset's
-// own HTTP client (its connections, credentials and user agent), decoded in the caller's
-// goroutine; a clientset that is not backed by a REST client (a fake) watches through
-// its typed client.
+// own HTTP client (its connections, credentials and user agent) and decoded in the
+// caller's goroutine: the clientset must be backed by a REST client (not a fake).
 type apiPods struct {
 	cs   kubernetes.Interface
 	sel  string
@@ -225,11 +224,7 @@ func (a apiPods) watch(ctx context.Context, version string, timeout time.Duratio
 	// No bookmarks (see nodePodsWatchTimeout).
 	opts := &metav1.ListOptions{Watch: true, FieldSelector: a.sel, ResourceVersion: version, TimeoutSeconds: &secs}
 	if a.http == nil {
-		w, err := a.cs.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, *opts)
-		if err != nil {
-			return nil, err
-		}
-		return chanEvents{w}, nil
+		return nil, errors.New("watching pods needs a clientset backed by a REST client")
 	}
 	u := a.cs.CoreV1().RESTClient().Get().Resource("pods").VersionedParams(opts, scheme.ParameterCodec).URL()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
@@ -340,15 +335,3 @@ func (f *frameEvents) next() (watch.EventType, runtime.Object, error) {
 }
 
 func (f *frameEvents) close() { _ = f.frames.Close() }
-
-// chanEvents is a watch.Interface's result channel as podEvents.
-type chanEvents struct{ w watch.Interface }
-
-func (c chanEvents) next() (watch.EventType, runtime.Object, error) {
-	e, ok := <-c.w.ResultChan()
-	if !ok {
-		return "", nil, io.EOF
-	}
-	return e.Type, e.Object, nil
-}
-func (c chanEvents) close() { c.w.Stop() }

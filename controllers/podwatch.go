@@ -195,15 +195,16 @@ func versionGone(err error) bool {
 // own HTTP client (its connections, credentials and user agent) and decoded in the
 // caller's goroutine: the clientset must be backed by a REST client (not a fake).
 type apiPods struct {
-	cs   kubernetes.Interface
-	sel  string
-	http *http.Client
+	cs  kubernetes.Interface
+	sel string
+	// rc is the clientset's core REST client; nil when it has none with an HTTP client.
+	rc *rest.RESTClient
 }
 
 func newAPIPods(cs kubernetes.Interface, node string) apiPods {
 	a := apiPods{cs: cs, sel: fields.OneTermEqualSelector("spec.nodeName", node).String()}
 	if rc, ok := cs.CoreV1().RESTClient().(*rest.RESTClient); ok && rc != nil && rc.Client != nil {
-		a.http = rc.Client
+		a.rc = rc
 	}
 	return a
 }
@@ -223,16 +224,16 @@ func (a apiPods) watch(ctx context.Context, version string, timeout time.Duratio
 	secs := int64(timeout / time.Second)
 	// No bookmarks (see nodePodsWatchTimeout).
 	opts := &metav1.ListOptions{Watch: true, FieldSelector: a.sel, ResourceVersion: version, TimeoutSeconds: &secs}
-	if a.http == nil {
+	if a.rc == nil {
 		return nil, errors.New("watching pods needs a clientset backed by a REST client")
 	}
-	u := a.cs.CoreV1().RESTClient().Get().Resource("pods").VersionedParams(opts, scheme.ParameterCodec).URL()
+	u := a.rc.Get().Resource("pods").VersionedParams(opts, scheme.ParameterCodec).URL()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Accept", podWatchAccept)
-	resp, err := a.http.Do(req)
+	resp, err := a.rc.Client.Do(req)
 	if err != nil {
 		return nil, err
 	}

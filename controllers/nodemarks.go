@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/nodes"
@@ -25,10 +26,10 @@ func statusNodes(pool *gpupoolv1.GPUPoolProfile) map[string]bool {
 }
 
 // markedNodes lists the nodes whose marks are the pool's (nodes.MarksOwnedBy), from the
-// cache.
+// cache, not copied: read only, but through patchNode (which makes a node its own).
 func (r *GPUPoolProfileReconciler) markedNodes(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, workerNodes map[string]bool) ([]*corev1.Node, error) {
 	var list corev1.NodeList
-	if err := r.Client.List(ctx, &list); err != nil {
+	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	return nodes.MarkedBy(list.Items, pool.Name, workerNodes), nil

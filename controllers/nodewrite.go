@@ -24,6 +24,11 @@ func (r *GPUPoolProfileReconciler) patchNode(ctx context.Context, n *corev1.Node
 // patchNodeNow is patchNode without the wait: the state batches' own writes.
 func (r *GPUPoolProfileReconciler) patchNodeNow(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error {
 	const attempts = 5
+	// n may be a pass's node as observe listed it: a shallow copy of the cache's node,
+	// whose labels, taints and conditions are the cache's own (client.UnsafeDisableDeepCopy:
+	// a pass copies no node it does not write). Writing into those would change the node
+	// every reader of the cache sees, so the node is made n's own first.
+	*n = *n.DeepCopy()
 	for i := 0; ; i++ {
 		before := n.DeepCopy()
 		change(n)

@@ -2,13 +2,16 @@ package controllers
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	vimtypes "github.com/vmware/govmomi/vim25/types"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -375,5 +378,38 @@ func TestTaintPatchKeepsOtherControllersTaints(t *testing.T) {
 	}
 	if !slices.Contains(keys, "example.com/other") || !slices.Contains(keys, TaintParked) {
 		t.Errorf("taints %v, want both the other controller's and gpupool's", keys)
+	}
+}
+
+// TestNodePatchWritesNoSharedNode: a pass's nodes share their labels, taints and
+// conditions with the manager's cache (observe lists them without copying), so a node
+// write must change the node it is given and never what it shares, whether the patch
+// goes through at once or is made again after a conflict (the node read again into it).
+func TestNodePatchWritesNoSharedNode(t *testing.T) {
+	h := newHarness(t, "nsh-")
+	r := h.reconciler()
+	for i, conflict := range []bool{false, true} {
+		vm := fmt.Sprintf("day-%d", i+1)
+		cached := h.node(vm)
+		if conflict { // another writer moves the node on: the patch conflicts and reads it again
+			cur := cached.DeepCopy()
+			cur.Labels["example.com/other"] = strconv.FormatBool(conflict)
+			h.must(k8s.Update(h.ctx, cur))
+		}
+		want := cached.DeepCopy()
+		n := *cached // what the cache's List gives a pass: the same maps and slices
+		h.must(r.patchNode(h.ctx, &n, func(n *corev1.Node) {
+			nodes.ApplyMeta(n, nodes.ParkedMeta("nsh-pool"))
+			nodes.SetState(n, "parked", "nsh-pool")
+		}))
+		if !equality.Semantic.DeepEqual(cached, want) {
+			t.Errorf("conflict %v: the shared node changed: labels %v, taints %v; was %v, %v", conflict, cached.Labels, cached.Spec.Taints, want.Labels, want.Spec.Taints)
+		}
+		if n.Labels[LabelState] != "parked" || !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintParked }) {
+			t.Errorf("conflict %v: the written node %v %v, want it parked", conflict, n.Labels, n.Spec.Taints)
+		}
+		if got := h.node(vm); got.Labels[LabelState] != "parked" || (conflict && got.Labels["example.com/other"] != "true") {
+			t.Errorf("conflict %v: the API server's node %v", conflict, got.Labels)
+		}
 	}
 }

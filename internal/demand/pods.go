@@ -178,7 +178,8 @@ func NearCompletion(ctx context.Context, jobs client.Reader, p *corev1.Pod, memo
 // completed, so that work already running there keeps the layout.
 func nodeLayouts(ctx context.Context, r client.Reader, pool *gpupoolv1.GPUPoolProfile) (map[string]string, error) {
 	var nodes corev1.NodeList
-	if err := r.List(ctx, &nodes, client.MatchingLabels{gpupoolv1.LabelPool: pool.Name}); err != nil {
+	// Read only: not copied.
+	if err := r.List(ctx, &nodes, client.MatchingLabels{gpupoolv1.LabelPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	out := map[string]string{}

@@ -61,7 +61,7 @@ func upDayNight(t *testing.T) (context.Context, *localenv.Env) {
 func upInventory(t *testing.T, inventory string) (context.Context, *localenv.Env) {
 	root := testenv.Root()
 	dir := t.TempDir()
-	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"),
+	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"), ManagerEnv: cacheMutationDetector,
 		Inventory: filepath.Join(root, inventory), Log: os.Stdout,
 		Image: filepath.Join(root, "dist", "image")}
 	ctx := context.Background()

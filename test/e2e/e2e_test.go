@@ -30,7 +30,7 @@ import (
 func TestDayNightDayOnLocalCluster(t *testing.T) {
 	root := testenv.Root()
 	dir := t.TempDir()
-	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"),
+	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"), ManagerEnv: cacheMutationDetector,
 		Inventory: filepath.Join(root, "test", "vgpusim", "testdata", "daynight.yaml"), Log: os.Stdout,
 		// The manager runs from the image 'make image' built: a broken image fails the test.
 		Image: filepath.Join(root, "dist", "image"),
@@ -206,6 +206,12 @@ func alive(pid int) bool {
 	f := strings.Fields(string(b))
 	return len(f) < 3 || f[2] != "Z"
 }
+
+// cacheMutationDetector runs every end-to-end manager with client-go's cache mutation
+// detector: it compares each object the manager's informers hold with a copy of it every
+// second and ends the manager on the first change, so a pass that wrote into a node it
+// shares with the cache (observe lists them without copying) fails the test.
+var cacheMutationDetector = []string{"KUBE_CACHE_MUTATION_DETECTOR=true"}
 
 // readPids reads every pid the environment recorded, including kwokctl's own.
 func readPids(t *testing.T, dir string) map[string]int {

@@ -47,7 +47,7 @@ type faultWorld struct {
 func TestFaultsOnLocalCluster(t *testing.T) {
 	root := testenv.Root()
 	dir := t.TempDir()
-	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"),
+	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"), ManagerEnv: cacheMutationDetector,
 		Inventory: filepath.Join(root, "test", "vgpusim", "testdata", "daynight.yaml"), Log: os.Stdout,
 		Image: filepath.Join(root, "dist", "image"),
 		VgpusimArgs: []string{"--task-delay", "SuspendVM_Task=3s", "--task-delay", "PowerOnVM_Task=4s",

@@ -28,7 +28,7 @@ func TestSwitchesOnceAtScaleOnLocalCluster(t *testing.T) {
 	if err := localenv.WriteBenchInventory(inv, 4, 4); err != nil {
 		t.Fatal(err)
 	}
-	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"), Inventory: inv, Log: os.Stdout,
+	opts := localenv.Options{Dir: dir, Root: root, BinDir: filepath.Join(root, "bin"), ManagerEnv: cacheMutationDetector, Inventory: inv, Log: os.Stdout,
 		Image: filepath.Join(root, "dist", "image"),
 		VgpusimArgs: []string{"--task-delay", "SuspendVM_Task=2s", "--task-delay", "PowerOnVM_Task=3s",
 			"--task-delay", "PowerOffVM_Task=2s", "--task-delay", "ReconfigVM_Task=2s",

@@ -25,9 +25,9 @@ import (
 // entrypoint runs from the unpacked folder as the current user.
 func (e *Env) spawnManager(kubeconfig, certDir string, args ...string) error {
 	if e.Image == "" {
-		_, err := e.spawn("manager", filepath.Join(e.BinDir, "manager"),
-			append([]string{"--kubeconfig", kubeconfig, "--webhook-cert-dir", certDir}, args...)...)
-		return err
+		return e.spawnCmd("manager", filepath.Join(e.BinDir, "manager"),
+			append([]string{"--kubeconfig", kubeconfig, "--webhook-cert-dir", certDir}, args...),
+			append(os.Environ(), e.ManagerEnv...), "", nil)
 	}
 	rootfs := filepath.Join(e.Dir, "manager-rootfs")
 	if err := os.RemoveAll(rootfs); err != nil {
@@ -51,6 +51,7 @@ func (e *Env) spawnManager(kubeconfig, certDir string, args ...string) error {
 			}
 			env = append(env, kv)
 		}
+		env = append(env, e.ManagerEnv...)
 		argv = append(argv, "--kubeconfig", kubeconfig, "--webhook-cert-dir", certDir)
 		return e.spawnCmd("manager", filepath.Join(rootfs, argv[0]), argv[1:], env, "", nil)
 	}
@@ -94,7 +95,7 @@ func (e *Env) spawnManager(kubeconfig, certDir string, args ...string) error {
 	if wd == "" {
 		wd = "/"
 	}
-	return e.spawnCmd("manager", argv[0], argv[1:], cfg.Env, wd, &syscall.SysProcAttr{
+	return e.spawnCmd("manager", argv[0], argv[1:], append(cfg.Env, e.ManagerEnv...), wd, &syscall.SysProcAttr{
 		Setpgid: true, Chroot: rootfs, Credential: &syscall.Credential{Uid: uid, Gid: gid},
 	})
 }

@@ -85,6 +85,11 @@ type Options struct {
 	// ManagerLogLevel is the manager's --zap-log-level ("": its default, info); "debug"
 	// adds a line per pass with where its time went (controllers.logPass).
 	ManagerLogLevel string
+	// ManagerEnv is more of the manager's environment ("KEY=value"), such as the
+	// end-to-end tests' KUBE_CACHE_MUTATION_DETECTOR=true: client-go then compares every
+	// cached object with a copy of it each second and ends the manager on the first change
+	// (a pass writes no node of the cache: controllers.patchNodeNow).
+	ManagerEnv []string
 }
 
 // startsAtOnce is how many task starts the manager asks at once in this environment.

@@ -22,21 +22,28 @@ func (r *GPUPoolProfileReconciler) patchNode(ctx context.Context, n *corev1.Node
 }
 
 // patchNodeNow is patchNode without the wait: the state batches' own writes.
+//
+// n may be a pass's node as observe listed it: a shallow copy of the cache's node, whose
+// labels, annotations, taints and status are the cache's own (client.UnsafeDisableDeepCopy:
+// a pass copies no node it does not write). A change writes only a node's metadata and
+// spec, so those are made n's own first; writing into the shared ones would change the
+// node every reader of the cache sees. The status stays the one the pass read, shared and
+// read only, also after the patch: the pass decided on it, and the API server's answer's
+// status (its capacity, allocatable and conditions are most of a node) is let go rather
+// than held by every node a pass patched (1,024 cordons at 64 hosts).
 func (r *GPUPoolProfileReconciler) patchNodeNow(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error {
 	const attempts = 5
-	// n may be a pass's node as observe listed it: a shallow copy of the cache's node,
-	// whose labels, taints and conditions are the cache's own (client.UnsafeDisableDeepCopy:
-	// a pass copies no node it does not write). Writing into those would change the node
-	// every reader of the cache sees, so the node is made n's own first.
-	*n = *n.DeepCopy()
+	read := n.Status
+	n.ObjectMeta, n.Spec = *n.ObjectMeta.DeepCopy(), *n.Spec.DeepCopy()
 	for i := 0; ; i++ {
-		before := n.DeepCopy()
+		before := &corev1.Node{TypeMeta: n.TypeMeta, ObjectMeta: *n.ObjectMeta.DeepCopy(), Spec: *n.Spec.DeepCopy(), Status: read}
 		change(n)
 		err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 		if err == nil {
 			// The API server's answer is the whole node: the pass holds it as the cache
-			// would (its managedFields alone are kilobytes a node).
+			// would (its managedFields alone are kilobytes a node), with the status read.
 			_, _ = transformNode(n)
+			n.Status = read
 			return nil
 		}
 		if !apierrors.IsConflict(err) || i == attempts-1 {
@@ -48,5 +55,6 @@ func (r *GPUPoolProfileReconciler) patchNodeNow(ctx context.Context, n *corev1.N
 			return fmt.Errorf("reading node %s again after a conflict: %w", n.Name, err)
 		}
 		_, _ = transformNode(n)
+		read = n.Status // the node as it is now: read again, the pass's own
 	}
 }

@@ -385,6 +385,8 @@ func TestTaintPatchKeepsOtherControllersTaints(t *testing.T) {
 // conditions with the manager's cache (observe lists them without copying), so a node
 // write must change the node it is given and never what it shares, whether the patch
 // goes through at once or is made again after a conflict (the node read again into it).
+// The written node keeps the status the pass read (shared), or after a conflict the one
+// read again.
 func TestNodePatchWritesNoSharedNode(t *testing.T) {
 	h := newHarness(t, "nsh-")
 	r := h.reconciler()
@@ -407,6 +409,10 @@ func TestNodePatchWritesNoSharedNode(t *testing.T) {
 		}
 		if n.Labels[LabelState] != "parked" || !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintParked }) {
 			t.Errorf("conflict %v: the written node %v %v, want it parked", conflict, n.Labels, n.Spec.Taints)
+		}
+		// The pass holds the status it read, not the answer's: the answer's is let go.
+		if shared := len(n.Status.Conditions) > 0 && &n.Status.Conditions[0] == &cached.Status.Conditions[0]; shared == conflict {
+			t.Errorf("conflict %v: the written node holds the status it was given: %v, want %v", conflict, shared, !conflict)
 		}
 		if got := h.node(vm); got.Labels[LabelState] != "parked" || (conflict && got.Labels["example.com/other"] != "true") {
 			t.Errorf("conflict %v: the API server's node %v", conflict, got.Labels)

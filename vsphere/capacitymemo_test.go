@@ -55,8 +55,8 @@ func TestCapacityMemo(t *testing.T) {
 // TestCapacityFingerprint: the VMs' order does not matter; a VM's power state or recent
 // tasks, a VM leaving the host, and the VMs on the host's GPUs do.
 func TestCapacityFingerprint(t *testing.T) {
-	vm := func(id string, state types.VirtualMachinePowerState, tasks ...string) mo.VirtualMachine {
-		v := mo.VirtualMachine{Runtime: types.VirtualMachineRuntimeInfo{PowerState: state}}
+	vm := func(id string, state types.VirtualMachinePowerState, tasks ...string) *mo.VirtualMachine {
+		v := &mo.VirtualMachine{Runtime: types.VirtualMachineRuntimeInfo{PowerState: state}}
 		v.Self = types.ManagedObjectReference{Type: "VirtualMachine", Value: id}
 		for _, task := range tasks {
 			v.RecentTask = append(v.RecentTask, types.ManagedObjectReference{Type: "Task", Value: task})
@@ -66,17 +66,17 @@ func TestCapacityFingerprint(t *testing.T) {
 	h := inventory.Host{Ref: "host-1", GPUs: []inventory.GPU{{PCIID: "0000:3b:00.0", VMs: []string{"a"}}}}
 	self := mo.HostSystem{}
 	a, b := vm("vm-1", "poweredOn"), vm("vm-2", "poweredOff")
-	base := capacityFingerprint(h, self, []mo.VirtualMachine{a, b})
-	if got := capacityFingerprint(h, self, []mo.VirtualMachine{b, a}); got != base {
+	base := capacityFingerprint(h, self, []*mo.VirtualMachine{a, b})
+	if got := capacityFingerprint(h, self, []*mo.VirtualMachine{b, a}); got != base {
 		t.Error("the VMs' order changed the fingerprint")
 	}
 	moved := h
 	moved.GPUs = []inventory.GPU{{PCIID: "0000:3b:00.0"}}
 	for name, got := range map[string][32]byte{
-		"power state": capacityFingerprint(h, self, []mo.VirtualMachine{a, vm("vm-2", "poweredOn")}),
-		"a new task":  capacityFingerprint(h, self, []mo.VirtualMachine{a, vm("vm-2", "poweredOff", "task-9")}),
-		"a VM left":   capacityFingerprint(h, self, []mo.VirtualMachine{a}),
-		"GPU's VMs":   capacityFingerprint(moved, self, []mo.VirtualMachine{a, b}),
+		"power state": capacityFingerprint(h, self, []*mo.VirtualMachine{a, vm("vm-2", "poweredOn")}),
+		"a new task":  capacityFingerprint(h, self, []*mo.VirtualMachine{a, vm("vm-2", "poweredOff", "task-9")}),
+		"a VM left":   capacityFingerprint(h, self, []*mo.VirtualMachine{a}),
+		"GPU's VMs":   capacityFingerprint(moved, self, []*mo.VirtualMachine{a, b}),
 	} {
 		if got == base {
 			t.Errorf("%s: fingerprint unchanged", name)

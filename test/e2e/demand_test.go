@@ -71,7 +71,7 @@ func upInventory(t *testing.T, inventory string) (context.Context, *localenv.Env
 	}
 	t.Cleanup(func() { _ = localenv.Down(opts) })
 	diagnoseOnFailure(t, ctx, env)
-	return ctx, env
+	return watchManager(t, ctx, dir), env
 }
 
 // diagnoseOnFailure has a failed test print the cluster's events and the tails of the

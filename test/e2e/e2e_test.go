@@ -50,9 +50,10 @@ func TestDayNightDayOnLocalCluster(t *testing.T) {
 	})
 	t.Cleanup(func() {
 		if t.Failed() && !downDone { // before Down: the environment goes with the test
-			env.Diagnose(ctx, os.Stdout)
+			env.Diagnose(context.Background(), os.Stdout)
 		}
 	})
+	ctx = watchManager(t, ctx, dir)
 
 	scraper := startMetricsScraper(t, dir)
 	res, err := localenv.RunDemo(ctx, env, os.Stdout, 2*time.Minute, 12*time.Minute)
@@ -205,6 +206,54 @@ func alive(pid int) bool {
 	}
 	f := strings.Fields(string(b))
 	return len(f) < 3 || f[2] != "Z"
+}
+
+// watchManager returns ctx, cancelled (and t failed with the log's lines that say why)
+// as soon as the manager's log shows that it panicked or the Go runtime ended it, such
+// as the cache mutation detector's panic: the test's waits then end at once instead of at
+// their deadlines, minutes later, with a timeout that hides the cause. A manager a fault
+// test kills leaves no panic in its log, and one started again starts a new log.
+func watchManager(t *testing.T, ctx context.Context, dir string) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		log := filepath.Join(dir, "logs", "manager.log")
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if why := managerCrash(log); why != "" {
+				t.Errorf("the manager ended:\n%s", why)
+				cancel()
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return ctx
+}
+
+// managerCrash is what the manager's log says from its first line that tells of a panic
+// or a fatal runtime error (with the mutation detector's line before it), the next 30
+// lines at most; "" when there is none.
+func managerCrash(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(string(b), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") || strings.Contains(l, "ALTERED!") {
+			return strings.Join(lines[i:min(len(lines), i+30)], "\n")
+		}
+	}
+	return ""
 }
 
 // cacheMutationDetector runs every end-to-end manager with client-go's cache mutation

@@ -60,6 +60,7 @@ func TestFaultsOnLocalCluster(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = localenv.Down(opts) })
 	diagnoseOnFailure(t, ctx, env, "powerwire.log", "manager.log")
+	ctx = watchManager(t, ctx, dir)
 	w := &faultWorld{t: t, ctx: ctx, env: env, dir: dir}
 	w.readNames()
 

@@ -41,6 +41,7 @@ func TestSwitchesOnceAtScaleOnLocalCluster(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = localenv.Down(opts) })
 	diagnoseOnFailure(t, ctx, env)
+	ctx = watchManager(t, ctx, dir)
 	checks, err := localenv.RunSwitchesOnce(ctx, env, localenv.BenchOptions{Hosts: 4, GPUs: 4, Pods: true}, []string{"night", "", "night"})
 	t.Logf("\n%s", localenv.FormatOnce([]*localenv.BenchResult{{Hosts: 4, Once: checks}}))
 	if err != nil {

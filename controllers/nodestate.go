@@ -160,7 +160,7 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope, 
 	if r.states != nil {
 		copies := make([]*corev1.Node, len(changed))
 		for i, n := range changed {
-			copies[i] = n.DeepCopy()
+			copies[i] = nodes.WriteCopy(n)
 			// Counted as made unless the last batch got nothing through (its refusal
 			// gives the write back, and a capped pass backs off: afterCapped); its
 			// failures are reported by this pass (waitStates).

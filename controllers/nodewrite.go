@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpupool/gpupool/internal/nodes"
 )
 
 // patchNode applies change to a node with a merge patch that carries the node's
@@ -34,9 +36,9 @@ func (r *GPUPoolProfileReconciler) patchNode(ctx context.Context, n *corev1.Node
 func (r *GPUPoolProfileReconciler) patchNodeNow(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error {
 	const attempts = 5
 	read := n.Status
-	n.ObjectMeta, n.Spec = *n.ObjectMeta.DeepCopy(), *n.Spec.DeepCopy()
+	*n = *nodes.WriteCopy(n)
 	for i := 0; ; i++ {
-		before := &corev1.Node{TypeMeta: n.TypeMeta, ObjectMeta: *n.ObjectMeta.DeepCopy(), Spec: *n.Spec.DeepCopy(), Status: read}
+		before := nodes.WriteCopy(n)
 		change(n)
 		err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 		if err == nil {

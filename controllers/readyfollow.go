@@ -280,7 +280,7 @@ func (f *readyFollow) consider(n *corev1.Node) {
 	e.state = armFiring
 	f.firing[e.pool]++
 	f.mu.Unlock()
-	go f.fire(e, n.DeepCopy(), st)
+	go f.fire(e, nodes.WriteCopy(n), st)
 }
 
 // readyWriteTimeout bounds a write of the follower, as reconcileTimeout bounds a pass:

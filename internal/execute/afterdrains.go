@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
@@ -82,7 +83,7 @@ func (r *run) protectThen(vm string, mark func(context.Context) error) func(cont
 	if node == nil {
 		return mark
 	}
-	n, protect := node.DeepCopy(), r.Nodes.Protect
+	n, protect := nodes.WriteCopy(node), r.Nodes.Protect
 	return func(ctx context.Context) error {
 		if err := protect(ctx, n); err != nil {
 			return err

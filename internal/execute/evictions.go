@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/internal/world"
 )
@@ -322,7 +323,7 @@ func (r *run) evictBehind(ctx context.Context, steps []plan.Step) bool {
 // pass's time, and its budget.
 func (r *run) handOut(step plan.Step, node *corev1.Node) {
 	started := r.drainStart(step)
-	n, d, now, pool, budget, drainer := node.DeepCopy(), r.Pool.Spec.Drain, r.Now, r.Pool.Name, r.Budget, r.Drainer
+	n, d, now, pool, budget, drainer := nodes.WriteCopy(node), r.Pool.Spec.Drain, r.Now, r.Pool.Name, r.Budget, r.Drainer
 	handed := time.Now()
 	r.Evictions.start(pool, n.Name, started, func(ctx context.Context) drainOutcome {
 		// The pass's time plus how long the round queued: when a pod's eviction is

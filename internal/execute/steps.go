@@ -216,7 +216,7 @@ func (r *run) markLater(vm string, node *corev1.Node) func(context.Context) erro
 		r.out.MarksLater = map[string]bool{}
 	}
 	r.out.MarksLater[vm] = true
-	n, change, write := node.DeepCopy(), r.withMarks(vm, false, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(pool)) }), r.Nodes
+	n, change, write := nodes.WriteCopy(node), r.withMarks(vm, false, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(pool)) }), r.Nodes
 	return func(ctx context.Context) error { return write.Patch(ctx, n, change) }
 }
 

@@ -11,8 +11,8 @@ import (
 )
 
 // BenchmarkPass measures one pass's own cost on an n-VM site held in memory: observe
-// (credentials, inventory, the node list from a fake client that copies every node as
-// the informer cache does, the VM and node matching), decide (node states, plan.Build)
+// (credentials, inventory, the node list from a fake client that lists as the informer
+// cache does, without copies for observe: cachedNodes; the VM and node matching), decide (node states, plan.Build)
 // and what the pass computes from the plan (the workers' status, the plan preview, the
 // conditions). Writes and vSphere calls are not in it. "day-to-night" plans the
 // switch of every VM; "steady" finds the day layout in place.

@@ -181,18 +181,26 @@ func newScaleWorld(n int, frozen bool) *scaleWorld {
 	return &scaleWorld{r: r, pool: pool, inv: inv, clock: clock}
 }
 
-// cachedNodes lists nodes as the manager's informer cache does, by deep-copying each
-// object it holds, where the fake client would round-trip every node through JSON (ten
-// times the cost, which would measure the fake, not gpupool).
+// cachedNodes lists nodes as the manager's informer cache does: by deep-copying each
+// object it holds, or with client.UnsafeDisableDeepCopy (observe's list) into a shallow
+// copy of it, whose maps and slices are the cache's; the fake client would round-trip
+// every node through JSON (ten times the cost, which would measure the fake, not
+// gpupool).
 func cachedNodes(cache []corev1.Node) func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error {
 	return func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 		nodes, ok := list.(*corev1.NodeList)
 		if !ok {
 			return c.List(ctx, list, opts...)
 		}
+		var lo client.ListOptions
+		lo.ApplyOptions(opts)
 		nodes.Items = make([]corev1.Node, len(cache))
 		for i := range cache {
-			cache[i].DeepCopyInto(&nodes.Items[i])
+			if lo.UnsafeDisableDeepCopy != nil && *lo.UnsafeDisableDeepCopy {
+				nodes.Items[i] = cache[i]
+			} else {
+				cache[i].DeepCopyInto(&nodes.Items[i])
+			}
 		}
 		return nil
 	}

@@ -2,6 +2,7 @@ package vsphere_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net/url"
 	"reflect"
@@ -13,6 +14,7 @@ import (
 	vimtypes "github.com/vmware/govmomi/vim25/types"
 
 	"github.com/gpupool/gpupool/test/vgpusim"
+	"github.com/gpupool/gpupool/vsphere"
 )
 
 // TestScopedInventoryAgreesWithTheWholeRead: for every VM, and every pair of VMs, of
@@ -21,91 +23,112 @@ import (
 // the hosts of their compute resources, as the whole read has them, every VM on those
 // hosts as the whole read has it, and every other VM of the datacenter by name, path,
 // host and power state; and a second read of the same scope is one round trip.
+// With page set, the reads come in answers of that many objects (vsphere's readPage):
+// the whole read in pages must agree with the one in one answer, and the scoped reads
+// with it.
 func TestScopedInventoryAgreesWithTheWholeRead(t *testing.T) {
 	for _, file := range []string{"daynight.yaml", "twohost.yaml", "features.yaml"} {
-		t.Run(file, func(t *testing.T) {
-			e := newEnv(t, file)
-			whole, err := e.c.Inventory(e.ctx)
-			if err != nil {
-				t.Fatal(err)
+		for _, page := range []int32{0, 1, 2, 7} {
+			t.Run(fmt.Sprintf("%s/page=%d", file, page), func(t *testing.T) { scopedAgreesWithWhole(t, file, page) })
+		}
+	}
+}
+
+func scopedAgreesWithWhole(t *testing.T, file string, page int32) {
+	e := newEnv(t, file)
+	whole, err := e.c.Inventory(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if page > 0 {
+		vsphere.SetReadPage(t, page)
+		e.sim.ResetCalls()
+		paged, err := e.c.Inventory(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(paged, whole) {
+			t.Errorf("read in pages of %d\n got %+v\nwant %+v", page, paged, whole)
+		}
+		if e.sim.Calls("ContinueRetrievePropertiesEx") == 0 {
+			t.Errorf("read in pages of %d: no ContinueRetrievePropertiesEx", page)
+		}
+	}
+	spec, err := vgpusim.LoadFile("../test/vgpusim/testdata/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A host without a cluster is a compute resource of its own.
+	clusterOf := func(host string) string {
+		for _, h := range spec.Hosts {
+			if h.Name == host && h.Cluster != "" {
+				return h.Cluster
 			}
-			spec, err := vgpusim.LoadFile("../test/vgpusim/testdata/" + file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// A host without a cluster is a compute resource of its own.
-			clusterOf := func(host string) string {
-				for _, h := range spec.Hosts {
-					if h.Name == host && h.Cluster != "" {
-						return h.Cluster
-					}
-				}
-				return "standalone " + host
-			}
-			var scopes [][]string
-			for i, a := range whole.VMs {
-				scopes = append(scopes, []string{a.Name})
-				for _, b := range whole.VMs[i+1:] {
-					scopes = append(scopes, []string{a.Name, b.Path})
-				}
-			}
-			for _, ids := range scopes {
-				hosts := map[string]bool{}
-				for _, id := range ids {
-					vm, _ := whole.FindVM(id)
-					for _, h := range whole.Hosts {
-						if clusterOf(h.Name) == clusterOf(vm.Host) {
-							hosts[h.Name] = true
-						}
-					}
-				}
-				scoped, err := e.c.Inventory(e.ctx, ids...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var gotHosts []string
-				for _, h := range scoped.Hosts {
-					gotHosts = append(gotHosts, h.Name)
-					w, _ := whole.FindHost(h.Name)
-					if !reflect.DeepEqual(h, *w) {
-						t.Errorf("scope %v: host %s\n got %+v\nwant %+v", ids, h.Name, h, *w)
-					}
-				}
-				for h := range hosts {
-					if !slices.Contains(gotHosts, h) {
-						t.Errorf("scope %v: host %s of the VMs' compute resources missing (got %v)", ids, h, gotHosts)
-					}
-				}
-				if len(gotHosts) != len(hosts) {
-					t.Errorf("scope %v: hosts %v, want those of the VMs' compute resources only (%d)", ids, gotHosts, len(hosts))
-				}
-				if len(scoped.VMs) != len(whole.VMs) {
-					t.Fatalf("scope %v: %d VMs listed, want all %d", ids, len(scoped.VMs), len(whole.VMs))
-				}
-				for i, v := range scoped.VMs {
-					w := whole.VMs[i]
-					if hosts[w.Host] {
-						if !reflect.DeepEqual(v, w) {
-							t.Errorf("scope %v: VM %s\n got %+v\nwant %+v", ids, w.Name, v, w)
-						}
-						continue
-					}
-					if v.Name != w.Name || v.Path != w.Path || v.Host != w.Host || v.PowerState != w.PowerState || v.Ref != w.Ref {
-						t.Errorf("scope %v: VM %s outside the scope listed as %+v, want name, path, host and power state of %+v", ids, w.Name, v, w)
-					}
-					if v.Profile != "" || len(v.GPUs) > 0 {
-						t.Errorf("scope %v: VM %s outside the scope was read in full: %+v", ids, w.Name, v)
-					}
-				}
-				e.sim.ResetCalls()
-				if _, err := e.c.Inventory(e.ctx, ids...); err != nil {
-					t.Fatal(err)
-				}
-				if n := e.sim.Calls("RetrievePropertiesEx") + e.sim.Calls("RetrieveProperties"); n != 1 {
-					t.Errorf("scope %v: the second read took %d property reads, want 1", ids, n)
+		}
+		return "standalone " + host
+	}
+	var scopes [][]string
+	for i, a := range whole.VMs {
+		scopes = append(scopes, []string{a.Name})
+		for _, b := range whole.VMs[i+1:] {
+			scopes = append(scopes, []string{a.Name, b.Path})
+		}
+	}
+	for _, ids := range scopes {
+		hosts := map[string]bool{}
+		for _, id := range ids {
+			vm, _ := whole.FindVM(id)
+			for _, h := range whole.Hosts {
+				if clusterOf(h.Name) == clusterOf(vm.Host) {
+					hosts[h.Name] = true
 				}
 			}
-		})
+		}
+		scoped, err := e.c.Inventory(e.ctx, ids...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gotHosts []string
+		for _, h := range scoped.Hosts {
+			gotHosts = append(gotHosts, h.Name)
+			w, _ := whole.FindHost(h.Name)
+			if !reflect.DeepEqual(h, *w) {
+				t.Errorf("scope %v: host %s\n got %+v\nwant %+v", ids, h.Name, h, *w)
+			}
+		}
+		for h := range hosts {
+			if !slices.Contains(gotHosts, h) {
+				t.Errorf("scope %v: host %s of the VMs' compute resources missing (got %v)", ids, h, gotHosts)
+			}
+		}
+		if len(gotHosts) != len(hosts) {
+			t.Errorf("scope %v: hosts %v, want those of the VMs' compute resources only (%d)", ids, gotHosts, len(hosts))
+		}
+		if len(scoped.VMs) != len(whole.VMs) {
+			t.Fatalf("scope %v: %d VMs listed, want all %d", ids, len(scoped.VMs), len(whole.VMs))
+		}
+		for i, v := range scoped.VMs {
+			w := whole.VMs[i]
+			if hosts[w.Host] {
+				if !reflect.DeepEqual(v, w) {
+					t.Errorf("scope %v: VM %s\n got %+v\nwant %+v", ids, w.Name, v, w)
+				}
+				continue
+			}
+			if v.Name != w.Name || v.Path != w.Path || v.Host != w.Host || v.PowerState != w.PowerState || v.Ref != w.Ref {
+				t.Errorf("scope %v: VM %s outside the scope listed as %+v, want name, path, host and power state of %+v", ids, w.Name, v, w)
+			}
+			if v.Profile != "" || len(v.GPUs) > 0 {
+				t.Errorf("scope %v: VM %s outside the scope was read in full: %+v", ids, w.Name, v)
+			}
+		}
+		e.sim.ResetCalls()
+		if _, err := e.c.Inventory(e.ctx, ids...); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.sim.Calls("RetrievePropertiesEx") + e.sim.Calls("RetrieveProperties"); n != 1 {
+			t.Errorf("scope %v: the second read took %d property reads, want 1", ids, n)
+		}
 	}
 }
 

@@ -102,9 +102,9 @@ func (c *client) Inventory(ctx context.Context, vms ...string) (*inventory.Inven
 // (RetrieveOptions.MaxObjects); the rest come with ContinueRetrievePropertiesEx. An
 // answer is decoded whole before its objects are built, so a read's transient memory is
 // a page's, not the pool's or its datacenter's: at 64 hosts (1,280 VMs) the decoding of
-// one answer was 14-20 MB of the manager's live heap at a switch's peak. vCenter's own
-// policy may page a read anyway; the pages are still the one retrieval the first call
-// started.
+// one answer was 14-20 MB of the manager's live heap at a switch's peak. The pages are
+// of the one retrieval the first call started (vCenter "suspends the retrieval" at the
+// maximum), and vCenter's own policy may page a read that asks for no maximum anyway.
 var readPage int32 = 500
 
 // retrieve runs one RetrievePropertiesEx of the filter specs, in pages of readPage

@@ -96,9 +96,9 @@ func (p *pagedReads) next(token string) ([]types.ObjectContent, string, bool) {
 	return objs, next, true
 }
 
-// routeCollector sends RetrievePropertiesEx and ContinueRetrievePropertiesEx to specwiseCollector: the session's own
-// collector (the simulator prefers it to what the handler returns) is wrapped in place;
-// the shared one is wrapped for the call.
+// routeCollector sends RetrievePropertiesEx and ContinueRetrievePropertiesEx to
+// specwiseCollector: the session's own collector (the simulator prefers it to what the
+// handler returns) is wrapped in place; the shared one is wrapped for the call.
 func routeCollector(ctx *simulator.Context, m *simulator.Method) (*specwiseCollector, bool) {
 	if (m.Name != "RetrievePropertiesEx" && m.Name != "ContinueRetrievePropertiesEx") || m.This.Type != "PropertyCollector" {
 		return nil, false

@@ -80,7 +80,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		budget: execute.NewBudget(cmp.Or(r.maxNodeWrites, maxNodeWritesPerPass), cmp.Or(r.maxEvictions, maxEvictionsPerPass)).
 			WithCordons(cmp.Or(r.maxCordons, maxCordonsPerPass)), readySeq: r.ready.begin(pool.Name),
 		times: &passTimes{begun: time.Now()}}
-	before := pool.DeepCopy()
+	before := statusRead(pool)
 	defer func() { logPass(ctx, s, res, retErr) }() // last: after the status write
 	defer func() {
 		// act armed what the pass's plan waits for before its node writes; here, once
@@ -133,11 +133,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 // Note: a failed patch otherwise loses only what can be re-observed: task ids are found
 // again through the intents stored before each task (internal/execute: Run, Follower).
 func (r *GPUPoolProfileReconciler) writeStatus(ctx context.Context, s *scope) error {
-	patch := client.MergeFrom(s.persisted)
-	if s.starts.Len() > 0 {
-		patch = client.MergeFromWithOptions(s.persisted, client.MergeFromWithOptimisticLock{})
-	}
-	err := r.Client.Status().Patch(ctx, s.pool, patch)
+	err := r.Client.Status().Patch(ctx, s.pool, poolStatusPatch(s.persisted, s.starts.Len() > 0))
 	r.wrote(s.pool, err)
 	switch {
 	case err == nil:
@@ -151,6 +147,15 @@ func (r *GPUPoolProfileReconciler) writeStatus(ctx context.Context, s *scope) er
 		return nil
 	}
 	return fmt.Errorf("patching status: %w", err)
+}
+
+// statusRead is what announce compares a pass's outcome with: the pool's status as the
+// pass read it, but for the workers, which announce does not read; at 64 hosts they are
+// nearly all of the status, and the pass holds them twice already (s.persisted).
+func statusRead(pool *gpupoolv1.GPUPoolProfile) *gpupoolv1.GPUPoolProfile {
+	st := pool.Status
+	st.Workers = nil
+	return &gpupoolv1.GPUPoolProfile{Status: *st.DeepCopy()}
 }
 
 // announce records a Warning event when the pool becomes Stalled, or Stalled for

@@ -95,7 +95,7 @@ func (k *KueueReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	again := k.syncKueue(ctx, pool, now)
 	if !equality.Semantic.DeepEqual(before.Status.Kueue, pool.Status.Kueue) {
 		// A merge patch of the difference: status.kueue and nothing else of the pool.
-		if err := k.Client.Status().Patch(ctx, pool, client.MergeFrom(before)); client.IgnoreNotFound(err) != nil {
+		if err := k.Client.Status().Patch(ctx, pool, poolStatusPatch(before, false)); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("patching status.kueue: %w", err)
 		}
 	}

@@ -76,7 +76,7 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 		}
 		s.facts.deleting = msg
 		summarize(s)
-		err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(s.persisted))
+		err := r.Client.Status().Patch(ctx, pool, poolStatusPatch(s.persisted, false))
 		r.wrote(pool, err)
 		if client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("patching status: %w", err)
@@ -99,7 +99,7 @@ func (r *GPUPoolProfileReconciler) reconcileDelete(ctx context.Context, pool *gp
 	// The Workloads the pool's check holds are released before the finalizer goes:
 	// afterwards nothing answers them.
 	if again := r.releaseDeletedKueue(ctx, pool, s.now); again > 0 {
-		err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(s.persisted))
+		err := r.Client.Status().Patch(ctx, pool, poolStatusPatch(s.persisted, false))
 		r.wrote(pool, err)
 		if client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("patching status: %w", err)

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
@@ -33,7 +32,7 @@ func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope, pee
 // object it is given, and the pass holds pointers into s.pool's worker list.
 func (r *GPUPoolProfileReconciler) persist(ctx context.Context, s *scope) error {
 	obj := s.pool.DeepCopy()
-	err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(s.persisted, client.MergeFromWithOptimisticLock{}))
+	err := r.Client.Status().Patch(ctx, obj, poolStatusPatch(s.persisted, true))
 	r.wrote(obj, err)
 	if err != nil {
 		return err

@@ -103,22 +103,21 @@ func (r *run) protectThen(vm string, mark func(context.Context) error) func(cont
 func (s *Starts) drainsEnd(gate func(context.Context) bool, rec *startRecord, handed time.Time) bool {
 	ctx, stop := context.WithTimeout(s.ctx, StartTimeout-s.now().Sub(handed))
 	defer stop()
+	gateCtx, stopGate := context.WithCancel(ctx)
+	defer stopGate()
 	s.mu.Lock()
 	if s.stale(rec, handed) {
 		s.mu.Unlock()
 		return false
 	}
 	rec.stopGate = stop
+	rec.openGate = stopGate // a pass that observed the drains ended opens it (OpenGates)
+	select {
+	case <-rec.opened:
+		stopGate()
+	default:
+	}
 	s.mu.Unlock()
-	gateCtx, stopGate := context.WithCancel(ctx)
-	defer stopGate()
-	go func() { // a pass that observed the drains ended opens the gate (OpenGates)
-		select {
-		case <-rec.opened:
-			stopGate()
-		case <-gateCtx.Done():
-		}
-	}()
 	open := gate(gateCtx)
 	select {
 	case <-rec.opened:
@@ -127,7 +126,7 @@ func (s *Starts) drainsEnd(gate func(context.Context) bool, rec *startRecord, ha
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rec.stopGate = nil
+	rec.stopGate, rec.openGate = nil, nil
 	return open && ctx.Err() == nil && !s.stale(rec, handed)
 }
 
@@ -159,6 +158,9 @@ func (s *Starts) OpenGates(pool string, drained func(vm string) bool) {
 		case <-rec.opened:
 		default:
 			close(rec.opened)
+			if rec.openGate != nil {
+				rec.openGate() // ends the wait on the pods' watches
+			}
 		}
 	}
 }

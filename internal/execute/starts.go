@@ -92,8 +92,8 @@ type startRecord struct {
 	// opened is closed when a pass observed those drains ended (OpenGates), which calls
 	// openGate to end the wait, asked; gateVMs are the VMs whose drains it waits for.
 	stopGate, openGate context.CancelFunc
-	opened   chan struct{}
-	gateVMs  []string
+	opened             chan struct{}
+	gateVMs            []string
 	// done is closed once the start is answered (ended).
 	done chan struct{}
 }

@@ -65,11 +65,11 @@ func (r *GPUPoolProfileReconciler) claimNodeStep(s *scope) func(vm string) (bool
 // executor is the pass's executor: it acts through this reconciler's clients, on the
 // pass's vCenter session, and tells its events on the pool's nodes.
 func (r *GPUPoolProfileReconciler) executor(s *scope) *execute.Executor {
-	var drained func(context.Context, []string) bool
+	var drains execute.DrainWatch
 	if r.nodePods != nil {
 		// The suspends after drains go once their nodes' pods are gone, as the pods'
 		// watches show it (nil: the tests that call Reconcile directly, without them).
-		drained = r.nodePods.waitDrained
+		drains = r.nodePods
 	}
 	return &execute.Executor{
 		Nodes:   nodeWriter{r},
@@ -81,8 +81,8 @@ func (r *GPUPoolProfileReconciler) executor(s *scope) *execute.Executor {
 		// nil (the tests that call Reconcile directly): evictions inside the pass.
 		Evictions: r.evictions,
 		// nil (the tests that call Reconcile directly): task starts inside the pass.
-		Starts:  r.starts,
-		Drained: drained,
+		Starts: r.starts,
+		Drains: drains,
 	}
 }
 

@@ -38,15 +38,16 @@ type nodePods struct {
 
 	mu      sync.Mutex
 	watches map[string]*nodePodsWatch
+	nextSub int
 }
 
 type nodePodsWatch struct {
 	pods  *podStore
 	stop  context.CancelFunc
 	pools map[string]bool
-	// changed is closed, and replaced, when a pod of the node goes or changes what
-	// matters (notify), and when the watch stops: waitDrained waits on it. np.mu guards it.
-	changed chan struct{}
+	// subs are called, once, when a pod of the node goes or changes what matters
+	// (notify), and when the watch stops (OnChange). np.mu guards them.
+	subs map[int]func()
 }
 
 func newNodePods(ctx context.Context, cs kubernetes.Interface) *nodePods {
@@ -66,6 +67,12 @@ func (np *nodePods) track(pool string, nodes []string) {
 			want[n] = true
 		}
 	}
+	var stopped []func() // called once np.mu is released (OnChange)
+	defer func() {
+		for _, fn := range stopped {
+			fn()
+		}
+	}()
 	np.mu.Lock()
 	defer np.mu.Unlock()
 	for n, w := range np.watches {
@@ -73,7 +80,7 @@ func (np *nodePods) track(pool string, nodes []string) {
 			delete(w.pools, pool)
 			if len(w.pools) == 0 {
 				w.stop()
-				close(w.changed)
+				stopped = append(stopped, w.takeSubs()...)
 				delete(np.watches, n)
 			}
 		}
@@ -104,7 +111,7 @@ const nodePodsWatchTimeout = 30 * time.Minute
 func (np *nodePods) start(node string) *nodePodsWatch {
 	ctx, cancel := context.WithCancel(np.ctx)
 	store := newPodStore(func() { np.notify(node) })
-	w := &nodePodsWatch{pods: store, stop: cancel, pools: map[string]bool{}, changed: make(chan struct{})}
+	w := &nodePodsWatch{pods: store, stop: cancel, pools: map[string]bool{}}
 	go runPodWatch(ctx, newAPIPods(np.cs, node), store, np.timeout, np.clock, pauseOn(np.clock))
 	return w
 }
@@ -114,14 +121,17 @@ func (np *nodePods) start(node string) *nodePodsWatch {
 func (np *nodePods) notify(node string) {
 	np.mu.Lock()
 	var pools []string
+	var subs []func()
 	if w := np.watches[node]; w != nil {
 		for p := range w.pools {
 			pools = append(pools, p)
 		}
-		close(w.changed)
-		w.changed = make(chan struct{})
+		subs = w.takeSubs()
 	}
 	np.mu.Unlock()
+	for _, fn := range subs {
+		fn()
+	}
 	for _, p := range pools {
 		wakePool(np.wake, p)
 		wakePool(np.demand, p)
@@ -152,40 +162,54 @@ func (np *nodePods) list(node string) ([]corev1.Pod, bool) {
 	return w.pods.pods(), true
 }
 
-// waitDrained waits until the watched pods of every node are gone but those a drain
-// leaves alone (drain.Gone), and reports whether they were before ctx ended: the
-// executor's Drained, for the suspends after drains. A node whose pods are not watched,
-// or not listed yet, is never taken as drained here (false at once): a pass decides it.
-func (np *nodePods) waitDrained(ctx context.Context, nodes []string) bool {
-	for {
-		// A sweep over every node with no pod seen left: a node found with pods restarts
-		// the sweep once they change, so that a pod bound to a node swept before is seen.
-		var wait chan struct{}
-		for _, node := range nodes {
-			np.mu.Lock()
-			w := np.watches[node]
-			var changed chan struct{}
-			if w != nil {
-				changed = w.changed // before the list: a change after it closes this one
-			}
-			np.mu.Unlock()
-			if w == nil || !w.pods.synced.Load() {
-				return false
-			}
-			if !drain.Gone(w.pods.pods()) {
-				wait = changed
-				break
-			}
-		}
-		if wait == nil {
-			return true
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return false
-		}
+// Drained tells whether the watched pods of node are gone but those a drain leaves
+// alone (drain.Gone): the executor's DrainWatch, for the suspends after drains. A node
+// whose pods are not watched, or not listed yet, is not known: a pass decides it.
+func (np *nodePods) Drained(node string) (drained, known bool) {
+	np.mu.Lock()
+	w := np.watches[node]
+	np.mu.Unlock()
+	if w == nil || !w.pods.synced.Load() {
+		return false, false
 	}
+	return drain.Gone(w.pods.pods()), true
+}
+
+// OnChange calls fn once, the next time a pod of node goes or changes what matters
+// (notify), or its watch stops, unless stop is called first; at once, in a goroutine,
+// when the node is not watched. fn runs in the watch's goroutine, np.mu released.
+func (np *nodePods) OnChange(node string, fn func()) (stop func()) {
+	np.mu.Lock()
+	defer np.mu.Unlock()
+	w := np.watches[node]
+	if w == nil {
+		go fn()
+		return func() {}
+	}
+	id := np.nextSub
+	np.nextSub++
+	if w.subs == nil {
+		w.subs = map[int]func(){}
+	}
+	w.subs[id] = fn
+	return func() {
+		np.mu.Lock()
+		defer np.mu.Unlock()
+		delete(w.subs, id)
+	}
+}
+
+// takeSubs returns the watch's subscribers and forgets them; np.mu is held.
+func (w *nodePodsWatch) takeSubs() []func() {
+	if len(w.subs) == 0 {
+		return nil
+	}
+	fns := make([]func(), 0, len(w.subs))
+	for _, fn := range w.subs {
+		fns = append(fns, fn)
+	}
+	w.subs = nil
+	return fns
 }
 
 // watched is how many nodes' pods are watched (a gauge, the tests).

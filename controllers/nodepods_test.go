@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,12 +127,12 @@ func TestParkedNodesPodsNotWatched(t *testing.T) {
 	}
 }
 
-// TestNodePodsWaitDrained: on a real API server, waitDrained (the executor's Drained, for
-// the suspends after drains) reports a node drained only once its pods are gone but
-// those a drain leaves alone (a DaemonSet's): a terminating pod still counts. It returns
-// true the moment the last pod goes, false at once for a node whose pods are not watched,
-// and false when the node's watch stops while it waits.
-func TestNodePodsWaitDrained(t *testing.T) {
+// TestNodePodsDrainWatch: on a real API server, nodePods as the executor's DrainWatch
+// (for the suspends after drains) reports a node drained only once its pods are gone but
+// those a drain leaves alone (a DaemonSet's): a terminating pod still counts; a node whose
+// pods are not watched is not known. OnChange calls its function when a pod goes or the
+// node's watch stops (at once when the node is not watched), never once stopped.
+func TestNodePodsDrainWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cs, err := kubernetes.NewForConfig(operatorConfig)
@@ -181,22 +182,45 @@ func TestNodePodsWaitDrained(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	now, stop := context.WithCancel(ctx)
-	stop()
-	drainedNow := func(nodes ...string) bool { return np.waitDrained(now, nodes) } // never waits
-	if drainedNow(a) || !drainedNow(b) || drainedNow(prefix+"not-watched") {
-		t.Fatalf("drained now: a %v (want false: two pods), b %v (want true: a DaemonSet's only), a node not watched %v (want false)",
-			drainedNow(a), drainedNow(b), drainedNow(prefix+"not-watched"))
+	drainedNow := func(node string) (bool, bool) { return np.Drained(node) }
+	if d, k := drainedNow(a); d || !k {
+		t.Fatalf("node-a: drained %v known %v, want false, true (two pods)", d, k)
 	}
-
-	wait, stopWait := context.WithTimeout(ctx, time.Minute) // a guard, not a measure
-	defer stopWait()
-	done := make(chan bool, 1)
-	go func() { done <- np.waitDrained(wait, []string{b, a}) }()
+	if d, k := drainedNow(b); !d || !k {
+		t.Fatalf("node-b: drained %v known %v, want true, true (a DaemonSet's pod only)", d, k)
+	}
+	if _, k := drainedNow(prefix + "not-watched"); k {
+		t.Fatal("a node not watched is known")
+	}
+	// changed subscribes to a node's changes: the channel is closed when fn is called.
+	changed := func(node string) (<-chan struct{}, func()) {
+		ch := make(chan struct{})
+		var once sync.Once
+		stop := np.OnChange(node, func() { once.Do(func() { close(ch) }) })
+		return ch, stop
+	}
+	guard := time.After(time.Minute) // a guard, not a measure
+	await := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-guard:
+			t.Fatalf("%s: never called", what)
+		}
+	}
+	stoppedA, stopA := changed(a)
+	stopA()
+	firstA, _ := changed(a)
 	for _, p := range []*corev1.Pod{app, slow} {
 		if err := k8s.Delete(ctx, p, client.GracePeriodSeconds(0)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	await(firstA, "OnChange(node-a) when app went")
+	select {
+	case <-stoppedA:
+		t.Fatal("a stopped OnChange was called")
+	default:
 	}
 	for i := 0; ; i++ { // until the watch shows app gone and slow terminating
 		pods, _ := np.list(a)
@@ -208,24 +232,29 @@ func TestNodePodsWaitDrained(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	select {
-	case got := <-done:
-		t.Fatalf("waitDrained returned %v with a pod terminating on node-a", got)
-	default:
-	}
-	if drainedNow(a) {
+	if d, _ := drainedNow(a); d {
 		t.Fatal("node-a drained with a pod terminating")
 	}
+	secondA, _ := changed(a)
 	if err := k8s.Patch(ctx, slow, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
 		t.Fatal(err)
 	}
-	if got := <-done; !got {
-		t.Fatal("waitDrained returned false once node-a's last pod went")
+	await(secondA, "OnChange(node-a) when slow went")
+	if d, k := drainedNow(a); !d || !k {
+		t.Fatalf("node-a: drained %v known %v once its last pod went", d, k)
 	}
 
-	go func() { done <- np.waitDrained(wait, []string{c}) }()
+	firstC, _ := changed(c)
 	np.track("lab", nil) // node-c's watch stops while its pod is still there
-	if got := <-done; got {
-		t.Fatal("waitDrained returned true for a node whose watch stopped")
+	await(firstC, "OnChange(node-c) when its watch stopped")
+	notWatched, _ := changed(c)
+	await(notWatched, "OnChange(node-c) once it is not watched")
+	if _, k := drainedNow(c); k {
+		t.Fatal("node-c is known once its watch stopped")
+	}
+	select {
+	case <-stoppedA:
+		t.Fatal("a stopped OnChange was called")
+	default:
 	}
 }

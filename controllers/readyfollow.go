@@ -386,8 +386,8 @@ func (a readyArm) String() string {
 	return fmt.Sprintf("%s/%s node %s relabel=%t uncordon=%t", a.pool, a.vm, a.node, a.relabel, a.uncordon)
 }
 
-// watch hands the node updates that change what readiness reads (nodes.Changed) and
-// the nodes added to the follower, from the node informer of informers (the manager's
+// watch hands the node updates that change what readiness reads (nodes.Changed, or the
+// node's Ready condition) and the nodes added to the follower, from the node informer of informers (the manager's
 // cache).
 func (f *readyFollow) watch(ctx context.Context, informers cache.Informers) error {
 	inf, err := informers.GetInformer(ctx, &corev1.Node{}, cache.BlockUntilSynced(false))
@@ -403,7 +403,9 @@ func (f *readyFollow) watch(ctx context.Context, informers cache.Informers) erro
 		UpdateFunc: func(o, n any) {
 			on, ok1 := o.(*corev1.Node)
 			nn, ok2 := n.(*corev1.Node)
-			if ok1 && ok2 && nodes.Changed(on, nn) {
+			// A parked node going NotReady wakes no pool (nodes.Changed), but an arm
+			// after a power-on waits to see its node go down first (consider).
+			if ok1 && ok2 && (nodes.Changed(on, nn) || nodes.Ready(on) != nodes.Ready(nn)) {
 				f.consider(nn)
 			}
 		},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
@@ -17,10 +16,10 @@ import (
 // gone), plans the suspends that the end of those drains makes due on their host
 // (plan.AfterDrains), records their intents in its one status write and hands them to
 // Starts with the nodes they wait for. Starts asks vCenter for each once the pods of
-// every one of those nodes are gone (Executor.Drained), or a pass observed those drains
-// ended (OpenGates: a terminating pod past its deadline, a node not Ready), after its
-// Machine is protected and its node's parked marks written (protectThen, Starts.mark),
-// and only then. A round that finds
+// every one of those nodes are gone (Executor.Drains; no goroutine waits for them:
+// drainwait.go), or a pass observed those drains ended (OpenGates: a terminating pod
+// past its deadline, a node not Ready), after its Machine is protected and its node's
+// parked marks written (protectThen, Starts.mark), and only then. A round that finds
 // pods blocking or holding the drain (a PodDisruptionBudget, do-not-disrupt) cancels
 // them (CancelGatesOn): those pods would not go by themselves, and the drain waits for
 // the passes, which ask again and keep drain.timeout. Drains that do not end within
@@ -33,7 +32,7 @@ import (
 // startAfterDrains queues the suspends that the drains ending in the pass make due
 // (r.drainsEnding), each waiting for its host's drains.
 func (r *run) startAfterDrains(ctx context.Context) {
-	if r.Starts == nil || r.Planned == nil || r.Drained == nil || len(r.drainsEnding) == 0 {
+	if r.Starts == nil || r.Planned == nil || r.Drains == nil || len(r.drainsEnding) == 0 {
 		return
 	}
 	for _, ad := range plan.AfterDrains(r.plannedWithQueued(), r.drainsEnding) {
@@ -46,8 +45,7 @@ func (r *run) startAfterDrains(ctx context.Context) {
 		if len(nodes) != len(ad.After) {
 			continue // cannot happen: a drain ending has its node
 		}
-		drained := r.Drained
-		gate := func(ctx context.Context) bool { return drained(ctx, nodes) }
+		gate := &drainGate{nodes: nodes, watch: r.Drains}
 		for _, step := range ad.Suspends {
 			ws := r.worker(step.VM)
 			if ws.Task != nil || backingOff(ws, r.Now) {
@@ -93,41 +91,6 @@ func (r *run) protectThen(vm string, mark func(context.Context) error) func(cont
 		}
 		return mark(ctx)
 	}
-}
-
-// drainsEnd waits until the gate of a suspend after drains (queuedStart.gate) opens, and
-// reports true when it did within StartTimeout of handed, the start neither cancelled
-// nor stale: its drains must end within StartTimeout of the handout, as any start must be
-// asked within it, so that no older decision is acted on. Cancel and CancelAhead end
-// the wait.
-func (s *Starts) drainsEnd(gate func(context.Context) bool, rec *startRecord, handed time.Time) bool {
-	ctx, stop := context.WithTimeout(s.ctx, StartTimeout-s.now().Sub(handed))
-	defer stop()
-	gateCtx, stopGate := context.WithCancel(ctx)
-	defer stopGate()
-	s.mu.Lock()
-	if s.stale(rec, handed) {
-		s.mu.Unlock()
-		return false
-	}
-	rec.stopGate = stop
-	rec.openGate = stopGate // a pass that observed the drains ended opens it (OpenGates)
-	select {
-	case <-rec.opened:
-		stopGate()
-	default:
-	}
-	s.mu.Unlock()
-	open := gate(gateCtx)
-	select {
-	case <-rec.opened:
-		open = true
-	default:
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec.stopGate, rec.openGate = nil, nil
-	return open && ctx.Err() == nil && !s.stale(rec, handed)
 }
 
 // CancelGatesOn answers "not asked" the pool's suspends after drains, not yet asked,

@@ -3,6 +3,7 @@ package execute
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -20,52 +21,75 @@ import (
 	"github.com/gpupool/gpupool/vsphere"
 )
 
-// drainGates says when nodes' pods are gone, for Executor.Drained: a node's drain ends
+// drainGates says when nodes' pods are gone, for Executor.Drains: a node's drain ends
 // when the test says.
 type drainGates struct {
-	mu      sync.Mutex
-	gone    map[string]bool
-	never   bool // cannot tell: false at once (a node whose pods are not watched)
-	changed chan struct{}
-	waits   int
+	mu    sync.Mutex
+	gone  map[string]bool
+	never bool // cannot tell (a node whose pods are not watched)
+	subs  map[int]drainSub
+	next  int
+	waits int // subscriptions made
+}
+
+type drainSub struct {
+	node string
+	fn   func()
 }
 
 func newDrainGates() *drainGates {
-	return &drainGates{gone: map[string]bool{}, changed: make(chan struct{})}
+	return &drainGates{gone: map[string]bool{}, subs: map[int]drainSub{}}
 }
 
+// end ends the drains of nodes, and calls what waits on them, as a watch does: once,
+// outside its lock.
 func (d *drainGates) end(nodes ...string) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	var fns []func()
 	for _, n := range nodes {
 		d.gone[n] = true
 	}
-	close(d.changed)
-	d.changed = make(chan struct{})
-}
-
-func (d *drainGates) wait(ctx context.Context, nodes []string) bool {
-	d.mu.Lock()
-	d.waits++
-	if d.never {
-		d.mu.Unlock()
-		return false
+	for id, sub := range d.subs {
+		if slices.Contains(nodes, sub.node) {
+			fns = append(fns, sub.fn)
+			delete(d.subs, id)
+		}
 	}
 	d.mu.Unlock()
-	for {
-		d.mu.Lock()
-		all := !slices.ContainsFunc(nodes, func(n string) bool { return !d.gone[n] })
-		changed := d.changed
-		d.mu.Unlock()
-		if all {
-			return true
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return false
-		}
+	for _, fn := range fns {
+		fn()
 	}
+}
+
+func (d *drainGates) Drained(node string) (drained, known bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.never {
+		d.waits++
+		return false, false
+	}
+	return d.gone[node], true
+}
+
+func (d *drainGates) OnChange(node string, fn func()) func() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.waits++
+	id := d.next
+	d.next++
+	d.subs[id] = drainSub{node: node, fn: fn}
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		delete(d.subs, id)
+	}
+}
+
+// subscribed is how many waits follow a node now.
+func (d *drainGates) subscribed() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.subs)
 }
 
 // waiting waits until n waits have begun.
@@ -155,7 +179,7 @@ func TestStartsAfterDrains(t *testing.T) {
 				node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + w}}
 				st := queue(w, vsphere.OpSuspend, "h1", func(ctx context.Context) (string, error) { return vc.Suspend(ctx, w) })
 				st.mark = func(ctx context.Context) error { return ln.Patch(ctx, node, func(*corev1.Node) {}) }
-				st.gate = func(ctx context.Context) bool { return d.wait(ctx, []string{"node-a", "node-b"}) }
+				st.gate = &drainGate{nodes: []string{"node-a", "node-b"}, watch: d}
 				st.gateVMs = []string{"a", "b"}
 				st.plannedFor = aheadPlan{generation: 3, layout: "night"}
 				q = append(q, st)
@@ -224,12 +248,53 @@ func TestStartsAfterDrains(t *testing.T) {
 			if n := timed["drains"] - stages["drains"]; n != uint64(len(c.want.asked)+len(c.want.markFailed)) {
 				t.Errorf("the drains' wait timed %d times, want once per start whose drains ended in time", n)
 			}
+			if n := d.subscribed(); n != 0 {
+				t.Errorf("%d waits still follow a node's pods once answered", n)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if wakes != 2 {
 				t.Errorf("woken %d times, want once per suspend after drains", wakes)
 			}
 		})
+	}
+}
+
+// TestSuspendsAfterDrainsHoldNoGoroutine: suspends waiting for their drains are records
+// the pods' watches wake, not goroutines (at 64 hosts a thousand of them wait at once);
+// each is asked once its node's pods are gone, and nothing follows the nodes after.
+func TestSuspendsAfterDrainsHoldNoGoroutine(t *testing.T) {
+	const n = 200
+	s := NewStarts(t.Context(), nil)
+	d := newDrainGates()
+	vc := &suspendVC{log: &orderLog{}}
+	var q []queuedStart
+	for i := range n {
+		w := fmt.Sprintf("vm-%d", i)
+		st := queue(w, vsphere.OpSuspend, "h1", func(ctx context.Context) (string, error) { return vc.Suspend(ctx, w) })
+		st.gate, st.gateVMs = &drainGate{nodes: []string{"node-" + w}, watch: d}, []string{w}
+		q = append(q, st)
+	}
+	before := runtime.NumGoroutine()
+	s.hand("pool", q, startGroups(q))
+	if grew := runtime.NumGoroutine() - before; grew > n/20 {
+		t.Errorf("%d suspends waiting for their drains: %d goroutines more, want none of their own", n, grew)
+	}
+	if got := d.subscribed(); got != n {
+		t.Fatalf("%d waits follow their nodes' pods, want %d", got, n)
+	}
+	for i := range n {
+		d.end(fmt.Sprintf("node-vm-%d", i))
+	}
+	s.Wait()
+	for i := range n {
+		w := fmt.Sprintf("vm-%d", i)
+		if a, ended, _ := s.take("pool", w, vsphere.OpSuspend, startsAt, false); !ended || a.id != "task-"+w {
+			t.Errorf("%s: %+v ended %v, want its task", w, a, ended)
+		}
+	}
+	if got := d.subscribed(); got != 0 {
+		t.Errorf("%d waits still follow a node's pods", got)
 	}
 }
 
@@ -310,7 +375,7 @@ func TestRunSuspendsAfterDrains(t *testing.T) {
 			ev := NewEvictions(t.Context(), nil)
 			defer ev.Cancel("pool")
 			s := NewStarts(t.Context(), nil)
-			e := &Executor{Nodes: ln, Drainer: dr, Events: noEvents{}, VSphere: &chainVC{suspendVC{log: log}}, Evictions: ev, Starts: s, Drained: gates.wait}
+			e := &Executor{Nodes: ln, Drainer: dr, Events: noEvents{}, VSphere: &chainVC{suspendVC{log: log}}, Evictions: ev, Starts: s, Drains: gates}
 			now, intents := startsAt, time.Time{}
 			pass := func() Outcome {
 				t.Helper()
@@ -345,10 +410,10 @@ func TestRunSuspendsAfterDrains(t *testing.T) {
 				gates.waiting(t, 4)
 			}
 			if c.settled {
-				e.Drained = nil
+				e.Drains = nil
 			}
 			handOut(pass(), map[bool]int{false: 5, true: 0}[c.settled], false)
-			e.Drained = gates.wait
+			e.Drains = gates
 			for _, n := range held {
 				close(dr.gates[n])
 			}
@@ -467,7 +532,9 @@ func TestFollowerSaysWhyASuspendAfterDrainsWasNotAsked(t *testing.T) {
 		t.Error("a suspend after drains that never ended was asked")
 		return "", nil
 	})
-	q.gate = func(context.Context) bool { return false }
+	d := newDrainGates()
+	d.never = true
+	q.gate = &drainGate{nodes: []string{"node-a"}, watch: d}
 	s.hand("pool", []queuedStart{q}, startGroups([]queuedStart{q}))
 	s.Wait()
 	pool := &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: "pool"}, Status: gpupoolv1.GPUPoolProfileStatus{Workers: []gpupoolv1.WorkerStatus{

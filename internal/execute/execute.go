@@ -100,13 +100,12 @@ type Executor struct {
 	// them with Persist and starts them inside the pass (the tests that run passes by
 	// hand).
 	Starts *Starts
-	// Drained, when set with Starts, waits until the pods of every named node are gone
-	// but those a drain leaves alone (drain.Gone), and reports whether they were before
-	// ctx ended; false when it cannot tell (a node whose pods are not watched). The
-	// suspends that drains ending in the pass make due are then asked as soon as it
-	// says so (afterdrains.go). nil: each suspend waits for a pass that observes its
-	// node drained.
-	Drained func(ctx context.Context, nodes []string) bool
+	// Drains, when set with Starts, tells when the pods of a node are gone but those a
+	// drain leaves alone (drain.Gone). The suspends that drains ending in the pass make
+	// due are then asked as soon as it says so for each of their nodes (afterdrains.go);
+	// not when it cannot tell (a node whose pods are not watched). nil: each suspend
+	// waits for a pass that observes its node drained.
+	Drains DrainWatch
 }
 
 // Input is what one run acts on: the pool (whose workers' status it writes), the time

@@ -1,7 +1,6 @@
 package execute
 
 import (
-	"context"
 	"time"
 )
 
@@ -17,12 +16,13 @@ type startGroup struct {
 	handed, handedAt time.Time
 	after, mine      chan struct{}
 	cond             chan bool
-	gate             func(context.Context) bool
+	gate             *drainGate
 	marks, slots     chan struct{}
 }
 
-// run asks vCenter for a group's starts once what they wait for is through, each after
-// its node write (mark), in a start slot of the pool.
+// run asks vCenter for a group's starts once what they wait for is through (the host's
+// earlier power-ons, the parks of power-ons ahead), each after its node write (mark), in
+// a start slot of the pool. A suspend after drains is not run: awaitDrains.
 func (s *Starts) run(grp startGroup) {
 	pool, queued, idx, recs := grp.pool, grp.queued, grp.idx, grp.recs
 	if grp.mine != nil {
@@ -43,15 +43,32 @@ func (s *Starts) run(grp startGroup) {
 		ready = time.Now()
 		StartStages.WithLabelValues("parks").Observe(ready.Sub(grp.handedAt).Seconds())
 	}
-	if grp.gate != nil {
-		if !s.drainsEnd(grp.gate, recs[idx[0]], grp.handed) {
-			s.notAsked(recs[idx[0]])
-			SuspendsAfterDrains.WithLabelValues(pool, "not-asked").Inc()
-			return
-		}
-		ready = time.Now()
-		StartStages.WithLabelValues("drains").Observe(ready.Sub(grp.handedAt).Seconds())
+	s.markAndAsk(grp, ready)
+}
+
+// afterDrains goes on with a suspend after drains (a group of one start, rec) once its
+// wait ended (awaitDrains): asked when its drains ended, the start neither cancelled nor
+// stale, else answered not asked.
+func (s *Starts) afterDrains(grp startGroup, rec *startRecord, open bool) {
+	s.mu.Lock()
+	rec.stopGate, rec.openGate = nil, nil
+	open = open && !s.stale(rec, grp.handed)
+	s.mu.Unlock()
+	if !open {
+		s.notAsked(rec)
+		SuspendsAfterDrains.WithLabelValues(grp.pool, "not-asked").Inc()
+		return
 	}
+	ready := time.Now()
+	StartStages.WithLabelValues("drains").Observe(ready.Sub(grp.handedAt).Seconds())
+	s.markAndAsk(grp, ready)
+}
+
+// markAndAsk makes each start's node write (mark) and asks vCenter for the starts of the
+// group whose write went through, in a start slot of the pool; ready is when they could
+// go but for the queue.
+func (s *Starts) markAndAsk(grp startGroup, ready time.Time) {
+	pool, queued, idx, recs := grp.pool, grp.queued, grp.idx, grp.recs
 	marked := make([]bool, len(idx))
 	for j, i := range idx {
 		marked[j] = s.mark(grp.marks, queued[i], recs[i], grp.handed)

@@ -169,7 +169,17 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 	for g, idx := range groups {
 		grp := startGroup{pool: pool, queued: queued, idx: idx, recs: recs, handed: handed, handedAt: handedAt,
 			after: after[g], mine: mine[g], cond: cond[g], gate: queued[idx[0]].gate, marks: marks, slots: slots}
-		waits := grp.cond != nil || grp.gate != nil
+		if grp.gate != nil { // no goroutine until its drains end (drainwait.go)
+			s.wg.Add(1)
+			rec := recs[idx[0]]
+			s.awaitDrains(grp, rec, func(open bool) {
+				defer s.wg.Done()
+				defer s.wake(pool) // asked on its own condition, after the others' wake
+				s.afterDrains(grp, rec, open)
+			})
+			continue
+		}
+		waits := grp.cond != nil
 		if !waits {
 			plain++
 			left.Add(1)

@@ -78,10 +78,10 @@ type queuedStart struct {
 	// mark, when set, is the node write to make before the start is asked, past the
 	// pass (Starts.mark): the parked marks of a suspend's node (markLater). nil: none.
 	mark func(context.Context) error
-	// gate, when set, waits until the drains a suspend after drains waits for have
-	// ended (afterdrains.go): it is asked only if gate reports true, or a pass observed
-	// the drains of gateVMs ended (Starts.OpenGates).
-	gate    func(context.Context) bool
+	// gate, when set, is the drains a suspend after drains waits for (afterdrains.go):
+	// it is asked only once they ended (Starts.awaitDrains), or a pass observed the
+	// drains of gateVMs ended (Starts.OpenGates).
+	gate    *drainGate
 	gateVMs []string
 }
 

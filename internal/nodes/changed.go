@@ -17,14 +17,26 @@ import (
 // annotations and the Cluster API machine ones. The reconciler's node watch lets only
 // such updates through: heartbeats and everything else would only wake every pool for
 // nothing.
+//
+// A node gpupool marked parked that is not Ready does not wake the pools by its
+// readiness, conditions or allocatable: its VM is parked or being parked, and the node
+// lifecycle controller marks it NotReady some 40 s after the VM went down, the 256 or
+// 1,024 parked nodes of a 64-host switch one after the other, each waking a pass that
+// read vCenter for nothing (the minute after a switch, pprof). A parked node that
+// becomes Ready again (its VM powered on by someone else) wakes them.
 func Changed(o, n *corev1.Node) bool {
-	return Ready(o) != Ready(n) || o.Spec.Unschedulable != n.Spec.Unschedulable ||
-		!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) ||
-		!equality.Semantic.DeepEqual(conditionStatuses(o), conditionStatuses(n)) ||
-		o.Spec.ProviderID != n.Spec.ProviderID ||
+	if o.Spec.Unschedulable != n.Spec.Unschedulable || o.Spec.ProviderID != n.Spec.ProviderID ||
 		!equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
 		!equality.Semantic.DeepEqual(plannedTaints(o), plannedTaints(n)) ||
-		!equality.Semantic.DeepEqual(relevantAnnotations(o), relevantAnnotations(n))
+		!equality.Semantic.DeepEqual(relevantAnnotations(o), relevantAnnotations(n)) {
+		return true
+	}
+	if o.Labels[gpupoolv1.LabelState] == gpupoolv1.StateParked && !Ready(n) {
+		return false // the labels are the same: n is parked too
+	}
+	return Ready(o) != Ready(n) ||
+		!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) ||
+		!equality.Semantic.DeepEqual(conditionStatuses(o), conditionStatuses(n))
 }
 
 // conditionStatuses are the node's condition statuses by type, without the heartbeats:

@@ -58,3 +58,54 @@ func TestChanged(t *testing.T) {
 		}
 	}
 }
+
+// TestChangedParked: a node gpupool marked parked going dark (NotReady, its conditions
+// Unknown, its GPUs withdrawn) does not wake the pools, in whatever order the kubelet's
+// and the node lifecycle controller's updates come; the same on a node in any other
+// state does, and so does a parked node coming back Ready, or any change to what gpupool
+// and the layouts write.
+func TestChangedParked(t *testing.T) {
+	ready := func(s corev1.ConditionStatus) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: corev1.NodeReady, Status: s}
+	}
+	node := func(state string, conds ...corev1.NodeCondition) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{gpupoolv1.LabelPool: "p", gpupoolv1.LabelState: state}},
+			Status: corev1.NodeStatus{Conditions: conds, Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}
+	}
+	dark := func(state string, s corev1.ConditionStatus) *corev1.Node {
+		n := node(state, ready(s), corev1.NodeCondition{Type: "VGPULicensed", Status: corev1.ConditionUnknown})
+		n.Status.Allocatable = nil
+		return n
+	}
+	for _, state := range []string{gpupoolv1.StateParked, gpupoolv1.StateDraining, gpupoolv1.StateReady, gpupoolv1.StatePending, gpupoolv1.StateReconfiguring, ""} {
+		parked := state == gpupoolv1.StateParked
+		for name, tc := range map[string]struct {
+			o, n *corev1.Node
+			want bool
+		}{
+			"goes NotReady":          {node(state, ready(corev1.ConditionTrue)), dark(state, corev1.ConditionFalse), !parked},
+			"goes Unknown":           {node(state, ready(corev1.ConditionTrue)), dark(state, corev1.ConditionUnknown), !parked},
+			"False to Unknown":       {dark(state, corev1.ConditionFalse), dark(state, corev1.ConditionUnknown), !parked},
+			"loses its Ready":        {node(state, ready(corev1.ConditionTrue)), node(state), !parked},
+			"comes back Ready":       {dark(state, corev1.ConditionUnknown), node(state, ready(corev1.ConditionTrue)), true},
+			"state label while dark": {dark(state, corev1.ConditionUnknown), dark(state+"x", corev1.ConditionUnknown), true},
+			"cordon while dark":      {dark(state, corev1.ConditionUnknown), func() *corev1.Node { n := dark(state, corev1.ConditionUnknown); n.Spec.Unschedulable = true; return n }(), true},
+			"annotation while dark": {dark(state, corev1.ConditionUnknown), func() *corev1.Node {
+				n := dark(state, corev1.ConditionUnknown)
+				n.Annotations = map[string]string{gpupoolv1.AnnotationCordoned: "true"}
+				return n
+			}(), true},
+			"GPUs while Ready": {node(state, ready(corev1.ConditionTrue)), func() *corev1.Node {
+				n := node(state, ready(corev1.ConditionTrue))
+				n.Status.Allocatable = nil
+				return n
+			}(), true},
+			"nothing while dark":    {dark(state, corev1.ConditionUnknown), dark(state, corev1.ConditionUnknown), false},
+			"heartbeat while Ready": {node(state, ready(corev1.ConditionTrue)), node(state, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}), false},
+		} {
+			if got := Changed(tc.o, tc.n); got != tc.want {
+				t.Errorf("state %q, %s: wakes the pools = %v, want %v", state, name, got, tc.want)
+			}
+		}
+	}
+}

@@ -34,8 +34,10 @@ type drainGate struct {
 // Starts' end resolve it, once (end), and then calls then(open) in a goroutine of its
 // own, which goes on to the start's node write and its call to vCenter.
 //
-// Locks: end and check take w.mu, then the watch's (OnChange, Drained, stop); Starts
-// calls end holding s.mu (Cancel, OpenGates); then runs without w.mu and takes s.mu.
+// Locks: check holds w.mu while it takes the watch's (OnChange, Drained, stop); end
+// takes w.mu, and the watch's (stop) only after it released w.mu; Starts calls end
+// holding s.mu (Cancel, OpenGates); then runs without w.mu and takes s.mu. The watch
+// calls OnChange's functions without its lock, and never takes w.mu or s.mu itself.
 type drainWait struct {
 	gate *drainGate
 	then func(open bool)

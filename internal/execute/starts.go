@@ -88,9 +88,10 @@ type startRecord struct {
 	// and what it was planned for (CancelAhead).
 	ahead      bool
 	plannedFor aheadPlan
-	// stopGate ends the wait of a suspend after drains for them (drainsEnd), not asked;
-	// opened is closed when a pass observed those drains ended (OpenGates), which calls
-	// openGate to end the wait, asked; gateVMs are the VMs whose drains it waits for.
+	// stopGate ends the wait of a suspend after drains for them (awaitDrains), not
+	// asked; opened is closed when a pass observed those drains ended (OpenGates), which
+	// calls openGate to end the wait, asked; gateVMs are the VMs whose drains it waits
+	// for.
 	stopGate, openGate context.CancelFunc
 	opened             chan struct{}
 	gateVMs            []string

@@ -54,7 +54,10 @@ func CacheOptions() cache.Options {
 // in: the images the node holds (up to 50 by default, most of a real node's status),
 // the volumes in use and attached, the system info, addresses, daemon endpoints, runtime
 // handlers, features and config, and managedFields (the default transform, which a
-// transform of the type's own replaces). Every pass copies the pool's nodes from the
+// transform of the type's own replaces); the capacity, the allocatable resources but the
+// extended ones (readiness reads the GPU resource, which admission requires to be
+// extended), and of each condition all but its type and status (readiness and
+// nodes.Changed read no more; the heartbeats and messages are most of a condition). Every pass copies the pool's nodes from the
 // cache (at 64 hosts, 1,281 nodes a pass: most of the heap's peak in a switch, pprof):
 // what is dropped here is dropped from each copy too. A node is written by patches
 // computed against the cached copy (nodewrite.go), which leave out what the copy lacks,
@@ -69,6 +72,10 @@ func transformNode(obj any) (any, error) {
 	st.Images, st.VolumesInUse, st.VolumesAttached = nil, nil, nil
 	st.NodeInfo, st.Addresses, st.DaemonEndpoints = corev1.NodeSystemInfo{}, nil, corev1.NodeDaemonEndpoints{}
 	st.RuntimeHandlers, st.Features, st.Config, st.DeclaredFeatures = nil, nil, nil, nil
+	st.Capacity, st.Allocatable = nil, extendedOnly(st.Allocatable)
+	for i, c := range st.Conditions {
+		st.Conditions[i] = corev1.NodeCondition{Type: c.Type, Status: c.Status}
+	}
 	return n, nil
 }
 

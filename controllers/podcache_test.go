@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -402,6 +403,10 @@ func TestTransformNodeDropsOnlyWhatIsNeverRead(t *testing.T) {
 		want.ManagedFields, want.Status.Images, want.Status.VolumesInUse, want.Status.VolumesAttached = nil, nil, nil, nil
 		want.Status.NodeInfo, want.Status.Addresses, want.Status.DaemonEndpoints = corev1.NodeSystemInfo{}, nil, corev1.NodeDaemonEndpoints{}
 		want.Status.RuntimeHandlers, want.Status.Features, want.Status.Config, want.Status.DeclaredFeatures = nil, nil, nil, nil
+		want.Status.Capacity, want.Status.Allocatable = nil, extendedOnly(want.Status.Allocatable)
+		for i, c := range want.Status.Conditions {
+			want.Status.Conditions[i] = corev1.NodeCondition{Type: c.Type, Status: c.Status}
+		}
 		got, err := transformNode(n.DeepCopy())
 		if err != nil {
 			t.Fatal(err)
@@ -431,5 +436,105 @@ func TestTransformNodeDropsOnlyWhatIsNeverRead(t *testing.T) {
 	n := &corev1.Node{Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"busybox"}}}}}
 	if got, err := fromCache(n); err != nil || len(got.(*corev1.Node).Status.Images) != 0 {
 		t.Fatalf("the cache's node transform kept the images: %v", err)
+	}
+}
+
+// TestTransformNodeKeepsWhatIsRead: what gpupool reads of a node (Ready, readiness's gaps
+// for any spec naming its conditions, labels and resources) is the same on the cached
+// node as on the node the API server has, and any change of two nodes that readiness
+// can see still counts as a change between their cached copies (nodes.Changed).
+func TestTransformNodeKeepsWhatIsRead(t *testing.T) {
+	f := randfill.NewWithSeed(41).NilChance(0.1).NumElements(0, 4)
+	statuses := []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown, ""}
+	resources := []corev1.ResourceName{"nvidia.com/gpu", "nvidia.com/gpu.shared", "example.com/fpga", corev1.ResourceCPU, corev1.ResourceMemory, "kubernetes.io/batteries"}
+	randomNode := func() *corev1.Node {
+		var n corev1.Node
+		f.Fill(&n)
+		n.Status.Allocatable, n.Status.Capacity = corev1.ResourceList{}, corev1.ResourceList{}
+		for _, r := range resources {
+			var k int64
+			f.Fill(&k)
+			if k%3 != 0 {
+				n.Status.Allocatable[r] = *resource.NewQuantity(k%5, resource.DecimalSI)
+				n.Status.Capacity[r] = *resource.NewQuantity(k%7, resource.DecimalSI)
+			}
+		}
+		for i := range n.Status.Conditions {
+			var k uint8
+			f.Fill(&k)
+			n.Status.Conditions[i].Type = []corev1.NodeConditionType{corev1.NodeReady, corev1.NodeMemoryPressure, "GPUHealthy", "NetworkReady"}[k%4]
+			n.Status.Conditions[i].Status = statuses[int(k/4)%len(statuses)]
+		}
+		return &n
+	}
+	// mutate changes one thing of a copy of n, at random: a condition's status, reason,
+	// message or heartbeat, a resource, a label, the capacity.
+	mutate := func(n *corev1.Node) *corev1.Node {
+		m := n.DeepCopy()
+		var k uint16
+		f.Fill(&k)
+		switch k % 6 {
+		case 0:
+			if len(m.Status.Conditions) > 0 {
+				c := &m.Status.Conditions[int(k/6)%len(m.Status.Conditions)]
+				c.Status = statuses[int(k/7)%len(statuses)]
+			}
+		case 1:
+			if len(m.Status.Conditions) > 0 {
+				c := &m.Status.Conditions[int(k/6)%len(m.Status.Conditions)]
+				c.Reason, c.Message, c.LastHeartbeatTime = "KubeletNotReady", "PLEG is not healthy", metav1.NewTime(c.LastHeartbeatTime.Add(time.Minute))
+			}
+		case 2:
+			m.Status.Allocatable[resources[int(k/6)%len(resources)]] = *resource.NewQuantity(int64(k/36)%5, resource.DecimalSI)
+		case 3:
+			delete(m.Status.Allocatable, resources[int(k/6)%len(resources)])
+		case 4:
+			if m.Labels == nil {
+				m.Labels = map[string]string{}
+			}
+			m.Labels["gpupool.dev/ready-for"] = string(rune('a' + k%3))
+		case 5:
+			m.Status.Capacity = nil
+		}
+		return m
+	}
+	cached := func(n *corev1.Node) *corev1.Node {
+		got, err := transformNode(n.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.(*corev1.Node)
+	}
+	specs := func(n *corev1.Node) []gpupoolv1.ReadinessSpec {
+		var out []gpupoolv1.ReadinessSpec
+		conds := []string{"GPUHealthy", "NetworkReady", string(corev1.NodeMemoryPressure), "Missing"}
+		for _, r := range resources[:3] {
+			out = append(out, gpupoolv1.ReadinessSpec{GPUResource: ptr.To(string(r)), NodeConditions: conds,
+				NodeLabels: map[string]string{"gpupool.dev/ready-for": "a"}})
+		}
+		return append(out, gpupoolv1.ReadinessSpec{GPUResource: ptr.To("")}, gpupoolv1.ReadinessSpec{})
+	}
+	wants := []nodes.GPUWant{{Count: 0}, {Count: 1}, {Count: 2}, {Count: 4, Replicas: 2}}
+	gaps := func(n *corev1.Node) []string {
+		var out []string
+		for _, r := range specs(n) {
+			for _, w := range wants {
+				out = append(out, strings.Join(nodes.ReadinessGaps(n, r, w, 0), "; "))
+			}
+		}
+		return out
+	}
+	for i := range 500 {
+		a := randomNode()
+		b := mutate(a)
+		if nodes.Ready(a) != nodes.Ready(cached(a)) {
+			t.Fatalf("node %d: Ready %v, cached %v", i, nodes.Ready(a), nodes.Ready(cached(a)))
+		}
+		if ga, gc := gaps(a), gaps(cached(a)); !slices.Equal(ga, gc) {
+			t.Fatalf("node %d: readiness gaps differ on the cached node:\n%q\n%q", i, ga, gc)
+		}
+		if !slices.Equal(gaps(a), gaps(b)) && !nodes.Changed(cached(a), cached(b)) {
+			t.Fatalf("node %d: a change readiness sees is not a change of the cached nodes: %s", i, diff.Diff(a, b))
+		}
 	}
 }

@@ -4,8 +4,9 @@ import (
 	"os"
 	"strings"
 
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/gpupool/gpupool/internal/metricsauth"
 )
 
 // serviceAccountNamespace is where a pod's own namespace is mounted.
@@ -27,11 +28,13 @@ func ownNamespace() string {
 // metricsOptions serves the metrics endpoint like kubebuilder's scaffold: over HTTPS, and
 // only to callers whose token the API server accepts (TokenReview) and who may get the
 // /metrics non-resource URL (SubjectAccessReview; the metrics-reader ClusterRole grants
-// it). secure=false serves plain HTTP to anyone, for local runs only.
+// it), checked by internal/metricsauth rather than controller-runtime's filter, which
+// links k8s.io/apiserver (why: that package's doc). secure=false serves plain HTTP to
+// anyone, for local runs only.
 func metricsOptions(addr string, secure bool, certDir string) metricsserver.Options {
 	o := metricsserver.Options{BindAddress: addr, SecureServing: secure, CertDir: certDir}
 	if secure {
-		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+		o.FilterProvider = metricsauth.Provider
 	}
 	return o
 }

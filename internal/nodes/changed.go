@@ -40,12 +40,19 @@ func Changed(o, n *corev1.Node) bool {
 }
 
 // conditionStatuses are the node's condition statuses by type, without the heartbeats:
-// readiness may name any condition (spec.readiness.nodeConditions).
+// readiness may name any condition (spec.readiness.nodeConditions). Of two conditions
+// of one type the first counts, as for readiness (conditionStatus); one without a
+// status counts as missing (neither is True).
 func conditionStatuses(n *corev1.Node) map[corev1.NodeConditionType]corev1.ConditionStatus {
 	out := make(map[corev1.NodeConditionType]corev1.ConditionStatus, len(n.Status.Conditions))
 	for _, c := range n.Status.Conditions {
-		if c.Status != "" {
+		if _, seen := out[c.Type]; !seen {
 			out[c.Type] = c.Status
+		}
+	}
+	for typ, st := range out {
+		if st == "" {
+			delete(out, typ)
 		}
 	}
 	return out

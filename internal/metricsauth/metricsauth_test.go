@@ -64,7 +64,7 @@ func (f *fakeReviewer) counts() (int, int) {
 
 type clock struct{ t time.Time }
 
-func (c *clock) now() time.Time           { return c.t }
+func (c *clock) now() time.Time          { return c.t }
 func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 // served is the handler behind the guard: it records the Authorization header it saw.

@@ -27,6 +27,7 @@ type benchConfig struct {
 	cpQPS      *int
 	starts     *int
 	logLevel   *string
+	env        *string
 }
 
 func benchFlags(fs *flag.FlagSet) benchConfig {
@@ -41,8 +42,25 @@ func benchFlags(fs *flag.FlagSet) benchConfig {
 		cpQPS:      fs.Int("control-plane-qps", 200, "bench: requests a second the controller manager and the scheduler allow themselves (burst twice that; 0: their defaults, 20 and 50); the manager allows itself 200"),
 		starts:     fs.Int("max-concurrent-starts", 0, "bench: the manager's --max-concurrent-starts, and the task starts the environment-alone floor asks at once (0: the manager's default, 16)"),
 		logLevel:   fs.String("manager-log-level", "", "bench: the manager's --zap-log-level (debug: a line per pass, with where its time went, in the kept logs/manager.log; \"\": info)"),
+		env:        fs.String("manager-env", "", "bench: more of the manager's environment, KEY=value[,KEY=value...] (such as GOGC=50, to weigh the collector's CPU against the RSS)"),
 		nodeLease:  fs.Duration("node-lease", localenv.DefaultNodeLease, "bench: kwok's node lease (renewed every quarter of it; a longer one gives the node lifecycle controller's grace period the same length)"),
 	}
+}
+
+// managerEnv parses --manager-env: KEY=value pairs separated by commas, "" for none.
+func managerEnv(s string) ([]string, error) {
+	var out []string
+	for _, kv := range strings.Split(s, ",") {
+		if strings.TrimSpace(kv) == "" {
+			continue
+		}
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsAny(k, " \t") {
+			return nil, fmt.Errorf("--manager-env: %q is not KEY=value (write such as GOGC=50)", kv)
+		}
+		out = append(out, kv)
+	}
+	return out, nil
 }
 
 // runBench runs the transition benchmark once per size, each on a fresh local
@@ -69,6 +87,11 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 	}
 	opts.MaxConcurrentStarts = *c.starts
 	opts.ManagerLogLevel = *c.logLevel
+	env, err := managerEnv(*c.env)
+	if err != nil {
+		return err
+	}
+	opts.ManagerEnv = append(opts.ManagerEnv, env...)
 	var results []*localenv.BenchResult
 	var errs []error
 	for _, h := range strings.Split(*c.hosts, ",") {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/plan"
@@ -110,4 +111,14 @@ func (w nodeWriter) Protect(ctx context.Context, n *corev1.Node) error {
 
 func (w nodeWriter) Release(ctx context.Context, n *corev1.Node) error {
 	return w.r.releaseMachine(ctx, n)
+}
+
+// Current reads the node from the manager's cache: a copy of its own, as patchNodeNow
+// needs (a conflict there reads it again from the API server).
+func (w nodeWriter) Current(ctx context.Context, name string) (*corev1.Node, error) {
+	var n corev1.Node
+	if err := w.r.Client.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+		return nil, fmt.Errorf("reading node %s: %w", name, err)
+	}
+	return &n, nil
 }

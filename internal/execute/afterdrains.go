@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 )
 
@@ -81,9 +80,13 @@ func (r *run) protectThen(vm string, mark func(context.Context) error) func(cont
 	if node == nil {
 		return mark
 	}
-	n, protect := nodes.WriteCopy(node), r.Nodes.Protect
+	name, ns := node.Name, r.Nodes
 	return func(ctx context.Context) error {
-		if err := protect(ctx, n); err != nil {
+		n, err := ns.Current(ctx, name)
+		if err != nil {
+			return err
+		}
+		if err := ns.Protect(ctx, n); err != nil {
 			return err
 		}
 		if mark == nil {

@@ -368,7 +368,7 @@ func TestRunSuspendsAfterDrains(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			pool, w, in, p := sampleDayToNight(t)
 			log := &orderLog{}
-			ln := &loggedNodes{log: log}
+			ln := &loggedNodes{log: log, store: storeOf(w)}
 			held := []string{"node-day-1", "node-day-2", "node-day-3", "node-day-4"}
 			dr := newGatedDrainer(c.result, held...)
 			gates := newDrainGates()

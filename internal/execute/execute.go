@@ -53,6 +53,11 @@ type Nodes interface {
 	Protect(ctx context.Context, n *corev1.Node) error
 	// Release gives the node's Machine back to Cluster API once the node serves again.
 	Release(ctx context.Context, n *corev1.Node) error
+	// Current is node name as it is now (the manager's cache), the caller's to change and
+	// Patch; an error when it cannot be read (gone: NotFound). The writes that wait past
+	// their pass (a suspend's after its drains) read their node when they go rather than
+	// hold a copy of it for minutes each.
+	Current(ctx context.Context, name string) (*corev1.Node, error)
 }
 
 // Drainer evicts a node's pods (internal/drain).

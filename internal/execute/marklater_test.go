@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -41,10 +42,12 @@ func (o *orderLog) all() []string {
 }
 
 // loggedNodes writes nodes in memory and logs each patch and protect; patches of the
-// nodes in fail fail.
+// nodes in fail fail. store, when set (storeOf), is the nodes as the API server has them
+// (by name): Current reads them, a patch that succeeds writes them.
 type loggedNodes struct {
-	log  *orderLog
-	fail map[string]bool
+	log   *orderLog
+	fail  map[string]bool
+	store map[string]*corev1.Node
 	// writing, most: node patches under way now, and at most (Starts.mark's bound).
 	mu            sync.Mutex
 	writing, most int
@@ -69,7 +72,33 @@ func (l *loggedNodes) Patch(ctx context.Context, n *corev1.Node, change func(*co
 		return errors.New("admission webhook denied the request")
 	}
 	change(n)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.store != nil {
+		l.store[n.Name] = nodes.WriteCopy(n)
+	}
 	return nil
+}
+
+func (l *loggedNodes) Current(_ context.Context, name string) (*corev1.Node, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, ok := l.store[name]
+	if !ok {
+		return nil, apierrors.NewNotFound(corev1.Resource("nodes"), name)
+	}
+	return nodes.WriteCopy(n), nil
+}
+
+// storeOf is the API server's nodes for w: copies of w's, by name.
+func storeOf(w *world.World) map[string]*corev1.Node {
+	out := map[string]*corev1.Node{}
+	for _, n := range w.Nodes {
+		if n != nil {
+			out[n.Name] = nodes.WriteCopy(n)
+		}
+	}
+	return out
 }
 
 func (l *loggedNodes) Protect(_ context.Context, n *corev1.Node) error {
@@ -128,7 +157,7 @@ func TestSuspendMarksLater(t *testing.T) {
 			marked := map[string]bool{"vm-01": true}
 			pool, w, p := suspendWorld(n, marked)
 			log := &orderLog{}
-			ln := &loggedNodes{log: log}
+			ln := &loggedNodes{log: log, store: storeOf(w)}
 			s := NewStarts(t.Context(), nil)
 			e := &Executor{Nodes: ln, Events: noEvents{}, VSphere: &suspendVC{log: log}, Starts: s}
 			var marks []string
@@ -205,11 +234,13 @@ func TestSuspendMarkFails(t *testing.T) {
 		cancel    bool
 		asked     []string
 		stepError bool
+		gone      string // a node deleted between the pass and its write
 	}{
-		{"one node refused", map[string]bool{"node-vm-01": true}, false, []string{"vm-00", "vm-02"}, true},
+		{"one node refused", map[string]bool{"node-vm-01": true}, false, []string{"vm-00", "vm-02"}, true, ""},
+		{"one node gone", nil, false, []string{"vm-00", "vm-01"}, true, "node-vm-02"},
 		// More than are written at once: the writes under way end, those waiting for
 		// their turn never begin, and nothing is reported as failed.
-		{"cancelled while the first are written", nil, true, nil, false},
+		{"cancelled while the first are written", nil, true, nil, false, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := 3
@@ -219,12 +250,13 @@ func TestSuspendMarkFails(t *testing.T) {
 			pool, w, p := suspendWorld(n, nil)
 			log := &orderLog{}
 			s := NewStarts(t.Context(), nil)
-			ln := &loggedNodes{log: log, fail: c.fail}
+			ln := &loggedNodes{log: log, fail: c.fail, store: storeOf(w)}
 			if c.cancel {
 				ln.gate = make(chan struct{})
 			}
 			e := &Executor{Nodes: ln, Events: noEvents{}, VSphere: &suspendVC{log: log}, Starts: s}
 			out := e.Run(t.Context(), Input{Pool: pool, Now: startsAt, Plan: p, Layout: &pool.Spec.Layouts[0], World: w})
+			delete(ln.store, c.gone)
 			out.Starts.Hand()
 			if c.cancel {
 				for i := 0; ; i++ { // bounded: the writes run on the Starts' goroutines
@@ -290,7 +322,7 @@ func TestSuspendMarkFails(t *testing.T) {
 func TestSuspendMarksInThePassWithoutStarts(t *testing.T) {
 	pool, w, p := suspendWorld(3, nil)
 	log := &orderLog{}
-	e := &Executor{Nodes: &loggedNodes{log: log}, Events: noEvents{}, VSphere: &suspendVC{log: log},
+	e := &Executor{Nodes: &loggedNodes{log: log, store: storeOf(w)}, Events: noEvents{}, VSphere: &suspendVC{log: log},
 		Persist: func(context.Context) error { log.add("persist"); return nil }}
 	out := e.Run(t.Context(), Input{Pool: pool, Now: startsAt, Plan: p, Layout: &pool.Spec.Layouts[0], World: w})
 	got := log.all()
@@ -302,5 +334,36 @@ func TestSuspendMarksInThePassWithoutStarts(t *testing.T) {
 	}
 	if len(out.MarksLater) != 0 {
 		t.Errorf("Outcome.MarksLater = %v, want none", out.MarksLater)
+	}
+}
+
+// TestSuspendMarksTheNodeAsItIsThen: a suspend's node write, made past its pass, starts
+// from the node as it is when it is made (execute.Nodes.Current), not from a copy taken
+// in the pass: what others wrote meanwhile stays, and no copy waits with the suspend.
+func TestSuspendMarksTheNodeAsItIsThen(t *testing.T) {
+	pool, w, p := suspendWorld(3, nil)
+	log := &orderLog{}
+	s := NewStarts(t.Context(), nil)
+	ln := &loggedNodes{log: log, store: storeOf(w)}
+	e := &Executor{Nodes: ln, Events: noEvents{}, VSphere: &suspendVC{log: log}, Starts: s}
+	out := e.Run(t.Context(), Input{Pool: pool, Now: startsAt, Plan: p, Layout: &pool.Spec.Layouts[0], World: w})
+	// Meanwhile someone labels a node and taints another.
+	ln.store["node-vm-00"].Labels = map[string]string{"lab.example/team": "vision"}
+	ln.store["node-vm-01"].Spec.Taints = append(ln.store["node-vm-01"].Spec.Taints, corev1.Taint{Key: "lab.example/maintenance", Effect: corev1.TaintEffectNoSchedule})
+	out.Starts.Hand()
+	s.Wait()
+	for _, vm := range []string{"vm-00", "vm-01", "vm-02"} {
+		if n := ln.store["node-"+vm]; !nodes.HasMeta(n, nodes.ParkedMeta("pool")) {
+			t.Errorf("node-%s: not marked parked: %+v", vm, n.ObjectMeta)
+		}
+	}
+	if got := ln.store["node-vm-00"].Labels["lab.example/team"]; got != "vision" {
+		t.Errorf("node-vm-00: the label written meanwhile is %q after the mark, want vision kept", got)
+	}
+	if !slices.ContainsFunc(ln.store["node-vm-01"].Spec.Taints, func(tn corev1.Taint) bool { return tn.Key == "lab.example/maintenance" }) {
+		t.Errorf("node-vm-01: the taint written meanwhile is gone after the mark: %v", ln.store["node-vm-01"].Spec.Taints)
+	}
+	if nodes.HasMeta(w.Nodes["vm-00"], nodes.ParkedMeta("pool")) || w.Nodes["vm-00"].Labels["lab.example/team"] != "" {
+		t.Error("the pass's node changed past the pass")
 	}
 }

@@ -2,6 +2,7 @@ package execute
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +32,11 @@ func (c *countingNodes) Patch(_ context.Context, n *corev1.Node, change func(*co
 }
 
 func (c *countingNodes) Protect(context.Context, *corev1.Node) error { return nil }
+
+// Current: countingNodes serves the executor's writes in a pass only.
+func (c *countingNodes) Current(_ context.Context, name string) (*corev1.Node, error) {
+	return nil, fmt.Errorf("countingNodes: no node %s to read", name)
+}
 func (c *countingNodes) Release(context.Context, *corev1.Node) error { return nil }
 
 type noEvents struct{}

@@ -216,8 +216,14 @@ func (r *run) markLater(vm string, node *corev1.Node) func(context.Context) erro
 		r.out.MarksLater = map[string]bool{}
 	}
 	r.out.MarksLater[vm] = true
-	n, change, write := nodes.WriteCopy(node), r.withMarks(vm, false, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(pool)) }), r.Nodes
-	return func(ctx context.Context) error { return write.Patch(ctx, n, change) }
+	name, change, write := node.Name, r.withMarks(vm, false, func(n *corev1.Node) { nodes.ApplyMeta(n, nodes.ParkedMeta(pool)) }), r.Nodes
+	return func(ctx context.Context) error {
+		n, err := write.Current(ctx, name)
+		if err != nil {
+			return err
+		}
+		return write.Patch(ctx, n, change)
+	}
 }
 
 // parkAhead runs parkNode for the nodes of the due steps that will park their VM

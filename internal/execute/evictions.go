@@ -7,8 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/internal/world"
 )
@@ -319,11 +319,14 @@ func (r *run) evictBehind(ctx context.Context, steps []plan.Step) bool {
 }
 
 // handOut records and starts the eviction round of a drain's node, from what the pass
-// saw: a copy of the node (the pass goes on patching its own), the drain's start and the
-// pass's time, and its budget.
+// saw: the node's name and readiness (what a drain reads of it; the pass goes on
+// patching its own), the drain's start and the pass's time, and its budget. A round
+// waits for its turn (16 at a time): a thousand queued in a 64-host switch held a copy
+// of their node's metadata each.
 func (r *run) handOut(step plan.Step, node *corev1.Node) {
 	started := r.drainStart(step)
-	n, d, now, pool, budget, drainer := nodes.WriteCopy(node), r.Pool.Spec.Drain, r.Now, r.Pool.Name, r.Budget, r.Drainer
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node.Name, UID: node.UID}, Status: corev1.NodeStatus{Conditions: node.Status.Conditions}}
+	d, now, pool, budget, drainer := r.Pool.Spec.Drain, r.Now, r.Pool.Name, r.Budget, r.Drainer
 	handed := time.Now()
 	r.Evictions.start(pool, n.Name, started, func(ctx context.Context) drainOutcome {
 		// The pass's time plus how long the round queued: when a pod's eviction is

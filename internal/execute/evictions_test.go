@@ -15,6 +15,7 @@ import (
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/drain"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/plan"
 	"github.com/gpupool/gpupool/internal/world"
 )
@@ -32,10 +33,12 @@ type gatedDrainer struct {
 	most    atomic.Int32
 	// entered hears each drain as it starts, when set.
 	entered chan string
+	// ready is each node's readiness as its last drain was given it.
+	ready map[string]bool
 }
 
 func newGatedDrainer(result drain.Result, nodes ...string) *gatedDrainer {
-	g := &gatedDrainer{calls: map[string]int{}, gates: map[string]chan struct{}{}, result: result}
+	g := &gatedDrainer{calls: map[string]int{}, gates: map[string]chan struct{}{}, result: result, ready: map[string]bool{}}
 	for _, n := range nodes {
 		g.gates[n] = make(chan struct{})
 	}
@@ -46,6 +49,7 @@ func (g *gatedDrainer) Drain(ctx context.Context, n *corev1.Node, _ gpupoolv1.Dr
 	g.mu.Lock()
 	g.calls[n.Name]++
 	g.order = append(g.order, n.Name)
+	g.ready[n.Name] = nodes.Ready(n)
 	gate := g.gates[n.Name]
 	g.mu.Unlock()
 	now := g.running.Add(1)
@@ -111,6 +115,9 @@ func drainWorld(vms []string, drains map[string]bool) (*gpupoolv1.GPUPoolProfile
 // once. Every node is evicted from by one round at a time.
 func TestEvictionsOutliveThePass(t *testing.T) {
 	pool, w, p := drainWorld([]string{"a", "b"}, map[string]bool{"a": true})
+	// A drain reads its node's readiness (a node not Ready has its terminating pods
+	// waited for differently): the round is given it.
+	w.Nodes["a"].Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 	d := newGatedDrainer(drain.Result{Evicted: 2, Waiting: []string{"ns/x", "ns/y"}}, "node-a")
 	woke := make(chan string, 4)
 	ev := NewEvictions(context.Background(), func(pool string) { woke <- pool })
@@ -153,6 +160,11 @@ func TestEvictionsOutliveThePass(t *testing.T) {
 	}
 	if nodes.patches["node-a"] != 1 {
 		t.Errorf("node-a patched %d times, want one cordon", nodes.patches["node-a"])
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.ready["node-a"] {
+		t.Error("the round's drain was given node-a not Ready; it is Ready")
 	}
 }
 

@@ -60,7 +60,8 @@ type Nodes interface {
 	Current(ctx context.Context, name string) (*corev1.Node, error)
 }
 
-// Drainer evicts a node's pods (internal/drain).
+// Drainer evicts a node's pods (internal/drain). Drain reads the node's name and its
+// Ready condition, nothing else (handOut gives it no more).
 type Drainer interface {
 	Drain(ctx context.Context, n *corev1.Node, d gpupoolv1.DrainSpec, started, now time.Time, b drain.Budget) (drain.Result, error)
 	ForceDelete(ctx context.Context, node string, d gpupoolv1.DrainSpec) (int, error)

@@ -68,6 +68,11 @@ func main() {
 	} else if soft > 0 {
 		log.Info("Soft memory limit set", "bytes", soft)
 	}
+	if p, err := applyGCPercent(); err != nil {
+		fail(nil, err.Error())
+	} else if p > 0 {
+		log.Info("GC percent set", "percent", p)
+	}
 	if err := startsLimitError(*maxConcurrentStarts); err != nil {
 		fail(nil, err.Error())
 	}

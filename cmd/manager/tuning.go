@@ -38,6 +38,38 @@ func startsLimitError(n int) error {
 // process nears the limit instead.
 var memoryLimit = flag.String("memory-limit", "", "The container's memory limit (such as 256Mi, or bytes); the Go runtime keeps its memory under 90 % of it (GOMEMLIMIT, when set, wins). Empty: no soft limit.")
 
+// gcPercent is how far the Go heap grows past what is live before the collector runs
+// (GOGC). The runtime's 100 lets a switch's peak heap reach twice what is live; the
+// manager is idle between switches, so collecting more often costs CPU only while a
+// switch allocates, and keeps its RSS at a switch's peak lower (docs/performance.md,
+// "The runs of 2026-12-06, 14:00").
+var gcPercent = flag.Int("gc-percent", DefaultGCPercent, "How far, in percent, the Go heap grows past what is live before a collection (GOGC; the Go runtime's default is 100). Lower keeps the memory at a switch's peak lower for more collector CPU during the switch. GOGC, when set, wins. 10 to 1000.")
+
+// DefaultGCPercent is --gc-percent's default.
+const DefaultGCPercent = 50
+
+// gcPercentToSet is the percent to give the runtime, or false when GOGC is set (the
+// runtime applied it); a value outside 10-1000 is an error.
+func gcPercentToSet(percent int, gogc string) (int, bool, error) {
+	if percent < 10 || percent > 1000 {
+		return 0, false, fmt.Errorf("--gc-percent %d: write 10 to 1000 (default %d; GOGC=off in the environment turns the collector off)", percent, DefaultGCPercent)
+	}
+	if gogc != "" {
+		return 0, false, nil
+	}
+	return percent, true, nil
+}
+
+// applyGCPercent sets the runtime's GC percent from --gc-percent.
+func applyGCPercent() (int, error) {
+	p, ok, err := gcPercentToSet(*gcPercent, os.Getenv("GOGC"))
+	if err != nil || !ok {
+		return 0, err
+	}
+	debug.SetGCPercent(p)
+	return p, nil
+}
+
 // softMemoryLimit is the soft limit in bytes for a container limit (90 %, headroom for
 // what the runtime does not account), or false when there is none to set: GOMEMLIMIT
 // set (the runtime applied it), or no limit given. An unparsable value is an error.

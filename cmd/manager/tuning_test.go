@@ -54,3 +54,34 @@ func TestStartsLimitError(t *testing.T) {
 		}
 	}
 }
+
+// TestGCPercentToSet: --gc-percent in 10-1000 is set unless GOGC is (the runtime applied
+// it); values outside are refused with the flag, the value, the range and the default,
+// whatever GOGC says.
+func TestGCPercentToSet(t *testing.T) {
+	for _, c := range []struct {
+		percent int
+		gogc    string
+		want    int
+		set     bool
+	}{
+		{percent: 50, want: 50, set: true},
+		{percent: 10, want: 10, set: true},
+		{percent: 1000, want: 1000, set: true},
+		{percent: 50, gogc: "100"},
+		{percent: 50, gogc: "off"},
+	} {
+		got, set, err := gcPercentToSet(c.percent, c.gogc)
+		if err != nil || got != c.want || set != c.set {
+			t.Errorf("gcPercentToSet(%d, GOGC=%q) = %d, %v, %v; want %d, %v", c.percent, c.gogc, got, set, err, c.want, c.set)
+		}
+	}
+	for _, p := range []int{9, 0, -1, 1001} {
+		for _, gogc := range []string{"", "100"} {
+			_, set, err := gcPercentToSet(p, gogc)
+			if err == nil || set || !strings.Contains(err.Error(), "--gc-percent") || !strings.Contains(err.Error(), "10 to 1000") || !strings.Contains(err.Error(), "default 50") {
+				t.Errorf("gcPercentToSet(%d, GOGC=%q): %v, %v; want an error naming the flag, the range and the default", p, gogc, set, err)
+			}
+		}
+	}
+}

@@ -49,6 +49,9 @@ const MaxEntries = 1024
 const MaxReviews = 4
 
 // ReviewTimeout bounds one review, as kube-apiserver's delegating authenticator does.
+// A review that fails is not retried (controller-runtime's filter retries five times
+// within a few seconds): the scrape gets 500 and the scraper asks again at its next
+// interval, when the review is made afresh.
 const ReviewTimeout = 10 * time.Second
 
 // Reviewer asks the API server who a token is and whether a user may do verb on a
@@ -80,9 +83,11 @@ type Guard struct {
 	now      func() time.Time
 	reviews  chan struct{}
 
-	mu        sync.Mutex
-	tokens    map[[sha256.Size]byte]tokenAnswer // by the token's hash: no token is kept
-	decisions map[string]accessAnswer
+	mu     sync.Mutex
+	tokens map[[sha256.Size]byte]tokenAnswer // by the token's hash: no token is kept
+	// decisions by the hash of what was asked (accessKey): a caller picks the path and
+	// method, up to a megabyte each, and an entry must not hold them.
+	decisions map[[sha256.Size]byte]accessAnswer
 }
 
 type tokenAnswer struct {
@@ -101,7 +106,7 @@ type accessAnswer struct {
 func New(r Reviewer, now func() time.Time) *Guard {
 	return &Guard{
 		reviewer: r, now: now, reviews: make(chan struct{}, MaxReviews),
-		tokens: map[[sha256.Size]byte]tokenAnswer{}, decisions: map[string]accessAnswer{},
+		tokens: map[[sha256.Size]byte]tokenAnswer{}, decisions: map[[sha256.Size]byte]accessAnswer{},
 	}
 }
 
@@ -146,8 +151,9 @@ func (g *Guard) Filter(log logr.Logger, next http.Handler) (http.Handler, error)
 	}), nil
 }
 
-// bearerToken is the token of an "Authorization: Bearer TOKEN" header, as
-// kube-apiserver reads it (the scheme in any case, one space, a token without spaces).
+// bearerToken is the token of an "Authorization: Bearer TOKEN" header: the scheme in
+// any case, one space, a token without spaces (kube-apiserver also takes, and ignores,
+// more words after the token; this refuses them).
 func bearerToken(header string) (string, bool) {
 	parts := strings.Split(strings.TrimSpace(header), " ")
 	if len(parts) != 2 || !strings.EqualFold(parts[0], "bearer") || parts[1] == "" {
@@ -180,7 +186,7 @@ func (g *Guard) authenticate(ctx context.Context, token string) (authenticationv
 }
 
 func (g *Guard) authorize(ctx context.Context, user authenticationv1.UserInfo, verb, path string) (bool, string, error) {
-	key := accessKey(user, verb, path)
+	key := sha256.Sum256([]byte(accessKey(user, verb, path)))
 	g.mu.Lock()
 	a, hit := g.decisions[key]
 	g.mu.Unlock()
@@ -282,7 +288,12 @@ func (r apiReviewer) ReviewToken(ctx context.Context, token string) (authenticat
 	if err != nil {
 		return authenticationv1.UserInfo{}, false, fmt.Errorf("token review: %w", err)
 	}
-	if !tr.Status.Authenticated || tr.Status.Error != "" {
+	if tr.Status.Error != "" {
+		// The API server could not tell (an authenticator behind it failed): a failure to
+		// get an answer, not kept, as kube-apiserver's webhook authenticator treats it.
+		return authenticationv1.UserInfo{}, false, fmt.Errorf("token review: %s", tr.Status.Error)
+	}
+	if !tr.Status.Authenticated {
 		return authenticationv1.UserInfo{}, false, nil
 	}
 	return tr.Status.User, true, nil

@@ -6,12 +6,18 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // fakeReviewer knows tokens (token -> user) and grants (username -> allowed paths for
@@ -351,5 +357,66 @@ func TestAccessKeySeparatesWhatIsAsked(t *testing.T) {
 	swapped.Groups = []string{"b", "a"}
 	if accessKey(swapped, "get", "/metrics") != k {
 		t.Error("the order of groups changes the decision's key")
+	}
+}
+
+// TestLongPathsAreNotKept: the path and method a caller sends are part of what is
+// asked, but a decision kept holds only their hash: a valid token sending long unique
+// paths does not grow the manager's heap by what it sends.
+func TestLongPathsAreNotKept(t *testing.T) {
+	f, c, _, _ := setup(t)
+	g := New(f, c.now)
+	h, _ := g.Filter(logr.Discard(), &served{})
+	long := strings.Repeat("x", 100<<10)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range 200 {
+		if code := call(h, http.MethodGet, fmt.Sprintf("/metrics/%d/%s", i, long), "Bearer scraper-token"); code != http.StatusForbidden {
+			t.Fatalf("HTTP %d, want 403", code)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if g.mu.Lock(); len(g.decisions) != 200 {
+		t.Errorf("%d decisions kept, want 200", len(g.decisions))
+	}
+	g.mu.Unlock()
+	// 200 paths of 100 KiB are 20 MiB; the decisions themselves a few KiB.
+	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > 4<<20 {
+		t.Errorf("the heap grew by %d bytes for 200 decisions: what was asked is kept", grew)
+	}
+}
+
+// TestTokenReviewErrorsAreNotKept: a TokenReview the API server answers with an error
+// (an authenticator behind it failed) is a failure to get an answer: 500, not cached,
+// asked again next time, as kube-apiserver's webhook authenticator treats it.
+func TestTokenReviewErrorsAreNotKept(t *testing.T) {
+	cs := fake.NewClientset()
+	reviews := 0
+	cs.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		reviews++
+		return true, &authenticationv1.TokenReview{Status: authenticationv1.TokenReviewStatus{Error: "oidc: provider unreachable"}}, nil
+	})
+	c := &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	h, _ := New(apiReviewer{authn: cs.AuthenticationV1(), authz: cs.AuthorizationV1()}, c.now).Filter(logr.Discard(), &served{})
+	for i := range 2 {
+		if code := call(h, http.MethodGet, "/metrics", "Bearer some-token"); code != http.StatusInternalServerError {
+			t.Errorf("call %d: HTTP %d, want 500", i, code)
+		}
+	}
+	if reviews != 2 {
+		t.Errorf("%d token reviews for two calls, want 2 (an error is not kept)", reviews)
+	}
+	cs.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		return true, &authenticationv1.TokenReview{Status: authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "u"}}}, nil
+	})
+	cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
+		ok := sar.Spec.User == "u" && sar.Spec.NonResourceAttributes != nil && sar.Spec.NonResourceAttributes.Path == "/metrics" && sar.Spec.NonResourceAttributes.Verb == "get"
+		return true, &authorizationv1.SubjectAccessReview{Status: authorizationv1.SubjectAccessReviewStatus{Allowed: ok}}, nil
+	})
+	if code := call(h, http.MethodGet, "/metrics", "Bearer some-token"); code != http.StatusOK {
+		t.Errorf("once the API server answers: HTTP %d, want 200", code)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	// their init functions register: TestImportsWhatTheManagerImports keeps this list whole.
 	_ "github.com/gpupool/gpupool/api/v1alpha1"
 	_ "github.com/gpupool/gpupool/internal/execute"
+	_ "github.com/gpupool/gpupool/internal/metricsauth"
 	_ "github.com/gpupool/gpupool/internal/secretpolicy"
 	_ "github.com/gpupool/gpupool/internal/version"
 	_ "github.com/gpupool/gpupool/internal/webhook"
@@ -29,6 +30,7 @@ var managerImports = []string{
 	"github.com/gpupool/gpupool/api/v1alpha1",
 	"github.com/gpupool/gpupool/controllers",
 	"github.com/gpupool/gpupool/internal/execute",
+	"github.com/gpupool/gpupool/internal/metricsauth",
 	"github.com/gpupool/gpupool/internal/secretpolicy",
 	"github.com/gpupool/gpupool/internal/version",
 	"github.com/gpupool/gpupool/internal/webhook",

@@ -205,8 +205,9 @@ func (r *run) marksLater(action plan.Action) bool {
 // markLater is the node write the start of the suspend of vm makes before it asks
 // vCenter (queuedStart.mark): the parked marks, with the pass's own, on the node as it
 // is when the write is made (Nodes.Current; Nodes.Patch reads it again on a conflict);
-// nil when the node, as the pass read it, carries them already or there is no node. The node is left out of the pass's
-// state labels (Outcome.MarksLater): this write carries its label.
+// nil when the node, as the pass read it, carries them already or there is no node.
+// The node is left out of the pass's state labels (Outcome.MarksLater): this write
+// carries its label.
 func (r *run) markLater(vm string, node *corev1.Node) func(context.Context) error {
 	pool := r.Pool.Name
 	if node == nil || !r.marksLater(plan.Suspend) || nodes.HasMeta(node, nodes.ParkedMeta(pool)) {

@@ -12,13 +12,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpupool/gpupool/internal/eventwriter"
 )
 
-// TestEventsNameEveryNode runs two 4-node switches with the manager's kind of recorder
-// (client-go's events broadcaster, writing events.k8s.io Events as the operator's user,
-// so with its generated RBAC)
+// TestEventsNameEveryNode runs two 4-node switches with the manager's recorder
+// (internal/eventwriter, writing events.k8s.io Events as the operator's user, so with its
+// generated RBAC)
 // and reads the Events back from the API server. The events API folds events that share
 // reason and object into one series that keeps the first note, so that is where lost
 // nodes would show: every day node's cordon, drain, park and uncordon must be an Event
@@ -28,10 +29,12 @@ func TestEventsNameEveryNode(t *testing.T) {
 	h := newHarness(t, "evn-")
 	cs, err := kubernetes.NewForConfig(operatorConfig)
 	h.must(err)
-	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
-	h.must(b.StartRecordingToSinkWithContext(h.ctx))
-	t.Cleanup(b.Shutdown)
-	h.eventSink = b.NewRecorder(testScheme, "gpupool")
+	w := eventwriter.New(eventwriter.APISink{Client: cs.EventsV1()}, testScheme, eventwriter.Options{Controller: "gpupool"})
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{})
+	go func() { _ = w.Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	h.eventSink = w
 
 	pool := h.dayNight()
 	h.create(pool)

@@ -22,6 +22,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/eventwriter"
 	"github.com/gpupool/gpupool/internal/secretpolicy"
 	gpwebhook "github.com/gpupool/gpupool/internal/webhook"
 	"github.com/gpupool/gpupool/vsphere"
@@ -180,12 +181,22 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.
 	if err := mgr.Add(conn); err != nil {
 		return err
 	}
+	// gpupool's own events writer, not controller-runtime's recorder: client-go's
+	// broadcaster behind it keeps every event for minutes (internal/eventwriter).
+	sink, err := eventwriter.NewAPISink(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
+	recorder := eventwriter.New(sink, mgr.GetScheme(), eventwriter.Options{Controller: "gpupool", Log: ctrl.Log.WithName("events")})
+	if err := mgr.Add(recorder); err != nil {
+		return err
+	}
 	r := &controllers.GPUPoolProfileReconciler{
 		// Every write goes under gpupool's own field manager (the Kueue controller's
 		// under gpupool-kueue), so that GitOps tools can tell them apart (docs/gitops.md).
 		Client:                  client.WithFieldOwner(mgr.GetClient(), controllers.FieldOwner),
 		APIReader:               mgr.GetAPIReader(),
-		Recorder:                mgr.GetEventRecorder("gpupool"),
+		Recorder:                recorder,
 		Clock:                   clock.RealClock{},
 		VSphere:                 conn,
 		Credentials:             creds,

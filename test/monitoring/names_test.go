@@ -17,6 +17,7 @@ import (
 	// The rest of the gpupool packages the manager imports (cmd/manager), for the metrics
 	// their init functions register: TestImportsWhatTheManagerImports keeps this list whole.
 	_ "github.com/gpupool/gpupool/api/v1alpha1"
+	_ "github.com/gpupool/gpupool/internal/eventwriter"
 	_ "github.com/gpupool/gpupool/internal/execute"
 	_ "github.com/gpupool/gpupool/internal/metricsauth"
 	_ "github.com/gpupool/gpupool/internal/secretpolicy"
@@ -29,6 +30,7 @@ import (
 var managerImports = []string{
 	"github.com/gpupool/gpupool/api/v1alpha1",
 	"github.com/gpupool/gpupool/controllers",
+	"github.com/gpupool/gpupool/internal/eventwriter",
 	"github.com/gpupool/gpupool/internal/execute",
 	"github.com/gpupool/gpupool/internal/metricsauth",
 	"github.com/gpupool/gpupool/internal/secretpolicy",

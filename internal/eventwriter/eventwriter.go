@@ -1,0 +1,424 @@
+// Package eventwriter writes gpupool's events.k8s.io Events as client-go's events
+// recorder does (the same Event, the same folding of repeated events into a series, the
+// same retries), in memory bounded by its options rather than by how many events a
+// switch makes.
+//
+// Why not client-go's broadcaster (what controller-runtime's GetEventRecorder gives): it
+// keeps a deep copy of every event it wrote for six minutes, to fold a repeat into it,
+// and starts two goroutines per event, which wait for the client's rate limiter. The
+// regarding object's reference carries its resourceVersion, so the events of a switch on
+// its nodes rarely repeat: at 64 hosts a switch's few thousand events held 12 MB of the
+// manager's 56 MB live heap at its peak, and their goroutines 9 MB of stacks
+// (docs/performance.md, "The runs of 2026-12-06, 17:00"). Here a series is remembered by
+// a hash of what makes events repeats, the event's name and two counts; the events wait in
+// a bounded queue for a few workers; an event that finds the queue full is dropped and
+// counted (gpupool_events_dropped_total), as client-go's broadcaster drops events its
+// watchers cannot take.
+package eventwriter
+
+import (
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	eventsclient "k8s.io/client-go/kubernetes/typed/events/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/reference"
+	"k8s.io/utils/clock"
+)
+
+// As client-go's events broadcaster: a series is finished (its last count written, then
+// forgotten) six minutes after its last event; a series still going has its count
+// written every thirty minutes; an event the API server cannot be reached for is tried
+// twelve times, ten seconds apart (jittered).
+const (
+	FinishTime  = 6 * time.Minute
+	RefreshTime = 30 * time.Minute
+	MaxTries    = 12
+	RetryAfter  = 10 * time.Second
+)
+
+// Defaults of Options.
+const (
+	DefaultWorkers   = 4
+	DefaultQueue     = 1024
+	DefaultMaxSeries = 4096
+	// tick is how often a worker looks for series to finish or refresh.
+	tick = time.Minute
+)
+
+// Sink is where events go: the events.k8s.io API.
+type Sink interface {
+	Create(ctx context.Context, ev *eventsv1.Event) error
+	// Patch applies a strategic merge patch to the event namespace/name.
+	Patch(ctx context.Context, namespace, name string, patch []byte) error
+}
+
+// APISink writes to the events.k8s.io API of a client.
+type APISink struct {
+	Client eventsclient.EventsV1Interface
+}
+
+func (s APISink) Create(ctx context.Context, ev *eventsv1.Event) error {
+	_, err := s.Client.Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	return err
+}
+
+func (s APISink) Patch(ctx context.Context, namespace, name string, patch []byte) error {
+	_, err := s.Client.Events(namespace).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// NewAPISink is an APISink on cfg, sharing httpClient's connections: its own rate
+// limiter of cfg's QPS and burst, as controller-runtime's recorder had.
+func NewAPISink(cfg *rest.Config, httpClient *http.Client) (APISink, error) {
+	c, err := eventsclient.NewForConfigAndClient(rest.CopyConfig(cfg), httpClient)
+	if err != nil {
+		return APISink{}, fmt.Errorf("events client: %w", err)
+	}
+	return APISink{Client: c}, nil
+}
+
+// Options tune a Writer; zero values take the defaults.
+type Options struct {
+	// Controller is the events' reportingController; Instance their reportingInstance
+	// (default Controller-hostname, as client-go's).
+	Controller, Instance string
+	// Workers write events at once, each its share of the series (default 4).
+	Workers int
+	// Queue is how many events wait for the workers, in all (default 1,024, as client-go's
+	// broadcaster's watchers hold); one more is dropped.
+	Queue int
+	// MaxSeries is how many written events are remembered to fold repeats into (default
+	// 4,096); past it the least recently seen is finished early.
+	MaxSeries int
+	Clock     clock.WithTicker
+	Log       logr.Logger
+}
+
+// Writer is an events.EventRecorder. Events recorded before Start wait in its queue.
+type Writer struct {
+	scheme *runtime.Scheme
+	sink   Sink
+	o      Options
+	shards []*shard
+	drops  atomic.Int64 // events dropped since the last drop was logged
+}
+
+var _ events.EventRecorder = (*Writer)(nil)
+
+// New is a Writer of scheme's objects to sink.
+func New(sink Sink, scheme *runtime.Scheme, o Options) *Writer {
+	if o.Instance == "" {
+		host, _ := os.Hostname()
+		o.Instance = o.Controller + "-" + host
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.Queue <= 0 {
+		o.Queue = DefaultQueue
+	}
+	if o.MaxSeries <= 0 {
+		o.MaxSeries = DefaultMaxSeries
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	w := &Writer{scheme: scheme, sink: sink, o: o}
+	for range o.Workers {
+		w.shards = append(w.shards, &shard{
+			w:      w,
+			queue:  make(chan item, max(1, o.Queue/o.Workers)),
+			series: map[key]*list.Element{},
+			max:    max(1, o.MaxSeries/o.Workers),
+		})
+	}
+	return w
+}
+
+// NeedLeaderElection is false: a manager starts the writer at once, so that what it
+// records before it leads is written too.
+func (w *Writer) NeedLeaderElection() bool { return false }
+
+// Start runs the workers until ctx ends. Events still queued then are not written, nor
+// the counts of series not yet finished (as client-go's broadcaster on Shutdown).
+func (w *Writer) Start(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, s := range w.shards {
+		wg.Go(func() { s.run(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// Eventf records an event as client-go's events recorder does: its note formatted,
+// regarding and related as references (an event whose regarding object has no
+// reference, or of a type other than Normal and Warning, is logged and not recorded).
+// It never blocks: an event the queue cannot take is dropped and counted.
+func (w *Writer) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	now := w.o.Clock.Now()
+	message := fmt.Sprintf(note, args...)
+	ref, err := reference.GetReference(w.scheme, regarding)
+	if err != nil {
+		w.o.Log.Error(err, "Could not construct reference, will not report event", "eventType", eventtype, "reason", reason, "message", message)
+		return
+	}
+	var rel *corev1.ObjectReference
+	if related != nil {
+		if rel, err = reference.GetReference(w.scheme, related); err != nil {
+			w.o.Log.V(9).Info("Could not construct reference", "err", err)
+			rel = nil
+		}
+	}
+	if eventtype != corev1.EventTypeNormal && eventtype != corev1.EventTypeWarning {
+		w.o.Log.Error(nil, "Unsupported event type", "eventType", eventtype)
+		return
+	}
+	ns := ref.Namespace
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	ev := &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%v.%x", ref.Name, now.UnixNano()), Namespace: ns},
+		EventTime:           metav1.NewMicroTime(now),
+		ReportingController: w.o.Controller,
+		ReportingInstance:   w.o.Instance,
+		Action:              action,
+		Reason:              reason,
+		Regarding:           *ref,
+		Related:             rel,
+		Note:                message,
+		Type:                eventtype,
+	}
+	// As controller-runtime's recorder logged the events it recorded.
+	w.o.Log.V(1).Info("Event occurred", "object", ref.Namespace+"/"+ref.Name, "kind", ref.Kind, "apiVersion", ref.APIVersion,
+		"type", eventtype, "reason", reason, "action", action, "note", message)
+	k := keyOf(ev)
+	s := w.shards[int(binary.BigEndian.Uint32(k[:4])%uint32(len(w.shards)))]
+	select {
+	case s.queue <- item{ev: ev, key: k}:
+		if w.drops.Load() > 0 {
+			if n := w.drops.Swap(0); n > 0 {
+				w.o.Log.Info("Events queue has room again", "dropped", n)
+			}
+		}
+	default:
+		// Logged once a burst: the log must not grow with what it reports.
+		if w.drops.Add(1) == 1 {
+			w.o.Log.Info("Events queue full, dropping events until it has room", "queue", w.o.Queue)
+		}
+		dropped.WithLabelValues(causeQueueFull).Inc()
+	}
+}
+
+// key is a hash of what makes events repeats (client-go's eventKey): type, action,
+// reason, reporting controller and instance, the regarding and related references
+// (resourceVersion and field path included). The note is not: a repeat keeps the first.
+type key [sha256.Size]byte
+
+func keyOf(ev *eventsv1.Event) key {
+	h := sha256.New()
+	var buf []byte
+	add := func(ss ...string) {
+		for _, s := range ss {
+			buf = binary.AppendUvarint(buf[:0], uint64(len(s)))
+			h.Write(buf)
+			h.Write([]byte(s))
+		}
+	}
+	addRef := func(r corev1.ObjectReference) {
+		add(r.Kind, r.Namespace, r.Name, string(r.UID), r.APIVersion, r.ResourceVersion, r.FieldPath)
+	}
+	add(ev.Type, ev.Action, ev.Reason, ev.ReportingController, ev.ReportingInstance)
+	addRef(ev.Regarding)
+	if ev.Related != nil {
+		add("related")
+		addRef(*ev.Related)
+	} else {
+		add("")
+	}
+	var k key
+	h.Sum(k[:0])
+	return k
+}
+
+type item struct {
+	ev  *eventsv1.Event
+	key key
+}
+
+// series is a written event: its name, how many times it happened, how many the API
+// server has been told.
+type series struct {
+	key             key
+	namespace, name string
+	count, written  int32
+	last            time.Time // the last time it happened
+	lastWrite       time.Time
+}
+
+// shard is one worker's share of the events (by key, so that a series' events are
+// written in order, by one worker) and the series it remembers, least recently seen
+// first.
+type shard struct {
+	w      *Writer
+	queue  chan item
+	series map[key]*list.Element
+	order  list.List
+	max    int
+}
+
+func (s *shard) run(ctx context.Context) {
+	t := s.w.o.Clock.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case it := <-s.queue:
+			s.record(ctx, it)
+		case <-t.C():
+			s.sweep(ctx)
+		}
+	}
+}
+
+// record writes an event, or folds it into the series of its repeats: the first repeat
+// is written at once (count 2), later ones when the series is refreshed or finished.
+func (s *shard) record(ctx context.Context, it item) {
+	now := s.w.o.Clock.Now()
+	if e, ok := s.series[it.key]; ok {
+		se := e.Value.(*series)
+		se.count++
+		se.last = now
+		s.order.MoveToBack(e)
+		if se.written > 1 {
+			return
+		}
+		if s.patch(ctx, se) == nil {
+			return
+		}
+		// The event is gone (expired on the API server) or cannot be patched: this one
+		// starts anew.
+		s.forget(e)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	if !s.write(ctx, func() error { return s.w.sink.Create(ctx, it.ev) }) {
+		return
+	}
+	if s.order.Len() >= s.max {
+		s.finish(ctx, s.order.Front())
+	}
+	se := &series{key: it.key, namespace: it.ev.Namespace, name: it.ev.Name, count: 1, written: 1, last: now, lastWrite: now}
+	s.series[it.key] = s.order.PushBack(se)
+}
+
+// sweep finishes the series not seen for FinishTime and writes the counts of those whose
+// last write is RefreshTime old.
+func (s *shard) sweep(ctx context.Context) {
+	now := s.w.o.Clock.Now()
+	for e := s.order.Front(); e != nil; {
+		next := e.Next()
+		se := e.Value.(*series)
+		switch {
+		case now.Sub(se.last) >= FinishTime:
+			s.finish(ctx, e)
+		case se.count > se.written && now.Sub(se.lastWrite) >= RefreshTime:
+			if err := s.patch(ctx, se); err != nil {
+				s.forget(e)
+			}
+		}
+		e = next
+	}
+}
+
+// finish writes a series' last count, if the API server has not got it, and forgets it.
+func (s *shard) finish(ctx context.Context, e *list.Element) {
+	if se := e.Value.(*series); se.count > se.written {
+		_ = s.patch(ctx, se) // forgotten either way: a series gone is not written again
+	}
+	s.forget(e)
+}
+
+func (s *shard) forget(e *list.Element) {
+	delete(s.series, e.Value.(*series).key)
+	s.order.Remove(e)
+}
+
+// patch writes a series' count (the patch client-go's recorder sends: the event with its
+// series against the event without).
+func (s *shard) patch(ctx context.Context, se *series) error {
+	body, err := json.Marshal(map[string]eventsv1.EventSeries{"series": {Count: se.count, LastObservedTime: metav1.NewMicroTime(se.last)}})
+	if err != nil {
+		return err
+	}
+	var last error
+	ok := s.write(ctx, func() error {
+		last = s.w.sink.Patch(ctx, se.namespace, se.name, body)
+		if apierrors.IsNotFound(last) {
+			return nil // not worth retrying: told to the caller
+		}
+		return last
+	})
+	if !ok {
+		return errNotWritten
+	}
+	if last == nil {
+		se.written, se.lastWrite = se.count, s.w.o.Clock.Now()
+	}
+	return last
+}
+
+var errNotWritten = errors.New("event not written")
+
+// write calls do until the API server answers, as client-go's recorder retries: an
+// answer (a refusal too: it would refuse again) ends it, a failure to reach the API
+// server is tried again, MaxTries times in all, RetryAfter apart (jittered); ctx ending
+// gives up. It reports whether do succeeded.
+func (s *shard) write(ctx context.Context, do func() error) bool {
+	for try := 1; ; try++ {
+		err := do()
+		if err == nil {
+			return true
+		}
+		var status apierrors.APIStatus
+		var construct *rest.RequestConstructionError
+		if errors.As(err, &status) || errors.As(err, &construct) {
+			s.w.o.Log.Error(err, "Server rejected event (will not retry!)")
+			dropped.WithLabelValues(causeRejected).Inc()
+			return false
+		}
+		if try >= MaxTries {
+			s.w.o.Log.Error(err, "Unable to write event (retry limit exceeded!)")
+			dropped.WithLabelValues(causeUnreachable).Inc()
+			return false
+		}
+		s.w.o.Log.Error(err, "Unable to write event (may retry after sleeping)")
+		select {
+		case <-ctx.Done():
+			return false
+		case <-s.w.o.Clock.After(wait.Jitter(RetryAfter, 0.25)):
+		}
+	}
+}

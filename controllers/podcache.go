@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -14,6 +15,7 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/nodes"
 )
 
 // The manager caches every pod of the cluster (a drain lists a node's pods, demand the
@@ -50,8 +52,9 @@ func CacheOptions() cache.Options {
 	}
 }
 
-// transformNode drops from a cached node what gpupool never reads and a kubelet fills
-// in: the images the node holds (up to 50 by default, most of a real node's status),
+// transformNode drops from a cached node what gpupool never reads and a kubelet (or
+// whatever else runs on a node) fills in: the annotations but gpupool's and Cluster
+// API's (nodes.RelevantAnnotation; a real node's CNI, CSI and kubeadm ones), the images the node holds (up to 50 by default, most of a real node's status),
 // the volumes in use and attached, the system info, addresses, daemon endpoints, runtime
 // handlers, features and config, and managedFields (the default transform, which a
 // transform of the type's own replaces); the capacity, the allocatable resources but the
@@ -69,6 +72,10 @@ func transformNode(obj any) (any, error) {
 		return obj, nil
 	}
 	n.ManagedFields = nil
+	maps.DeleteFunc(n.Annotations, func(k, _ string) bool { return !nodes.RelevantAnnotation(k) })
+	if len(n.Annotations) == 0 {
+		n.Annotations = nil
+	}
 	st := &n.Status
 	st.Images, st.VolumesInUse, st.VolumesAttached = nil, nil, nil
 	st.NodeInfo, st.Addresses, st.DaemonEndpoints = corev1.NodeSystemInfo{}, nil, corev1.NodeDaemonEndpoints{}

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/diff"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -391,15 +394,18 @@ func TestDemandListsNoClusterPods(t *testing.T) {
 
 // TestTransformNodeDropsOnlyWhatIsNeverRead: for nodes with every field filled at random,
 // the cached node is the node without its images, volumes in use and attached, system
-// info, addresses, daemon endpoints, runtime handlers, features, config and
-// managedFields; every other field (labels, annotations, taints, providerID, conditions,
-// capacity, allocatable: what matching, readiness and the plan read) is kept as it was.
+// info, addresses, daemon endpoints, runtime handlers, features, config, managedFields,
+// capacity, the allocatable resources but the extended ones, the conditions' details and
+// the annotations gpupool does not read; every other field (labels, taints, providerID:
+// what matching, readiness and the plan read) is kept as it was.
 func TestTransformNodeDropsOnlyWhatIsNeverRead(t *testing.T) {
 	f := randfill.NewWithSeed(37).NilChance(0).NumElements(1, 3)
 	for i := range 200 {
 		var n corev1.Node
 		f.Fill(&n)
+		n.Annotations[gpupoolv1.AnnotationCordoned] = "true"
 		want := n.DeepCopy()
+		want.Annotations = map[string]string{gpupoolv1.AnnotationCordoned: "true"}
 		want.ManagedFields, want.Status.Images, want.Status.VolumesInUse, want.Status.VolumesAttached = nil, nil, nil, nil
 		want.Status.NodeInfo, want.Status.Addresses, want.Status.DaemonEndpoints = corev1.NodeSystemInfo{}, nil, corev1.NodeDaemonEndpoints{}
 		want.Status.RuntimeHandlers, want.Status.Features, want.Status.Config, want.Status.DeclaredFeatures = nil, nil, nil, nil
@@ -459,6 +465,18 @@ func TestTransformNodeKeepsWhatIsRead(t *testing.T) {
 				n.Status.Capacity[r] = *resource.NewQuantity(k%7, resource.DecimalSI)
 			}
 		}
+		// Annotations of every kind: gpupool's, Cluster API's, anyone's.
+		for i, k := range []string{gpupoolv1.AnnotationMarkedBy, gpupoolv1.AnnotationCordoned, clusterv1.MachineAnnotation,
+			clusterv1.ClusterNamespaceAnnotation, "flannel.alpha.coreos.com/public-ip", "csi.volume.kubernetes.io/nodeid"} {
+			var b uint8
+			f.Fill(&b)
+			if b%2 == 0 {
+				if n.Annotations == nil {
+					n.Annotations = map[string]string{}
+				}
+				n.Annotations[k] = fmt.Sprint(i, b)
+			}
+		}
 		for i := range n.Status.Conditions {
 			var k uint8
 			f.Fill(&k)
@@ -473,7 +491,7 @@ func TestTransformNodeKeepsWhatIsRead(t *testing.T) {
 		m := n.DeepCopy()
 		var k uint16
 		f.Fill(&k)
-		switch k % 6 {
+		switch k % 8 {
 		case 0:
 			if len(m.Status.Conditions) > 0 {
 				c := &m.Status.Conditions[int(k/6)%len(m.Status.Conditions)]
@@ -495,6 +513,11 @@ func TestTransformNodeKeepsWhatIsRead(t *testing.T) {
 			m.Labels["gpupool.dev/ready-for"] = string(rune('a' + k%3))
 		case 5:
 			m.Status.Capacity = nil
+		case 6, 7:
+			if m.Annotations == nil {
+				m.Annotations = map[string]string{}
+			}
+			m.Annotations[[]string{gpupoolv1.AnnotationDrainAt, clusterv1.MachineAnnotation, "kubeadm.alpha.kubernetes.io/cri-socket"}[int(k/8)%3]] = fmt.Sprint(k)
 		}
 		return m
 	}
@@ -524,6 +547,15 @@ func TestTransformNodeKeepsWhatIsRead(t *testing.T) {
 		}
 		return out
 	}
+	relevant := func(n *corev1.Node) map[string]string {
+		out := map[string]string{}
+		for k, v := range n.Annotations {
+			if nodes.RelevantAnnotation(k) {
+				out[k] = v
+			}
+		}
+		return out
+	}
 	for i := range 500 {
 		a := randomNode()
 		b := mutate(a)
@@ -532,6 +564,15 @@ func TestTransformNodeKeepsWhatIsRead(t *testing.T) {
 		}
 		if ga, gc := gaps(a), gaps(cached(a)); !slices.Equal(ga, gc) {
 			t.Fatalf("node %d: readiness gaps differ on the cached node:\n%q\n%q", i, ga, gc)
+		}
+		for k, v := range a.Annotations {
+			got, kept := cached(a).Annotations[k]
+			if kept != nodes.RelevantAnnotation(k) || kept && got != v {
+				t.Fatalf("node %d: annotation %s=%q cached as %q (kept %v)", i, k, v, got, kept)
+			}
+		}
+		if !maps.Equal(relevant(a), relevant(b)) && !nodes.Changed(cached(a), cached(b)) {
+			t.Fatalf("node %d: a change of an annotation gpupool reads is not a change of the cached nodes: %s", i, diff.Diff(a, b))
 		}
 		if !slices.Equal(gaps(a), gaps(b)) && !nodes.Changed(cached(a), cached(b)) {
 			t.Fatalf("node %d: a change readiness sees is not a change of the cached nodes: %s", i, diff.Diff(a, b))

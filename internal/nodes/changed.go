@@ -75,9 +75,16 @@ func plannedTaints(n *corev1.Node) []corev1.Taint {
 func relevantAnnotations(n *corev1.Node) map[string]string {
 	out := map[string]string{}
 	for k, v := range n.Annotations {
-		if strings.HasPrefix(k, gpupoolv1.KeyPrefix+"/") || k == clusterv1.MachineAnnotation || k == clusterv1.ClusterNamespaceAnnotation {
+		if RelevantAnnotation(k) {
 			out[k] = v
 		}
 	}
 	return out
+}
+
+// RelevantAnnotation tells whether gpupool reads a node's annotation k: its own
+// (gpupool.dev/) and the Cluster API ones that name the node's Machine. The manager's
+// cache keeps no other.
+func RelevantAnnotation(k string) bool {
+	return strings.HasPrefix(k, gpupoolv1.KeyPrefix+"/") || k == clusterv1.MachineAnnotation || k == clusterv1.ClusterNamespaceAnnotation
 }

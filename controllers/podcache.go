@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -72,17 +71,29 @@ func transformNode(obj any) (any, error) {
 		return obj, nil
 	}
 	n.ManagedFields = nil
-	maps.DeleteFunc(n.Annotations, func(k, _ string) bool { return !nodes.RelevantAnnotation(k) })
-	if len(n.Annotations) == 0 {
-		n.Annotations = nil
+	// New map and slice, not the decoded ones trimmed: a map keeps the room of what is
+	// deleted from it, a slice its capacity.
+	var kept map[string]string
+	for k, v := range n.Annotations {
+		if nodes.RelevantAnnotation(k) {
+			if kept == nil {
+				kept = map[string]string{}
+			}
+			kept[k] = v
+		}
 	}
+	n.Annotations = kept
 	st := &n.Status
 	st.Images, st.VolumesInUse, st.VolumesAttached = nil, nil, nil
 	st.NodeInfo, st.Addresses, st.DaemonEndpoints = corev1.NodeSystemInfo{}, nil, corev1.NodeDaemonEndpoints{}
 	st.RuntimeHandlers, st.Features, st.Config, st.DeclaredFeatures = nil, nil, nil, nil
 	st.Capacity, st.Allocatable = nil, extendedOnly(st.Allocatable)
-	for i, c := range st.Conditions {
-		st.Conditions[i] = corev1.NodeCondition{Type: c.Type, Status: c.Status}
+	if st.Conditions != nil {
+		conds := make([]corev1.NodeCondition, len(st.Conditions))
+		for i, c := range st.Conditions {
+			conds[i] = corev1.NodeCondition{Type: c.Type, Status: c.Status}
+		}
+		st.Conditions = conds
 	}
 	return n, nil
 }

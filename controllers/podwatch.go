@@ -91,7 +91,7 @@ func runPodWatch(ctx context.Context, src podSource, store *podStore, timeout ti
 	relist := true
 	for ctx.Err() == nil {
 		if relist {
-			pods, v, err := src.list(ctx, listFrom)
+			v, err := listInto(ctx, src, store, listFrom)
 			if err != nil {
 				if versionGone(err) && listFrom != "" {
 					listFrom = "" // the watch cache has not that version: as of now, at once
@@ -102,11 +102,6 @@ func runPodWatch(ctx context.Context, src podSource, store *podStore, timeout ti
 				}
 				continue
 			}
-			objs := make([]any, len(pods))
-			for i := range pods {
-				objs[i] = &pods[i]
-			}
-			_ = store.Replace(objs, v) // a plain store's Replace does not fail
 			version, relist, fresh = v, false, true
 		}
 		began := clk.Now()
@@ -135,6 +130,29 @@ func runPodWatch(ctx context.Context, src podSource, store *podStore, timeout ti
 		}
 		fresh = false
 	}
+}
+
+// listInto lists the node's pods as of version into store and returns the list's
+// version.
+//
+// Note: runPodWatch's goroutine waits for a node's next pod event for hours, and a
+// goroutine's stack is halved at a collection only while it uses under a quarter of
+// it: with the list's locals in runPodWatch's frame and the decoding in next's, the
+// waiting goroutine used just over a quarter of the 8 KiB its decoding had grown it to,
+// and every watched node kept 8 KiB of stack instead of 4 (docs/performance.md, "The runs
+// of 2026-12-06, 17:00"). What the wait does not need stays out of the frames it waits
+// in.
+func listInto(ctx context.Context, src podSource, store *podStore, version string) (string, error) {
+	pods, v, err := src.list(ctx, version)
+	if err != nil {
+		return "", err
+	}
+	objs := make([]any, len(pods))
+	for i := range pods {
+		objs[i] = &pods[i]
+	}
+	_ = store.Replace(objs, v) // a plain store's Replace does not fail
+	return v, nil
 }
 
 // pauseOn is runPodWatch's pause on a clock.
@@ -296,8 +314,15 @@ var framePool = sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b 
 
 func (f *frameEvents) next() (watch.EventType, runtime.Object, error) {
 	// The wait for the next event reads into the watch's own small buffer: a pooled one
-	// is taken only for an event that does not fit, once it is coming.
+	// is taken only for an event that does not fit, once it is coming. The wait's frame
+	// holds nothing else (listInto says why).
 	n, err := f.frames.Read(f.head[:])
+	return f.decode(n, err)
+}
+
+// decode reads the rest of an event whose first n bytes next read (err: what that read
+// said) and decodes it.
+func (f *frameEvents) decode(n int, err error) (watch.EventType, runtime.Object, error) {
 	frame := f.head[:n]
 	if errors.Is(err, io.ErrShortBuffer) {
 		bp := framePool.Get().(*[]byte)

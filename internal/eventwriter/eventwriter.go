@@ -13,7 +13,7 @@
 // a hash of what makes events repeats, the event's name and two counts; the events wait in
 // a bounded queue for a few workers; an event that finds the queue full is dropped and
 // counted (gpupool_events_dropped_total), as client-go's broadcaster drops events its
-// watchers cannot take.
+// watchers cannot take (it never blocks its caller, the pass).
 package eventwriter
 
 import (
@@ -57,9 +57,14 @@ const (
 )
 
 // Defaults of Options.
+//
+// The queue takes a 256-host switch's burst (a cordon event per node of a pass, about
+// 4,000): at 64 hosts 1,024 waiting events were too few for the cordons of one pass
+// (docs/performance.md, "The runs of 2026-12-06, 17:00"). A waiting event is about 1 KB;
+// the queue's own room 40 bytes a place.
 const (
-	DefaultWorkers   = 4
-	DefaultQueue     = 1024
+	DefaultWorkers   = 8
+	DefaultQueue     = 8192
 	DefaultMaxSeries = 4096
 	// tick is how often a worker looks for series to finish or refresh.
 	tick = time.Minute
@@ -102,10 +107,10 @@ type Options struct {
 	// Controller is the events' reportingController; Instance their reportingInstance
 	// (default Controller-hostname, as client-go's).
 	Controller, Instance string
-	// Workers write events at once, each its share of the series (default 4).
+	// Workers write events at once, each its share of the series (default 8).
 	Workers int
-	// Queue is how many events wait for the workers, in all (default 1,024, as client-go's
-	// broadcaster's watchers hold); one more is dropped.
+	// Queue is how many events wait for the workers, in all (default 8,192); one more is
+	// dropped.
 	Queue int
 	// MaxSeries is how many written events are remembered to fold repeats into (default
 	// 4,096); past it the least recently seen is finished early.
@@ -120,7 +125,7 @@ type Writer struct {
 	sink   Sink
 	o      Options
 	shards []*shard
-	drops  atomic.Int64 // events dropped since the last drop was logged
+	drops  atomic.Int64 // events dropped since logDrops last ran
 }
 
 var _ events.EventRecorder = (*Writer)(nil)
@@ -216,17 +221,20 @@ func (w *Writer) Eventf(regarding, related runtime.Object, eventtype, reason, ac
 	s := w.shards[int(binary.BigEndian.Uint32(k[:4])%uint32(len(w.shards)))]
 	select {
 	case s.queue <- item{ev: ev, key: k}:
-		if w.drops.Load() > 0 {
-			if n := w.drops.Swap(0); n > 0 {
-				w.o.Log.Info("Events queue has room again", "dropped", n)
-			}
-		}
 	default:
-		// Logged once a burst: the log must not grow with what it reports.
+		// The first drop is logged at once, the rest counted and logged by the first
+		// worker's next sweep: the log must not grow with what it reports.
 		if w.drops.Add(1) == 1 {
 			w.o.Log.Info("Events queue full, dropping events until it has room", "queue", w.o.Queue)
 		}
 		dropped.WithLabelValues(causeQueueFull).Inc()
+	}
+}
+
+// logDrops logs how many events were dropped since the last time, if any.
+func (w *Writer) logDrops() {
+	if n := w.drops.Swap(0); n > 0 {
+		w.o.Log.Info("Events dropped, the queue full", "dropped", n, "queue", w.o.Queue)
 	}
 }
 
@@ -297,6 +305,9 @@ func (s *shard) run(ctx context.Context) {
 		case it := <-s.queue:
 			s.record(ctx, it)
 		case <-t.C():
+			if s == s.w.shards[0] {
+				s.w.logDrops()
+			}
 			s.sweep(ctx)
 		}
 	}

@@ -41,12 +41,14 @@ var memoryLimit = flag.String("memory-limit", "", "The container's memory limit 
 // gcPercent is how far the Go heap grows past what is live before the collector runs
 // (GOGC). The runtime's 100 lets a switch's peak heap reach twice what is live; the
 // manager is idle between switches, so collecting more often costs CPU only while a
-// switch allocates, and keeps its RSS at a switch's peak lower (docs/performance.md,
-// "The runs of 2026-12-06, 14:00").
+// switch allocates, and keeps its RSS at a switch's peak lower: 35 kept a 64-host
+// switch's peak under 150 MiB for a few seconds more of the manager's CPU in the switches
+// (docs/performance.md, "The runs of 2026-12-06, 14:00" and "The runs of 2026-12-06,
+// 17:00").
 var gcPercent = flag.Int("gc-percent", DefaultGCPercent, "How far, in percent, the Go heap grows past what is live before a collection (GOGC; the Go runtime's default is 100). Lower keeps the memory at a switch's peak lower for more collector CPU during the switch. GOGC, when set, wins. 10 to 1000.")
 
 // DefaultGCPercent is --gc-percent's default.
-const DefaultGCPercent = 50
+const DefaultGCPercent = 35
 
 // gcPercentToSet is the percent to give the runtime, or false when GOGC is set (the
 // runtime applied it); a value outside 10-1000 is an error.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -79,7 +80,7 @@ func TestGCPercentToSet(t *testing.T) {
 	for _, p := range []int{9, 0, -1, 1001} {
 		for _, gogc := range []string{"", "100"} {
 			_, set, err := gcPercentToSet(p, gogc)
-			if err == nil || set || !strings.Contains(err.Error(), "--gc-percent") || !strings.Contains(err.Error(), "10 to 1000") || !strings.Contains(err.Error(), "default 50") {
+			if err == nil || set || !strings.Contains(err.Error(), "--gc-percent") || !strings.Contains(err.Error(), "10 to 1000") || !strings.Contains(err.Error(), fmt.Sprintf("default %d", DefaultGCPercent)) {
 				t.Errorf("gcPercentToSet(%d, GOGC=%q): %v, %v; want an error naming the flag, the range and the default", p, gogc, set, err)
 			}
 		}

@@ -14,7 +14,6 @@ import (
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
-	"github.com/gpupool/gpupool/internal/nodes"
 )
 
 // The manager caches every pod of the cluster (a drain lists a node's pods, demand the
@@ -51,9 +50,8 @@ func CacheOptions() cache.Options {
 	}
 }
 
-// transformNode drops from a cached node what gpupool never reads and a kubelet (or
-// whatever else runs on a node) fills in: the annotations but gpupool's and Cluster
-// API's (nodes.RelevantAnnotation; a real node's CNI, CSI and kubeadm ones), the images the node holds (up to 50 by default, most of a real node's status),
+// transformNode drops from a cached node what gpupool never reads and a kubelet fills
+// in: the images the node holds (up to 50 by default, most of a real node's status),
 // the volumes in use and attached, the system info, addresses, daemon endpoints, runtime
 // handlers, features and config, and managedFields (the default transform, which a
 // transform of the type's own replaces); the capacity, the allocatable resources but the
@@ -71,24 +69,17 @@ func transformNode(obj any) (any, error) {
 		return obj, nil
 	}
 	n.ManagedFields = nil
-	// New map and slice, not the decoded ones trimmed: a map keeps the room of what is
-	// deleted from it, a slice its capacity.
-	var kept map[string]string
-	for k, v := range n.Annotations {
-		if nodes.RelevantAnnotation(k) {
-			if kept == nil {
-				kept = map[string]string{}
-			}
-			kept[k] = v
-		}
-	}
-	n.Annotations = kept
+	// The annotations stay whole, though gpupool reads only its own and Cluster API's:
+	// a node write is a merge patch against this copy, and a copy holding only gpupool's
+	// would send "annotations": null when a write removes the last of them (a release, an
+	// uncordon), which deletes every annotation of the node (kubeadm's, the CNI's).
 	st := &n.Status
 	st.Images, st.VolumesInUse, st.VolumesAttached = nil, nil, nil
 	st.NodeInfo, st.Addresses, st.DaemonEndpoints = corev1.NodeSystemInfo{}, nil, corev1.NodeDaemonEndpoints{}
 	st.RuntimeHandlers, st.Features, st.Config, st.DeclaredFeatures = nil, nil, nil, nil
 	st.Capacity, st.Allocatable = nil, extendedOnly(st.Allocatable)
 	if st.Conditions != nil {
+		// A new slice of their length: the decoded one has room for more.
 		conds := make([]corev1.NodeCondition, len(st.Conditions))
 		for i, c := range st.Conditions {
 			conds[i] = corev1.NodeCondition{Type: c.Type, Status: c.Status}

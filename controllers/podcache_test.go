@@ -395,17 +395,15 @@ func TestDemandListsNoClusterPods(t *testing.T) {
 // TestTransformNodeDropsOnlyWhatIsNeverRead: for nodes with every field filled at random,
 // the cached node is the node without its images, volumes in use and attached, system
 // info, addresses, daemon endpoints, runtime handlers, features, config, managedFields,
-// capacity, the allocatable resources but the extended ones, the conditions' details and
-// the annotations gpupool does not read; every other field (labels, taints, providerID:
-// what matching, readiness and the plan read) is kept as it was.
+// capacity, the allocatable resources but the extended ones and the conditions' details;
+// every other field (labels, annotations, taints, providerID: what matching, readiness,
+// the plan and the node writes' merge patches read) is kept as it was.
 func TestTransformNodeDropsOnlyWhatIsNeverRead(t *testing.T) {
 	f := randfill.NewWithSeed(37).NilChance(0).NumElements(1, 3)
 	for i := range 200 {
 		var n corev1.Node
 		f.Fill(&n)
-		n.Annotations[gpupoolv1.AnnotationCordoned] = "true"
 		want := n.DeepCopy()
-		want.Annotations = map[string]string{gpupoolv1.AnnotationCordoned: "true"}
 		want.ManagedFields, want.Status.Images, want.Status.VolumesInUse, want.Status.VolumesAttached = nil, nil, nil, nil
 		want.Status.NodeInfo, want.Status.Addresses, want.Status.DaemonEndpoints = corev1.NodeSystemInfo{}, nil, corev1.NodeDaemonEndpoints{}
 		want.Status.RuntimeHandlers, want.Status.Features, want.Status.Config, want.Status.DeclaredFeatures = nil, nil, nil, nil
@@ -565,11 +563,8 @@ func TestTransformNodeKeepsWhatIsRead(t *testing.T) {
 		if ga, gc := gaps(a), gaps(cached(a)); !slices.Equal(ga, gc) {
 			t.Fatalf("node %d: readiness gaps differ on the cached node:\n%q\n%q", i, ga, gc)
 		}
-		for k, v := range a.Annotations {
-			got, kept := cached(a).Annotations[k]
-			if kept != nodes.RelevantAnnotation(k) || kept && got != v {
-				t.Fatalf("node %d: annotation %s=%q cached as %q (kept %v)", i, k, v, got, kept)
-			}
+		if !maps.Equal(a.Annotations, cached(a).Annotations) {
+			t.Fatalf("node %d: annotations %v cached as %v (a merge patch against a trimmed copy deletes the rest)", i, a.Annotations, cached(a).Annotations)
 		}
 		if !maps.Equal(relevant(a), relevant(b)) && !nodes.Changed(cached(a), cached(b)) {
 			t.Fatalf("node %d: a change of an annotation gpupool reads is not a change of the cached nodes: %s", i, diff.Diff(a, b))
@@ -577,5 +572,40 @@ func TestTransformNodeKeepsWhatIsRead(t *testing.T) {
 		if !slices.Equal(gaps(a), gaps(b)) && !nodes.Changed(cached(a), cached(b)) {
 			t.Fatalf("node %d: a change readiness sees is not a change of the cached nodes: %s", i, diff.Diff(a, b))
 		}
+	}
+}
+
+// TestNodeWriteFromCacheKeepsAnnotations: a node write is a merge patch against the
+// cached copy; one that removes gpupool's last annotation must leave the node's others
+// (kubeadm's, a CNI's) on the server. A cache that kept only gpupool's annotations would
+// send "annotations": null and delete them all.
+func TestNodeWriteFromCacheKeepsAnnotations(t *testing.T) {
+	ctx := context.Background()
+	theirs := map[string]string{"kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd/containerd.sock", "flannel.alpha.coreos.com/public-ip": "10.0.0.7"}
+	stored := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: maps.Clone(theirs)}}
+	for _, k := range []string{gpupoolv1.AnnotationCordoned, gpupoolv1.AnnotationMarkedBy} {
+		stored.Annotations[k] = "x"
+	}
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(stored).Build()
+	var read corev1.Node
+	if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, &read); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := transformNode(read.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := obj.(*corev1.Node)
+	n := cached.DeepCopy()
+	maps.DeleteFunc(n.Annotations, func(k, _ string) bool { return nodes.RelevantAnnotation(k) })
+	if err := c.Patch(ctx, n, client.MergeFrom(cached)); err != nil {
+		t.Fatal(err)
+	}
+	var after corev1.Node
+	if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, &after); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(after.Annotations, theirs) {
+		t.Fatalf("annotations after removing gpupool's: %v, want %v", after.Annotations, theirs)
 	}
 }

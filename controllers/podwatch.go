@@ -141,7 +141,9 @@ func runPodWatch(ctx context.Context, src podSource, store *podStore, timeout ti
 // waiting goroutine used just over a quarter of the 8 KiB its decoding had grown it to,
 // and every watched node kept 8 KiB of stack instead of 4 (docs/performance.md, "The runs
 // of 2026-12-06, 17:00"). What the wait does not need stays out of the frames it waits
-// in.
+// in (and noinline keeps it so).
+//
+//go:noinline
 func listInto(ctx context.Context, src podSource, store *podStore, version string) (string, error) {
 	pods, v, err := src.list(ctx, version)
 	if err != nil {
@@ -321,7 +323,9 @@ func (f *frameEvents) next() (watch.EventType, runtime.Object, error) {
 }
 
 // decode reads the rest of an event whose first n bytes next read (err: what that read
-// said) and decodes it.
+// said) and decodes it. Not inlined into next, whose frame the wait holds.
+//
+//go:noinline
 func (f *frameEvents) decode(n int, err error) (watch.EventType, runtime.Object, error) {
 	frame := f.head[:n]
 	if errors.Is(err, io.ErrShortBuffer) {

@@ -41,6 +41,7 @@ import (
 	eventsclient "k8s.io/client-go/kubernetes/typed/events/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	recordutil "k8s.io/client-go/tools/record/util"
 	"k8s.io/client-go/tools/reference"
 	"k8s.io/utils/clock"
 )
@@ -109,8 +110,9 @@ type Options struct {
 	Controller, Instance string
 	// Workers write events at once, each its share of the series (default 8).
 	Workers int
-	// Queue is how many events wait for the workers, in all (default 8,192); one more is
-	// dropped.
+	// Queue is how many events wait for the workers (default 8,192), each worker's share
+	// of it for the events its series (by key) give it: one more for a worker whose share
+	// is full is dropped.
 	Queue int
 	// MaxSeries is how many written events are remembered to fold repeats into (default
 	// 4,096); past it the least recently seen is finished early.
@@ -164,13 +166,34 @@ func New(sink Sink, scheme *runtime.Scheme, o Options) *Writer {
 // records before it leads is written too.
 func (w *Writer) NeedLeaderElection() bool { return false }
 
-// Start runs the workers until ctx ends. Events still queued then are not written, nor
-// the counts of series not yet finished (as client-go's broadcaster on Shutdown).
+// DrainTimeout bounds how long Start still writes the queued events once its context
+// has ended (a manager stopping stops its other runnables before its controllers, whose
+// passes may still record).
+const DrainTimeout = 5 * time.Second
+
+// Start runs the workers until ctx ends, then writes what is queued for up to
+// DrainTimeout. The counts of series not yet finished are not written (as client-go's
+// broadcaster on Shutdown).
 func (w *Writer) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, s := range w.shards {
 		wg.Go(func() { s.run(ctx) })
 	}
+	// The drops are logged apart from the workers, which may all be waiting on an API
+	// server that cannot be reached, when events are dropped.
+	wg.Go(func() {
+		t := w.o.Clock.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				w.logDrops()
+				return
+			case <-t.C():
+				w.logDrops()
+			}
+		}
+	})
 	wg.Wait()
 	return nil
 }
@@ -203,7 +226,7 @@ func (w *Writer) Eventf(regarding, related runtime.Object, eventtype, reason, ac
 		ns = metav1.NamespaceDefault
 	}
 	ev := &eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%v.%x", ref.Name, now.UnixNano()), Namespace: ns},
+		ObjectMeta:          metav1.ObjectMeta{Name: recordutil.GenerateEventName(ref.Name, now.UnixNano()), Namespace: ns},
 		EventTime:           metav1.NewMicroTime(now),
 		ReportingController: w.o.Controller,
 		ReportingInstance:   w.o.Instance,
@@ -222,8 +245,8 @@ func (w *Writer) Eventf(regarding, related runtime.Object, eventtype, reason, ac
 	select {
 	case s.queue <- item{ev: ev, key: k}:
 	default:
-		// The first drop is logged at once, the rest counted and logged by the first
-		// worker's next sweep: the log must not grow with what it reports.
+		// The first drop is logged at once, the rest counted and logged once a minute:
+		// the log must not grow with what it reports.
 		if w.drops.Add(1) == 1 {
 			w.o.Log.Info("Events queue full, dropping events until it has room", "queue", w.o.Queue)
 		}
@@ -301,14 +324,27 @@ func (s *shard) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			s.drain()
 			return
 		case it := <-s.queue:
 			s.record(ctx, it)
 		case <-t.C():
-			if s == s.w.shards[0] {
-				s.w.logDrops()
-			}
 			s.sweep(ctx)
+		}
+	}
+}
+
+// drain writes the events queued when the worker's context ended, for up to
+// DrainTimeout.
+func (s *shard) drain() {
+	ctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
+	defer cancel()
+	for ctx.Err() == nil {
+		select {
+		case it := <-s.queue:
+			s.record(ctx, it)
+		default:
+			return
 		}
 	}
 }
@@ -317,6 +353,7 @@ func (s *shard) run(ctx context.Context) {
 // is written at once (count 2), later ones when the series is refreshed or finished.
 func (s *shard) record(ctx context.Context, it item) {
 	now := s.w.o.Clock.Now()
+	count := int32(1)
 	if e, ok := s.series[it.key]; ok {
 		se := e.Value.(*series)
 		se.count++
@@ -325,15 +362,18 @@ func (s *shard) record(ctx context.Context, it item) {
 		if se.written > 1 {
 			return
 		}
-		if s.patch(ctx, se) == nil {
+		err := s.patch(ctx, se)
+		if err == nil {
 			return
 		}
-		// The event is gone (expired on the API server) or cannot be patched: this one
-		// starts anew.
 		s.forget(e)
-		if ctx.Err() != nil {
-			return
+		if !apierrors.IsNotFound(err) {
+			return // refused, or the API server unreachable: counted
 		}
+		// The event is gone (expired on the API server): this one is written in its
+		// place with the series' count, as client-go writes the first again.
+		count = se.count
+		it.ev.Series = &eventsv1.EventSeries{Count: count, LastObservedTime: metav1.NewMicroTime(now)}
 	}
 	if !s.write(ctx, func() error { return s.w.sink.Create(ctx, it.ev) }) {
 		return
@@ -341,7 +381,7 @@ func (s *shard) record(ctx context.Context, it item) {
 	if s.order.Len() >= s.max {
 		s.finish(ctx, s.order.Front())
 	}
-	se := &series{key: it.key, namespace: it.ev.Namespace, name: it.ev.Name, count: 1, written: 1, last: now, lastWrite: now}
+	se := &series{key: it.key, namespace: it.ev.Namespace, name: it.ev.Name, count: count, written: count, last: now, lastWrite: now}
 	s.series[it.key] = s.order.PushBack(se)
 }
 
@@ -356,7 +396,9 @@ func (s *shard) sweep(ctx context.Context) {
 		case now.Sub(se.last) >= FinishTime:
 			s.finish(ctx, e)
 		case se.count > se.written && now.Sub(se.lastWrite) >= RefreshTime:
-			if err := s.patch(ctx, se); err != nil {
+			// Gone: forgotten (its next repeat is an event of its own); not written:
+			// tried again at the next sweep, or when it finishes.
+			if err := s.patch(ctx, se); apierrors.IsNotFound(err) {
 				s.forget(e)
 			}
 		}

@@ -7,7 +7,7 @@ import (
 
 // Why an event was not written.
 const (
-	causeQueueFull   = "queue-full"  // the queue was full when it was recorded
+	causeQueueFull   = "queue-full"  // its worker's share of the queue was full when it was recorded
 	causeRejected    = "rejected"    // the API server refused it (or its series' count)
 	causeUnreachable = "unreachable" // the API server could not be reached, MaxTries times
 )

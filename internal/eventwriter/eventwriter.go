@@ -8,12 +8,16 @@
 // and starts two goroutines per event, which wait for the client's rate limiter. The
 // regarding object's reference carries its resourceVersion, so the events of a switch on
 // its nodes rarely repeat: at 64 hosts a switch's few thousand events held 12 MB of the
-// manager's 56 MB live heap at its peak, and their goroutines 9 MB of stacks
-// (docs/performance.md, "The runs of 2026-12-06, 17:00"). Here a series is remembered by
-// a hash of what makes events repeats, the event's name and two counts; the events wait in
-// a bounded queue for a few workers; an event that finds the queue full is dropped and
-// counted (gpupool_events_dropped_total), as client-go's broadcaster drops events its
-// watchers cannot take (it never blocks its caller, the pass).
+// manager's 56 MB live heap at its peak (docs/performance.md, "The runs of 2026-12-06,
+// 17:00"). Here a series is remembered by a hash of what makes events repeats, the
+// event's name and two counts; the events wait in a bounded queue for a few workers; an
+// event that finds its worker's share of the queue full is dropped and counted
+// (gpupool_events_dropped_total), as client-go's broadcaster drops events its watchers
+// cannot take (it never blocks its caller, the pass).
+//
+// Where it differs from client-go's: a series whose event the API server no longer has
+// goes on in the repeat at hand, written with the series' count (client-go writes the
+// first event again); a refresh that fails is tried again at the next sweep.
 package eventwriter
 
 import (

@@ -92,16 +92,6 @@ func (f *fakeSink) next(t *testing.T) call {
 	}
 }
 
-// none checks the sink got nothing more (the caller has synced with the worker).
-func (f *fakeSink) none(t *testing.T) {
-	t.Helper()
-	select {
-	case c := <-f.calls:
-		t.Fatalf("unexpected request %s %s/%s (count %d)", c.op, c.ns, c.name, c.count)
-	default:
-	}
-}
-
 func node(name, rv string) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), ResourceVersion: rv}}
 }
@@ -470,10 +460,10 @@ func TestSeriesBounded(t *testing.T) {
 	}
 	patches := 0
 	for _, c := range calls {
-		switch {
-		case c.op == "create":
+		switch c.op {
+		case "create":
 			told[c.name], nodeOf[c.name] = 1, c.ev.Regarding.Name
-		case c.op == "patch":
+		case "patch":
 			told[c.name] = c.count
 			patches++
 		}

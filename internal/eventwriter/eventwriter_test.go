@@ -139,8 +139,9 @@ func TestEventIsClientGos(t *testing.T) {
 	// Distinct events only (repeats fold differently in time: compared below).
 	seen := map[key]bool{}
 	var distinct []rec
+	// One writer never started: build takes back what each Eventf queued.
+	probe := New(newSink(), clientgoscheme.Scheme, Options{Controller: "gpupool", Instance: "i", Clock: clocktesting.NewFakeClock(t0)})
 	for _, r := range recs {
-		probe := New(newSink(), clientgoscheme.Scheme, Options{Controller: "gpupool", Instance: "i", Clock: clocktesting.NewFakeClock(t0)})
 		ev := probe.build(t, r.regarding, r.related, r.typ, r.reason, r.action, r.note)
 		if !seen[keyOf(ev)] {
 			seen[keyOf(ev)] = true

@@ -17,7 +17,8 @@ type startGroup struct {
 	after, mine      chan struct{}
 	cond             chan bool
 	gate             *drainGate
-	marks, slots     chan struct{}
+	marks            chan struct{}
+	slots            *startSlots
 }
 
 // run asks vCenter for a group's starts once what they wait for is through (the host's
@@ -65,8 +66,9 @@ func (s *Starts) afterDrains(grp startGroup, rec *startRecord, open bool) {
 }
 
 // markAndAsk makes each start's node write (mark) and asks vCenter for the starts of the
-// group whose write went through, in a start slot of the pool; ready is when they could
-// go but for the queue.
+// group whose write went through, in order, each in a start slot of the pool taken for
+// it alone (a group of a host's power-ons does not hold a slot between its starts, which
+// a park waiting for one may take); ready is when they could go but for the queue.
 func (s *Starts) markAndAsk(grp startGroup, ready time.Time) {
 	pool, queued, idx, recs := grp.pool, grp.queued, grp.idx, grp.recs
 	marked := make([]bool, len(idx))
@@ -76,12 +78,12 @@ func (s *Starts) markAndAsk(grp startGroup, ready time.Time) {
 	if queued[idx[0]].mark != nil {
 		ready = time.Now() // the queue is measured from the node write's end
 	}
-	grp.slots <- struct{}{}
-	defer func() { <-grp.slots }()
 	for j, i := range idx {
 		result := "not-asked" // answered without asking: its node write failed
 		if marked[j] {
+			grp.slots.acquire(queued[i].op)
 			s.ask(queued[i], recs[i], grp.handed, ready)
+			grp.slots.release()
 			result = map[bool]string{false: "asked", true: "not-asked"}[recs[i].notAsked]
 		}
 		switch {

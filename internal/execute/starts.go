@@ -29,7 +29,9 @@ import (
 // Order: a host's power-ons go one after the other in the plan's order (startGroups), and
 // a pass's power-ons of a host wait for an earlier pass's, in the order the passes handed
 // them out, which they may need placed first; the other starts each on their own. At most
-// Limit starts of a pool are asked at once.
+// Limit starts of a pool are asked at once, each start taking a slot of its own: a start
+// waiting for one that frees a GPU (a park) or readies a VM (a reconfigure) goes before
+// the waiting power-ons (startSlots).
 //
 // Not asked: a start still queued when its pool is paused, its transition aborted or
 // the pool deleted (Cancel), or queued longer than StartTimeout (a vCenter that answers
@@ -53,8 +55,8 @@ type Starts struct {
 	// hosts are the last power-on group handed out per pool and host, closed once it is
 	// through: the next group of the host waits for it (FIFO across passes).
 	hosts map[[2]string]chan struct{}
-	// slots bound each pool's starts at once.
-	slots map[string]chan struct{}
+	// slots bound each pool's starts at once, parks before power-ons.
+	slots map[string]*startSlots
 	// follows end the pool's watches of the parks its power-ons ahead wait for.
 	follows map[string]map[*int]context.CancelFunc
 	// marks bound each pool's node writes made before their starts (queuedStart.mark),
@@ -109,7 +111,7 @@ const StartTimeout = 2 * time.Minute
 // NewStarts returns the starts of a manager: ctx ends them.
 func NewStarts(ctx context.Context, wake func(pool string)) *Starts {
 	return &Starts{ctx: ctx, Wake: wake, records: map[string]map[string]*startRecord{},
-		hosts: map[[2]string]chan struct{}{}, slots: map[string]chan struct{}{}, follows: map[string]map[*int]context.CancelFunc{},
+		hosts: map[[2]string]chan struct{}{}, slots: map[string]*startSlots{}, follows: map[string]map[*int]context.CancelFunc{},
 		marks: map[string]chan struct{}{}}
 }
 
@@ -149,7 +151,7 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 	}
 	slots := s.slots[pool]
 	if slots == nil {
-		slots = make(chan struct{}, s.limit())
+		slots = newStartSlots(s.limit())
 		s.slots[pool] = slots
 	}
 	marks := s.marks[pool]

@@ -20,7 +20,7 @@ var maxConcurrentReconciles = flag.Int("max-concurrent-reconciles", 4, "How many
 // turn among the pool's (docs/performance.md). Each start waits for vCenter's answer
 // (the task queued), not for the task's end.
 var maxConcurrentStarts = flag.Int("max-concurrent-starts", execute.MaxConcurrentStarts,
-	"How many vSphere task starts (power-ons, suspends, reconfigures) a pool asks vCenter for at the same time; a waiting suspend, power-off or reconfigure goes before the waiting power-ons, and a host's power-ons still go one after the other, in the plan's order. At least 1.")
+	"How many vSphere task starts (power-ons, suspends, power-offs, reconfigures) a pool asks vCenter for at the same time; a waiting suspend, power-off or reconfigure goes before the waiting power-ons, and a host's power-ons still go one after the other, in the plan's order. At least 1.")
 
 // startsLimitError says what is wrong with --max-concurrent-starts, or nil.
 func startsLimitError(n int) error {

@@ -10,11 +10,11 @@ import (
 // waiting start goes next: a start that frees a GPU or readies a VM for its next step (a
 // suspend, a power-off, a reconfigure) before a power-on, and in the order they came
 // within each kind. A power-on frees nothing another step waits for, while a park frees
-// a GPU that up to a whole host's power-ons wait for (issue 37: at 64 hosts the 256
-// suspends of night -> day, their drains just ended, waited behind up to a thousand
-// power-ons already queued for the pool's 16 slots). Power-ons still go whenever no
-// other start waits, so none waits on more than the parks queued meanwhile, which are
-// bounded by the pool's VMs.
+// a GPU that up to a whole host's power-ons wait for (issue 37: at 64 hosts the suspends
+// of night -> day's ~200 empty nodes, due at once, were asked over 8.5 s, the later ones
+// behind the power-on groups their first GPUs freed). Power-ons go whenever no other
+// start waits; parks arrive only as drains end and each is asked in one call, so
+// power-ons are held back by bursts of parks, not indefinitely.
 type startSlots struct {
 	mu   sync.Mutex
 	free int

@@ -1,6 +1,7 @@
 package execute
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -184,4 +185,40 @@ func waitQueued(t *testing.T, s *startSlots, n int) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Fatalf("fewer than %d starts wait for a slot", n)
+}
+
+// TestStartsQueuedEndWithTheirContext: when the manager stops while starts wait for the
+// pool's slots, the start under way ends with the context, the waiting ones are answered
+// not asked without calling vCenter, and Wait returns.
+func TestStartsQueuedEndWithTheirContext(t *testing.T) {
+	ctx, stop := context.WithCancel(t.Context())
+	s := NewStarts(ctx, nil)
+	s.Limit = 1
+	g := newGatedStarts()
+	hand := func(q ...queuedStart) { s.hand("pool", q, startGroups(q)) }
+	hand(queue("park-a", vsphere.OpSuspend, "h1", g.start("park-a", "t1", nil)))
+	g.waitStarted(t, 1)
+	s.mu.Lock()
+	slots := s.slots["pool"]
+	s.mu.Unlock()
+	hand(queue("on-b", vsphere.OpPowerOn, "h2", g.start("on-b", "t2", nil)),
+		queue("on-c", vsphere.OpPowerOn, "h2", g.start("on-c", "t3", nil)),
+		queue("park-d", vsphere.OpSuspend, "h3", g.start("park-d", "t4", nil)))
+	waitQueued(t, slots, 2) // on-b and park-d wait; on-c waits for on-b
+	stop()
+	s.Wait()
+	if fmt.Sprint(g.order) != "[park-a]" {
+		t.Errorf("asked %v after the stop, want only park-a, under way before it", g.order)
+	}
+	for _, w := range []string{"on-b", "on-c", "park-d"} {
+		s.mu.Lock()
+		rec := s.records["pool"][w]
+		s.mu.Unlock()
+		if rec == nil || !rec.ended || !rec.notAsked {
+			t.Errorf("%s: %+v, want answered not asked", w, rec)
+		}
+	}
+	if slots.queued() != 0 || slots.free != 1 {
+		t.Errorf("after the stop: %d waiting, %d free; want none waiting and the slot free", slots.queued(), slots.free)
+	}
 }

@@ -79,11 +79,16 @@ func (s *Starts) markAndAsk(grp startGroup, ready time.Time) {
 		ready = time.Now() // the queue is measured from the node write's end
 	}
 	for j, i := range idx {
-		result := "not-asked" // answered without asking: its node write failed
+		result := "not-asked" // answered without asking: its node write failed, or it is stale
+		// A start no longer to be asked (cancelled, past its time) waits for no slot.
+		if marked[j] && !s.answerStale(recs[i], grp.handed) {
+			func() {
+				grp.slots.acquire(queued[i].op)
+				defer grp.slots.release()
+				s.ask(queued[i], recs[i], grp.handed, ready)
+			}()
+		}
 		if marked[j] {
-			grp.slots.acquire(queued[i].op)
-			s.ask(queued[i], recs[i], grp.handed, ready)
-			grp.slots.release()
 			result = map[bool]string{false: "asked", true: "not-asked"}[recs[i].notAsked]
 		}
 		switch {

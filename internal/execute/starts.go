@@ -322,9 +322,7 @@ func (s *Starts) PendingMarks(pool string) map[string]bool {
 // (StartStages), not the Starts' clock, which tests may fake.
 func (s *Starts) ask(q queuedStart, rec *startRecord, handed, ready time.Time) {
 	s.mu.Lock()
-	if s.stale(rec, handed) {
-		rec.ended, rec.notAsked = true, true
-		close(rec.done)
+	if s.answerStaleLocked(rec, handed) {
 		s.mu.Unlock()
 		return
 	}
@@ -340,6 +338,26 @@ func (s *Starts) ask(q queuedStart, rec *startRecord, handed, ready time.Time) {
 	rec.ended, rec.id, rec.err = true, id, err
 	close(rec.done)
 	s.mu.Unlock()
+}
+
+// answerStale answers a start not asked when it is no longer to be asked (stale), and
+// reports whether it did.
+func (s *Starts) answerStale(rec *startRecord, handed time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.answerStaleLocked(rec, handed)
+}
+
+// answerStaleLocked is answerStale with s.mu held.
+func (s *Starts) answerStaleLocked(rec *startRecord, handed time.Time) bool {
+	if !s.stale(rec, handed) {
+		return false
+	}
+	if !rec.ended {
+		rec.ended, rec.notAsked = true, true
+		close(rec.done)
+	}
+	return true
 }
 
 // hostDone ends a power-on group of the pool's host: the next group may go, and the host

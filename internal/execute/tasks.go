@@ -89,7 +89,8 @@ type queuedStart struct {
 // the power-on off the VM's own (powerOnHost).
 func (q queuedStart) powerOnHost() string { return cmp.Or(q.step.Host, q.host) }
 
-// MaxConcurrentStarts bounds the task starts (groups of startGroups) run at once.
+// MaxConcurrentStarts bounds a pool's task starts asked at once, each start in a slot of
+// its own (startSlots).
 const MaxConcurrentStarts = 16
 
 // startQueued has the tasks the pass queued started once their intents are stored, and

@@ -238,6 +238,11 @@ func (s *Starts) wake(pool string) {
 func (s *Starts) notAsked(rec *startRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	notAskedLocked(rec)
+}
+
+// notAskedLocked is notAsked with s.mu held.
+func notAskedLocked(rec *startRecord) {
 	if !rec.ended {
 		rec.ended, rec.notAsked, rec.marking = true, true, false
 		close(rec.done)
@@ -353,10 +358,7 @@ func (s *Starts) answerStaleLocked(rec *startRecord, handed time.Time) bool {
 	if !s.stale(rec, handed) {
 		return false
 	}
-	if !rec.ended {
-		rec.ended, rec.notAsked = true, true
-		close(rec.done)
-	}
+	notAskedLocked(rec)
 	return true
 }
 

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -24,18 +25,27 @@ import (
 // without another pass, each once and after its node's parked marks (intentStored);
 // the passes then reach night, each VM's operation asked once. In the second run the
 // pods do not go: a pass that observes the nodes drained (the pods terminating past
-// their grace period) lets the suspends go instead.
+// their grace period) lets the suspends go instead. In the third the pods take longer
+// than StartTimeout to go (pods bound to the nodes meanwhile, which the passes evict)
+// while passes go on planning the same switch: those passes renew the suspends
+// (Starts.Renew), which are asked once the pods are gone, still without another pass and
+// each once.
 func TestSuspendsAfterDrains(t *testing.T) {
 	for _, c := range []struct {
 		name, prefix string
 		podsGo       bool
+		renewed      bool // the pods go past StartTimeout, passes planning the switch meanwhile
 	}{
-		{"the pods go", "sad-", true},
-		{"a pass sees the nodes drained", "sap-", false},
+		{"the pods go", "sad-", true, false},
+		{"a pass sees the nodes drained", "sap-", false, false},
+		{"the pods go past StartTimeout", "sar-", true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, c.prefix)
 			door, starts := h.doorStarts(true)
+			if c.renewed {
+				starts.Now = h.clock.Now // StartTimeout on the test's clock, which the passes step
+			}
 			cs, err := kubernetes.NewForConfig(operatorConfig)
 			if err != nil {
 				t.Fatal(err)
@@ -53,11 +63,14 @@ func TestSuspendsAfterDrains(t *testing.T) {
 				}
 			}
 			t.Cleanup(release)
-			for i := range 4 {
-				p := h.addPod(pool.Name+"-infer-"+string(rune('1'+i)), h.prefix+"day-"+string(rune('1'+i)), map[string]string{"app": "infer"})
+			hold := func(name, node string) *corev1.Pod {
+				p := h.addPod(name, node, map[string]string{"app": "infer"})
 				// Held terminating once evicted, until the test lets it go.
 				h.must(k8s.Patch(h.ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":["test.gpupool.dev/hold"]}}`))))
-				pods = append(pods, p)
+				return p
+			}
+			for i := range 4 {
+				pods = append(pods, hold(pool.Name+"-infer-"+string(rune('1'+i)), h.prefix+"day-"+string(rune('1'+i))))
 			}
 			h.converge(pool.Name, "day", 30)
 			asked := door.counts()
@@ -85,6 +98,19 @@ func TestSuspendsAfterDrains(t *testing.T) {
 			for vm, n := range door.counts() {
 				if n != asked[vm] {
 					t.Fatalf("VM %s's operation asked while the pods were terminating", vm)
+				}
+			}
+			if c.renewed {
+				for k := range 3 { // the passes go on with the switch, past the handout's StartTimeout
+					for i := range 4 { // a pod bound meanwhile: the drains go on
+						pods = append(pods, hold(fmt.Sprintf("%s-late-%d-%d", pool.Name, k, i+1), h.prefix+"day-"+string(rune('1'+i))))
+					}
+					h.clock.Step(50 * time.Second) // short of TerminatingMargin for the last pods evicted
+					h.reconcile(pool.Name)
+					rec.evictions.Wait()
+				}
+				if n := suspending(h.get(pool.Name)); n != 4 {
+					t.Fatalf("%d suspends still waiting for their drains past StartTimeout, want the four handed out (renewed): %+v", n, h.get(pool.Name).Status.Workers)
 				}
 			}
 			if c.podsGo {

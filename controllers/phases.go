@@ -212,6 +212,10 @@ func (r *GPUPoolProfileReconciler) decidePhase(ctx context.Context, s *scope) (o
 		r.starts.CancelAhead(s.pool.Name, s.pool.Generation, making.Name)
 	}
 	r.starts.CancelAheadOf(s.pool.Name, heldWorkers(s)) // nor those of the VMs held now
+	if making != nil && len(p.Problems) == 0 {
+		// Those planned for this spec and layout stand: their StartTimeout restarts.
+		r.starts.Renew(s.pool.Name, s.pool.Generation, making.Name)
+	}
 	execute.Record(s.pool, p, &s.w, s.facts.held, passEvents{r, s})
 	r.publishPlan(ctx, s, p)
 	return outcome{}, nil

@@ -109,54 +109,95 @@ func (d *drainGates) waiting(t *testing.T, n int) {
 
 // TestStartsAfterDrains: suspends after drains are asked once the pods of every node they
 // wait for are gone, each after its own node's parked marks, and never otherwise: drains
-// that end after StartTimeout, a cancel, an edit or another layout, a failed node write,
-// or a wait that cannot tell leave them not asked. While they wait they are starts in
-// flight, marked ahead, with their node writes pending.
+// that end after StartTimeout (from the handout, or from the last pass that planned for
+// their generation and layout: Renew), a cancel, an edit or another layout, a failed node
+// write, or a wait that cannot tell leave them not asked. While they wait they are starts
+// in flight, marked ahead, with their node writes pending.
 func TestStartsAfterDrains(t *testing.T) {
 	type result struct{ asked, notAsked, markFailed []string }
 	cases := []struct {
 		name  string
 		fail  map[string]bool // node writes refused
 		never bool
-		run   func(s *Starts, d *drainGates, late func())
+		run   func(s *Starts, d *drainGates, advance func(time.Duration))
 		want  result
 	}{
-		{name: "the drains end", run: func(_ *Starts, d *drainGates, _ func()) {
+		{name: "the drains end", run: func(_ *Starts, d *drainGates, _ func(time.Duration)) {
 			d.end("node-a")
 			d.end("node-b")
 		}, want: result{asked: []string{"a", "b"}}},
-		{name: "the drains end too late", run: func(_ *Starts, d *drainGates, late func()) {
-			late()
+		{name: "the drains end too late", run: func(_ *Starts, d *drainGates, advance func(time.Duration)) {
+			advance(StartTimeout + time.Second)
 			d.end("node-a", "node-b")
 		}, want: result{notAsked: []string{"a", "b"}}},
-		{name: "one drain never ends", run: func(s *Starts, d *drainGates, _ func()) {
+		{name: "a pass renews them, the drains end past the handout's time", run: func(s *Starts, d *drainGates, advance func(time.Duration)) {
+			advance(StartTimeout - time.Second)
+			s.Renew("pool", 3, "night")
+			advance(StartTimeout - time.Second)
+			d.end("node-a", "node-b")
+		}, want: result{asked: []string{"a", "b"}}},
+		{name: "passes renew them again and again", run: func(s *Starts, d *drainGates, advance func(time.Duration)) {
+			for range 5 {
+				advance(StartTimeout / 2)
+				s.Renew("pool", 3, "night")
+			}
+			advance(StartTimeout)
+			d.end("node-a", "node-b")
+		}, want: result{asked: []string{"a", "b"}}},
+		{name: "the renewal lapses", run: func(s *Starts, d *drainGates, advance func(time.Duration)) {
+			advance(time.Minute)
+			s.Renew("pool", 3, "night")
+			advance(StartTimeout + time.Second)
+			d.end("node-a", "node-b")
+		}, want: result{notAsked: []string{"a", "b"}}},
+		{name: "a pass for another layout renews nothing", run: func(s *Starts, d *drainGates, advance func(time.Duration)) {
+			advance(StartTimeout - time.Second)
+			s.Renew("pool", 3, "day")
+			s.Renew("pool", 4, "night")
+			s.Renew("other", 3, "night")
+			advance(2 * time.Second)
+			d.end("node-a", "node-b")
+		}, want: result{notAsked: []string{"a", "b"}}},
+		{name: "a renewal comes too late", run: func(s *Starts, d *drainGates, advance func(time.Duration)) {
+			advance(StartTimeout + time.Second)
+			s.Renew("pool", 3, "night") // stale is final
+			d.end("node-a", "node-b")
+		}, want: result{notAsked: []string{"a", "b"}}},
+		{name: "a held VM is not renewed", run: func(s *Starts, d *drainGates, advance func(time.Duration)) {
+			advance(time.Minute)
+			s.CancelAheadOf("pool", map[string]bool{"b": true})
+			s.Renew("pool", 3, "night")
+			advance(StartTimeout - time.Second)
+			d.end("node-a", "node-b")
+		}, want: result{asked: []string{"a"}, notAsked: []string{"b"}}},
+		{name: "one drain never ends", run: func(s *Starts, d *drainGates, _ func(time.Duration)) {
 			d.end("node-a")
 			s.Cancel("pool") // ends the wait; without it, StartTimeout would
 		}, want: result{notAsked: []string{"a", "b"}}},
-		{name: "the same switch goes on", run: func(s *Starts, d *drainGates, _ func()) {
+		{name: "the same switch goes on", run: func(s *Starts, d *drainGates, _ func(time.Duration)) {
 			s.CancelAhead("pool", 3, "night")
 			d.end("node-a", "node-b")
 		}, want: result{asked: []string{"a", "b"}}},
-		{name: "another layout is made", run: func(s *Starts, d *drainGates, _ func()) {
+		{name: "another layout is made", run: func(s *Starts, d *drainGates, _ func(time.Duration)) {
 			s.CancelAhead("pool", 3, "day")
 			d.end("node-a", "node-b")
 		}, want: result{notAsked: []string{"a", "b"}}},
-		{name: "the spec changed", run: func(s *Starts, d *drainGates, _ func()) {
+		{name: "the spec changed", run: func(s *Starts, d *drainGates, _ func(time.Duration)) {
 			s.CancelAhead("pool", 4, "night")
 		}, want: result{notAsked: []string{"a", "b"}}},
-		{name: "a node write fails", fail: map[string]bool{"node-b": true}, run: func(_ *Starts, d *drainGates, _ func()) {
+		{name: "a node write fails", fail: map[string]bool{"node-b": true}, run: func(_ *Starts, d *drainGates, _ func(time.Duration)) {
 			d.end("node-a", "node-b")
 		}, want: result{asked: []string{"a"}, markFailed: []string{"b"}}},
-		{name: "the wait cannot tell", never: true, run: func(*Starts, *drainGates, func()) {},
+		{name: "the wait cannot tell", never: true, run: func(*Starts, *drainGates, func(time.Duration)) {},
 			want: result{notAsked: []string{"a", "b"}}},
-		{name: "a VM is held", run: func(s *Starts, d *drainGates, _ func()) {
+		{name: "a VM is held", run: func(s *Starts, d *drainGates, _ func(time.Duration)) {
 			s.CancelAheadOf("pool", map[string]bool{"b": true})
 			d.end("node-a", "node-b")
 		}, want: result{asked: []string{"a"}, notAsked: []string{"b"}}},
-		{name: "a pass sees the drains ended", run: func(s *Starts, _ *drainGates, _ func()) {
+		{name: "a pass sees the drains ended", run: func(s *Starts, _ *drainGates, _ func(time.Duration)) {
 			s.OpenGates("pool", func(string) bool { return true }) // a terminating pod past its deadline, say
 		}, want: result{asked: []string{"a", "b"}}},
-		{name: "a pass sees one drain ended", run: func(s *Starts, d *drainGates, _ func()) {
+		{name: "a pass sees one drain ended", run: func(s *Starts, d *drainGates, _ func(time.Duration)) {
 			s.OpenGates("pool", func(vm string) bool { return vm == "a" })
 			s.OpenGates("other", func(string) bool { return true })
 			s.Cancel("pool")
@@ -168,7 +209,7 @@ func TestStartsAfterDrains(t *testing.T) {
 			clock, wakes := startsAt, 0
 			s := NewStarts(t.Context(), func(string) { mu.Lock(); wakes++; mu.Unlock() })
 			s.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-			late := func() { mu.Lock(); clock = clock.Add(StartTimeout + time.Second); mu.Unlock() }
+			advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
 			log := &orderLog{}
 			ln := &loggedNodes{log: log, fail: c.fail}
 			d := newDrainGates()
@@ -201,7 +242,7 @@ func TestStartsAfterDrains(t *testing.T) {
 			if got := log.all(); len(got) != 0 {
 				t.Fatalf("before the drains end: %v, want nothing written or asked", got)
 			}
-			c.run(s, d, late)
+			c.run(s, d, advance)
 			s.Wait()
 			got := log.all()
 			var asked []string

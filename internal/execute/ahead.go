@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -132,6 +131,8 @@ type aheadGroup struct {
 	after  []prereq
 	watch  func(ctx context.Context, ids []string, ended func(id string, ok bool)) error
 	result chan bool
+	// recs are the group's power-ons: the parks are watched while one is not stale.
+	recs []*startRecord
 }
 
 // aheadOf is the parks the power-ons of a group wait for (those of their host).
@@ -153,11 +154,19 @@ func aheadOf(queued []queuedStart, idx []int) []prereq {
 // watch of the group's parks' tasks (vsphere.Client.WatchTasks), one per group, so that
 // a host whose parks were asked first is not held by the parks of other hosts that wait
 // for a slot. A group is told no as soon as one of its parks fails, and when its watch
-// fails, Cancel or Forget ends the watches, or StartTimeout has passed: its power-ons
-// are then not asked, and the next pass plans from what it observes. (hand also answers
-// not asked a group told yes after StartTimeout on the Starts' clock.)
-func (s *Starts) followParks(pool string, groups []aheadGroup, recs map[string]*startRecord, handed time.Time) {
-	ctx, stop := context.WithTimeout(s.ctx, StartTimeout-s.now().Sub(handed))
+// fails, Cancel or Forget ends the watches, or every power-on of the handout's groups is
+// stale (StartTimeout past the handout, or past the last pass that renewed them: Renew):
+// its power-ons are then not asked, and the next pass plans from what it observes.
+// (parksEnded also answers not asked a group told yes once its starts are stale on the
+// Starts' clock.)
+func (s *Starts) followParks(pool string, groups []aheadGroup, recs map[string]*startRecord) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	var waiting []*startRecord
+	for _, g := range groups {
+		waiting = append(waiting, g.recs...)
+	}
+	stopTimer := s.afterStale(waiting, cancel)
+	stop := func() { stopTimer(); cancel() }
 	key := new(int)
 	s.mu.Lock()
 	if s.follows[pool] == nil {

@@ -190,28 +190,61 @@ func TestStartsAheadOfParks(t *testing.T) {
 }
 
 // TestStartsAheadTimeOut: power-ons ahead whose parks end more than StartTimeout after
-// the handout are not asked: their decision is older than any start may act on.
+// the handout, or after the last pass that planned for their generation and layout
+// (Renew), are not asked: their decision is older than any start may act on.
 func TestStartsAheadTimeOut(t *testing.T) {
-	var mu sync.Mutex
-	clock := startsAt
-	s := NewStarts(t.Context(), nil)
-	s.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	tasks := newEndingTasks()
-	g := newGatedStarts()
-	q := queue("a", vsphere.OpPowerOn, "h1", g.start("a", "task-a", nil))
-	q.after, q.watch = []prereq{{id: "task-p"}}, tasks.watch
-	g.open("a")
-	s.hand("pool", []queuedStart{q}, startGroups([]queuedStart{q}))
-	mu.Lock()
-	clock = clock.Add(StartTimeout + time.Second)
-	mu.Unlock()
-	tasks.end("task-p", true)
-	s.Wait()
-	if a, ended, _ := s.take("pool", "a", vsphere.OpPowerOn, startsAt, false); !ended || !a.notAsked {
-		t.Errorf("a: %+v ended %v, want not asked", a, ended)
+	cases := []struct {
+		name  string
+		run   func(s *Starts, advance func(time.Duration))
+		asked bool
+	}{
+		{"the parks end too late", func(_ *Starts, advance func(time.Duration)) { advance(StartTimeout + time.Second) }, false},
+		{"a pass renews them", func(s *Starts, advance func(time.Duration)) {
+			advance(StartTimeout - time.Second)
+			s.Renew("pool", 3, "night")
+			advance(StartTimeout - time.Second)
+		}, true},
+		{"the renewal lapses", func(s *Starts, advance func(time.Duration)) {
+			advance(time.Minute)
+			s.Renew("pool", 3, "night")
+			advance(StartTimeout + time.Second)
+		}, false},
+		{"a pass for another layout", func(s *Starts, advance func(time.Duration)) {
+			advance(StartTimeout - time.Second)
+			s.Renew("pool", 3, "day")
+			advance(2 * time.Second)
+		}, false},
+		{"renewed once stale", func(s *Starts, advance func(time.Duration)) {
+			advance(StartTimeout + time.Second)
+			s.Renew("pool", 3, "night")
+		}, false},
 	}
-	if len(g.order) != 0 {
-		t.Errorf("asked %v after the timeout", g.order)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var mu sync.Mutex
+			clock := startsAt
+			s := NewStarts(t.Context(), nil)
+			s.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+			tasks := newEndingTasks()
+			g := newGatedStarts()
+			q := queue("a", vsphere.OpPowerOn, "h1", g.start("a", "task-a", nil))
+			q.after, q.watch = []prereq{{id: "task-p"}}, tasks.watch
+			q.plannedFor = aheadPlan{generation: 3, layout: "night"}
+			g.open("a")
+			s.hand("pool", []queuedStart{q}, startGroups([]queuedStart{q}))
+			c.run(s, func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() })
+			tasks.end("task-p", true)
+			s.Wait()
+			a, ended, _ := s.take("pool", "a", vsphere.OpPowerOn, startsAt, false)
+			switch {
+			case c.asked && (!ended || a.id != "task-a"):
+				t.Errorf("a: %+v ended %v, want its task", a, ended)
+			case !c.asked && (!ended || !a.notAsked):
+				t.Errorf("a: %+v ended %v, want not asked", a, ended)
+			case !c.asked && len(g.order) != 0:
+				t.Errorf("asked %v after the timeout", g.order)
+			}
+		})
 	}
 }
 

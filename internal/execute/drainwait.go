@@ -3,7 +3,6 @@ package execute
 import (
 	"context"
 	"sync"
-	"time"
 )
 
 // DrainWatch tells the suspends after drains when the pods of their nodes are gone
@@ -56,7 +55,7 @@ type drainWait struct {
 func (s *Starts) awaitDrains(grp startGroup, rec *startRecord, then func(open bool)) {
 	w := &drainWait{gate: grp.gate, then: then}
 	s.mu.Lock()
-	if s.stale(rec, grp.handed) {
+	if s.stale(rec) {
 		s.mu.Unlock()
 		w.end(false)
 		return
@@ -74,16 +73,16 @@ func (s *Starts) awaitDrains(grp startGroup, rec *startRecord, then func(open bo
 		w.end(true)
 		return
 	}
-	timer := time.AfterFunc(StartTimeout-s.now().Sub(grp.handed), func() { w.end(false) })
+	stopTimer := s.afterStale([]*startRecord{rec}, func() { w.end(false) })
 	stopCtx := context.AfterFunc(s.ctx, func() { w.end(false) })
 	w.mu.Lock()
 	done := w.done
 	if !done {
-		w.stops = []func() bool{timer.Stop, stopCtx}
+		w.stops = []func() bool{stopTimer, stopCtx}
 	}
 	w.mu.Unlock()
 	if done { // resolved meanwhile (a cancel)
-		timer.Stop()
+		stopTimer()
 		stopCtx()
 		return
 	}

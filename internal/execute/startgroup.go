@@ -9,16 +9,16 @@ import (
 // parks of power-ons ahead (cond), the drains of a suspend after drains (gate), and the
 // pool's node-write and start slots.
 type startGroup struct {
-	pool             string
-	queued           []queuedStart
-	idx              []int
-	recs             []*startRecord
-	handed, handedAt time.Time
-	after, mine      chan struct{}
-	cond             chan bool
-	gate             *drainGate
-	marks            chan struct{}
-	slots            *startSlots
+	pool        string
+	queued      []queuedStart
+	idx         []int
+	recs        []*startRecord
+	handedAt    time.Time
+	after, mine chan struct{}
+	cond        chan bool
+	gate        *drainGate
+	marks       chan struct{}
+	slots       *startSlots
 }
 
 // run asks vCenter for a group's starts once what they wait for is through (the host's
@@ -34,7 +34,7 @@ func (s *Starts) run(grp startGroup) {
 	}
 	ready := grp.handedAt
 	if grp.cond != nil {
-		if !s.parksEnded(grp.cond, grp.handed) {
+		if !s.parksEnded(grp.cond, pick(recs, idx)) {
 			for _, i := range idx {
 				s.notAsked(recs[i])
 			}
@@ -53,7 +53,7 @@ func (s *Starts) run(grp startGroup) {
 func (s *Starts) afterDrains(grp startGroup, rec *startRecord, open bool) {
 	s.mu.Lock()
 	rec.stopGate, rec.openGate = nil, nil
-	open = open && !s.stale(rec, grp.handed)
+	open = open && !s.stale(rec)
 	s.mu.Unlock()
 	if !open {
 		s.notAsked(rec)
@@ -73,7 +73,7 @@ func (s *Starts) markAndAsk(grp startGroup, ready time.Time) {
 	pool, queued, idx, recs := grp.pool, grp.queued, grp.idx, grp.recs
 	marked := make([]bool, len(idx))
 	for j, i := range idx {
-		marked[j] = s.mark(grp.marks, queued[i], recs[i], grp.handed)
+		marked[j] = s.mark(grp.marks, queued[i], recs[i])
 	}
 	if queued[idx[0]].mark != nil {
 		ready = time.Now() // the queue is measured from the node write's end
@@ -81,11 +81,11 @@ func (s *Starts) markAndAsk(grp startGroup, ready time.Time) {
 	for j, i := range idx {
 		result := "not-asked" // answered without asking: its node write failed, or it is stale
 		// A start no longer to be asked (cancelled, past its time) waits for no slot.
-		if marked[j] && !s.answerStale(recs[i], grp.handed) {
+		if marked[j] && !s.answerStale(recs[i]) {
 			func() {
 				grp.slots.acquire(queued[i].op)
 				defer grp.slots.release()
-				s.ask(queued[i], recs[i], grp.handed, ready)
+				s.ask(queued[i], recs[i], ready)
 			}()
 		}
 		if marked[j] {

@@ -47,6 +47,9 @@ type Starts struct {
 	Wake func(pool string)
 	// Now is the clock a start's queueing is measured on (nil: time.Now; the tests).
 	Now func() time.Time
+	// after calls f in d on the machine's timer, and stop keeps it from doing so (nil:
+	// time.AfterFunc; the tests fire it themselves).
+	after func(d time.Duration, f func()) (stop func() bool)
 
 	ctx context.Context
 	mu  sync.Mutex
@@ -90,6 +93,10 @@ type startRecord struct {
 	// and what it was planned for (CancelAhead).
 	ahead      bool
 	plannedFor aheadPlan
+	// since is when the decision to make the start last stood, on the Starts' clock: its
+	// handout, or the last pass that planned for the same generation and layout while
+	// it waited (Renew). A start not asked within StartTimeout of it is stale.
+	since time.Time
 	// stopGate ends the wait of a suspend after drains for them (awaitDrains), not
 	// asked; opened is closed when a pass observed those drains ended (OpenGates), which
 	// calls openGate to end the wait, asked; gateVMs are the VMs whose drains it waits
@@ -131,7 +138,8 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 		s.records[pool] = map[string]*startRecord{}
 	}
 	for i, q := range queued {
-		recs[i] = &startRecord{op: q.op, at: q.at, ahead: q.after != nil || q.gate != nil, plannedFor: q.plannedFor, marking: q.mark != nil, done: make(chan struct{})}
+		recs[i] = &startRecord{op: q.op, at: q.at, ahead: q.after != nil || q.gate != nil, plannedFor: q.plannedFor, since: handed,
+			marking: q.mark != nil, done: make(chan struct{})}
 		if q.gate != nil {
 			recs[i].opened, recs[i].gateVMs = make(chan struct{}), q.gateVMs
 		}
@@ -146,7 +154,7 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 		}
 		if q := queued[idx[0]]; q.after != nil {
 			cond[g] = make(chan bool, 1)
-			aheads = append(aheads, aheadGroup{after: aheadOf(queued, idx), watch: q.watch, result: cond[g]})
+			aheads = append(aheads, aheadGroup{after: aheadOf(queued, idx), watch: q.watch, result: cond[g], recs: pick(recs, idx)})
 		}
 	}
 	slots := s.slots[pool]
@@ -165,12 +173,12 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 		for i, q := range queued {
 			byWorker[q.worker] = recs[i]
 		}
-		s.followParks(pool, aheads, byWorker, handed)
+		s.followParks(pool, aheads, byWorker)
 	}
 	var left sync.WaitGroup
 	plain := 0
 	for g, idx := range groups {
-		grp := startGroup{pool: pool, queued: queued, idx: idx, recs: recs, handed: handed, handedAt: handedAt,
+		grp := startGroup{pool: pool, queued: queued, idx: idx, recs: recs, handedAt: handedAt,
 			after: after[g], mine: mine[g], cond: cond[g], gate: queued[idx[0]].gate, marks: marks, slots: slots}
 		if grp.gate != nil { // no goroutine until its drains end (drainwait.go)
 			s.wg.Add(1)
@@ -210,18 +218,21 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 }
 
 // parksEnded waits until followParks says whether a group ahead of parks may go (cond),
-// and reports true when it may and StartTimeout has not passed since handed: its parks
-// must have ended well within StartTimeout of the handout, as any start must be asked
-// within it, so that no older decision is acted on. It stops waiting at StartTimeout
-// whatever the watch does (a vCenter that does not answer may hold it longer), and when
-// the Starts' context ends.
-func (s *Starts) parksEnded(cond <-chan bool, handed time.Time) bool {
-	timer := time.NewTimer(StartTimeout)
-	defer timer.Stop()
+// and reports true when it may and one of its starts (recs) is not stale: its parks must
+// have ended well within StartTimeout of the handout, or of the last pass that renewed
+// the decision (Renew), as any start must be asked within it, so that no older decision
+// is acted on. It stops waiting once they are all stale whatever the watch does (a
+// vCenter that does not answer may hold it longer), and when the Starts' context ends.
+func (s *Starts) parksEnded(cond <-chan bool, recs []*startRecord) bool {
+	expired := make(chan struct{})
+	stop := s.afterStale(recs, func() { close(expired) })
+	defer stop()
 	select {
 	case ok := <-cond:
-		return ok && s.now().Sub(handed) <= StartTimeout
-	case <-timer.C:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return ok && s.left(recs) >= 0
+	case <-expired:
 	case <-s.ctx.Done():
 	}
 	return false
@@ -251,11 +262,11 @@ func notAskedLocked(rec *startRecord) {
 
 // mark makes the node write a start needs before it is asked (queuedStart.mark: the
 // parked marks of a suspend's node), at most MaxConcurrentWrites of a pool at once, and
-// reports whether the start may be asked. A start cancelled, or queued since handed for
-// longer than StartTimeout, is answered not asked without the write, as ask would; one
+// reports whether the start may be asked. A start cancelled, or stale (queued for
+// longer than StartTimeout), is answered not asked without the write, as ask would; one
 // whose write fails is answered not asked with the error (markErr): its VM must not go
 // down unmarked, and the next pass plans it again from what it observes.
-func (s *Starts) mark(marks chan struct{}, q queuedStart, rec *startRecord, handed time.Time) bool {
+func (s *Starts) mark(marks chan struct{}, q queuedStart, rec *startRecord) bool {
 	if q.mark == nil {
 		return true
 	}
@@ -264,7 +275,7 @@ func (s *Starts) mark(marks chan struct{}, q queuedStart, rec *startRecord, hand
 	ctx, cancel := context.WithTimeout(s.ctx, StartTimeout)
 	defer cancel()
 	s.mu.Lock()
-	stale := s.stale(rec, handed)
+	stale := s.stale(rec)
 	if !stale {
 		rec.stopMark = cancel // Cancel ends the write under way: its pass is moot
 	}
@@ -292,11 +303,11 @@ func (s *Starts) mark(marks chan struct{}, q queuedStart, rec *startRecord, hand
 	return false
 }
 
-// stale tells whether a start handed out at handed is no longer to be asked, nor its node
-// written: it was cancelled, has queued for longer than StartTimeout, or the Starts'
-// context ended. s.mu is held.
-func (s *Starts) stale(rec *startRecord, handed time.Time) bool {
-	return rec.cancelled || s.now().Sub(handed) > StartTimeout || s.ctx.Err() != nil
+// stale tells whether a start is no longer to be asked, nor its node written: it was
+// cancelled, has queued for longer than StartTimeout since its decision last stood
+// (since), or the Starts' context ended. s.mu is held.
+func (s *Starts) stale(rec *startRecord) bool {
+	return rec.cancelled || s.now().Sub(rec.since) > StartTimeout || s.ctx.Err() != nil
 }
 
 // PendingMarks are the workers of the pool whose start still has its node write to make
@@ -321,13 +332,13 @@ func (s *Starts) PendingMarks(pool string) map[string]bool {
 	return out
 }
 
-// ask asks vCenter for one start, unless it was cancelled, or queued since handed for
-// longer than StartTimeout: then it is answered not asked. ready is when it could go
+// ask asks vCenter for one start, unless it is stale (cancelled, or queued for longer
+// than StartTimeout): then it is answered not asked. ready is when it could go
 // but for the queue (its handout, or its parks' end), timed on the machine's clock
 // (StartStages), not the Starts' clock, which tests may fake.
-func (s *Starts) ask(q queuedStart, rec *startRecord, handed, ready time.Time) {
+func (s *Starts) ask(q queuedStart, rec *startRecord, ready time.Time) {
 	s.mu.Lock()
-	if s.answerStaleLocked(rec, handed) {
+	if s.answerStaleLocked(rec) {
 		s.mu.Unlock()
 		return
 	}
@@ -347,15 +358,15 @@ func (s *Starts) ask(q queuedStart, rec *startRecord, handed, ready time.Time) {
 
 // answerStale answers a start not asked when it is no longer to be asked (stale), and
 // reports whether it did.
-func (s *Starts) answerStale(rec *startRecord, handed time.Time) bool {
+func (s *Starts) answerStale(rec *startRecord) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.answerStaleLocked(rec, handed)
+	return s.answerStaleLocked(rec)
 }
 
 // answerStaleLocked is answerStale with s.mu held.
-func (s *Starts) answerStaleLocked(rec *startRecord, handed time.Time) bool {
-	if !s.stale(rec, handed) {
+func (s *Starts) answerStaleLocked(rec *startRecord) bool {
+	if !s.stale(rec) {
 		return false
 	}
 	notAskedLocked(rec)

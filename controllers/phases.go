@@ -212,9 +212,11 @@ func (r *GPUPoolProfileReconciler) decidePhase(ctx context.Context, s *scope) (o
 		r.starts.CancelAhead(s.pool.Name, s.pool.Generation, making.Name)
 	}
 	r.starts.CancelAheadOf(s.pool.Name, heldWorkers(s)) // nor those of the VMs held now
-	if making != nil && len(p.Problems) == 0 {
-		// Those planned for this spec and layout stand: their StartTimeout restarts.
-		r.starts.Renew(s.pool.Name, s.pool.Generation, making.Name)
+	if s.planned != nil {
+		// The wanted layout is planned with no problem: the starts on a condition
+		// planned for this spec and layout (from s.planned, as act plans them) stand,
+		// and their StartTimeout restarts.
+		r.starts.Renew(s.pool.Name, s.pool.Generation, s.planned.Layout)
 	}
 	execute.Record(s.pool, p, &s.w, s.facts.held, passEvents{r, s})
 	r.publishPlan(ctx, s, p)

@@ -22,7 +22,8 @@ import (
 // pods blocking or holding the drain (a PodDisruptionBudget, do-not-disrupt) cancels
 // them (CancelGatesOn): those pods would not go by themselves, and the drain waits for
 // the passes, which ask again and keep drain.timeout. Drains that do not end within
-// StartTimeout of the handout, or a pause, abort, deletion, edit, switch to another
+// StartTimeout of the last pass that planned the same switch (the handout's, or a later
+// one's that renewed them: Renew), or a pause, abort, deletion, edit, switch to another
 // layout or hold of the VM meanwhile, leave them not asked, and the next pass plans from
 // what it observes. Until then they are starts in flight: the passes go on with the
 // drains (a suspend in flight keeps its VM's steps), and a manager that restarts

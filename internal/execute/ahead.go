@@ -20,8 +20,9 @@ import (
 // parks' in its one status write, and hands them to Starts with the parks they wait
 // for. Starts asks vCenter for them once every one of those parks has ended well, as
 // the task ends reach it (vsphere.Client.WatchTasks), and only then; a park that fails,
-// is not asked, or is not seen to end within StartTimeout, leaves them not asked, and
-// the next pass plans from what it observes. Until then they are starts in flight: the
+// is not asked, or is not seen to end within StartTimeout of the last pass that planned
+// the same switch (Renew), leaves them not asked, and the next pass plans from what it
+// observes. Until then they are starts in flight: the
 // passes count their VMs as starting (no other power-on on the host, plan.settled), and
 // a manager that restarts resolves their intents as any (no task found: planned again).
 
@@ -154,19 +155,13 @@ func aheadOf(queued []queuedStart, idx []int) []prereq {
 // watch of the group's parks' tasks (vsphere.Client.WatchTasks), one per group, so that
 // a host whose parks were asked first is not held by the parks of other hosts that wait
 // for a slot. A group is told no as soon as one of its parks fails, and when its watch
-// fails, Cancel or Forget ends the watches, or every power-on of the handout's groups is
-// stale (StartTimeout past the handout, or past the last pass that renewed them: Renew):
-// its power-ons are then not asked, and the next pass plans from what it observes.
-// (parksEnded also answers not asked a group told yes once its starts are stale on the
-// Starts' clock.)
+// fails, Cancel or Forget ends the watches, or its power-ons are stale (StartTimeout
+// past the handout, or past the last pass that renewed them: Renew), each group on a
+// timer of its own: its power-ons are then not asked, and the next pass plans from what
+// it observes. (parksEnded also answers not asked a group told yes once its starts are
+// stale on the Starts' clock.)
 func (s *Starts) followParks(pool string, groups []aheadGroup, recs map[string]*startRecord) {
-	ctx, cancel := context.WithCancel(s.ctx)
-	var waiting []*startRecord
-	for _, g := range groups {
-		waiting = append(waiting, g.recs...)
-	}
-	stopTimer := s.afterStale(waiting, cancel)
-	stop := func() { stopTimer(); cancel() }
+	ctx, stop := context.WithCancel(s.ctx)
 	key := new(int)
 	s.mu.Lock()
 	if s.follows[pool] == nil {
@@ -176,12 +171,16 @@ func (s *Starts) followParks(pool string, groups []aheadGroup, recs map[string]*
 	s.mu.Unlock()
 	var left sync.WaitGroup
 	for _, g := range groups {
+		gctx, cancel := context.WithCancel(ctx)
+		stopTimer := s.afterStale(g.recs, cancel)
 		left.Add(1)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			defer left.Done()
-			g.result <- s.parksWell(ctx, pool, g, recs)
+			defer cancel()
+			defer stopTimer()
+			g.result <- s.parksWell(gctx, pool, g, recs)
 		}()
 	}
 	s.wg.Add(1)

@@ -29,14 +29,17 @@ type drainGate struct {
 
 // drainWait is one suspend after drains waiting for its gate. Nothing waits on it: the
 // node's pods changing (DrainWatch.OnChange: check sweeps the nodes again), a pass that
-// observed the drains ended (OpenGates), a cancel, StartTimeout past the handout or the
-// Starts' end resolve it, once (end), and then calls then(open) in a goroutine of its
-// own, which goes on to the start's node write and its call to vCenter.
+// observed the drains ended (OpenGates), a cancel, the start stale (StartTimeout past
+// its handout or the last pass that renewed it: afterStale) or the Starts' end resolve
+// it, once (end), and then calls then(open) in a goroutine of its own, which goes on to
+// the start's node write and its call to vCenter.
 //
 // Locks: check holds w.mu while it takes the watch's (OnChange, Drained, stop); end
-// takes w.mu, and the watch's (stop) only after it released w.mu; Starts calls end
-// holding s.mu (Cancel, OpenGates); then runs without w.mu and takes s.mu. The watch
-// calls OnChange's functions without its lock, and never takes w.mu or s.mu itself.
+// takes w.mu, and the watch's and the stale timer's (stop) only after it released w.mu;
+// Starts calls end holding s.mu (Cancel, OpenGates), so the timer's lock comes after
+// s.mu, and the timer takes s.mu only before its own; then runs without w.mu and takes
+// s.mu. The watch calls OnChange's functions without its lock, and never takes w.mu or
+// s.mu itself.
 type drainWait struct {
 	gate *drainGate
 	then func(open bool)
@@ -51,7 +54,7 @@ type drainWait struct {
 
 // awaitDrains arms the gate of a suspend after drains (grp.gate), whose record is rec:
 // then(open) is called once, open when the drains ended (or a pass saw them end)
-// before StartTimeout from the handout, in a goroutine of its own.
+// before the start was stale, in a goroutine of its own.
 func (s *Starts) awaitDrains(grp startGroup, rec *startRecord, then func(open bool)) {
 	w := &drainWait{gate: grp.gate, then: then}
 	s.mu.Lock()

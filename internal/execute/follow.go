@@ -112,7 +112,7 @@ func (f *Follower) takeStarts(ctx context.Context) (time.Duration, map[string]bo
 			ws.Task = nil
 			after = Soonest(after, RequeueBlocked) // as a park whose node write fails in a pass
 		case ended && a.notAsked && a.afterDrains:
-			ws.Message = fmt.Sprintf("%s was not asked of vCenter: the drains it waited for did not end within %s, pods blocked one, its node's pods could not be watched, the VM was held, or the pool was paused, edited, switched, aborted or deleted; planned again from what is observed", ws.Task.Operation, StartTimeout)
+			ws.Message = fmt.Sprintf("%s was not asked of vCenter: the drains it waited for did not end within %s of the last pass that planned the switch, pods blocked one, its node's pods could not be watched, the VM was held, or the pool was paused, edited, switched, aborted or deleted; planned again from what is observed", ws.Task.Operation, StartTimeout)
 			ws.Task = nil
 			after = Soonest(after, RequeueStep)
 		case ended && a.notAsked:

@@ -9,19 +9,25 @@ import (
 // some 2m15s after the first pass handed out the suspends after them; those were then
 // answered not asked at StartTimeout, with the power-ons ahead of them, and planned again
 // by a later pass, seconds behind the pods' end). A start on a condition (a suspend
-// after drains, a power-on ahead of parks) is a decision that waits, not a call to
-// vCenter that is slow: each pass that observes the world and plans for the same
-// generation of the pool and the same layout, with no problem in the way, and does not
-// hold the VM (CancelAheadOf, called before), makes that decision again on a fresher
-// snapshot. Renew records that: a start is stale StartTimeout after the last pass that
-// stood by it, not after the first. Passes that stop coming (a manager that cannot read
-// vCenter or the cluster) renew nothing, and the starts expire as before. Exactly once
-// is untouched: a renewed start is the same record, asked at most once, and a start
-// already stale, asked, answered or cancelled is not renewed.
+// after drains, a power-on ahead of parks) is a decision that waits for its condition,
+// not a call to vCenter that is slow. A pass that observes the world while it waits
+// counts it in flight (it plans nothing else for its VM, and does not decide it again),
+// but finds whether anything that would cancel it came up: a spec edit or another
+// layout (CancelAhead), the VM held (CancelAheadOf, called before), a problem in the way
+// of the layout, a pause, abort or deletion (Cancel). A pass that finds none, planning
+// for the same generation and layout, stands by it: Renew makes the start stale
+// StartTimeout after the last such pass, not after the first. Passes that stop coming (a
+// manager that cannot read vCenter or the cluster) renew nothing, and the starts expire
+// as before; what bounds the condition bounds the wait (drain.timeout for the drains,
+// the parks' tasks for the power-ons). Only a start whose condition is still pending is
+// renewed: once it holds, the start queues for its node write and a slot, which
+// StartTimeout bounds as any. Exactly once is untouched: a renewed start is the same
+// record, asked at most once, and a start already stale, asked, answered or cancelled is
+// not renewed.
 
-// Renew restarts StartTimeout for the pool's starts on a condition, not yet asked nor
-// stale, planned for generation and layout: a pass that planned for them with no
-// problem in the way stands by their decision.
+// Renew restarts StartTimeout for the pool's starts on a condition still pending, not
+// yet asked nor stale, planned for generation and layout: a pass that planned for them
+// with nothing in the way stands by their decision.
 func (s *Starts) Renew(pool string, generation int64, layout string) {
 	if s == nil {
 		return
@@ -31,7 +37,7 @@ func (s *Starts) Renew(pool string, generation int64, layout string) {
 	defer s.mu.Unlock()
 	now := s.now()
 	for _, rec := range s.records[pool] {
-		if !rec.ahead || rec.asking || rec.ended || rec.plannedFor != want || s.stale(rec) {
+		if !rec.ahead || !rec.pending || rec.asking || rec.ended || rec.plannedFor != want || s.stale(rec) {
 			continue
 		}
 		if now.After(rec.since) {

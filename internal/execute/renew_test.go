@@ -2,6 +2,7 @@ package execute
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -17,9 +18,27 @@ type fakeTimers struct {
 }
 
 type fakeTimer struct {
-	d       time.Duration
-	f       func()
-	stopped bool
+	d              time.Duration
+	f              func()
+	stopped, fired bool
+}
+
+// fireAll fires, once, every timer armed and neither stopped nor fired yet, as the
+// machine's timers would once their time came; it reports how many it fired.
+func (ft *fakeTimers) fireAll() int {
+	ft.mu.Lock()
+	var due []*fakeTimer
+	for _, t := range ft.armed {
+		if !t.stopped && !t.fired {
+			t.fired = true
+			due = append(due, t)
+		}
+	}
+	ft.mu.Unlock()
+	for _, t := range due {
+		t.f()
+	}
+	return len(due)
 }
 
 func (ft *fakeTimers) after(d time.Duration, f func()) func() bool {
@@ -73,7 +92,7 @@ func TestAfterStale(t *testing.T) {
 		return s, ft
 	}
 	record := func(s *Starts, w string) *startRecord {
-		rec := &startRecord{op: vsphere.OpSuspend, ahead: true, plannedFor: aheadPlan{generation: 1, layout: "night"}, since: s.now(), done: make(chan struct{})}
+		rec := &startRecord{op: vsphere.OpSuspend, ahead: true, pending: true, plannedFor: aheadPlan{generation: 1, layout: "night"}, since: s.now(), done: make(chan struct{})}
 		s.mu.Lock()
 		if s.records["pool"] == nil {
 			s.records["pool"] = map[string]*startRecord{}
@@ -279,5 +298,143 @@ func TestStartsRenewRandom(t *testing.T) {
 				t.Fatalf("seed %d: %s answered %+v, asked %d times; the model says asked=%v (%v)", seed, w, a, n, want, trace)
 			}
 		}
+	}
+}
+
+// TestStartsRenewTimers: the timers that end the waits of starts on a condition (a
+// suspend's wait for its drains, a power-on's for its parks and the watch of those parks'
+// tasks) follow the renewals: fired at the handout's StartTimeout after a pass renewed
+// the starts, they leave them waiting, the watch open, and the start is asked once its
+// condition holds; fired once the renewal lapsed, they answer the starts not asked
+// without their condition, and end the watch.
+func TestStartsRenewTimers(t *testing.T) {
+	for _, kind := range []string{"suspend after drains", "power-on ahead"} {
+		for _, renewed := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s, renewed %v", kind, renewed), func(t *testing.T) {
+				var mu sync.Mutex
+				clock := startsAt
+				advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+				ft := &fakeTimers{}
+				s := NewStarts(t.Context(), nil)
+				s.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+				s.after = ft.after
+				d := newDrainGates()
+				tasks := newEndingTasks()
+				g := newGatedStarts()
+				op := vsphere.OpSuspend
+				if kind == "power-on ahead" {
+					op = vsphere.OpPowerOn
+				}
+				q := queue("a", op, "h1", g.start("a", "task-a", nil))
+				g.open("a")
+				q.plannedFor = aheadPlan{generation: 1, layout: "night"}
+				if op == vsphere.OpSuspend {
+					q.gate, q.gateVMs = &drainGate{nodes: []string{"node-a"}, watch: d}, []string{"a"}
+				} else {
+					q.after, q.watch = []prereq{{id: "task-p"}}, tasks.watch
+				}
+				s.hand("pool", []queuedStart{q}, startGroups([]queuedStart{q}))
+				s.mu.Lock()
+				rec := s.records["pool"]["a"]
+				s.mu.Unlock()
+				if op == vsphere.OpPowerOn {
+					waitWatches(t, tasks, 1) // the watch of the parks is open
+				}
+				advance(StartTimeout - time.Second)
+				if renewed {
+					s.Renew("pool", 1, "night")
+				}
+				advance(2 * time.Second) // past the handout's StartTimeout
+				if n := ft.fireAll(); n == 0 {
+					t.Fatal("no timer armed for the wait")
+				}
+				if !renewed {
+					select {
+					case <-rec.done:
+					case <-time.After(30 * time.Second): // a failsafe, not a timing
+						t.Fatal("the timers fired past StartTimeout, and the start is still waiting")
+					}
+					s.Wait()
+					if a, ended, _ := s.take("pool", "a", op, startsAt, false); !ended || !a.notAsked {
+						t.Fatalf("lapsed: %+v ended %v, want not asked", a, ended)
+					}
+					if len(g.order) != 0 {
+						t.Fatalf("asked %v once stale", g.order)
+					}
+					return
+				}
+				if a, ended, inFlight := s.take("pool", "a", op, startsAt, false); ended || !inFlight {
+					t.Fatalf("renewed, past the handout's StartTimeout: %+v ended %v, want still waiting", a, ended)
+				}
+				if op == vsphere.OpPowerOn {
+					tasks.mu.Lock()
+					watches := tasks.watches
+					tasks.mu.Unlock()
+					if watches != 1 {
+						t.Fatalf("%d watches of the parks, want the one still open", watches)
+					}
+					tasks.end("task-p", true)
+				} else {
+					d.end("node-a")
+				}
+				s.Wait()
+				if a, ended, _ := s.take("pool", "a", op, startsAt, false); !ended || a.id != "task-a" {
+					t.Fatalf("renewed, its condition held: %+v ended %v, want its task", a, ended)
+				}
+				if ft.fireAll(); len(g.order) != 1 {
+					t.Fatalf("asked %v, want once", g.order)
+				}
+			})
+		}
+	}
+}
+
+// waitWatches waits until n watches of the tasks have begun.
+func waitWatches(t *testing.T, e *endingTasks, n int) {
+	t.Helper()
+	for range 10000 {
+		e.mu.Lock()
+		k := e.watches
+		e.mu.Unlock()
+		if k >= n {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("fewer than %d watches began", n)
+}
+
+// TestStartsRenewOnlyPending: a start whose condition held (its drains ended) and that
+// now waits for its node write or a slot is a start queued for vCenter: a pass that
+// renews the switch leaves it, and it is answered not asked at StartTimeout from its
+// handout, as any queued start.
+func TestStartsRenewOnlyPending(t *testing.T) {
+	var mu sync.Mutex
+	clock := startsAt
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	s := NewStarts(t.Context(), nil)
+	s.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	s.after = (&fakeTimers{}).after
+	d := newDrainGates()
+	g := newGatedStarts()
+	q := queue("a", vsphere.OpSuspend, "h1", g.start("a", "task-a", nil))
+	g.open("a")
+	q.plannedFor = aheadPlan{generation: 1, layout: "night"}
+	q.gate, q.gateVMs = &drainGate{nodes: []string{"node-a"}, watch: d}, []string{"a"}
+	writing, release := make(chan struct{}), make(chan struct{})
+	q.mark = func(context.Context) error { close(writing); <-release; return nil }
+	s.hand("pool", []queuedStart{q}, startGroups([]queuedStart{q}))
+	d.end("node-a")
+	<-writing // its drains ended: its node write is under way
+	advance(StartTimeout - time.Second)
+	s.Renew("pool", 1, "night")
+	advance(2 * time.Second)
+	close(release)
+	s.Wait()
+	if a, ended, _ := s.take("pool", "a", vsphere.OpSuspend, startsAt, false); !ended || !a.notAsked {
+		t.Fatalf("%+v ended %v, want not asked: renewed once its drains had ended", a, ended)
+	}
+	if len(g.order) != 0 {
+		t.Fatalf("asked %v", g.order)
 	}
 }

@@ -52,7 +52,7 @@ func (s *Starts) run(grp startGroup) {
 // stale, else answered not asked.
 func (s *Starts) afterDrains(grp startGroup, rec *startRecord, open bool) {
 	s.mu.Lock()
-	rec.stopGate, rec.openGate = nil, nil
+	rec.stopGate, rec.openGate, rec.pending = nil, nil, false
 	open = open && !s.stale(rec)
 	s.mu.Unlock()
 	if !open {

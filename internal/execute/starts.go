@@ -37,7 +37,9 @@ import (
 // the pool deleted (Cancel), or queued longer than StartTimeout (a vCenter that answers
 // slowly), is not asked at all: it is answered "not asked", and the next pass clears its
 // intent and plans again from what it observes. Nothing was sent to vCenter, so the
-// operation still happens once; and no start acts on a snapshot older than that.
+// operation still happens once; and no start acts on a decision older than that. A
+// start on a condition (ahead.go, afterdrains.go) counts StartTimeout from the last pass
+// that planned the same switch while its condition was pending (Renew, renew.go).
 type Starts struct {
 	// Limit bounds the starts of a pool asked at once; 0: MaxConcurrentStarts.
 	Limit int
@@ -95,8 +97,12 @@ type startRecord struct {
 	plannedFor aheadPlan
 	// since is when the decision to make the start last stood, on the Starts' clock: its
 	// handout, or the last pass that planned for the same generation and layout while
-	// it waited (Renew). A start not asked within StartTimeout of it is stale.
-	since time.Time
+	// its condition was pending (Renew). A start not asked within StartTimeout of it is
+	// stale. pending: an ahead start whose condition (its drains ended, its parks ended
+	// well) has not held yet; once it has, the start only queues for vCenter, which
+	// StartTimeout bounds from since, unrenewed.
+	since   time.Time
+	pending bool
 	// stopGate ends the wait of a suspend after drains for them (awaitDrains), not
 	// asked; opened is closed when a pass observed those drains ended (OpenGates), which
 	// calls openGate to end the wait, asked; gateVMs are the VMs whose drains it waits
@@ -112,7 +118,9 @@ type startRecord struct {
 // how long a start may queue before it is asked, and the node write a suspend makes
 // before (Starts.mark; it may also wait for a state-label write to the same node under
 // way, each bounded by its own request): an intent is answered within a few times that,
-// well within the deletion's wait for a pool's tasks.
+// well within the deletion's wait for a pool's tasks. A start on a condition waits for
+// it while passes renew it (Renew), which the condition's own bounds end: drain.timeout
+// (an abort cancels it, a forced drain ends the drains) and the parks' tasks.
 const StartTimeout = 2 * time.Minute
 
 // NewStarts returns the starts of a manager: ctx ends them.
@@ -138,7 +146,8 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 		s.records[pool] = map[string]*startRecord{}
 	}
 	for i, q := range queued {
-		recs[i] = &startRecord{op: q.op, at: q.at, ahead: q.after != nil || q.gate != nil, plannedFor: q.plannedFor, since: handed,
+		ahead := q.after != nil || q.gate != nil
+		recs[i] = &startRecord{op: q.op, at: q.at, ahead: ahead, pending: ahead, plannedFor: q.plannedFor, since: handed,
 			marking: q.mark != nil, done: make(chan struct{})}
 		if q.gate != nil {
 			recs[i].opened, recs[i].gateVMs = make(chan struct{}), q.gateVMs
@@ -223,19 +232,23 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 // the decision (Renew), as any start must be asked within it, so that no older decision
 // is acted on. It stops waiting once they are all stale whatever the watch does (a
 // vCenter that does not answer may hold it longer), and when the Starts' context ends.
+// Either way the starts' condition is no longer pending: Renew leaves them.
 func (s *Starts) parksEnded(cond <-chan bool, recs []*startRecord) bool {
 	expired := make(chan struct{})
 	stop := s.afterStale(recs, func() { close(expired) })
 	defer stop()
+	var ok bool
 	select {
-	case ok := <-cond:
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return ok && s.left(recs) >= 0
+	case ok = <-cond:
 	case <-expired:
 	case <-s.ctx.Done():
 	}
-	return false
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rec := range recs {
+		rec.pending = false
+	}
+	return ok && s.left(recs) >= 0
 }
 
 // wake tells the pool that starts of it were answered.

@@ -163,8 +163,9 @@ func RunBench(ctx context.Context, e *Env, b BenchOptions) (*BenchResult, error)
 		if r.Floor, err = e.benchFloor(ctx, 4*b.Hosts*b.GPUs); err != nil {
 			return nil, err
 		}
-		e.logf("==> the environment alone, %d at a time (task starts %d at a time): %d node patches in %s; %d pods evicted, all gone after %s; %d suspends asked in %s, %d power-ons in %s; the pool's inventory read in %s",
-			execute.MaxConcurrentWrites, e.startsAtOnce(), r.Floor.N, r.Floor.NodePatches.Round(10*time.Millisecond), r.Floor.N, r.Floor.EvictionsOut.Round(10*time.Millisecond),
+		e.logf("==> the environment alone, %d at a time (task starts %d at a time): %d node patches in %s, %d cordons in %s; %d pods evicted, all gone after %s; %d suspends asked in %s, %d power-ons in %s; the pool's inventory read in %s",
+			execute.MaxConcurrentWrites, e.startsAtOnce(), r.Floor.N, r.Floor.NodePatches.Round(10*time.Millisecond), r.Floor.N, r.Floor.Cordons.Round(10*time.Millisecond),
+			r.Floor.N, r.Floor.EvictionsOut.Round(10*time.Millisecond),
 			r.Floor.N, r.Floor.Suspends.Round(10*time.Millisecond), r.Floor.N, r.Floor.PowerOns.Round(10*time.Millisecond), r.Floor.InventoryRead.Round(10*time.Millisecond))
 	}
 	pods, err := e.benchSetUp(ctx, b)

@@ -107,18 +107,18 @@ func TestCPUByProcessReadsThisProcess(t *testing.T) {
 
 func TestFormatFloor(t *testing.T) {
 	r := &BenchResult{Hosts: 16, DayToNight: 45 * time.Second, BoundDayToNight: 9 * time.Second, EvictionLatency: time.Second,
-		Floor: Floor{N: 256, NodePatches: 3210 * time.Millisecond, EvictionsOut: 12 * time.Second, Suspends: 1500 * time.Millisecond, PowerOns: 2 * time.Second,
+		Floor: Floor{N: 256, NodePatches: 3210 * time.Millisecond, Cordons: 4500 * time.Millisecond, EvictionsOut: 12 * time.Second, Suspends: 1500 * time.Millisecond, PowerOns: 2 * time.Second,
 			InventoryRead: 750 * time.Millisecond}}
 	if got, want := r.SwitchFloor(), 20*time.Second; got != want {
 		t.Errorf("SwitchFloor = %s, want %s (the evictions alone, then the bound without its eviction)", got, want)
 	}
 	out := FormatFloor([]*BenchResult{r, {Hosts: 4}})
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || strings.Join(strings.Fields(lines[1]), " ") != "16 256 3.21s 12s 1.5s 2s 750ms 20s 45s 2.25" {
+	if len(lines) != 2 || strings.Join(strings.Fields(lines[1]), " ") != "16 256 3.21s 4.5s 12s 1.5s 2s 750ms 20s 45s 2.25" {
 		t.Errorf("FormatFloor: want a header and the row of the size with a floor, got:\n%s", out)
 	}
 	j := floorJSONOf(r)
-	for k, want := range map[string]float64{"nodes": 256, "nodePatches": 3.21, "evictionsGone": 12, "suspendsAsked": 1.5, "powerOnsAsked": 2, "inventoryRead": 0.75, "dayToNightFloor": 20} {
+	for k, want := range map[string]float64{"nodes": 256, "nodePatches": 3.21, "cordons": 4.5, "evictionsGone": 12, "suspendsAsked": 1.5, "powerOnsAsked": 2, "inventoryRead": 0.75, "dayToNightFloor": 20} {
 		if j[k] != want {
 			t.Errorf("the floor's JSON %s = %v, want %v (all: %v)", k, j[k], want, j)
 		}

@@ -34,8 +34,13 @@ import (
 // returned a task (a switch's parks, and the power-ons once the GPUs are freed). No
 // switch can ask for its tasks faster.
 type Floor struct {
-	N            int
-	NodePatches  time.Duration
+	N           int
+	NodePatches time.Duration
+	// Cordons is how long cordoning the N day nodes took, the same patches setting
+	// spec.unschedulable, as a switch's cordons do (the controller manager then taints
+	// each node unschedulable: a write of its own per node, which a cordon costs any
+	// tool, kubectl drain as much as gpupool). The nodes are uncordoned after, untimed.
+	Cordons      time.Duration
 	EvictionsOut time.Duration
 	// Suspends and PowerOns are how long asking for N of each took (zero: not measured).
 	Suspends, PowerOns time.Duration
@@ -53,7 +58,7 @@ const floorNamespace = "bench-floor"
 func (e *Env) benchFloor(ctx context.Context, n int) (Floor, error) {
 	f := Floor{N: n}
 	var err error
-	if f.NodePatches, err = e.floorNodePatches(ctx, n); err != nil {
+	if f.NodePatches, f.Cordons, err = e.floorNodePatches(ctx, n); err != nil {
 		return f, err
 	}
 	if f.EvictionsOut, err = e.floorEvictions(ctx, n); err != nil {
@@ -182,37 +187,60 @@ func (e *Env) floorAsk(ctx context.Context, vc vsphere.Client, refs []string, wh
 // floorNodePatches patches an annotation onto n day nodes, as a cordon patches them
 // (a merge patch carrying the node's resourceVersion, read again and tried again on a
 // conflict with kwok's or the controller manager's own writes), at most
-// MaxConcurrentWrites at once, and returns how long until the last patch returned.
-func (e *Env) floorNodePatches(ctx context.Context, n int) (time.Duration, error) {
+// MaxConcurrentWrites at once, and returns how long until the last patch returned
+// (patches); then it cordons them the same way (cordons), uncordons them, untimed, and
+// waits until the controller manager has taken its unschedulable taint off every one.
+func (e *Env) floorNodePatches(ctx context.Context, n int) (patches, cordons time.Duration, err error) {
 	var list corev1.NodeList
 	if err := e.Client.List(ctx, &list); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var day []*corev1.Node
+	var names []string
 	for i := range list.Items {
 		if strings.HasPrefix(list.Items[i].Name, "day-") && len(day) < n {
 			day = append(day, &list.Items[i])
+			names = append(names, list.Items[i].Name)
 		}
 	}
-	errs := make([]error, len(day))
+	if patches, err = e.floorPatch(ctx, day, "node patches", func(n *corev1.Node) {
+		metav1.SetMetaDataAnnotation(&n.ObjectMeta, "bench.gpupool.dev/floor", "patched")
+	}); err != nil {
+		return 0, 0, err
+	}
+	if cordons, err = e.floorPatch(ctx, day, "cordons", func(n *corev1.Node) { n.Spec.Unschedulable = true }); err != nil {
+		return 0, 0, err
+	}
+	if _, err = e.floorPatch(ctx, day, "uncordons", func(n *corev1.Node) { n.Spec.Unschedulable = false }); err != nil {
+		return 0, 0, err
+	}
+	err = e.floorNodes(ctx, names, "uncordoned", func(n *corev1.Node) bool {
+		return !n.Spec.Unschedulable && !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeUnschedulable })
+	})
+	return patches, cordons, err
+}
+
+// floorPatch makes change to every node of nodes, MaxConcurrentWrites at once, each a
+// merge patch carrying the node's resourceVersion, read again and tried again (up to 5
+// times) on a conflict, and returns how long until the last patch returned.
+func (e *Env) floorPatch(ctx context.Context, nodes []*corev1.Node, what string, change func(*corev1.Node)) (time.Duration, error) {
+	errs := make([]error, len(nodes))
 	start := time.Now()
-	execute.ForEach(len(day), execute.MaxConcurrentWrites, func(i int) {
+	execute.ForEach(len(nodes), execute.MaxConcurrentWrites, func(i int) {
 		for attempt := 1; ; attempt++ {
-			before := day[i].DeepCopy()
-			metav1.SetMetaDataAnnotation(&day[i].ObjectMeta, "bench.gpupool.dev/floor", "patched")
-			if errs[i] = e.Client.Patch(ctx, day[i], client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); !apierrors.IsConflict(errs[i]) || attempt == 5 {
+			before := nodes[i].DeepCopy()
+			change(nodes[i])
+			if errs[i] = e.Client.Patch(ctx, nodes[i], client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); !apierrors.IsConflict(errs[i]) || attempt == 5 {
 				return
 			}
-			if errs[i] = e.Client.Get(ctx, client.ObjectKeyFromObject(day[i]), day[i]); errs[i] != nil {
+			if errs[i] = e.Client.Get(ctx, client.ObjectKeyFromObject(nodes[i]), nodes[i]); errs[i] != nil {
 				return
 			}
 		}
 	})
 	took := time.Since(start)
-	for _, err := range errs {
-		if err != nil {
-			return 0, fmt.Errorf("the floor's node patches: %w", err)
-		}
+	if err := errors.Join(errs...); err != nil {
+		return 0, fmt.Errorf("the floor's %s: %w", what, err)
 	}
 	return took, nil
 }
@@ -308,14 +336,14 @@ func (r *BenchResult) SwitchFloor() time.Duration {
 // against it.
 func FormatFloor(rs []*BenchResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-6s %-7s %-14s %-14s %-15s %-15s %-15s %-16s %-10s %-12s\n", "hosts", "nodes", "node patches", "evictions gone", "suspends asked", "power-ons asked", "inventory read", "day>night floor", "day>night", "ratio floor")
+	fmt.Fprintf(&b, "%-6s %-7s %-14s %-14s %-14s %-15s %-15s %-15s %-16s %-10s %-12s\n", "hosts", "nodes", "node patches", "cordons", "evictions gone", "suspends asked", "power-ons asked", "inventory read", "day>night floor", "day>night", "ratio floor")
 	for _, r := range rs {
 		if r.Floor.N == 0 {
 			continue
 		}
 		f := r.SwitchFloor()
-		fmt.Fprintf(&b, "%-6d %-7d %-14s %-14s %-15s %-15s %-15s %-16s %-10s %-12.2f\n", r.Hosts, r.Floor.N, r.Floor.NodePatches.Round(10*time.Millisecond),
-			r.Floor.EvictionsOut.Round(10*time.Millisecond), r.Floor.Suspends.Round(10*time.Millisecond), r.Floor.PowerOns.Round(10*time.Millisecond),
+		fmt.Fprintf(&b, "%-6d %-7d %-14s %-14s %-14s %-15s %-15s %-15s %-16s %-10s %-12.2f\n", r.Hosts, r.Floor.N, r.Floor.NodePatches.Round(10*time.Millisecond),
+			r.Floor.Cordons.Round(10*time.Millisecond), r.Floor.EvictionsOut.Round(10*time.Millisecond), r.Floor.Suspends.Round(10*time.Millisecond), r.Floor.PowerOns.Round(10*time.Millisecond),
 			r.Floor.InventoryRead.Round(10*time.Millisecond), f.Round(100*time.Millisecond), r.DayToNight.Round(100*time.Millisecond), r.DayToNight.Seconds()/f.Seconds())
 	}
 	return b.String()

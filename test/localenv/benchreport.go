@@ -236,7 +236,7 @@ func floorJSON(f Floor) map[string]float64 {
 	if f.N == 0 {
 		return nil
 	}
-	return map[string]float64{"nodes": float64(f.N), "nodePatches": f.NodePatches.Seconds(), "evictionsGone": f.EvictionsOut.Seconds(),
+	return map[string]float64{"nodes": float64(f.N), "nodePatches": f.NodePatches.Seconds(), "cordons": f.Cordons.Seconds(), "evictionsGone": f.EvictionsOut.Seconds(),
 		"suspendsAsked": f.Suspends.Seconds(), "powerOnsAsked": f.PowerOns.Seconds(), "inventoryRead": f.InventoryRead.Seconds()}
 }
 

@@ -95,16 +95,7 @@ func (d *drainGates) subscribed() int {
 // waiting waits until n waits have begun.
 func (d *drainGates) waiting(t *testing.T, n int) {
 	t.Helper()
-	for range 10000 {
-		d.mu.Lock()
-		k := d.waits
-		d.mu.Unlock()
-		if k >= n {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("fewer than %d waits for drains began", n)
+	waitCount(t, n, "waits for drains", func() int { d.mu.Lock(); defer d.mu.Unlock(); return d.waits })
 }
 
 // TestStartsAfterDrains: suspends after drains are asked once the pods of every node they

@@ -392,16 +392,20 @@ func TestStartsRenewTimers(t *testing.T) {
 // waitWatches waits until n watches of the tasks have begun.
 func waitWatches(t *testing.T, e *endingTasks, n int) {
 	t.Helper()
+	waitCount(t, n, "watches of the tasks", func() int { e.mu.Lock(); defer e.mu.Unlock(); return e.watches })
+}
+
+// waitCount waits (bounded) until count reaches n: what it counts happens on goroutines
+// the test does not otherwise see.
+func waitCount(t *testing.T, n int, what string, count func() int) {
+	t.Helper()
 	for range 10000 {
-		e.mu.Lock()
-		k := e.watches
-		e.mu.Unlock()
-		if k >= n {
+		if count() >= n {
 			return
 		}
 		time.Sleep(time.Millisecond)
 	}
-	t.Fatalf("fewer than %d watches began", n)
+	t.Fatalf("fewer than %d %s began", n, what)
 }
 
 // TestStartsRenewOnlyPending: a start whose condition held (its drains ended) and that

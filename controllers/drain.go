@@ -43,18 +43,32 @@ func (r *GPUPoolProfileReconciler) anyToEvict(pods []corev1.Pod, nodeReady bool,
 }
 
 // uncordonRunning uncordons the nodes gpupool cordoned whose VMs run and have no task in
-// flight: what an aborted transition gives back. It is repeated on every pass of an
+// flight: what an aborted transition gives back. A node marked parked with its cordon
+// (nothing on it to drain: execute's parkedWithCordon) whose VM still runs gets back
+// the marks of its worker in the active layout in the same patch, so that it serves that
+// layout again rather than stay tainted parked. It is repeated on every pass of an
 // aborted transition, so a node patch that failed once is retried.
 func (r *GPUPoolProfileReconciler) uncordonRunning(ctx context.Context, s *scope) {
+	active := layoutNamed(&s.pool.Spec, s.pool.Status.ActiveLayout)
 	for vm, n := range s.w.Nodes {
 		v, ok := s.w.VM(vm)
-		if !ok || v.PowerState != inventory.PoweredOn || !nodes.CordonedByUs(n) {
+		if !ok || v.PowerState != inventory.PoweredOn {
+			continue
+		}
+		m, restore := s.w.MetaFor(s.pool.Name, active, vm)
+		restore = restore && nodes.HasMeta(n, nodes.ParkedMeta(s.pool.Name))
+		if !nodes.CordonedByUs(n) && !restore {
 			continue
 		}
 		if ws := s.worker(vm); ws.Task != nil || !s.budget.NodeWrite() {
 			continue
 		}
-		err := r.patchNode(ctx, n, nodes.Uncordon)
+		err := r.patchNode(ctx, n, func(n *corev1.Node) {
+			if restore {
+				nodes.ApplyMeta(n, m)
+			}
+			nodes.Uncordon(n)
+		})
 		s.budget.NodeWritten(err)
 		if err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())

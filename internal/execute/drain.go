@@ -20,9 +20,10 @@ import (
 const ReasonDrainHoldOverridden = "DrainHoldOverridden"
 
 // cordonNode cordons the node of vm for the pool and marks it with the pool label (which
-// lets deletion find every node gpupool touched) and the pass's marks. It is a no-op
-// for a node already so.
-func (r *run) cordonNode(ctx context.Context, vm string, node *corev1.Node) error {
+// lets deletion find every node gpupool touched) and the pass's marks; with parked, the
+// same patch also carries the parked marks (parkedWithCordon). It is a no-op for a node
+// already so.
+func (r *run) cordonNode(ctx context.Context, vm string, node *corev1.Node, parked bool) error {
 	if node.Spec.Unschedulable && node.Labels[gpupoolv1.LabelPool] == r.Pool.Name {
 		return nil
 	}
@@ -32,12 +33,19 @@ func (r *run) cordonNode(ctx context.Context, vm string, node *corev1.Node) erro
 	err := r.Nodes.Patch(ctx, node, r.withMarks(vm, false, func(n *corev1.Node) {
 		nodes.Cordon(n)
 		nodes.SetManagedLabel(n, gpupoolv1.LabelPool, r.Pool.Name)
+		if parked {
+			nodes.ApplyMeta(n, nodes.ParkedMeta(r.Pool.Name))
+		}
 	}))
 	r.Budget.CordonWritten(err)
 	if err != nil {
 		return err
 	}
-	r.Events.Node(node, corev1.EventTypeNormal, "Cordoned", fmt.Sprintf("cordoned node %s to drain it", node.Name))
+	msg := fmt.Sprintf("cordoned node %s to drain it", node.Name)
+	if parked {
+		msg = fmt.Sprintf("cordoned node %s and marked it parked: nothing on it to drain, its VM is parked next", node.Name)
+	}
+	r.Events.Node(node, corev1.EventTypeNormal, "Cordoned", msg)
 	return nil
 }
 
@@ -45,8 +53,9 @@ func (r *run) cordonNode(ctx context.Context, vm string, node *corev1.Node) erro
 // every host: an evicted pod is then rescheduled onto a node that stays, and evicted
 // once, rather than onto a node whose drain comes later. It reports whether every one
 // is cordoned; when the pass's budget ran out first (Budget.Cordon), the rest are
-// cordoned in the next pass and nothing is evicted before.
-func (r *run) cordonAhead(ctx context.Context) bool {
+// cordoned in the next pass and nothing is evicted before. due are the pass's due
+// drains (parkedWithCordon).
+func (r *run) cordonAhead(ctx context.Context, due []plan.Step) bool {
 	var toCordon []string // VMs
 	for _, hp := range r.Plan.Hosts {
 		for _, st := range hp.Steps {
@@ -55,8 +64,11 @@ func (r *run) cordonAhead(ctx context.Context) bool {
 			}
 		}
 	}
+	parked := r.parkedWithCordon(due)
 	errs := make([]error, len(toCordon))
-	ForEach(len(toCordon), MaxConcurrentWrites, func(i int) { errs[i] = r.cordonNode(ctx, toCordon[i], r.World.Nodes[toCordon[i]]) })
+	ForEach(len(toCordon), MaxConcurrentWrites, func(i int) {
+		errs[i] = r.cordonNode(ctx, toCordon[i], r.World.Nodes[toCordon[i]], parked[toCordon[i]])
+	})
 	all := true
 	for _, err := range errs {
 		switch {
@@ -67,6 +79,42 @@ func (r *run) cordonAhead(ctx context.Context) bool {
 		}
 	}
 	return all
+}
+
+// parkedWithCordon are the VMs whose node's cordon also carries the parked marks: their
+// drain is due in this pass (their host's turn has come), the plan parks them after it
+// (a Suspend or PowerOff of theirs on the host), and their node's watched pods show
+// nothing a drain would evict (Drains; not when it cannot tell). Such a node is drained
+// by its cordon, and its VM goes down as soon as its host's drains end: marking it parked
+// then, as the park's own node write (markParked, markLater), was a second write of the
+// node on the park's critical path (issue 37: night -> day at 64 hosts wrote ~190 empty
+// night nodes' marks 16 at a time in the switch's burst of writes, and each suspend
+// waited for its node's). A VM whose park does not come after all (the switch aborted
+// or the layout changed back) is relabelled by the plan or, after an abort, given back
+// its layout's marks (controllers' uncordonRunning).
+func (r *run) parkedWithCordon(due []plan.Step) map[string]bool {
+	if r.Drains == nil || len(due) == 0 {
+		return nil
+	}
+	parks := map[string]bool{}
+	for _, hp := range r.Plan.Hosts {
+		for _, st := range hp.Steps {
+			if st.Action == plan.Suspend || st.Action == plan.PowerOff {
+				parks[st.VM] = true
+			}
+		}
+	}
+	out := map[string]bool{}
+	for _, st := range due {
+		n := r.World.Nodes[st.VM]
+		if n == nil || !parks[st.VM] {
+			continue
+		}
+		if drained, known := r.Drains.Drained(n.Name); drained && known {
+			out[st.VM] = true
+		}
+	}
+	return out
 }
 
 // drainOutcome is what the eviction phase of one drain found.
@@ -93,7 +141,7 @@ func (r *run) evictAll(ctx context.Context, steps []plan.Step) []drainOutcome {
 		if node == nil {
 			return
 		}
-		if err := r.cordonNode(ctx, steps[i].VM, node); err != nil {
+		if err := r.cordonNode(ctx, steps[i].VM, node, false); err != nil {
 			out[i].err = err
 			return
 		}

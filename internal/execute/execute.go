@@ -251,7 +251,7 @@ func (r *run) drain(ctx context.Context, drains []plan.Step) bool {
 		return false
 	}
 	cordoned := false
-	r.timed("act:cordon", func() { cordoned = r.cordonAhead(ctx) })
+	r.timed("act:cordon", func() { cordoned = r.cordonAhead(ctx, drains) })
 	if !cordoned {
 		return false
 	}

@@ -55,12 +55,15 @@ func (r *GPUPoolProfileReconciler) uncordonRunning(ctx context.Context, s *scope
 		if !ok || v.PowerState != inventory.PoweredOn {
 			continue
 		}
+		ws := execute.FindWorker(s.pool, s.w.ID(vm)) // nil: no step, no task
 		m, restore := s.w.MetaFor(s.pool.Name, active, vm)
-		restore = restore && nodes.HasMeta(n, nodes.ParkedMeta(s.pool.Name))
+		// A guest asked to shut down (a power-off's node is marked parked before) keeps
+		// its marks: its VM is going down.
+		restore = restore && (ws == nil || ws.GuestShutdownTime == nil) && nodes.HasMeta(n, nodes.ParkedMeta(s.pool.Name))
 		if !nodes.CordonedByUs(n) && !restore {
 			continue
 		}
-		if ws := s.worker(vm); ws.Task != nil || !s.budget.NodeWrite() {
+		if (ws != nil && ws.Task != nil) || !s.budget.NodeWrite() {
 			continue
 		}
 		err := r.patchNode(ctx, n, func(n *corev1.Node) {

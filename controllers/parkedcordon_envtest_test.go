@@ -9,10 +9,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
+	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/nodes"
+	"github.com/gpupool/gpupool/internal/world"
 )
 
 // TestEmptyNodesParkedWithTheirCordon: day -> night on the one-host world with the
@@ -81,7 +84,7 @@ func TestEmptyNodesParkedWithTheirCordon(t *testing.T) {
 				if known == len(all) {
 					break
 				}
-				if i == 2000 {
+				if i == 6000 { // 30 s: the watches list at once on an idle machine
 					t.Fatalf("%d of the day nodes' pod watches listed", known)
 				}
 				time.Sleep(5 * time.Millisecond)
@@ -162,5 +165,59 @@ func TestEmptyNodesParkedWithTheirCordon(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUncordonRunningGivesTheLayoutBack: an aborted switch's pass uncordons the nodes of
+// running VMs; a node that carries the parked marks while its VM runs gets its worker's
+// marks of the active layout back in the same write, but when its guest was asked to
+// shut down (a power-off's node is marked before), and when the VM is not a worker of
+// the active layout (nothing to give back): those keep the parked marks.
+func TestUncordonRunningGivesTheLayoutBack(t *testing.T) {
+	spec := gpupoolv1.GPUPoolProfileSpec{DefaultLayout: "day", Parking: gpupoolv1.ParkingSuspend, Layouts: []gpupoolv1.Layout{
+		{Name: "day", Workers: []gpupoolv1.Worker{{VM: "day-1", Profile: "grid_p100-4q"}, {VM: "day-2", Profile: "grid_p100-4q"}}},
+		{Name: "night", Workers: []gpupoolv1.Worker{{VM: "night-1", Profile: "grid_p100-16q"}}},
+	}}
+	pool := &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: "pool"}, Spec: spec}
+	pool.Status.ActiveLayout = "day"
+	inv := &inventory.Inventory{Hosts: []inventory.Host{{Name: "esx-01"}}}
+	var objs []client.Object
+	for _, vm := range []string{"day-1", "day-2", "night-1", "day-3"} {
+		inv.VMs = append(inv.VMs, inventory.VM{Name: vm, Ref: vm, Host: "esx-01", Profile: "grid_p100-4q", PowerState: inventory.PoweredOn})
+	}
+	w := world.Resolve(&pool.Spec, inv)
+	w.Nodes = map[string]*corev1.Node{}
+	for _, vm := range []string{"day-1", "day-2", "night-1"} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + vm}}
+		nodes.Cordon(n)
+		nodes.ApplyMeta(n, nodes.ParkedMeta("pool"))
+		w.Nodes[vm] = n
+		objs = append(objs, n.DeepCopy())
+	}
+	pool.Status.Workers = []gpupoolv1.WorkerStatus{{VM: w.ID("day-1"), GuestShutdownTime: &metav1.Time{Time: monday1950}}}
+	c := fake.NewClientBuilder().WithScheme(testScheme).WithObjects(objs...).Build()
+	for vm, n := range w.Nodes { // as the cache has them, with their resourceVersion
+		if err := c.Get(t.Context(), client.ObjectKeyFromObject(n), n); err != nil {
+			t.Fatal(err)
+		}
+		w.Nodes[vm] = n
+	}
+	r := &GPUPoolProfileReconciler{Client: c, APIReader: c}
+	s := &scope{pool: pool, w: *w, budget: execute.NewBudget(10, 16)}
+	r.uncordonRunning(t.Context(), s)
+	if len(s.facts.stepErrors) > 0 {
+		t.Errorf("step errors %v", s.facts.stepErrors)
+	}
+	for vm, want := range map[string]bool{"day-1": false, "day-2": true, "night-1": false} {
+		var n corev1.Node
+		if err := c.Get(t.Context(), client.ObjectKey{Name: "node-" + vm}, &n); err != nil {
+			t.Fatal(err)
+		}
+		if n.Spec.Unschedulable {
+			t.Errorf("node of %s still cordoned", vm)
+		}
+		if parked := nodes.HasMeta(&n, nodes.ParkedMeta("pool")); parked == want || (n.Labels[LabelLayout] == "day") != want {
+			t.Errorf("node of %s: labels %v taints %v, want the day layout's marks given back: %v", vm, n.Labels, n.Spec.Taints, want)
+		}
 	}
 }

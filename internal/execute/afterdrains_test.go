@@ -210,7 +210,7 @@ func TestStartsAfterDrains(t *testing.T) {
 			for _, w := range []string{"a", "b"} {
 				node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + w}}
 				st := queue(w, vsphere.OpSuspend, "h1", func(ctx context.Context) (string, error) { return vc.Suspend(ctx, w) })
-				st.mark = func(ctx context.Context) error { return ln.Patch(ctx, node, func(*corev1.Node) {}) }
+				st.mark, st.writes = func(ctx context.Context) error { return ln.Patch(ctx, node, func(*corev1.Node) {}) }, true
 				st.gate = &drainGate{nodes: []string{"node-a", "node-b"}, watch: d}
 				st.gateVMs = []string{"a", "b"}
 				st.plannedFor = aheadPlan{generation: 3, layout: "night"}

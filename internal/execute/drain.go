@@ -43,7 +43,7 @@ func (r *run) cordonNode(ctx context.Context, vm string, node *corev1.Node, park
 	}
 	msg := fmt.Sprintf("cordoned node %s to drain it", node.Name)
 	if parked {
-		msg = fmt.Sprintf("cordoned node %s and marked it parked: nothing on it to drain, its VM is parked next", node.Name)
+		msg = fmt.Sprintf("cordoned node %s and marked it parked: nothing on it to drain, its VM is suspended next", node.Name)
 	}
 	r.Events.Node(node, corev1.EventTypeNormal, "Cordoned", msg)
 	return nil
@@ -82,32 +82,45 @@ func (r *run) cordonAhead(ctx context.Context, due []plan.Step) bool {
 }
 
 // parkedWithCordon are the VMs whose node's cordon also carries the parked marks: their
-// drain is due in this pass (their host's turn has come), the plan parks them after it
-// (a Suspend or PowerOff of theirs on the host), and their node's watched pods show
-// nothing a drain would evict (Drains; not when it cannot tell). Such a node is drained
-// by its cordon, and its VM goes down as soon as its host's drains end: marking it parked
-// then, as the park's own node write (markParked, markLater), was a second write of the
-// node on the park's critical path (issue 37: night -> day at 64 hosts wrote ~190 empty
-// night nodes' marks 16 at a time in the switch's burst of writes, and each suspend
-// waited for its node's). A VM whose park does not come after all (the switch aborted
-// or the layout changed back) is relabelled by the plan or, after an abort, given back
-// its layout's marks (controllers' uncordonRunning).
+// drain is due in this pass (their host's turn has come), the plan suspends them after
+// it, and their node's watched pods show nothing a drain would evict (Drains; not when
+// it cannot tell). Such a node is drained by its cordon, and its VM is suspended as soon
+// as its host's drains end: marking it parked then, as the suspend's own node write
+// (markLater), was a second write of the node on the park's critical path (issue 37:
+// night -> day at 64 hosts wrote ~190 empty night nodes' marks 16 at a time in the
+// switch's burst of writes, and each suspend waited for its node's).
+//
+// The marks take the node's layout labels off while its VM still runs, so only where
+// they can be given back: a suspend that does not come after all (the switch aborted,
+// cancelled, edited) leaves the node to the plan's relabel or, after an abort, to
+// controllers' uncordonRunning, which gives it its worker's marks of the active layout.
+// Hence only between layouts that are not layouts by count (whose workers depend on the
+// count a pass decides) and for VMs that are workers of the active layout. A power-off
+// (parking: PowerOff, a profile change) is left out: it waits for a pass and for the
+// guest, and a reconfigured VM comes back.
 func (r *run) parkedWithCordon(due []plan.Step) map[string]bool {
-	if r.Drains == nil || len(due) == 0 {
+	if r.Drains == nil || len(due) == 0 || r.Layout == nil || r.Layout.Convert != nil {
 		return nil
 	}
-	parks := map[string]bool{}
+	active := activeLayout(r.Pool)
+	if active == nil || active.Convert != nil {
+		return nil
+	}
+	suspends := map[string]bool{}
 	for _, hp := range r.Plan.Hosts {
 		for _, st := range hp.Steps {
-			if st.Action == plan.Suspend || st.Action == plan.PowerOff {
-				parks[st.VM] = true
+			if st.Action == plan.Suspend {
+				suspends[st.VM] = true
 			}
 		}
 	}
 	out := map[string]bool{}
 	for _, st := range due {
 		n := r.World.Nodes[st.VM]
-		if n == nil || !parks[st.VM] {
+		if n == nil || !suspends[st.VM] {
+			continue
+		}
+		if _, ok := r.World.MetaFor(r.Pool.Name, active, st.VM); !ok {
 			continue
 		}
 		if drained, known := r.Drains.Drained(n.Name); drained && known {
@@ -115,6 +128,16 @@ func (r *run) parkedWithCordon(due []plan.Step) map[string]bool {
 		}
 	}
 	return out
+}
+
+// activeLayout is the pool's active layout in its spec (nil: none yet, or gone).
+func activeLayout(p *gpupoolv1.GPUPoolProfile) *gpupoolv1.Layout {
+	for i := range p.Spec.Layouts {
+		if l := &p.Spec.Layouts[i]; l.Name == p.Status.ActiveLayout && p.Status.ActiveLayout != "" {
+			return l
+		}
+	}
+	return nil
 }
 
 // drainOutcome is what the eviction phase of one drain found.

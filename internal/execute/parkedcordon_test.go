@@ -36,6 +36,7 @@ func TestCordonCarriesTheParkedMarksOfEmptyNodes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			pool, w, in, p := sampleDayToNight(t)
+			pool.Status.ActiveLayout = "day"
 			log := &orderLog{}
 			ln := &loggedNodes{log: log, store: storeOf(w)}
 			dr := newGatedDrainer(drain.Result{Done: true}, "node-day-1", "node-day-2", "node-day-3", "node-day-4")
@@ -75,6 +76,14 @@ func TestCordonCarriesTheParkedMarksOfEmptyNodes(t *testing.T) {
 				t.Fatalf("handed out %d starts, want the four suspends and night-1's power-on", out.Starts.Len())
 			}
 			out.Starts.Hand()
+			// The later passes leave the state labels of the nodes still to be written to
+			// those writes, and only of those: a node its cordon marked parked gets none.
+			pending := s.PendingMarks("pool")
+			for _, vm := range all {
+				if pending[vm] == slices.Contains(c.want, vm) {
+					t.Errorf("%s: pending node write %v, want %v", vm, pending[vm], !slices.Contains(c.want, vm))
+				}
+			}
 			for _, vm := range all {
 				if !slices.Contains(c.empty, vm) {
 					close(dr.gates["node-"+vm])
@@ -110,11 +119,26 @@ func TestCordonCarriesTheParkedMarksOfEmptyNodes(t *testing.T) {
 }
 
 // TestParkedWithCordon: only a due drain's node that the watch shows empty, of a VM the
-// plan parks after it, is marked parked with its cordon; a host whose turn has not come
-// (maxParallel), a drain that parks nothing, a node with pods or whose pods cannot be
-// told, and a pass without a watch mark nothing ahead of the park.
+// plan suspends after it and that is a worker of the active layout, between layouts not
+// by count, is marked parked with its cordon; a host whose turn has not come
+// (maxParallel), a drain that suspends nothing (a power-off), a node with pods or whose
+// pods cannot be told, a pass without a watch, no active layout or a layout by count
+// mark nothing ahead of the park.
 func TestParkedWithCordon(t *testing.T) {
 	pool, w, in, p := sampleDayToNight(t)
+	pool.Status.ActiveLayout = "day"
+	powerOff := &plan.Plan{Layout: p.Layout}
+	for _, hp := range p.Hosts {
+		hp.Steps = slices.Clone(hp.Steps)
+		for i, st := range hp.Steps {
+			if st.Action == plan.Suspend {
+				hp.Steps[i].Action = plan.PowerOff
+			}
+		}
+		powerOff.Hosts = append(powerOff.Hosts, hp)
+	}
+	byCount := pool.Spec.Layouts[1]
+	byCount.Convert = &gpupoolv1.Conversion{Base: "day"}
 	drains := func(vms ...string) []plan.Step {
 		var out []plan.Step
 		for _, vm := range vms {
@@ -134,13 +158,21 @@ func TestParkedWithCordon(t *testing.T) {
 		empty []string
 		never bool
 		none  bool // no watch
-		want  []string
+		// active is the pool's active layout ("-": none); wanted the layout made (nil:
+		// night).
+		active string
+		wanted *gpupoolv1.Layout
+		want   []string
 	}{
 		{name: "empty nodes, due", plan: p, due: drains("day-1", "day-2", "day-3"), empty: []string{"day-1", "day-3", "day-4"}, want: []string{"day-1", "day-3"}},
 		{name: "no drain due", plan: p, empty: []string{"day-1"}},
 		{name: "the drain parks nothing", plan: noPark, due: drains("day-1", "day-2"), empty: []string{"day-1", "day-2"}, want: []string{"day-1"}},
 		{name: "cannot tell", plan: p, due: drains("day-1"), empty: []string{"day-1"}, never: true},
 		{name: "no watch", plan: p, due: drains("day-1"), empty: []string{"day-1"}, none: true},
+		{name: "parked by power-off", plan: powerOff, due: drains("day-1"), empty: []string{"day-1"}},
+		{name: "no active layout", plan: p, due: drains("day-1"), empty: []string{"day-1"}, active: "-"},
+		{name: "not a worker of the active layout", plan: p, due: drains("day-1"), empty: []string{"day-1"}, active: "night"},
+		{name: "to a layout by count", plan: p, due: drains("day-1"), empty: []string{"day-1"}, wanted: &byCount},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -153,7 +185,19 @@ func TestParkedWithCordon(t *testing.T) {
 			if c.none {
 				e.Drains = nil
 			}
-			r := &run{Executor: e, Input: Input{Pool: pool, Now: startsAt, Plan: c.plan, World: w, Planned: in}}
+			pool := pool.DeepCopy()
+			switch c.active {
+			case "-":
+				pool.Status.ActiveLayout = ""
+			case "":
+			default:
+				pool.Status.ActiveLayout = c.active
+			}
+			wanted := c.wanted
+			if wanted == nil {
+				wanted = &pool.Spec.Layouts[1]
+			}
+			r := &run{Executor: e, Input: Input{Pool: pool, Now: startsAt, Plan: c.plan, Layout: wanted, World: w, Planned: in}}
 			var got []string
 			for vm, ok := range r.parkedWithCordon(c.due) {
 				if ok {

@@ -148,7 +148,7 @@ func (s *Starts) hand(pool string, queued []queuedStart, groups [][]int) {
 	for i, q := range queued {
 		ahead := q.after != nil || q.gate != nil
 		recs[i] = &startRecord{op: q.op, at: q.at, ahead: ahead, pending: ahead, plannedFor: q.plannedFor, since: handed,
-			marking: q.mark != nil, done: make(chan struct{})}
+			marking: q.writes, done: make(chan struct{})}
 		if q.gate != nil {
 			recs[i].opened, recs[i].gateVMs = make(chan struct{}), q.gateVMs
 		}

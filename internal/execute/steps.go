@@ -48,7 +48,9 @@ func (r *run) execute(ctx context.Context, step plan.Step) (time.Duration, error
 		queued := len(r.queued)
 		wait, err := r.startTask(ws, vm, vsphere.OpSuspend, func(ctx context.Context) (string, error) { return r.VSphere.Suspend(ctx, vm.Ref) })
 		if len(r.queued) > queued {
-			r.queued[queued].mark = r.markLater(step.VM, node)
+			q := &r.queued[queued]
+			q.mark = r.markLater(step.VM, node)
+			q.writes = q.mark != nil
 		}
 		return wait, err
 	case plan.PowerOff:

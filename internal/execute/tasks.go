@@ -78,6 +78,10 @@ type queuedStart struct {
 	// mark, when set, is the node write to make before the start is asked, past the
 	// pass (Starts.mark): the parked marks of a suspend's node (markLater). nil: none.
 	mark func(context.Context) error
+	// writes: mark writes the node (its parked marks), rather than only protect its
+	// Machine (protectThen, for a node its cordon marked parked): a later pass leaves
+	// the node's state label to that write (Starts.PendingMarks).
+	writes bool
 	// gate, when set, is the drains a suspend after drains waits for (afterdrains.go):
 	// it is asked only once they ended (Starts.awaitDrains), or a pass observed the
 	// drains of gateVMs ended (Starts.OpenGates).

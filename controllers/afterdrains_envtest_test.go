@@ -46,13 +46,7 @@ func TestSuspendsAfterDrains(t *testing.T) {
 			if c.renewed {
 				starts.Now = h.clock.Now // StartTimeout on the test's clock, which the passes step
 			}
-			cs, err := kubernetes.NewForConfig(operatorConfig)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := h.reconciler()
-			rec.evictions = execute.NewEvictions(h.ctx, nil)
-			rec.nodePods = newNodePods(h.ctx, cs)
+			rec := h.withPodWatches()
 			pool := h.dayNight()
 			h.clock.SetTime(monday1000)
 			h.create(pool)
@@ -146,6 +140,20 @@ func TestSuspendsAfterDrains(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withPodWatches gives the harness's reconciler the manager's eviction rounds and pod
+// watches (the suspends after drains wait on them) and returns it.
+func (h *harness) withPodWatches() *GPUPoolProfileReconciler {
+	h.t.Helper()
+	cs, err := kubernetes.NewForConfig(operatorConfig)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	rec := h.reconciler()
+	rec.evictions = execute.NewEvictions(h.ctx, nil)
+	rec.nodePods = newNodePods(h.ctx, cs)
+	return rec
 }
 
 // suspending is how many of the pool's workers hold a suspend's intent not yet started.

@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -39,13 +38,7 @@ func TestEmptyNodesParkedWithTheirCordon(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, c.prefix)
 			door, starts := h.doorStarts(true)
-			cs, err := kubernetes.NewForConfig(operatorConfig)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := h.reconciler()
-			rec.evictions = execute.NewEvictions(h.ctx, nil)
-			rec.nodePods = newNodePods(h.ctx, cs)
+			rec := h.withPodWatches()
 			pool := h.dayNight()
 			pool.Spec.Drain.Timeout = &metav1.Duration{Duration: time.Minute}
 			h.clock.SetTime(monday1000)

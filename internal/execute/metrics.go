@@ -39,7 +39,7 @@ var (
 	// the waits are the manager's own, read across pools.
 	StartStages = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gpupool_task_start_stage_seconds",
-		Help:    "Time the vSphere task starts asked past the pass spent, by stage: parks (a power-on ahead of the parks on its host, from its handout until the parks were seen to end well), drains (a suspend after the drains on its host, from its handout until the drained nodes' pods were gone), mark (a suspend's protection of its node's Machine and write of its node's parked marks, unless its cordon carried them, made just before it is asked), queue (from its handout, its parks' or drains' end or its node's write, until it was asked: the host's earlier power-ons, the pool's start slots, the group's earlier starts) and ask (vCenter's answer to the start).",
+		Help:    "Time the vSphere task starts asked past the pass spent, by stage: parks (a power-on ahead of the parks on its host, from its handout until the parks were seen to end well), drains (a suspend after the drains on its host, from its handout until the drained nodes' pods were gone), mark (a suspend's write of its node's parked marks, unless its cordon carried them, made just before it is asked, and for a suspend after drains the protection of its node's Machine before it), queue (from its handout, its parks' or drains' end or its node's write, until it was asked: the host's earlier power-ons, the pool's start slots, the group's earlier starts) and ask (vCenter's answer to the start).",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 17), // 1 ms to 65 s
 	}, []string{"stage"})
 )

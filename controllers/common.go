@@ -27,16 +27,6 @@ const (
 	reconcileTimeout  = 2 * time.Minute
 )
 
-// layoutNamed is the spec's layout of that name (nil: none).
-func layoutNamed(spec *gpupoolv1.GPUPoolProfileSpec, name string) *gpupoolv1.Layout {
-	for i := range spec.Layouts {
-		if spec.Layouts[i].Name == name {
-			return &spec.Layouts[i]
-		}
-	}
-	return nil
-}
-
 // fromWhat names where a transition starts: the active layout, or, before any layout was
 // active, the VMs as gpupool found them.
 func fromWhat(active string) string {

@@ -52,7 +52,7 @@ func (r *GPUPoolProfileReconciler) resolveConversions(ctx context.Context, s *sc
 	s.pool.Spec = *sr.Spec.DeepCopy()
 	s.persisted.Spec = *sr.Spec.DeepCopy()
 	if s.wanted != nil {
-		s.wanted = layoutNamed(&s.pool.Spec, s.wanted.Name)
+		s.wanted = s.pool.Spec.LayoutNamed(s.wanted.Name)
 	}
 	nw := world.Resolve(&s.pool.Spec, inv)
 	nw.TasksInFlight, nw.TasksEnded = w.TasksInFlight, w.TasksEnded

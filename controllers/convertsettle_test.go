@@ -77,13 +77,13 @@ func TestHoldMovedChoices(t *testing.T) {
 				t.Errorf("burst, which the pass does not make, is named for it to settle")
 			}
 			var workers []string
-			for _, w := range layoutNamed(spec, "night").Workers {
+			for _, w := range spec.LayoutNamed("night").Workers {
 				workers = append(workers, w.VM)
 			}
 			if !slices.Equal(workers, c.workers) {
 				t.Errorf("night's workers in the pass's spec %v, want %v", workers, c.workers)
 			}
-			if l := layoutNamed(spec, "night"); l.NodeLabels["l"] != "night" || l.Convert == nil {
+			if l := spec.LayoutNamed("night"); l.NodeLabels["l"] != "night" || l.Convert == nil {
 				t.Errorf("night in the pass's spec lost its labels or conversion: %+v", l)
 			}
 			kept, ok := keep["night"]
@@ -99,7 +99,7 @@ func TestHoldMovedChoices(t *testing.T) {
 				if k := keep["burst"]; !equalWorkers(k, other) {
 					t.Errorf("burst remembered as %v, want its last choice %v", k.Workers, other.Workers)
 				}
-				if l := layoutNamed(spec, "burst"); !equalWorkers(*l, other) {
+				if l := spec.LayoutNamed("burst"); !equalWorkers(*l, other) {
 					t.Errorf("burst in the pass's spec %v, want its last choice %v", l.Workers, other.Workers)
 				}
 			}
@@ -124,7 +124,7 @@ func TestSettlingKeepsTheInfeasibleReport(t *testing.T) {
 		}
 		s := &scope{pool: persisted.DeepCopy(), persisted: persisted, now: w.clock.Now()}
 		s.decision = plan.Decision{Layout: "night", Reason: gpupoolv1.DesiredByDefault, Window: -1}
-		s.wanted = layoutNamed(&s.pool.Spec, "night")
+		s.wanted = s.pool.Spec.LayoutNamed("night")
 		w.observe(ctx, t, s)
 		s.facts.choiceMoved = []string{"night"} // as holdMovedChoices names it
 		if _, _, err := w.r.decide(s); err != nil {

@@ -71,12 +71,12 @@ func (r *GPUPoolProfileReconciler) sizeCounts(s *scope, inv *inventory.Inventory
 		// A pool whose active layout by count was made before counts were recorded
 		// runs the count it starts the pass with (countsInEffect): a step from it is a
 		// transition, not a repair.
-		if l := layoutNamed(&s.pool.Spec, st.ActiveLayout); l != nil && l.Convert != nil {
+		if l := s.pool.Spec.LayoutNamed(st.ActiveLayout); l != nil && l.Convert != nil {
 			st.ActiveCount = l.Convert.Count
 		}
 	}
 	s.decision.Count = 0
-	if l := layoutNamed(&s.pool.Spec, s.decision.Layout); l != nil && l.Convert != nil {
+	if l := s.pool.Spec.LayoutNamed(s.decision.Layout); l != nil && l.Convert != nil {
 		s.decision.Count = int(l.Convert.Count)
 	}
 	if s.demandIn == nil {

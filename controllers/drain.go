@@ -49,7 +49,7 @@ func (r *GPUPoolProfileReconciler) anyToEvict(pods []corev1.Pod, nodeReady bool,
 // layout again rather than stay tainted parked. It is repeated on every pass of an
 // aborted transition, so a node patch that failed once is retried.
 func (r *GPUPoolProfileReconciler) uncordonRunning(ctx context.Context, s *scope) {
-	active := layoutNamed(&s.pool.Spec, s.pool.Status.ActiveLayout)
+	active := s.pool.Spec.LayoutNamed(s.pool.Status.ActiveLayout)
 	for vm, n := range s.w.Nodes {
 		v, ok := s.w.VM(vm)
 		if !ok || v.PowerState != inventory.PoweredOn {

@@ -134,7 +134,7 @@ func countStep(pool *gpupoolv1.GPUPoolProfile, layout string) (int32, bool) {
 // (write quota as convert.count x the pod GPUs of one converted GPU, and the quota is
 // always count x that: docs/count-layouts.md). Other flavors' quota is as written.
 func scaledQuota(pool *gpupoolv1.GPUPoolProfile, f *gpupoolv1.KueueFlavor, count int32) corev1.ResourceList {
-	l := layoutNamed(&pool.Spec, f.Layout)
+	l := pool.Spec.LayoutNamed(f.Layout)
 	if l == nil || l.Convert == nil || l.Convert.Count < 1 || count < 1 || count == l.Convert.Count {
 		return f.Quota
 	}

@@ -84,7 +84,7 @@ func (r *GPUPoolProfileReconciler) desirePhase(ctx context.Context, s *scope) (o
 	if d.Next != nil {
 		st.NextTransition = &gpupoolv1.NextTransition{Layout: d.Next.Layout, At: metav1.NewTime(d.Next.At)}
 	}
-	s.wanted = layoutNamed(&s.pool.Spec, d.Layout)
+	s.wanted = s.pool.Spec.LayoutNamed(d.Layout)
 	return outcome{}, nil
 }
 
@@ -341,7 +341,7 @@ func (r *GPUPoolProfileReconciler) decide(s *scope) (*plan.Plan, *gpupoolv1.Layo
 		}
 		return p, s.wanted, nil
 	}
-	from := layoutNamed(&s.pool.Spec, t.From)
+	from := s.pool.Spec.LayoutNamed(t.From)
 	back, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: t.From, Inventory: s.w.Inventory, Nodes: labelledFor(&s.w, s.pool.Name, from, s.nodeStates), InFlight: plannedInFlight(s.pool), Held: s.w.Holds})
 	if err != nil || len(back.Problems) > 0 {
 		return p, s.wanted, nil //nolint:nilerr // the way back is not possible either: report the problems

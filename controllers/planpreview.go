@@ -54,11 +54,11 @@ func (r *GPUPoolProfileReconciler) publishPlan(ctx context.Context, s *scope, p 
 func (r *GPUPoolProfileReconciler) planNext(s *scope) {
 	s.nextPlan = nil
 	n := s.decision.Next
-	if n == nil || n.Layout == s.decision.Layout || layoutNamed(&s.pool.Spec, n.Layout) == nil || s.w.Inventory == nil {
+	if n == nil || n.Layout == s.decision.Layout || s.pool.Spec.LayoutNamed(n.Layout) == nil || s.w.Inventory == nil {
 		return
 	}
 	// The nodes' wanted labels are the next layout's while planning it.
-	nodes := labelledFor(&s.w, s.pool.Name, layoutNamed(&s.pool.Spec, n.Layout), s.nodeStates)
+	nodes := labelledFor(&s.w, s.pool.Name, s.pool.Spec.LayoutNamed(n.Layout), s.nodeStates)
 	next, err := plan.Build(plan.Input{Spec: &s.pool.Spec, Layout: n.Layout, Inventory: s.w.Inventory, Nodes: nodes, InFlight: plannedInFlight(s.pool), Held: s.w.Holds})
 	if err == nil {
 		if pr, ok := conversionProblem(s.conversions, n.Layout); ok {

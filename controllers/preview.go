@@ -62,7 +62,7 @@ func (r *GPUPoolProfileReconciler) Preview(ctx context.Context, pool *gpupoolv1.
 	if layout != "" {
 		s.demandIn = nil // a layout asked for by name is made with its convert.count
 	}
-	s.wanted = layoutNamed(&s.pool.Spec, d.Layout)
+	s.wanted = s.pool.Spec.LayoutNamed(d.Layout)
 	if s.wanted == nil {
 		return nil, fmt.Errorf("pool %s has no layout %q", pool.Name, d.Layout)
 	}

@@ -69,7 +69,7 @@ func (w *scaleWorld) pass(ctx context.Context, tb testing.TB, layout string) *sc
 	pool := w.pool.DeepCopy()
 	s := &scope{pool: pool, persisted: w.pool, now: w.clock.Now()}
 	s.decision = plan.Decision{Layout: layout, Reason: "Default", Window: -1}
-	s.wanted = layoutNamed(&pool.Spec, layout)
+	s.wanted = pool.Spec.LayoutNamed(layout)
 	w.observe(ctx, tb, s)
 	p, making, err := w.r.decide(s)
 	if err != nil || len(p.Problems) > 0 {

@@ -12,7 +12,7 @@ import (
 // with the same profile and number of vGPUs.
 func DrainedBySwitch(pool *gpupoolv1.GPUPoolProfile) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
-	active := layoutNamed(&pool.Spec, pool.Status.ActiveLayout)
+	active := pool.Spec.LayoutNamed(pool.Status.ActiveLayout)
 	if active == nil {
 		return out
 	}
@@ -94,13 +94,4 @@ func nodesRead(layoutOf map[string]string, drained map[string]map[string]bool) [
 		}
 	}
 	return slices.Sorted(maps.Keys(set))
-}
-
-func layoutNamed(spec *gpupoolv1.GPUPoolProfileSpec, name string) *gpupoolv1.Layout {
-	for i := range spec.Layouts {
-		if spec.Layouts[i].Name == name {
-			return &spec.Layouts[i]
-		}
-	}
-	return nil
 }

@@ -102,7 +102,7 @@ func (r *run) parkedWithCordon(due []plan.Step) map[string]bool {
 	if r.Drains == nil || len(due) == 0 || r.Layout == nil || r.Layout.Convert != nil {
 		return nil
 	}
-	active := activeLayout(r.Pool)
+	active := r.Pool.Spec.LayoutNamed(r.Pool.Status.ActiveLayout)
 	if active == nil || active.Convert != nil {
 		return nil
 	}
@@ -128,16 +128,6 @@ func (r *run) parkedWithCordon(due []plan.Step) map[string]bool {
 		}
 	}
 	return out
-}
-
-// activeLayout is the pool's active layout in its spec (nil: none yet, or gone).
-func activeLayout(p *gpupoolv1.GPUPoolProfile) *gpupoolv1.Layout {
-	for i := range p.Spec.Layouts {
-		if l := &p.Spec.Layouts[i]; l.Name == p.Status.ActiveLayout && p.Status.ActiveLayout != "" {
-			return l
-		}
-	}
-	return nil
 }
 
 // drainOutcome is what the eviction phase of one drain found.

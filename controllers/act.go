@@ -17,7 +17,7 @@ import (
 // state labels for the nodes its steps patch (stepMarks), and takes its Outcome into the
 // pass's facts; the task starts it queued wait for the pass's status write (s.starts).
 // It returns when to come back and the VMs whose last step it did
-// (execute.Outcome.Done), for publishStates. A drain that timed out with
+// (execute.Outcome.Done), for publishMarks. A drain that timed out with
 // spec.drain.onTimeout Abort comes back as Outcome.Abort: the transition is aborted
 // here, where transitions end.
 func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Plan) (time.Duration, map[string]bool) {

@@ -34,7 +34,7 @@ var (
 	// multiply the series by the pools for a figure read across them.
 	phaseDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gpupool_pass_phase_duration_seconds",
-		Help:    "Time a reconcile pass spends in each of its phases (desire, paused, observe, tasks, keep-aborted, decide, settled, act), in observe's parts (observe:vcenter, its read of vCenter's inventory; observe:cluster, its read of the nodes and pods; observe:account, its accounting) in the parts of act (act:cordon, act:evict, act:node-steps, act:park, act:steps, act:start, act:warn, act:states) and in the pass's status write (status), on the manager's own clock: where a pass's time goes.",
+		Help:    "Time a reconcile pass spends in each of its phases (desire, paused, observe, tasks, keep-aborted, decide, settled, act), in observe's parts (observe:vcenter, its read of vCenter's inventory; observe:cluster, its read of the nodes and pods; observe:account, its accounting) in the parts of act (act:cordon, act:evict, act:node-steps, act:park, act:steps, act:start, act:states: the node state labels and warnings, handed to a batch past the pass) and in the pass's status write (status), on the manager's own clock: where a pass's time goes.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 17), // 1 ms to 65 s
 	}, []string{"phase"})
 	readySteps = prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -75,7 +75,7 @@ func stateAfter(f nodes.StateFacts, done bool) string {
 // stepMarks puts the state labels and their owner, the pool, on the nodes the
 // executor's steps patch (execute.Input.Marks), from the facts as the pass found them
 // before its steps (stateFacts), and the draining-soon warnings the pass wants (warn,
-// drainWarningsOf): publishStates and warnSchedulers find them in place afterwards
+// drainWarningsOf): publishMarks finds them in place afterwards
 // unless a step's outcome changed them (a failed start, a hold, an abort), or leave them
 // to the suspends' node writes past the pass (marksPending). So a drain's
 // cordon carries the node's warning and its park takes it off, instead of two patches
@@ -123,39 +123,50 @@ func (r *GPUPoolProfileReconciler) marksPending(s *scope) map[string]bool {
 	return out
 }
 
-// publishStates sets each pool node's state label from its worker's recorded step, and
-// records the pool as the owner of its marks (AnnotationMarkedBy); done are the VMs
-// whose last step the pass did (execute.Outcome.Done). A node is patched only when its
-// value changes: a node a step of the pass patched carries them already (stepMarks), one
-// whose parked marks a suspend's start writes past the pass is left to that write
-// (marksPending), and one the pool's last batch wrote after this pass read it carries it too (landed). The
-// patches run past the pass (stateBatches) when the manager runs them, inside it
-// otherwise. Nodes the pool marked and no longer matches to a worker lose the marks
+// publishMarks sets each pool node's state label from its worker's recorded step, with
+// the pool as the owner of its marks (AnnotationMarkedBy), and its draining-soon warning
+// as drainWarnings decides it for current, the plan the pass acts on (nil: none); done
+// are the VMs whose last step the pass did (execute.Outcome.Done). It returns when the
+// next warning starts (0: none pending).
+//
+// A node is patched only when a value changes, once for both: a node a step of the pass
+// patched carries them already (stepMarks), one whose parked marks a suspend's start
+// writes past the pass is left to that write (marksPending), and one the pool's last
+// batch wrote after this pass read it carries what the batch wrote (landed). The patches
+// run past the pass (stateBatches) when the manager runs them, inside it otherwise: they
+// are derived from the workers' steps and the plans, and nothing the pass hands out
+// waits for them. Nodes the pool marked and no longer matches to a worker lose the marks
 // (unmarkStale).
-func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope, done map[string]bool) {
+func (r *GPUPoolProfileReconciler) publishMarks(ctx context.Context, s *scope, current *plan.Plan, done map[string]bool) time.Duration {
 	r.waitStates(s) // what the last batch wrote, and what it could not
 	later := r.marksPending(s)
+	states := statesToWrite(stateFacts(s), s.w.Nodes, s.pool.Name, done, s.landed)
+	warnings := warningsToWrite(drainWarningsOf(s, current), s.w.Nodes, s.landed)
 	var changed []*corev1.Node
-	var wants []string
-	for name, want := range statesToWrite(stateFacts(s), s.w.Nodes, s.pool.Name, done, s.landed) {
-		if n := s.w.Nodes[name]; r.ready.madeDuring(s.pool.Name, n.Name, n.ResourceVersion, s.readySeq) {
+	var wants []nodeMarks
+	for name, n := range s.w.Nodes {
+		m := nodeMarks{state: states[name], warn: warnings[name]}
+		if m.state == "" && !m.warn.set {
+			continue
+		}
+		if r.ready.madeDuring(s.pool.Name, n.Name, n.ResourceVersion, s.readySeq) {
 			continue // the ready follower wrote it after this pass read the node
 		}
 		if later[name] {
-			continue // the write of its parked marks, past the pass, carries its label
+			continue // the write of its parked marks, past the pass, carries its label and warning
 		}
 		if !s.budget.NodeWrite() {
 			continue // published in the next pass
 		}
-		changed, wants = append(changed, s.w.Nodes[name]), append(wants, want)
+		changed, wants = append(changed, n), append(wants, m)
 	}
 	pool := s.pool.Name // not s: a batch outlives the pass
 	patch := r.patchNode
 	if r.states != nil {
 		patch = r.patchNodeNow // the batch's own writes: patchNode would wait for them
 	}
-	patchState := func(ctx context.Context, n *corev1.Node, want string) error {
-		return patch(ctx, n, func(n *corev1.Node) { nodes.SetState(n, want, pool) })
+	patchMarks := func(ctx context.Context, n *corev1.Node, m nodeMarks) error {
+		return patch(ctx, n, func(n *corev1.Node) { m.apply(n, pool) })
 	}
 	if r.states != nil {
 		copies := make([]*corev1.Node, len(changed))
@@ -166,12 +177,12 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope, 
 			// failures are reported by this pass (waitStates).
 			s.budget.NodeWritten(s.statesRefused)
 		}
-		r.states.start(pool, copies, wants, patchState)
+		r.states.start(pool, copies, wants, patchMarks)
 	} else {
 		// A transition changes the state of every node it touches at once: patch them
 		// concurrently (bounded), not one after the other.
 		errs := make([]error, len(changed))
-		execute.ForEach(len(changed), execute.MaxConcurrentWrites, func(i int) { errs[i] = patchState(ctx, changed[i], wants[i]) })
+		execute.ForEach(len(changed), execute.MaxConcurrentWrites, func(i int) { errs[i] = patchMarks(ctx, changed[i], wants[i]) })
 		for _, err := range errs {
 			s.budget.NodeWritten(err)
 			if err != nil {
@@ -180,6 +191,7 @@ func (r *GPUPoolProfileReconciler) publishStates(ctx context.Context, s *scope, 
 		}
 	}
 	r.unmarkStale(ctx, s)
+	return nextWarning(s)
 }
 
 // statesToWrite decides which of the nodes (by VM name) the facts cover need their
@@ -192,8 +204,8 @@ func statesToWrite(facts map[string]nodes.StateFacts, byVM map[string]*corev1.No
 	for name, f := range facts {
 		n, want := byVM[name], stateAfter(f, done[name])
 		has, owner := n.Labels[LabelState], n.Annotations[AnnotationMarkedBy]
-		if l, ok := landed[n.Name]; ok && l.readAt == n.ResourceVersion {
-			has, owner = l.value, pool
+		if l, ok := landed[n.Name]; ok && l.readAt == n.ResourceVersion && l.marks.state != "" {
+			has, owner = l.marks.state, pool
 		}
 		if has != want || owner != pool {
 			out[name] = want
@@ -202,9 +214,9 @@ func statesToWrite(facts map[string]nodes.StateFacts, byVM map[string]*corev1.No
 	return out
 }
 
-// waitStates waits for the state labels the pool's last pass handed to a batch
-// (stateBatches) and takes what it found: the labels that landed (s.landed, for
-// publishStates) and the patches that failed, this pass's errors to report.
+// waitStates waits for the node marks the pool's last pass handed to a batch
+// (stateBatches) and takes what it found: the marks that landed (s.landed, for
+// publishMarks) and the patches that failed, this pass's errors to report.
 func (r *GPUPoolProfileReconciler) waitStates(s *scope) {
 	errs, landed := r.states.wait(s.pool.Name)
 	for _, err := range errs {
@@ -261,52 +273,65 @@ func drainsOf(p *plan.Plan) []string {
 
 // drainWarningsOf is drainWarnings for the pass: the drains of current (the plan the
 // pass acts on) and of the next switch's plan, with the drain start each node already
-// announces.
+// announces (announcedDrains).
 func drainWarningsOf(s *scope, current *plan.Plan) map[string]time.Time {
-	announced := map[string]time.Time{}
-	for name, n := range s.w.Nodes {
-		if at, ok := nodes.DrainAt(n); ok {
-			announced[name] = at
-		}
-	}
+	announced := announcedDrains(s.w.Nodes, s.landed)
 	return drainWarnings(s.now, s.decision.Next, plan.WarnAhead(&s.pool.Spec), drainsOf(s.nextPlan), drainsOf(current), announced)
 }
 
-// warnSchedulers taints and annotates the nodes drainWarnings names, and takes the
-// warning off the others, patching them concurrently (bounded); a node a step of the
-// pass patched carries its warning already (stepMarks). It returns when the next
-// warning starts (0: none pending).
-func (r *GPUPoolProfileReconciler) warnSchedulers(ctx context.Context, s *scope, current *plan.Plan) time.Duration {
-	want := drainWarningsOf(s, current)
-	later := r.marksPending(s)
-	// The nodes to patch, by VM name (the keys of want and s.w.Nodes).
-	var changed []string
-	for name, n := range s.w.Nodes {
-		at, warn := want[name]
-		if !warningDiffers(n, at, warn) || later[name] {
-			continue // the write of its parked marks, past the pass, carries its warning
-		}
-		if !s.budget.NodeWrite() {
-			continue // warned in the next pass
-		}
-		changed = append(changed, name)
-	}
-	errs := make([]error, len(changed))
-	execute.ForEach(len(changed), execute.MaxConcurrentWrites, func(i int) {
-		at, warn := want[changed[i]]
-		errs[i] = r.patchNode(ctx, s.w.Nodes[changed[i]], func(n *corev1.Node) {
-			nodes.SetWarning(n, at, warn)
-			if warn {
-				nodes.SetMarksOwner(n, s.pool.Name)
+// announcedDrains is the drain start each node (by VM name) announces: as read, or as
+// the pool's last batch wrote it when it wrote the node after the pass read it (landed):
+// a drain that goes on keeps the start it announced first.
+func announcedDrains(byVM map[string]*corev1.Node, landed map[string]landedState) map[string]time.Time {
+	out := map[string]time.Time{}
+	for name, n := range byVM {
+		if w, ok := landedWarning(landed, n); ok {
+			if w.on {
+				out[name] = w.at
 			}
-		})
-	})
-	for _, err := range errs {
-		s.budget.NodeWritten(err)
-		if err != nil {
-			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
+			continue
+		}
+		if at, ok := nodes.DrainAt(n); ok {
+			out[name] = at
 		}
 	}
+	return out
+}
+
+// landedWarning is the warning the pool's last batch wrote to n after the pass read it,
+// if it wrote one.
+func landedWarning(landed map[string]landedState, n *corev1.Node) (warnChange, bool) {
+	l, ok := landed[n.Name]
+	if !ok || l.readAt != n.ResourceVersion || !l.marks.warn.set {
+		return warnChange{}, false
+	}
+	return l.marks.warn, true
+}
+
+// warningsToWrite decides which of the nodes (by VM name) need their draining-soon
+// warning written, and to what: want are the warnings the pass wants (drainWarningsOf),
+// and a node not in want carries none. A node the pool's last batch wrote after the
+// pass read it carries what the batch wrote (landed), as in statesToWrite.
+func warningsToWrite(want map[string]time.Time, byVM map[string]*corev1.Node, landed map[string]landedState) map[string]warnChange {
+	out := map[string]warnChange{}
+	for name, n := range byVM {
+		at, warn := want[name]
+		differs := warningDiffers(n, at, warn)
+		if w, ok := landedWarning(landed, n); ok {
+			// As HasWarning reads the annotation: to the second.
+			same := w.on && w.at.Truncate(time.Second).Equal(at.Truncate(time.Second))
+			differs = warn != same || (!warn && w.on)
+		}
+		if differs {
+			out[name] = warnChange{set: true, on: warn, at: at}
+		}
+	}
+	return out
+}
+
+// nextWarning is when the next scheduled switch's warnings start (0: none pending, or
+// they have started).
+func nextWarning(s *scope) time.Duration {
 	horizon := plan.WarnAhead(&s.pool.Spec)
 	if nb := s.decision.Next; nb != nil && horizon > 0 && s.now.Before(nb.At.Add(-horizon)) {
 		return nb.At.Add(-horizon).Sub(s.now)

@@ -22,7 +22,9 @@ import (
 // pass that cordons marks those nodes parked in the same patch (nothing on them to
 // drain), the others cordoned alone. When the switch goes on, every suspend is asked
 // once, after its node carries the parked marks (the door checks it on the API server),
-// and night is reached. When a pod that must stay aborts the switch (drain.timeout), the
+// and night is reached, each empty node written twice from the switch's start: its
+// cordon, then its state label and its warning taken off in one patch once its VM is
+// suspended. When a pod that must stay aborts the switch (drain.timeout), the
 // empty nodes, whose VMs still run, are uncordoned with their day marks back: no parked
 // label or taint is left on a node that serves, and nothing was asked of vCenter.
 func TestEmptyNodesParkedWithTheirCordon(t *testing.T) {
@@ -37,6 +39,9 @@ func TestEmptyNodesParkedWithTheirCordon(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, c.prefix)
+			log := &nodeWriteLog{}
+			log.reset()
+			h.client = log.wrap
 			door, starts := h.doorStarts(true)
 			rec := h.withPodWatches()
 			pool := h.dayNight()
@@ -84,6 +89,7 @@ func TestEmptyNodesParkedWithTheirCordon(t *testing.T) {
 			}
 			asked := door.counts()
 
+			log.reset()
 			h.clock.SetTime(monday1950)
 			for range 30 { // the pass that cordons
 				h.reconcile(pool.Name)
@@ -119,6 +125,13 @@ func TestEmptyNodesParkedWithTheirCordon(t *testing.T) {
 				for _, vm := range all {
 					if n := h.node(vm); !nodes.HasMeta(n, nodes.ParkedMeta(pool.Name)) {
 						t.Errorf("node %s at night without its parked marks: %v %v", n.Name, n.Labels, n.Spec.Taints)
+					}
+				}
+				log.mu.Lock()
+				defer log.mu.Unlock()
+				for _, vm := range c.empty {
+					if ws := log.writes[h.prefix+vm]; len(ws) != 2 {
+						t.Errorf("empty node %s written %d times in the switch, want 2 (its cordon; its state and warning): %v", vm, len(ws), ws)
 					}
 				}
 				return

@@ -32,8 +32,8 @@ func TestPassTimesString(t *testing.T) {
 		t.Errorf("nil: got %q", got)
 	}
 	pt := &passTimes{}
-	pt.timed("act:warn", func() {})
-	if len(pt.parts) != 1 || pt.parts[0].name != "act:warn" {
-		t.Errorf("timed recorded %+v, want one part act:warn", pt.parts)
+	pt.timed("act:states", func() {})
+	if len(pt.parts) != 1 || pt.parts[0].name != "act:states" {
+		t.Errorf("timed recorded %+v, want one part act:states", pt.parts)
 	}
 }

@@ -133,7 +133,7 @@ func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (
 	retry, ok := r.observe(ctx, s)
 	// Note: the last pass's state labels may still be being written (stateBatches):
 	// each node write of this pass waits for the batch's write to its node (patchNode),
-	// and publishStates for the whole batch.
+	// and publishMarks for the whole batch.
 	// The tasks that ended are told now, on the nodes observe matched, before this
 	// pass's own events (a transition it completes or starts, a VM's next task).
 	r.flushVMEvents(s)
@@ -257,8 +257,7 @@ func (r *GPUPoolProfileReconciler) settledPhase(ctx context.Context, s *scope) (
 	if !p.Done() && len(p.Problems) == 0 {
 		return outcome{}, nil
 	}
-	o := outcome{after: r.warnSchedulers(ctx, s, p), stop: true}
-	r.publishStates(ctx, s, nil)
+	o := outcome{after: r.publishMarks(ctx, s, p, nil), stop: true}
 	switch {
 	case !p.Done():
 		o.after = execute.Soonest(o.after, requeueBlocked)
@@ -276,15 +275,15 @@ func (r *GPUPoolProfileReconciler) settledPhase(ctx context.Context, s *scope) (
 
 // actPhase runs the due steps, one per worker; a failing step is reported and never
 // stops the others. After the steps, whose writes (a cordon first of all) come first in
-// the pass's budget (execute.Budget), the draining-soon warnings and the node states: a
-// warning of a node this pass cordoned is moot anyway.
+// the pass's budget (execute.Budget), the node states and draining-soon warnings, one
+// patch a node and past the pass (publishMarks): a node a step of the pass patched
+// carries its own already.
 func (r *GPUPoolProfileReconciler) actPhase(ctx context.Context, s *scope) (outcome, error) {
 	if s.facts.fallback == "" {
 		r.startTransition(s, s.plan)
 	}
 	after, done := r.act(ctx, s, s.plan)
-	s.times.timed("act:warn", func() { after = execute.Soonest(after, r.warnSchedulers(ctx, s, s.plan)) })
-	s.times.timed("act:states", func() { r.publishStates(ctx, s, done) })
+	s.times.timed("act:states", func() { after = execute.Soonest(after, r.publishMarks(ctx, s, s.plan, done)) })
 	if len(s.facts.held) > 0 {
 		after = execute.Soonest(after, requeueBlocked)
 	}

@@ -228,7 +228,7 @@ func (f *readyFollow) claim(pool, node, rv string, seq uint64) (skip, done bool)
 
 // madeDuring tells whether the follower is writing node's step, or wrote it since pass
 // number seq of the pool read it at resourceVersion rv: the pass does not write the
-// node's state label from its older read (publishStates).
+// node's state label from its older read (publishMarks).
 func (f *readyFollow) madeDuring(pool, node, rv string, seq uint64) bool {
 	if f == nil {
 		return false

@@ -23,8 +23,8 @@ type scope struct {
 	pool      *gpupoolv1.GPUPoolProfile
 	persisted *gpupoolv1.GPUPoolProfile
 	now       time.Time
-	// landed are the state labels the pool's last batch wrote (stateBatches), for
-	// publishStates; set by waitStates.
+	// landed are the marks the pool's last batch wrote (stateBatches), for
+	// publishMarks; set by waitStates.
 	landed map[string]landedState
 	// statesRefused is the error of the pool's last batch when none of its writes went
 	// through (the budget then counts no progress for the next batch).

@@ -4,23 +4,27 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpupool/gpupool/internal/execute"
+	"github.com/gpupool/gpupool/internal/nodes"
 )
 
-// stateBatches writes the node state labels a pass decides past that pass (issue 37:
-// a quarter of act at 64 hosts went to them), one batch per pool at a time.
+// stateBatches writes the node marks a pass publishes (publishMarks: state labels and
+// draining-soon warnings) past that pass (issue 37: a quarter of act at 64 hosts went to
+// the labels, and the warnings taken off drained nodes two fifths of act at 16 hosts),
+// one batch per pool at a time.
 //
-// The labels are derived from the workers' steps: no step is decided from them, and a
-// pass that finds one missing writes it again. What must not happen is a label of an
+// The marks are derived from the workers' steps and the plans: no step is decided from
+// them, and a pass that finds one missing writes it again. What must not happen is a label of an
 // earlier pass landing over the patch of a later one (a step's own marks, an uncordon of
 // an abort, the marks taken off a deleted pool's nodes). So every other write to a node
 // waits for the batch's write to that node (waitNode, from patchNode), and a batch runs
 // between two passes, overlapping the next pass's start, its observe and its steps on
 // other nodes. The pass waits for the whole batch only where it needs what the batch
-// found: before it decides its own labels (publishStates: which landed, which failed),
+// found: before it decides its own marks (publishMarks: which landed, which failed),
 // and on the ways a pass stops early (an invalid spec, the pause, vCenter out of reach;
 // the deletion and the NotFound path wait too). A batch's nodes are copies: the pass
 // that made it may end before the batch does. A batch ends within stateBatchTimeout, so
@@ -44,7 +48,7 @@ type batchWrite struct {
 	started, skipped bool
 }
 
-// stateBatch is one pass's state-label patches of a pool.
+// stateBatch is one pass's node-mark patches of a pool.
 type stateBatch struct {
 	done chan struct{}
 	// errs and landed are set before done is closed.
@@ -52,11 +56,40 @@ type stateBatch struct {
 	landed map[string]landedState
 }
 
-// landedState is a state label a batch wrote to a node, and the node's resourceVersion
-// as the pass that decided it had read it: a later pass that read the node at that same
-// version read it before the write landed, and need not write it again.
+// landedState is what a batch wrote to a node, and the node's resourceVersion as the
+// pass that decided it had read it: a later pass that read the node at that same version
+// read it before the write landed, and need not write it again.
 type landedState struct {
-	readAt, value string
+	readAt string
+	marks  nodeMarks
+}
+
+// nodeMarks is what a pass publishes on one node (publishMarks): its state label, with
+// the pool as the owner of its marks ("": left as it is), and its draining-soon warning
+// (left as it is unless warn.set), in one patch.
+type nodeMarks struct {
+	state string
+	warn  warnChange
+}
+
+// warnChange is a draining-soon warning to write: announcing a drain at at (on), or
+// taken off (!on); set says that the warning is written at all.
+type warnChange struct {
+	set, on bool
+	at      time.Time
+}
+
+// apply puts the marks on n, a node of pool.
+func (m nodeMarks) apply(n *corev1.Node, pool string) {
+	if m.state != "" {
+		nodes.SetState(n, m.state, pool)
+	}
+	if m.warn.set {
+		nodes.SetWarning(n, m.warn.at, m.warn.on)
+		if m.warn.on {
+			nodes.SetMarksOwner(n, pool)
+		}
+	}
 }
 
 // stateBatchTimeout bounds a batch, as reconcileTimeout bounds a pass.
@@ -67,16 +100,16 @@ func newStateBatches(ctx context.Context) *stateBatches {
 	return &stateBatches{ctx: ctx, pools: map[string]*stateBatch{}, nodes: map[string][]*batchWrite{}}
 }
 
-// start runs the patch of each node (a copy of it, as the pass read it) to its state
+// start runs the patch of each node (a copy of it, as the pass read it) to its marks
 // wants[i] past the pass, at most execute.MaxConcurrentWrites at once. The pool must
 // have no batch running (the pass waited for it).
-func (b *stateBatches) start(pool string, nodes []*corev1.Node, wants []string, patch func(context.Context, *corev1.Node, string) error) {
+func (b *stateBatches) start(pool string, copies []*corev1.Node, wants []nodeMarks, patch func(context.Context, *corev1.Node, nodeMarks) error) {
 	b.wait(pool) // never two batches of a pool at once (a pass has waited already: waitStates)
 	sb := &stateBatch{done: make(chan struct{})}
-	writes := make([]*batchWrite, len(nodes))
+	writes := make([]*batchWrite, len(copies))
 	b.mu.Lock()
 	b.pools[pool] = sb
-	for i, n := range nodes {
+	for i, n := range copies {
 		writes[i] = &batchWrite{pool: pool, done: make(chan struct{})}
 		b.nodes[n.Name] = append(b.nodes[n.Name], writes[i])
 	}
@@ -85,24 +118,24 @@ func (b *stateBatches) start(pool string, nodes []*corev1.Node, wants []string, 
 		defer close(sb.done)
 		ctx, cancel := context.WithTimeout(b.ctx, stateBatchTimeout)
 		defer cancel()
-		errs := make([]error, len(nodes))
-		readAt := make([]string, len(nodes))
-		for i, n := range nodes {
+		errs := make([]error, len(copies))
+		readAt := make([]string, len(copies))
+		for i, n := range copies {
 			readAt[i] = n.ResourceVersion
 		}
-		execute.ForEach(len(nodes), execute.MaxConcurrentWrites, func(i int) {
+		execute.ForEach(len(copies), execute.MaxConcurrentWrites, func(i int) {
 			w := writes[i]
 			b.mu.Lock()
 			w.started = !w.skipped
 			b.mu.Unlock()
 			if w.started {
-				errs[i] = patch(ctx, nodes[i], wants[i])
+				errs[i] = patch(ctx, copies[i], wants[i])
 			}
 			if !w.skipped {
 				close(w.done)
 			}
 			b.mu.Lock()
-			name := nodes[i].Name
+			name := copies[i].Name
 			if b.nodes[name] = slices.DeleteFunc(b.nodes[name], func(o *batchWrite) bool { return o == w }); len(b.nodes[name]) == 0 {
 				delete(b.nodes, name)
 			}
@@ -115,7 +148,7 @@ func (b *stateBatches) start(pool string, nodes []*corev1.Node, wants []string, 
 			case err != nil:
 				sb.errs = append(sb.errs, err)
 			default:
-				sb.landed[nodes[i].Name] = landedState{readAt: readAt[i], value: wants[i]}
+				sb.landed[copies[i].Name] = landedState{readAt: readAt[i], marks: wants[i]}
 			}
 		}
 	}()
@@ -169,7 +202,7 @@ func (b *stateBatches) takeOver(node, pool string) []*batchWrite {
 }
 
 // wait waits until the pool's batch, if any, has ended, forgets it and returns what it
-// found: the patches that failed, and the labels it wrote.
+// found: the patches that failed, and the marks it wrote.
 func (b *stateBatches) wait(pool string) ([]error, map[string]landedState) {
 	if b == nil {
 		return nil, nil

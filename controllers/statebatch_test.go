@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/nodes"
 )
 
@@ -27,6 +28,15 @@ func (b *stateBatches) idle(pool string) {
 	if sb != nil {
 		<-sb.done
 	}
+}
+
+// marksOf are state labels to write, the warnings left as they are.
+func marksOf(states ...string) []nodeMarks {
+	out := make([]nodeMarks, len(states))
+	for i, st := range states {
+		out[i] = nodeMarks{state: st}
+	}
+	return out
 }
 
 func batchNodes(names ...string) []*corev1.Node {
@@ -53,7 +63,7 @@ func TestStateBatches(t *testing.T) {
 	}
 	release := make(chan struct{})
 	var firstReturned atomic.Int32
-	b.start("p", batchNodes("a", "b"), []string{"parked", "ready"}, func(context.Context, *corev1.Node, string) error {
+	b.start("p", batchNodes("a", "b"), marksOf("parked", "ready"), func(context.Context, *corev1.Node, nodeMarks) error {
 		<-release
 		firstReturned.Add(1)
 		return nil
@@ -62,7 +72,7 @@ func TestStateBatches(t *testing.T) {
 	second := make(chan struct{})
 	go func() {
 		defer close(second)
-		b.start("p", batchNodes("c"), []string{"pending"}, func(context.Context, *corev1.Node, string) error {
+		b.start("p", batchNodes("c"), marksOf("pending"), func(context.Context, *corev1.Node, nodeMarks) error {
 			seen <- firstReturned.Load()
 			return nil
 		})
@@ -73,7 +83,7 @@ func TestStateBatches(t *testing.T) {
 	if n := <-seen; n != 2 {
 		t.Fatalf("the second batch patched when %d of the first's 2 patches had returned", n)
 	}
-	if len(errs) != 0 || len(landed) != 1 || landed["c"] != (landedState{readAt: "rv-c", value: "pending"}) {
+	if len(errs) != 0 || len(landed) != 1 || landed["c"] != (landedState{readAt: "rv-c", marks: nodeMarks{state: "pending"}}) {
 		t.Fatalf("second batch: errs %v landed %v", errs, landed)
 	}
 	if errs, landed := b.wait("p"); errs != nil || landed != nil {
@@ -84,14 +94,14 @@ func TestStateBatches(t *testing.T) {
 // TestStateBatchReportsFailures: what a batch found comes back to the next wait.
 func TestStateBatchReportsFailures(t *testing.T) {
 	b := newStateBatches(t.Context())
-	b.start("p", batchNodes("a", "bad"), []string{"parked", "ready"}, func(_ context.Context, n *corev1.Node, _ string) error {
+	b.start("p", batchNodes("a", "bad"), marksOf("parked", "ready"), func(_ context.Context, n *corev1.Node, _ nodeMarks) error {
 		if n.Name == "bad" {
 			return errors.New("refused")
 		}
 		return nil
 	})
 	errs, landed := b.wait("p")
-	if len(errs) != 1 || errs[0].Error() != "refused" || len(landed) != 1 || landed["a"] != (landedState{readAt: "rv-a", value: "parked"}) {
+	if len(errs) != 1 || errs[0].Error() != "refused" || len(landed) != 1 || landed["a"] != (landedState{readAt: "rv-a", marks: nodeMarks{state: "parked"}}) {
 		t.Fatalf("errs %v landed %v", errs, landed)
 	}
 }
@@ -122,13 +132,13 @@ func TestStatesToWrite(t *testing.T) {
 		{"no label", node("n", "5", "", ""), nil, true},
 		{"other value", node("n", "5", "pending", "p"), nil, true},
 		{"other owner", node("n", "5", "ready", "q"), nil, true},
-		{"landed after the read", node("n", "5", "pending", "p"), map[string]landedState{"n": {readAt: "5", value: "ready"}}, false},
-		{"landed, read since", node("n", "6", "pending", "p"), map[string]landedState{"n": {readAt: "5", value: "ready"}}, true},
-		{"landed another value", node("n", "5", "pending", "p"), map[string]landedState{"n": {readAt: "5", value: "reconfiguring"}}, true},
-		{"read shows it, but the batch wrote another value since", node("n", "5", "ready", "p"), map[string]landedState{"n": {readAt: "5", value: "pending"}}, true},
-		{"read shows it, the batch wrote another value before the read", node("n", "6", "ready", "p"), map[string]landedState{"n": {readAt: "5", value: "pending"}}, false},
-		{"landed after the read, another owner read", node("n", "5", "pending", "q"), map[string]landedState{"n": {readAt: "5", value: "ready"}}, false},
-		{"landed on another node", node("n", "5", "pending", "p"), map[string]landedState{"m": {readAt: "5", value: "ready"}}, true},
+		{"landed after the read", node("n", "5", "pending", "p"), map[string]landedState{"n": {readAt: "5", marks: nodeMarks{state: "ready"}}}, false},
+		{"landed, read since", node("n", "6", "pending", "p"), map[string]landedState{"n": {readAt: "5", marks: nodeMarks{state: "ready"}}}, true},
+		{"landed another value", node("n", "5", "pending", "p"), map[string]landedState{"n": {readAt: "5", marks: nodeMarks{state: "reconfiguring"}}}, true},
+		{"read shows it, but the batch wrote another value since", node("n", "5", "ready", "p"), map[string]landedState{"n": {readAt: "5", marks: nodeMarks{state: "pending"}}}, true},
+		{"read shows it, the batch wrote another value before the read", node("n", "6", "ready", "p"), map[string]landedState{"n": {readAt: "5", marks: nodeMarks{state: "pending"}}}, false},
+		{"landed after the read, another owner read", node("n", "5", "pending", "q"), map[string]landedState{"n": {readAt: "5", marks: nodeMarks{state: "ready"}}}, false},
+		{"landed on another node", node("n", "5", "pending", "p"), map[string]landedState{"m": {readAt: "5", marks: nodeMarks{state: "ready"}}}, true},
 	}
 	for _, c := range cases {
 		got := statesToWrite(map[string]nodes.StateFacts{"vm": ready}, map[string]*corev1.Node{"vm": c.node}, "p", nil, c.landed)
@@ -154,7 +164,7 @@ func TestStateBatchWaitNode(t *testing.T) {
 		mu.Unlock()
 	}
 	for _, pool := range []string{"p", "q"} {
-		b.start(pool, batchNodes("a", "b-"+pool), []string{"parked", "ready"}, func(_ context.Context, n *corev1.Node, _ string) error {
+		b.start(pool, batchNodes("a", "b-"+pool), marksOf("parked", "ready"), func(_ context.Context, n *corev1.Node, _ nodeMarks) error {
 			if n.Name == "a" {
 				<-release
 				logged(pool + " wrote a")
@@ -193,7 +203,7 @@ func TestStateBatchTakeNode(t *testing.T) {
 	began := make(chan string, 64)
 	var mu sync.Mutex
 	patched := map[string]bool{}
-	hold := func(_ context.Context, n *corev1.Node, _ string) error {
+	hold := func(_ context.Context, n *corev1.Node, _ nodeMarks) error {
 		began <- n.Name
 		<-release
 		mu.Lock()
@@ -206,7 +216,7 @@ func TestStateBatchTakeNode(t *testing.T) {
 	for i := range 16 + 1 {
 		names = append(names, string(rune('a'+i)))
 	}
-	wants := slices.Repeat([]string{"pending"}, len(names))
+	wants := slices.Repeat(marksOf("pending"), len(names))
 	b.start("p", batchNodes(names...), wants, hold)
 	running := map[string]bool{}
 	for range 16 {
@@ -249,7 +259,7 @@ func TestStateBatchTakeNode(t *testing.T) {
 	release2 := make(chan struct{})
 	began2 := make(chan string, 64)
 	var made atomic.Bool
-	b2.start("p", batchNodes(names...), wants, func(_ context.Context, n *corev1.Node, _ string) error {
+	b2.start("p", batchNodes(names...), wants, func(_ context.Context, n *corev1.Node, _ nodeMarks) error {
 		began2 <- n.Name
 		<-release2
 		if n.Name == queued {
@@ -280,5 +290,123 @@ func TestStateBatchTakeNode(t *testing.T) {
 	b2.wait("p")
 	if len(b.nodes)+len(b2.nodes) != 0 {
 		t.Errorf("writes left recorded: %v %v", b.nodes, b2.nodes)
+	}
+}
+
+// TestMarksLandedApartByKind: what a batch wrote counts for the kind of mark it wrote
+// only: a batch that wrote a node's warning alone says nothing of its state label, and
+// one that wrote its state alone nothing of its warning.
+func TestMarksLandedApartByKind(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "5", Labels: map[string]string{LabelState: "pending"},
+		Annotations: map[string]string{AnnotationMarkedBy: "p"}}}
+	ready := nodes.StateFacts{PoweredOn: true, NodeReady: true, InLayout: true}
+	warnOnly := map[string]landedState{"n": {readAt: "5", marks: nodeMarks{warn: warnChange{set: true, on: true, at: monday1950}}}}
+	if got := statesToWrite(map[string]nodes.StateFacts{"vm": ready}, map[string]*corev1.Node{"vm": n}, "p", nil, warnOnly); got["vm"] != "ready" {
+		t.Errorf("a landed warning took for the state label: %v", got)
+	}
+	stateOnly := map[string]landedState{"n": {readAt: "5", marks: nodeMarks{state: "ready"}}}
+	if got := warningsToWrite(map[string]time.Time{"vm": monday1950}, map[string]*corev1.Node{"vm": n}, stateOnly); !got["vm"].set {
+		t.Errorf("a landed state label took for the warning: %v", got)
+	}
+}
+
+// TestWarningsToWrite: a node is written its warning unless it carries the one wanted
+// (announcing the same drain start, to the second, annotation and taint) or none when
+// none is wanted (neither annotation nor taint), as read, or as the pool's last batch
+// wrote it after the pass read the node; every combination of what the node carries,
+// what the batch wrote and what is wanted.
+func TestWarningsToWrite(t *testing.T) {
+	at, other := monday1950, monday1950.Add(time.Hour)
+	type carried struct {
+		name  string
+		apply func(*corev1.Node)
+		has   *time.Time // the warning it carries whole (nil: none)
+		any   bool       // any part of one
+	}
+	carries := []carried{
+		{"nothing", func(*corev1.Node) {}, nil, false},
+		{"the warning", func(n *corev1.Node) { nodes.SetWarning(n, at, true) }, &at, true},
+		{"another drain's", func(n *corev1.Node) { nodes.SetWarning(n, other, true) }, &other, true},
+		{"the annotation alone", func(n *corev1.Node) {
+			nodes.SetWarning(n, at, true)
+			n.Spec.Taints = nil
+		}, nil, true},
+		{"the taint alone", func(n *corev1.Node) {
+			nodes.SetWarning(n, at, true)
+			delete(n.Annotations, gpupoolv1.AnnotationDrainAt)
+		}, nil, true},
+	}
+	landings := []struct {
+		name string
+		l    *warnChange // nil: none after the read
+		rv   string      // the version the batch read the node at
+	}{
+		{"no batch", nil, ""},
+		{"wrote it, after the read", &warnChange{set: true, on: true, at: at.Add(300 * time.Millisecond)}, "5"},
+		{"took it off, after the read", &warnChange{set: true}, "5"},
+		{"wrote another, after the read", &warnChange{set: true, on: true, at: other}, "5"},
+		{"wrote it, before the read", &warnChange{set: true, on: true, at: at}, "4"},
+	}
+	wants := []struct {
+		name string
+		want map[string]time.Time
+	}{{"wanted", map[string]time.Time{"vm": at}}, {"not wanted", nil}}
+	for _, c := range carries {
+		for _, l := range landings {
+			for _, w := range wants {
+				n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "5", Annotations: map[string]string{}}}
+				c.apply(n)
+				has, anyPart := c.has, c.any
+				var landed map[string]landedState
+				if l.l != nil {
+					landed = map[string]landedState{"n": {readAt: l.rv, marks: nodeMarks{warn: *l.l}}}
+					if l.rv == "5" {
+						has, anyPart = nil, l.l.on
+						if l.l.on {
+							has = &l.l.at
+						}
+					}
+				}
+				_, warn := w.want["vm"]
+				carriesWanted := has != nil && has.Truncate(time.Second).Equal(at)
+				write := warn != carriesWanted || (!warn && anyPart)
+				got := warningsToWrite(w.want, map[string]*corev1.Node{"vm": n}, landed)
+				g, ok := got["vm"]
+				if ok != write || (ok && (g != warnChange{set: true, on: warn, at: w.want["vm"]})) {
+					t.Errorf("node carries %s, batch %s, %s: got %+v (%t), want written: %t", c.name, l.name, w.name, g, ok, write)
+				}
+			}
+		}
+	}
+}
+
+// TestAnnouncedDrains: the drain start a node announces is its annotation's, or what
+// the pool's last batch wrote after the pass read it (a warning taken off announces
+// none); a state label the batch wrote alone leaves the annotation's.
+func TestAnnouncedDrains(t *testing.T) {
+	warned := func(name, rv string, at time.Time) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: rv, Annotations: map[string]string{}}}
+		nodes.SetWarning(n, at, true)
+		return n
+	}
+	bare := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bare", ResourceVersion: "5"}}
+	byVM := map[string]*corev1.Node{"a": warned("a", "5", monday1950), "b": warned("b", "5", monday1950), "c": warned("c", "5", monday1950),
+		"d": bare, "e": warned("e", "6", monday1950)}
+	later := monday1950.Add(time.Minute)
+	landed := map[string]landedState{
+		"b":    {readAt: "5", marks: nodeMarks{warn: warnChange{set: true}}},
+		"c":    {readAt: "5", marks: nodeMarks{state: "draining"}},
+		"bare": {readAt: "5", marks: nodeMarks{warn: warnChange{set: true, on: true, at: later}}},
+		"e":    {readAt: "5", marks: nodeMarks{warn: warnChange{set: true}}},
+	}
+	got := announcedDrains(byVM, landed)
+	want := map[string]time.Time{"a": monday1950, "c": monday1950, "d": later, "e": monday1950}
+	if len(got) != len(want) {
+		t.Fatalf("announced %v, want %v", got, want)
+	}
+	for vm, at := range want {
+		if !got[vm].Equal(at) {
+			t.Errorf("%s announces %v, want %v", vm, got[vm], at)
+		}
 	}
 }

@@ -113,10 +113,8 @@ func (r *GPUPoolProfileReconciler) keepAborted(ctx context.Context, s *scope) ti
 	r.uncordonRunning(ctx, s)
 	s.nodeStates = nodeStates(&s.w, s.pool, s.now, s.wanted)
 	r.planNext(s)
-	after := r.warnSchedulers(ctx, s, nil)
 	s.aborted = true
-	r.publishStates(ctx, s, nil)
-	return after
+	return r.publishMarks(ctx, s, nil, nil)
 }
 
 // endTransition ends the transition in status (there must be one) with result: message

@@ -111,7 +111,7 @@ func parsePatch(t *testing.T, patch string) patchFields {
 }
 
 // stateOnly tells whether a node patch writes nothing but the state label and its
-// owner (what publishStates writes).
+// owner (what publishMarks writes for a node whose warning stays).
 func (f patchFields) stateOnly() bool {
 	for k := range f.Metadata.Labels {
 		if k != LabelState {
@@ -128,7 +128,8 @@ func (f patchFields) stateOnly() bool {
 }
 
 // warningOnly tells whether a node patch writes nothing but the draining-soon warning
-// (the drain-at annotation and the taints) and its owner (what warnSchedulers writes).
+// (the drain-at annotation and the taints) and its owner (what publishMarks writes for a
+// node whose state stays).
 func (f patchFields) warningOnly() bool {
 	if len(f.Metadata.Labels) > 0 {
 		return false

@@ -90,7 +90,7 @@ func callsByMethod(m map[string]int) string {
 // passPhases is the order of a pass's phases (controllers/phases.go) and of act's parts
 // (controllers/act.go), for the table.
 var passPhases = []string{"desire", "paused", "observe", "observe:vcenter", "observe:cluster", "observe:account", "tasks", "keep-aborted", "decide", "settled", "act",
-	"act:cordon", "act:evict", "act:node-steps", "act:park", "act:steps", "act:start", "act:warn", "act:states", "status"}
+	"act:cordon", "act:evict", "act:node-steps", "act:park", "act:steps", "act:start", "act:states", "status"}
 
 // reconcileQuantile prints a quantile of controller-runtime's reconcile histogram, whose
 // last bucket is 60 s: beyond it the quantile is not known (histogram.quantile's -1).

@@ -30,7 +30,7 @@ func (r *GPUPoolProfileReconciler) act(ctx context.Context, s *scope, p *plan.Pl
 		r.ready.settle(s.pool.Name)
 	}
 	out := r.executor(s).Run(ctx, execute.Input{Pool: s.pool, Now: s.now, Plan: p, Layout: s.layout, World: &s.w, Budget: s.budget,
-		Marks: stepMarks(stateFacts(s), warn, s.pool.Name), ReadyOnceRelabelled: readyOnceRelabelled(s), Claim: r.claimNodeStep(s),
+		Marks: stepMarks(stateFacts(s), warn, s.pool.Name, s.now), ReadyOnceRelabelled: readyOnceRelabelled(s), Claim: r.claimNodeStep(s),
 		Planned: s.planned})
 	s.facts.stepErrors = append(s.facts.stepErrors, out.StepErrors...)
 	s.facts.drainBlocked = append(s.facts.drainBlocked, out.DrainBlocked...)

@@ -79,13 +79,20 @@ func stateAfter(f nodes.StateFacts, done bool) string {
 // unless a step's outcome changed them (a failed start, a hold, an abort), or leave them
 // to the suspends' node writes past the pass (marksPending). So a drain's
 // cordon carries the node's warning and its park takes it off, instead of two patches
-// of their own.
-func stepMarks(facts map[string]nodes.StateFacts, warn map[string]time.Time, pool string) func(vm string, done bool, n *corev1.Node) {
+// of their own. A drain under way (its start at or before now, the pass's time) keeps
+// the earlier start the node carries as it is patched: the pass decided warn before it
+// waited for the last pass's batch (publishMarks), and may have read the node before
+// that batch's warning landed on it.
+func stepMarks(facts map[string]nodes.StateFacts, warn map[string]time.Time, pool string, now time.Time) func(vm string, done bool, n *corev1.Node) {
 	return func(vm string, done bool, n *corev1.Node) {
 		if f, ok := facts[vm]; ok {
 			nodes.SetState(n, stateAfter(f, done), pool)
 		}
-		if at, ok := warn[vm]; warningDiffers(n, at, ok) {
+		at, ok := warn[vm]
+		if carried, has := nodes.DrainAt(n); ok && has && !at.After(now) && carried.Before(at) {
+			at = carried
+		}
+		if warningDiffers(n, at, ok) {
 			nodes.SetWarning(n, at, ok)
 			if ok {
 				nodes.SetMarksOwner(n, pool)

@@ -16,8 +16,8 @@ import (
 // overwritten: on a conflict the node is read again and the change applied again. A
 // patch that fails leaves n as it was last read, so that the rest of the pass does not
 // take the change for made (a state label carried by a refused cordon is written again
-// by publishMarks). It first waits for the state label a batch of the pool's last pass
-// may be writing to the node (stateBatches), so that the label lands before this change.
+// by publishMarks). It first waits for the marks a batch of the pool's last pass may be
+// writing to the node (stateBatches), so that they land before this change.
 func (r *GPUPoolProfileReconciler) patchNode(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error {
 	r.states.waitNode(n.Name)
 	return r.patchNodeNow(ctx, n, change)

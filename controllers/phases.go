@@ -131,7 +131,7 @@ func (r *GPUPoolProfileReconciler) tasksPhase(ctx context.Context, s *scope) (ou
 // back when the wanted layout changes at the latest.
 func (r *GPUPoolProfileReconciler) observePhase(ctx context.Context, s *scope) (outcome, error) {
 	retry, ok := r.observe(ctx, s)
-	// Note: the last pass's state labels may still be being written (stateBatches):
+	// Note: the last pass's node marks may still be being written (stateBatches):
 	// each node write of this pass waits for the batch's write to its node (patchNode),
 	// and publishMarks for the whole batch.
 	// The tasks that ended are told now, on the nodes observe matched, before this

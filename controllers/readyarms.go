@@ -111,8 +111,9 @@ func (r *GPUPoolProfileReconciler) readyNode(ctx context.Context, name string) (
 
 // writeReady makes the follower's step as a pass's relabel and uncordon make theirs
 // (internal/execute): the patch, then the Machine released and the events. The patch
-// carries the node's state label, so it takes over the pool's state batch's write to the
-// node not yet started (takeNode) rather than wait for its turn.
+// carries the node's state label and takes its warning off, so it takes over the pool's
+// batch's write of marks to the node not yet started (takeNode) rather than wait for its
+// turn.
 func (r *GPUPoolProfileReconciler) writeReady(ctx context.Context, pool *gpupoolv1.GPUPoolProfile, n *corev1.Node, a readyArm, st nodeStep) error {
 	r.states.takeNode(n.Name, pool.Name)
 	if err := r.patchNodeNow(ctx, n, st.change); err != nil {

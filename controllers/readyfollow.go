@@ -228,7 +228,7 @@ func (f *readyFollow) claim(pool, node, rv string, seq uint64) (skip, done bool)
 
 // madeDuring tells whether the follower is writing node's step, or wrote it since pass
 // number seq of the pool read it at resourceVersion rv: the pass does not write the
-// node's state label from its older read (publishMarks).
+// node's marks from its older read (publishMarks).
 func (f *readyFollow) madeDuring(pool, node, rv string, seq uint64) bool {
 	if f == nil {
 		return false
@@ -350,7 +350,9 @@ type nodeStep struct {
 // until n is ready for work as observe judges it, or when n already carries the step;
 // else the step. A relabel uncordons in the same patch only when the node is still
 // ready once it carries the layout's labels (as readyOnceRelabelled decides for a
-// pass); otherwise the next pass uncordons it.
+// pass); otherwise the next pass uncordons it. The arming pass wanted no draining-soon
+// warning on the node (readyArmOf), so the step takes one off: it takes over the batch's
+// write to the node not yet made (takeNode), which may have been to take it off.
 func readyStep(a readyArm, n *corev1.Node) (nodeStep, bool) {
 	if len(nodes.ReadinessGaps(n, a.readiness, a.want, 0)) > 0 {
 		return nodeStep{}, false
@@ -373,6 +375,9 @@ func readyStep(a readyArm, n *corev1.Node) (nodeStep, bool) {
 			nodes.Uncordon(n)
 		}
 		nodes.SetState(n, state, a.pool)
+		if nodes.HasAnyWarning(n) {
+			nodes.SetWarning(n, time.Time{}, false)
+		}
 	}
 	change(after)
 	if equality.Semantic.DeepEqual(after, n) {

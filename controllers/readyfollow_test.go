@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -42,7 +43,8 @@ func followArm(node string) readyArm {
 // TestReadyStep is the follower's decision over the classes of node it may see: not yet
 // ready for work (NotReady, no GPUs, a readiness label missing), ready (relabel and
 // uncordon in one patch, the worker done), ready but not once relabelled (the relabel
-// alone: the pass uncordons), an uncordon alone, and a node that carries it all already.
+// alone: the pass uncordons), an uncordon alone, a node that still carries a
+// draining-soon warning (taken off with the step), and a node that carries it all already.
 func TestReadyStep(t *testing.T) {
 	withLabel := func(n *corev1.Node, k, v string) *corev1.Node { n.Labels[k] = v; return n }
 	readinessLabel := gpupoolv1.ReadinessSpec{NodeLabels: map[string]string{"feature": "on"}}
@@ -70,6 +72,11 @@ func TestReadyStep(t *testing.T) {
 			node: followNode("n", true, 1), fires: true, uncordon: true, last: true, state: gpupoolv1.StateReady},
 		{name: "relabel alone", arm: func(a readyArm) readyArm { a.uncordon = false; return a },
 			node: followNode("n", true, 1), fires: true, last: true, state: gpupoolv1.StateReady},
+		{name: "ready for work, a warning left on it", node: func() *corev1.Node {
+			n := followNode("n", true, 1)
+			nodes.SetWarning(n, time.Date(2026, 11, 30, 19, 50, 0, 0, time.UTC), true)
+			return n
+		}(), fires: true, uncordon: true, last: true, state: gpupoolv1.StateReady},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,6 +107,9 @@ func TestReadyStep(t *testing.T) {
 			}
 			if n.Labels["keep"] != "me" {
 				t.Error("a label gpupool does not own was lost")
+			}
+			if nodes.HasAnyWarning(n) {
+				t.Errorf("a draining-soon warning left after the step: %v %v", n.Annotations, n.Spec.Taints)
 			}
 			if _, again := readyStep(a, n); again {
 				t.Error("the step fires again on the node it wrote")

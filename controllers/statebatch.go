@@ -169,12 +169,13 @@ func (b *stateBatches) waitNode(node string) {
 }
 
 // takeNode is waitNode for the pool's ready follower, whose write carries the node's
-// newer state: the pool's batch writes to the node not yet started are not made (their
-// label is the arming pass's, older than the follower's), and it waits only for those
-// under way and for other pools'. Without it a node ready for work waited for its
-// place in a batch of hundreds of labels (seconds at 64 hosts). A write taken over is
-// neither landed nor failed: the next pass reads the node and writes the label if it
-// is missing, unless the follower wrote it since that read (madeDuring).
+// newer state and takes its warning off (readyStep): the pool's batch writes to the
+// node not yet started are not made (their marks are the arming pass's, older than the
+// follower's), and it waits only for those under way and for other pools'. Without it a
+// node ready for work waited for its place in a batch of hundreds of marks (seconds at
+// 64 hosts). A write taken over is neither landed nor failed: the next pass reads the
+// node and writes the marks it misses, unless the follower wrote it since that read
+// (madeDuring).
 func (b *stateBatches) takeNode(node, pool string) {
 	if b == nil {
 		return

@@ -295,18 +295,70 @@ func TestStateBatchTakeNode(t *testing.T) {
 
 // TestMarksLandedApartByKind: what a batch wrote counts for the kind of mark it wrote
 // only: a batch that wrote a node's warning alone says nothing of its state label, and
-// one that wrote its state alone nothing of its warning.
+// one that wrote its state alone nothing of its warning. The node, read before the
+// batch's write landed, carries the wanted label and warning; a batch that wrote only
+// the other kind must not make the pass write them again.
 func TestMarksLandedApartByKind(t *testing.T) {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "5", Labels: map[string]string{LabelState: "pending"},
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "5", Labels: map[string]string{LabelState: "ready"},
 		Annotations: map[string]string{AnnotationMarkedBy: "p"}}}
+	nodes.SetWarning(n, monday1950, true)
 	ready := nodes.StateFacts{PoweredOn: true, NodeReady: true, InLayout: true}
+	facts, byVM, want := map[string]nodes.StateFacts{"vm": ready}, map[string]*corev1.Node{"vm": n}, map[string]time.Time{"vm": monday1950}
 	warnOnly := map[string]landedState{"n": {readAt: "5", marks: nodeMarks{warn: warnChange{set: true, on: true, at: monday1950}}}}
-	if got := statesToWrite(map[string]nodes.StateFacts{"vm": ready}, map[string]*corev1.Node{"vm": n}, "p", nil, warnOnly); got["vm"] != "ready" {
+	if got := statesToWrite(facts, byVM, "p", nil, warnOnly); len(got) != 0 {
 		t.Errorf("a landed warning took for the state label: %v", got)
 	}
 	stateOnly := map[string]landedState{"n": {readAt: "5", marks: nodeMarks{state: "ready"}}}
-	if got := warningsToWrite(map[string]time.Time{"vm": monday1950}, map[string]*corev1.Node{"vm": n}, stateOnly); !got["vm"].set {
+	if got := warningsToWrite(want, byVM, stateOnly); len(got) != 0 {
 		t.Errorf("a landed state label took for the warning: %v", got)
+	}
+	// And each kind the batch wrote counts over the read.
+	if got := statesToWrite(facts, byVM, "p", nil, map[string]landedState{"n": {readAt: "5", marks: nodeMarks{state: "pending"}}}); got["vm"] != "ready" {
+		t.Errorf("a landed state label did not count: %v", got)
+	}
+	if got := warningsToWrite(want, byVM, map[string]landedState{"n": {readAt: "5", marks: nodeMarks{warn: warnChange{set: true}}}}); !got["vm"].set || !got["vm"].on {
+		t.Errorf("a landed warning did not count: %v", got)
+	}
+}
+
+// TestStepMarksKeepTheAnnouncedStart: a step's patch puts the warning the pass wants on
+// its node, but a drain under way keeps the earlier start its node carries as it is
+// patched (the pass may have read the node before the last batch's warning landed);
+// a later start, a warning ahead of a switch (in the future) and no warning wanted are
+// written as decided.
+func TestStepMarksKeepTheAnnouncedStart(t *testing.T) {
+	now := monday1950
+	earlier, later, ahead := now.Add(-time.Minute), now.Add(time.Minute), now.Add(10*time.Minute)
+	cases := []struct {
+		name    string
+		carried *time.Time // the node's warning as patched (nil: none)
+		want    *time.Time // the pass's (nil: none)
+		result  *time.Time // the node's after the patch (nil: none)
+	}{
+		{"no warning carried", nil, &now, &now},
+		{"an earlier start carried", &earlier, &now, &earlier},
+		{"a later start carried", &later, &now, &now},
+		{"the same start", &now, &now, &now},
+		{"ahead of a switch, another carried", &earlier, &ahead, &ahead},
+		{"none wanted", &earlier, nil, nil},
+	}
+	for _, c := range cases {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{}}}
+		if c.carried != nil {
+			nodes.SetWarning(n, *c.carried, true)
+		}
+		warn := map[string]time.Time{}
+		if c.want != nil {
+			warn["vm"] = *c.want
+		}
+		stepMarks(nil, warn, "p", now)("vm", false, n)
+		at, has := nodes.DrainAt(n)
+		switch {
+		case c.result == nil && nodes.HasAnyWarning(n):
+			t.Errorf("%s: the node keeps a warning: %v", c.name, n.Annotations)
+		case c.result != nil && (!has || !at.Equal(*c.result) || !nodes.HasWarning(n, *c.result)):
+			t.Errorf("%s: the node announces %v (%t), want %v", c.name, at, has, *c.result)
+		}
 	}
 }
 

@@ -201,11 +201,35 @@ func TestDoNotDisruptHoldsTheDrain(t *testing.T) {
 // their drain starts; an override that cancels the switch takes it off, and drained
 // nodes lose it.
 func TestDrainingSoonWarnsTheScheduler(t *testing.T) {
-	h := newHarness(t, "warn-")
+	for _, mode := range []string{"in the pass", "past the pass"} {
+		t.Run(mode, func(t *testing.T) { drainingSoonWarnsTheScheduler(t, mode) })
+	}
+}
+
+// drainingSoonWarnsTheScheduler is TestDrainingSoonWarnsTheScheduler with the node marks
+// written in the pass (the tests' reconciler) or past it (stateBatches, as the manager
+// writes them: each pass's batch waited for before the test reads the nodes). A pass
+// that wants the warning a node carries, or that the last batch wrote after the pass
+// read the node, writes no warning.
+func drainingSoonWarnsTheScheduler(t *testing.T, mode string) {
+	h := newHarness(t, map[string]string{"in the pass": "warn-", "past the pass": "warb-"}[mode])
+	log := &nodeWriteLog{}
+	log.reset()
+	h.client = log.wrap
+	var states *stateBatches
+	if mode == "past the pass" {
+		states = newStateBatches(h.ctx)
+		h.reconciler().states = states
+	}
+	reconcile := func(pool string) {
+		h.reconcile(pool)
+		states.idle(pool)
+	}
 	pool := h.dayNight()
 	h.clock.SetTime(monday1000)
 	h.create(pool)
 	h.converge(pool.Name, "day", 30)
+	states.idle(pool.Name)
 	day := []string{"day-1", "day-2", "day-3", "day-4"}
 	wantAt := monday1950.UTC().Format(time.RFC3339)
 	check := func(when string, warned bool) {
@@ -218,14 +242,42 @@ func TestDrainingSoonWarnsTheScheduler(t *testing.T) {
 			}
 		}
 	}
+	// warningWrites counts the node patches since the last reset that write a warning.
+	warningWrites := func() int {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		count := 0
+		for _, ws := range log.writes {
+			for _, w := range ws {
+				if _, at := parsePatch(t, w.patch).Metadata.Annotations[AnnotationDrainAt]; at {
+					count++
+				}
+			}
+		}
+		return count
+	}
 	check("10:00", false)
 
 	h.clock.SetTime(monday1950.Add(-11 * time.Minute))
-	h.reconcile(pool.Name)
+	reconcile(pool.Name)
 	check("19:39", false)
 	h.clock.SetTime(monday1950.Add(-10 * time.Minute))
-	h.reconcile(pool.Name)
+	log.reset()
+	reconcile(pool.Name)
 	check("19:40", true)
+	if n := warningWrites(); n != len(day) {
+		t.Errorf("19:40: %d warning writes, want one per day node (%d)", n, len(day))
+	}
+	// The next passes, at once (their reads may come before the writes land) and later,
+	// want the same warnings: no node is written for them again.
+	log.reset()
+	reconcile(pool.Name)
+	h.clock.Step(time.Minute)
+	reconcile(pool.Name)
+	if n := warningWrites(); n != 0 {
+		t.Errorf("19:41: %d warning writes of warnings in place, want none:\n%s", n, log)
+	}
+	check("19:41", true)
 	if ts := h.node("day-1").Spec.Taints; !hasTaint(h.node("day-1"), TaintDrainingSoon) || func() bool {
 		for _, t := range ts {
 			if t.Key == TaintDrainingSoon {
@@ -241,22 +293,23 @@ func TestDrainingSoonWarnsTheScheduler(t *testing.T) {
 	p := h.get(pool.Name)
 	p.Spec.Override = &gpupoolv1.Override{Layout: "day", Until: &metav1.Time{Time: monday1950.Add(3 * time.Hour)}}
 	h.must(k8s.Update(h.ctx, p))
-	h.reconcile(pool.Name)
+	reconcile(pool.Name)
 	check("override", false)
 	p = h.get(pool.Name)
 	p.Spec.Override = nil
 	h.must(k8s.Update(h.ctx, p))
-	h.reconcile(pool.Name)
+	reconcile(pool.Name)
 	check("override removed", true)
 
 	// The switch starts: the nodes keep the warning while they are drained, then lose it.
 	h.clock.SetTime(monday1950)
-	h.reconcile(pool.Name)
+	reconcile(pool.Name)
 	if n := h.node("day-1"); n.Annotations[AnnotationDrainAt] != wantAt || n.Labels[LabelState] != StateDraining {
 		t.Errorf("day-1 while draining: drain-at %q state %q, want %s and draining", n.Annotations[AnnotationDrainAt], n.Labels[LabelState], wantAt)
 	}
 	h.settle()
 	h.checkNight(h.converge(pool.Name, "night", 60))
+	states.idle(pool.Name)
 	check("night", false)
 }
 

@@ -70,7 +70,8 @@ func warningDue(now time.Time, next *plan.Boundary, horizon time.Duration, switc
 
 // withdrawWarnings takes the draining-soon warning off the pool's nodes whose drain
 // will not happen (keep says which stand), with node patches only: it runs on passes
-// that do not reach vSphere (paused, invalid spec, vCenter unreachable).
+// that do not reach vSphere (paused, invalid spec, vCenter unreachable), after the last
+// pass's batch (waitStates), whose warnings may not be in the cache yet (s.landed).
 func (r *GPUPoolProfileReconciler) withdrawWarnings(ctx context.Context, s *scope, keep func(at time.Time) bool) {
 	marked, err := r.markedNodes(ctx, s.pool, statusNodes(s.pool))
 	if err != nil {
@@ -78,16 +79,25 @@ func (r *GPUPoolProfileReconciler) withdrawWarnings(ctx context.Context, s *scop
 		return
 	}
 	for _, n := range marked {
-		if !nodes.HasAnyWarning(n) {
-			continue
-		}
-		if at, ok := nodes.DrainAt(n); ok && keep(at) {
+		warned, at, ok := carriedWarning(n, s.landed)
+		if !warned || (ok && keep(at)) {
 			continue
 		}
 		if err := r.patchNode(ctx, n, func(n *corev1.Node) { nodes.SetWarning(n, time.Time{}, false) }); err != nil {
 			s.facts.stepErrors = append(s.facts.stepErrors, err.Error())
 		}
 	}
+}
+
+// carriedWarning tells whether node n carries any part of a draining-soon warning, and
+// the drain start it announces (ok: one that can be read): as read, or as the pool's
+// last batch wrote it when it wrote the node after that read (landed).
+func carriedWarning(n *corev1.Node, landed map[string]landedState) (warned bool, at time.Time, ok bool) {
+	if w, written := landedWarning(landed, n); written {
+		return w.on, w.at, w.on
+	}
+	at, ok = nodes.DrainAt(n)
+	return nodes.HasAnyWarning(n), at, ok
 }
 
 // switchDue tells whether a switch is under way or due now.

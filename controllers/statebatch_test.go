@@ -462,3 +462,36 @@ func TestAnnouncedDrains(t *testing.T) {
 		}
 	}
 }
+
+// TestCarriedWarning: the warning a node carries for the passes that only take warnings
+// off (withdrawWarnings) is the one read, or the one the last batch wrote after the read.
+func TestCarriedWarning(t *testing.T) {
+	warned := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w", ResourceVersion: "5", Annotations: map[string]string{}}}
+	nodes.SetWarning(warned, monday1950, true)
+	bare := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "b", ResourceVersion: "5"}}
+	taintOnly := warned.DeepCopy()
+	taintOnly.Name = "t"
+	delete(taintOnly.Annotations, gpupoolv1.AnnotationDrainAt)
+	later := monday1950.Add(time.Hour)
+	cases := []struct {
+		name   string
+		n      *corev1.Node
+		landed map[string]landedState
+		warned bool
+		at     *time.Time
+	}{
+		{"read, warned", warned, nil, true, &monday1950},
+		{"read, none", bare, nil, false, nil},
+		{"read, the taint alone", taintOnly, nil, true, nil},
+		{"the batch wrote one after the read", bare, map[string]landedState{"b": {readAt: "5", marks: nodeMarks{warn: warnChange{set: true, on: true, at: later}}}}, true, &later},
+		{"the batch took it off after the read", warned, map[string]landedState{"w": {readAt: "5", marks: nodeMarks{warn: warnChange{set: true}}}}, false, nil},
+		{"the batch wrote a state alone", warned, map[string]landedState{"w": {readAt: "5", marks: nodeMarks{state: "ready"}}}, true, &monday1950},
+		{"the batch wrote before the read", bare, map[string]landedState{"b": {readAt: "4", marks: nodeMarks{warn: warnChange{set: true, on: true, at: later}}}}, false, nil},
+	}
+	for _, c := range cases {
+		w, at, ok := carriedWarning(c.n, c.landed)
+		if w != c.warned || ok != (c.at != nil) || (ok && !at.Equal(*c.at)) {
+			t.Errorf("%s: warned %t at %v (%t), want %t %v", c.name, w, at, ok, c.warned, c.at)
+		}
+	}
+}

@@ -93,11 +93,9 @@ func (r *GPUPoolProfileReconciler) withdrawWarnings(ctx context.Context, s *scop
 // the drain start it announces (ok: one that can be read): as read, or as the pool's
 // last batch wrote it when it wrote the node after that read (landed).
 func carriedWarning(n *corev1.Node, landed map[string]landedState) (warned bool, at time.Time, ok bool) {
-	if w, written := landedWarning(landed, n); written {
-		return w.on, w.at, w.on
-	}
-	at, ok = nodes.DrainAt(n)
-	return nodes.HasAnyWarning(n), at, ok
+	w := warningOf(n, landed)
+	at, ok = nodes.DrainAt(w)
+	return nodes.HasAnyWarning(w), at, ok
 }
 
 // switchDue tells whether a switch is under way or due now.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/execute"
@@ -292,27 +293,24 @@ func drainWarningsOf(s *scope, current *plan.Plan) map[string]time.Time {
 func announcedDrains(byVM map[string]*corev1.Node, landed map[string]landedState) map[string]time.Time {
 	out := map[string]time.Time{}
 	for name, n := range byVM {
-		if w, ok := landedWarning(landed, n); ok {
-			if w.on {
-				out[name] = w.at
-			}
-			continue
-		}
-		if at, ok := nodes.DrainAt(n); ok {
+		if at, ok := nodes.DrainAt(warningOf(n, landed)); ok {
 			out[name] = at
 		}
 	}
 	return out
 }
 
-// landedWarning is the warning the pool's last batch wrote to n after the pass read it,
-// if it wrote one.
-func landedWarning(landed map[string]landedState, n *corev1.Node) (warnChange, bool) {
+// warningOf is n as far as its draining-soon warning goes (read it with nodes.HasWarning,
+// HasAnyWarning, DrainAt): n itself, or, when the pool's last batch wrote n's warning
+// after the pass read n (landed), a node that carries what the batch wrote.
+func warningOf(n *corev1.Node, landed map[string]landedState) *corev1.Node {
 	l, ok := landed[n.Name]
 	if !ok || l.readAt != n.ResourceVersion || !l.marks.warn.set {
-		return warnChange{}, false
+		return n
 	}
-	return l.marks.warn, true
+	w := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
+	nodes.SetWarning(w, l.marks.warn.at, l.marks.warn.on)
+	return w
 }
 
 // warningsToWrite decides which of the nodes (by VM name) need their draining-soon
@@ -322,14 +320,7 @@ func landedWarning(landed map[string]landedState, n *corev1.Node) (warnChange, b
 func warningsToWrite(want map[string]time.Time, byVM map[string]*corev1.Node, landed map[string]landedState) map[string]warnChange {
 	out := map[string]warnChange{}
 	for name, n := range byVM {
-		at, warn := want[name]
-		differs := warningDiffers(n, at, warn)
-		if w, ok := landedWarning(landed, n); ok {
-			// As HasWarning reads the annotation: to the second.
-			same := w.on && w.at.Truncate(time.Second).Equal(at.Truncate(time.Second))
-			differs = warn != same || (!warn && w.on)
-		}
-		if differs {
+		if at, warn := want[name]; warningDiffers(warningOf(n, landed), at, warn) {
 			out[name] = warnChange{set: true, on: warn, at: at}
 		}
 	}

@@ -86,19 +86,18 @@ func stateAfter(f nodes.StateFacts, done bool) string {
 // that batch's warning landed on it.
 func stepMarks(facts map[string]nodes.StateFacts, warn map[string]time.Time, pool string, now time.Time) func(vm string, done bool, n *corev1.Node) {
 	return func(vm string, done bool, n *corev1.Node) {
+		var m nodeMarks
 		if f, ok := facts[vm]; ok {
-			nodes.SetState(n, stateAfter(f, done), pool)
+			m.state = stateAfter(f, done)
 		}
 		at, ok := warn[vm]
 		if carried, has := nodes.DrainAt(n); ok && has && !at.After(now) && carried.Before(at) {
 			at = carried
 		}
 		if warningDiffers(n, at, ok) {
-			nodes.SetWarning(n, at, ok)
-			if ok {
-				nodes.SetMarksOwner(n, pool)
-			}
+			m.warn = warnChange{set: true, on: ok, at: at}
 		}
+		m.apply(n, pool)
 	}
 }
 

@@ -72,7 +72,7 @@ func TestCredentialsNamespaceNotAllowed(t *testing.T) {
 // vgpusim); a changed Secret is tried at once.
 func TestRefusedLoginNodeEvents(t *testing.T) {
 	h := newHarness(t, "lock-")
-	h.conn = vsphere.NewConnector(vsphere.WithClock(h.clock))
+	h.conn = newConnector(vsphere.WithClock(h.clock))
 	t.Cleanup(func() { closeConnector(h.conn) })
 	h.setPassword(canary)
 	var names []string
@@ -121,7 +121,7 @@ func TestRefusedLoginNodeEvents(t *testing.T) {
 // reconciled.
 func TestRotatedPasswordReloginRefused(t *testing.T) {
 	h := newHarness(t, "rotate-")
-	h.conn = vsphere.NewConnector(vsphere.WithClock(h.clock))
+	h.conn = newConnector(vsphere.WithClock(h.clock))
 	t.Cleanup(func() { closeConnector(h.conn) })
 	p := h.dayNight()
 	h.create(p)
@@ -202,7 +202,7 @@ func TestCanaryNeverLeaks(t *testing.T) {
 		defer mu.Unlock()
 		fmt.Fprintln(&logs, prefix, args)
 	}, funcr.Options{Verbosity: 5}) // every level gpupool logs at; 8+ is client-go's dump of API bodies
-	h.conn = vsphere.NewConnector(vsphere.WithLogger(sink), vsphere.WithClock(h.clock))
+	h.conn = newConnector(vsphere.WithLogger(sink), vsphere.WithClock(h.clock))
 	t.Cleanup(func() { closeConnector(h.conn) })
 	ctx := logr.NewContext(h.ctx, sink)
 	var errs []string

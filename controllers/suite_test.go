@@ -207,7 +207,7 @@ func newHarnessWith(t *testing.T, prefix, inventory string) *harness {
 	sim := vgpusim.StartT(t, fmt.Sprintf(inventory, prefix))
 	h := &harness{t: t, ctx: ctx, prefix: prefix, sim: sim, clock: clocktesting.NewFakeClock(monday0700),
 		recorder: events.NewFakeRecorder(10000)}
-	h.conn = vsphere.NewConnector()
+	h.conn = newConnector()
 	t.Cleanup(func() { closeConnector(h.conn) })
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: prefix + "apps"}}
@@ -275,7 +275,7 @@ func (h *harness) reconciler() *GPUPoolProfileReconciler {
 	if h.rec == nil || h.restart || h.forget {
 		if h.restart && h.rec != nil {
 			closeConnector(h.conn)
-			h.conn = vsphere.NewConnector()
+			h.conn = newConnector()
 		}
 		c := client.Client(operator)
 		if h.client != nil {
@@ -311,7 +311,7 @@ func (h *harness) call(name string) (res ctrl.Result, err error) {
 			h.crashes++
 			h.rec = nil // the next pass runs on a new manager
 			closeConnector(h.conn)
-			h.conn = vsphere.NewConnector()
+			h.conn = newConnector()
 			res = ctrl.Result{RequeueAfter: time.Second}
 		}
 	}()
@@ -487,4 +487,13 @@ func (h *harness) events() []string {
 			return out
 		}
 	}
+}
+
+// newConnector is the tests' session cache. Every pool's reads are kept by a view
+// (vsphere.WithWatchedInventory(1)), as a large pool's are in the manager, so that
+// every scenario of the suite (faults, crashes, exactly once) runs on it; reads made
+// afresh, as a small pool's, are covered by the vsphere package's tests in both modes
+// and by the end-to-end tests.
+func newConnector(opts ...vsphere.Option) *vsphere.SessionCache {
+	return vsphere.NewConnector(append([]vsphere.Option{vsphere.WithWatchedInventory(1)}, opts...)...)
 }

@@ -35,7 +35,7 @@ vms:
 // mind.
 func TestVCenterCapacityDisagreement(t *testing.T) {
 	h := newHarnessWith(t, "vc-", vcenterCapacityInventory)
-	h.conn = vsphere.NewConnector(vsphere.WithClock(h.clock))
+	h.conn = newConnector(vsphere.WithClock(h.clock))
 	t.Cleanup(func() { closeConnector(h.conn) })
 	pool := h.pool("vcap", h.layout("one", "big-1=grid_p100-16q"),
 		h.layout("two", "big-1=grid_p100-16q", "big-2=grid_p100-16q"))

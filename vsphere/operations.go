@@ -43,6 +43,8 @@ type client struct {
 	clock clock.PassiveClock
 	// capacityTimeout is each capacity query's deadline.
 	capacityTimeout time.Duration
+	// watchMinVMs is how many VMs a pool names at least for a view to keep its reads.
+	watchMinVMs int
 }
 
 var _ Client = (*client)(nil)

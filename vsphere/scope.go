@@ -100,6 +100,11 @@ func detailSpec(sc inventoryScope) types.PropertyFilterSpec {
 // file, and devicememo.go for the VMs' devices.
 func (c *client) readScoped(ctx context.Context, ids []string) (*inventory.Inventory, error) {
 	key := c.dc.ref.Value + "\x00" + strings.Join(slices.Sorted(slices.Values(ids)), "\x00")
+	if c.watchMinVMs > 0 && len(ids) >= c.watchMinVMs {
+		if inv, ok := c.readWatched(ctx, key, ids); ok {
+			return inv, nil
+		}
+	}
 	last := c.s.lastScope(key)
 	torn := false
 	for attempt := 0; ; attempt++ {

@@ -8,11 +8,14 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/vmware/govmomi"
 	"github.com/vmware/govmomi/object"
 	vimtypes "github.com/vmware/govmomi/vim25/types"
+	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/gpupool/gpupool/internal/testclock"
 	"github.com/gpupool/gpupool/test/vgpusim"
 	"github.com/gpupool/gpupool/vsphere"
 )
@@ -26,16 +29,53 @@ import (
 // With page set, the reads come in answers of that many objects (vsphere's readPage):
 // the whole read in pages must agree with the one in one answer, and the scoped reads
 // with it.
+//
+// Every scoped read test runs twice: with the reads of a pool made afresh each time, as
+// for small pools, and kept by a view (inventoryview.go), as for large ones.
 func TestScopedInventoryAgreesWithTheWholeRead(t *testing.T) {
 	for _, file := range []string{"daynight.yaml", "twohost.yaml", "features.yaml"} {
 		for _, page := range []int32{0, 1, 2, 7} {
-			t.Run(fmt.Sprintf("%s/page=%d", file, page), func(t *testing.T) { scopedAgreesWithWhole(t, file, page) })
+			for _, m := range readModes {
+				t.Run(fmt.Sprintf("%s/page=%d/%s", file, page, m.name), func(t *testing.T) { scopedAgreesWithWhole(t, file, page, m) })
+			}
 		}
 	}
 }
 
-func scopedAgreesWithWhole(t *testing.T, file string, page int32) {
-	e := newEnv(t, file)
+// readMode is how a test's client reads a pool: afresh, or through a view.
+type readMode struct {
+	name    string
+	watched bool
+}
+
+var readModes = []readMode{{"afresh", false}, {"watched", true}}
+
+func (m readMode) options() []vsphere.Option {
+	if m.watched {
+		return []vsphere.Option{vsphere.WithWatchedInventory(1)}
+	}
+	return []vsphere.Option{vsphere.WithWatchedInventory(0)}
+}
+
+// wantOneRead fails unless the reads since the last ResetCalls were one round trip of
+// the mode: one property read, or one poll of the view and no read.
+func (m readMode) wantOneRead(t *testing.T, e *env, what string) {
+	t.Helper()
+	reads := e.sim.Calls("RetrievePropertiesEx") + e.sim.Calls("RetrieveProperties")
+	polls := e.sim.Calls(vgpusim.PollMethod)
+	if m.watched && (reads != 0 || polls != 1) {
+		t.Errorf("%s: %d property reads and %d polls, want one poll", what, reads, polls)
+	}
+	if !m.watched && (reads != 1 || polls != 0) {
+		t.Errorf("%s: %d property reads and %d polls, want one read", what, reads, polls)
+	}
+}
+
+func scopedAgreesWithWhole(t *testing.T, file string, page int32, m readMode) {
+	// Each scope is a pool of its own; the views of the scopes before are left idle
+	// long enough to make room (a session keeps 8).
+	clk := clocktesting.NewFakeClock(testclock.Base())
+	e := newEnv(t, file, append(m.options(), vsphere.WithClock(clk))...)
 	whole, err := e.c.Inventory(e.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +115,7 @@ func scopedAgreesWithWhole(t *testing.T, file string, page int32) {
 		}
 	}
 	for _, ids := range scopes {
+		clk.Step(time.Hour)
 		hosts := map[string]bool{}
 		for _, id := range ids {
 			vm, _ := whole.FindVM(id)
@@ -126,9 +167,7 @@ func scopedAgreesWithWhole(t *testing.T, file string, page int32) {
 		if _, err := e.c.Inventory(e.ctx, ids...); err != nil {
 			t.Fatal(err)
 		}
-		if n := e.sim.Calls("RetrievePropertiesEx") + e.sim.Calls("RetrieveProperties"); n != 1 {
-			t.Errorf("scope %v: the second read took %d property reads, want 1", ids, n)
-		}
+		m.wantOneRead(t, e, fmt.Sprintf("scope %v: the second read", ids))
 	}
 }
 
@@ -136,7 +175,13 @@ func scopedAgreesWithWhole(t *testing.T, file string, page int32) {
 // reads (Cluster API replacing a VM, an admin cleaning up) does not fail the read, nor
 // every read after it.
 func TestScopedInventorySurvivesADeletedVM(t *testing.T) {
-	e := newEnv(t, "features.yaml")
+	for _, m := range readModes {
+		t.Run(m.name, func(t *testing.T) { survivesADeletedVM(t, m) })
+	}
+}
+
+func survivesADeletedVM(t *testing.T, m readMode) {
+	e := newEnv(t, "features.yaml", m.options()...)
 	for range 2 {
 		if _, err := e.c.Inventory(e.ctx, "small-1"); err != nil {
 			t.Fatal(err)
@@ -172,15 +217,25 @@ func TestScopedInventorySurvivesADeletedVM(t *testing.T) {
 			t.Fatalf("read %d: small-1 %+v", i+1, vm)
 		}
 	}
+	if polls := e.sim.Calls(vgpusim.PollMethod); m.watched && polls == 0 {
+		t.Fatal("no read after the deletion was served by the view")
+	}
 }
 
 // TestScopedReadsFollowEveryChange: over a seeded random walk of power operations and
 // vGPU reconfigurations on the day/night host, each scoped read (served partly from the
 // session's memo of devices) has every VM and host of its scope exactly as a whole read
 // (every device read afresh) has it; a read after no change is one property read, and
-// one after a reconfiguration two (the devices of the reconfigured VM only).
+// one after a reconfiguration two (the devices of the reconfigured VM only). Through a
+// view, each scoped read is one poll, whatever changed.
 func TestScopedReadsFollowEveryChange(t *testing.T) {
-	e := newEnv(t, "daynight.yaml")
+	for _, m := range readModes {
+		t.Run(m.name, func(t *testing.T) { readsFollowEveryChange(t, m) })
+	}
+}
+
+func readsFollowEveryChange(t *testing.T, m readMode) {
+	e := newEnv(t, "daynight.yaml", m.options()...)
 	vms := []string{"gpu-day-1", "gpu-day-2", "gpu-day-3", "gpu-day-4", "gpu-night-1"}
 	profiles := []string{"grid_p100-1q", "grid_p100-2q", "grid_p100-4q", "grid_p100-8q", "grid_p100-16q"}
 	rng := rand.New(rand.NewPCG(7, 37))
@@ -242,6 +297,12 @@ func TestScopedReadsFollowEveryChange(t *testing.T) {
 			want = 1 + 1
 		} else {
 			reconfigured++
+		}
+		if m.watched {
+			want = 1 // the whole read; the scoped one is a poll
+			if polls := e.sim.Calls(vgpusim.PollMethod); polls != 1 {
+				t.Fatalf("step %d (%s): %d polls, want 1", step, vm, polls)
+			}
 		}
 		if got := reads(); got != want {
 			t.Fatalf("step %d (%s, reconfigured %t): %d property reads, want %d", step, vm, changes, got, want)

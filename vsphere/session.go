@@ -58,6 +58,9 @@ type SessionCache struct {
 	backoff time.Duration
 	// capacityTimeout is each capacity query's deadline (WithCapacityQueryTimeout).
 	capacityTimeout time.Duration
+	// watchMinVMs is how many VMs a pool names at least for a view to keep its reads
+	// (WithWatchedInventory; inventoryview.go).
+	watchMinVMs int
 
 	mu         sync.Mutex
 	sessions   map[sessionKey]*vcSession
@@ -83,6 +86,7 @@ func NewConnector(opts ...Option) *SessionCache {
 		clock:           clock.RealClock{},
 		backoff:         LoginBackoff,
 		capacityTimeout: CapacityQueryTimeout,
+		watchMinVMs:     WatchMinVMs,
 		sessions:        map[sessionKey]*vcSession{},
 		owners:          map[string]sessionKey{},
 		refused:         map[refusalKey]time.Time{},
@@ -137,7 +141,7 @@ func (c *SessionCache) Connect(ctx context.Context, cfg Config) (Client, error) 
 		return nil, err
 	}
 	return &client{s: s, dc: dc, log: c.log.WithValues("server", key.server, "datacenter", dc.name),
-		clock: c.clock, capacityTimeout: c.capacityTimeout}, nil
+		clock: c.clock, capacityTimeout: c.capacityTimeout, watchMinVMs: c.watchMinVMs}, nil
 }
 
 // session returns the cached session of key if it was made with cfg, or logs in. Logins
@@ -294,7 +298,13 @@ type vcSession struct {
 	// devices are the vGPU devices of each scope's VMs by configuration version
 	// (devicememo.go), by pool VMs as scopes.
 	devices map[string]deviceMemo
-	gone    bool
+	// views keep large pools' reads (inventoryview.go), by pool VMs as scopes; retired
+	// are those dropped for idleness whose collectors are still to be destroyed;
+	// viewsOff, until when a pool's reads are made afresh after its view was dropped.
+	views    map[string]*inventoryView
+	retired  []*inventoryView
+	viewsOff map[string]time.Time
+	gone     bool
 
 	// capacity remembers vCenter's capacity answers per host, and a query that timed out.
 	capacity capacityMemo

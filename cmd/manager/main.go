@@ -175,7 +175,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.
 	if err := registerPoolMetrics(mgr); err != nil {
 		return err
 	}
-	conn := vsphere.NewConnector(vsphere.WithLogger(ctrl.Log.WithName("vsphere")))
+	conn := vsphere.NewConnector(vsphere.WithLogger(ctrl.Log.WithName("vsphere")), vsphere.WithWatchedInventory(*watchMinVMs))
 	// Added as a Runnable, the session cache logs out of every vCenter session when the
 	// manager stops, so restarts do not leave sessions behind on vCenter.
 	if err := mgr.Add(conn); err != nil {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpupool/gpupool/internal/execute"
+	"github.com/gpupool/gpupool/vsphere"
 )
 
 // maxConcurrentReconciles is how many pools are reconciled at once, so that one pool's
@@ -99,3 +100,9 @@ func applyMemoryLimit() (int64, error) {
 	debug.SetMemoryLimit(b)
 	return b, nil
 }
+
+// watchMinVMs is from how many VMs on a pool's reads of vCenter are kept by a property
+// collector of the pool's own and polled for what changed, rather than read whole each
+// pass (vsphere/inventoryview.go).
+var watchMinVMs = flag.Int("vcenter-watch-min-vms", vsphere.WatchMinVMs,
+	"From how many VMs on a pool's inventory is kept by a vCenter property collector of its own and polled for what changed (WaitForUpdatesEx) instead of read whole each pass; 0 reads every pool whole. Each such pool holds one collector in the manager's vCenter session (at most 8 a session; one unread for 10 minutes is destroyed).")

@@ -276,8 +276,8 @@ func (e *Env) benchSwitches(ctx context.Context, r *BenchResult, pods int) error
 		if n > callsBefore[m] {
 			r.CallsByMethod[m] = n - callsBefore[m]
 		}
-		if m == "RetrieveProperties" || m == "RetrievePropertiesEx" || m == "ContinueRetrievePropertiesEx" {
-			continue // the shared inventory reads
+		if m == "RetrieveProperties" || m == "RetrievePropertiesEx" || m == "ContinueRetrievePropertiesEx" || m == vgpusim.PollMethod {
+			continue // the shared inventory reads, and the polls that keep them
 		}
 		changes += n - callsBefore[m]
 	}

@@ -85,6 +85,9 @@ type Options struct {
 	// ManagerLogLevel is the manager's --zap-log-level ("": its default, info); "debug"
 	// adds a line per pass with where its time went (controllers.logPass).
 	ManagerLogLevel string
+	// ManagerWatchMinVMs, when set, is the manager's --vcenter-watch-min-vms (nil: its
+	// default, vsphere.WatchMinVMs).
+	ManagerWatchMinVMs *int
 	// ManagerEnv is more of the manager's environment ("KEY=value"), such as the
 	// end-to-end tests' KUBE_CACHE_MUTATION_DETECTOR=true: client-go then compares every
 	// cached object with a copy of it each second and ends the manager on the first change
@@ -784,6 +787,9 @@ func (e *Env) startOperator(ctx context.Context) error {
 		"--max-concurrent-starts", strconv.Itoa(e.startsAtOnce())}}
 	if e.ManagerLogLevel != "" {
 		e.manager.args = append(e.manager.args, "--zap-log-level", e.ManagerLogLevel)
+	}
+	if e.ManagerWatchMinVMs != nil {
+		e.manager.args = append(e.manager.args, "--vcenter-watch-min-vms", strconv.Itoa(*e.ManagerWatchMinVMs))
 	}
 	if err := e.spawnManager(e.Kubeconfig, certDir, e.manager.args...); err != nil {
 		return err

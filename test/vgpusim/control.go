@@ -244,6 +244,7 @@ func (s *Sim) ExpireSessions() {
 	defer s.ctl.mu.Unlock()
 	s.ctl.gen++
 	s.ctl.expiredAt = time.Now()
+	s.trackers.stop(s.model.Map(), "")
 	s.log.Info("Expired all sessions")
 }
 
@@ -253,6 +254,11 @@ func (s *Sim) RefuseConnections() { s.gate.refuse() }
 
 // AcceptConnections listens again, on the same address.
 func (s *Sim) AcceptConnections() error { return s.gate.accept() }
+
+// PollMethod is the name under which the call counts (Calls, CallCounts) hold the
+// polls of a property collector (WaitForUpdatesEx with maxWaitSeconds 0): reads of the
+// inventory, told apart from the waits for tasks counted as WaitForUpdatesEx.
+const PollMethod = "WaitForUpdatesEx (poll)"
 
 // Calls is how many times a SOAP method was called since the start or ResetCalls.
 func (s *Sim) Calls(method string) int {
@@ -298,7 +304,7 @@ func (s *Sim) ResetCalls() {
 // call, applies its delay and enforces session expiry.
 func (s *Sim) handle(ctx *simulator.Context, m *simulator.Method) (mo.Reference, types.BaseMethodFault) {
 	s.ctl.mu.Lock()
-	s.ctl.calls[m.Name]++
+	s.ctl.calls[countedAs(m)]++
 	if m.This.Type == "VirtualMachine" {
 		if s.ctl.vmCalls[m.This.Value] == nil {
 			s.ctl.vmCalls[m.This.Value] = map[string]int{}
@@ -319,6 +325,7 @@ func (s *Sim) handle(ctx *simulator.Context, m *simulator.Method) (mo.Reference,
 	}
 	if !expired {
 		s.routeHostMethod(ctx, m)
+		s.wrapPolling(ctx, m)
 		if pc, ok := routeCollector(ctx, m); ok {
 			return pc, nil
 		}
@@ -332,6 +339,14 @@ func (s *Sim) handle(ctx *simulator.Context, m *simulator.Method) (mo.Reference,
 		return nil, nil
 	}
 	return nil, &types.NotAuthenticated{NoPermission: types.NoPermission{Object: &m.This, PrivilegeId: "System.View"}}
+}
+
+// countedAs is the name a call is counted under: its method's, but PollMethod for a poll.
+func countedAs(m *simulator.Method) string {
+	if r, ok := m.Body.(*types.WaitForUpdatesEx); ok && isPoll(r) {
+		return PollMethod
+	}
+	return m.Name
 }
 
 // sessionExpired is called with c.mu held.

@@ -88,6 +88,8 @@ type Sim struct {
 	poweredOn map[types.ManagedObjectReference]types.ManagedObjectReference
 
 	ctl control
+	// trackers are the change trackers of the collectors polled (poll.go), by session.
+	trackers trackers
 	// dp is what tests set on the DirectPathProfileManager; guarded by mu.
 	dp directPathState
 }

@@ -45,8 +45,9 @@ type Floor struct {
 	// Suspends and PowerOns are how long asking for N of each took (zero: not measured).
 	Suspends, PowerOns time.Duration
 	// InventoryRead is the slowest of three reads of the pool's VMs' inventory (scoped,
-	// as a pass reads it, after a first that also reads every VM's devices), at rest:
-	// what every pass pays before it decides.
+	// as a pass reads it: polled through a view for a pool of at least
+	// --vcenter-watch-min-vms VMs; after a first that also reads every VM's devices),
+	// at rest: what every pass pays before it decides.
 	InventoryRead time.Duration
 }
 
@@ -77,7 +78,13 @@ func (e *Env) benchFloor(ctx context.Context, n int) (Floor, error) {
 // again (and untainted), and returns how long asking for the suspends and for the
 // power-ons took. On an error it powers the VMs on again, best effort.
 func (e *Env) floorTaskStarts(ctx context.Context, n int) (suspends, powerOns, read time.Duration, err error) {
-	conn := vsphere.NewConnector()
+	// The pool's reads as the manager makes them: through a view (a poll) for a large
+	// pool, unless the manager's --vcenter-watch-min-vms says otherwise.
+	var opts []vsphere.Option
+	if e.ManagerWatchMinVMs != nil {
+		opts = append(opts, vsphere.WithWatchedInventory(*e.ManagerWatchMinVMs))
+	}
+	conn := vsphere.NewConnector(opts...)
 	defer func() { _ = conn.Close() }()
 	vc, err := conn.Connect(ctx, e.VCenter)
 	if err != nil {

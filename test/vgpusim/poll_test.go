@@ -12,6 +12,8 @@ import (
 	"github.com/vmware/govmomi/property"
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/types"
+
+	"github.com/gpupool/gpupool/test/vgpusim"
 )
 
 // watchSpec selects, from the datacenter down, every folder, VM, host and the hosts'
@@ -41,6 +43,18 @@ func watchSpec(dc types.ManagedObjectReference) types.PropertyFilterSpec {
 			{Type: "Task", PathSet: []string{"info.state", "info.descriptionId"}},
 		},
 	}
+}
+
+// watched starts twohost.yaml and returns it with a client and the datacenter's watchSpec.
+func watched(t *testing.T) (*vgpusim.Sim, *govmomi.Client, types.PropertyFilterSpec) {
+	t.Helper()
+	sim := startSim(t, "twohost.yaml")
+	c := connect(t, sim)
+	dc, err := find.NewFinder(c.Client).Datacenter(context.Background(), sim.Datacenter())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim, c, watchSpec(dc.Reference())
 }
 
 type objects map[types.ManagedObjectReference]map[string]types.AnyType
@@ -177,14 +191,9 @@ func sameObjects(t *testing.T, step string, got, want objects) {
 // and their tasks, not the whole datacenter.
 func TestPollsTellWhatAReadTells(t *testing.T) {
 	for _, size := range []int32{0, 1, 3} {
-		sim := startSim(t, "twohost.yaml")
-		c := connect(t, sim)
+		sim, c, spec := watched(t)
 		ctx := context.Background()
-		dc, err := find.NewFinder(c.Client).Datacenter(ctx, sim.Datacenter())
-		if err != nil {
-			t.Fatal(err)
-		}
-		spec := watchSpec(dc.Reference())
+		dc := object.NewDatacenter(c.Client, spec.ObjectSet[0].Obj)
 		p := newPoller(t, c, spec)
 		p.poll(size)
 		sameObjects(t, "first poll", p.objs, read(t, c, spec))
@@ -305,21 +314,15 @@ func TestPollsTellWhatAReadTells(t *testing.T) {
 // (InvalidCollectorVersion), and the initial version starts over with everything; a
 // filter made after the first poll comes in whole with the next one.
 func TestPollVersions(t *testing.T) {
-	sim := startSim(t, "twohost.yaml")
-	c := connect(t, sim)
+	sim, c, spec := watched(t)
 	ctx := context.Background()
-	dc, err := find.NewFinder(c.Client).Datacenter(ctx, sim.Datacenter())
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := watchSpec(dc.Reference())
 	hostsOnly := spec
 	hostsOnly.PropSet = []types.PropertySpec{{Type: "HostSystem", PathSet: []string{"name"}}}
 	p := newPoller(t, c, hostsOnly)
 	p.poll(0)
 	sameObjects(t, "hosts", p.objs, read(t, c, hostsOnly))
 
-	_, err = methods.WaitForUpdatesEx(ctx, c.Client, &types.WaitForUpdatesEx{
+	_, err := methods.WaitForUpdatesEx(ctx, c.Client, &types.WaitForUpdatesEx{
 		This: p.pc.Reference(), Version: "not-a-version", Options: &types.WaitOptions{MaxWaitSeconds: types.NewInt32(0)},
 	})
 	if !fault.Is(err, &types.InvalidCollectorVersion{}) {
@@ -358,13 +361,8 @@ func TestPollVersions(t *testing.T) {
 // TestExpiredSessionsStopTracking: sessions the simulator expires stop their collectors'
 // change tracking.
 func TestExpiredSessionsStopTracking(t *testing.T) {
-	sim := startSim(t, "twohost.yaml")
-	c := connect(t, sim)
-	dc, err := find.NewFinder(c.Client).Datacenter(context.Background(), sim.Datacenter())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newPoller(t, c, watchSpec(dc.Reference()))
+	sim, c, spec := watched(t)
+	p := newPoller(t, c, spec)
 	p.poll(0)
 	if n := sim.PollTrackers(); n != 1 {
 		t.Fatalf("%d collectors tracked, want 1", n)

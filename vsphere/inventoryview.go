@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -213,8 +214,8 @@ func (v *inventoryView) poll(ctx context.Context, c *client) error {
 			return nil // nothing changed
 		}
 		for _, fs := range set.FilterSet {
-			i := slicesIndex(v.filters[:], fs.Filter)
-			if i < 0 {
+			i := slices.Index(v.filters[:], fs.Filter)
+			if i < 0 || fs.Filter.Value == "" {
 				continue // a filter replaced since (rescope)
 			}
 			for _, ou := range fs.ObjectSet {
@@ -228,15 +229,6 @@ func (v *inventoryView) poll(ctx context.Context, c *client) error {
 			return nil
 		}
 	}
-}
-
-func slicesIndex(refs []types.ManagedObjectReference, ref types.ManagedObjectReference) int {
-	for i, r := range refs {
-		if r == ref && r.Value != "" {
-			return i
-		}
-	}
-	return -1
 }
 
 // applyUpdate applies one object's update to a filter's objects. A change it cannot

@@ -3,6 +3,7 @@ package vgpusim
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -37,6 +38,8 @@ import (
 type pollingCollector struct {
 	*simulator.PropertyCollector
 	t *changeTracker
+	// ts are the simulator's trackers, which t leaves when the collector is destroyed.
+	ts *trackers
 	// mu serialises the calls that read or change the collector's filters and what its
 	// polls returned: govmomi's simulator does not lock a collector (it embeds a no-op
 	// locker), and a client may call it from several goroutines.
@@ -138,6 +141,16 @@ func (ts *trackers) add(session string, t *changeTracker) {
 	ts.by[session] = append(ts.by[session], t)
 }
 
+// remove stops one tracker (its collector was destroyed).
+func (ts *trackers) remove(r *simulator.Registry, t *changeTracker) {
+	ts.mu.Lock()
+	for k, list := range ts.by {
+		ts.by[k] = slices.DeleteFunc(list, func(x *changeTracker) bool { return x == t })
+	}
+	ts.mu.Unlock()
+	r.RemoveHandler(t)
+}
+
 // stop removes the trackers of the session (of every session when session is "") from
 // the registry.
 func (ts *trackers) stop(r *simulator.Registry, session string) {
@@ -190,7 +203,7 @@ func (s *Sim) wrapPolling(ctx *simulator.Context, m *simulator.Method) {
 		t := newChangeTracker()
 		ctx.Map.AddHandler(t)
 		s.trackers.add(ctx.Session.Key, t)
-		ctx.Session.Registry.Put(&pollingCollector{PropertyCollector: pc, t: t})
+		ctx.Session.Registry.Put(&pollingCollector{PropertyCollector: pc, t: t, ts: &s.trackers})
 	}
 }
 
@@ -221,7 +234,7 @@ func (pc *pollingCollector) CreateFilter(ctx *simulator.Context, c *types.Create
 
 // DestroyPropertyCollector stops the tracker, then destroys the collector.
 func (pc *pollingCollector) DestroyPropertyCollector(ctx *simulator.Context, c *types.DestroyPropertyCollector) soap.HasFault {
-	ctx.Map.RemoveHandler(pc.t)
+	pc.ts.remove(ctx.Map, pc.t)
 	return pc.PropertyCollector.DestroyPropertyCollector(ctx, c)
 }
 
@@ -231,9 +244,8 @@ func (pc *pollingCollector) poll(ctx *simulator.Context, r *types.WaitForUpdates
 	t := pc.t
 	switch {
 	case r.Version == "":
-		clear(t.filters)
+		clear(t.filters) // every filter is read whole: what was recorded does not matter
 		t.pages = nil
-		t.take() // a full answer covers what was recorded
 	case r.Version != t.last:
 		return nil, &types.InvalidCollectorVersion{} // not the version this collector returned last
 	case len(t.pages) > 0:

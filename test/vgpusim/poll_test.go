@@ -346,9 +346,21 @@ func TestPollVersions(t *testing.T) {
 	p.poll(0)
 	sameObjects(t, "initial version again", p.objs, want)
 
-	// The session's end stops its collectors' change tracking.
+	// A destroyed collector's change tracking stops; so does that of a session's
+	// collectors when it ends.
 	if n := sim.PollTrackers(); n != 1 {
 		t.Fatalf("%d collectors tracked, want 1", n)
+	}
+	other := newPoller(t, c, hostsOnly)
+	other.poll(0)
+	if n := sim.PollTrackers(); n != 2 {
+		t.Fatalf("%d collectors tracked, want 2", n)
+	}
+	if err := other.pc.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := sim.PollTrackers(); n != 1 {
+		t.Fatalf("after a collector was destroyed %d collectors tracked, want 1", n)
 	}
 	if err := c.Logout(ctx); err != nil {
 		t.Fatal(err)

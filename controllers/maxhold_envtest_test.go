@@ -153,7 +153,7 @@ func TestTenantDoNotDisruptBoundedByMaxHold(t *testing.T) {
 				return w != nil && w.Step == gpupoolv1.StepDrainRequired && strings.Contains(w.Message, "waiting for 1 pod(s) to finish")
 			})
 			if c.maxHold > 0 {
-				if cond := findCondition(p, gpupoolv1.ConditionProgressing); cond == nil || !strings.Contains(cond.Message, "held pods evicted at drain.maxHold in") {
+				if cond := findCondition(p, gpupoolv1.ConditionProgressing); cond == nil || !strings.Contains(cond.Message, "held pods evicted at drain.maxHold, ") {
 					t.Errorf("Progressing %+v, want it to say when maxHold ends the hold", cond)
 				}
 			}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/internal/nodes"
 	"github.com/gpupool/gpupool/internal/testworld"
 )
@@ -73,6 +75,21 @@ func TestReadyNodesRelabelledBetweenPasses(t *testing.T) {
 	for _, vm := range day {
 		if n := h.node(vm); !n.Spec.Unschedulable {
 			t.Fatalf("node %s uncordoned before it was ready", n.Name)
+		}
+	}
+	// While they wait, a pass finds nothing but time passed and writes nothing: the
+	// workers' messages and the conditions name when the waits end, not how long they
+	// have lasted (issue 37: 1,024 such messages had a 300 KB status written every few
+	// seconds while the nodes came up).
+	h.clock.Step(testworld.Step(h.reconcile(pool.Name))) // the waits' first pass says what they wait for
+	r.states.idle(pool.Name)
+	waiting := h.get(pool.Name)
+	for _, d := range []time.Duration{execute.RequeueNodeReady, time.Minute} {
+		h.clock.Step(d)
+		h.reconcile(pool.Name)
+		r.states.idle(pool.Name)
+		if p := h.get(pool.Name); p.ResourceVersion != waiting.ResourceVersion {
+			t.Errorf("%s later, with nothing but time passed, a pass wrote the pool's status: %s", d, statusDiff(waiting, p))
 		}
 	}
 	done := testutil.ToFloat64(readySteps.WithLabelValues(pool.Name, "done"))
@@ -168,4 +185,24 @@ func boolWord(b bool) string {
 		return "true"
 	}
 	return "false"
+}
+
+// statusDiff names the workers and the conditions whose words differ between two reads of
+// a pool, for a failure message.
+func statusDiff(a, b *gpupoolv1.GPUPoolProfile) string {
+	var out []string
+	for i := range min(len(a.Status.Workers), len(b.Status.Workers)) {
+		if x, y := a.Status.Workers[i], b.Status.Workers[i]; x.Message != y.Message || x.Step != y.Step {
+			out = append(out, fmt.Sprintf("worker %s: %q -> %q", x.VM, x.Message, y.Message))
+		}
+	}
+	for _, c := range b.Status.Conditions {
+		if was := findCondition(a, c.Type); was == nil || was.Message != c.Message || was.Status != c.Status {
+			out = append(out, fmt.Sprintf("condition %s: %q", c.Type, c.Message))
+		}
+	}
+	if len(out) == 0 {
+		return "(no message or condition changed)"
+	}
+	return strings.Join(out, "; ")
 }

@@ -192,7 +192,7 @@ func (r *run) settleDrain(ctx context.Context, ws *gpupoolv1.WorkerStatus, node 
 	elapsed := r.Now.Sub(ws.StepStartTime.Time)
 	if elapsed < timeout {
 		if len(res.Blocked)+len(res.Holding) > 0 {
-			r.out.DrainBlocked = append(r.out.DrainBlocked, fmt.Sprintf("node %s: %s (%s)", node.Name, res.Message(), drainDeadlines(d, elapsed, timeout)))
+			r.out.DrainBlocked = append(r.out.DrainBlocked, fmt.Sprintf("node %s: %s (%s)", node.Name, res.Message(), drainDeadlines(d, ws.StepStartTime.Time, elapsed, timeout)))
 		}
 		wait := timeout - elapsed
 		if d.MaxHold != nil && elapsed < d.MaxHold.Duration {
@@ -223,12 +223,20 @@ func drainTimeout(d gpupoolv1.DrainSpec) time.Duration {
 	return 10 * time.Minute
 }
 
-// drainDeadlines says what ends the wait of a drain that has run for elapsed: the
-// timeout and, before it, drain.maxHold, after which the held pods are evicted.
-func drainDeadlines(d gpupoolv1.DrainSpec, elapsed, timeout time.Duration) string {
-	in := func(at time.Duration) string { return (at - elapsed).Round(time.Second).String() }
+// drainDeadlines says what ends the wait of a drain started at started that has run for
+// elapsed: the timeout and, before it, drain.maxHold, after which the held pods are
+// evicted. It names them as instants, not as time left, so that the Progressing
+// condition it goes into stays the same from pass to pass while the drain waits: a
+// countdown changed the pool's status, and had it written whole, on every pass.
+func drainDeadlines(d gpupoolv1.DrainSpec, started time.Time, elapsed, timeout time.Duration) string {
 	if d.MaxHold != nil && elapsed < d.MaxHold.Duration {
-		return "held pods evicted at drain.maxHold in " + in(d.MaxHold.Duration) + ", timeout in " + in(timeout)
+		return "held pods evicted at drain.maxHold, " + Instant(started.Add(d.MaxHold.Duration)) + "; timeout at " + Instant(started.Add(timeout))
 	}
-	return "timeout in " + in(timeout)
+	return "timeout at " + Instant(started.Add(timeout))
 }
+
+// Instant is how a worker's message or a condition names a deadline: RFC 3339 in UTC,
+// to the second, as the status's own times are written. A message that waits names
+// when the wait ends, never how long it has lasted or is left, so that it changes only
+// when the wait does (see drainDeadlines).
+func Instant(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }

@@ -225,18 +225,21 @@ func drainTimeout(d gpupoolv1.DrainSpec) time.Duration {
 
 // drainDeadlines says what ends the wait of a drain started at started that has run for
 // elapsed: the timeout and, before it, drain.maxHold, after which the held pods are
-// evicted. It names them as instants, not as time left, so that the Progressing
-// condition it goes into stays the same from pass to pass while the drain waits: a
-// countdown changed the pool's status, and had it written whole, on every pass.
+// evicted. It names them as instants (deadline), not as time left, so that the
+// Progressing condition it goes into stays the same from pass to pass while the drain
+// waits: a countdown changed the pool's status, and had it written whole, on every pass.
 func drainDeadlines(d gpupoolv1.DrainSpec, started time.Time, elapsed, timeout time.Duration) string {
 	if d.MaxHold != nil && elapsed < d.MaxHold.Duration {
-		return "held pods evicted at drain.maxHold, " + Instant(started.Add(d.MaxHold.Duration)) + "; timeout at " + Instant(started.Add(timeout))
+		return "held pods evicted at drain.maxHold, " + deadline(started, d.MaxHold.Duration) + "; timeout at " + deadline(started, timeout)
 	}
-	return "timeout at " + Instant(started.Add(timeout))
+	return "timeout at " + deadline(started, timeout)
 }
 
-// Instant is how a worker's message or a condition names a deadline: RFC 3339 in UTC,
-// to the second, as the status's own times are written. A message that waits names
-// when the wait ends, never how long it has lasted or is left, so that it changes only
-// when the wait does (see drainDeadlines).
-func Instant(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }
+// deadline is how a worker's message or a condition names the end of a wait that began
+// at start and lasts d: RFC 3339 in UTC, to the second. start is taken to the second, as
+// the status stores it, so that the pass that began the wait and the passes that read
+// it back name the same instant. A message that waits names when the wait ends, never
+// how long it has lasted or is left, so that it changes only when the wait does.
+func deadline(start time.Time, d time.Duration) string {
+	return start.UTC().Truncate(time.Second).Add(d).Format(time.RFC3339)
+}

@@ -31,3 +31,21 @@ func TestDrainDeadlines(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlineOfAStartReadBack: the pass that began a wait (its start to the nanosecond)
+// and the passes that read the start back from the status (to the second) name the same
+// end, whatever the fraction of the wait's length; in UTC.
+func TestDeadlineOfAStartReadBack(t *testing.T) {
+	stored := time.Date(2031, 6, 15, 10, 0, 0, 0, time.UTC)
+	for _, d := range []time.Duration{10 * time.Minute, 90*time.Second + 500*time.Millisecond, 999 * time.Millisecond} {
+		want := deadline(stored, d)
+		for _, frac := range []time.Duration{1, 300 * time.Millisecond, 999 * time.Millisecond} {
+			if got := deadline(stored.Add(frac).In(time.FixedZone("UTC-5", -5*3600)), d); got != want {
+				t.Errorf("a wait of %s begun %s past the second: %s, read back %s", d, frac, got, want)
+			}
+		}
+	}
+	if got := deadline(stored, 90*time.Second+500*time.Millisecond); got != "2031-06-15T10:01:30Z" {
+		t.Errorf("deadline: %s, want 2031-06-15T10:01:30Z", got)
+	}
+}

@@ -98,7 +98,7 @@ func (r *run) powerOff(ctx context.Context, ws *gpupoolv1.WorkerStatus, vm *inve
 	timeout := guestShutdownTimeout(r.Pool)
 	if t := ws.GuestShutdownTime; t != nil {
 		if waited := r.Now.Sub(t.Time); waited < timeout {
-			ws.Message = fmt.Sprintf("waiting for the guest to shut down (powered off at %s, guestShutdownTimeout %s)", Instant(t.Add(timeout)), timeout)
+			ws.Message = fmt.Sprintf("waiting for the guest to shut down (powered off at %s, guestShutdownTimeout %s)", deadline(t.Time, timeout), timeout)
 			return min(RequeueTask, timeout-waited), nil
 		}
 		r.Events.VM(ws.VM, corev1.EventTypeWarning, "GuestShutdownTimedOut", fmt.Sprintf("the guest of VM %s did not shut down within %s; powering off", ws.VM, timeout))
@@ -280,7 +280,7 @@ func (r *run) waitNodeReady(step plan.Step, ws *gpupoolv1.WorkerStatus, node *co
 			r.out.NodeWaits = append(r.out.NodeWaits, fmt.Sprintf("node %s waits for %s", name, strings.Join(gaps, ", ")))
 		}
 	}
-	ws.Message = fmt.Sprintf("waiting for node %s %s (until %s, nodeReadyTimeout %s)", name, what, Instant(ws.StepStartTime.Add(timeout)), timeout)
+	ws.Message = fmt.Sprintf("waiting for node %s %s (until %s, nodeReadyTimeout %s)", name, what, deadline(ws.StepStartTime.Time, timeout), timeout)
 	return max(min(RequeueNodeReady, timeout-waited), RequeueStep)
 }
 

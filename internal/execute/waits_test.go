@@ -71,9 +71,15 @@ func TestWaitsSayWhenTheyEnd(t *testing.T) {
 			var first *gpupoolv1.WorkerStatus
 			var firstOut Outcome
 			// Passes at the wait's start, a second and a minute in, and a second before
-			// its end: all tell the same.
+			// its end: all tell the same. The first holds the time the wait began as
+			// the pass that began it does, to the nanosecond; the others as read back
+			// from the status, to the second.
 			for _, at := range []time.Duration{0, time.Second, time.Minute, tc.wait - time.Second} {
-				ws, out := runWait(t, tc.action, tc.node, tc.gaps, tc.powered, tc.guest, tc.maxHold, began, began.Add(at))
+				start := began
+				if at == 0 {
+					start = began.Add(700 * time.Millisecond)
+				}
+				ws, out := runWait(t, tc.action, tc.node, tc.gaps, tc.powered, tc.guest, tc.maxHold, start, began.Add(at))
 				words := ws.Message + " | " + strings.Join(out.NodeWaits, "; ") + " | " + strings.Join(out.DrainBlocked, "; ")
 				for _, w := range tc.want {
 					if !strings.Contains(words, w) {
@@ -86,6 +92,12 @@ func TestWaitsSayWhenTheyEnd(t *testing.T) {
 				if first == nil {
 					first, firstOut = ws, out
 					continue
+				}
+				if first.StepStartTime != nil {
+					first.StepStartTime = &metav1.Time{Time: began} // as read back
+				}
+				if first.GuestShutdownTime != nil {
+					first.GuestShutdownTime = &metav1.Time{Time: began}
 				}
 				if !reflect.DeepEqual(ws, first) {
 					t.Errorf("%s in: worker %+v, want what the wait's first pass wrote, %+v", at, ws, first)

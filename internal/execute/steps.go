@@ -98,7 +98,7 @@ func (r *run) powerOff(ctx context.Context, ws *gpupoolv1.WorkerStatus, vm *inve
 	timeout := guestShutdownTimeout(r.Pool)
 	if t := ws.GuestShutdownTime; t != nil {
 		if waited := r.Now.Sub(t.Time); waited < timeout {
-			ws.Message = fmt.Sprintf("waiting for the guest to shut down (powered off at %s, guestShutdownTimeout %s)", deadline(t.Time, timeout), timeout)
+			ws.Message = fmt.Sprintf("waiting for the guest to shut down (powered off hard at %s if it has not, guestShutdownTimeout %s)", deadline(t.Time, timeout), timeout)
 			return min(RequeueTask, timeout-waited), nil
 		}
 		r.Events.VM(ws.VM, corev1.EventTypeWarning, "GuestShutdownTimedOut", fmt.Sprintf("the guest of VM %s did not shut down within %s; powering off", ws.VM, timeout))

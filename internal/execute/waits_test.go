@@ -75,11 +75,12 @@ func TestWaitsSayWhenTheyEnd(t *testing.T) {
 			// the pass that began it does, to the nanosecond; the others as read back
 			// from the status, to the second.
 			for _, at := range []time.Duration{0, time.Second, time.Minute, tc.wait - time.Second} {
-				start := began
+				start, now := began, began.Add(at)
 				if at == 0 {
 					start = began.Add(700 * time.Millisecond)
+					now = start
 				}
-				ws, out := runWait(t, tc.action, tc.node, tc.gaps, tc.powered, tc.guest, tc.maxHold, start, began.Add(at))
+				ws, out := runWait(t, tc.action, tc.node, tc.gaps, tc.powered, tc.guest, tc.maxHold, start, now)
 				words := ws.Message + " | " + strings.Join(out.NodeWaits, "; ") + " | " + strings.Join(out.DrainBlocked, "; ")
 				for _, w := range tc.want {
 					if !strings.Contains(words, w) {

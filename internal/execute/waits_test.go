@@ -18,16 +18,26 @@ import (
 	"github.com/gpupool/gpupool/internal/world"
 )
 
-// blockedDrainer finds the node's pods blocked, whatever the time.
-type blockedDrainer struct{}
+// blocked is what the drains of these tests find, whatever the time: pods blocked and
+// held.
+var blocked = drain.Result{Blocked: []string{"team/job-0: PodDisruptionBudget team/pdb allows 0 disruptions"},
+	Holding: []string{"team/notebook-1 (gpupool.dev/do-not-disrupt)"}}
 
-func (blockedDrainer) Drain(context.Context, *corev1.Node, gpupoolv1.DrainSpec, time.Time, time.Time, drain.Budget) (drain.Result, error) {
-	return drain.Result{Blocked: []string{"team/job-0: PodDisruptionBudget team/pdb allows 0 disruptions"},
-		Holding: []string{"team/notebook-1 (gpupool.dev/do-not-disrupt)"}}, nil
-}
-
-func (blockedDrainer) ForceDelete(context.Context, string, gpupoolv1.DrainSpec) (int, error) {
-	return 0, nil
+// wait is one kind of wait of TestWaitsSayWhenTheyEnd: the step, whether the VM has its
+// node and what the node lacks, the VM's power state, whether its guest was asked to
+// shut down, and drain.maxHold.
+type wait struct {
+	name    string
+	action  plan.Action
+	node    bool
+	gaps    []string
+	powered inventory.PowerState
+	guest   bool
+	maxHold *metav1.Duration
+	// wait is how long the wait lasts: the passes run inside it.
+	wait time.Duration
+	// want are the deadlines the words must name.
+	want []string
 }
 
 // TestWaitsSayWhenTheyEnd: a step that waits (a node not ready yet, with and without its
@@ -41,19 +51,7 @@ func (blockedDrainer) ForceDelete(context.Context, string, gpupoolv1.DrainSpec) 
 func TestWaitsSayWhenTheyEnd(t *testing.T) {
 	began := time.Date(2031, 6, 15, 10, 0, 0, 0, time.UTC)
 	hold := &metav1.Duration{Duration: 5 * time.Minute}
-	for _, tc := range []struct {
-		name    string
-		action  plan.Action
-		node    bool
-		gaps    []string
-		powered inventory.PowerState
-		guest   bool
-		maxHold *metav1.Duration
-		// wait is how long the wait lasts: the passes run inside it.
-		wait time.Duration
-		// want are the deadlines the words must name.
-		want []string
-	}{
+	for _, tc := range []wait{
 		{name: "node not registered", action: plan.WaitNodeReady, powered: inventory.PoweredOn, wait: 10 * time.Minute,
 			want: []string{"2031-06-15T10:10:00Z"}},
 		{name: "node not Ready", action: plan.WaitNodeReady, node: true, powered: inventory.PoweredOn, wait: 10 * time.Minute,
@@ -80,7 +78,7 @@ func TestWaitsSayWhenTheyEnd(t *testing.T) {
 					start = began.Add(700 * time.Millisecond)
 					now = start
 				}
-				ws, out := runWait(t, tc.action, tc.node, tc.gaps, tc.powered, tc.guest, tc.maxHold, start, now)
+				ws, out := runWait(t, tc, start, now)
 				words := ws.Message + " | " + strings.Join(out.NodeWaits, "; ") + " | " + strings.Join(out.DrainBlocked, "; ")
 				for _, w := range tc.want {
 					if !strings.Contains(words, w) {
@@ -111,35 +109,36 @@ func TestWaitsSayWhenTheyEnd(t *testing.T) {
 	}
 }
 
-// runWait runs one pass of a one-VM pool whose only step is action, begun at began, at now.
-func runWait(t *testing.T, action plan.Action, withNode bool, gaps []string, powered inventory.PowerState, guest bool,
-	maxHold *metav1.Duration, began, now time.Time) (*gpupoolv1.WorkerStatus, Outcome) {
+// runWait runs one pass of a one-VM pool whose only step is tc's, begun at began, at now.
+func runWait(t *testing.T, tc wait, began, now time.Time) (*gpupoolv1.WorkerStatus, Outcome) {
 	t.Helper()
-	spec := gpupoolv1.GPUPoolProfileSpec{MaxParallel: 1, Drain: gpupoolv1.DrainSpec{MaxHold: maxHold},
+	spec := gpupoolv1.GPUPoolProfileSpec{MaxParallel: 1, Drain: gpupoolv1.DrainSpec{MaxHold: tc.maxHold},
 		Layouts: []gpupoolv1.Layout{{Name: "day", Workers: []gpupoolv1.Worker{{VM: "a", Profile: "grid_p100-4q"}}}}}
-	ws := gpupoolv1.WorkerStatus{VM: "a", Step: action, StepStartTime: &metav1.Time{Time: began}}
-	if guest {
+	ws := gpupoolv1.WorkerStatus{VM: "a", Step: tc.action, StepStartTime: &metav1.Time{Time: began}}
+	if tc.guest {
 		ws.GuestShutdownTime = &metav1.Time{Time: began}
 	}
 	pool := &gpupoolv1.GPUPoolProfile{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: spec,
 		Status: gpupoolv1.GPUPoolProfileStatus{Workers: []gpupoolv1.WorkerStatus{ws}}}
 	inv := &inventory.Inventory{Hosts: []inventory.Host{{Name: "esx-01"}},
-		VMs: []inventory.VM{{Name: "a", Host: "esx-01", Profile: "grid_p100-4q", PowerState: powered}}}
+		VMs: []inventory.VM{{Name: "a", Host: "esx-01", Profile: "grid_p100-4q", PowerState: tc.powered}}}
 	w := world.Resolve(&pool.Spec, inv)
 	w.Nodes = map[string]*corev1.Node{}
-	if withNode {
+	if tc.node {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
-		if action == plan.Drain {
+		if tc.action == plan.Drain {
 			nodes.Cordon(node) // cordoned by an earlier pass of the drain
 		}
 		w.Nodes["a"] = node
-		if len(gaps) > 0 {
-			w.Gaps = map[string][]string{"a": gaps}
+		if len(tc.gaps) > 0 {
+			w.Gaps = map[string][]string{"a": tc.gaps}
 		}
 	}
 	p := &plan.Plan{Layout: "day", Hosts: []plan.HostPlan{{Host: "esx-01",
-		Steps: []plan.Step{{Action: action, VM: "a", Host: "esx-01", Profile: "grid_p100-4q"}}}}}
-	e := &Executor{Nodes: &countingNodes{patches: map[string]int{}}, Drainer: blockedDrainer{}, Events: noEvents{}}
+		Steps: []plan.Step{{Action: tc.action, VM: "a", Host: "esx-01", Profile: "grid_p100-4q"}}}}}
+	drains := newGatedDrainer(blocked, "node-a")
+	close(drains.gates["node-a"]) // answers at once
+	e := &Executor{Nodes: &countingNodes{patches: map[string]int{}}, Drainer: drains, Events: noEvents{}}
 	out := e.Run(context.Background(), Input{Pool: pool, Now: now, Plan: p, Layout: &pool.Spec.Layouts[0], World: w})
 	if len(out.StepErrors) > 0 || out.Abort != "" {
 		t.Fatalf("pass at %s: step errors %q, abort %q", now, out.StepErrors, out.Abort)

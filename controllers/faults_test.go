@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	vimtypes "github.com/vmware/govmomi/vim25/types"
@@ -24,7 +25,9 @@ import (
 // intent is stored; (e) status writes are stored but answered with a timeout. The task
 // starts run inside the pass (their intents stored by a write of their own) and, in the
 // "starts behind" cases, past it (the intents stored by the pass's one status write, the
-// starts then handed to execute.Starts, as the manager runs them). It counts from
+// starts then handed to execute.Starts, as the manager runs them), and in the "writes
+// wait" cases with passes that leave what can be observed again unwritten for up to 5 s
+// (StatusInterval, as the manager runs them: a restart or a crash loses it). It counts from
 // vgpusim's call log that each operation was issued exactly once per step (besides the
 // retries of the injected task failures), and that no node is left cordoned.
 func TestFaultMatrix(t *testing.T) {
@@ -37,22 +40,32 @@ func TestFaultMatrix(t *testing.T) {
 		// made: a failing status write is applied before it fails (a timeout after the
 		// API server stored it), rather than refused.
 		made bool
+		// wait: passes leave what can be observed again unwritten for up to 5 s
+		// (StatusInterval, as the manager runs them).
+		wait bool
 	}{
-		{"restart", true, false, false, false, false, false},
-		{"status-write", false, true, false, false, false, false},
-		{"task", false, false, true, false, false, false},
-		{"crash", false, false, false, true, false, false},
-		{"all", true, true, true, true, false, false},
-		{"status-write, starts behind", false, true, false, false, true, false},
-		{"crash, starts behind", false, false, false, true, true, false},
-		{"all, starts behind", true, true, true, true, true, false},
-		{"status-write made, starts behind", false, true, false, false, true, true},
+		{"restart", true, false, false, false, false, false, false},
+		{"status-write", false, true, false, false, false, false, false},
+		{"task", false, false, true, false, false, false, false},
+		{"crash", false, false, false, true, false, false, false},
+		{"all", true, true, true, true, false, false, false},
+		{"status-write, starts behind", false, true, false, false, true, false, false},
+		{"crash, starts behind", false, false, false, true, true, false, false},
+		{"all, starts behind", true, true, true, true, true, false, false},
+		{"status-write made, starts behind", false, true, false, false, true, true, false},
+		{"status-write, starts behind, writes wait", false, true, false, false, true, false, true},
+		{"crash, starts behind, writes wait", false, false, false, true, true, false, true},
+		{"all, starts behind, writes wait", true, true, true, true, true, false, true},
+		{"task, starts behind, writes wait", false, false, true, false, true, false, true},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, fmt.Sprintf("fm%d-", i))
 			h.restart = tc.restart
 			h.startsBehind = tc.behind
+			if tc.wait {
+				h.statusInterval = 5 * time.Second
+			}
 			h.tolerateErrors = tc.failPatch
 			patchFailures, writes := 0, 0
 			crashed := map[string]bool{}
@@ -129,6 +142,13 @@ func TestFaultMatrix(t *testing.T) {
 			case kept && adopted != 0:
 				t.Errorf("%.0f tasks were looked for in vCenter although the starts still held their answers (a failed status write must leave them for the next pass)", adopted)
 			}
+			deferred := testutil.ToFloat64(statusWrites.WithLabelValues(pool.Name, "deferred"))
+			switch {
+			case tc.wait && deferred == 0:
+				t.Error("no pass left its status write: the writes that wait were not exercised")
+			case !tc.wait && deferred != 0:
+				t.Errorf("%.0f passes left their status write with StatusInterval 0", deferred)
+			}
 			stranded := 0
 			var nodes corev1.NodeList
 			h.must(k8s.List(h.ctx, &nodes))
@@ -141,8 +161,8 @@ func TestFaultMatrix(t *testing.T) {
 			if tc.crash && notStarted == 0 {
 				t.Error("no intent was ever found without its task: the crash-after-intent path was not exercised")
 			}
-			t.Logf("fault matrix %-12s restarts=%d crashes=%d status-write failures=%d task failures=%d reconcile errors=%d operations issued=%d tasks adopted=%.0f intents not started=%.0f duplicates=%d stranded nodes=%d",
-				tc.name, h.restarts, h.crashes, patchFailures, taskFailures, h.errors, issued, adopted, notStarted, duplicates, stranded)
+			t.Logf("fault matrix %-12s restarts=%d crashes=%d status-write failures=%d task failures=%d reconcile errors=%d operations issued=%d tasks adopted=%.0f intents not started=%.0f writes left=%.0f duplicates=%d stranded nodes=%d",
+				tc.name, h.restarts, h.crashes, patchFailures, taskFailures, h.errors, issued, adopted, notStarted, deferred, duplicates, stranded)
 		})
 	}
 }

@@ -46,6 +46,8 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			r.fresh.forget(req.Name)
+			r.unwritten.forget(req.Name)
+			statusWrites.DeletePartialMatch(prometheus.Labels{"pool": req.Name})
 			r.tasks.watch(req.Name, nil, nil)
 			r.evictions.Cancel(req.Name)
 			r.starts.Cancel(req.Name)
@@ -63,6 +65,7 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if !pool.DeletionTimestamp.IsZero() {
 		// A pool being deleted is accounted no further: its days go with it.
 		r.usage.forget(pool.Name)
+		r.unwritten.forget(pool.Name) // the deletion's passes write what they change
 		return r.reconcileDelete(ctx, pool)
 	}
 	if controllerutil.AddFinalizer(pool, FinalizerName) {
@@ -76,10 +79,13 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	// by selector: select.go).
 	r.expandSpec(pool)
 
-	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now(),
+	// A pass starts from what the last one decided, written or not (statusdefer.go).
+	stored, unwrittenSince := r.resume(ctx, pool)
+	s := &scope{pool: pool, persisted: pool.DeepCopy(), now: r.Clock.Now(), unwrittenSince: unwrittenSince,
 		budget: execute.NewBudget(cmp.Or(r.maxNodeWrites, maxNodeWritesPerPass), cmp.Or(r.maxEvictions, maxEvictionsPerPass)).
 			WithCordons(cmp.Or(r.maxCordons, maxCordonsPerPass)), readySeq: r.ready.begin(pool.Name),
 		times: &passTimes{begun: time.Now()}}
+	s.stored = cmp.Or(stored, s.persisted)
 	before := statusRead(pool)
 	defer func() { logPass(ctx, s, res, retErr) }() // last: after the status write
 	defer func() {
@@ -95,8 +101,14 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		if retErr == nil {
 			pool.Status.ObservedGeneration = pool.Generation
 		}
-		if equality.Semantic.DeepEqual(s.persisted.Status, pool.Status) && s.starts.Len() == 0 {
+		if equality.Semantic.DeepEqual(s.stored.Status, pool.Status) && s.starts.Len() == 0 {
 			r.starts.Commit(pool.Name) // nothing the pass took from the starts is left to store
+			return
+		}
+		if wait, ok := r.leaveUnwritten(s, retErr != nil); ok {
+			// The answers the pass took from the starts stay with them until a write
+			// stores them (no Commit).
+			res.RequeueAfter = execute.Soonest(res.RequeueAfter, wait)
 			return
 		}
 		start := time.Now()
@@ -133,10 +145,11 @@ func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 // Note: a failed patch otherwise loses only what can be re-observed: task ids are found
 // again through the intents stored before each task (internal/execute: Run, Follower).
 func (r *GPUPoolProfileReconciler) writeStatus(ctx context.Context, s *scope) error {
-	err := r.Client.Status().Patch(ctx, s.pool, poolStatusPatch(s.persisted, s.starts.Len() > 0))
+	err := r.Client.Status().Patch(ctx, s.pool, poolStatusPatch(s.stored, s.starts.Len() > 0))
 	r.wrote(s.pool, err)
 	switch {
 	case err == nil:
+		statusWrites.WithLabelValues(s.pool.Name, "written").Inc()
 		r.starts.Commit(s.pool.Name) // the task ids the pass took from the starts are stored
 		s.starts.Hand()
 		return nil

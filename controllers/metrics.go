@@ -37,6 +37,10 @@ var (
 		Help:    "Time a reconcile pass spends in each of its phases (desire, paused, observe, tasks, keep-aborted, decide, settled, act), in observe's parts (observe:vcenter, its read of vCenter's inventory; observe:cluster, its read of the nodes and pods; observe:account, its accounting) in the parts of act (act:cordon, act:evict, act:node-steps, act:park, act:steps, act:start, act:states: the node state labels and warnings, handed to a batch past the pass) and in the pass's status write (status), on the manager's own clock: where a pass's time goes.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 17), // 1 ms to 65 s
 	}, []string{"phase"})
+	statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpupool_status_writes_total",
+		Help: "Passes that wrote the pool's status (written) and that left changes that can be observed again unwritten for the next pass (deferred, --status-write-interval), by pool.",
+	}, []string{"pool", "result"})
 	readySteps = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpupool_ready_node_steps_total",
 		Help: "Relabels and uncordons made the moment a node became ready for work, between passes (readyFollow), by pool and result: done, failed (the next pass makes it), dropped (the pool changed since the pass that planned it).",
@@ -44,7 +48,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(transitionsTotal, transitionDuration, workersByStep, shortfallRereads, phaseDuration, readySteps)
+	metrics.Registry.MustRegister(transitionsTotal, transitionDuration, workersByStep, shortfallRereads, phaseDuration, readySteps, statusWrites)
 }
 
 // passTimes are the times a pass's phases and their parts took, in order, for the

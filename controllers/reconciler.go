@@ -48,6 +48,9 @@ type GPUPoolProfileReconciler struct {
 	// UsageInterval is how often a pool's GPUPoolUsage is written at most; 0:
 	// DefaultUsageInterval.
 	UsageInterval time.Duration
+	// StatusInterval is how long a pass may leave unwritten the changes of the status
+	// that can be observed again (statusdefer.go); 0 writes every pass's status.
+	StatusInterval time.Duration
 
 	// nodePods watches the pods of the pools' nodes (the manager's cache holds only
 	// unbound pods); nil (the tests that call Reconcile directly) lists them through
@@ -107,6 +110,9 @@ type GPUPoolProfileReconciler struct {
 	// the API server: the cache serves a pass's read of the pool when it holds that
 	// version (readPool).
 	fresh poolMemo[string]
+	// unwritten is, per pool, what its last pass decided and left unwritten
+	// (StatusInterval); the next pass starts from it (resume).
+	unwritten poolMemo[*unwrittenStatus]
 }
 
 // kueueReleaser releases the admission checks a pool being deleted holds (the Kueue

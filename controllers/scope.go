@@ -18,11 +18,16 @@ import (
 // (act), and the world observe read is one value (world.World).
 type scope struct {
 	// Set by Reconcile for the whole pass: the pool (its status is what the pass
-	// writes), the pool as last written (persisted, the base of the next status patch:
-	// persist moves it), the pass's time and the writes it may still make (nil: no cap).
+	// writes), the pool as the last pass left it (persisted: what it decided, written or
+	// not; persist moves it), the pass's time and the writes it may still make (nil: no cap).
 	pool      *gpupoolv1.GPUPoolProfile
 	persisted *gpupoolv1.GPUPoolProfile
-	now       time.Time
+	// stored is the pool as stored on the API server, the base of the status write:
+	// persisted, unless the last passes left their write (statusdefer.go), then since
+	// unwrittenSince.
+	stored         *gpupoolv1.GPUPoolProfile
+	unwrittenSince time.Time
+	now            time.Time
 	// landed are the marks the pool's last batch wrote (stateBatches), for
 	// publishMarks; set by waitStates.
 	landed map[string]landedState

@@ -177,7 +177,9 @@ type harness struct {
 	// (execute.Starts, as the manager does), each reconciler with Starts of its own (a
 	// restarted manager remembers none); reconcile waits for them after each pass.
 	startsBehind bool
-	rec          *GPUPoolProfileReconciler
+	// statusInterval is the reconciler's StatusInterval (0: every pass writes).
+	statusInterval time.Duration
+	rec            *GPUPoolProfileReconciler
 	// steps is every (vm, step) a worker was seen at, in order.
 	steps []string
 	// client, when set, wraps the reconciler's client (to inject faults).
@@ -290,7 +292,7 @@ func (h *harness) reconciler() *GPUPoolProfileReconciler {
 		}
 		// The field managers the manager's clients write under (cmd/manager, SetupWithManager).
 		h.rec = &GPUPoolProfileReconciler{Client: client.WithFieldOwner(c, FieldOwner), APIReader: operator, Recorder: rec, Clock: h.clock, VSphere: h.conn,
-			Credentials: secretpolicy.Policy{Namespace: h.prefix + "apps"}}
+			Credentials: secretpolicy.Policy{Namespace: h.prefix + "apps"}, StatusInterval: h.statusInterval}
 		if h.startsBehind {
 			h.rec.starts = execute.NewStarts(h.ctx, nil)
 		}

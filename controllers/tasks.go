@@ -32,12 +32,12 @@ func (r *GPUPoolProfileReconciler) checkTasks(ctx context.Context, s *scope, pee
 // object it is given, and the pass holds pointers into s.pool's worker list.
 func (r *GPUPoolProfileReconciler) persist(ctx context.Context, s *scope) error {
 	obj := s.pool.DeepCopy()
-	err := r.Client.Status().Patch(ctx, obj, poolStatusPatch(s.persisted, true))
+	err := r.Client.Status().Patch(ctx, obj, poolStatusPatch(s.stored, true))
 	r.wrote(obj, err)
 	if err != nil {
 		return err
 	}
-	s.persisted = obj
+	s.persisted, s.stored = obj, obj
 	s.pool.ResourceVersion = obj.ResourceVersion
 	return nil
 }

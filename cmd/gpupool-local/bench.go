@@ -29,6 +29,7 @@ type benchConfig struct {
 	logLevel   *string
 	env        *string
 	watch      *int
+	statusWait *time.Duration
 }
 
 func benchFlags(fs *flag.FlagSet) benchConfig {
@@ -44,6 +45,7 @@ func benchFlags(fs *flag.FlagSet) benchConfig {
 		starts:     fs.Int("max-concurrent-starts", 0, "bench: the manager's --max-concurrent-starts, and the task starts the environment-alone floor asks at once (0: the manager's default, 16)"),
 		logLevel:   fs.String("manager-log-level", "", "bench: the manager's --zap-log-level (debug: a line per pass, with where its time went, in the kept logs/manager.log; \"\": info)"),
 		watch:      fs.Int("vcenter-watch-min-vms", -1, "bench: the manager's --vcenter-watch-min-vms (-1: its default; 0: every pool read whole each pass)"),
+		statusWait: fs.Duration("status-write-interval", -1, "bench: the manager's --status-write-interval (negative: its default; 0: every pass writes the pool's status)"),
 		env:        fs.String("manager-env", "", "bench: more of the manager's environment, KEY=value[,KEY=value...] (such as GOGC=50, to weigh the collector's CPU against the RSS)"),
 		nodeLease:  fs.Duration("node-lease", localenv.DefaultNodeLease, "bench: kwok's node lease (renewed every quarter of it; a longer one gives the node lifecycle controller's grace period the same length)"),
 	}
@@ -91,6 +93,9 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 	opts.ManagerLogLevel = *c.logLevel
 	if *c.watch >= 0 {
 		opts.ManagerWatchMinVMs = c.watch
+	}
+	if *c.statusWait >= 0 {
+		opts.ManagerStatusInterval = c.statusWait
 	}
 	env, err := managerEnv(*c.env)
 	if err != nil {

@@ -77,6 +77,9 @@ func main() {
 	if err := startsLimitError(*maxConcurrentStarts); err != nil {
 		fail(nil, err.Error())
 	}
+	if err := statusIntervalError(*statusWriteInterval); err != nil {
+		fail(nil, err.Error())
+	}
 	if o.usageInterval < 10*time.Second {
 		fail(nil, fmt.Sprintf("--accounting-write-interval %s is too short: at least 10s (default %s)", o.usageInterval, controllers.DefaultUsageInterval))
 	}
@@ -204,6 +207,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.
 		MaxConcurrentStarts:     *maxConcurrentStarts,
 		RequestRetention:        retention,
 		UsageInterval:           usageInterval,
+		StatusInterval:          *statusWriteInterval,
 	}
 	return r.SetupWithManager(ctx, mgr)
 }

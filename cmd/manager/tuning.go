@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gpupool/gpupool/controllers"
 	"github.com/gpupool/gpupool/internal/execute"
 	"github.com/gpupool/gpupool/vsphere"
 )
@@ -27,6 +29,21 @@ var maxConcurrentStarts = flag.Int("max-concurrent-starts", execute.MaxConcurren
 func startsLimitError(n int) error {
 	if n < 1 {
 		return fmt.Errorf("--max-concurrent-starts %d: at least 1 (default %d)", n, execute.MaxConcurrentStarts)
+	}
+	return nil
+}
+
+// statusWriteInterval is how long a pass may leave the changes of a pool's status that
+// can be observed again (task ids, tasks ended, steps begun, words) unwritten: at 64
+// hosts each write is the API server's work on a 300-430 KB object
+// (controllers/statusdefer.go, docs/performance.md).
+var statusWriteInterval = flag.Duration("status-write-interval", controllers.DefaultStatusInterval,
+	"How long a pass may leave unwritten the changes of a pool's status that can be observed again (a task's id, a task ended, a step begun, messages); intents, failures, conditions and transitions are written at once. 0 writes every pass's status. 0 to 1m.")
+
+// statusIntervalError says what is wrong with --status-write-interval, or nil.
+func statusIntervalError(d time.Duration) error {
+	if d < 0 || d > time.Minute {
+		return fmt.Errorf("--status-write-interval %s: write 0 to 1m (default %s; 0 writes every pass's status)", d, controllers.DefaultStatusInterval)
 	}
 	return nil
 }

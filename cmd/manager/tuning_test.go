@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSoftMemoryLimit covers the classes of --memory-limit: a quantity in every suffix
@@ -52,6 +53,23 @@ func TestStartsLimitError(t *testing.T) {
 		err := startsLimitError(n)
 		if err == nil || !strings.Contains(err.Error(), "--max-concurrent-starts") || !strings.Contains(err.Error(), "default 16") {
 			t.Errorf("%d: %v, want an error naming the flag and its default", n, err)
+		}
+	}
+}
+
+// TestStatusIntervalError: --status-write-interval takes 0 (every pass writes) to a
+// minute; a negative interval or a longer one is refused with the flag, the value, the
+// range and the default.
+func TestStatusIntervalError(t *testing.T) {
+	for _, d := range []time.Duration{0, time.Millisecond, 5 * time.Second, time.Minute} {
+		if err := statusIntervalError(d); err != nil {
+			t.Errorf("%s: %v", d, err)
+		}
+	}
+	for _, d := range []time.Duration{-time.Nanosecond, -5 * time.Second, time.Minute + time.Nanosecond, time.Hour} {
+		err := statusIntervalError(d)
+		if err == nil || !strings.Contains(err.Error(), "--status-write-interval "+d.String()) || !strings.Contains(err.Error(), "0 to 1m") || !strings.Contains(err.Error(), "default 5s") {
+			t.Errorf("%s: %v, want an error naming the flag, the value, the range and the default", d, err)
 		}
 	}
 }

@@ -88,6 +88,9 @@ type Options struct {
 	// ManagerWatchMinVMs, when set, is the manager's --vcenter-watch-min-vms (nil: its
 	// default, vsphere.WatchMinVMs).
 	ManagerWatchMinVMs *int
+	// ManagerStatusInterval, when set, is the manager's --status-write-interval (nil: its
+	// default, controllers.DefaultStatusInterval).
+	ManagerStatusInterval *time.Duration
 	// ManagerEnv is more of the manager's environment ("KEY=value"), such as the
 	// end-to-end tests' KUBE_CACHE_MUTATION_DETECTOR=true: client-go then compares every
 	// cached object with a copy of it each second and ends the manager on the first change
@@ -790,6 +793,9 @@ func (e *Env) startOperator(ctx context.Context) error {
 	}
 	if e.ManagerWatchMinVMs != nil {
 		e.manager.args = append(e.manager.args, "--vcenter-watch-min-vms", strconv.Itoa(*e.ManagerWatchMinVMs))
+	}
+	if e.ManagerStatusInterval != nil {
+		e.manager.args = append(e.manager.args, "--status-write-interval", e.ManagerStatusInterval.String())
 	}
 	if err := e.spawnManager(e.Kubeconfig, certDir, e.manager.args...); err != nil {
 		return err

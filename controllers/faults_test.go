@@ -55,7 +55,7 @@ func TestFaultMatrix(t *testing.T) {
 		{"status-write made, starts behind", false, true, false, false, true, true, false},
 		{"status-write, starts behind, writes wait", false, true, false, false, true, false, true},
 		{"crash, starts behind, writes wait", false, false, false, true, true, false, true},
-		{"all, starts behind, writes wait", true, true, true, true, true, false, true},
+		{"restart, starts behind, writes wait", true, false, false, false, true, false, true},
 		{"task, starts behind, writes wait", false, false, true, false, true, false, true},
 	}
 	for i, tc := range cases {

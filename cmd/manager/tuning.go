@@ -38,7 +38,7 @@ func startsLimitError(n int) error {
 // hosts each write is the API server's work on a 300-430 KB object
 // (controllers/statusdefer.go, docs/performance.md).
 var statusWriteInterval = flag.Duration("status-write-interval", controllers.DefaultStatusInterval,
-	"How long a pass may leave unwritten the changes of a pool's status that can be observed again (a task's id, a task ended, a step begun, messages); intents, failures, conditions and transitions are written at once. 0 writes every pass's status. 0 to 1m.")
+	"How long a pass may leave unwritten the changes of a pool's status that can be observed again (a task's id, a task ended, a step begun, messages); intents, failures, a condition's status or reason and transitions are written at once. 0 writes every pass's status. 0 to 1m.")
 
 // statusIntervalError says what is wrong with --status-write-interval, or nil.
 func statusIntervalError(d time.Duration) error {

@@ -57,6 +57,7 @@ func TestFaultMatrix(t *testing.T) {
 		{"crash, starts behind, writes wait", false, false, false, true, true, false, true},
 		{"restart, starts behind, writes wait", true, false, false, false, true, false, true},
 		{"task, starts behind, writes wait", false, false, true, false, true, false, true},
+		{"crash and task, starts behind, writes wait", false, false, true, true, true, false, true},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/execute"
 )
 
 // A pass's status write may wait (issue 37). At 64 hosts a pool's status is a 300-430 KB
@@ -30,7 +31,9 @@ import (
 //
 // What a crash loses is what a failed write loses today: the next manager reads the
 // status as stored, finds the task ids from the intents (vCenter's recent tasks) and
-// begins its steps again.
+// begins its steps again; the events of the passes whose write was lost may be told
+// again. "Up to StatusInterval" counts from the start of the pass that left the oldest
+// change to the start of the pass that writes it: that pass's own time comes on top.
 
 // DefaultStatusInterval is how long the manager lets a pass leave changes that can be
 // observed again unwritten (--status-write-interval).
@@ -64,7 +67,7 @@ func (r *GPUPoolProfileReconciler) resume(ctx context.Context, pool *gpupoolv1.G
 		return nil, time.Time{}
 	}
 	stored := &gpupoolv1.GPUPoolProfile{TypeMeta: pool.TypeMeta, ObjectMeta: *pool.ObjectMeta.DeepCopy(), Status: pool.Status}
-	pool.Status = u.status
+	execute.Restore(pool, &u.status)
 	return stored, u.since
 }
 
@@ -128,9 +131,11 @@ func conditionsMustWrite(stored, next []metav1.Condition) string {
 }
 
 // workerMustWrite: of a worker, its place, power, profile, step and words may wait (they
-// are observed or planned again); its task may wait only when its id is all that came
-// (the intent finds it again) or it ended (observed again); a guest asked to shut down
-// and a failed step's attempts may not.
+// are observed or planned again: a step begun again after a crash only starts its
+// timeouts later); its task may wait only when its id is all that came (the intent finds
+// it again) or it ended (observed again); a guest asked to shut down, a failed step's
+// attempts, and a step begun again since the one stored (its stored start is older:
+// after a crash its timeouts would end sooner than decided) may not.
 func workerMustWrite(stored, next *gpupoolv1.WorkerStatus) string {
 	switch {
 	case stored.VM != next.VM:
@@ -139,6 +144,8 @@ func workerMustWrite(stored, next *gpupoolv1.WorkerStatus) string {
 		return "guest shutdown"
 	case stored.Attempts != next.Attempts || !equality.Semantic.DeepEqual(stored.NextRetryTime, next.NextRetryTime):
 		return "attempts"
+	case stored.Step == next.Step && stored.StepStartTime != nil && next.StepStartTime != nil && !stored.StepStartTime.Equal(next.StepStartTime):
+		return "step begun again"
 	}
 	t, u := stored.Task, next.Task
 	switch {

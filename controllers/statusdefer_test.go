@@ -20,7 +20,7 @@ var (
 	statusByEntry = map[string]bool{"Workers": true, "Conditions": true}
 	workerMayWait = map[string]bool{
 		"Node": true, "Host": true, "GPU": true, "Profile": true, "PowerState": true,
-		"Step": true, "StepStartTime": true, "Message": true,
+		"Step": true, "Message": true,
 	}
 	workerWritten = map[string]bool{"VM": true, "Attempts": true, "NextRetryTime": true, "GuestShutdownTime": true}
 )
@@ -97,14 +97,14 @@ func TestMustWriteStatusFields(t *testing.T) {
 }
 
 // TestMustWriteWorkerFields: of a worker, where it is, its power, profile, step and
-// words may wait; its VM (the list reordered), its attempts, retry time and guest
+// words may wait (its task and its step's start: the tests below); its VM (the list reordered), its attempts, retry time and guest
 // shutdown may not; a worker added or removed may not.
 func TestMustWriteWorkerFields(t *testing.T) {
 	typ := reflect.TypeFor[gpupoolv1.WorkerStatus]()
 	for i := range typ.NumField() {
 		f := typ.Field(i)
-		if f.Name == "Task" {
-			continue // TestMustWriteTasks
+		if f.Name == "Task" || f.Name == "StepStartTime" {
+			continue // TestMustWriteTasks, TestMustWriteStepStarts
 		}
 		if workerMayWait[f.Name] == workerWritten[f.Name] {
 			t.Errorf("worker field %s is in neither class or both: say whether it may wait", f.Name)
@@ -164,6 +164,36 @@ func TestMustWriteTasks(t *testing.T) {
 	} {
 		stored, next := sampleStatus(), sampleStatus()
 		stored.Workers[1].Task, next.Workers[1].Task = c.stored, c.next
+		if got := mustWrite(&stored, &next); (got == "") != c.wait {
+			t.Errorf("%s: mustWrite = %q; want it to wait: %v", c.name, got, c.wait)
+		}
+	}
+}
+
+// TestMustWriteStepStarts: a step begun, ended or moved to another step may wait (a
+// crash begins it again later: its timeouts end later, never sooner); the same step
+// begun again since the start stored may not (after a crash the older start would end
+// its timeouts sooner than decided).
+func TestMustWriteStepStarts(t *testing.T) {
+	t0 := metav1.NewTime(time.Date(2031, 6, 15, 10, 0, 0, 0, time.UTC))
+	t1 := metav1.NewTime(t0.Add(30 * time.Second))
+	drain, park := gpupoolv1.Step("Drain"), gpupoolv1.Step("Park")
+	for _, c := range []struct {
+		name               string
+		fromStep, toStep   gpupoolv1.Step
+		fromStart, toStart *metav1.Time
+		wait               bool
+	}{
+		{"no step", "", "", nil, nil, true},
+		{"step begun", "", drain, nil, &t0, true},
+		{"step ended", drain, "", &t0, nil, true},
+		{"next step begun", drain, park, &t0, &t1, true},
+		{"same step, same start", drain, drain, &t0, &t0, true},
+		{"same step begun again", drain, drain, &t0, &t1, false},
+	} {
+		stored, next := sampleStatus(), sampleStatus()
+		stored.Workers[1].Step, stored.Workers[1].StepStartTime = c.fromStep, c.fromStart
+		next.Workers[1].Step, next.Workers[1].StepStartTime = c.toStep, c.toStart
 		if got := mustWrite(&stored, &next); (got == "") != c.wait {
 			t.Errorf("%s: mustWrite = %q; want it to wait: %v", c.name, got, c.wait)
 		}

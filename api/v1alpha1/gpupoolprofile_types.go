@@ -883,7 +883,7 @@ type GPUPoolProfileStatus struct {
 	// the list whole (atomic), so that the API server keeps no ownership per entry in
 	// managedFields, which for a pool of 1,280 VMs was a third of the object. What can
 	// be observed again (a task's id, a task ended, a step begun, messages) may reach
-	// it up to the manager's --status-write-interval (5s) after gpupool decided it;
+	// it about the manager's --status-write-interval (5s) after gpupool decided it;
 	// intents, failures and a guest's shutdown are written at once.
 	// +optional
 	// +listType=atomic

@@ -91,3 +91,11 @@ func ForgetDrains(pool *gpupoolv1.GPUPoolProfile) {
 		}
 	}
 }
+
+// Restore puts back on pool the status a pass decided and the controller left unwritten
+// (controllers/statusdefer.go), so that the next pass goes on from it: its workers are
+// what this package wrote then, not decided again. It copies decided, so that nothing of
+// the pass aliases what the controller remembered.
+func Restore(pool *gpupoolv1.GPUPoolProfile, decided *gpupoolv1.GPUPoolProfileStatus) {
+	decided.DeepCopyInto(&pool.Status)
+}

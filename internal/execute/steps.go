@@ -19,7 +19,10 @@ import (
 // execute does one due step of one worker, but a drain (act runs drains together),
 // without blocking and says when to look again.
 // Progress that cannot be re-observed (task intents and ids, step start times, when the
-// guest was asked to shut down) goes into the worker's status.
+// guest was asked to shut down) goes into the worker's status. (The controller may leave
+// a task's id and a step's start unwritten for a few seconds: an intent finds its task
+// again, and a step begun again after a crash only starts its timeouts later;
+// controllers/statusdefer.go.)
 func (r *run) execute(ctx context.Context, step plan.Step) (time.Duration, error) {
 	ws := r.worker(step.VM)
 	if backingOff(ws, r.Now) {

@@ -71,7 +71,7 @@ func (r *GPUPoolProfileReconciler) resume(ctx context.Context, pool *gpupoolv1.G
 	return stored, u.since
 }
 
-// leaveUnwritten reports whether the pass may leave its status write (mayWait), and
+// leaveUnwritten reports whether the pass may leave its status write (mustWrite), and
 // then remembers what it decided for the next pass and returns when that pass must
 // write it at the latest.
 func (r *GPUPoolProfileReconciler) leaveUnwritten(s *scope, failed bool) (time.Duration, bool) {

@@ -39,6 +39,9 @@ func (r *GPUPoolProfileReconciler) persist(ctx context.Context, s *scope) error 
 	}
 	s.persisted, s.stored = obj, obj
 	s.pool.ResourceVersion = obj.ResourceVersion
+	// Everything the pass decided so far is stored: a change after this write waits from
+	// now (leaveUnwritten), not from the oldest change the write just stored.
+	s.unwrittenSince = time.Time{}
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpupoolv1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/vsphere"
@@ -67,7 +68,7 @@ func (w *taskWatch) watch(pool string, vc vsphere.Client, ids []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if vc == nil || len(ids) == 0 || w.ctx.Err() != nil {
-		w.endLocked(pool, w.watches[pool])
+		w.endLocked(pool, slices.Clone(w.watches[pool])) // endLocked removes from the pool's list
 		return
 	}
 	want := map[string]bool{}
@@ -121,7 +122,7 @@ func (w *taskWatch) startLocked(pool string, vc vsphere.Client, ids []string) {
 		defer cancel()
 		// An error (cancelled, or the watch failed) wakes nobody: the pool's requeue
 		// covers a failed watch, and its next pass starts another.
-		_ = vc.WatchTasks(ctx, ids, func(id string, _ bool) {
+		err := vc.WatchTasks(ctx, ids, func(id string, _ bool) {
 			w.mu.Lock()
 			delete(pw.left, id)
 			if len(pw.left) == 0 {
@@ -133,6 +134,9 @@ func (w *taskWatch) startLocked(pool string, vc vsphere.Client, ids []string) {
 			case <-ctx.Done():
 			}
 		})
+		if err != nil && ctx.Err() == nil {
+			log.FromContext(w.ctx).V(1).Info("A watch of the pool's vSphere tasks failed; its next pass starts another", "pool", pool, "tasks", len(ids), "error", err.Error())
+		}
 		w.mu.Lock()
 		w.removeLocked(pool, pw)
 		w.mu.Unlock()
@@ -148,7 +152,8 @@ func (w *taskWatch) endLocked(pool string, end []*poolWatch) {
 }
 
 func (w *taskWatch) removeLocked(pool string, pw *poolWatch) {
-	rest := slices.DeleteFunc(w.watches[pool], func(o *poolWatch) bool { return o == pw })
+	// A new slice: callers may range over the old one.
+	rest := slices.DeleteFunc(slices.Clone(w.watches[pool]), func(o *poolWatch) bool { return o == pw })
 	if len(rest) == 0 {
 		delete(w.watches, pool)
 		return

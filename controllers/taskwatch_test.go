@@ -108,6 +108,7 @@ func TestTaskWatchFollowsBatches(t *testing.T) {
 	susp2, err := vc.Suspend(h.ctx, ref("day-2"))
 	h.must(err)
 	before := collectors()
+	first := before
 	w.watch("p", vc, []string{off1, susp2})
 	woken("the suspend ended")
 	watching(1, "one of the batch's two tasks ended")
@@ -131,6 +132,14 @@ func TestTaskWatchFollowsBatches(t *testing.T) {
 	all := []string{off1, off3, off4, on1}
 	w.watch("p", vc, all)
 	watching(maxTaskWatches, "a watch per batch, up to the bound")
+	// Each watch creates its collector in its own goroutine: wait for the four (bounded)
+	// so that none is counted with the watch of all below.
+	for deadline := time.Now().Add(30 * time.Second); collectors()-first < maxTaskWatches; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d property collectors for %d watches", collectors()-first, maxTaskWatches)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	on2, err := vc.PowerOn(h.ctx, ref("day-2"), "")
 	h.must(err)
 	all = append(all, on2)
@@ -149,4 +158,16 @@ func TestTaskWatchFollowsBatches(t *testing.T) {
 	if n := collectors() - before; n != 1 {
 		t.Fatalf("%d property collectors for the watch of all, want 1", n)
 	}
+
+	// A pass without a session ends every watch of the pool at once.
+	off, err := vc.PowerOff(h.ctx, ref("day-2"))
+	h.must(err)
+	w.watch("p", vc, []string{off})
+	on, err := vc.PowerOn(h.ctx, ref("night-1"), "")
+	h.must(err)
+	w.watch("p", vc, []string{off, on})
+	watching(2, "two batches")
+	w.watch("p", nil, nil)
+	watching(0, "a pass without a session")
+	h.sim.ReleaseTasks()
 }

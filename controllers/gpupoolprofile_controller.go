@@ -42,9 +42,11 @@ import (
 // computes the conditions and the phase from what the pass found, and one patch writes
 // the status.
 func (r *GPUPoolProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	r.pace.began(req.Name)
 	pool, err := r.readPool(ctx, req.NamespacedName)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
+			r.pace.forget(req.Name)
 			r.fresh.forget(req.Name)
 			r.unwritten.forget(req.Name)
 			statusWrites.DeletePartialMatch(prometheus.Labels{"pool": req.Name})
@@ -233,16 +235,20 @@ func (r *GPUPoolProfileReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	if err != nil {
 		return fmt.Errorf("setting up the demand watch: %w", err)
 	}
+	// What the pool's own switch does (its nodes, pods and tasks) wakes it paced; its
+	// spec, requests, demand and credentials at once (passpace.go).
+	r.pace = newPassPace(r.MinPassInterval)
+	pool := r.pace.paced(&handler.EnqueueRequestForObject{})
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&gpupoolv1.GPUPoolProfile{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.Node{}, allPools, builder.WithPredicates(nodeChanged())).
+		Watches(&corev1.Node{}, r.pace.paced(allPools), builder.WithPredicates(nodeChanged())).
 		// A request's spec never changes: its creation and deletion wake its pool, its
 		// status (the pool's own writes) does not.
 		Watches(&gpupoolv1.GPUPoolRequest{}, r.requestPools(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WatchesRawSource(source.Channel(r.nodePods.wake, &handler.EnqueueRequestForObject{})).
-		WatchesRawSource(source.Channel(r.tasks.events, &handler.EnqueueRequestForObject{})).
-		WatchesRawSource(source.Channel(evictionsDone, &handler.EnqueueRequestForObject{})).
-		WatchesRawSource(source.Channel(startsDone, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(r.nodePods.wake, pool)).
+		WatchesRawSource(source.Channel(r.tasks.events, pool)).
+		WatchesRawSource(source.Channel(evictionsDone, pool)).
+		WatchesRawSource(source.Channel(startsDone, pool)).
 		WatchesRawSource(source.Channel(dw.wake, &handler.EnqueueRequestForObject{}))
 	b, err = r.watchCredentials(mgr, b)
 	if err != nil {

@@ -51,6 +51,12 @@ type GPUPoolProfileReconciler struct {
 	// StatusInterval is how long a pass may leave unwritten the changes of the status
 	// that can be observed again (statusdefer.go); 0 writes every pass's status.
 	StatusInterval time.Duration
+	// MinPassInterval is how long after a pool's pass began a wake by the pool's own work
+	// (its nodes, pods and tasks) starts the next pass at the soonest (passpace.go); 0:
+	// at once.
+	MinPassInterval time.Duration
+	// pace spaces those passes (nil: the tests that call Reconcile directly).
+	pace *passPace
 
 	// nodePods watches the pods of the pools' nodes (the manager's cache holds only
 	// unbound pods); nil (the tests that call Reconcile directly) lists them through

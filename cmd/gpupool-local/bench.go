@@ -30,6 +30,7 @@ type benchConfig struct {
 	env        *string
 	watch      *int
 	statusWait *time.Duration
+	passPace   *time.Duration
 }
 
 func benchFlags(fs *flag.FlagSet) benchConfig {
@@ -46,6 +47,7 @@ func benchFlags(fs *flag.FlagSet) benchConfig {
 		logLevel:   fs.String("manager-log-level", "", "bench: the manager's --zap-log-level (debug: a line per pass, with where its time went, in the kept logs/manager.log; \"\": info)"),
 		watch:      fs.Int("vcenter-watch-min-vms", -1, "bench: the manager's --vcenter-watch-min-vms (-1: its default; 0: every pool read whole each pass)"),
 		statusWait: fs.Duration("status-write-interval", -1, "bench: the manager's --status-write-interval (negative: its default; 0: every pass writes the pool's status)"),
+		passPace:   fs.Duration("min-pass-interval", -1, "bench: the manager's --min-pass-interval (negative: its default; 0: a pass at each change)"),
 		env:        fs.String("manager-env", "", "bench: more of the manager's environment, KEY=value[,KEY=value...] (such as GOGC=50, to weigh the collector's CPU against the RSS)"),
 		nodeLease:  fs.Duration("node-lease", localenv.DefaultNodeLease, "bench: kwok's node lease (renewed every quarter of it; a longer one gives the node lifecycle controller's grace period the same length)"),
 	}
@@ -96,6 +98,9 @@ func runBench(ctx context.Context, opts localenv.Options, c benchConfig, timeout
 	}
 	if *c.statusWait >= 0 {
 		opts.ManagerStatusInterval = c.statusWait
+	}
+	if *c.passPace >= 0 {
+		opts.ManagerMinPassInterval = c.passPace
 	}
 	env, err := managerEnv(*c.env)
 	if err != nil {

@@ -80,6 +80,9 @@ func main() {
 	if err := statusIntervalError(*statusWriteInterval); err != nil {
 		fail(nil, err.Error())
 	}
+	if err := minPassIntervalError(*minPassInterval); err != nil {
+		fail(nil, err.Error())
+	}
 	if o.usageInterval < 10*time.Second {
 		fail(nil, fmt.Sprintf("--accounting-write-interval %s is too short: at least 10s (default %s)", o.usageInterval, controllers.DefaultUsageInterval))
 	}
@@ -208,6 +211,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, creds secretpolicy.
 		RequestRetention:        retention,
 		UsageInterval:           usageInterval,
 		StatusInterval:          *statusWriteInterval,
+		MinPassInterval:         *minPassInterval,
 	}
 	return r.SetupWithManager(ctx, mgr)
 }

@@ -48,6 +48,21 @@ func statusIntervalError(d time.Duration) error {
 	return nil
 }
 
+// minPassInterval spaces a pool's passes woken by what its own switch does (its nodes,
+// pods and tasks changing by the hundred), so that they do not run back to back, each
+// reading vCenter again to record what the executor does on its own
+// (controllers/passpace.go, docs/performance.md).
+var minPassInterval = flag.Duration("min-pass-interval", controllers.DefaultMinPassInterval,
+	"How long after a pool's pass began a change of its own nodes, pods or vSphere tasks starts its next pass at the soonest; a change of its spec, a GPUPoolRequest, demand or the credentials starts one at once. 0: at once. 0 to 10s.")
+
+// minPassIntervalError says what is wrong with --min-pass-interval, or nil.
+func minPassIntervalError(d time.Duration) error {
+	if d < 0 || d > 10*time.Second {
+		return fmt.Errorf("--min-pass-interval %s: write 0 to 10s (default %s; 0 starts a pass at each change)", d, controllers.DefaultMinPassInterval)
+	}
+	return nil
+}
+
 // memoryLimit is the container's memory limit (the manifests pass limits.memory through
 // the downward API). The Go runtime does not see a cgroup's limit: without a soft limit
 // its heap grows to twice what is live before it collects, and a switch of a large pool

@@ -74,6 +74,23 @@ func TestStatusIntervalError(t *testing.T) {
 	}
 }
 
+// TestMinPassIntervalError: --min-pass-interval takes 0 (a pass at each change) to 10s;
+// a negative interval or a longer one is refused with the flag, the value, the range and
+// the default.
+func TestMinPassIntervalError(t *testing.T) {
+	for _, d := range []time.Duration{0, time.Millisecond, time.Second, 10 * time.Second} {
+		if err := minPassIntervalError(d); err != nil {
+			t.Errorf("%s: %v", d, err)
+		}
+	}
+	for _, d := range []time.Duration{-time.Nanosecond, -time.Second, 10*time.Second + time.Nanosecond, time.Minute} {
+		err := minPassIntervalError(d)
+		if err == nil || !strings.Contains(err.Error(), "--min-pass-interval "+d.String()) || !strings.Contains(err.Error(), "0 to 10s") || !strings.Contains(err.Error(), "default 1s") {
+			t.Errorf("%s: %v, want an error naming the flag, the value, the range and the default", d, err)
+		}
+	}
+}
+
 // TestGCPercentToSet: --gc-percent in 10-1000 is set unless GOGC is (the runtime applied
 // it); values outside are refused with the flag, the value, the range and the default,
 // whatever GOGC says.

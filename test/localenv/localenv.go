@@ -91,6 +91,9 @@ type Options struct {
 	// ManagerStatusInterval, when set, is the manager's --status-write-interval (nil: its
 	// default, controllers.DefaultStatusInterval).
 	ManagerStatusInterval *time.Duration
+	// ManagerMinPassInterval, when set, is the manager's --min-pass-interval (nil: its
+	// default, controllers.DefaultMinPassInterval).
+	ManagerMinPassInterval *time.Duration
 	// ManagerEnv is more of the manager's environment ("KEY=value"), such as the
 	// end-to-end tests' KUBE_CACHE_MUTATION_DETECTOR=true: client-go then compares every
 	// cached object with a copy of it each second and ends the manager on the first change
@@ -796,6 +799,9 @@ func (e *Env) startOperator(ctx context.Context) error {
 	}
 	if e.ManagerStatusInterval != nil {
 		e.manager.args = append(e.manager.args, "--status-write-interval", e.ManagerStatusInterval.String())
+	}
+	if e.ManagerMinPassInterval != nil {
+		e.manager.args = append(e.manager.args, "--min-pass-interval", e.ManagerMinPassInterval.String())
 	}
 	if err := e.spawnManager(e.Kubeconfig, certDir, e.manager.args...); err != nil {
 		return err

@@ -114,7 +114,7 @@ type pacedQueue struct {
 
 func (q pacedQueue) Add(req reconcile.Request) {
 	if d := q.p.delay(req.Name); d > 0 {
-		q.queue.AddAfter(req, d)
+		q.AddAfter(req, d)
 		return
 	}
 	q.queue.Add(req)

@@ -28,7 +28,7 @@ const DefaultMinPassInterval = time.Second
 // own requeue are not delayed. Zero: no pacing.
 type passPace struct {
 	every time.Duration
-	now   func() time.Time // wall time: the delays are the workqueue's
+	now   func() time.Time // time.Now: the delays are the workqueue's, in real time
 
 	mu    sync.Mutex
 	begun map[string]time.Time
@@ -106,7 +106,9 @@ func (ph pacedHandler) Generic(ctx context.Context, e event.TypedGenericEvent[cl
 }
 
 // pacedQueue adds a pool's request after the pool's delay. A request already queued
-// sooner stays as soon (the workqueue keeps one of each).
+// sooner stays as soon (the workqueue keeps one of each). It must not offer AddWithOpts:
+// controller-runtime's handlers would take that for the priority queue's and add past
+// Add, unpaced (TestPassPaceOnThePriorityQueue).
 type pacedQueue struct {
 	queue
 	p *passPace

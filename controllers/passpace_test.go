@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -97,5 +98,58 @@ func TestPassPace(t *testing.T) {
 	none.forget("p")
 	if d := none.delay("p"); d != 0 {
 		t.Errorf("no pace delays by %s", d)
+	}
+}
+
+// TestPassPaceOnThePriorityQueue: through the manager's own kind of queue (controller-
+// runtime's priority queue), a paced wake is not ready before its delay, and one of a
+// pool never passed is ready at once.
+func TestPassPaceOnThePriorityQueue(t *testing.T) {
+	p := newPassPace(time.Hour)
+	q := priorityqueue.New[reconcile.Request]("pace")
+	defer q.ShutDown()
+	h := p.paced(&handler.EnqueueRequestForObject{})
+	ev := func(name string) event.TypedGenericEvent[client.Object] {
+		return event.TypedGenericEvent[client.Object]{Object: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}}
+	}
+	p.began("p")
+	for _, add := range []func(){
+		func() { h.Generic(context.Background(), ev("p"), q) },
+		func() {
+			h.Create(context.Background(), event.TypedCreateEvent[client.Object]{Object: ev("p").Object}, q)
+		},
+		func() {
+			h.Update(context.Background(), event.TypedUpdateEvent[client.Object]{ObjectOld: ev("p").Object, ObjectNew: ev("p").Object}, q)
+		},
+	} {
+		add()
+		if n := q.Len(); n != 0 {
+			t.Fatalf("%d requests ready before the pool's delay", n)
+		}
+	}
+	h.Generic(context.Background(), ev("q"), q)
+	if n := q.Len(); n != 1 {
+		t.Fatalf("%d requests ready for a pool never passed, want 1", n)
+	}
+}
+
+// TestReconcileRecordsWhenAPassBegins: a pass of a pool holds its paced wakes for the
+// interval; a pass that finds the pool gone forgets it.
+func TestReconcileRecordsWhenAPassBegins(t *testing.T) {
+	h := newHarness(t, "ppb-")
+	pool := h.pool("pace", h.layout("day", "day-1=grid_p100-4q"))
+	h.create(pool)
+	r := h.reconciler()
+	r.pace = newPassPace(time.Hour)
+	h.reconcile(pool.Name)
+	if d := r.pace.delay(pool.Name); d <= 0 || d > time.Hour {
+		t.Fatalf("after a pass, a wake of the pool waits %s, want up to an hour", d)
+	}
+	h.must(k8s.Delete(h.ctx, pool))
+	for i := 0; i < 5 && r.pace.delay(pool.Name) > 0; i++ { // the finalizer's passes, then NotFound
+		h.reconcile(pool.Name)
+	}
+	if d := r.pace.delay(pool.Name); d != 0 {
+		t.Fatalf("after the pool was gone, a wake of it waits %s, want 0", d)
 	}
 }
